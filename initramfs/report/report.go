@@ -1,0 +1,132 @@
+// Package report defines the boot report /init writes to /run/kpreload/report.json
+// and prints on the console, and how tools read it back from a console log.
+package report
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Path is where /init writes the report; it survives switch_root with /run.
+const Path = "/run/kpreload/report.json"
+
+// ConsolePrefix starts the console line that carries the whole report as one line of JSON.
+const ConsolePrefix = "kpreload-report: "
+
+// RootInitPrefix starts the console line the test root filesystem's /sbin/init prints
+// with what it saw after switch_root (see RootInit).
+const RootInitPrefix = "kpreload-rootinit: "
+
+// Report is everything /init decided and did during one boot. Times are seconds
+// since the kernel started (CLOCK_BOOTTIME as read from /proc/uptime at the moment).
+type Report struct {
+	Format    int     `json:"format"`
+	Kernel    string  `json:"kernel"`
+	Cmdline   string  `json:"cmdline"`
+	InitStart float64 `json:"init_start"`
+	// Devices lists every device seen during coldplug with its modalias and the decision taken.
+	Devices []Device `json:"devices"`
+	// Modules lists every module /init considered, loaded or refused.
+	Modules []Module `json:"modules"`
+	// Events is a time-ordered log of phases ("coldplug round 1", "root mounted", ...).
+	Events []Event `json:"events"`
+	// Root describes how the root filesystem was found and mounted.
+	Root Root `json:"root"`
+	// DriversReady is when the last driver load finished (seconds since kernel start).
+	DriversReady float64 `json:"drivers_ready"`
+	// SwitchRoot is when /init called switch_root.
+	SwitchRoot float64  `json:"switch_root"`
+	Warnings   []string `json:"warnings,omitempty"`
+	Errors     []string `json:"errors,omitempty"`
+}
+
+// Device is one device found in sysfs.
+type Device struct {
+	Path     string   `json:"path"` // sysfs path, e.g. /sys/bus/pci/devices/0000:00:04.0
+	Modalias string   `json:"modalias"`
+	Modules  []string `json:"modules,omitempty"` // modules matched to it
+	Driver   string   `json:"driver,omitempty"`  // bound driver after coldplug, if any
+	Decision string   `json:"decision"`          // "matched", "no match", "builtin", ...
+}
+
+// Module is the outcome of one module.
+type Module struct {
+	Name   string  `json:"name"`
+	Set    string  `json:"set,omitempty"` // set ID from the boot index
+	Path   string  `json:"path,omitempty"`
+	Result string  `json:"result"` // "loaded", "already loaded", "refused", "failed"
+	Reason string  `json:"reason,omitempty"`
+	Errno  string  `json:"errno,omitempty"` // e.g. "ENODEV"
+	Start  float64 `json:"start"`
+	End    float64 `json:"end"`
+	Phase  string  `json:"phase,omitempty"` // "initramfs" or "rootfs"
+}
+
+// Event is one timestamped step of the boot.
+type Event struct {
+	Time float64 `json:"t"`
+	What string  `json:"what"`
+}
+
+// Root records the root filesystem's discovery.
+type Root struct {
+	Spec    string  `json:"spec"`   // root= value
+	Device  string  `json:"device"` // resolved block device
+	FSType  string  `json:"fstype"`
+	Mounted float64 `json:"mounted"` // time mounted
+	Error   string  `json:"error,omitempty"`
+}
+
+// Summary is the one-line console summary of a report.
+func (r *Report) Summary() string {
+	loaded, refused, failed := 0, 0, 0
+	for _, m := range r.Modules {
+		switch m.Result {
+		case "loaded":
+			loaded++
+		case "refused":
+			refused++
+		case "failed":
+			failed++
+		}
+	}
+	return fmt.Sprintf("kpreload: %d devices, %d modules loaded, %d refused, %d failed; drivers ready at %.3fs, root %s at %.3fs, switch_root at %.3fs",
+		len(r.Devices), loaded, refused, failed, r.DriversReady, r.Root.Device, r.Root.Mounted, r.SwitchRoot)
+}
+
+// ConsoleLine renders the report as the single console line tools parse back.
+func (r *Report) ConsoleLine() (string, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return "", err
+	}
+	return ConsolePrefix + string(b), nil
+}
+
+// Scan reads a console log and returns the last report line and the last root-init
+// line found in it (raw JSON), or nil when absent. Lines may carry a trailing \r.
+func Scan(r io.Reader) (rep *Report, rootInit json.RawMessage, err error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 1<<20), 64<<20)
+	for sc.Scan() {
+		line := strings.TrimRight(sc.Text(), "\r")
+		if i := strings.Index(line, ConsolePrefix); i >= 0 {
+			var x Report
+			if err := json.Unmarshal([]byte(line[i+len(ConsolePrefix):]), &x); err != nil {
+				return nil, nil, fmt.Errorf("console report line: %w", err)
+			}
+			rep = &x
+		}
+		if i := strings.Index(line, RootInitPrefix); i >= 0 {
+			raw := json.RawMessage(line[i+len(RootInitPrefix):])
+			if !json.Valid(raw) {
+				return nil, nil, fmt.Errorf("console root-init line is not valid JSON")
+			}
+			rootInit = raw
+		}
+	}
+	return rep, rootInit, sc.Err()
+}

@@ -1,0 +1,128 @@
+// Package bootindex defines the compact per-kernel index that /init reads at boot:
+// which module sets exist for one kernel release, where their files are, what they
+// match (modalias patterns) and what they depend on. It is small and self-contained
+// so /init never has to parse the whole cache.
+package bootindex
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// FormatVersion is the current index format; readers refuse other versions.
+const FormatVersion = 1
+
+// Index lists the module sets available for one kernel release.
+type Index struct {
+	Format int `json:"format"`
+	// Kernel is the kernel release (uname -r) every module in the index was built for.
+	Kernel string `json:"kernel"`
+	Sets   []Set  `json:"sets"`
+}
+
+// Set is a group of modules that are loaded together: the kernel's own boot-critical
+// modules, or one driver version built for this kernel.
+type Set struct {
+	// ID is the content address of the set's manifest (sha256 hex), or "kernel" for the kernel's own modules.
+	ID string `json:"id"`
+	// Driver, Version and Flavor name the driver ("nvidia", "535.261.03", "open"); empty for kernel modules.
+	Driver  string `json:"driver,omitempty"`
+	Version string `json:"version,omitempty"`
+	Flavor  string `json:"flavor,omitempty"`
+	// Dir is where the set's module files are, relative to the directory holding the index file.
+	Dir     string   `json:"dir"`
+	Modules []Module `json:"modules"`
+	// Firmware lists firmware files (relative to /lib/firmware) the set's modules request.
+	Firmware []string `json:"firmware,omitempty"`
+}
+
+// Module is one module file of a set.
+type Module struct {
+	Name string `json:"name"`
+	// Path is the module file relative to the set's Dir.
+	Path string `json:"path"`
+	// SHA256 is the hex digest of the file as stored (compressed if Compression is set).
+	SHA256 string `json:"sha256"`
+	// Size is the size of the file as stored, in bytes; 0 when unknown.
+	Size        int64    `json:"size,omitempty"`
+	Compression string   `json:"compression,omitempty"`
+	Vermagic    string   `json:"vermagic"`
+	Aliases     []string `json:"aliases,omitempty"`
+	Depends     []string `json:"depends,omitempty"`
+	// SoftPre lists modules a softdep asks to load before this one.
+	SoftPre  []string `json:"softpre,omitempty"`
+	Firmware []string `json:"firmware,omitempty"`
+}
+
+// Read loads an index file and checks its format and kernel.
+func Read(path string) (*Index, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("boot index: %w", err)
+	}
+	var ix Index
+	if err := json.Unmarshal(b, &ix); err != nil {
+		return nil, fmt.Errorf("boot index %s: %w", path, err)
+	}
+	if ix.Format != FormatVersion {
+		return nil, fmt.Errorf("boot index %s: format %d, want %d", path, ix.Format, FormatVersion)
+	}
+	return &ix, nil
+}
+
+// Marshal returns the index as indented JSON ending in a newline, the form Write
+// stores; equal indexes give equal bytes.
+func Marshal(ix *Index) ([]byte, error) {
+	b, err := json.MarshalIndent(ix, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("marshal boot index: %w", err)
+	}
+	return append(b, '\n'), nil
+}
+
+// Write stores the index at path atomically: the JSON goes to a temporary file in
+// the same directory, is synced and renamed over path, and the directory is
+// synced, so a reader (or a crash at any point) sees the old index or the new
+// one, never a half file. Temporary files are named ".tmp-*".
+func Write(path string, ix *Index) error {
+	b, err := Marshal(ix)
+	if err != nil {
+		return fmt.Errorf("boot index %s: %w", path, err)
+	}
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return fmt.Errorf("boot index %s: %w", path, err)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // no-op once renamed
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return fmt.Errorf("boot index %s: write: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("boot index %s: sync: %w", path, err)
+	}
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		return fmt.Errorf("boot index %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("boot index %s: close: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("boot index %s: %w", path, err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("boot index %s: sync directory: %w", path, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("boot index %s: sync directory: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# deps.sh: install everything kpreload's build, tests and demo need, idempotently.
+#
+#   scripts/deps.sh            apt sources + packages + Go modules + the default kernels
+#   scripts/deps.sh --no-kernels
+#
+# Apt: adds contrib/non-free/non-free-firmware and bookworm-backports in a sources
+# file of the project's own (/etc/apt/sources.list.d/kpreload.sources), then installs
+# the packages below. Kernels are fetched with scripts/kernels.sh (unpacked per kernel
+# under $KPRELOAD_CACHE, never installed system-wide).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+
+want_kernels=1
+[ "${1:-}" = "--no-kernels" ] && want_kernels=0
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+sources=/etc/apt/sources.list.d/kpreload.sources
+read -r -d '' want_sources <<'SRC' || true
+# Written by kpreload scripts/deps.sh: the components and suites kpreload needs beyond
+# Debian's default "main" (NVIDIA driver sources, GSP firmware, 6.12 cloud kernels).
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm bookworm-updates
+Components: contrib non-free non-free-firmware
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: http://deb.debian.org/debian-security
+Suites: bookworm-security
+Components: contrib non-free non-free-firmware
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm-backports
+Components: main contrib non-free non-free-firmware
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+
+packages=(
+  qemu-system-x86 qemu-utils ovmf   # boots
+  dkms kmod make gcc libc6-dev bc    # module builds and the modprobe/depmod oracle
+  cpio zstd xz-utils gzip e2fsprogs  # archives and root disks
+  initramfs-tools-core               # the baseline benchmarks compare against
+  dpkg-dev                           # dpkg -x / apt-get download helpers
+)
+
+stamp="$KPRELOAD_CACHE/.deps-apt"
+if ! cmp -s <(printf '%s\n' "$want_sources") "$sources" 2>/dev/null; then
+  log "writing $sources"
+  printf '%s\n' "$want_sources" | as_root tee "$sources" >/dev/null
+  rm -f "$stamp"
+fi
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
+done
+if [ ! -f "$stamp" ] || [ ${#missing[@]} -gt 0 ]; then
+  log "apt-get update"
+  # Other sources on the machine may be unreachable; ours must work, checked below.
+  as_root apt-get update -qq || warn "apt-get update reported errors (continuing; packages are checked next)"
+  mkdir -p "$KPRELOAD_CACHE" && touch "$stamp"
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing: ${missing[*]}"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if command -v go >/dev/null; then
+  log "go mod download"
+  (cd "$here/.." && go mod download)
+else
+  die "go not found on PATH (need Go >= 1.24)"
+fi
+
+if [ "$want_kernels" = 1 ]; then
+  "$here/kernels.sh" "${KPRELOAD_KERNELS[@]}"
+fi
+log "dependencies ready"
