@@ -1,0 +1,288 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kpreload/kpreload/kmodcache/manifest"
+	"github.com/kpreload/kpreload/kmodcache/store"
+)
+
+func init() { register(newCacheCmd) }
+
+// cacheDefaultDir is the cache directory when --cache is not given.
+func cacheDefaultDir() string {
+	if d := os.Getenv("KPRELOAD_CACHE_DIR"); d != "" {
+		return d
+	}
+	return store.DefaultDir
+}
+
+// cacheContext returns the command's context, or a background one.
+func cacheContext(cmd *cobra.Command) context.Context {
+	if ctx := cmd.Context(); ctx != nil {
+		return ctx
+	}
+	return context.Background()
+}
+
+func newCacheCmd() *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "cache",
+		Short: "Manage the content-addressed module cache",
+		Long: `The module cache holds precompiled kernel modules by content (sha256), a
+manifest per module set (one driver version built for one kernel), and one boot
+index per kernel release that /init reads.
+
+The cache directory is --cache, else $KPRELOAD_CACHE_DIR, else ` + store.DefaultDir + `.`,
+	}
+	cmd.PersistentFlags().StringVar(&dir, "cache", cacheDefaultDir(), "module cache directory")
+	open := func() (*store.Store, error) { return store.Open(dir) }
+	cmd.AddCommand(newCacheAddCmd(open), newCacheLsCmd(open), newCacheVerifyCmd(open), newCacheIndexCmd(open), newCacheRmCmd(open))
+	return cmd
+}
+
+func newCacheAddCmd(open func() (*store.Store, error)) *cobra.Command {
+	var req store.AddRequest
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "add --driver NAME --version V [--flavor F] FILE.ko...",
+		Short: "Add a set of module files built for one kernel",
+		Long: `Add reads every module file (.ko, .ko.xz, .ko.zst, .ko.gz), checks that they
+were all built for one kernel (same vermagic), stores them by content, writes
+the set's manifest and regenerates that kernel's boot index. It prints the set
+id; adding the same files again gives the same id and changes nothing.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := open()
+			if err != nil {
+				return err
+			}
+			req.Files = args
+			m, id, err := s.AddFiles(cacheContext(cmd), req)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if asJSON {
+				return printJSON(w, struct {
+					ID       string             `json:"id"`
+					Manifest *manifest.Manifest `json:"manifest"`
+				}{id, m})
+			}
+			return cachePrintSummary(w, id, m)
+		},
+	}
+	cmd.Flags().StringVar(&req.Driver, "driver", "", "driver name (required)")
+	cmd.Flags().StringVar(&req.Version, "version", "", "driver version (required)")
+	cmd.Flags().StringVar(&req.Flavor, "flavor", "", "driver flavor (open, proprietary, ...)")
+	cmd.Flags().StringToStringVar(&req.CacheKey, "key", nil, "build cache key entries, NAME=VALUE (repeatable)")
+	cmd.Flags().StringVar(&req.KernelTree, "kernel-tree", "", "lib/modules/<release> of the kernel: dependencies outside the set must be its modules or built-ins")
+	cmd.Flags().BoolVar(&req.Replace, "replace", false, "supersede a set of the same driver, version and flavor for this kernel")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the id and manifest as JSON")
+	cmd.MarkFlagRequired("driver")
+	cmd.MarkFlagRequired("version")
+	return cmd
+}
+
+// cachePrintSummary describes an added set.
+func cachePrintSummary(w io.Writer, id string, m *manifest.Manifest) error {
+	var names []string
+	var size int64
+	for _, mod := range m.Modules {
+		names = append(names, mod.Name)
+		size += mod.Size
+	}
+	driver := strings.TrimSpace(m.Driver + " " + m.Version + " " + m.Flavor)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "set\t%s\n", id)
+	fmt.Fprintf(tw, "kernel\t%s\n", m.Kernel)
+	fmt.Fprintf(tw, "driver\t%s\n", driver)
+	fmt.Fprintf(tw, "modules\t%d (%s): %s\n", len(m.Modules), cacheHumanSize(size), strings.Join(names, ", "))
+	if len(m.External) > 0 {
+		fmt.Fprintf(tw, "needs\t%s (from the kernel)\n", strings.Join(m.External, ", "))
+	}
+	if len(m.Firmware) > 0 {
+		fmt.Fprintf(tw, "firmware\t%s\n", strings.Join(m.Firmware, ", "))
+	}
+	return tw.Flush()
+}
+
+func newCacheLsCmd(open func() (*store.Store, error)) *cobra.Command {
+	var kernel string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "ls [--kernel K]",
+		Short: "List the module sets in the cache",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := open()
+			if err != nil {
+				return err
+			}
+			all, listErr := s.List()
+			entries := []store.Entry{}
+			for _, e := range all {
+				if kernel == "" || e.Kernel == kernel {
+					entries = append(entries, e)
+				}
+			}
+			w := cmd.OutOrStdout()
+			if asJSON {
+				if err := printJSON(w, entries); err != nil {
+					return err
+				}
+				return listErr
+			}
+			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SET\tKERNEL\tDRIVER\tVERSION\tFLAVOR\tMODULES\tSIZE")
+			for _, e := range entries {
+				flavor := e.Flavor
+				if flavor == "" {
+					flavor = "-"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", e.ID[:12], e.Kernel, e.Driver, e.Version, flavor, e.Modules, cacheHumanSize(e.Size))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			return listErr
+		},
+	}
+	cmd.Flags().StringVar(&kernel, "kernel", "", "only sets for this kernel release")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the sets as JSON")
+	return cmd
+}
+
+func newCacheVerifyCmd(open func() (*store.Store, error)) *cobra.Command {
+	var asJSON, repair bool
+	cmd := &cobra.Command{
+		Use:   "verify [--repair]",
+		Short: "Re-hash every module file and check manifests and boot indexes",
+		Long: `Verify re-hashes every module file every manifest references and checks the
+manifests, the boot indexes and the cache keys. It lists each problem and
+exits non-zero if there is any.
+
+--repair first cleans up after interrupted writers (temporary files, stale
+boot indexes, dangling keys, unreferenced objects). It never deletes a set:
+a corrupt or missing module file is fixed by adding its set again.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := open()
+			if err != nil {
+				return err
+			}
+			ctx := cacheContext(cmd)
+			w := cmd.OutOrStdout()
+			var rep *store.Repaired
+			if repair {
+				if rep, err = s.Repair(ctx); err != nil {
+					return err
+				}
+			}
+			probs, err := s.Verify(ctx)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if probs == nil {
+					probs = []store.Problem{}
+				}
+				if err := printJSON(w, struct {
+					OK       bool            `json:"ok"`
+					Repaired *store.Repaired `json:"repaired,omitempty"`
+					Problems []store.Problem `json:"problems"`
+				}{len(probs) == 0, rep, probs}); err != nil {
+					return err
+				}
+			} else {
+				if rep != nil {
+					fmt.Fprintf(w, "repaired: %d temporary file(s), %d boot index(es), %d cache key(s), %d unused object(s) removed or rewritten\n",
+						len(rep.TempFiles), len(rep.Indexes), len(rep.Keys), len(rep.Objects))
+				}
+				for _, p := range probs {
+					fmt.Fprintln(w, p)
+				}
+				if len(probs) == 0 {
+					fmt.Fprintf(w, "ok: %s\n", s.Dir())
+				}
+			}
+			if len(probs) > 0 {
+				return fmt.Errorf("verify %s: %d problem(s)", s.Dir(), len(probs))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&repair, "repair", false, "clean up after interrupted writers first")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	return cmd
+}
+
+func newCacheIndexCmd(open func() (*store.Store, error)) *cobra.Command {
+	var kernel string
+	cmd := &cobra.Command{
+		Use:   "index --kernel K",
+		Short: "Print the boot index /init reads for a kernel release",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := open()
+			if err != nil {
+				return err
+			}
+			ix, err := s.Index(kernel)
+			if err != nil {
+				return err
+			}
+			return printJSON(cmd.OutOrStdout(), ix)
+		},
+	}
+	cmd.Flags().StringVar(&kernel, "kernel", "", "kernel release (required)")
+	cmd.MarkFlagRequired("kernel")
+	return cmd
+}
+
+func newCacheRmCmd(open func() (*store.Store, error)) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm SET...",
+		Short: "Remove sets (by id or unique id prefix) and the module files only they use",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := open()
+			if err != nil {
+				return err
+			}
+			for _, a := range args {
+				id, err := s.Resolve(a)
+				if err != nil {
+					return err
+				}
+				if err := s.Remove(cacheContext(cmd), id); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "removed %s\n", id)
+			}
+			return nil
+		},
+	}
+}
+
+// cacheHumanSize formats a byte count with a binary unit.
+func cacheHumanSize(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

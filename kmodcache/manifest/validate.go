@@ -1,0 +1,253 @@
+package manifest
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// maxModuleName is the longest module name the kernel accepts
+// (MODULE_NAME_LEN is 64 - sizeof(unsigned long), NUL included).
+const maxModuleName = 55
+
+// ValidationError lists everything wrong with a manifest.
+type ValidationError struct {
+	// Set names the manifest ("nvidia 535.261.03 open for 6.1.0-56-cloud-amd64").
+	Set string
+	// Problems holds one sentence per problem, in a stable order.
+	Problems []string
+}
+
+// Error joins the problems into one message.
+func (e *ValidationError) Error() string {
+	return fmt.Sprintf("invalid manifest %s: %s", e.Set, strings.Join(e.Problems, "; "))
+}
+
+// compressions are the Compression values a module may carry.
+var compressions = []string{"", "xz", "zstd", "gzip"}
+
+// Validate checks that the manifest describes a loadable set: format, kernel
+// and driver present and well formed, every module's vermagic equal to the
+// set's and naming the set's kernel, module names and files unique, digests
+// well formed, every dependency either in the set or listed in External, no
+// dependency cycle, every requested firmware listed. It returns a
+// *ValidationError listing every problem, or nil.
+func (m *Manifest) Validate() error {
+	var p []string
+	add := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
+
+	if m.Format != FormatVersion {
+		add("format %d, want %d", m.Format, FormatVersion)
+	}
+	switch {
+	case m.Kernel == "":
+		add("kernel release is empty")
+	case !validRelease(m.Kernel):
+		add("kernel release %q is not a valid release name (no spaces, slashes or leading dot)", m.Kernel)
+	}
+	if f := strings.Fields(m.Vermagic); len(f) == 0 {
+		add("vermagic is empty")
+	} else if f[0] != m.Kernel {
+		add("vermagic %q is for kernel %q, set is for %q", m.Vermagic, f[0], m.Kernel)
+	}
+	if strings.TrimSpace(m.Driver) == "" {
+		add("driver name is empty")
+	} else if hasControl(m.Driver) || strings.ContainsAny(m.Driver, " /") {
+		add("driver name %q has spaces, slashes or control characters", m.Driver)
+	}
+	if strings.TrimSpace(m.Version) == "" {
+		add("driver version is empty")
+	} else if hasControl(m.Version) || strings.ContainsAny(m.Version, " /") {
+		add("driver version %q has spaces, slashes or control characters", m.Version)
+	}
+	if hasControl(m.Flavor) || strings.ContainsAny(m.Flavor, " /") {
+		add("flavor %q has spaces, slashes or control characters", m.Flavor)
+	}
+	if len(m.Modules) == 0 {
+		add("no modules")
+	}
+
+	names := map[string]int{}
+	files := map[string]bool{}
+	for i, mod := range m.Modules {
+		label := mod.Name
+		if label == "" {
+			label = fmt.Sprintf("#%d", i)
+		}
+		switch {
+		case mod.Name == "":
+			add("module #%d (%s) has no name", i, mod.File)
+		case !validModuleName(mod.Name):
+			add("module name %q is not a kernel module name ([A-Za-z0-9_-], at most %d characters)", mod.Name, maxModuleName)
+		}
+		if n := NormalizeName(mod.Name); mod.Name != "" {
+			if _, dup := names[n]; dup {
+				add("module %s appears more than once", mod.Name)
+			}
+			names[n] = i
+		}
+		switch {
+		case mod.File == "":
+			add("module %s has no file name", label)
+		case mod.File == "." || mod.File == ".." || strings.ContainsAny(mod.File, "/\\\x00") || strings.HasPrefix(mod.File, "."):
+			add("module %s file name %q is not a plain file name", label, mod.File)
+		case files[mod.File]:
+			add("file %s appears more than once", mod.File)
+		}
+		files[mod.File] = true
+		if !IsDigest(mod.SHA256) {
+			add("module %s sha256 %q is not 64 lowercase hex digits", label, mod.SHA256)
+		}
+		if mod.Size <= 0 {
+			add("module %s size %d is not positive", label, mod.Size)
+		}
+		if mod.ELFSize <= 0 {
+			add("module %s ELF size %d is not positive", label, mod.ELFSize)
+		}
+		if !slices.Contains(compressions, mod.Compression) {
+			add("module %s compression %q is not one of \"\", xz, zstd, gzip", label, mod.Compression)
+		}
+		if mod.Vermagic != m.Vermagic {
+			kernel := "(none)"
+			if f := strings.Fields(mod.Vermagic); len(f) > 0 {
+				kernel = f[0]
+			}
+			add("module %s has vermagic %q (kernel %s), set has %q", label, mod.Vermagic, kernel, m.Vermagic)
+		}
+		for _, fw := range mod.Firmware {
+			if !slices.Contains(m.Firmware, fw) {
+				add("module %s requests firmware %s, which the set's firmware list lacks", label, fw)
+			}
+		}
+	}
+
+	external := map[string]bool{}
+	for _, e := range m.External {
+		n := NormalizeName(e)
+		external[n] = true
+		if _, in := names[n]; in {
+			add("module %s is listed as external but is part of the set", e)
+		}
+	}
+	for _, mod := range m.Modules {
+		for _, d := range mod.Depends {
+			n := NormalizeName(d)
+			if _, in := names[n]; !in && !external[n] {
+				add("module %s depends on %s, which is neither in the set nor listed as external", mod.Name, d)
+			}
+		}
+	}
+	if cyc := m.dependencyCycle(); cyc != nil {
+		add("dependency cycle: %s", strings.Join(cyc, " -> "))
+	}
+	if len(p) == 0 {
+		return nil
+	}
+	return &ValidationError{Set: m.label(), Problems: p}
+}
+
+// label names the set in messages.
+func (m *Manifest) label() string {
+	s := strings.TrimSpace(strings.Join([]string{m.Driver, m.Version, m.Flavor}, " "))
+	if s == "" {
+		s = "(unnamed)"
+	}
+	if m.Kernel != "" {
+		s += " for " + m.Kernel
+	}
+	return s
+}
+
+// dependencyCycle returns one cycle among the set's own modules (first module
+// repeated at the end), or nil.
+func (m *Manifest) dependencyCycle() []string {
+	deps := map[string][]string{}
+	for _, mod := range m.Modules {
+		n := NormalizeName(mod.Name)
+		for _, d := range mod.Depends {
+			deps[n] = append(deps[n], NormalizeName(d))
+		}
+	}
+	const (
+		unseen = iota
+		active
+		done
+	)
+	state := map[string]int{}
+	var stack []string
+	var visit func(n string) []string
+	visit = func(n string) []string {
+		switch state[n] {
+		case active:
+			i := slices.Index(stack, n)
+			return append(slices.Clone(stack[i:]), n)
+		case done:
+			return nil
+		}
+		state[n] = active
+		stack = append(stack, n)
+		for _, d := range deps[n] {
+			if _, in := deps[d]; !in && !m.has(d) {
+				continue // external
+			}
+			if c := visit(d); c != nil {
+				return c
+			}
+		}
+		stack = stack[:len(stack)-1]
+		state[n] = done
+		return nil
+	}
+	for _, mod := range m.Modules {
+		if c := visit(NormalizeName(mod.Name)); c != nil {
+			return c
+		}
+	}
+	return nil
+}
+
+// has reports whether the set holds a module of that (normalized) name.
+func (m *Manifest) has(name string) bool {
+	for _, mod := range m.Modules {
+		if NormalizeName(mod.Name) == name {
+			return true
+		}
+	}
+	return false
+}
+
+// IsDigest reports whether s is a SHA-256 digest in lowercase hex.
+func IsDigest(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// validRelease reports whether r can be a kernel release and a file name.
+func validRelease(r string) bool {
+	return r != "" && !strings.HasPrefix(r, ".") && !strings.ContainsAny(r, "/\\ \t\n\x00") && !hasControl(r)
+}
+
+// validModuleName reports whether n is a kernel module name.
+func validModuleName(n string) bool {
+	if n == "" || len(n) > maxModuleName {
+		return false
+	}
+	for _, c := range n {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// hasControl reports whether s contains a control character.
+func hasControl(s string) bool {
+	return strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f })
+}

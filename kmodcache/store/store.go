@@ -1,0 +1,135 @@
+// Package store keeps the module cache on disk: content-addressed module files,
+// the manifests of the module sets built from them, a lookup from build cache
+// keys to sets, and one boot index per kernel release for /init.
+//
+// Layout under the cache directory:
+//
+//	objects/sha256/<ab>/<hex>      module files as given (.ko, .ko.xz, .ko.zst), named by the SHA-256 of their bytes
+//	sets/<id>.json                 canonical manifests; id is the SHA-256 of the file
+//	keys/<key-sha256>              the id of the set built from a cache key (one line)
+//	index/<kernel-release>.json    the boot index of that kernel (bootindex.Index)
+//	.lock                          flock(2)ed by every writer
+//
+// A boot index names its module files relative to its own directory: every set
+// has Dir "../objects/sha256" and each module Path "<ab>/<hex>", so /init only
+// joins three strings and opens the file.
+//
+// Every file is written to a ".tmp-*" file in its final directory, synced and
+// renamed into place, and writers go in a fixed order (objects, manifest, key,
+// index), so a reader or a crash at any point never sees a half file or a
+// manifest whose objects are missing. Readers ignore ".tmp-*" files; the next
+// writer removes them and rewrites any index a killed writer left behind.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Directory and file names of the layout.
+const (
+	objectsDir = "objects/sha256"
+	setsDir    = "sets"
+	keysDir    = "keys"
+	indexDir   = "index"
+	lockName   = ".lock"
+	tmpPrefix  = ".tmp-"
+	// IndexSetDir is the Dir of every set in a boot index: the object
+	// directory, relative to the index directory.
+	IndexSetDir = "../" + objectsDir
+)
+
+// DefaultDir is the cache directory used when neither a flag nor
+// $KPRELOAD_CACHE_DIR names one.
+const DefaultDir = "/var/lib/kpreload/cache"
+
+// Store is a module cache directory.
+type Store struct {
+	dir string
+}
+
+// Open opens the cache at dir, creating its directories when missing. Opening
+// writes nothing else: leftovers of interrupted writers are cleaned by the
+// next writer (Add, Remove, Repair).
+func Open(dir string) (*Store, error) {
+	if dir == "" {
+		return nil, fmt.Errorf("open module cache: empty directory name")
+	}
+	s := &Store{dir: filepath.Clean(dir)}
+	for _, d := range []string{objectsDir, setsDir, keysDir, indexDir} {
+		if err := os.MkdirAll(filepath.Join(s.dir, d), 0o755); err != nil {
+			return nil, fmt.Errorf("open module cache %s: %w", dir, err)
+		}
+	}
+	return s, nil
+}
+
+// Dir returns the cache directory.
+func (s *Store) Dir() string { return s.dir }
+
+// ObjectPath returns where the object with the given SHA-256 (hex) is stored.
+func (s *Store) ObjectPath(sha string) string {
+	return filepath.Join(s.dir, objectsDir, objectRel(sha))
+}
+
+// objectRel is an object's path relative to the object directory: "<ab>/<hex>".
+func objectRel(sha string) string {
+	if len(sha) < 2 {
+		return sha
+	}
+	return sha[:2] + "/" + sha
+}
+
+// ManifestPath returns where the manifest of set id is stored.
+func (s *Store) ManifestPath(id string) string {
+	return filepath.Join(s.dir, setsDir, id+".json")
+}
+
+// IndexPath returns where the boot index of a kernel release is stored.
+func (s *Store) IndexPath(kernel string) string {
+	return filepath.Join(s.dir, indexDir, kernel+".json")
+}
+
+// keyPath returns where the set id for a cache key digest is stored.
+func (s *Store) keyPath(keyID string) string {
+	return filepath.Join(s.dir, keysDir, keyID)
+}
+
+// lockPollInterval is how often lock retries while another writer holds the lock.
+const lockPollInterval = 20 * time.Millisecond
+
+// lock takes the writer lock (flock on .lock), waiting until it is free or ctx
+// ends. The kernel releases it when the holder exits, however it exits.
+func (s *Store) lock(ctx context.Context) (unlock func(), err error) {
+	path := filepath.Join(s.dir, lockName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock module cache: %w", err)
+	}
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
+			f.Close()
+			return nil, fmt.Errorf("lock module cache %s: %w", path, err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("lock module cache %s: another writer holds it: %w", path, ctx.Err())
+		case <-time.After(lockPollInterval):
+		}
+	}
+	return func() {
+		unix.Flock(int(f.Fd()), unix.LOCK_UN)
+		f.Close()
+	}, nil
+}
