@@ -1,0 +1,399 @@
+// Package assemble builds a kpreload initramfs: the static /init, the kernel's own
+// boot-critical modules (storage, bus and filesystem drivers, with dependencies),
+// module sets from the cache, the firmware they declare, and the boot index that
+// ties them together.
+package assemble
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/kpreload/kpreload/initramfs/archive"
+	"github.com/kpreload/kpreload/initramfs/pid1"
+	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/kpreload/kpreload/kmodcache/modalias"
+	"github.com/kpreload/kpreload/kmodcache/modinfo"
+)
+
+// BootCritical lists, as globs over module paths relative to /lib/modules/<kver>
+// (compression suffix removed), the kernel modules an initramfs needs to find a
+// root disk on common clouds and QEMU: virtio (KVM clouds, QEMU), NVMe (AWS Nitro,
+// GCP, Azure v6), SCSI front ends (GCP virtio-scsi, Azure storvsc, VMware pvscsi,
+// Xen), AHCI/IDE, Hyper-V's and Xen's buses, QEMU's fw_cfg (instance data), and the
+// usual root filesystems. Their dependencies are added from modules.dep.
+var BootCritical = []string{
+	"kernel/drivers/virtio/virtio_pci.ko",
+	"kernel/drivers/virtio/virtio_mmio.ko",
+	"kernel/drivers/block/virtio_blk.ko",
+	"kernel/drivers/block/xen-blkfront.ko",
+	"kernel/drivers/nvme/host/nvme.ko",
+	"kernel/drivers/scsi/virtio_scsi.ko",
+	"kernel/drivers/scsi/sd_mod.ko",
+	"kernel/drivers/scsi/sr_mod.ko",
+	"kernel/drivers/scsi/hv_storvsc.ko",
+	"kernel/drivers/scsi/vmw_pvscsi.ko",
+	"kernel/drivers/scsi/xen-scsifront.ko",
+	"kernel/drivers/ata/ahci.ko",
+	"kernel/drivers/ata/ata_piix.ko",
+	"kernel/drivers/ata/ata_generic.ko",
+	"kernel/drivers/hv/hv_vmbus.ko",
+	"kernel/drivers/firmware/qemu_fw_cfg.ko",
+	"kernel/fs/ext4/ext4.ko",
+	"kernel/fs/xfs/xfs.ko",
+	"kernel/fs/btrfs/btrfs.ko",
+	"kernel/fs/fat/vfat.ko",
+	"kernel/fs/isofs/isofs.ko",
+	"kernel/fs/nls/nls_cp437.ko",
+	"kernel/fs/nls/nls_ascii.ko",
+}
+
+// Options describe one initramfs.
+type Options struct {
+	// Kernel is the kernel release the initramfs is for.
+	Kernel string
+	// ModulesDir is the kernel's module tree (default /lib/modules/<Kernel>).
+	ModulesDir string
+	// Init is the static /init binary to include.
+	Init string
+	// CacheDir, when set, is a kpreload module cache whose sets for Kernel are included.
+	CacheDir string
+	// Modules adds more kernel modules by name (with their dependencies).
+	Modules []string
+	// ExtraFiles adds module files as they are, unchecked, in a set named "extra";
+	// /init still refuses any that would not load on the running kernel.
+	ExtraFiles []string
+	// FirmwareDir is where declared firmware is taken from (default /lib/firmware).
+	FirmwareDir string
+	// Shell, when set, is a static shell (e.g. busybox) included as /bin/sh for kpreload.debug.
+	Shell string
+	// Compression is "zstd" (default), "gzip" or "none".
+	Compression archive.Compression
+}
+
+// Result says what went into an initramfs.
+type Result struct {
+	Kernel          string   `json:"kernel"`
+	Output          string   `json:"output,omitempty"`
+	Size            int64    `json:"size"`
+	SHA256          string   `json:"sha256"`
+	Compression     string   `json:"compression"`
+	Modules         []string `json:"modules"`
+	Sets            []string `json:"sets"`
+	Firmware        []string `json:"firmware,omitempty"`
+	MissingFirmware []string `json:"missing_firmware,omitempty"`
+}
+
+// Build assembles the initramfs and writes it to w.
+func Build(o Options, w io.Writer) (*Result, error) {
+	if o.Kernel == "" {
+		return nil, fmt.Errorf("no kernel release given")
+	}
+	if o.ModulesDir == "" {
+		o.ModulesDir = filepath.Join("/lib/modules", o.Kernel)
+	}
+	if o.FirmwareDir == "" {
+		o.FirmwareDir = "/lib/firmware"
+	}
+	if o.Compression == "" {
+		o.Compression = archive.Zstd
+	}
+	if o.Init == "" {
+		return nil, fmt.Errorf("no /init binary given")
+	}
+	tree, err := modalias.LoadTree(o.ModulesDir)
+	if err != nil {
+		return nil, fmt.Errorf("kernel %s: %w", o.Kernel, err)
+	}
+	a := archive.New()
+	for _, d := range []string{"dev", "proc", "sys", "run", "tmp", "newroot", "bin", "sbin", "lib/firmware"} {
+		if err := a.AddDir(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if err := a.AddCharDev("dev/console", 0o600, 5, 1); err != nil {
+		return nil, err
+	}
+	if err := a.AddFileFrom("init", 0o755, o.Init); err != nil {
+		return nil, fmt.Errorf("init: %w", err)
+	}
+	if o.Shell != "" {
+		if err := a.AddFileFrom("bin/sh", 0o755, o.Shell); err != nil {
+			return nil, fmt.Errorf("shell: %w", err)
+		}
+	}
+	res := &Result{Kernel: o.Kernel, Compression: string(o.Compression)}
+	modRoot := path.Join("lib/modules", o.Kernel)
+	idx := &bootindex.Index{Format: bootindex.FormatVersion, Kernel: o.Kernel}
+
+	kset, err := kernelSet(tree, o)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range kset.Modules {
+		if err := a.AddFileFrom(path.Join(modRoot, m.Path), 0o644, filepath.Join(o.ModulesDir, m.Path)); err != nil {
+			return nil, err
+		}
+		res.Modules = append(res.Modules, m.Name)
+	}
+	idx.Sets = append(idx.Sets, *kset)
+
+	if o.CacheDir != "" {
+		sets, err := cacheSets(o.CacheDir, o.Kernel)
+		if err != nil {
+			return nil, err
+		}
+		for _, cs := range sets {
+			s := cs.set
+			s.Dir = path.Join("kpreload", shortID(s.ID))
+			for _, m := range s.Modules {
+				if err := a.AddFileFrom(path.Join(modRoot, s.Dir, m.Path), 0o644, filepath.Join(cs.dir, m.Path)); err != nil {
+					return nil, err
+				}
+				res.Modules = append(res.Modules, m.Name)
+			}
+			idx.Sets = append(idx.Sets, s)
+		}
+	}
+	if len(o.ExtraFiles) > 0 {
+		s, err := extraSet(o.ExtraFiles)
+		if err != nil {
+			return nil, err
+		}
+		for i, m := range s.Modules {
+			if err := a.AddFileFrom(path.Join(modRoot, s.Dir, m.Path), 0o644, o.ExtraFiles[i]); err != nil {
+				return nil, err
+			}
+			res.Modules = append(res.Modules, m.Name)
+		}
+		idx.Sets = append(idx.Sets, *s)
+	}
+	for _, s := range idx.Sets {
+		res.Sets = append(res.Sets, s.ID)
+		for _, m := range s.Modules {
+			for _, fw := range m.Firmware {
+				if a.Has(path.Join("lib/firmware", fw)) {
+					continue
+				}
+				src := filepath.Join(o.FirmwareDir, fw)
+				if _, err := os.Stat(src); err != nil {
+					res.MissingFirmware = append(res.MissingFirmware, fw)
+					continue
+				}
+				if err := a.AddFileFrom(path.Join("lib/firmware", fw), 0o644, src); err != nil {
+					return nil, err
+				}
+				res.Firmware = append(res.Firmware, fw)
+			}
+		}
+	}
+	ixData, err := json.Marshal(idx)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.AddFile(path.Join(modRoot, pid1.IndexName), 0o644, ixData); err != nil {
+		return nil, err
+	}
+	h := sha256.New()
+	n, err := a.Encode(io.MultiWriter(w, h), o.Compression)
+	if err != nil {
+		return nil, fmt.Errorf("write initramfs: %w", err)
+	}
+	res.Size = n
+	res.SHA256 = hex.EncodeToString(h.Sum(nil))
+	sort.Strings(res.Modules)
+	return res, nil
+}
+
+// WriteFile builds the initramfs into path atomically (temp file + rename).
+func WriteFile(o Options, out string) (*Result, error) {
+	tmp, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".*")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(tmp.Name())
+	res, err := Build(o, tmp)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return nil, err
+	}
+	if err := os.Rename(tmp.Name(), out); err != nil {
+		return nil, err
+	}
+	res.Output = out
+	return res, nil
+}
+
+func shortID(id string) string {
+	if len(id) > 16 {
+		return id[:16]
+	}
+	return id
+}
+
+// stripCompression removes .xz/.zst/.gz from a module path.
+func stripCompression(p string) string {
+	for _, ext := range []string{".xz", ".zst", ".gz"} {
+		if strings.HasSuffix(p, ext) {
+			return strings.TrimSuffix(p, ext)
+		}
+	}
+	return p
+}
+
+// kernelSet selects the boot-critical modules of the kernel's own tree and their
+// dependencies, and describes them for the boot index.
+func kernelSet(tree *modalias.Tree, o Options) (*bootindex.Set, error) {
+	var names []string
+	for _, n := range tree.Names() {
+		m, _ := tree.Module(n)
+		if m.Builtin || m.Path == "" {
+			continue
+		}
+		p := stripCompression(m.Path)
+		for _, g := range BootCritical {
+			if ok, _ := path.Match(g, p); ok {
+				names = append(names, n)
+				break
+			}
+		}
+	}
+	names = append(names, o.Modules...)
+	order, err := tree.LoadOrder(names...)
+	if err != nil {
+		return nil, fmt.Errorf("kernel %s: %w", o.Kernel, err)
+	}
+	set := &bootindex.Set{ID: "kernel", Dir: "."}
+	var mods []bootindex.Module
+	for _, m := range order {
+		if m.Builtin {
+			continue
+		}
+		mods = append(mods, bootindex.Module{Name: m.Name, Path: m.Path})
+	}
+	// Read every module's own metadata in parallel: aliases, vermagic, firmware.
+	errs := make([]error, len(mods))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	for i := range mods {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			errs[i] = describe(&mods[i], filepath.Join(o.ModulesDir, mods[i].Path))
+		}(i)
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	set.Modules = mods
+	return set, nil
+}
+
+// describe fills a boot index entry from the module file itself.
+func describe(m *bootindex.Module, file string) error {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("module %s: %w", m.Name, err)
+	}
+	sum := sha256.Sum256(data)
+	elf, comp, err := modinfo.Decompress(file, data)
+	if err != nil {
+		return err
+	}
+	info, err := modinfo.Parse(file, elf)
+	if err != nil {
+		return err
+	}
+	if m.Name == "" {
+		m.Name = info.Name
+	}
+	m.SHA256 = hex.EncodeToString(sum[:])
+	m.Compression = comp
+	m.Vermagic = info.Vermagic
+	m.Aliases = info.Aliases
+	m.Depends = info.Depends
+	m.Firmware = info.Firmware
+	m.SoftPre = softPre(info.Softdeps)
+	return nil
+}
+
+// softPre extracts the "pre:" modules of softdep values ("pre: a b post: c").
+func softPre(softdeps []string) []string {
+	var out []string
+	for _, sd := range softdeps {
+		pre := false
+		for _, f := range strings.Fields(sd) {
+			switch f {
+			case "pre:":
+				pre = true
+			case "post:":
+				pre = false
+			default:
+				if pre {
+					out = append(out, f)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// extraSet describes module files added as they are.
+func extraSet(files []string) (*bootindex.Set, error) {
+	s := &bootindex.Set{ID: "extra", Dir: "kpreload/extra"}
+	seen := map[string]bool{}
+	for i, f := range files {
+		m := bootindex.Module{}
+		if err := describe(&m, f); err != nil {
+			return nil, err
+		}
+		// Two files may carry the same module name (e.g. builds for two kernels).
+		m.Path = fmt.Sprintf("%02d-%s", i, filepath.Base(f))
+		if seen[m.Path] {
+			return nil, fmt.Errorf("module file %s given twice", f)
+		}
+		seen[m.Path] = true
+		s.Modules = append(s.Modules, m)
+	}
+	return s, nil
+}
+
+type cacheSet struct {
+	set bootindex.Set
+	dir string // absolute directory of the set's files
+}
+
+// cacheSets reads the cache's boot index for the kernel.
+func cacheSets(cacheDir, kernel string) ([]cacheSet, error) {
+	p := filepath.Join(cacheDir, "index", kernel+".json")
+	ix, err := bootindex.Read(p)
+	if err != nil {
+		return nil, fmt.Errorf("cache %s has no modules for kernel %s: %w", cacheDir, kernel, err)
+	}
+	var out []cacheSet
+	for _, s := range ix.Sets {
+		out = append(out, cacheSet{set: s, dir: filepath.Join(filepath.Dir(p), s.Dir)})
+	}
+	return out, nil
+}

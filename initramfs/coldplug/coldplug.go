@@ -1,0 +1,122 @@
+// Package coldplug finds the devices the kernel has already created (every
+// /sys/bus/*/devices/*/modalias) and matches them to modules of a boot index,
+// the way udev's coldplug and modprobe would, without either.
+package coldplug
+
+import (
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/kpreload/kpreload/kmodcache/modalias"
+)
+
+// Device is a device seen in sysfs with its modalias.
+type Device struct {
+	// Path is the device's sysfs path under the bus, e.g. /sys/bus/pci/devices/0000:00:04.0.
+	Path     string
+	Modalias string
+	// Driver is the name of the bound driver, or "" when none is bound.
+	Driver string
+}
+
+// Scan reads every /sys/bus/*/devices/*/modalias under sysRoot (usually "/sys") and
+// returns the devices sorted by path. Unreadable entries are skipped: a device that
+// vanishes during the scan is not an error.
+func Scan(sysRoot string) ([]Device, error) {
+	paths, err := filepath.Glob(filepath.Join(sysRoot, "bus", "*", "devices", "*", "modalias"))
+	if err != nil {
+		return nil, err
+	}
+	devs := make([]Device, 0, len(paths))
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		alias := strings.TrimSpace(string(b))
+		if alias == "" {
+			continue
+		}
+		dir := filepath.Dir(p)
+		devs = append(devs, Device{Path: dir, Modalias: alias, Driver: BoundDriver(dir)})
+	}
+	sort.Slice(devs, func(i, j int) bool { return devs[i].Path < devs[j].Path })
+	return devs, nil
+}
+
+// BoundDriver returns the name of the driver bound to the device at sysfs path dir, or "".
+func BoundDriver(dir string) string {
+	target, err := os.Readlink(filepath.Join(dir, "driver"))
+	if err != nil {
+		return ""
+	}
+	return filepath.Base(target)
+}
+
+// Candidate is a module of a boot index set that can satisfy a device or a dependency.
+type Candidate struct {
+	Set    *bootindex.Set
+	Module *bootindex.Module
+	// File is the absolute path of the module file.
+	File string
+}
+
+// Index is one or more boot index sets prepared for matching.
+type Index struct {
+	byName map[string][]Candidate
+	all    []Candidate
+}
+
+// NewIndex prepares sets for matching; dir is the directory the index file was read
+// from, against which each set's Dir is resolved. Sets added later by Add are
+// considered after earlier ones.
+func NewIndex() *Index { return &Index{byName: map[string][]Candidate{}} }
+
+// Add adds the sets of one boot index read from directory dir, keeping only sets
+// that keep returns true for (nil keeps all).
+func (ix *Index) Add(dir string, idx *bootindex.Index, keep func(*bootindex.Set) bool) {
+	for si := range idx.Sets {
+		s := &idx.Sets[si]
+		if keep != nil && !keep(s) {
+			continue
+		}
+		for mi := range s.Modules {
+			m := &s.Modules[mi]
+			c := Candidate{Set: s, Module: m, File: filepath.Join(dir, s.Dir, m.Path)}
+			ix.all = append(ix.all, c)
+			name := Normalize(m.Name)
+			ix.byName[name] = append(ix.byName[name], c)
+		}
+	}
+}
+
+// ByName returns every candidate module with that name (normalised the kmod way), in index order.
+func (ix *Index) ByName(name string) []Candidate {
+	return ix.byName[Normalize(name)]
+}
+
+// Match returns the names of the modules whose alias patterns match the modalias,
+// deduplicated, in index order.
+func (ix *Index) Match(alias string) []string {
+	var names []string
+	seen := map[string]bool{}
+	for _, c := range ix.all {
+		if seen[c.Module.Name] {
+			continue
+		}
+		for _, pat := range c.Module.Aliases {
+			if modalias.Match(pat, alias) {
+				seen[c.Module.Name] = true
+				names = append(names, c.Module.Name)
+				break
+			}
+		}
+	}
+	return names
+}
+
+// Normalize turns a module name into the kernel's form ('-' becomes '_').
+func Normalize(name string) string { return strings.ReplaceAll(name, "-", "_") }

@@ -1,0 +1,328 @@
+// Package loader inserts kernel modules the way modprobe would, without it: it
+// resolves dependencies from a boot index, refuses modules that cannot load on the
+// running kernel (wrong vermagic, wrong digest) before calling the kernel, and calls
+// finit_module in parallel while keeping every module behind its dependencies.
+package loader
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/kpreload/kpreload/initramfs/coldplug"
+	"github.com/kpreload/kpreload/initramfs/report"
+	"github.com/kpreload/kpreload/kmodcache/modinfo"
+	"golang.org/x/sys/unix"
+)
+
+// Kernel is the system-call surface the loader needs; tests substitute a fake.
+type Kernel interface {
+	// FinitModule loads a module from an open file (finit_module(2)).
+	FinitModule(fd int, params string, flags int) error
+	// InitModule loads a module from an uncompressed image in memory (init_module(2)).
+	InitModule(image []byte, params string) error
+}
+
+// System is the real kernel.
+type System struct{}
+
+// FinitModule calls finit_module(2).
+func (System) FinitModule(fd int, params string, flags int) error {
+	return unix.FinitModule(fd, params, flags)
+}
+
+// InitModule calls init_module(2).
+func (System) InitModule(image []byte, params string) error { return unix.InitModule(image, params) }
+
+// Loader loads modules for one running kernel.
+type Loader struct {
+	// Release is the running kernel's release (uname -r).
+	Release string
+	// Vermagic is the running kernel's full vermagic string if known (from its own
+	// modules); when empty only the release is compared.
+	Vermagic string
+	// SysRoot is where sysfs is mounted ("/sys"); used to see loaded and built-in modules.
+	SysRoot string
+	// Kernel performs the system calls; nil means System.
+	Kernel Kernel
+	// Params returns the module parameters for a module (from the kernel command line).
+	Params func(name string) string
+	// Now returns the time in seconds since kernel start.
+	Now func() float64
+	// Parallel bounds concurrent loads; <= 0 means 4.
+	Parallel int
+	// VerifyDigest checks each file's sha256 against the index before loading.
+	VerifyDigest bool
+	// Phase labels the report entries ("initramfs", "rootfs").
+	Phase string
+
+	mu      sync.Mutex
+	refused map[string]bool // files already reported as refused
+}
+
+type node struct {
+	name string
+	cand *coldplug.Candidate
+	deps []*node
+	// soft holds softdep pre modules: loaded first, but their failure does not
+	// stop this module.
+	soft     []*node
+	done     chan struct{}
+	result   report.Module
+	ok       bool // loaded, already loaded or built in
+	planning bool // on the current dependency path while the plan is built
+}
+
+// Load loads the named modules and their dependencies from idx and returns one
+// report entry per module considered, refusals included, sorted by start time.
+// It never panics and never stops at the first failure: each module's outcome is
+// independent except that a module whose dependency failed is not attempted.
+func (l *Loader) Load(idx *coldplug.Index, names []string) []report.Module {
+	if l.Kernel == nil {
+		l.Kernel = System{}
+	}
+	if l.Now == nil {
+		l.Now = func() float64 { return 0 }
+	}
+	if l.Params == nil {
+		l.Params = func(string) string { return "" }
+	}
+	par := l.Parallel
+	if par <= 0 {
+		par = 4
+	}
+	var out []report.Module
+	nodes := map[string]*node{}
+	var order []*node
+	var visit func(name string, stack []string) *node
+	visit = func(name string, stack []string) *node {
+		name = coldplug.Normalize(name)
+		if n, ok := nodes[name]; ok {
+			if !n.planning {
+				return n
+			}
+			// name is on the path that led here: a cycle. Hand back a failed
+			// stand-in so the modules on the cycle fail instead of waiting on
+			// each other forever; the real node keeps its own outcome.
+			c := &node{name: name, done: make(chan struct{})}
+			c.result = l.entry(name, nil, "failed", "dependency cycle: "+strings.Join(append(stack, name), " -> "), "")
+			close(c.done)
+			return c
+		}
+		n := &node{name: name, done: make(chan struct{}), planning: true}
+		nodes[name] = n
+		defer func() { n.planning = false }()
+		if l.present(name) {
+			n.ok = true
+			n.result = l.entry(name, nil, "already loaded", "present in /sys/module (built in or loaded earlier)", "")
+			close(n.done)
+			order = append(order, n)
+			return n
+		}
+		cands := idx.ByName(name)
+		var refusals []string
+		for i := range cands {
+			c := &cands[i]
+			if why := l.check(c); why != "" {
+				refusals = append(refusals, why)
+				if l.markRefused(c.File) {
+					out = append(out, l.entry(name, c, "refused", why, ""))
+				}
+				continue
+			}
+			n.cand = c
+			break
+		}
+		if n.cand == nil {
+			why := "no module named " + name + " in the boot index"
+			if len(refusals) > 0 {
+				why = "every candidate refused: " + strings.Join(refusals, "; ")
+			}
+			n.result = l.entry(name, nil, "failed", why, "")
+			close(n.done)
+			order = append(order, n)
+			return n
+		}
+		for _, d := range n.cand.Module.Depends {
+			n.deps = append(n.deps, visit(d, append(stack, name)))
+		}
+		for _, d := range n.cand.Module.SoftPre {
+			// A soft dependency is best effort: only follow it when it can be had.
+			if d = coldplug.Normalize(d); l.present(d) || len(idx.ByName(d)) > 0 {
+				n.soft = append(n.soft, visit(d, append(stack, name)))
+			}
+		}
+		order = append(order, n)
+		return n
+	}
+	for _, name := range names {
+		visit(name, nil)
+	}
+
+	sem := make(chan struct{}, par)
+	var wg sync.WaitGroup
+	for _, n := range order {
+		if n.cand == nil {
+			continue
+		}
+		wg.Add(1)
+		go func(n *node) {
+			defer wg.Done()
+			defer close(n.done)
+			for _, d := range n.deps {
+				<-d.done
+				if !d.ok {
+					n.result = l.entry(n.name, n.cand, "failed", "dependency "+d.name+" did not load: "+d.result.Reason, "")
+					return
+				}
+			}
+			for _, d := range n.soft {
+				<-d.done // order only: a failed soft dependency is recorded on its own
+			}
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			n.result, n.ok = l.insert(n.cand)
+		}(n)
+	}
+	wg.Wait()
+	for _, n := range order {
+		out = append(out, n.result)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Start < out[j].Start })
+	return out
+}
+
+func (l *Loader) markRefused(file string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.refused == nil {
+		l.refused = map[string]bool{}
+	}
+	if l.refused[file] {
+		return false
+	}
+	l.refused[file] = true
+	return true
+}
+
+func (l *Loader) entry(name string, c *coldplug.Candidate, result, reason, errno string) report.Module {
+	t := l.Now()
+	m := report.Module{Name: name, Result: result, Reason: reason, Errno: errno, Start: t, End: t, Phase: l.Phase}
+	if c != nil {
+		m.Set, m.Path = c.Set.ID, c.File
+	}
+	return m
+}
+
+// present reports whether the module is built in or already loaded.
+func (l *Loader) present(name string) bool {
+	if l.SysRoot == "" {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(l.SysRoot, "module", name))
+	return err == nil
+}
+
+// CheckVermagic returns why a module with vermagic vm cannot load on a kernel with
+// the given release and full vermagic (which may be empty), or "" if it can.
+func CheckVermagic(vm, release, kernelVermagic string) string {
+	f := strings.Fields(vm)
+	if len(f) == 0 {
+		return "module has no vermagic"
+	}
+	if f[0] != release {
+		return fmt.Sprintf("vermagic mismatch: built for kernel %s, running %s", f[0], release)
+	}
+	if kernelVermagic != "" && strings.Join(f, " ") != strings.Join(strings.Fields(kernelVermagic), " ") {
+		return fmt.Sprintf("vermagic mismatch: module %q, kernel %q", strings.TrimSpace(vm), strings.TrimSpace(kernelVermagic))
+	}
+	return ""
+}
+
+// check returns why a candidate must not be loaded, or "".
+func (l *Loader) check(c *coldplug.Candidate) string {
+	return CheckVermagic(c.Module.Vermagic, l.Release, l.Vermagic)
+}
+
+// moduleInitCompressedFile is MODULE_INIT_COMPRESSED_FILE from <linux/module.h>.
+const moduleInitCompressedFile = 4
+
+func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
+	m := l.entry(c.Module.Name, c, "", "", "")
+	finish := func(result, reason string, err error) (report.Module, bool) {
+		m.End = l.Now()
+		m.Result, m.Reason = result, reason
+		var errno unix.Errno
+		if errors.As(err, &errno) {
+			m.Errno = unix.ErrnoName(errno)
+		}
+		if err != nil && reason == "" {
+			m.Reason = err.Error()
+		}
+		return m, result == "loaded" || result == "already loaded"
+	}
+	f, err := os.Open(c.File)
+	if err != nil {
+		return finish("failed", "", fmt.Errorf("open %s: %w", c.File, err))
+	}
+	defer f.Close()
+	if l.VerifyDigest && c.Module.SHA256 != "" {
+		h := sha256.New()
+		if _, err := io.Copy(h, f); err != nil {
+			return finish("failed", "", fmt.Errorf("read %s: %w", c.File, err))
+		}
+		if got := hex.EncodeToString(h.Sum(nil)); got != c.Module.SHA256 {
+			return finish("refused", fmt.Sprintf("digest mismatch: file sha256 %s, index says %s", got[:12], c.Module.SHA256[:min(12, len(c.Module.SHA256))]), nil)
+		}
+		// Hand the kernel the file as opened, not positioned at its end.
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return finish("failed", "", fmt.Errorf("rewind %s: %w", c.File, err))
+		}
+	}
+	params := l.Params(c.Module.Name)
+	flags := 0
+	if c.Module.Compression != "" && c.Module.Compression != "none" {
+		flags = moduleInitCompressedFile
+	}
+	err = l.Kernel.FinitModule(int(f.Fd()), params, flags)
+	if flags != 0 && (errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL)) {
+		// The kernel cannot decompress this format itself: do it here.
+		elf, _, derr := modinfo.Open(c.File)
+		if derr != nil {
+			return finish("failed", "", fmt.Errorf("decompress %s: %w", c.File, derr))
+		}
+		err = l.Kernel.InitModule(elf, params)
+	}
+	switch {
+	case err == nil:
+		return finish("loaded", "", nil)
+	case errors.Is(err, unix.EEXIST):
+		return finish("already loaded", "", err)
+	default:
+		return finish("failed", describe(err), err)
+	}
+}
+
+// describe explains the errors finit_module commonly returns.
+func describe(err error) string {
+	switch {
+	case errors.Is(err, unix.ENOEXEC):
+		return "kernel refused the module (ENOEXEC: wrong format or built for another kernel)"
+	case errors.Is(err, unix.ENODEV):
+		return "module initialised but found no device it supports (ENODEV)"
+	case errors.Is(err, unix.ENOENT):
+		return "module init failed with ENOENT (missing firmware or device)"
+	case errors.Is(err, unix.EKEYREJECTED), errors.Is(err, unix.ENOKEY):
+		return "module signature rejected by the kernel"
+	case errors.Is(err, unix.EINVAL):
+		return "kernel rejected the module (EINVAL: unknown symbols or bad parameters; see dmesg)"
+	}
+	return err.Error()
+}

@@ -1,0 +1,410 @@
+// Package pid1 is kpreload's /init: it runs as process 1 from the initramfs, loads
+// the drivers the hardware needs from the boot index (coldplug), mounts the root
+// filesystem, loads driver sets cached on it, writes the boot report and hands
+// over to the real init with switch_root. Nothing here may stop the machine from
+// reaching userspace because of a driver problem, and pid 1 never exits.
+package pid1
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/kpreload/kpreload/initramfs/coldplug"
+	"github.com/kpreload/kpreload/initramfs/loader"
+	"github.com/kpreload/kpreload/initramfs/report"
+	"github.com/kpreload/kpreload/initramfs/rootfs"
+	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/u-root/u-root/pkg/cmdline"
+	"github.com/u-root/u-root/pkg/mount"
+	"golang.org/x/sys/unix"
+)
+
+// IndexName is the boot index file inside the initramfs, under /lib/modules/<release>/.
+const IndexName = "kpreload.index.json"
+
+// RootCacheIndex is where the root filesystem's module cache keeps boot indexes
+// (relative to the mounted root), one file per kernel release.
+const RootCacheIndex = "var/lib/kpreload/cache/index"
+
+// NewRoot is where the root filesystem is mounted before switch_root.
+const NewRoot = "/newroot"
+
+// Boot holds the state of one boot.
+type Boot struct {
+	console io.Writer
+	cmd     *cmdline.CmdLine
+	rep     report.Report
+	release string
+	ld      *loader.Loader
+	index   *coldplug.Index
+	// seen holds, per phase, the devices (path and modalias) already matched.
+	seen map[string]map[string]bool
+	// devIndex maps a device key to its entry in rep.Devices.
+	devIndex map[string]int
+	// attempted holds the modules already given to the loader.
+	attempted map[string]bool
+}
+
+// Now returns seconds since the kernel started (CLOCK_BOOTTIME).
+func Now() float64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return 0
+	}
+	return float64(ts.Sec) + float64(ts.Nsec)/1e9
+}
+
+// Main runs /init. It does not return.
+func Main() {
+	b := &Boot{console: os.Stdout, seen: map[string]map[string]bool{}, devIndex: map[string]int{}, attempted: map[string]bool{}}
+	b.rep.Format = 1
+	b.rep.InitStart = Now()
+	defer func() {
+		// A bug here must not become a kernel panic: record it and keep going to root.
+		if r := recover(); r != nil {
+			b.errorf("kpreload /init crashed: %v\n%s", r, debug.Stack())
+			b.handOver()
+		}
+	}()
+	b.setup()
+	b.coldplug("initramfs", b.index)
+	b.mountRoot()
+	b.rootfsDrivers()
+	b.handOver()
+}
+
+func (b *Boot) event(format string, args ...any) {
+	b.rep.Events = append(b.rep.Events, report.Event{Time: Now(), What: fmt.Sprintf(format, args...)})
+}
+
+func (b *Boot) errorf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	b.rep.Errors = append(b.rep.Errors, msg)
+	fmt.Fprintf(b.console, "kpreload: error: %s\n", msg)
+}
+
+func (b *Boot) warnf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	b.rep.Warnings = append(b.rep.Warnings, msg)
+	fmt.Fprintf(b.console, "kpreload: warning: %s\n", msg)
+}
+
+// setup mounts the pseudo filesystems, reads the command line and the boot index.
+func (b *Boot) setup() {
+	for _, m := range []struct{ src, dst, fstype, data string }{
+		{"proc", "/proc", "proc", ""},
+		{"sysfs", "/sys", "sysfs", ""},
+		{"devtmpfs", "/dev", "devtmpfs", "mode=0755"},
+		{"tmpfs", "/run", "tmpfs", "mode=0755,nosuid,nodev"},
+	} {
+		_ = os.MkdirAll(m.dst, 0o755)
+		if err := unix.Mount(m.src, m.dst, m.fstype, unix.MS_NOSUID, m.data); err != nil && err != unix.EBUSY {
+			b.errorf("mount %s: %v", m.dst, err)
+		}
+	}
+	if f, err := os.OpenFile("/dev/console", os.O_WRONLY, 0); err == nil {
+		b.console = f
+	}
+	b.cmd = cmdline.NewCmdLine()
+	b.rep.Cmdline = b.cmd.Raw
+	var u unix.Utsname
+	if err := unix.Uname(&u); err == nil {
+		b.release = unix.ByteSliceToString(u.Release[:])
+	}
+	b.rep.Kernel = b.release
+	b.event("kpreload /init started")
+
+	b.index = coldplug.NewIndex()
+	b.ld = &loader.Loader{
+		Release:      b.release,
+		SysRoot:      "/sys",
+		Now:          Now,
+		Params:       b.cmd.FlagsForModule,
+		VerifyDigest: b.flag("kpreload.verify", "1") != "0",
+	}
+	dir := filepath.Join("/lib/modules", b.release)
+	idx, err := bootindex.Read(filepath.Join(dir, IndexName))
+	if err != nil {
+		b.errorf("%v: no drivers will be loaded from the initramfs", err)
+		return
+	}
+	if idx.Kernel != b.release {
+		b.errorf("boot index is for kernel %s, running %s", idx.Kernel, b.release)
+	}
+	b.ld.Vermagic = kernelVermagic(idx)
+	b.index.Add(dir, idx, nil)
+	b.event("boot index read: %d sets", len(idx.Sets))
+}
+
+// kernelVermagic returns the full vermagic of the kernel's own modules in an index.
+func kernelVermagic(idx *bootindex.Index) string {
+	for _, s := range idx.Sets {
+		if s.ID == "kernel" && len(s.Modules) > 0 {
+			return s.Modules[0].Vermagic
+		}
+	}
+	return ""
+}
+
+// flag returns a kernel command line flag's value or def.
+func (b *Boot) flag(name, def string) string {
+	if v, ok := b.cmd.Flag(name); ok {
+		return v
+	}
+	return def
+}
+
+// coldplug matches every device's modalias against match and loads what
+// matches (dependencies are resolved against the whole index), repeating while
+// loads create new devices.
+func (b *Boot) coldplug(phase string, match *coldplug.Index) {
+	b.ld.Phase = phase
+	seen := b.seen[phase]
+	if seen == nil {
+		seen = map[string]bool{}
+		b.seen[phase] = seen
+	}
+	for round := 1; round <= 8; round++ {
+		devs, err := coldplug.Scan("/sys")
+		if err != nil {
+			b.errorf("coldplug scan: %v", err)
+			return
+		}
+		var want []string
+		fresh := 0
+		for _, d := range devs {
+			key := d.Path + "\x00" + d.Modalias
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			fresh++
+			names := match.Match(d.Modalias)
+			i, ok := b.devIndex[key]
+			if !ok {
+				b.rep.Devices = append(b.rep.Devices, report.Device{Path: d.Path, Modalias: d.Modalias, Driver: d.Driver, Decision: "no module matches"})
+				i = len(b.rep.Devices) - 1
+				b.devIndex[key] = i
+			}
+			dev := &b.rep.Devices[i]
+			if len(names) > 0 {
+				dev.Modules = append(dev.Modules, names...)
+				dev.Decision = "matched (" + phase + ")"
+			} else if d.Driver != "" && len(dev.Modules) == 0 {
+				dev.Decision = "bound to built-in driver"
+			}
+			for _, n := range names {
+				if !b.attempted[n] {
+					b.attempted[n] = true
+					want = append(want, n)
+				}
+			}
+		}
+		if fresh == 0 {
+			break
+		}
+		b.event("%s coldplug round %d: %d new devices, %d modules to load", phase, round, fresh, len(want))
+		if len(want) == 0 {
+			continue
+		}
+		b.load(want)
+	}
+	b.refreshDrivers()
+}
+
+// load loads modules (resolving dependencies against the whole index) and records them.
+func (b *Boot) load(names []string) {
+	mods := b.ld.Load(b.index, names)
+	b.rep.Modules = append(b.rep.Modules, mods...)
+	for _, m := range mods {
+		b.attempted[m.Name] = true
+		if m.End > b.rep.DriversReady {
+			b.rep.DriversReady = m.End
+		}
+	}
+}
+
+// refreshDrivers records which driver each device ended up bound to.
+func (b *Boot) refreshDrivers() {
+	for i := range b.rep.Devices {
+		if d := coldplug.BoundDriver(b.rep.Devices[i].Path); d != "" {
+			b.rep.Devices[i].Driver = d
+		}
+	}
+}
+
+// mountRoot waits for the root device (rootwait semantics), loads the filesystem
+// module it needs and mounts it on NewRoot. It retries forever rather than fail:
+// on a machine without its root disk there is nothing better to do, and the
+// console says why every few seconds.
+func (b *Boot) mountRoot() {
+	spec, err := rootfs.ParseSpec(b.flag("root", ""))
+	b.rep.Root.Spec = b.flag("root", "")
+	if err != nil {
+		b.errorf("%v", err)
+		b.rescue(err.Error())
+		return
+	}
+	start := time.Now()
+	next := 5 * time.Second
+	var dev string
+	for {
+		dev, err = rootfs.Find(spec)
+		if err == nil {
+			break
+		}
+		// New devices may appear late (asynchronous probes, USB): pick them up.
+		b.coldplug("initramfs", b.index)
+		if waited := time.Since(start); waited >= next {
+			fmt.Fprintf(b.console, "kpreload: waiting for root %s (%s so far): %v\n", spec, waited.Round(time.Second), err)
+			next += 5 * time.Second
+			if b.flag("kpreload.debug", "") != "" && waited >= 30*time.Second {
+				b.rescue(err.Error())
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b.rep.Root.Device = dev
+	fstype := b.flag("rootfstype", "")
+	if fstype == "" {
+		if fstype, err = rootfs.FSType(dev); err != nil {
+			b.rep.Root.Error = err.Error()
+			fstype = "ext4"
+			b.warnf("root %s: %v; trying ext4", dev, err)
+		}
+	}
+	b.rep.Root.FSType = fstype
+	// Filesystems declare MODULE_ALIAS_FS: "fs-ext4" and so on.
+	if names := b.index.Match("fs-" + fstype); len(names) > 0 {
+		b.ld.Phase = "initramfs"
+		b.load(names)
+	}
+	_, rw := b.cmd.Flag("rw")
+	opts := rootfs.Options{FSType: fstype, Flags: b.flag("rootflags", ""), RW: rw}
+	for {
+		if err = rootfs.Mount(dev, NewRoot, fstype, opts); err == nil {
+			break
+		}
+		b.rep.Root.Error = err.Error()
+		fmt.Fprintf(b.console, "kpreload: cannot mount root: %v; retrying\n", err)
+		if b.flag("kpreload.debug", "") != "" {
+			b.rescue(err.Error())
+		}
+		time.Sleep(2 * time.Second)
+	}
+	b.rep.Root.Error = ""
+	b.rep.Root.Mounted = Now()
+	b.event("root %s (%s) mounted from %s", spec, fstype, dev)
+}
+
+// rootfsDrivers loads driver sets kept in the root filesystem's module cache for
+// devices that are present, before switch_root.
+func (b *Boot) rootfsDrivers() {
+	path := filepath.Join(NewRoot, RootCacheIndex, b.release+".json")
+	idx, err := bootindex.Read(path)
+	if err != nil {
+		if os.IsNotExist(unwrapAll(err)) {
+			b.event("no module cache on root for %s", b.release)
+			return
+		}
+		b.errorf("%v", err)
+		return
+	}
+	dir := filepath.Dir(path)
+	b.index.Add(dir, idx, nil)
+	// Match every device again, against the root cache's sets only.
+	match := coldplug.NewIndex()
+	match.Add(dir, idx, nil)
+	b.coldplug("rootfs", match)
+	b.event("root cache: %d sets for %s", len(idx.Sets), b.release)
+}
+
+func unwrapAll(err error) error {
+	for {
+		u, ok := err.(interface{ Unwrap() error })
+		if !ok {
+			return err
+		}
+		next := u.Unwrap()
+		if next == nil {
+			return err
+		}
+		err = next
+	}
+}
+
+// writeReport stores the report in /run and prints the summary on the console and
+// the whole report as one line where tools read it.
+func (b *Boot) writeReport() {
+	b.refreshDrivers()
+	b.rep.SwitchRoot = Now()
+	if err := os.MkdirAll(filepath.Dir(report.Path), 0o755); err == nil {
+		if data, err := json.MarshalIndent(&b.rep, "", "  "); err == nil {
+			tmp := report.Path + ".tmp"
+			if os.WriteFile(tmp, data, 0o644) == nil {
+				_ = os.Rename(tmp, report.Path)
+			}
+		}
+	}
+	fmt.Fprintln(b.console, b.rep.Summary())
+	line, err := b.rep.ConsoleLine()
+	if err != nil {
+		return
+	}
+	if dev := b.flag("kpreload.report", ""); dev != "" {
+		if f, err := os.OpenFile(dev, os.O_WRONLY, 0); err == nil {
+			fmt.Fprintln(f, line)
+			f.Close()
+		} else {
+			b.warnf("report channel %s: %v", dev, err)
+		}
+	}
+	if b.flag("kpreload.console_report", "") == "1" {
+		fmt.Fprintln(b.console, line)
+	}
+}
+
+// handOver writes the report and switch_roots into the real init. If that fails
+// it tries the usual fallbacks and, failing all, waits forever: pid 1 must not exit.
+func (b *Boot) handOver() {
+	b.writeReport()
+	initPath := b.flag("init", "/sbin/init")
+	if _, err := os.Stat(NewRoot + "/" + strings.TrimPrefix(initPath, "/")); err != nil {
+		fmt.Fprintf(b.console, "kpreload: %s not found on root: %v\n", initPath, err)
+	}
+	err := mount.SwitchRoot(NewRoot, initPath)
+	fmt.Fprintf(b.console, "kpreload: switch_root to %s failed: %v\n", initPath, err)
+	for _, p := range []string{"/sbin/init", "/etc/init", "/bin/init", "/bin/sh"} {
+		_ = unix.Exec(p, []string{p}, os.Environ())
+	}
+	b.rescue("no init could be started")
+	for {
+		time.Sleep(time.Hour)
+	}
+}
+
+// rescue starts an emergency shell when the initramfs has one and kpreload.debug
+// is on the command line; otherwise it only explains.
+func (b *Boot) rescue(why string) {
+	fmt.Fprintf(b.console, "kpreload: cannot continue booting: %s\n", why)
+	if b.flag("kpreload.debug", "") == "" {
+		fmt.Fprintln(b.console, "kpreload: add kpreload.debug to the kernel command line (and build the initramfs with --debug-shell) for an emergency shell")
+		return
+	}
+	sh := "/bin/sh"
+	if _, err := os.Stat(sh); err != nil {
+		fmt.Fprintln(b.console, "kpreload: this initramfs has no /bin/sh (build it with --debug-shell)")
+		return
+	}
+	c := exec.Command(sh)
+	c.Stdin, c.Stdout, c.Stderr = os.Stdin, b.console, b.console
+	fmt.Fprintln(b.console, "kpreload: emergency shell; exit to continue")
+	_ = c.Run()
+}
