@@ -137,8 +137,9 @@ func (l *Loader) Load(idx *coldplug.Index, names []string) []report.Module {
 				}
 				continue
 			}
-			n.cand = c
-			break
+			if n.cand == nil {
+				n.cand = c
+			}
 		}
 		if n.cand == nil {
 			why := "no module named " + name + " in the boot index"

@@ -1,0 +1,473 @@
+// Package dkms runs the real dkms program (dkms 3, a bash script) to build a
+// DKMS package for one kernel, in an isolated tree per build.
+//
+// Isolation: every path dkms writes is under BuildRequest.WorkDir. dkms is
+// run with --dkmstree, --sourcetree and --installtree inside WorkDir (the
+// build action never installs, so the install tree stays empty),
+// --kernelsourcedir pointing at unpacked headers, an explicit -k and --arch
+// (so it never looks at rpm or the running kernel), TMPDIR inside WorkDir,
+// and module signing disabled (sign_file points at a path that does not
+// exist, and the MOK key paths are inside WorkDir, so dkms never generates
+// /var/lib/dkms/mok.key). /var/lib/dkms, /usr/src and /lib/modules are not
+// written. dkms still reads a few host files: /etc/dkms/framework.conf,
+// /etc/dkms/<module>*.conf overrides, and /lib/modules/<kver>/modules.dep
+// (to choose a compression suffix; absent for uninstalled kernels, so
+// modules come out as plain .ko).
+//
+// Unpacked Debian headers: linux-headers-<kver>/Makefile is one line,
+// "include /usr/src/linux-headers-<x>-common/Makefile", an absolute path
+// that only exists inside the unpacked tree. Build then gives dkms a small
+// kernel build directory in WorkDir/kernel whose entries are symlinks into
+// the headers and whose Makefile includes the unpacked -common Makefile; the
+// relative scripts/ and tools/ links into ../../lib/linux-kbuild-* keep
+// resolving because the symlinks are absolute.
+//
+// Compiler: modules must be built with the compiler that built the kernel.
+// Build takes it from CONFIG_CC_VERSION_TEXT (gcc-12 for Debian's 6.1
+// kernels, x86_64-linux-gnu-gcc-12 for the 6.12 backports kernels; both are
+// bookworm's gcc-12 package), checks it is installed and passes it to every
+// make as CC= (through MAKEFLAGS, so recipes' own MAKE lines get it too).
+//
+// Lifecycle: the caller owns WorkDir. Build creates it (it must be absent or
+// empty), leaves everything in it, the logs included, whether the build
+// succeeds or fails, and never removes it. BuildResult.Modules point inside
+// WorkDir: copy them out (CopyModules) before removing WorkDir.
+package dkms
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultPath is where Debian's dkms package installs the dkms program.
+const DefaultPath = "/usr/sbin/dkms"
+
+// Driver builds a DKMS package for one kernel. It is the seam between the
+// build pipeline and the external dkms program, so the pipeline can be
+// tested with a fake.
+type Driver interface {
+	// Build runs one dkms build; see BuildRequest for the inputs and
+	// BuildResult for what comes back. A failed build returns a *BuildError.
+	Build(ctx context.Context, req BuildRequest) (*BuildResult, error)
+}
+
+// BuildRequest is one dkms build: one package source, one kernel.
+type BuildRequest struct {
+	// SourceDir is the package source: a directory holding dkms.conf.
+	SourceDir string
+	// Kernel is the kernel release to build for (uname -r of the target).
+	Kernel string
+	// KernelSourceDir is the kernel headers tree, for example the unpacked
+	// <root>/usr/src/linux-headers-<kver>.
+	KernelSourceDir string
+	// WorkDir is the root of this build's isolated dkms tree. Build creates
+	// it; it must not exist or be empty. The caller removes it.
+	WorkDir string
+	// Arch is dkms's --arch; "" means the machine's (uname -m).
+	Arch string
+	// Jobs is the number of parallel make jobs; 0 means one per CPU.
+	Jobs int
+	// CC overrides the compiler; "" means the kernel's own (CONFIG_CC_VERSION_TEXT).
+	CC string
+	// Env holds extra environment variables (KEY=value) for dkms and make;
+	// they win over the ones Build sets.
+	Env []string
+	// Output, if set, also receives dkms's own output while it runs (the
+	// compiler's output goes to make.log).
+	Output io.Writer
+}
+
+// BuildResult describes a successful build.
+type BuildResult struct {
+	// Name and Version are the dkms package's PACKAGE_NAME and PACKAGE_VERSION.
+	Name, Version string
+	// Kernel and Arch are what the modules were built for.
+	Kernel, Arch string
+	// Modules are the absolute paths of the built modules (.ko, or .ko.xz and
+	// the like if dkms chose to compress), inside WorkDir, sorted.
+	Modules []string
+	// LogPath is the make.log of the build.
+	LogPath string
+	// DKMSLogPath is the captured output of dkms itself.
+	DKMSLogPath string
+	// Duration is how long dkms ran.
+	Duration time.Duration
+	// CC is the compiler passed to make ("" if left to the kernel's Makefile).
+	CC string
+	// CompilerVersion is the first line of "$CC --version".
+	CompilerVersion string
+	// KernelCompiler is the kernel's CONFIG_CC_VERSION_TEXT.
+	KernelCompiler string
+	// Warnings lists things that did not stop the build but deserve a look,
+	// such as a compiler version that differs from the kernel's.
+	Warnings []string
+}
+
+// DKMS is the real dkms driver.
+type DKMS struct {
+	// Path is the dkms program; "" means DefaultPath.
+	Path string
+}
+
+// New returns the real dkms driver, running DefaultPath.
+func New() Driver { return &DKMS{Path: DefaultPath} }
+
+// Build runs "dkms build" for req in an isolated tree under req.WorkDir.
+func (d *DKMS) Build(ctx context.Context, req BuildRequest) (*BuildResult, error) {
+	p, err := d.prepare(req)
+	if err != nil {
+		return nil, err
+	}
+
+	logFile, err := os.Create(p.dkmsLog)
+	if err != nil {
+		return nil, fmt.Errorf("dkms build: create log: %w", err)
+	}
+	defer logFile.Close()
+	var out io.Writer = logFile
+	if req.Output != nil {
+		out = io.MultiWriter(logFile, req.Output)
+	}
+
+	cmd := exec.CommandContext(ctx, p.dkms, p.args...)
+	cmd.Dir = req.WorkDir
+	cmd.Env = p.env
+	cmd.Stdout = out
+	cmd.Stderr = out
+	// dkms runs make in the background and make runs the compilers: put them
+	// all in one process group and kill the group on cancellation.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return killGroup(cmd.Process.Pid) }
+	cmd.WaitDelay = 5 * time.Second
+
+	start := time.Now()
+	runErr := cmd.Run()
+	duration := time.Since(start)
+	if cmd.Process != nil {
+		// Leave nothing behind, whatever happened (ESRCH when all is gone).
+		_ = killGroup(cmd.Process.Pid)
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return nil, fmt.Errorf("dkms build of %s/%s for kernel %s: %w", p.name, p.version, req.Kernel, ctxErr)
+	}
+	if runErr != nil {
+		var exitErr *exec.ExitError
+		if !errors.As(runErr, &exitErr) {
+			return nil, fmt.Errorf("dkms build of %s/%s for kernel %s: %w", p.name, p.version, req.Kernel, runErr)
+		}
+		return nil, p.buildError(req.Kernel, exitErr)
+	}
+
+	base := filepath.Join(p.dkmsTree, p.name, p.version, req.Kernel, p.arch)
+	modules, err := filepath.Glob(filepath.Join(base, "module", "*.ko*"))
+	if err != nil || len(modules) == 0 {
+		return nil, fmt.Errorf("dkms build of %s/%s for kernel %s: dkms succeeded but left no module in %s", p.name, p.version, req.Kernel, filepath.Join(base, "module"))
+	}
+	slices.Sort(modules)
+	return &BuildResult{
+		Name:            p.name,
+		Version:         p.version,
+		Kernel:          req.Kernel,
+		Arch:            p.arch,
+		Modules:         modules,
+		LogPath:         filepath.Join(base, "log", "make.log"),
+		DKMSLogPath:     p.dkmsLog,
+		Duration:        duration,
+		CC:              p.cc,
+		CompilerVersion: p.ccVersion,
+		KernelCompiler:  p.headers.CCVersionText,
+		Warnings:        p.warnings,
+	}, nil
+}
+
+// plan is a checked, ready-to-run build.
+type plan struct {
+	dkms, name, version, arch string
+	dkmsTree, dkmsLog         string
+	cc, ccVersion             string
+	headers                   *Headers
+	args, env, warnings       []string
+}
+
+// prepare checks the request and the tools, and lays out WorkDir.
+func (d *DKMS) prepare(req BuildRequest) (*plan, error) {
+	p := &plan{dkms: d.Path}
+	if p.dkms == "" {
+		p.dkms = DefaultPath
+	}
+	for name, v := range map[string]string{"SourceDir": req.SourceDir, "Kernel": req.Kernel, "KernelSourceDir": req.KernelSourceDir, "WorkDir": req.WorkDir} {
+		if v == "" {
+			return nil, fmt.Errorf("dkms build: BuildRequest.%s is empty", name)
+		}
+	}
+	if !filepath.IsAbs(req.WorkDir) {
+		return nil, fmt.Errorf("dkms build: WorkDir %q is not absolute", req.WorkDir)
+	}
+	src, err := filepath.Abs(req.SourceDir)
+	if err != nil {
+		return nil, fmt.Errorf("dkms build: %w", err)
+	}
+
+	conf, err := ReadConf(filepath.Join(src, "dkms.conf"))
+	if err != nil {
+		return nil, fmt.Errorf("dkms build: %w", err)
+	}
+	p.name, p.version = conf.PackageName, conf.PackageVersion
+	for field, v := range map[string]string{"PACKAGE_NAME": p.name, "PACKAGE_VERSION": p.version} {
+		if v == "" || strings.ContainsAny(v, "$`/ \t\n'\"\\") {
+			return nil, fmt.Errorf("dkms build: %s/dkms.conf: %s %q must be a plain non-empty word", src, field, v)
+		}
+	}
+
+	p.headers, err = InspectHeaders(req.KernelSourceDir)
+	if err != nil {
+		return nil, fmt.Errorf("dkms build: %w", err)
+	}
+	if p.headers.Release != req.Kernel {
+		return nil, fmt.Errorf("dkms build: headers %s are for kernel %s, not %s", p.headers.Dir, p.headers.Release, req.Kernel)
+	}
+
+	if err := checkDKMSVersion(p.dkms); err != nil {
+		return nil, err
+	}
+	if _, err := exec.LookPath("make"); err != nil {
+		return nil, fmt.Errorf("dkms build: make is not installed (run scripts/deps.sh): %w", err)
+	}
+	if p.headers.BTFModules {
+		if _, err := exec.LookPath("pahole"); err != nil {
+			return nil, fmt.Errorf("dkms build: kernel %s generates BTF for modules, which needs pahole (Debian package dwarves; run scripts/deps.sh): %w", req.Kernel, err)
+		}
+	}
+	p.cc = req.CC
+	if p.cc == "" {
+		p.cc = p.headers.CC
+	}
+	if p.cc != "" {
+		if p.ccVersion, err = compilerVersion(p.cc, p.headers.CCVersionText); err != nil {
+			return nil, fmt.Errorf("dkms build: %w", err)
+		}
+		if !sameCompiler(p.ccVersion, p.headers.CCVersionText) {
+			p.warnings = append(p.warnings, fmt.Sprintf("compiler %q is %q but kernel %s was built with %q", p.cc, p.ccVersion, req.Kernel, p.headers.CCVersionText))
+		}
+	}
+
+	p.arch = req.Arch
+	if p.arch == "" {
+		var u unix.Utsname
+		if err := unix.Uname(&u); err != nil {
+			return nil, fmt.Errorf("dkms build: uname: %w", err)
+		}
+		p.arch = unix.ByteSliceToString(u.Machine[:])
+	}
+	jobs := req.Jobs
+	if jobs <= 0 {
+		jobs = runtime.NumCPU()
+	}
+
+	// Lay out WorkDir.
+	if err := os.MkdirAll(req.WorkDir, 0o755); err != nil {
+		return nil, fmt.Errorf("dkms build: %w", err)
+	}
+	if entries, err := os.ReadDir(req.WorkDir); err != nil {
+		return nil, fmt.Errorf("dkms build: %w", err)
+	} else if len(entries) > 0 {
+		return nil, fmt.Errorf("dkms build: WorkDir %s is not empty", req.WorkDir)
+	}
+	p.dkmsTree = filepath.Join(req.WorkDir, "dkms")
+	sourceTree := filepath.Join(req.WorkDir, "src")
+	installTree := filepath.Join(req.WorkDir, "install")
+	tmp := filepath.Join(req.WorkDir, "tmp")
+	for _, dir := range []string{p.dkmsTree, sourceTree, installTree, tmp} {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("dkms build: %w", err)
+		}
+	}
+	// dkms finds the source as <sourcetree>/<name>-<version>; it copies it
+	// into its build directory, so the source itself is never written.
+	if err := os.Symlink(src, filepath.Join(sourceTree, p.name+"-"+p.version)); err != nil {
+		return nil, fmt.Errorf("dkms build: %w", err)
+	}
+	kernelDir := p.headers.Dir
+	if p.headers.needsShadow() {
+		kernelDir = filepath.Join(req.WorkDir, "kernel")
+		if err := p.headers.shadow(kernelDir); err != nil {
+			return nil, fmt.Errorf("dkms build: %w", err)
+		}
+	}
+	p.dkmsLog = filepath.Join(req.WorkDir, "dkms.log")
+
+	p.args = []string{
+		"build",
+		"-m", p.name, "-v", p.version,
+		"-k", req.Kernel, "--arch", p.arch,
+		"--dkmstree", p.dkmsTree,
+		"--sourcetree", sourceTree,
+		"--installtree", installTree,
+		"--kernelsourcedir", kernelDir,
+		"-j", fmt.Sprint(jobs),
+	}
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		switch k {
+		case "MAKEFLAGS", "MFLAGS", "GNUMAKEFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "LANG", "LANGUAGE", "TMPDIR":
+			return true
+		}
+		return strings.HasPrefix(k, "LC_")
+	})
+	env = append(env,
+		"LC_ALL=C", // English compiler messages, so FirstError finds "error:"
+		"TMPDIR="+tmp,
+		// Never sign and never create keys: dkms reads these (framework
+		// variables) from the environment unless framework.conf sets them.
+		"sign_file="+filepath.Join(req.WorkDir, "signing-disabled", "sign-file"),
+		"mok_signing_key="+filepath.Join(req.WorkDir, "signing-disabled", "mok.key"),
+		"mok_certificate="+filepath.Join(req.WorkDir, "signing-disabled", "mok.pub"),
+	)
+	if p.cc != "" {
+		env = append(env, "MAKEFLAGS=CC="+p.cc)
+	}
+	p.env = append(env, req.Env...)
+	return p, nil
+}
+
+// buildError describes a failed dkms run from its logs.
+func (p *plan) buildError(kernel string, exitErr *exec.ExitError) *BuildError {
+	e := &BuildError{
+		Name:        p.name,
+		Version:     p.version,
+		Kernel:      kernel,
+		ExitCode:    exitErr.ExitCode(),
+		LogPath:     p.dkmsLog,
+		DKMSLogPath: p.dkmsLog,
+		Err:         exitErr,
+	}
+	if e.ExitCode == 77 {
+		e.Err = ErrBuildExclusive
+	}
+	// A failed build leaves make.log in the build directory.
+	makeLog := filepath.Join(p.dkmsTree, p.name, p.version, "build", "make.log")
+	if data, err := os.ReadFile(makeLog); err == nil {
+		e.LogPath = makeLog
+		e.FirstError = FirstError(string(data))
+	}
+	if e.FirstError == "" {
+		if data, err := os.ReadFile(p.dkmsLog); err == nil {
+			e.FirstError = FirstError(string(data))
+		}
+	}
+	return e
+}
+
+// checkDKMSVersion makes sure path is dkms 3, whose options Build relies on.
+func checkDKMSVersion(path string) error {
+	out, err := exec.Command(path, "--version").Output()
+	if err != nil {
+		return fmt.Errorf("dkms build: %s --version (is dkms installed? run scripts/deps.sh): %w", path, err)
+	}
+	v := strings.TrimSpace(string(out))
+	if !strings.HasPrefix(v, "dkms-3.") {
+		return fmt.Errorf("dkms build: %s is %q, want dkms 3.x", path, v)
+	}
+	return nil
+}
+
+// compilerVersion returns the first line of "cc --version".
+func compilerVersion(cc, kernelText string) (string, error) {
+	if _, err := exec.LookPath(cc); err != nil {
+		return "", fmt.Errorf("compiler %s not found (kernel built with %q; install Debian package %s, see scripts/deps.sh): %w", cc, kernelText, compilerPackage(cc), err)
+	}
+	out, err := exec.Command(cc, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %w", cc, err)
+	}
+	first, _, _ := bytes.Cut(out, []byte("\n"))
+	return strings.TrimSpace(string(first)), nil
+}
+
+// compilerPackage guesses the Debian package providing a gcc command:
+// "gcc-12" and "x86_64-linux-gnu-gcc-12" are both in gcc-12.
+func compilerPackage(cc string) string {
+	base := filepath.Base(cc)
+	if i := strings.LastIndex(base, "gcc-"); i >= 0 {
+		return base[i:]
+	}
+	return base
+}
+
+// sameCompiler compares "cc --version" with CONFIG_CC_VERSION_TEXT, ignoring
+// the command name (gcc-12 and x86_64-linux-gnu-gcc-12 are the same compiler).
+func sameCompiler(version, kernelText string) bool {
+	_, a, _ := strings.Cut(version, " ")
+	_, b, _ := strings.Cut(kernelText, " ")
+	return a == b
+}
+
+// killGroup kills the process group led by pid.
+func killGroup(pid int) error {
+	if pid <= 0 {
+		return nil
+	}
+	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("kill dkms process group %d: %w", pid, err)
+	}
+	return nil
+}
+
+// CopyModules copies the built modules of res into dir (created if needed),
+// keeping their file names, and returns the new paths. Use it before
+// removing the build's WorkDir.
+func CopyModules(res *BuildResult, dir string) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("copy modules: %w", err)
+	}
+	var out []string
+	for _, m := range res.Modules {
+		dst := filepath.Join(dir, filepath.Base(m))
+		if err := copyFile(m, dst); err != nil {
+			return nil, fmt.Errorf("copy modules: %w", err)
+		}
+		out = append(out, dst)
+	}
+	return out, nil
+}
+
+func copyFile(src, dst string) (err error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err = io.Copy(tmp, in); err != nil {
+		return err
+	}
+	if err = tmp.Chmod(0o644); err != nil {
+		return err
+	}
+	if err = tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), dst)
+}

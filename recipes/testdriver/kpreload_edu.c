@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * kpreload_edu: kpreload's test driver for QEMU's "edu" PCI device
+ * (vendor 0x1234, device 0x11e8, started with "-device edu").
+ *
+ * It proves the whole kpreload chain in CI without a GPU: the module is
+ * built by dkms into the module cache, matched by its PCI modalias at boot,
+ * loaded by /init, and probed. On probe it maps BAR0, reads the edu
+ * identification register and reports it:
+ *   - one kernel log line: "bound, id 0x010000ed, driver version 1.0.0",
+ *   - the read-only sysfs attribute /sys/bus/pci/devices/<bdf>/edu_id.
+ * The driver version comes from the build (KPRELOAD_EDU_VERSION), so two
+ * versions of the same source can be told apart at run time.
+ */
+#include <linux/module.h>
+#include <linux/pci.h>
+#include <linux/device.h>
+#include <linux/sysfs.h>
+#include <linux/io.h>
+
+#ifndef KPRELOAD_EDU_VERSION
+#define KPRELOAD_EDU_VERSION "0.0.0-unknown"
+#endif
+
+#define EDU_VENDOR_ID	0x1234
+#define EDU_DEVICE_ID	0x11e8
+/* Identification register: 0xRRrr00ed (major, minor, 0x00, 0xed). */
+#define EDU_REG_ID	0x00
+#define EDU_ID_MAGIC	0xed
+
+struct kpreload_edu {
+	void __iomem *bar0;
+	u32 id;
+};
+
+static ssize_t edu_id_show(struct device *dev, struct device_attribute *attr,
+			   char *buf)
+{
+	struct kpreload_edu *edu = dev_get_drvdata(dev);
+
+	if (!edu)
+		return -ENODEV;
+	return sysfs_emit(buf, "0x%08x\n", edu->id);
+}
+static DEVICE_ATTR_RO(edu_id);
+
+static struct attribute *kpreload_edu_attrs[] = {
+	&dev_attr_edu_id.attr,
+	NULL,
+};
+ATTRIBUTE_GROUPS(kpreload_edu);
+
+static int kpreload_edu_probe(struct pci_dev *pdev,
+			      const struct pci_device_id *ent)
+{
+	struct kpreload_edu *edu;
+	int err;
+
+	edu = devm_kzalloc(&pdev->dev, sizeof(*edu), GFP_KERNEL);
+	if (!edu)
+		return -ENOMEM;
+
+	err = pci_enable_device(pdev);
+	if (err) {
+		dev_err(&pdev->dev, "cannot enable device: %d\n", err);
+		return err;
+	}
+	err = pci_request_region(pdev, 0, KBUILD_MODNAME);
+	if (err) {
+		dev_err(&pdev->dev, "cannot request BAR0: %d\n", err);
+		goto err_disable;
+	}
+	edu->bar0 = pci_iomap(pdev, 0, 0);
+	if (!edu->bar0) {
+		dev_err(&pdev->dev, "cannot map BAR0\n");
+		err = -ENOMEM;
+		goto err_release;
+	}
+
+	edu->id = ioread32(edu->bar0 + EDU_REG_ID);
+	if ((edu->id & 0xff) != EDU_ID_MAGIC) {
+		dev_err(&pdev->dev, "not an edu device, id 0x%08x\n", edu->id);
+		err = -ENODEV;
+		goto err_unmap;
+	}
+
+	pci_set_drvdata(pdev, edu);
+	dev_info(&pdev->dev, "bound, id 0x%08x, driver version %s\n",
+		 edu->id, KPRELOAD_EDU_VERSION);
+	return 0;
+
+err_unmap:
+	pci_iounmap(pdev, edu->bar0);
+err_release:
+	pci_release_region(pdev, 0);
+err_disable:
+	pci_disable_device(pdev);
+	return err;
+}
+
+static void kpreload_edu_remove(struct pci_dev *pdev)
+{
+	struct kpreload_edu *edu = pci_get_drvdata(pdev);
+
+	pci_iounmap(pdev, edu->bar0);
+	pci_release_region(pdev, 0);
+	pci_disable_device(pdev);
+	dev_info(&pdev->dev, "unbound\n");
+}
+
+static const struct pci_device_id kpreload_edu_ids[] = {
+	{ PCI_DEVICE(EDU_VENDOR_ID, EDU_DEVICE_ID) },
+	{ 0 }
+};
+MODULE_DEVICE_TABLE(pci, kpreload_edu_ids);
+
+static struct pci_driver kpreload_edu_driver = {
+	.name		= KBUILD_MODNAME,
+	.id_table	= kpreload_edu_ids,
+	.probe		= kpreload_edu_probe,
+	.remove		= kpreload_edu_remove,
+	.dev_groups	= kpreload_edu_groups,
+};
+module_pci_driver(kpreload_edu_driver);
+
+MODULE_DESCRIPTION("kpreload test driver for the QEMU edu PCI device");
+MODULE_AUTHOR("kpreload authors");
+MODULE_LICENSE("GPL");
+MODULE_VERSION(KPRELOAD_EDU_VERSION);
