@@ -106,26 +106,26 @@ func (r *Report) ConsoleLine() (string, error) {
 	return ConsolePrefix + string(b), nil
 }
 
-// Scan reads a console log and returns the last report line and the last root-init
-// line found in it (raw JSON), or nil when absent. Lines may carry a trailing \r.
+// Scan reads a console log and returns the last intact report line and the last
+// intact root-init line found in it (raw JSON), or nil when absent. Lines may carry
+// a trailing \r; lines whose JSON is damaged are skipped.
 func Scan(r io.Reader) (rep *Report, rootInit json.RawMessage, err error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 1<<20), 64<<20)
 	for sc.Scan() {
 		line := strings.TrimRight(sc.Text(), "\r")
 		if i := strings.Index(line, ConsolePrefix); i >= 0 {
+			// On a shared console, kernel messages can cut into the line: a
+			// damaged line is skipped, and a later intact one wins.
 			var x Report
-			if err := json.Unmarshal([]byte(line[i+len(ConsolePrefix):]), &x); err != nil {
-				return nil, nil, fmt.Errorf("console report line: %w", err)
+			if err := json.Unmarshal([]byte(line[i+len(ConsolePrefix):]), &x); err == nil {
+				rep = &x
 			}
-			rep = &x
 		}
 		if i := strings.Index(line, RootInitPrefix); i >= 0 {
-			raw := json.RawMessage(line[i+len(RootInitPrefix):])
-			if !json.Valid(raw) {
-				return nil, nil, fmt.Errorf("console root-init line is not valid JSON")
+			if raw := json.RawMessage(line[i+len(RootInitPrefix):]); json.Valid(raw) {
+				rootInit = raw
 			}
-			rootInit = raw
 		}
 	}
 	return rep, rootInit, sc.Err()

@@ -1,0 +1,121 @@
+package qemu
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// common is the part of every TCG command line before -kernel.
+func common(mem, cpus string) []string {
+	return []string{"-machine", "q35", "-accel", "tcg,thread=multi", "-cpu", "max", "-m", mem, "-smp", cpus,
+		"-nodefaults", "-no-user-config", "-display", "none", "-monitor", "none", "-no-reboot",
+		"-serial", "file:/w/console.log", "-serial", "file:/w/report.log"}
+}
+
+func cat(parts ...[]string) []string {
+	var out []string
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+func TestArgs(t *testing.T) {
+	const base = "console=ttyS0 panic=-1 kpreload.report=/dev/ttyS1"
+	tests := []struct {
+		name string
+		c    Config
+		want []string
+	}{
+		{
+			name: "kernel only",
+			c:    Config{Kernel: "/k"},
+			want: cat(common("1024", "2"), []string{"-kernel", "/k", "-append", base}),
+		},
+		{
+			name: "virtio root, initramfs, edu, append",
+			c:    Config{Kernel: "/k", Initramfs: "/i", RootDisk: "/d.img", Devices: []string{"edu"}, Append: "quiet", Memory: 2048, CPUs: 4},
+			want: cat(common("2048", "4"), []string{"-kernel", "/k", "-initrd", "/i",
+				"-append", base + " root=/dev/vda quiet",
+				"-drive", "if=none,id=root,format=raw,file=/d.img", "-device", "virtio-blk-pci,drive=root",
+				"-device", "edu"}),
+		},
+		{
+			name: "nvme root with its own root= and a comma in the path",
+			c:    Config{Kernel: "/k", RootDisk: "/a,b.img", RootBus: "nvme", Append: "root=LABEL=kpreload-root"},
+			want: cat(common("1024", "2"), []string{"-kernel", "/k",
+				"-append", base + " root=LABEL=kpreload-root",
+				"-drive", "if=none,id=root,format=raw,file=/a,,b.img", "-device", "nvme,serial=kpreload-root,drive=root"}),
+		},
+		{
+			name: "scsi qcow2 root",
+			c:    Config{Kernel: "/k", RootDisk: "/d.qcow2", RootBus: "scsi"},
+			want: cat(common("1024", "2"), []string{"-kernel", "/k", "-append", base + " root=/dev/sda",
+				"-drive", "if=none,id=root,format=qcow2,file=/d.qcow2",
+				"-device", "virtio-scsi-pci,id=scsi0", "-device", "scsi-hd,bus=scsi0.0,drive=root"}),
+		},
+		{
+			name: "fw_cfg sorted, opt/ prefix added once",
+			c:    Config{Kernel: "/k", FwCfg: map[string]string{"opt/kpreload/instance": "/y", "kpreload/a": "/x"}},
+			want: cat(common("1024", "2"), []string{"-kernel", "/k", "-append", base,
+				"-fw_cfg", "name=opt/kpreload/a,file=/x", "-fw_cfg", "name=opt/kpreload/instance,file=/y"}),
+		},
+		{
+			name: "kvm, other machine",
+			c:    Config{Kernel: "/k", Accel: "kvm", Machine: "pc", Timeout: time.Second},
+			want: cat([]string{"-machine", "pc", "-accel", "kvm", "-cpu", "host"}, common("1024", "2")[6:],
+				[]string{"-kernel", "/k", "-append", base}),
+		},
+	}
+	for _, tt := range tests {
+		got, err := Args(tt.c, "/w/console.log", "/w/report.log")
+		if err != nil {
+			t.Errorf("Args(%s) error: %v", tt.name, err)
+			continue
+		}
+		if !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("Args(%s) =\n  %q\nwant\n  %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestArgsErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		c    Config
+		want string
+	}{
+		{"no kernel", Config{}, "no kernel"},
+		{"bad bus", Config{Kernel: "/k", RootDisk: "/d", RootBus: "ide"}, `root bus "ide"`},
+		{"auto unresolved", Config{Kernel: "/k", Accel: "auto"}, `accelerator "auto"`},
+		{"bad accel", Config{Kernel: "/k", Accel: "hvf"}, `accelerator "hvf"`},
+		{"empty device", Config{Kernel: "/k", Devices: []string{" "}}, "empty -device"},
+		{"comma in fw_cfg name", Config{Kernel: "/k", FwCfg: map[string]string{"a,b": "/x"}}, "comma"},
+		{"negative memory", Config{Kernel: "/k", Memory: -1}, "negative"},
+	}
+	for _, tt := range tests {
+		_, err := Args(tt.c, "/w/c", "/w/r")
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Args(%s) error = %v, want one mentioning %q", tt.name, err, tt.want)
+		}
+	}
+}
+
+func TestKernelCmdline(t *testing.T) {
+	tests := []struct {
+		c    Config
+		want string
+	}{
+		{Config{}, "console=ttyS0 panic=-1 kpreload.report=/dev/ttyS1"},
+		{Config{RootDisk: "d", RootBus: "nvme", Append: "  rdinit=/init  "}, "console=ttyS0 panic=-1 kpreload.report=/dev/ttyS1 root=/dev/nvme0n1 rdinit=/init"},
+		{Config{RootDisk: "d", Append: "root=UUID=x"}, "console=ttyS0 panic=-1 kpreload.report=/dev/ttyS1 root=UUID=x"},
+		{Config{RootDisk: "d", Append: "xroot=1"}, "console=ttyS0 panic=-1 kpreload.report=/dev/ttyS1 root=/dev/vda xroot=1"},
+	}
+	for _, tt := range tests {
+		if got := KernelCmdline(tt.c); got != tt.want {
+			t.Errorf("KernelCmdline(%+v) = %q, want %q", tt.c, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,262 @@
+package qemu
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/kpreload/kpreload/initramfs/report"
+)
+
+// ProgressEvery is how often Runner.Progress is called while QEMU runs, unless
+// Runner.ProgressInterval says otherwise.
+const ProgressEvery = 5 * time.Second
+
+// Result is what one boot produced.
+type Result struct {
+	// Report is /init's boot report, nil when none came back.
+	Report *report.Report
+	// RootInit is the test root filesystem's record, nil when none came back.
+	RootInit *report.RootInit
+	// Console is the path of the kernel console log (first serial port).
+	Console string
+	// ReportLog is the path of the report channel log (second serial port).
+	ReportLog string
+	// Duration is the wall-clock time QEMU ran.
+	Duration time.Duration
+	// Panicked is set when the console shows a kernel panic.
+	Panicked bool
+	// PanicLine is the console's "Kernel panic - not syncing: ..." line.
+	PanicLine string
+	// TimedOut is set when QEMU was killed at Config.Timeout.
+	TimedOut bool
+	// ExitCode is QEMU's exit status (-1 when it was killed).
+	ExitCode int
+	// Accel is the accelerator the boot ran under ("tcg" or "kvm").
+	Accel string
+	// Args is QEMU's command line (without the binary).
+	Args []string
+	// Kernel holds the console's kernel log lines of interest with their printk times.
+	Kernel []KernelLine
+	// Warnings notes what went wrong without failing the run (KVM fell back, a garbled
+	// console line, ...).
+	Warnings []string
+}
+
+// Runner boots machines with a Driver.
+type Runner struct {
+	// Driver runs QEMU; nil means ExecDriver{}.
+	Driver Driver
+	// WorkDir holds the logs not placed by Config; empty means a new temporary directory
+	// (left in place so the logs can be read afterwards).
+	WorkDir string
+	// Progress, when set, is called every ProgressInterval with the time QEMU has run.
+	Progress func(elapsed time.Duration)
+	// ProgressInterval is how often Progress is called (default ProgressEvery).
+	ProgressInterval time.Duration
+	// Log receives warnings as they happen (KVM probe fallback); nil discards them.
+	Log io.Writer
+	// ProbeTimeout bounds the KVM probe boot (default 10 s).
+	ProbeTimeout time.Duration
+}
+
+// Run boots c with a default Runner.
+func Run(ctx context.Context, c Config) (*Result, error) {
+	return (&Runner{}).Run(ctx, c)
+}
+
+// Run boots c, waits for the machine to power off or c.Timeout, and collects the
+// results. It returns an error, together with the partial Result, when QEMU could not
+// start or failed, timed out, or the kernel panicked; the error quotes the last console
+// lines. A boot that ends without a report is not an error here: check Result.Report.
+func (r *Runner) Run(ctx context.Context, c Config) (*Result, error) {
+	c = c.withDefaults()
+	drv := r.Driver
+	if drv == nil {
+		drv = ExecDriver{}
+	}
+	res := &Result{ExitCode: -1}
+	if err := r.logPaths(&c); err != nil {
+		return nil, err
+	}
+	res.Console, res.ReportLog = c.ConsoleLog, c.ReportLog
+
+	accel, warn, err := r.chooseAccel(ctx, drv, c)
+	if err != nil {
+		return nil, err
+	}
+	if warn != "" {
+		res.Warnings = append(res.Warnings, warn)
+		if r.Log != nil && c.Accel == "kvm" {
+			fmt.Fprintf(r.Log, "warning: %s\n", warn)
+		}
+	}
+	c.Accel, res.Accel = accel, accel
+
+	args, err := Args(c, c.ConsoleLog, c.ReportLog)
+	if err != nil {
+		return nil, err
+	}
+	res.Args = args
+	for _, p := range []string{c.ConsoleLog, c.ReportLog} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("qemu: remove old log: %w", err)
+		}
+	}
+
+	runCtx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	stop := r.startProgress()
+	start := time.Now()
+	code, runErr := drv.Run(runCtx, args)
+	res.Duration = time.Since(start)
+	stop()
+	res.ExitCode = code
+	res.TimedOut = errors.Is(runErr, context.DeadlineExceeded) && ctx.Err() == nil
+
+	console, readErr := os.ReadFile(c.ConsoleLog)
+	if readErr != nil && !errors.Is(readErr, os.ErrNotExist) {
+		res.Warnings = append(res.Warnings, fmt.Sprintf("read console log: %v", readErr))
+	}
+	res.Kernel = KernelLines(console)
+	res.PanicLine = panicLine(console)
+	res.Panicked = res.PanicLine != ""
+	r.collectReports(res, console)
+
+	switch {
+	case res.TimedOut:
+		return res, fmt.Errorf("qemu: boot did not finish within %s (killed); last console lines:\n%s", c.Timeout, tail(console, 20))
+	case runErr != nil:
+		return res, fmt.Errorf("%w; last console lines:\n%s", runErr, tail(console, 20))
+	case res.Panicked:
+		return res, fmt.Errorf("qemu: kernel panicked: %s; last console lines:\n%s", res.PanicLine, tail(console, 20))
+	}
+	return res, nil
+}
+
+// logPaths fills in the console and report log paths.
+func (r *Runner) logPaths(c *Config) error {
+	dir := r.WorkDir
+	if c.ConsoleLog != "" {
+		dir = filepath.Dir(c.ConsoleLog)
+	}
+	if dir == "" {
+		d, err := os.MkdirTemp("", "kpreload-boot-")
+		if err != nil {
+			return fmt.Errorf("qemu: work directory: %w", err)
+		}
+		dir = d
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("qemu: work directory: %w", err)
+	}
+	if c.ConsoleLog == "" {
+		c.ConsoleLog = filepath.Join(dir, "console.log")
+	}
+	if c.ReportLog == "" {
+		base := strings.TrimSuffix(c.ConsoleLog, filepath.Ext(c.ConsoleLog))
+		c.ReportLog = base + ".report.log"
+		if filepath.Base(c.ConsoleLog) == "console.log" {
+			c.ReportLog = filepath.Join(dir, "report.log")
+		}
+	}
+	return nil
+}
+
+// startProgress calls r.Progress every ProgressEvery until the returned stop is called.
+func (r *Runner) startProgress() (stop func()) {
+	if r.Progress == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(finished)
+		every := r.ProgressInterval
+		if every <= 0 {
+			every = ProgressEvery
+		}
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				r.Progress(time.Since(start))
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+// collectReports reads the report and root-init lines from the report channel, then
+// from the console for whatever the channel lacks.
+func (r *Runner) collectReports(res *Result, console []byte) {
+	var rep *report.Report
+	var raw []byte
+	if b, err := os.ReadFile(res.ReportLog); err == nil {
+		rep, raw, err = report.Scan(bytes.NewReader(b))
+		if err != nil {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("report channel %s: %v", res.ReportLog, err))
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		res.Warnings = append(res.Warnings, fmt.Sprintf("read report channel: %v", err))
+	}
+	if rep == nil || raw == nil {
+		crep, craw, err := report.Scan(bytes.NewReader(console))
+		if err != nil {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("console log: %v", err))
+		}
+		if rep == nil && crep != nil {
+			rep = crep
+			res.Warnings = append(res.Warnings, "report read from the console, not the report channel")
+		}
+		if raw == nil && craw != nil {
+			raw = craw
+			res.Warnings = append(res.Warnings, "root-init record read from the console, not the report channel")
+		}
+	}
+	res.Report = rep
+	if raw != nil {
+		ri, err := report.DecodeRootInit(raw)
+		if err != nil {
+			res.Warnings = append(res.Warnings, err.Error())
+		} else {
+			res.RootInit = ri
+		}
+	}
+}
+
+// tail returns the last n non-empty lines of a log, indented for error messages.
+func tail(log []byte, n int) string {
+	lines := strings.Split(strings.ReplaceAll(string(log), "\r", ""), "\n")
+	var keep []string
+	for i := len(lines) - 1; i >= 0 && len(keep) < n; i-- {
+		if strings.TrimSpace(lines[i]) != "" {
+			keep = append(keep, lines[i])
+		}
+	}
+	if len(keep) == 0 {
+		return "  (console is empty)"
+	}
+	var b strings.Builder
+	for i := len(keep) - 1; i >= 0; i-- {
+		line := keep[i]
+		if len(line) > 300 {
+			line = line[:300] + "..."
+		}
+		b.WriteString("  " + line)
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,272 @@
+// Package rootdisk builds the ext4 root disk image kpreload boots in QEMU tests, without
+// mounting anything: it stages a directory tree (the test /sbin/init, the usual empty
+// mount points, extra trees such as a module cache) and hands it to mkfs.ext4 -d.
+package rootdisk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultLabel is the filesystem label used when Options.Label is empty.
+const DefaultLabel = "kpreload-root"
+
+// fixedTime is the timestamp (2020-01-01T00:00:00Z, in ns since the epoch) of every
+// file in an image.
+const fixedTime = 1577836800 * 1e9
+
+// minSizeMB is the smallest image Build makes when it picks the size itself.
+const minSizeMB = 64
+
+// Options describes one root disk image.
+type Options struct {
+	// Out is the image file to write (overwritten).
+	Out string
+	// SizeMB is the image size in MiB; 0 picks one that fits the staged tree (at least 64).
+	SizeMB int
+	// UUID is the filesystem UUID, for reproducible images and root=UUID=...; empty lets
+	// mkfs.ext4 pick a random one.
+	UUID string
+	// Label is the filesystem label (root=LABEL=...); empty means DefaultLabel.
+	Label string
+	// Init is the path of the program installed as /sbin/init (see BuildRootInit).
+	Init string
+	// Extra maps a destination directory inside the image to a host directory whose
+	// contents are copied there, e.g. "/var/lib/kpreload/cache" -> a module cache.
+	Extra map[string]string
+}
+
+// skeleton lists the directories every image has (mount points and the like).
+var skeleton = []string{"/sbin", "/etc", "/run", "/proc", "/sys", "/dev", "/tmp", "/var/lib/kpreload"}
+
+// Build stages the tree and writes the image with mkfs.ext4.
+func Build(ctx context.Context, o Options) error {
+	if o.Out == "" {
+		return errors.New("rootdisk: no output image given")
+	}
+	if o.Init == "" {
+		return errors.New("rootdisk: no init program given")
+	}
+	if o.SizeMB < 0 {
+		return fmt.Errorf("rootdisk: size %d MiB is negative", o.SizeMB)
+	}
+	mkfs, err := exec.LookPath("mkfs.ext4")
+	if err != nil {
+		return fmt.Errorf("rootdisk: mkfs.ext4 not found (install e2fsprogs: scripts/deps.sh): %w", err)
+	}
+	stage, err := os.MkdirTemp("", "kpreload-rootdisk-")
+	if err != nil {
+		return fmt.Errorf("rootdisk: staging directory: %w", err)
+	}
+	defer os.RemoveAll(stage)
+	if err := Stage(stage, o); err != nil {
+		return err
+	}
+	if err := pinTimes(stage); err != nil {
+		return fmt.Errorf("rootdisk: set staged file times: %w", err)
+	}
+	size := o.SizeMB
+	if size == 0 {
+		used, err := treeSize(stage)
+		if err != nil {
+			return fmt.Errorf("rootdisk: measure staged tree: %w", err)
+		}
+		size = max(minSizeMB, int(used*3/2>>20)+16)
+	}
+	label := o.Label
+	if label == "" {
+		label = DefaultLabel
+	}
+	args := MkfsArgs(stage, o.Out, size, o.UUID, label)
+	if err := os.Remove(o.Out); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("rootdisk: remove old image: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, mkfs, args...)
+	// Fixed timestamps and hash seed make the image depend only on its inputs.
+	cmd.Env = append(os.Environ(), fmt.Sprintf("E2FSPROGS_FAKE_TIME=%d", int64(fixedTime/1e9)))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("rootdisk: mkfs.ext4 %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	if err := pinInodeTimes(ctx, stage, o.Out); err != nil {
+		return err
+	}
+	return nil
+}
+
+// pinInodeTimes sets the ctime and atime of every inode mkfs.ext4 copied from the stage
+// to fixedTime with debugfs: mkfs copies them from the stage, where ctime cannot be set
+// and reading the files moves atime. Names debugfs cannot quote are left alone.
+func pinInodeTimes(ctx context.Context, stage, img string) error {
+	debugfs, err := exec.LookPath("debugfs")
+	if err != nil {
+		return fmt.Errorf("rootdisk: debugfs not found (install e2fsprogs: scripts/deps.sh): %w", err)
+	}
+	var script strings.Builder
+	at := fmt.Sprintf("@%d", int64(fixedTime/1e9))
+	pin := func(name string) {
+		fmt.Fprintf(&script, "sif \"%s\" ctime %s\nsif \"%s\" atime %s\n", name, at, name, at)
+	}
+	pin("/lost+found")
+	err = filepath.WalkDir(stage, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(stage, p)
+		if err != nil {
+			return err
+		}
+		name := filepath.Clean("/" + rel)
+		if strings.ContainsAny(name, "\"\\\n") {
+			return nil
+		}
+		pin(name)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("rootdisk: list staged files: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, debugfs, "-w", "-f", "-", img)
+	cmd.Stdin = strings.NewReader(script.String())
+	cmd.Env = append(os.Environ(), fmt.Sprintf("E2FSPROGS_FAKE_TIME=%d", int64(fixedTime/1e9)))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("rootdisk: debugfs -w %s (pin inode times): %w\n%s", img, err, out)
+	}
+	return nil
+}
+
+// MkfsArgs returns the mkfs.ext4 arguments that turn the stage directory into an image.
+func MkfsArgs(stage, out string, sizeMB int, uuid, label string) []string {
+	args := []string{"-q", "-F", "-L", label}
+	ext := "root_owner=0:0"
+	if uuid != "" {
+		args = append(args, "-U", uuid)
+		ext += ",hash_seed=" + uuid
+	}
+	return append(args, "-d", stage, "-E", ext, out, fmt.Sprintf("%dM", sizeMB))
+}
+
+// Stage lays out the image's tree in dir: the skeleton directories, the init program
+// at /sbin/init (mode 0755) and the Extra trees.
+func Stage(dir string, o Options) error {
+	for _, d := range skeleton {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return fmt.Errorf("rootdisk: stage %s: %w", d, err)
+		}
+	}
+	if err := os.Chmod(filepath.Join(dir, "tmp"), 0o1777); err != nil {
+		return fmt.Errorf("rootdisk: stage /tmp: %w", err)
+	}
+	if err := copyFile(o.Init, filepath.Join(dir, "sbin/init"), 0o755); err != nil {
+		return fmt.Errorf("rootdisk: install init: %w", err)
+	}
+	for dest, src := range o.Extra {
+		clean := filepath.Clean("/" + dest)
+		if clean == "/" {
+			return fmt.Errorf("rootdisk: extra tree %s: destination must not be the image root", src)
+		}
+		if err := copyTree(src, filepath.Join(dir, clean)); err != nil {
+			return fmt.Errorf("rootdisk: copy %s to %s: %w", src, clean, err)
+		}
+	}
+	return nil
+}
+
+// copyTree copies src (a directory, or a single file) to dst, keeping modes and symlinks.
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dst, rel)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(target, info.Mode().Perm()|0o700)
+		case info.Mode()&fs.ModeSymlink != 0:
+			link, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+				return err
+			}
+			return os.Symlink(link, target)
+		case info.Mode().IsRegular():
+			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+				return err
+			}
+			return copyFile(p, target, info.Mode().Perm())
+		default:
+			return fmt.Errorf("%s: unsupported file type %s", p, info.Mode().Type())
+		}
+	})
+}
+
+// copyFile copies one regular file, creating dst with mode perm.
+func copyFile(src, dst string, perm fs.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	return os.Chmod(dst, perm)
+}
+
+// pinTimes sets every staged entry's access and modification times to fixedTime, so
+// the image does not depend on when it was built.
+func pinTimes(dir string) error {
+	ts := []unix.Timespec{unix.NsecToTimespec(fixedTime), unix.NsecToTimespec(fixedTime)}
+	return filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return unix.UtimesNanoAt(unix.AT_FDCWD, p, ts, unix.AT_SYMLINK_NOFOLLOW)
+	})
+}
+
+// treeSize sums the sizes of the regular files under dir plus a block per entry.
+func treeSize(dir string) (int64, error) {
+	var total int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		total += 4096
+		if info.Mode().IsRegular() {
+			total += info.Size()
+		}
+		return nil
+	})
+	return total, err
+}

@@ -1,0 +1,238 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/kpreload/kpreload/builder/qemu"
+	"github.com/kpreload/kpreload/initramfs/report"
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+)
+
+func init() { register(newBootCmd) }
+
+// bootJSON is what `kpreload boot --json` prints.
+type bootJSON struct {
+	Report      *report.Report    `json:"report"`
+	RootInit    *report.RootInit  `json:"rootinit"`
+	Console     string            `json:"console"`
+	ReportLog   string            `json:"report_log"`
+	WallSeconds float64           `json:"wall_seconds"`
+	Accel       string            `json:"accel"`
+	Panicked    bool              `json:"panicked"`
+	TimedOut    bool              `json:"timed_out"`
+	ExitCode    int               `json:"exit_code"`
+	Kernel      []qemu.KernelLine `json:"kernel_lines"`
+	Warnings    []string          `json:"warnings,omitempty"`
+	Error       string            `json:"error,omitempty"`
+}
+
+func newBootCmd() *cobra.Command {
+	var (
+		c       qemu.Config
+		fwCfg   []string
+		workDir string
+		asJSON  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "boot --kernel FILE [--initramfs FILE] [--root-disk FILE]",
+		Short: "Boot a kernel, initramfs and root disk in QEMU and show kpreload's boot report",
+		Long: `Boot a kernel with an initramfs and a root disk in QEMU (TCG by default), wait
+for the guest to power off, and read back kpreload's boot report and the test root
+filesystem's record (see "kpreload rootdisk") from a second serial port, the clean
+report channel (kpreload.report=/dev/ttyS1), falling back to the console.
+
+The kernel command line starts with "console=ttyS0 panic=-1 kpreload.report=/dev/ttyS1"
+and root=<disk on --root-bus> unless --append sets root=. A kernel panic ends the run
+at once. The command fails when no boot report came back, saying why.`,
+		Example: `  kpreload boot --kernel vmlinuz --initramfs initrd.img --root-disk root.img --device edu
+  kpreload boot --kernel vmlinuz --initramfs initrd.img --root-disk root.img --accel auto --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if c.Kernel == "" {
+				return errors.New("--kernel is required")
+			}
+			c.FwCfg = map[string]string{}
+			for _, kv := range fwCfg {
+				name, file, ok := strings.Cut(kv, "=")
+				if !ok || name == "" || file == "" {
+					return fmt.Errorf("--fw-cfg %q: want NAME=FILE", kv)
+				}
+				c.FwCfg[name] = file
+			}
+			stderr := cmd.ErrOrStderr()
+			r := &qemu.Runner{WorkDir: workDir, Log: stderr}
+			clear := progress(r, stderr)
+			res, runErr := r.Run(cmd.Context(), c)
+			clear()
+			if res == nil {
+				return fmt.Errorf("boot: %w", runErr)
+			}
+			bootErr := runErr
+			if bootErr == nil && res.Report == nil {
+				bootErr = fmt.Errorf("no boot report came back: the guest powered off without printing %q on %s or the console (console log %s)",
+					strings.TrimSpace(report.ConsolePrefix), qemu.ReportDevice, res.Console)
+			}
+			if asJSON {
+				out := bootJSON{Report: res.Report, RootInit: res.RootInit, Console: res.Console, ReportLog: res.ReportLog,
+					WallSeconds: res.Duration.Seconds(), Accel: res.Accel, Panicked: res.Panicked, TimedOut: res.TimedOut,
+					ExitCode: res.ExitCode, Kernel: res.Kernel, Warnings: res.Warnings}
+				if bootErr != nil {
+					out.Error = bootErr.Error()
+				}
+				if err := printJSON(cmd.OutOrStdout(), out); err != nil {
+					return err
+				}
+			} else {
+				printBootSummary(cmd.OutOrStdout(), res)
+			}
+			if bootErr != nil {
+				return fmt.Errorf("boot: %w", bootErr)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&c.Kernel, "kernel", "", "kernel image (vmlinuz) to boot")
+	f.StringVar(&c.Initramfs, "initramfs", "", "initramfs image")
+	f.StringVar(&c.RootDisk, "root-disk", "", "root disk image (raw, or .qcow2)")
+	f.StringVar(&c.RootBus, "root-bus", qemu.DefaultRootBus, "how the root disk is attached: virtio, nvme or scsi")
+	f.StringArrayVar(&c.Devices, "device", nil, "extra QEMU -device argument, e.g. edu (repeatable)")
+	f.StringVar(&c.Accel, "accel", qemu.DefaultAccel, "accelerator: tcg, kvm (probed, falls back to tcg) or auto")
+	f.DurationVar(&c.Timeout, "timeout", qemu.DefaultTimeout, "give up and kill QEMU after this long")
+	f.IntVar(&c.Memory, "memory", qemu.DefaultMemory, "guest memory in MiB")
+	f.IntVar(&c.CPUs, "cpus", qemu.DefaultCPUs, "virtual CPUs")
+	f.StringVar(&c.Append, "append", "", "extra kernel command line parameters")
+	f.StringVar(&c.ConsoleLog, "console", "", "write the console log here (default: in the work directory)")
+	f.StringArrayVar(&fwCfg, "fw-cfg", nil, "pass a file through QEMU fw_cfg as opt/NAME, NAME=FILE (repeatable)")
+	f.StringVar(&workDir, "work-dir", "", "directory for the logs (default: a new temporary directory)")
+	f.BoolVar(&asJSON, "json", false, "print the report, root-init record and timings as JSON")
+	return cmd
+}
+
+// progress makes r report elapsed time on w while QEMU runs: a spinner line redrawn in
+// place on a terminal, a plain line every 5 s otherwise. It returns a function that
+// clears the spinner line.
+func progress(r *qemu.Runner, w io.Writer) (clear func()) {
+	if !isTerminal(w) {
+		r.Progress = func(d time.Duration) { fmt.Fprintf(w, "booting... %ds\n", int(d.Round(time.Second)/time.Second)) }
+		return func() {}
+	}
+	frames := []rune("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏")
+	n := 0
+	r.ProgressInterval = 200 * time.Millisecond
+	r.Progress = func(d time.Duration) {
+		fmt.Fprintf(w, "\r\033[K%c booting... %.0fs", frames[n%len(frames)], d.Seconds())
+		n++
+	}
+	return func() { fmt.Fprint(w, "\r\033[K") }
+}
+
+// isTerminal reports whether w is a terminal device.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// printBootSummary writes the human summary of a boot.
+func printBootSummary(w io.Writer, res *qemu.Result) {
+	kernel := ""
+	if l, ok := qemu.Find(res.Kernel, "Linux version "); ok {
+		if f := strings.Fields(strings.TrimPrefix(l.Text, "Linux version ")); len(f) > 0 {
+			kernel = f[0] + " "
+		}
+	}
+	ending := "powered off"
+	switch {
+	case res.TimedOut:
+		ending = "timed out"
+	case res.Panicked:
+		ending = "kernel panicked"
+	case res.ExitCode != 0:
+		ending = fmt.Sprintf("QEMU exit status %d", res.ExitCode)
+	}
+	fmt.Fprintf(w, "booted %sunder %s: %s after %.1fs (wall)\n", kernel, res.Accel, ending, res.Duration.Seconds())
+	if l, ok := qemu.Find(res.Kernel, "Run /init as init process"); ok {
+		fmt.Fprintf(w, "  /init started at %.3f s after kernel start\n", l.Time)
+	}
+	if rep := res.Report; rep != nil {
+		fmt.Fprintf(w, "  drivers ready at %.3f s after kernel start\n", rep.DriversReady)
+		if rep.Root.Error != "" {
+			fmt.Fprintf(w, "  root %s: %s\n", rep.Root.Spec, rep.Root.Error)
+		} else {
+			fmt.Fprintf(w, "  root %s (%s) mounted at %.3f s\n", rep.Root.Device, rep.Root.FSType, rep.Root.Mounted)
+		}
+		fmt.Fprintf(w, "  switch_root at %.3f s\n", rep.SwitchRoot)
+	}
+	if ri := res.RootInit; ri != nil {
+		dev := ri.Root.Device
+		if ri.Root.BlockDevice != "" && ri.Root.BlockDevice != dev {
+			dev += " = " + ri.Root.BlockDevice
+		}
+		fmt.Fprintf(w, "  real init ran at %.3f s (root %s, %s)\n", ri.Start, dev, ri.Root.FSType)
+	}
+	if rep := res.Report; rep != nil {
+		var loaded, refused []string
+		for _, m := range rep.Modules {
+			switch m.Result {
+			case "loaded":
+				loaded = append(loaded, m.Name)
+			case "refused", "failed":
+				s := m.Name + " (" + m.Result
+				if m.Reason != "" {
+					s += ": " + m.Reason
+				}
+				if m.Errno != "" {
+					s += ", " + m.Errno
+				}
+				refused = append(refused, s+")")
+			}
+		}
+		fmt.Fprintf(w, "  modules loaded (%d): %s\n", len(loaded), listOrNone(loaded))
+		fmt.Fprintf(w, "  modules refused or failed (%d): %s\n", len(refused), listOrNone(refused))
+	}
+	if ri := res.RootInit; ri != nil {
+		var bound []string
+		for _, d := range ri.PCI {
+			if d.Driver == "" {
+				continue
+			}
+			s := fmt.Sprintf("%s %s -> %s", d.Address, d.ID(), d.Driver)
+			if d.EduID != "" {
+				s += " (edu_id " + d.EduID + ")"
+			}
+			bound = append(bound, s)
+		}
+		fmt.Fprintf(w, "  devices bound (%d of %d PCI):\n", len(bound), len(ri.PCI))
+		for _, b := range bound {
+			fmt.Fprintf(w, "    %s\n", b)
+		}
+		for _, e := range ri.Errors {
+			fmt.Fprintf(w, "  root init error: %s\n", e)
+		}
+	}
+	if rep := res.Report; rep != nil {
+		fmt.Fprintf(w, "  %s\n", rep.Summary())
+	}
+	for _, warn := range res.Warnings {
+		fmt.Fprintf(w, "  warning: %s\n", warn)
+	}
+	fmt.Fprintf(w, "  console: %s\n", res.Console)
+}
+
+// listOrNone joins names with commas, or says "none".
+func listOrNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
+}

@@ -1,0 +1,131 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kpreload/kpreload/builder/qemu"
+	"github.com/kpreload/kpreload/initramfs/report"
+)
+
+func TestParseSizeMB(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int
+		ok   bool
+	}{
+		{"64", 64, true}, {"64M", 64, true}, {"64MiB", 64, true}, {"64mb", 64, true},
+		{"1G", 1024, true}, {"2GiB", 2048, true}, {"", 0, false}, {"64K", 0, false}, {"-1", 0, false}, {"big", 0, false},
+	}
+	for _, tt := range tests {
+		got, err := parseSizeMB(tt.in)
+		if (err == nil) != tt.ok || got != tt.want {
+			t.Errorf("parseSizeMB(%q) = %d, %v, want %d, ok %v", tt.in, got, err, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestParseAdds(t *testing.T) {
+	got, err := parseAdds([]string{"/var/lib/kpreload/cache=./cache", "/opt=/x=y"})
+	want := map[string]string{"/var/lib/kpreload/cache": "./cache", "/opt": "/x=y"}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("parseAdds = %v, %v, want %v", got, err, want)
+	}
+	for _, bad := range []string{"nodest", "=src", "/dest="} {
+		if _, err := parseAdds([]string{bad}); err == nil {
+			t.Errorf("parseAdds(%q) = nil error, want one", bad)
+		}
+	}
+}
+
+func TestPrintBootSummary(t *testing.T) {
+	res := &qemu.Result{
+		Accel: "tcg", Duration: 7300 * time.Millisecond, Console: "/w/console.log",
+		Kernel: []qemu.KernelLine{{Time: 0, Text: "Linux version 6.1.0-56-cloud-amd64 (debian-kernel@lists.debian.org)"}, {Time: 0.9, Text: "Run /init as init process"}},
+		Report: &report.Report{
+			DriversReady: 1.5, SwitchRoot: 1.7,
+			Root: report.Root{Device: "/dev/vda", FSType: "ext4", Mounted: 1.6},
+			Modules: []report.Module{
+				{Name: "virtio_blk", Result: "loaded"},
+				{Name: "nvidia", Result: "refused", Reason: "vermagic mismatch"},
+				{Name: "edu", Result: "failed", Errno: "ENODEV"},
+			},
+		},
+		RootInit: &report.RootInit{Start: 1.8, Root: report.MountEntry{Device: "/dev/vda", FSType: "ext4", BlockDevice: "/dev/vda"},
+			PCI: []report.PCIDevice{
+				{Address: "0000:00:03.0", Vendor: "1234", Device: "11e8", Driver: "kpreload_edu", EduID: "0x010000ed"},
+				{Address: "0000:00:00.0", Vendor: "8086", Device: "29c0"},
+			}},
+	}
+	var b bytes.Buffer
+	printBootSummary(&b, res)
+	got := b.String()
+	for _, want := range []string{
+		"booted 6.1.0-56-cloud-amd64 under tcg: powered off after 7.3s (wall)\n",
+		"  /init started at 0.900 s after kernel start\n",
+		"  drivers ready at 1.500 s after kernel start\n",
+		"  root /dev/vda (ext4) mounted at 1.600 s\n",
+		"  real init ran at 1.800 s (root /dev/vda, ext4)\n",
+		"  modules loaded (1): virtio_blk\n",
+		"  modules refused or failed (2): nvidia (refused: vermagic mismatch), edu (failed, ENODEV)\n",
+		"  devices bound (1 of 2 PCI):\n    0000:00:03.0 1234:11e8 -> kpreload_edu (edu_id 0x010000ed)\n",
+		"  kpreload: 0 devices, 1 modules loaded, 1 refused, 1 failed;",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("printBootSummary output lacks %q; got:\n%s", want, got)
+		}
+	}
+}
+
+func TestBootRequiresKernel(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := Execute([]string{"boot"}, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), "--kernel is required") {
+		t.Errorf("kpreload boot (no kernel) = exit %d, stderr %q, want failure naming --kernel", code, errOut.String())
+	}
+}
+
+// TestRootdiskAndBootCommands runs the real commands: build a root disk, boot the 6.1
+// kernel from it over NVMe (built in, so no initramfs is needed) and check that the
+// command prints the root init's record and fails for want of a kpreload report.
+func TestRootdiskAndBootCommands(t *testing.T) {
+	const kver = "6.1.0-56-cloud-amd64"
+	kernel := filepath.Join("/var/cache/kpreload/kernels", kver, "boot", "vmlinuz-"+kver)
+	if _, err := os.Stat(kernel); err != nil {
+		t.Fatalf("kernel %s not unpacked (%v): run scripts/kernels.sh %s", kver, err, kver)
+	}
+	dir := t.TempDir()
+	img := filepath.Join(dir, "root.img")
+	var out, errOut bytes.Buffer
+	if code := Execute([]string{"rootdisk", "-o", img, "--size", "32M", "--label", "kp-cli"}, &out, &errOut); code != 0 {
+		t.Fatalf("kpreload rootdisk: exit %d: %s", code, errOut.String())
+	}
+	if want := img + ": ext4, 32 MiB, label kp-cli, UUID random"; !strings.HasPrefix(out.String(), want) {
+		t.Errorf("kpreload rootdisk output = %q, want it to start %q", out.String(), want)
+	}
+	out.Reset()
+	errOut.Reset()
+	code := Execute([]string{"boot", "--kernel", kernel, "--root-disk", img, "--root-bus", "nvme", "--device", "edu",
+		"--append", "rootwait", "--work-dir", dir, "--json"}, &out, &errOut)
+	if code == 0 || !strings.Contains(errOut.String(), "no boot report came back") {
+		t.Errorf("kpreload boot without a kpreload /init = exit %d, stderr %q, want failure saying no report came back", code, errOut.String())
+	}
+	var got bootJSON
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("kpreload boot --json output: %v\n%s", err, out.String())
+	}
+	if got.RootInit == nil || got.RootInit.Root.BlockDevice != "/dev/nvme0n1" || got.RootInit.Kernel != kver || got.Report != nil {
+		t.Errorf("kpreload boot --json = rootinit %+v, report %v; want a root init on /dev/nvme0n1 under %s and no report", got.RootInit, got.Report, kver)
+	}
+	if got.WallSeconds <= 0 || got.Console != filepath.Join(dir, "console.log") || got.Error == "" {
+		t.Errorf("kpreload boot --json: wall %v, console %q, error %q; want > 0, %s, the error", got.WallSeconds, got.Console, got.Error, filepath.Join(dir, "console.log"))
+	}
+	if !strings.Contains(errOut.String(), "booting... ") && got.WallSeconds > 6 {
+		t.Errorf("kpreload boot ran %.1fs without progress lines on a non-terminal stderr: %q", got.WallSeconds, errOut.String())
+	}
+}

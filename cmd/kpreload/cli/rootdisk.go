@@ -1,0 +1,142 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/kpreload/kpreload/builder/rootdisk"
+	"github.com/spf13/cobra"
+)
+
+func init() { register(newRootdiskCmd) }
+
+// defaultRootInit finds a prebuilt test /sbin/init beside the kpreload executable.
+func defaultRootInit() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(filepath.Dir(exe), "kpreload-rootinit")
+}
+
+// parseSizeMB parses "64M", "1G", "512" (MiB) into MiB.
+func parseSizeMB(s string) (int, error) {
+	t := strings.TrimSuffix(strings.ToUpper(strings.TrimSpace(s)), "B")
+	mult := 1
+	switch {
+	case strings.HasSuffix(t, "G"), strings.HasSuffix(t, "GI"):
+		mult = 1024
+		t = strings.TrimSuffix(strings.TrimSuffix(t, "I"), "G")
+	case strings.HasSuffix(t, "M"), strings.HasSuffix(t, "MI"):
+		t = strings.TrimSuffix(strings.TrimSuffix(t, "I"), "M")
+	}
+	n, err := strconv.Atoi(t)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("size %q: want a number of MiB, or one ending in M or G", s)
+	}
+	return n * mult, nil
+}
+
+// parseAdds turns DEST=SRC pairs into a destination -> source map.
+func parseAdds(adds []string) (map[string]string, error) {
+	m := map[string]string{}
+	for _, a := range adds {
+		dest, src, ok := strings.Cut(a, "=")
+		if !ok || dest == "" || src == "" {
+			return nil, fmt.Errorf("--add %q: want DEST=SRC (a path in the image = a host directory)", a)
+		}
+		m[dest] = src
+	}
+	return m, nil
+}
+
+func newRootdiskCmd() *cobra.Command {
+	var (
+		o      rootdisk.Options
+		size   string
+		adds   []string
+		asJSON bool
+	)
+	c := &cobra.Command{
+		Use:   "rootdisk -o FILE",
+		Short: "Build the ext4 test root disk whose /sbin/init reports and powers off",
+		Long: `Build an ext4 root disk image, without mounting anything (mkfs.ext4 -d), whose
+/sbin/init is kpreload's test init: it records the uptime, command line, root mount,
+/init's report, loaded modules and PCI driver bindings, prints them as one
+"kpreload-rootinit: {json}" line on the console (and on kpreload.report=), and
+powers the machine off. Extra host directories can be copied in with --add.
+
+The init program is --init, else kpreload-rootinit beside this executable, else it
+is built from kpreload's source tree with the go tool.`,
+		Example: `  kpreload rootdisk -o root.img
+  kpreload rootdisk -o root.img --uuid 5f1d2c3b-8a9e-4f70-b6d5-4c3b2a190807 --add /var/lib/kpreload/cache=./cache`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.Out == "" {
+				return fmt.Errorf("-o/--output is required")
+			}
+			var err error
+			if size != "" {
+				if o.SizeMB, err = parseSizeMB(size); err != nil {
+					return err
+				}
+			}
+			if o.Extra, err = parseAdds(adds); err != nil {
+				return err
+			}
+			if o.Init == "" {
+				if p := defaultRootInit(); p != "" {
+					if _, err := os.Stat(p); err == nil {
+						o.Init = p
+					}
+				}
+			}
+			if o.Init == "" {
+				dir, err := os.MkdirTemp("", "kpreload-rootinit-")
+				if err != nil {
+					return fmt.Errorf("temporary directory: %w", err)
+				}
+				defer os.RemoveAll(dir)
+				o.Init = filepath.Join(dir, "init")
+				if err := rootdisk.BuildRootInit(cmd.Context(), o.Init); err != nil {
+					return fmt.Errorf("no --init given and building one failed: %w", err)
+				}
+			}
+			if err := rootdisk.Build(cmd.Context(), o); err != nil {
+				return err
+			}
+			st, err := os.Stat(o.Out)
+			if err != nil {
+				return fmt.Errorf("stat %s: %w", o.Out, err)
+			}
+			label := o.Label
+			if label == "" {
+				label = rootdisk.DefaultLabel
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), map[string]any{
+					"image": o.Out, "size": st.Size(), "label": label, "uuid": o.UUID, "init": o.Init, "extra": o.Extra,
+				})
+			}
+			uuid := o.UUID
+			if uuid == "" {
+				uuid = "random"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: ext4, %d MiB, label %s, UUID %s, /sbin/init from %s\n",
+				o.Out, st.Size()>>20, label, uuid, o.Init)
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVarP(&o.Out, "output", "o", "", "image file to write")
+	f.StringVar(&size, "size", "", "image size (e.g. 64M, 1G); default fits the contents, at least 64M")
+	f.StringVar(&o.UUID, "uuid", "", "filesystem UUID (default random)")
+	f.StringVar(&o.Label, "label", "", "filesystem label (default "+rootdisk.DefaultLabel+")")
+	f.StringVar(&o.Init, "init", "", "program to install as /sbin/init (default: kpreload-rootinit beside kpreload, else built)")
+	f.StringArrayVar(&adds, "add", nil, "copy a host directory into the image, DEST=SRC (repeatable)")
+	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	return c
+}
