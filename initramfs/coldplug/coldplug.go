@@ -4,6 +4,7 @@
 package coldplug
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -28,7 +29,7 @@ type Device struct {
 func Scan(sysRoot string) ([]Device, error) {
 	paths, err := filepath.Glob(filepath.Join(sysRoot, "bus", "*", "devices", "*", "modalias"))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("coldplug scan %s: %w", sysRoot, err)
 	}
 	devs := make([]Device, 0, len(paths))
 	for _, p := range paths {
@@ -70,13 +71,12 @@ type Index struct {
 	all    []Candidate
 }
 
-// NewIndex prepares sets for matching; dir is the directory the index file was read
-// from, against which each set's Dir is resolved. Sets added later by Add are
-// considered after earlier ones.
+// NewIndex returns an empty Index; Add fills it. Sets added later are considered
+// after earlier ones.
 func NewIndex() *Index { return &Index{byName: map[string][]Candidate{}} }
 
-// Add adds the sets of one boot index read from directory dir, keeping only sets
-// that keep returns true for (nil keeps all).
+// Add adds the sets of one boot index read from directory dir (against which each
+// set's Dir is resolved), keeping only sets that keep returns true for (nil keeps all).
 func (ix *Index) Add(dir string, idx *bootindex.Index, keep func(*bootindex.Set) bool) {
 	for si := range idx.Sets {
 		s := &idx.Sets[si]

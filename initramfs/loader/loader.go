@@ -123,7 +123,10 @@ func (l *Loader) Load(idx *coldplug.Index, names []string) []report.Module {
 			n.ok = true
 			n.result = l.entry(name, nil, "already loaded", "present in /sys/module (built in or loaded earlier)", "")
 			close(n.done)
-			order = append(order, n)
+			// A dependency that is already there is not news; a requested module is.
+			if len(stack) == 0 {
+				order = append(order, n)
+			}
 			return n
 		}
 		cands := idx.ByName(name)
@@ -142,11 +145,13 @@ func (l *Loader) Load(idx *coldplug.Index, names []string) []report.Module {
 			}
 		}
 		if n.cand == nil {
-			why := "no module named " + name + " in the boot index"
 			if len(refusals) > 0 {
-				why = "every candidate refused: " + strings.Join(refusals, "; ")
+				// Each refusal has its own entry already; dependents see this reason.
+				n.result = l.entry(name, nil, "refused", "every candidate refused: "+strings.Join(refusals, "; "), "")
+				close(n.done)
+				return n
 			}
-			n.result = l.entry(name, nil, "failed", why, "")
+			n.result = l.entry(name, nil, "failed", "no module named "+name+" in the boot index", "")
 			close(n.done)
 			order = append(order, n)
 			return n
@@ -256,7 +261,8 @@ func (l *Loader) check(c *coldplug.Candidate) string {
 const moduleInitCompressedFile = 4
 
 func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
-	m := l.entry(c.Module.Name, c, "", "", "")
+	name := coldplug.Normalize(c.Module.Name)
+	m := l.entry(name, c, "", "", "")
 	finish := func(result, reason string, err error) (report.Module, bool) {
 		m.End = l.Now()
 		m.Result, m.Reason = result, reason
@@ -287,13 +293,17 @@ func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
 			return finish("failed", "", fmt.Errorf("rewind %s: %w", c.File, err))
 		}
 	}
-	params := l.Params(c.Module.Name)
+	params := l.Params(name)
 	flags := 0
 	if c.Module.Compression != "" && c.Module.Compression != "none" {
 		flags = moduleInitCompressedFile
 	}
 	err = l.Kernel.FinitModule(int(f.Fd()), params, flags)
+	if flags != 0 {
+		m.Decompress = "kernel"
+	}
 	if flags != 0 && (errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL)) {
+		m.Decompress = "userspace"
 		// The kernel cannot decompress this format itself: do it here.
 		elf, _, derr := modinfo.Open(c.File)
 		if derr != nil {

@@ -98,14 +98,18 @@ func (b *Boot) warnf(format string, args ...any) {
 
 // setup mounts the pseudo filesystems, reads the command line and the boot index.
 func (b *Boot) setup() {
-	for _, m := range []struct{ src, dst, fstype, data string }{
-		{"proc", "/proc", "proc", ""},
-		{"sysfs", "/sys", "sysfs", ""},
-		{"devtmpfs", "/dev", "devtmpfs", "mode=0755"},
-		{"tmpfs", "/run", "tmpfs", "mode=0755,nosuid,nodev"},
+	for _, m := range []struct {
+		src, dst, fstype string
+		flags            uintptr
+		data             string
+	}{
+		{"proc", "/proc", "proc", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
+		{"sysfs", "/sys", "sysfs", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
+		{"devtmpfs", "/dev", "devtmpfs", unix.MS_NOSUID, "mode=0755"},
+		{"tmpfs", "/run", "tmpfs", unix.MS_NOSUID | unix.MS_NODEV, "mode=0755"},
 	} {
 		_ = os.MkdirAll(m.dst, 0o755)
-		if err := unix.Mount(m.src, m.dst, m.fstype, unix.MS_NOSUID, m.data); err != nil && err != unix.EBUSY {
+		if err := unix.Mount(m.src, m.dst, m.fstype, m.flags, m.data); err != nil && err != unix.EBUSY {
 			b.errorf("mount %s: %v", m.dst, err)
 		}
 	}

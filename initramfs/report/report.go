@@ -63,6 +63,9 @@ type Module struct {
 	Start  float64 `json:"start"`
 	End    float64 `json:"end"`
 	Phase  string  `json:"phase,omitempty"` // "initramfs" or "rootfs"
+	// Decompress says who decompressed a compressed module: "kernel"
+	// (MODULE_INIT_COMPRESSED_FILE) or "userspace" (the kernel cannot).
+	Decompress string `json:"decompress,omitempty"`
 }
 
 // Event is one timestamped step of the boot.

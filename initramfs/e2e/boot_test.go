@@ -1,0 +1,274 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kpreload/kpreload/builder/qemu"
+	"github.com/kpreload/kpreload/initramfs/assemble"
+	"github.com/kpreload/kpreload/initramfs/report"
+	"github.com/kpreload/kpreload/kmodcache/modalias"
+	"github.com/kpreload/kpreload/kmodcache/store"
+)
+
+const rootUUID = "5f1d2c3b-8a9e-4f70-b6d5-4c3b2a190807"
+
+// bootCase is one boot of a real kernel with a kpreload initramfs.
+type bootCase struct {
+	kernel string
+	// driverOnRoot puts the test driver's cache on the root filesystem (loaded after
+	// root is mounted, before switch_root) instead of in the initramfs.
+	driverOnRoot bool
+	// extra are module files added to the initramfs as they are.
+	extra []string
+	// rootSpec is the root= value.
+	rootSpec string
+}
+
+type booted struct {
+	res  *qemu.Result
+	rep  *report.Report
+	root *report.RootInit
+}
+
+func boot(t *testing.T, c bootCase) booted {
+	t.Helper()
+	dir := t.TempDir()
+	ktree := kernelTree(t, c.kernel)
+	initBin, _ := binaries(t)
+
+	// The test driver goes into a real kpreload cache, built by the real dkms.
+	var cacheDir string
+	if c.driverOnRoot || c.extra == nil {
+		cacheDir = filepath.Join(dir, "cache")
+		s, err := store.Open(cacheDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.AddFiles(context.Background(), store.AddRequest{
+			Driver: "kpreload-edu", Version: "1.0.0", Files: []string{eduModule(t, c.kernel, "")},
+		}); err != nil {
+			t.Fatalf("cache add: %v", err)
+		}
+	}
+	o := assemble.Options{
+		Kernel:     c.kernel,
+		ModulesDir: filepath.Join(ktree, "lib", "modules", c.kernel),
+		Init:       initBin,
+		ExtraFiles: c.extra,
+	}
+	extraRoot := map[string]string{}
+	if cacheDir != "" {
+		if c.driverOnRoot {
+			extraRoot["/var/lib/kpreload/cache"] = cacheDir
+		} else {
+			o.CacheDir = cacheDir
+		}
+	}
+	initrd := filepath.Join(dir, "initrd.img")
+	if _, err := assemble.WriteFile(o, initrd); err != nil {
+		t.Fatalf("initramfs: %v", err)
+	}
+	disk := rootDisk(t, dir, rootUUID, extraRoot)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	res, err := qemu.Run(ctx, qemu.Config{
+		Kernel:     filepath.Join(ktree, "boot", "vmlinuz-"+c.kernel),
+		Initramfs:  initrd,
+		RootDisk:   disk,
+		Devices:    []string{"edu", "nvme,serial=kpreload-nvme"},
+		Append:     "root=" + c.rootSpec,
+		Timeout:    3 * time.Minute,
+		ConsoleLog: filepath.Join(dir, "console.log"),
+	})
+	if err != nil {
+		t.Fatalf("boot %s: %v", c.kernel, err)
+	}
+	if res.Report == nil {
+		t.Fatalf("boot %s: no report from /init came back; console %s:\n%s", c.kernel, res.Console, tailFile(res.Console, 30))
+	}
+	if res.RootInit == nil {
+		t.Fatalf("boot %s: the root filesystem's /sbin/init never reported; console:\n%s", c.kernel, tailFile(res.Console, 30))
+	}
+	t.Logf("%s: %s", c.kernel, res.Report.Summary())
+	return booted{res: res, rep: res.Report, root: res.RootInit}
+}
+
+func tailFile(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func moduleResult(rep *report.Report, name string) (report.Module, bool) {
+	for _, m := range rep.Modules {
+		if m.Name == name && m.Result != "refused" {
+			return m, true
+		}
+	}
+	return report.Module{}, false
+}
+
+func pciDriver(root *report.RootInit, id string) (report.PCIDevice, bool) {
+	for _, d := range root.PCI {
+		if d.ID() == id {
+			return d, true
+		}
+	}
+	return report.PCIDevice{}, false
+}
+
+// TestBootLoadsDriversBeforeUserspace boots each kernel with root on virtio-blk
+// (virtio_pci and virtio_blk are modules there), an NVMe controller and QEMU's edu
+// device, and checks that kpreload's /init loaded the root disk's drivers by
+// coldplug, mounted root, loaded the DKMS-built test driver, and handed over to
+// the root's /sbin/init, with a valid report.
+func TestBootLoadsDriversBeforeUserspace(t *testing.T) {
+	for _, c := range []bootCase{
+		{kernel: kernels[0], rootSpec: "UUID=" + rootUUID},
+		{kernel: kernels[1], rootSpec: "LABEL=kpreload-root", driverOnRoot: true},
+	} {
+		t.Run(c.kernel, func(t *testing.T) {
+			b := boot(t, c)
+			rep, root := b.rep, b.root
+
+			if rep.Kernel != c.kernel || root.Kernel != c.kernel {
+				t.Errorf("kernel: report %q, root init %q, want %q", rep.Kernel, root.Kernel, c.kernel)
+			}
+			// Root came from modules /init loaded by coldplug.
+			vb, ok := moduleResult(rep, "virtio_blk")
+			if !ok || vb.Result != "loaded" || vb.Phase != "initramfs" {
+				t.Errorf("virtio_blk = %+v (found %v), want loaded in the initramfs phase", vb, ok)
+			}
+			if strings.HasPrefix(c.kernel, "6.12") && vb.Decompress != "kernel" {
+				t.Errorf("virtio_blk on %s: decompressed by %q, want the kernel (.ko.xz, MODULE_INIT_COMPRESSED_FILE)", c.kernel, vb.Decompress)
+			}
+			if rep.Root.Device != "/dev/vda" || rep.Root.FSType != "ext4" || rep.Root.Mounted <= 0 {
+				t.Errorf("report root = %+v, want /dev/vda ext4 mounted", rep.Root)
+			}
+			if vb.End > rep.Root.Mounted {
+				t.Errorf("virtio_blk finished loading at %.3f, after root was mounted at %.3f", vb.End, rep.Root.Mounted)
+			}
+			// The root's own /sbin/init ran, as pid 1, from that disk, after /init.
+			if root.PID != 1 || root.Root.BlockDevice != "/dev/vda" {
+				t.Errorf("root init: pid %d, root %+v; want pid 1 on /dev/vda", root.PID, root.Root)
+			}
+			if root.Start < rep.SwitchRoot {
+				t.Errorf("root init started at %.3f, before switch_root at %.3f", root.Start, rep.SwitchRoot)
+			}
+			// The report /init wrote to /run survived switch_root.
+			if len(root.Report) == 0 {
+				t.Errorf("root init found no %s", report.Path)
+			}
+			// The DKMS-built test driver is bound to edu, before the real init ran.
+			edu, ok := pciDriver(root, "1234:11e8")
+			if !ok || edu.Driver != "kpreload_edu" || edu.EduID != "0x010000ed" {
+				t.Errorf("edu device = %+v (found %v), want bound to kpreload_edu with edu_id 0x010000ed", edu, ok)
+			}
+			em, ok := moduleResult(rep, "kpreload_edu")
+			wantPhase := "initramfs"
+			if c.driverOnRoot {
+				wantPhase = "rootfs"
+			}
+			if !ok || em.Result != "loaded" || em.Phase != wantPhase || em.End > rep.SwitchRoot {
+				t.Errorf("kpreload_edu = %+v, want loaded in phase %s before switch_root (%.3f)", em, wantPhase, rep.SwitchRoot)
+			}
+			var probe *report.KmsgLine
+			for i, l := range root.Kmsg {
+				if strings.Contains(l.Text, "kpreload_edu") && strings.Contains(l.Text, "bound, id 0x010000ed") {
+					probe = &root.Kmsg[i]
+				}
+			}
+			if probe == nil || probe.Time > root.Start {
+				t.Errorf("test driver probe line %+v: want it logged before the real init started (%.3f)", probe, root.Start)
+			}
+			if nv, ok := pciDriver(root, "1b36:0010"); !ok || nv.Driver != "nvme" {
+				t.Errorf("nvme controller = %+v, want bound to nvme", nv)
+			}
+			// Timings are from kernel start and in order.
+			if !(rep.InitStart > 0 && rep.InitStart <= rep.DriversReady && rep.DriversReady <= rep.SwitchRoot) {
+				t.Errorf("timings: init %.3f, drivers ready %.3f, switch_root %.3f: want 0 < init <= ready <= switch_root", rep.InitStart, rep.DriversReady, rep.SwitchRoot)
+			}
+			if len(rep.Errors) != 0 {
+				t.Errorf("report errors: %q", rep.Errors)
+			}
+			checkAgainstModprobe(t, c.kernel, rep)
+		})
+	}
+}
+
+// checkAgainstModprobe compares kpreload's alias resolution with the real
+// `modprobe -R` on the kernel's own module tree, for every modalias the booted
+// VM's sysfs showed.
+func checkAgainstModprobe(t *testing.T, kver string, rep *report.Report) {
+	t.Helper()
+	root := kernelTree(t, kver)
+	tree, err := modalias.LoadTree(filepath.Join(root, "lib", "modules", kver))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, d := range rep.Devices {
+		if seen[d.Modalias] {
+			continue
+		}
+		seen[d.Modalias] = true
+		want, err := modalias.ModprobeResolve(root, kver, d.Modalias)
+		if err != nil {
+			t.Fatalf("modprobe -R %s: %v", d.Modalias, err)
+		}
+		if got := tree.Resolve(d.Modalias); !slices.Equal(got, want) {
+			t.Errorf("Resolve(%q) = %q, modprobe -R says %q", d.Modalias, got, want)
+		}
+	}
+	if len(seen) < 10 {
+		t.Errorf("only %d modaliases seen in the VM's sysfs; want the whole machine", len(seen))
+	}
+	t.Logf("%s: %d modaliases from the booted VM agree with modprobe -R", kver, len(seen))
+}
+
+// TestBootRefusesModuleForOtherKernel puts the test driver built for 6.12 into a
+// 6.1 initramfs: /init must refuse it before calling the kernel (the kernel log
+// never mentions it), say why in the report, and still boot to /sbin/init.
+func TestBootRefusesModuleForOtherKernel(t *testing.T) {
+	wrong := eduModule(t, kernels[1], "")
+	b := boot(t, bootCase{kernel: kernels[0], rootSpec: "/dev/vda", extra: []string{wrong}})
+	var refused *report.Module
+	for i, m := range b.rep.Modules {
+		if m.Name == "kpreload_edu" {
+			if m.Result != "refused" {
+				t.Errorf("kpreload_edu result %q (%s), want refused", m.Result, m.Reason)
+			}
+			refused = &b.rep.Modules[i]
+		}
+	}
+	if refused == nil {
+		t.Fatalf("no report entry for kpreload_edu; modules: %+v", b.rep.Modules)
+	}
+	if want := "built for kernel " + kernels[1] + ", running " + kernels[0]; !strings.Contains(refused.Reason, want) {
+		t.Errorf("refusal reason %q, want it to say %q", refused.Reason, want)
+	}
+	for _, l := range b.root.Kmsg {
+		if strings.Contains(l.Text, "kpreload_edu") {
+			t.Errorf("kernel log mentions the refused module, so it reached the kernel: %q", l.Text)
+		}
+	}
+	if slices.Contains(b.root.Modules, "kpreload_edu") {
+		t.Errorf("kpreload_edu is loaded: %v", b.root.Modules)
+	}
+	if edu, _ := pciDriver(b.root, "1234:11e8"); edu.Driver != "" {
+		t.Errorf("edu bound to %q, want unbound", edu.Driver)
+	}
+	if b.root.PID != 1 {
+		t.Errorf("root init pid %d, want 1: the boot must reach the real init", b.root.PID)
+	}
+}

@@ -1,0 +1,171 @@
+// Package e2e boots real Debian cloud kernels in QEMU with kpreload initramfs
+// images and checks what the booted machine saw. Everything is real: the kernels
+// and headers from Debian's archive, the test driver built by the real dkms, QEMU.
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kpreload/kpreload/builder/dkms"
+	"github.com/kpreload/kpreload/builder/rootdisk"
+)
+
+// Kernels are the two kernels the boot path is proven on: 6.1 (plain .ko, virtio
+// as modules) and 6.12 from backports (.ko.xz, in-kernel decompression).
+var kernels = []string{"6.1.0-56-cloud-amd64", "6.12.117+deb12-cloud-amd64"}
+
+// repoRoot is the module root (two levels up from this package).
+func repoRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func cacheRoot() string {
+	if d := os.Getenv("KPRELOAD_CACHE"); d != "" {
+		return d
+	}
+	return "/var/cache/kpreload"
+}
+
+var kernelOnce sync.Map
+
+// kernelTree returns the unpacked kernel (image, modules, headers), fetching it
+// through the project's own script when it is not there yet.
+func kernelTree(t testing.TB, kver string) string {
+	t.Helper()
+	root := filepath.Join(cacheRoot(), "kernels", kver)
+	once, _ := kernelOnce.LoadOrStore(kver, &sync.Once{})
+	once.(*sync.Once).Do(func() {
+		if _, err := os.Stat(filepath.Join(root, ".complete")); err == nil {
+			return
+		}
+		cmd := exec.Command(filepath.Join(repoRoot(t), "scripts", "kernels.sh"), kver)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("scripts/kernels.sh %s: %v\n%s", kver, err, out)
+		}
+	})
+	if _, err := os.Stat(filepath.Join(root, ".complete")); err != nil {
+		t.Fatalf("kernel %s is not unpacked at %s (scripts/kernels.sh failed earlier)", kver, root)
+	}
+	return root
+}
+
+var (
+	binOnce sync.Once
+	binDir  string
+	binErr  error
+)
+
+// binaries builds the static /init and the root filesystem's test init once.
+func binaries(t testing.TB) (initBin, rootInit string) {
+	t.Helper()
+	binOnce.Do(func() {
+		binDir, binErr = os.MkdirTemp("", "kpreload-e2e-bin-")
+		if binErr != nil {
+			return
+		}
+		for out, pkg := range map[string]string{"kpreload-init": "./initramfs/cmd/init", "kpreload-rootinit": "./initramfs/rootinit"} {
+			cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(binDir, out), pkg)
+			cmd.Dir = repoRoot(t)
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if b, err := cmd.CombinedOutput(); err != nil {
+				binErr = &buildErr{pkg: pkg, out: string(b), err: err}
+				return
+			}
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return filepath.Join(binDir, "kpreload-init"), filepath.Join(binDir, "kpreload-rootinit")
+}
+
+type buildErr struct {
+	pkg, out string
+	err      error
+}
+
+func (e *buildErr) Error() string { return "go build " + e.pkg + ": " + e.err.Error() + "\n" + e.out }
+
+var eduBuilds sync.Map // kver+"/"+version -> path
+
+// eduModule builds the project's test driver for kver with the real dkms (once per
+// kernel and version) and returns the path of kpreload_edu.ko.
+func eduModule(t testing.TB, kver, version string) string {
+	t.Helper()
+	key := kver + "/" + version
+	if p, ok := eduBuilds.Load(key); ok {
+		return p.(string)
+	}
+	root := kernelTree(t, kver)
+	src := filepath.Join(repoRoot(t), "recipes", "testdriver")
+	work, err := os.MkdirTemp("", "kpreload-e2e-dkms-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if version != "" {
+		copyDir := filepath.Join(work, "src")
+		if out, err := exec.Command("cp", "-r", src, copyDir).CombinedOutput(); err != nil {
+			t.Fatalf("cp: %v %s", err, out)
+		}
+		conf := filepath.Join(copyDir, "dkms.conf")
+		b, err := os.ReadFile(conf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lines []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "PACKAGE_VERSION=") {
+				l = `PACKAGE_VERSION="` + version + `"`
+			}
+			lines = append(lines, l)
+		}
+		if err := os.WriteFile(conf, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		src = copyDir
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	res, err := dkms.New().Build(ctx, dkms.BuildRequest{
+		SourceDir:       src,
+		Kernel:          kver,
+		KernelSourceDir: filepath.Join(root, "usr", "src", "linux-headers-"+kver),
+		WorkDir:         filepath.Join(work, "dkms"),
+		Jobs:            2,
+	})
+	if err != nil {
+		t.Fatalf("dkms build of the test driver for %s: %v", kver, err)
+	}
+	mods, err := dkms.CopyModules(res, filepath.Join(work, "out"))
+	if err != nil || len(mods) != 1 {
+		t.Fatalf("copy built modules: %v (%v)", err, mods)
+	}
+	eduBuilds.Store(key, mods[0])
+	return mods[0]
+}
+
+// rootDisk builds an ext4 root disk whose /sbin/init is the test init, with extra
+// host directories copied in (dest -> src).
+func rootDisk(t testing.TB, dir, uuid string, extra map[string]string) string {
+	t.Helper()
+	_, rootInit := binaries(t)
+	img := filepath.Join(dir, "root.img")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := rootdisk.Build(ctx, rootdisk.Options{Out: img, SizeMB: 64, UUID: uuid, Label: "kpreload-root", Init: rootInit, Extra: extra}); err != nil {
+		t.Fatalf("root disk: %v", err)
+	}
+	return img
+}
