@@ -234,7 +234,7 @@ func fixtureModaliases(t testing.TB) []string {
 	t.Helper()
 	dir := os.Getenv("KPRELOAD_FIXTURES")
 	if dir == "" {
-		dir = "/work/shared/fixtures"
+		dir = "../../../shared/fixtures" // shared/ sits beside the repository
 	}
 	path := filepath.Join(dir, "h200-gpu-vm/pci-sysfs.txt")
 	data, err := os.ReadFile(path)
