@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"strings"
 	"time"
 
@@ -181,24 +182,7 @@ func printBootSummary(w io.Writer, res *qemu.Result) {
 		fmt.Fprintf(w, "  real init ran at %.3f s (root %s, %s)\n", ri.Start, dev, ri.Root.FSType)
 	}
 	if rep := res.Report; rep != nil {
-		var loaded, refused []string
-		for _, m := range rep.Modules {
-			switch m.Result {
-			case "loaded":
-				loaded = append(loaded, m.Name)
-			case "refused", "failed":
-				s := m.Name + " (" + m.Result
-				if m.Reason != "" {
-					s += ": " + m.Reason
-				}
-				if m.Errno != "" {
-					s += ", " + m.Errno
-				}
-				refused = append(refused, s+")")
-			}
-		}
-		fmt.Fprintf(w, "  modules loaded (%d): %s\n", len(loaded), listOrNone(loaded))
-		fmt.Fprintf(w, "  modules refused or failed (%d): %s\n", len(refused), listOrNone(refused))
+		printModuleTimeline(w, rep)
 	}
 	if ri := res.RootInit; ri != nil {
 		var bound []string
@@ -235,4 +219,41 @@ func listOrNone(names []string) string {
 		return "none"
 	}
 	return strings.Join(names, ", ")
+}
+
+// printModuleTimeline lists every module /init considered, in start order, with
+// its times, outcome, phase and the devices that asked for it.
+func printModuleTimeline(w io.Writer, rep *report.Report) {
+	wanted := map[string][]string{}
+	for _, d := range rep.Devices {
+		for _, m := range d.Modules {
+			wanted[m] = append(wanted[m], path.Base(d.Path))
+		}
+	}
+	loaded := 0
+	for _, m := range rep.Modules {
+		if m.Result == "loaded" {
+			loaded++
+		}
+	}
+	fmt.Fprintf(w, "  modules (%d loaded, %d considered), seconds after kernel start:\n", loaded, len(rep.Modules))
+	for _, m := range rep.Modules {
+		line := fmt.Sprintf("    %7.3f -> %7.3f  %-22s %-14s", m.Start, m.End, m.Name, m.Result)
+		var notes []string
+		if m.Phase != "" {
+			notes = append(notes, m.Phase)
+		}
+		if devs := wanted[m.Name]; len(devs) > 0 {
+			notes = append(notes, "for "+strings.Join(devs, ", "))
+		} else if m.Result == "loaded" {
+			notes = append(notes, "dependency")
+		}
+		if m.Errno != "" {
+			notes = append(notes, m.Errno)
+		}
+		if m.Reason != "" {
+			notes = append(notes, m.Reason)
+		}
+		fmt.Fprintf(w, "%s %s\n", line, strings.Join(notes, "; "))
+	}
 }

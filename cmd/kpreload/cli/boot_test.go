@@ -52,10 +52,11 @@ func TestPrintBootSummary(t *testing.T) {
 			DriversReady: 1.5, SwitchRoot: 1.7,
 			Root: report.Root{Device: "/dev/vda", FSType: "ext4", Mounted: 1.6},
 			Modules: []report.Module{
-				{Name: "virtio_blk", Result: "loaded"},
-				{Name: "nvidia", Result: "refused", Reason: "vermagic mismatch"},
-				{Name: "edu", Result: "failed", Errno: "ENODEV"},
+				{Name: "virtio_blk", Result: "loaded", Start: 1.2, End: 1.25, Phase: "initramfs"},
+				{Name: "nvidia", Result: "refused", Reason: "vermagic mismatch", Start: 1.3, End: 1.3},
+				{Name: "edu", Result: "failed", Errno: "ENODEV", Start: 1.31, End: 1.4},
 			},
+			Devices: []report.Device{{Path: "/sys/bus/virtio/devices/virtio0", Modalias: "virtio:d00000002v00001AF4", Modules: []string{"virtio_blk"}}},
 		},
 		RootInit: &report.RootInit{Start: 1.8, Root: report.MountEntry{Device: "/dev/vda", FSType: "ext4", BlockDevice: "/dev/vda"},
 			PCI: []report.PCIDevice{
@@ -72,10 +73,12 @@ func TestPrintBootSummary(t *testing.T) {
 		"  drivers ready at 1.500 s after kernel start\n",
 		"  root /dev/vda (ext4) mounted at 1.600 s\n",
 		"  real init ran at 1.800 s (root /dev/vda, ext4)\n",
-		"  modules loaded (1): virtio_blk\n",
-		"  modules refused or failed (2): nvidia (refused: vermagic mismatch), edu (failed, ENODEV)\n",
+		"  modules (1 loaded, 3 considered), seconds after kernel start:\n",
+		"      1.200 ->   1.250  virtio_blk             loaded         initramfs; for virtio0\n",
+		"      1.300 ->   1.300  nvidia                 refused        vermagic mismatch\n",
+		"      1.310 ->   1.400  edu                    failed         ENODEV\n",
 		"  devices bound (1 of 2 PCI):\n    0000:00:03.0 1234:11e8 -> kpreload_edu (edu_id 0x010000ed)\n",
-		"  kpreload: 0 devices, 1 modules loaded, 1 refused, 1 failed;",
+		"  kpreload: 1 devices, 1 modules loaded, 1 refused, 1 failed;",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("printBootSummary output lacks %q; got:\n%s", want, got)
