@@ -109,6 +109,9 @@ func Build(o Options, w io.Writer) (*Result, error) {
 	if o.Init == "" {
 		return nil, fmt.Errorf("no /init binary given")
 	}
+	if _, err := os.Stat(o.ModulesDir); err != nil {
+		return nil, fmt.Errorf("kernel %s: no module tree at %s (kernels there: %s)", o.Kernel, o.ModulesDir, available(filepath.Dir(o.ModulesDir)))
+	}
 	tree, err := modalias.LoadTree(o.ModulesDir)
 	if err != nil {
 		return nil, fmt.Errorf("kernel %s: %w", o.Kernel, err)
@@ -396,4 +399,22 @@ func cacheSets(cacheDir, kernel string) ([]cacheSet, error) {
 		out = append(out, cacheSet{set: s, dir: filepath.Join(filepath.Dir(p), s.Dir)})
 	}
 	return out, nil
+}
+
+// available lists the kernel releases that have a module tree under dir.
+func available(dir string) string {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return "none: " + err.Error()
+	}
+	var names []string
+	for _, e := range ents {
+		if _, err := os.Stat(filepath.Join(dir, e.Name(), "modules.dep")); err == nil {
+			names = append(names, e.Name())
+		}
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
 }
