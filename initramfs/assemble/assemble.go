@@ -20,6 +20,7 @@ import (
 	"github.com/kpreload/kpreload/initramfs/archive"
 	"github.com/kpreload/kpreload/initramfs/pid1"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/modalias"
 	"github.com/kpreload/kpreload/kmodcache/modinfo"
 )
@@ -337,29 +338,8 @@ func describe(m *bootindex.Module, file string) error {
 	m.Aliases = info.Aliases
 	m.Depends = info.Depends
 	m.Firmware = info.Firmware
-	m.SoftPre = softPre(info.Softdeps)
+	m.SoftPre = (&manifest.Module{Softdeps: info.Softdeps}).SoftPre()
 	return nil
-}
-
-// softPre extracts the "pre:" modules of softdep values ("pre: a b post: c").
-func softPre(softdeps []string) []string {
-	var out []string
-	for _, sd := range softdeps {
-		pre := false
-		for _, f := range strings.Fields(sd) {
-			switch f {
-			case "pre:":
-				pre = true
-			case "post:":
-				pre = false
-			default:
-				if pre {
-					out = append(out, f)
-				}
-			}
-		}
-	}
-	return out
 }
 
 // extraSet describes module files added as they are.
