@@ -1,6 +1,7 @@
 // Package archive writes initramfs images: deterministic newc ("070701") cpio
-// archives, optionally zstd- or gzip-compressed, that the Linux kernel unpacks into
-// its rootfs before running /init.
+// archives, written with github.com/cavaliergopher/cpio and optionally zstd- or
+// gzip-compressed, that the Linux kernel unpacks into its rootfs before running
+// /init.
 //
 // An Archive is an in-memory tree of entries. Names are archive paths relative to
 // the root, written without a leading "/" or "./" ("init", "lib/modules/x/y.ko"),
@@ -11,10 +12,16 @@
 //
 // Output depends only on the entries: uid and gid are 0, every mtime is the
 // archive's (0 unless SetModTime is called, see ModTimeFromEnv for
-// SOURCE_DATE_EPOCH), inode numbers count from 1 in written order, regular files,
-// symlinks and device nodes have nlink 1 (so the kernel never hard-links them) and
-// directories nlink 2. Nothing is taken from the host except the content and
-// permission bits of files added from disk.
+// SOURCE_DATE_EPOCH), inode numbers count from 1 in written order, regular files
+// and symlinks have nlink 1 (so the kernel never hard-links them) and directories
+// nlink 2. Nothing is taken from the host except the content and permission bits
+// of files added from disk.
+//
+// Entries are directories, regular files and symlinks; device nodes cannot be
+// added, because the library's writer has no field for their device numbers. An
+// initramfs does not need one: a kernel built without CONFIG_INITRAMFS_SOURCE
+// (Debian's are) first unpacks its built-in usr/default_cpio_list, which creates
+// /dev/console (5, 1), and this archive is unpacked over it.
 //
 // Every name and symlink target is checked: absolute paths, "..", "." or empty
 // components, NUL bytes, symlinks that leave the archive root and entries below a
@@ -47,15 +54,13 @@ const implicitDirMode = fs.ModeDir | 0o755
 type Entry struct {
 	// Name is the archive path, relative to the root ("lib/modules").
 	Name string
-	// Mode holds the type (fs.ModeDir, fs.ModeSymlink, fs.ModeDevice|fs.ModeCharDevice,
-	// or none for a regular file) and the permission bits.
+	// Mode holds the type (fs.ModeDir, fs.ModeSymlink, or none for a regular file)
+	// and the permission bits.
 	Mode fs.FileMode
 	// Size is the length of a regular file's content.
 	Size int64
 	// Target is a symlink's target.
 	Target string
-	// Major and Minor are a device node's numbers.
-	Major, Minor uint32
 	// Source is the host file a regular file's content is read from, if any.
 	Source string
 	// Implicit is true for a directory added only as the parent of another entry.
@@ -167,17 +172,6 @@ func (a *Archive) AddSymlink(name, target string) error {
 	return a.add(&node{Entry: Entry{Name: name, Mode: fs.ModeSymlink | 0o777, Target: target}})
 }
 
-// AddCharDev adds a character device node, such as dev/console (5, 1).
-func (a *Archive) AddCharDev(name string, mode fs.FileMode, major, minor uint32) error {
-	mode, err := perm(name, mode)
-	if err != nil {
-		return err
-	}
-	return a.add(&node{Entry: Entry{
-		Name: name, Mode: fs.ModeDevice | fs.ModeCharDevice | mode, Major: major, Minor: minor,
-	}})
-}
-
 // Has reports whether name is an entry, explicit or implied.
 func (a *Archive) Has(name string) bool {
 	_, ok := a.nodes[name]
@@ -231,8 +225,6 @@ func kind(m fs.FileMode) string {
 		return "directory"
 	case m&fs.ModeSymlink != 0:
 		return "symlink"
-	case m&fs.ModeDevice != 0:
-		return "device node"
 	}
 	return "regular file"
 }
@@ -294,8 +286,6 @@ func describe(n *node) string {
 		return fmt.Sprintf("mode %v", n.Mode)
 	case n.Mode&fs.ModeSymlink != 0:
 		return fmt.Sprintf("-> %s", n.Target)
-	case n.Mode&fs.ModeDevice != 0:
-		return fmt.Sprintf("mode %v, %d:%d", n.Mode, n.Major, n.Minor)
 	case n.Source != "":
 		return fmt.Sprintf("mode %v, %d bytes from %s", n.Mode, n.Size, n.Source)
 	}
@@ -304,7 +294,7 @@ func describe(n *node) string {
 
 // sameEntry reports whether two entries would be written identically.
 func sameEntry(x, y *node) (bool, error) {
-	if x.Mode != y.Mode || x.Target != y.Target || x.Major != y.Major || x.Minor != y.Minor || x.Size != y.Size {
+	if x.Mode != y.Mode || x.Target != y.Target || x.Size != y.Size {
 		return false, nil
 	}
 	switch {

@@ -106,7 +106,7 @@ func fixtureSteps(t *testing.T, dir string) []fixture {
 	return []fixture{
 		{"init", func(a *Archive) error { return a.AddFile("init", 0o755, []byte("#!/fake/init\n")) }},
 		{"dev", func(a *Archive) error { return a.AddDir("dev", 0o755) }},
-		{"dev/console", func(a *Archive) error { return a.AddCharDev("dev/console", 0o600, 5, 1) }},
+		{"usr/bin/sgid", func(a *Archive) error { return a.AddFile("usr/bin/sgid", 0o2711, []byte("g")) }},
 		{"etc/kpreload/boot.yaml", func(a *Archive) error {
 			return a.AddFile("etc/kpreload/boot.yaml", 0o644, []byte("driver: nvidia-535\n"))
 		}},

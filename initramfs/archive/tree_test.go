@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // realKernel is one of the Debian cloud kernels unpacked by scripts/kernels.sh.
@@ -158,6 +160,11 @@ func TestAddTreeRejects(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, "pipe: unsupported file type"},
+		{"char device", func(t *testing.T, src string) {
+			if err := unix.Mknod(filepath.Join(src, "null"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+				t.Fatalf("mknod (needs root): %v", err)
+			}
+		}, "null: unsupported file type"},
 	}
 	for _, tt := range tests {
 		src := t.TempDir()

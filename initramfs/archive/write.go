@@ -7,6 +7,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
+
+	"github.com/cavaliergopher/cpio"
 )
 
 // countingWriter counts the bytes written through it.
@@ -102,59 +105,67 @@ func (a *Archive) checkSymlinks() error {
 	return nil
 }
 
-// encodeCpio writes every entry in sorted order and the trailer.
+// encodeCpio writes every entry in sorted order and the trailer with
+// github.com/cavaliergopher/cpio's newc writer. Every header is built here in
+// full, so the library adds nothing of its own: inode numbers count from 1 in
+// written order, nlink is 2 for directories and 1 otherwise, uid and gid are 0,
+// every mtime is the archive's and the checksum stays 0, which keeps the magic
+// 070701 (in v1.0.1 a non-zero Checksum would also switch the library's shared
+// magic to 070702 for every later archive). A symlink's target is its content,
+// as newc stores it.
 func (a *Archive) encodeCpio(w io.Writer) error {
-	nw := &newcWriter{w: w}
+	cw := cpio.NewWriter(w)
 	for i, name := range a.names() {
 		n := a.nodes[name]
-		h := newcHeader{
-			ino:   uint32(i + 1),
-			mode:  newcMode(n.Mode),
-			nlink: 1,
-			mtime: a.mtime,
-			name:  name,
+		h := &cpio.Header{
+			Name:    name,
+			Mode:    cpioMode(n.Mode),
+			Links:   1,
+			ModTime: time.Unix(int64(a.mtime), 0),
+			Inode:   int64(i + 1),
 		}
 		switch {
 		case n.Mode.IsDir():
-			h.nlink = 2
+			h.Links = 2
 		case n.Mode&fs.ModeSymlink != 0:
-			h.fileSize = uint32(len(n.Target))
-		case n.Mode&fs.ModeDevice != 0:
-			h.rdevMajor, h.rdevMinor = n.Major, n.Minor
+			h.Size = int64(len(n.Target))
 		default:
-			h.fileSize = uint32(n.Size)
+			h.Size = n.Size
 		}
-		if err := nw.writeHeader(h); err != nil {
-			return fmt.Errorf("entry %q: %w", name, err)
+		if err := cw.WriteHeader(h); err != nil {
+			return fmt.Errorf("entry %q: write cpio header: %w", name, err)
 		}
 		switch {
 		case n.Mode&fs.ModeSymlink != 0:
-			if err := nw.write([]byte(n.Target)); err != nil {
-				return fmt.Errorf("entry %q: %w", name, err)
+			if _, err := io.WriteString(cw, n.Target); err != nil {
+				return fmt.Errorf("entry %q: write symlink target: %w", name, err)
 			}
 		case n.Mode.IsRegular():
-			if err := copyContent(nw, n); err != nil {
+			if err := copyContent(cw, n); err != nil {
 				return err
 			}
 		}
-		if err := nw.pad(); err != nil {
-			return fmt.Errorf("entry %q: %w", name, err)
-		}
 	}
-	return nw.writeTrailer()
+	if err := cw.Close(); err != nil {
+		return fmt.Errorf("write cpio trailer: %w", err)
+	}
+	return nil
 }
 
-// copyContent writes exactly n.Size bytes of a regular file's content.
-func copyContent(nw *newcWriter, n *node) error {
+// copyContent writes exactly n.Size bytes of a regular file's content to w.
+func copyContent(w io.Writer, n *node) error {
 	if n.Source == "" {
-		return nw.write(n.data)
+		if _, err := w.Write(n.data); err != nil {
+			return fmt.Errorf("entry %q: write content: %w", n.Name, err)
+		}
+		return nil
 	}
 	f, err := os.Open(n.Source)
 	if err != nil {
 		return fmt.Errorf("entry %q: %w", n.Name, err)
 	}
 	defer f.Close()
-	got, err := io.Copy(writerFunc(nw.write), io.LimitReader(f, n.Size))
+	got, err := io.Copy(w, io.LimitReader(f, n.Size))
 	if err != nil {
 		return fmt.Errorf("entry %q: copy %s: %w", n.Name, n.Source, err)
 	}
@@ -165,37 +176,26 @@ func copyContent(nw *newcWriter, n *node) error {
 	return nil
 }
 
-// writerFunc adapts an all-or-error write function to io.Writer.
-type writerFunc func([]byte) error
-
-func (f writerFunc) Write(p []byte) (int, error) {
-	if err := f(p); err != nil {
-		return 0, err
-	}
-	return len(p), nil
-}
-
-// newcMode converts a Go file mode to newc's st_mode bits.
-func newcMode(m fs.FileMode) uint32 {
-	v := uint32(m.Perm())
+// cpioMode converts a Go file mode (a directory, symlink or regular file) to
+// newc's st_mode bits.
+func cpioMode(m fs.FileMode) cpio.FileMode {
+	v := cpio.FileMode(m.Perm())
 	if m&fs.ModeSetuid != 0 {
-		v |= newcSetuid
+		v |= cpio.ModeSetuid
 	}
 	if m&fs.ModeSetgid != 0 {
-		v |= newcSetgid
+		v |= cpio.ModeSetgid
 	}
 	if m&fs.ModeSticky != 0 {
-		v |= newcSticky
+		v |= cpio.ModeSticky
 	}
 	switch {
 	case m.IsDir():
-		v |= newcDir
+		v |= cpio.TypeDir
 	case m&fs.ModeSymlink != 0:
-		v |= newcSymlink
-	case m&fs.ModeDevice != 0:
-		v |= newcChar
+		v |= cpio.TypeSymlink
 	default:
-		v |= newcReg
+		v |= cpio.TypeReg
 	}
 	return v
 }

@@ -123,9 +123,10 @@ func Build(o Options, w io.Writer) (*Result, error) {
 			return nil, err
 		}
 	}
-	if err := a.AddCharDev("dev/console", 0o600, 5, 1); err != nil {
-		return nil, err
-	}
+	// No dev/console node: the kernel supplies it. Debian's kernels are built
+	// with an empty CONFIG_INITRAMFS_SOURCE, so they first unpack their built-in
+	// usr/default_cpio_list (dev, dev/console c 5 1, root) and this archive over
+	// it, and /init mounts devtmpfs on /dev and reopens /dev/console itself.
 	if err := a.AddFileFrom("init", 0o755, o.Init); err != nil {
 		return nil, fmt.Errorf("init: %w", err)
 	}
