@@ -96,6 +96,9 @@ func boot(t *testing.T, c bootCase) booted {
 	if res.RootInit == nil {
 		t.Fatalf("boot %s: the root filesystem's /sbin/init never reported; console:\n%s", c.kernel, tailFile(res.Console, 30))
 	}
+	if con, _ := os.ReadFile(res.Console); strings.Contains(string(con), "unable to open an initial console") {
+		t.Errorf("boot %s: the kernel found no /dev/console for /init", c.kernel)
+	}
 	t.Logf("%s: %s", c.kernel, res.Report.Summary())
 	return booted{res: res, rep: res.Report, root: res.RootInit}
 }
