@@ -45,7 +45,7 @@ packages=(
   dkms kmod make gcc libc6-dev bc    # module builds and the modprobe/depmod oracle
   dwarves                            # pahole: 6.12 headers build BTF for modules
   cpio zstd xz-utils gzip e2fsprogs  # archives and root disks
-  initramfs-tools-core               # the baseline benchmarks compare against
+  initramfs-tools-core busybox       # the baseline benchmarks compare against
   dpkg-dev                           # dpkg -x / apt-get download helpers
 )
 

@@ -138,7 +138,10 @@ func Args(c Config, consoleLog, reportLog string) ([]string, error) {
 	args := []string{"-machine", c.Machine}
 	switch c.Accel {
 	case "tcg":
-		args = append(args, "-accel", "tcg,thread=multi", "-cpu", "max")
+		// No TSC-deadline timer under TCG: vCPU TSCs drift apart there ("Marking TSC
+		// unstable due to TSCs unsynchronized"), and a deadline computed against
+		// another vCPU's TSC can leave an idle vCPU asleep for good (RCU stalls).
+		args = append(args, "-accel", "tcg,thread=multi", "-cpu", "max,tsc-deadline=off")
 	case "kvm":
 		args = append(args, "-accel", "kvm", "-cpu", "host")
 	default:
