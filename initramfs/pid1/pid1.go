@@ -7,6 +7,8 @@ package pid1
 
 import (
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"fmt"
 	"io"
 	"os"
@@ -314,7 +316,7 @@ func (b *Boot) rootfsDrivers() {
 	path := filepath.Join(NewRoot, RootCacheIndex, b.release+".json")
 	idx, err := bootindex.Read(path)
 	if err != nil {
-		if os.IsNotExist(unwrapAll(err)) {
+		if errors.Is(err, fs.ErrNotExist) {
 			b.event("no module cache on root for %s", b.release)
 			return
 		}
@@ -328,20 +330,6 @@ func (b *Boot) rootfsDrivers() {
 	match.Add(dir, idx, nil)
 	b.coldplug("rootfs", match)
 	b.event("root cache: %d sets for %s", len(idx.Sets), b.release)
-}
-
-func unwrapAll(err error) error {
-	for {
-		u, ok := err.(interface{ Unwrap() error })
-		if !ok {
-			return err
-		}
-		next := u.Unwrap()
-		if next == nil {
-			return err
-		}
-		err = next
-	}
 }
 
 // writeReport stores the report in /run and prints the summary on the console and
