@@ -8,9 +8,9 @@ package pid1
 import (
 	"encoding/json"
 	"errors"
-	"io/fs"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
