@@ -244,6 +244,20 @@ func (s *Store) recoverLocked() ([]string, error) {
 	return append(temps, ixs...), err
 }
 
+// allKernels lists, sorted and once each, the kernels that have an index on disk
+// or a set among good.
+func (s *Store) allKernels(good []set) ([]string, error) {
+	kernels, err := s.indexedKernels()
+	if err != nil {
+		return nil, err
+	}
+	for _, st := range good {
+		kernels = append(kernels, st.m.Kernel)
+	}
+	slices.Sort(kernels)
+	return slices.Compact(kernels), nil
+}
+
 // syncIndexes rewrites every boot index that differs from what the manifests
 // say, writes missing ones and removes those of kernels without sets. Invalid
 // manifests are left out: /init must not load what cannot be verified. It
@@ -253,15 +267,10 @@ func (s *Store) syncIndexes() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	kernels, err := s.indexedKernels()
+	kernels, err := s.allKernels(good)
 	if err != nil {
 		return nil, err
 	}
-	for _, st := range good {
-		kernels = append(kernels, st.m.Kernel)
-	}
-	slices.Sort(kernels)
-	kernels = slices.Compact(kernels)
 	var changed []string
 	for _, k := range kernels {
 		path := s.IndexPath(k)

@@ -145,15 +145,10 @@ func (s *Store) Verify(ctx context.Context) ([]Problem, error) {
 
 // verifyIndexes compares every boot index on disk with the one the manifests give.
 func (s *Store) verifyIndexes(good []set) ([]Problem, error) {
-	kernels, err := s.indexedKernels()
+	kernels, err := s.allKernels(good)
 	if err != nil {
 		return nil, err
 	}
-	for _, st := range good {
-		kernels = append(kernels, st.m.Kernel)
-	}
-	slices.Sort(kernels)
-	kernels = slices.Compact(kernels)
 	var probs []Problem
 	for _, k := range kernels {
 		path := s.IndexPath(k)
