@@ -1,0 +1,229 @@
+package matrix
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kpreload/kpreload/builder/dkms"
+	"github.com/kpreload/kpreload/builder/recipe"
+)
+
+// testKernels are the kernels of scripts/lib.sh's default matrix.
+var testKernels = []string{"6.1.0-56-cloud-amd64", "6.12.117+deb12-cloud-amd64"}
+
+// repoRoot returns the repository root (two levels above this package).
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("runtime.Caller failed")
+	}
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// downloadDir is where scripts/kernels.sh unpacks kernels.
+func downloadDir() string {
+	if c := os.Getenv("KPRELOAD_CACHE"); c != "" {
+		return c
+	}
+	return DefaultDownloadDir
+}
+
+// requireKernels makes sure the test kernels are unpacked, running
+// scripts/kernels.sh (idempotent) for missing ones.
+func requireKernels(t *testing.T) {
+	t.Helper()
+	for _, kver := range testKernels {
+		if _, err := os.Stat(filepath.Join(downloadDir(), "kernels", kver, ".complete")); err == nil {
+			continue
+		}
+		script := filepath.Join(repoRoot(t), "scripts", "kernels.sh")
+		if out, err := exec.Command(script, kver).CombinedOutput(); err != nil {
+			t.Fatalf("%s %s: %v\n%s", script, kver, err, out)
+		}
+	}
+}
+
+// requireTools fails the test, with how to install them, when the programs
+// real builds need are missing.
+func requireTools(t *testing.T) {
+	t.Helper()
+	for _, tool := range []string{dkms.DefaultPath, "make", "gcc-12", "pahole", "dpkg-deb"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is missing (%v): install the build dependencies with scripts/deps.sh (dkms, make, gcc-12, dwarves, dpkg)", tool, err)
+		}
+	}
+}
+
+// copyTree copies the regular files of src into dst.
+func copyTree(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		target := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, data, 0o644)
+	})
+	if err != nil {
+		t.Fatalf("copy %s to %s: %v", src, dst, err)
+	}
+}
+
+// editFile replaces old with new in path, failing if old is not there.
+func editFile(t *testing.T, path, old, new string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), old) {
+		t.Fatalf("%s does not contain %q", path, old)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(string(data), old, new, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fakeRecipe returns a recipe whose source is a fresh directory with a
+// dkms.conf and which keeps the module "dummy".
+func fakeRecipe(t *testing.T, name string) *recipe.Recipe {
+	t.Helper()
+	dir := t.TempDir()
+	conf := fmt.Sprintf("PACKAGE_NAME=%q\nPACKAGE_VERSION=\"1.0\"\nBUILT_MODULE_NAME[0]=\"dummy\"\n", name)
+	if err := os.WriteFile(filepath.Join(dir, "dkms.conf"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return &recipe.Recipe{
+		Name:    name,
+		Driver:  recipe.Driver{Name: name, Version: "1.0"},
+		Flavor:  recipe.FlavorOpen,
+		Source:  recipe.Source{Dir: dir},
+		Modules: []string{"dummy"},
+	}
+}
+
+// fakeDriver stands in for dkms: it "builds" a cell by copying the kernel's
+// own dummy module into WorkDir under a dkms-style renamed file name
+// (renamed-dummy.ko*, so the module must be found by its modinfo name), plus
+// the kernel's ifb module, which no recipe keeps.
+type fakeDriver struct {
+	// fail reports whether the build of req fails.
+	fail func(req dkms.BuildRequest) bool
+	// barrier, if > 0, makes each build wait (up to 10 s) until that many
+	// builds have started, to prove they run at the same time.
+	barrier int
+	// block, if set, makes builds wait for ctx to end.
+	block bool
+	// started is closed by the first build.
+	started   chan struct{}
+	startOnce sync.Once
+
+	calls, inflight, maxInflight atomic.Int32
+	mu                           sync.Mutex
+	reqs                         []dkms.BuildRequest
+	barrierMissed                bool
+}
+
+// Build implements dkms.Driver.
+func (f *fakeDriver) Build(ctx context.Context, req dkms.BuildRequest) (*dkms.BuildResult, error) {
+	n := f.calls.Add(1)
+	in := f.inflight.Add(1)
+	defer f.inflight.Add(-1)
+	for {
+		m := f.maxInflight.Load()
+		if in <= m || f.maxInflight.CompareAndSwap(m, in) {
+			break
+		}
+	}
+	f.mu.Lock()
+	f.reqs = append(f.reqs, req)
+	f.mu.Unlock()
+	if f.started != nil {
+		f.startOnce.Do(func() { close(f.started) })
+	}
+	if f.barrier > 0 {
+		deadline := time.Now().Add(10 * time.Second)
+		for f.calls.Load() < int32(f.barrier) && n <= int32(f.barrier) {
+			if time.Now().After(deadline) {
+				f.mu.Lock()
+				f.barrierMissed = true
+				f.mu.Unlock()
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if f.block {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	if err := os.MkdirAll(filepath.Join(req.WorkDir, "module"), 0o755); err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(req.WorkDir, "make.log")
+	if f.fail != nil && f.fail(req) {
+		first := "fake.c:1:1: error: expected ';' before '}' token"
+		if err := os.WriteFile(logPath, []byte("CC fake.o\n"+first+"\nmake: *** Error 1\n"), 0o644); err != nil {
+			return nil, err
+		}
+		return nil, &dkms.BuildError{Name: "fake", Version: "1.0", Kernel: req.Kernel, ExitCode: 10, LogPath: logPath, FirstError: first, Err: fmt.Errorf("exit status 10")}
+	}
+	if err := os.WriteFile(logPath, []byte("CC fake.o\nLD fake.ko\n"), 0o644); err != nil {
+		return nil, err
+	}
+	tree := filepath.Join(downloadDir(), "kernels", req.Kernel, "lib", "modules", req.Kernel, "kernel", "drivers", "net")
+	var mods []string
+	for _, name := range []string{"dummy", "ifb"} {
+		found, _ := filepath.Glob(filepath.Join(tree, name+".ko*"))
+		if len(found) != 1 {
+			return nil, fmt.Errorf("fake build: no %s module in %s", name, tree)
+		}
+		suffix := strings.TrimPrefix(filepath.Base(found[0]), name)
+		dst := filepath.Join(req.WorkDir, "module", "renamed-"+name+suffix)
+		if err := copyFile(found[0], dst); err != nil {
+			return nil, err
+		}
+		mods = append(mods, dst)
+	}
+	return &dkms.BuildResult{Kernel: req.Kernel, Modules: mods, LogPath: logPath}, nil
+}
+
+// countingDriver counts the builds it passes on to Driver.
+type countingDriver struct {
+	dkms.Driver
+	calls atomic.Int32
+}
+
+// Build implements dkms.Driver.
+func (c *countingDriver) Build(ctx context.Context, req dkms.BuildRequest) (*dkms.BuildResult, error) {
+	c.calls.Add(1)
+	return c.Driver.Build(ctx, req)
+}
+
+// byCell indexes results by "recipe/kernel".
+func byCell(results []Result) map[string]Result {
+	m := map[string]Result{}
+	for _, r := range results {
+		m[r.Recipe.Name+"/"+r.Kernel] = r
+	}
+	return m
+}

@@ -1,0 +1,42 @@
+package matrix
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/kmodcache/manifest"
+)
+
+// KeySchema is the "schema" entry of every cache key Run writes; change it
+// when the meaning of the key or of the build changes, so old sets stop matching.
+const KeySchema = "kpreload-build/1"
+
+// cellKey returns the cache key of one cell: every input that decides what
+// the build produces, all known before building.
+func cellKey(r *recipe.Recipe, src *source, k *kernel) map[string]string {
+	mods := make([]string, len(r.Modules))
+	for i, m := range r.Modules {
+		mods[i] = manifest.NormalizeName(m)
+	}
+	slices.Sort(mods)
+	return map[string]string{
+		"schema":                KeySchema,
+		"driver":                r.Driver.Name,
+		"version":               r.Driver.Version,
+		"flavor":                r.Flavor,
+		"modules":               strings.Join(mods, ","),
+		"source_package":        r.Source.Package,
+		"source_sha256":         src.digest,
+		"dkms_conf_sha256":      src.confDigest,
+		"kernel":                k.headers.Release,
+		"headers_package":       k.headersPackage,
+		"module_symvers_sha256": k.symvers,
+		"kernel_config_sha256":  k.config,
+		"kernel_cc":             k.headers.CCVersionText,
+		"compiler":              k.compiler,
+		// Run refuses recipes with signing (not implemented yet), so no key
+		// ever signs; the entry is here so signed sets will never match.
+		"signing_key": "",
+	}
+}

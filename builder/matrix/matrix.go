@@ -1,0 +1,530 @@
+// Package matrix builds driver recipes for a matrix of kernels with dkms and
+// adds the results to the module cache.
+//
+// Each (recipe, kernel) pair is a Cell. Before building a cell, Run computes
+// its cache key from everything that decides the result (driver, source
+// tree digest, dkms.conf, kernel release, headers package version,
+// Module.symvers and .config digests, the kernel's compiler and the host's
+// compiler version) and asks the store: a hit is "cached" and compiles
+// nothing. Misses are built with the dkms Driver, in parallel, each in its
+// own work directory under one temporary directory that Run removes when it
+// returns (also when ctx is cancelled). Only the recipe's modules are kept
+// and added to the store under the key; the store writes atomically, so an
+// interrupted run leaves the cache as it was. A failed cell never stops the
+// others.
+package matrix
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kpreload/kpreload/builder/dkms"
+	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/kmodcache/manifest"
+	"github.com/kpreload/kpreload/kmodcache/modinfo"
+	"github.com/kpreload/kpreload/kmodcache/store"
+)
+
+// States of a cell, as Event.State and Result.State.
+const (
+	// StateQueued: the cell waits for a worker.
+	StateQueued = "queued"
+	// StatePreparing: fetching and digesting the source and the kernel headers.
+	StatePreparing = "preparing"
+	// StateBuilding: dkms is running.
+	StateBuilding = "building"
+	// StateOK: built and added to the cache.
+	StateOK = "ok"
+	// StateCached: the cache already holds the set for the cell's key.
+	StateCached = "cached"
+	// StateSkipped: the package's BUILD_EXCLUSIVE directives exclude the kernel.
+	StateSkipped = "skipped"
+	// StateFailed: the cell could not be built or stored.
+	StateFailed = "failed"
+)
+
+// ErrCellsFailed is wrapped by Run's error when at least one cell failed.
+var ErrCellsFailed = errors.New("build failed")
+
+// Cell is one recipe built for one kernel.
+type Cell struct {
+	// Recipe is the driver recipe.
+	Recipe *recipe.Recipe
+	// Kernel is the kernel release.
+	Kernel string
+}
+
+// Result is what became of one cell.
+type Result struct {
+	Cell
+	// State is StateOK, StateCached, StateSkipped or StateFailed.
+	State string
+	// SetID is the id of the cache set holding the cell's modules (ok, cached).
+	SetID string
+	// Key is the cell's cache key ("" entries included), when it was computed.
+	Key map[string]string
+	// FirstError is the first error line of the build log (failed builds),
+	// or the error's text for failures before or after dkms.
+	FirstError string
+	// LogPath is the kept build log (make.log, or dkms's output when make
+	// never ran) of a cell that was built, under Options.LogDir.
+	LogPath string
+	// Duration is how long the cell took, dkms included.
+	Duration time.Duration
+	// Err is the failure (StateFailed) or nil.
+	Err error
+}
+
+// Event reports a cell changing state, for a progress display.
+type Event struct {
+	// Cell is the cell that changed.
+	Cell Cell
+	// Index is the cell's position in the matrix (and in Run's results).
+	Index int
+	// State is the new state.
+	State string
+	// Time is when the cell entered the state.
+	Time time.Time
+	// Result is set for the final states (ok, cached, skipped, failed).
+	Result *Result
+}
+
+// Options configures Run.
+type Options struct {
+	// Recipes are the recipes to build.
+	Recipes []*recipe.Recipe
+	// Kernels, if set, replaces every recipe's kernel matrix.
+	Kernels []string
+	// Lister resolves recipes' kernel matrices when Kernels is empty; nil
+	// means recipe.AptKernels().
+	Lister recipe.KernelLister
+	// CacheDir is the module cache directory (see kmodcache/store).
+	CacheDir string
+	// DownloadDir holds downloaded .debs (debs/), unpacked package sources
+	// (sources/) and kernels (kernels/<release>/, see scripts/kernels.sh);
+	// "" means $KPRELOAD_CACHE, else DefaultDownloadDir.
+	DownloadDir string
+	// LogDir keeps the build log of every cell built; "" means DownloadDir/logs.
+	LogDir string
+	// TempDir is where the run's temporary work directory is made; "" means
+	// os.TempDir().
+	TempDir string
+	// KernelsScript is run as "KernelsScript <release>" for kernels missing
+	// from DownloadDir; "" means the scripts/kernels.sh next to the first
+	// recipe's recipes/ directory, if there is one.
+	KernelsScript string
+	// Jobs is how many cells build at once; 0 means one per two CPUs (at
+	// least one). Each dkms build gets make -j CPUs/cells.
+	Jobs int
+	// Driver builds one cell; nil means dkms.New().
+	Driver dkms.Driver
+	// Progress, if set, is called on every state change, one call at a time.
+	Progress func(Event)
+}
+
+// DefaultDownloadDir is where downloads live when neither
+// Options.DownloadDir nor $KPRELOAD_CACHE names a directory (as scripts/lib.sh).
+const DefaultDownloadDir = "/var/cache/kpreload"
+
+// Cells returns the matrix of opts: each recipe × its kernels (or
+// opts.Kernels), in recipe order then kernel order.
+func Cells(opts Options) ([]Cell, error) {
+	var cells []Cell
+	for _, r := range opts.Recipes {
+		kernels := opts.Kernels
+		if len(kernels) == 0 {
+			lister := opts.Lister
+			if lister == nil {
+				lister = recipe.AptKernels()
+			}
+			var err error
+			if kernels, err = r.ResolveKernels(lister); err != nil {
+				return nil, fmt.Errorf("kernel matrix: %w", err)
+			}
+		}
+		for _, k := range kernels {
+			cells = append(cells, Cell{Recipe: r, Kernel: k})
+		}
+	}
+	return cells, nil
+}
+
+// Run builds every cell of the matrix and returns one Result per cell, in
+// Cells order. Failed cells do not stop the others; when any failed the
+// error wraps ErrCellsFailed (the results are still returned). A cancelled
+// ctx stops running builds and returns ctx's error.
+func Run(ctx context.Context, opts Options) ([]Result, error) {
+	if len(opts.Recipes) == 0 {
+		return nil, errors.New("build: no recipes")
+	}
+	if opts.CacheDir == "" {
+		return nil, errors.New("build: no cache directory")
+	}
+	cells, err := Cells(opts)
+	if err != nil {
+		return nil, fmt.Errorf("build: %w", err)
+	}
+	st, err := store.Open(opts.CacheDir)
+	if err != nil {
+		return nil, fmt.Errorf("build: %w", err)
+	}
+	r := &runner{opts: opts, store: st, driver: opts.Driver}
+	if r.driver == nil {
+		r.driver = dkms.New()
+	}
+	r.downloads = opts.DownloadDir
+	if r.downloads == "" {
+		if r.downloads = os.Getenv("KPRELOAD_CACHE"); r.downloads == "" {
+			r.downloads = DefaultDownloadDir
+		}
+	}
+	if r.logDir = opts.LogDir; r.logDir == "" {
+		r.logDir = filepath.Join(r.downloads, "logs")
+	}
+	if r.script = opts.KernelsScript; r.script == "" {
+		r.script = defaultKernelsScript(opts.Recipes)
+	}
+	workers, makeJobs := parallelism(opts.Jobs, len(cells), runtime.NumCPU())
+	r.makeJobs = makeJobs
+
+	if r.tmp, err = os.MkdirTemp(opts.TempDir, "kpreload-build-"); err != nil {
+		return nil, fmt.Errorf("build: %w", err)
+	}
+	defer os.RemoveAll(r.tmp)
+
+	for i, c := range cells {
+		r.emit(Event{Cell: c, Index: i, State: StateQueued, Time: time.Now()})
+	}
+	results := make([]Result, len(cells))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				res := r.runCell(ctx, i, cells[i])
+				results[i] = res
+				r.emit(Event{Cell: res.Cell, Index: i, State: res.State, Time: time.Now(), Result: &res})
+			}
+		}()
+	}
+	for i := range cells {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+
+	if err := ctx.Err(); err != nil {
+		return results, fmt.Errorf("build: %w", err)
+	}
+	var failed []string
+	for _, res := range results {
+		if res.State == StateFailed {
+			failed = append(failed, res.Recipe.Name+"/"+res.Kernel)
+		}
+	}
+	if len(failed) > 0 {
+		return results, fmt.Errorf("%w: %d of %d cells failed (%s)", ErrCellsFailed, len(failed), len(cells), strings.Join(failed, ", "))
+	}
+	return results, nil
+}
+
+// parallelism returns how many cells to build at once and the make -j of
+// each: jobs cells (default cpus/2, at least 1, at most the number of
+// cells), each with cpus/cells make jobs (at least 1).
+func parallelism(jobs, cells, cpus int) (workers, makeJobs int) {
+	workers = jobs
+	if workers <= 0 {
+		workers = max(1, cpus/2)
+	}
+	workers = max(1, min(workers, cells))
+	return workers, max(1, cpus/workers)
+}
+
+// defaultKernelsScript returns ../scripts/kernels.sh relative to the
+// directory of the first recipe loaded from a file, if it exists.
+func defaultKernelsScript(recipes []*recipe.Recipe) string {
+	for _, r := range recipes {
+		if r.File == "" {
+			continue
+		}
+		script, err := filepath.Abs(filepath.Join(filepath.Dir(r.File), "..", "scripts", "kernels.sh"))
+		if err == nil && exists(script) {
+			return script
+		}
+	}
+	return ""
+}
+
+// runner holds one Run's shared state.
+type runner struct {
+	opts                   Options
+	store                  *store.Store
+	driver                 dkms.Driver
+	downloads, logDir, tmp string
+	script                 string
+	makeJobs               int
+	progressMu             sync.Mutex
+	sources                onceMap[*source]
+	kernels                onceMap[*kernel]
+	recipeIDsMu            sync.Mutex
+	recipeIDs              map[*recipe.Recipe]string
+}
+
+// emit calls the progress function, one event at a time.
+func (r *runner) emit(e Event) {
+	if r.opts.Progress == nil {
+		return
+	}
+	r.progressMu.Lock()
+	defer r.progressMu.Unlock()
+	r.opts.Progress(e)
+}
+
+// recipeID names a recipe uniquely within the run (two recipes may share a name).
+func (r *runner) recipeID(rc *recipe.Recipe) string {
+	r.recipeIDsMu.Lock()
+	defer r.recipeIDsMu.Unlock()
+	if r.recipeIDs == nil {
+		r.recipeIDs = map[*recipe.Recipe]string{}
+	}
+	id, ok := r.recipeIDs[rc]
+	if !ok {
+		id = fmt.Sprintf("%d:%s", len(r.recipeIDs), rc.Name)
+		r.recipeIDs[rc] = id
+	}
+	return id
+}
+
+// runCell prepares, looks up and if needed builds and stores one cell.
+func (r *runner) runCell(ctx context.Context, i int, c Cell) Result {
+	start := time.Now()
+	res := Result{Cell: c}
+	fail := func(err error) Result {
+		res.State, res.Err, res.Duration = StateFailed, err, time.Since(start)
+		var be *dkms.BuildError
+		if errors.As(err, &be) && be.FirstError != "" {
+			res.FirstError = trimWorkPath(be.FirstError, r.tmp)
+		} else {
+			res.FirstError = err.Error()
+		}
+		return res
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	if c.Recipe.Signing != nil {
+		return fail(fmt.Errorf("recipe %s: module signing is not implemented yet", c.Recipe.Name))
+	}
+	r.emit(Event{Cell: c, Index: i, State: StatePreparing, Time: time.Now()})
+	src, err := r.sources.get(r.recipeID(c.Recipe), func() (*source, error) {
+		return prepareSource(ctx, c.Recipe, r.downloads)
+	})
+	if err != nil {
+		return fail(err)
+	}
+	k, err := r.kernels.get(c.Kernel, func() (*kernel, error) {
+		return prepareKernel(ctx, c.Kernel, r.downloads, r.script)
+	})
+	if err != nil {
+		return fail(err)
+	}
+	res.Key = cellKey(c.Recipe, src, k)
+	id, ok, err := r.store.Lookup(res.Key)
+	if err != nil {
+		return fail(err)
+	}
+	if ok {
+		res.State, res.SetID, res.Duration = StateCached, id, time.Since(start)
+		return res
+	}
+
+	r.emit(Event{Cell: c, Index: i, State: StateBuilding, Time: time.Now()})
+	work := filepath.Join(r.tmp, fmt.Sprintf("cell-%03d", i))
+	req := dkms.BuildRequest{
+		SourceDir:       src.dir,
+		Kernel:          c.Kernel,
+		KernelSourceDir: k.headersDir,
+		WorkDir:         filepath.Join(work, "dkms"),
+		Jobs:            r.makeJobs,
+	}
+	req.Env = kernelEnv(req, k)
+	built, err := r.driver.Build(ctx, req)
+	if err != nil {
+		var be *dkms.BuildError
+		if errors.As(err, &be) {
+			res.LogPath = r.keepLog(c, be.LogPath)
+			if errors.Is(err, dkms.ErrBuildExclusive) {
+				res.State, res.Duration = StateSkipped, time.Since(start)
+				return res
+			}
+		}
+		return fail(err)
+	}
+	res.LogPath = r.keepLog(c, built.LogPath)
+	files, err := selectModules(built.Modules, c.Recipe.Modules, filepath.Join(work, "keep"))
+	if err != nil {
+		return fail(fmt.Errorf("%s for %s: %w", c.Recipe.Name, c.Kernel, err))
+	}
+	_, id, err = r.store.AddFiles(ctx, store.AddRequest{
+		Driver:     c.Recipe.Driver.Name,
+		Version:    c.Recipe.Driver.Version,
+		Flavor:     c.Recipe.Flavor,
+		Files:      files,
+		CacheKey:   res.Key,
+		KernelTree: k.modulesTree,
+		Replace:    true, // a rebuild from changed inputs supersedes the old set
+	})
+	if err != nil {
+		return fail(err)
+	}
+	res.State, res.SetID, res.Duration = StateOK, id, time.Since(start)
+	return res
+}
+
+// kernelEnv tells packages whose Makefile finds the kernel by "uname -r"
+// unless told otherwise where the kernel is. NVIDIA's Makefile reads SYSSRC
+// (the kernel source tree, else /lib/modules/$(KERNEL_UNAME)/source or
+// build) and SYSOUT (the build tree): on an installed Debian system they are
+// linux-headers-<x>-common and linux-headers-<release>. Here SYSSRC is the
+// unpacked -common tree and SYSOUT the kernel build directory dkms.Build
+// gives make: the headers themselves, or WorkDir/kernel when their Makefile
+// includes files by absolute paths that only exist inside the unpacked root
+// (see the dkms package documentation).
+func kernelEnv(req dkms.BuildRequest, k *kernel) []string {
+	out := k.headers.Dir
+	for from, to := range k.headers.Includes {
+		if from != to {
+			out = filepath.Join(req.WorkDir, "kernel")
+			break
+		}
+	}
+	src := k.sourceDir
+	if src == "" {
+		src = out
+	}
+	return []string{"SYSSRC=" + src, "SYSOUT=" + out}
+}
+
+// trimWorkPath shortens compiler messages that name files in the run's
+// temporary build directories ("<tmp>/cell-000/.../build/x.c:1:2: error:")
+// to the path inside the package source ("x.c:1:2: error:").
+func trimWorkPath(line, tmp string) string {
+	i := strings.Index(line, tmp+"/")
+	if i < 0 {
+		return line
+	}
+	rest := line[i:]
+	end := strings.IndexAny(rest, " \t:")
+	if end < 0 {
+		end = len(rest)
+	}
+	j := strings.LastIndex(rest[:end], "/build/")
+	if j < 0 {
+		return line
+	}
+	return line[:i] + rest[j+len("/build/"):]
+}
+
+// keepLog copies a build log into the log directory as
+// <recipe>_<kernel>.log and returns the copy's path; when that fails it
+// returns the original path (which disappears with the work directory).
+func (r *runner) keepLog(c Cell, log string) string {
+	if log == "" {
+		return ""
+	}
+	if err := os.MkdirAll(r.logDir, 0o755); err != nil {
+		return log
+	}
+	dst := filepath.Join(r.logDir, c.Recipe.Name+"_"+c.Kernel+".log")
+	if err := copyFile(log, dst); err != nil {
+		return log
+	}
+	return dst
+}
+
+// selectModules picks the modules named in want from the built files and
+// copies them into dir, named after want (keeping the .ko suffix, such as
+// ".ko" or ".ko.xz"). A built file matches a wanted name by its modinfo name
+// or its file name, with '-' and '_' the same: dkms may rename files
+// (DEST_MODULE_NAME, nvidia.ko installed as nvidia-current.ko), the kernel
+// knows the module by its modinfo name. Every wanted module must be found.
+func selectModules(built, want []string, dir string) ([]string, error) {
+	type file struct{ path, suffix string }
+	byName := map[string]file{}
+	var names []string
+	for _, path := range built {
+		base := filepath.Base(path)
+		i := strings.Index(base, ".ko")
+		if i < 0 {
+			continue
+		}
+		f := file{path: path, suffix: base[i:]}
+		info, err := modinfo.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("read built module: %w", err)
+		}
+		for _, n := range []string{manifest.NormalizeName(base[:i]), manifest.NormalizeName(info.Name)} {
+			if _, dup := byName[n]; !dup {
+				byName[n] = f
+			}
+		}
+		names = append(names, info.Name)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("select modules: %w", err)
+	}
+	var out, missing []string
+	for _, w := range want {
+		f, ok := byName[manifest.NormalizeName(w)]
+		if !ok {
+			missing = append(missing, w)
+			continue
+		}
+		dst := filepath.Join(dir, w+f.suffix)
+		if err := copyFile(f.path, dst); err != nil {
+			return nil, fmt.Errorf("select modules: %w", err)
+		}
+		out = append(out, dst)
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("dkms did not build module(s) %s (built: %s)", strings.Join(missing, ", "), strings.Join(names, ", "))
+	}
+	return out, nil
+}
+
+// onceMap computes one value per key, once, for concurrent callers.
+type onceMap[T any] struct {
+	mu sync.Mutex
+	m  map[string]*onceEntry[T]
+}
+
+type onceEntry[T any] struct {
+	once sync.Once
+	v    T
+	err  error
+}
+
+// get returns the value for key, calling f to compute it the first time.
+func (o *onceMap[T]) get(key string, f func() (T, error)) (T, error) {
+	o.mu.Lock()
+	if o.m == nil {
+		o.m = map[string]*onceEntry[T]{}
+	}
+	e, ok := o.m[key]
+	if !ok {
+		e = &onceEntry[T]{}
+		o.m[key] = e
+	}
+	o.mu.Unlock()
+	e.once.Do(func() { e.v, e.err = f() })
+	return e.v, e.err
+}

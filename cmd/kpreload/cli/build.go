@@ -1,0 +1,318 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/kpreload/kpreload/builder/matrix"
+	"github.com/kpreload/kpreload/builder/recipe"
+)
+
+func init() { register(newBuildCmd) }
+
+func newBuildCmd() *cobra.Command {
+	var (
+		opts       matrix.Options
+		recipesDir string
+		asJSON     bool
+	)
+	cmd := &cobra.Command{
+		Use:   "build RECIPE... [--kernel KVER]... [--cache DIR] [--jobs N] [--json]",
+		Short: "Precompile driver recipes with dkms for a kernel matrix into the module cache",
+		Long: `Build compiles every RECIPE (a recipe file, or the name of a recipe in
+--recipes) with the real dkms for each kernel of its matrix, or for the
+--kernel releases given, and adds the modules the recipe keeps to the module
+cache. A cell whose inputs (source, headers, compiler, ...) are already in the
+cache is "cached" and not compiled. Missing kernels and driver packages are
+downloaded into $KPRELOAD_CACHE (default ` + matrix.DefaultDownloadDir + `).
+
+Progress goes to stderr, the result table (or --json) to stdout. The exit
+status is non-zero when any cell failed. Ctrl-C stops the builds and leaves
+the cache as it was.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(cacheContext(cmd), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			recipes, err := loadRecipes(args, recipesDir)
+			if err != nil {
+				return err
+			}
+			opts.Recipes = recipes
+			p := newBuildProgress(cmd.ErrOrStderr())
+			opts.Progress = p.event
+			results, err := matrix.Run(ctx, opts)
+			p.stop()
+			if results == nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				if jerr := printJSON(out, buildJSON(results)); jerr != nil {
+					return jerr
+				}
+			} else {
+				printBuildTable(out, results)
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVar(&opts.Kernels, "kernel", nil, "kernel release to build for, instead of the recipes' matrices (repeatable)")
+	f.StringVar(&opts.CacheDir, "cache", cacheDefaultDir(), "module cache directory")
+	f.IntVar(&opts.Jobs, "jobs", 0, "cells to build at once (default: one per two CPUs)")
+	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
+	f.StringVar(&recipesDir, "recipes", "recipes", "directory of recipes for RECIPE names")
+	return cmd
+}
+
+// loadRecipes loads each argument: a recipe file, or the name of a recipe
+// in dir (dir/NAME.yaml, else the recipe whose name: is NAME).
+func loadRecipes(args []string, dir string) ([]*recipe.Recipe, error) {
+	var out []*recipe.Recipe
+	var all []*recipe.Recipe
+	for _, arg := range args {
+		if st, err := os.Stat(arg); err == nil && !st.IsDir() {
+			r, err := recipe.Load(arg)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, r)
+			continue
+		}
+		if strings.ContainsRune(arg, filepath.Separator) || strings.HasSuffix(arg, ".yaml") {
+			return nil, fmt.Errorf("recipe %s: no such file", arg)
+		}
+		if file := filepath.Join(dir, arg+".yaml"); fileExists(file) {
+			r, err := recipe.Load(file)
+			if err != nil {
+				return nil, err
+			}
+			if r.Name == arg {
+				out = append(out, r)
+				continue
+			}
+		}
+		if all == nil {
+			var err error
+			if all, err = recipe.LoadDir(dir); err != nil {
+				return nil, fmt.Errorf("recipe %s: not a file, so looked in %s: %w", arg, dir, err)
+			}
+		}
+		i := slices.IndexFunc(all, func(r *recipe.Recipe) bool { return r.Name == arg })
+		if i < 0 {
+			var names []string
+			for _, r := range all {
+				names = append(names, r.Name)
+			}
+			return nil, fmt.Errorf("recipe %s: no such file and no recipe of that name in %s (have: %s)", arg, dir, strings.Join(names, ", "))
+		}
+		out = append(out, all[i])
+	}
+	return out, nil
+}
+
+func fileExists(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && !st.IsDir()
+}
+
+// buildProgress shows one line per cell on w: redrawn in place when w is a
+// terminal, else one plain line per state change.
+type buildProgress struct {
+	w     io.Writer
+	tty   bool
+	mu    sync.Mutex
+	cells []buildProgressCell
+	drawn int
+	done  chan struct{}
+	wg    sync.WaitGroup
+}
+
+type buildProgressCell struct {
+	recipe, kernel, state string
+	since                 time.Time
+	res                   *matrix.Result
+}
+
+func newBuildProgress(w io.Writer) *buildProgress {
+	p := &buildProgress{w: w, done: make(chan struct{})}
+	if f, ok := w.(*os.File); ok {
+		if _, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS); err == nil {
+			p.tty = true
+		}
+	}
+	if p.tty {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			tick := time.NewTicker(time.Second)
+			defer tick.Stop()
+			for {
+				select {
+				case <-p.done:
+					return
+				case <-tick.C:
+					p.mu.Lock()
+					p.redraw()
+					p.mu.Unlock()
+				}
+			}
+		}()
+	}
+	return p
+}
+
+// event records a state change (matrix.Options.Progress).
+func (p *buildProgress) event(e matrix.Event) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for len(p.cells) <= e.Index {
+		p.cells = append(p.cells, buildProgressCell{})
+	}
+	c := &p.cells[e.Index]
+	c.recipe, c.kernel, c.state, c.res = e.Cell.Recipe.Name, e.Cell.Kernel, e.State, e.Result
+	if e.State == matrix.StateBuilding || c.since.IsZero() {
+		c.since = e.Time
+	}
+	if p.tty {
+		p.redraw()
+		return
+	}
+	fmt.Fprintln(p.w, p.line(c, e.Time))
+}
+
+// line describes one cell.
+func (p *buildProgress) line(c *buildProgressCell, now time.Time) string {
+	state := c.state
+	switch {
+	case c.state == matrix.StateBuilding:
+		state = fmt.Sprintf("building (%s)", now.Sub(c.since).Round(time.Second))
+	case c.res != nil && c.state == matrix.StateOK:
+		state = fmt.Sprintf("ok (%s)", c.res.Duration.Round(100*time.Millisecond))
+	case c.res != nil && c.state == matrix.StateFailed:
+		state = "failed: " + c.res.FirstError
+	}
+	return fmt.Sprintf("%-20s %-30s %s", c.recipe, c.kernel, state)
+}
+
+// redraw rewrites every cell line in place; call with p.mu held.
+func (p *buildProgress) redraw() {
+	var b strings.Builder
+	if p.drawn > 0 {
+		fmt.Fprintf(&b, "\033[%dA", p.drawn)
+	}
+	now := time.Now()
+	for i := range p.cells {
+		b.WriteString("\r\033[K")
+		b.WriteString(p.line(&p.cells[i], now))
+		b.WriteByte('\n')
+	}
+	p.drawn = len(p.cells)
+	io.WriteString(p.w, b.String())
+}
+
+// stop ends the redraw ticker.
+func (p *buildProgress) stop() {
+	close(p.done)
+	p.wg.Wait()
+}
+
+// printBuildTable prints a kernel × recipe table of states, then the
+// failures with their first error and log.
+func printBuildTable(w io.Writer, results []matrix.Result) {
+	var kernels, recipes []string
+	state := map[[2]string]string{}
+	counts := map[string]int{}
+	for _, r := range results {
+		if !slices.Contains(kernels, r.Kernel) {
+			kernels = append(kernels, r.Kernel)
+		}
+		if !slices.Contains(recipes, r.Recipe.Name) {
+			recipes = append(recipes, r.Recipe.Name)
+		}
+		state[[2]string{r.Kernel, r.Recipe.Name}] = r.State
+		counts[r.State]++
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "KERNEL\t%s\n", strings.Join(recipes, "\t"))
+	for _, k := range kernels {
+		row := []string{k}
+		for _, r := range recipes {
+			s, ok := state[[2]string{k, r}]
+			if !ok {
+				s = "-"
+			}
+			row = append(row, s)
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	tw.Flush()
+	for _, r := range results {
+		if r.State != matrix.StateFailed {
+			continue
+		}
+		fmt.Fprintf(w, "\nFAILED %s for %s:\n  %s\n", r.Recipe.Name, r.Kernel, r.FirstError)
+		if r.LogPath != "" {
+			fmt.Fprintf(w, "  log: %s\n", r.LogPath)
+		}
+	}
+	var parts []string
+	for _, s := range []string{matrix.StateOK, matrix.StateCached, matrix.StateSkipped, matrix.StateFailed} {
+		if counts[s] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
+		}
+	}
+	fmt.Fprintf(w, "\n%d cells: %s\n", len(results), strings.Join(parts, ", "))
+}
+
+// buildResult is one cell in --json output.
+type buildResult struct {
+	Recipe     string            `json:"recipe"`
+	Driver     string            `json:"driver"`
+	Version    string            `json:"version"`
+	Flavor     string            `json:"flavor"`
+	Kernel     string            `json:"kernel"`
+	State      string            `json:"state"`
+	SetID      string            `json:"set_id,omitempty"`
+	FirstError string            `json:"first_error,omitempty"`
+	Error      string            `json:"error,omitempty"`
+	Log        string            `json:"log,omitempty"`
+	Seconds    float64           `json:"seconds"`
+	Key        map[string]string `json:"key,omitempty"`
+}
+
+func buildJSON(results []matrix.Result) []buildResult {
+	out := make([]buildResult, 0, len(results))
+	for _, r := range results {
+		b := buildResult{
+			Recipe:     r.Recipe.Name,
+			Driver:     r.Recipe.Driver.Name,
+			Version:    r.Recipe.Driver.Version,
+			Flavor:     r.Recipe.Flavor,
+			Kernel:     r.Kernel,
+			State:      r.State,
+			SetID:      r.SetID,
+			FirstError: r.FirstError,
+			Log:        r.LogPath,
+			Seconds:    r.Duration.Seconds(),
+			Key:        r.Key,
+		}
+		if r.Err != nil {
+			b.Error = r.Err.Error()
+		}
+		out = append(out, b)
+	}
+	return out
+}
