@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kpreload/kpreload/builder/internal/buildtest"
 )
 
 // testKernels are the kernels of scripts/lib.sh's default matrix.
@@ -52,56 +54,6 @@ func headersDir(t *testing.T, kver string) string {
 		}
 	}
 	return filepath.Join(root, "usr", "src", "linux-headers-"+kver)
-}
-
-// requireTools fails the test, with how to install them, when the programs
-// the real builds need are missing.
-func requireTools(t *testing.T) {
-	t.Helper()
-	for _, tool := range []string{DefaultPath, "/usr/sbin/modinfo", "make", "gcc-12", "pahole", "readelf"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s is missing (%v): install the build dependencies with scripts/deps.sh (dkms, kmod, make, gcc-12, dwarves, binutils)", tool, err)
-		}
-	}
-}
-
-// copyTree copies the regular files of src into dst (flat enough for a
-// driver source tree).
-func copyTree(t *testing.T, src, dst string) {
-	t.Helper()
-	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, path)
-		target := filepath.Join(dst, rel)
-		if d.IsDir() {
-			return os.MkdirAll(target, 0o755)
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(target, data, 0o644)
-	})
-	if err != nil {
-		t.Fatalf("copy %s to %s: %v", src, dst, err)
-	}
-}
-
-// editFile replaces old with new in path, failing if old is not there.
-func editFile(t *testing.T, path, old, new string) {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(data), old) {
-		t.Fatalf("%s does not contain %q", path, old)
-	}
-	if err := os.WriteFile(path, []byte(strings.Replace(string(data), old, new, 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // systemTrees are the host paths an isolated build must never write.
@@ -159,3 +111,7 @@ func modinfo(t *testing.T, path, field string) string {
 	}
 	return strings.TrimSpace(string(out))
 }
+
+func requireTools(t *testing.T)                    { buildtest.RequireTools(t, DefaultPath) }
+func copyTree(t *testing.T, src, dst string)       { buildtest.CopyTree(t, src, dst) }
+func editFile(t *testing.T, path, old, new string) { buildtest.EditFile(t, path, old, new) }

@@ -3,7 +3,6 @@ package matrix
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kpreload/kpreload/builder/internal/buildtest"
 
 	"github.com/kpreload/kpreload/builder/dkms"
 	"github.com/kpreload/kpreload/builder/recipe"
@@ -51,55 +52,6 @@ func requireKernels(t *testing.T) {
 		if out, err := exec.Command(script, kver).CombinedOutput(); err != nil {
 			t.Fatalf("%s %s: %v\n%s", script, kver, err, out)
 		}
-	}
-}
-
-// requireTools fails the test, with how to install them, when the programs
-// real builds need are missing.
-func requireTools(t *testing.T) {
-	t.Helper()
-	for _, tool := range []string{dkms.DefaultPath, "make", "gcc-12", "pahole", "dpkg-deb"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s is missing (%v): install the build dependencies with scripts/deps.sh (dkms, make, gcc-12, dwarves, dpkg)", tool, err)
-		}
-	}
-}
-
-// copyTree copies the regular files of src into dst.
-func copyTree(t *testing.T, src, dst string) {
-	t.Helper()
-	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, path)
-		target := filepath.Join(dst, rel)
-		if d.IsDir() {
-			return os.MkdirAll(target, 0o755)
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(target, data, 0o644)
-	})
-	if err != nil {
-		t.Fatalf("copy %s to %s: %v", src, dst, err)
-	}
-}
-
-// editFile replaces old with new in path, failing if old is not there.
-func editFile(t *testing.T, path, old, new string) {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(data), old) {
-		t.Fatalf("%s does not contain %q", path, old)
-	}
-	if err := os.WriteFile(path, []byte(strings.Replace(string(data), old, new, 1)), 0o644); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -227,3 +179,7 @@ func byCell(results []Result) map[string]Result {
 	}
 	return m
 }
+
+func requireTools(t *testing.T)                    { buildtest.RequireTools(t, dkms.DefaultPath) }
+func copyTree(t *testing.T, src, dst string)       { buildtest.CopyTree(t, src, dst) }
+func editFile(t *testing.T, path, old, new string) { buildtest.EditFile(t, path, old, new) }
