@@ -47,6 +47,9 @@ packages=(
   cpio zstd xz-utils gzip e2fsprogs  # archives and root disks
   initramfs-tools-core busybox       # the baseline benchmarks compare against
   dpkg-dev                           # dpkg -x / apt-get download helpers
+  mmdebstrap                         # image rootfs, without a VM or loop mounts
+  systemd-boot-efi dosfstools mtools fdisk  # UEFI ESP: systemd-boot, mkfs.vfat, mcopy, sfdisk
+  openssl                            # module signing keys
 )
 
 stamp="$KPRELOAD_CACHE/.deps-apt"

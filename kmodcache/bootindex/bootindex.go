@@ -36,6 +36,9 @@ type Set struct {
 	Modules []Module `json:"modules"`
 	// Firmware lists firmware files (relative to /lib/firmware) the set's modules request.
 	Firmware []string `json:"firmware,omitempty"`
+	// SupportedGPUs is the driver's supported-gpus.json (NVIDIA's format),
+	// relative to the set's Dir; empty when the driver ships none.
+	SupportedGPUs string `json:"supported_gpus,omitempty"`
 }
 
 // Module is one module file of a set.
