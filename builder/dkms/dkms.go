@@ -40,6 +40,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -295,9 +296,11 @@ func (d *DKMS) prepare(req BuildRequest) (*plan, error) {
 			return nil, fmt.Errorf("dkms build: %w", err)
 		}
 	}
-	// dkms finds the source as <sourcetree>/<name>-<version>; it copies it
-	// into its build directory, so the source itself is never written.
-	if err := os.Symlink(src, filepath.Join(sourceTree, p.name+"-"+p.version)); err != nil {
+	// dkms finds the source as <sourcetree>/<name>-<version> and copies it
+	// into its build directory as it is (cp -a): the copy made here follows
+	// symbolic links, so a source may share files with another through links
+	// (recipes/testdriver-2), and the source itself is never written.
+	if err := copySource(src, filepath.Join(sourceTree, p.name+"-"+p.version)); err != nil {
 		return nil, fmt.Errorf("dkms build: %w", err)
 	}
 	kernelDir := p.headers.Dir
@@ -470,4 +473,46 @@ func copyFile(src, dst string) (err error) {
 		return err
 	}
 	return os.Rename(tmp.Name(), dst)
+}
+
+// copySource copies the tree src to dst, following symbolic links (a link
+// becomes a copy of what it points to) and keeping file modes.
+func copySource(src, dst string) error {
+	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dst, rel)
+		info, err := os.Stat(path) // follows links
+		if err != nil {
+			return fmt.Errorf("source %s: %w", path, err)
+		}
+		if info.IsDir() {
+			if d.Type()&fs.ModeSymlink != 0 {
+				return fmt.Errorf("source %s: links to directories are not supported", path)
+			}
+			return os.MkdirAll(target, 0o755)
+		}
+		if !info.Mode().IsRegular() {
+			return fmt.Errorf("source %s: not a regular file", path)
+		}
+		in, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		out, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL, info.Mode().Perm())
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(out, in); err != nil {
+			out.Close()
+			return fmt.Errorf("copy %s: %w", path, err)
+		}
+		return out.Close()
+	})
 }

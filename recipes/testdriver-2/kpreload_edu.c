@@ -1,0 +1,1 @@
+../testdriver/kpreload_edu.c
