@@ -77,8 +77,10 @@ func Main() {
 	}()
 	b.setup()
 	b.coldplug("initramfs", b.index)
+	b.requested("initramfs")
 	b.mountRoot()
 	b.rootfsDrivers()
+	b.requested("rootfs")
 	b.handOver()
 }
 
@@ -235,6 +237,40 @@ func (b *Boot) load(names []string) {
 			b.rep.DriversReady = m.End
 		}
 	}
+}
+
+// requested loads the modules named by kpreload.load= (comma-separated) that
+// the index holds and that were not loaded yet, even when no device asks for
+// them: a driver whose hardware is absent still gets its init run (NVIDIA's
+// module then fails with ENODEV, which proves it links against this kernel).
+// Names the index does not know yet are tried again in the next phase.
+func (b *Boot) requested(phase string) {
+	v, ok := b.cmd.Flag("kpreload.load")
+	if !ok || v == "" {
+		return
+	}
+	b.ld.Phase = phase
+	var want []string
+	for _, n := range strings.Split(v, ",") {
+		n = coldplug.Normalize(strings.TrimSpace(n))
+		if n == "" || b.attempted[n] || len(b.index.ByName(n)) == 0 {
+			continue
+		}
+		b.attempted[n] = true
+		want = append(want, n)
+	}
+	if len(want) == 0 {
+		if phase == "rootfs" {
+			for _, n := range strings.Split(v, ",") {
+				if n = coldplug.Normalize(strings.TrimSpace(n)); n != "" && !b.attempted[n] {
+					b.warnf("kpreload.load: module %s is in no cached set for %s", n, b.release)
+				}
+			}
+		}
+		return
+	}
+	b.event("%s: loading %s (kpreload.load)", phase, strings.Join(want, ", "))
+	b.load(want)
 }
 
 // refreshDrivers records which driver each device ended up bound to.
