@@ -4,6 +4,10 @@
 // log lines), prints that as one "kpreload-rootinit: {json}" line on the console and on
 // the device named by kpreload.report= on the kernel command line, and powers off.
 //
+// With kpreload.rootinit.run=FILE on the kernel command line it first runs the
+// commands listed in FILE on the root (see package run), printing one
+// "kpreload-rootinit-run: {json}" line per command on the same devices.
+//
 // It must never hang a boot: every failure is recorded in the JSON and the machine is
 // powered off regardless. Run as any PID other than 1 it only prints the line on stdout,
 // which is how it is tested on a development machine.
@@ -16,6 +20,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/initramfs/report"
+	"github.com/kpreload/kpreload/initramfs/rootinit/run"
 	"golang.org/x/sys/unix"
 )
 
@@ -37,6 +42,7 @@ func main() {
 	var mounted []string
 	var errs []string
 	mounted, errs = mountPseudo()
+	errs = append(errs, runCommands()...)
 	rec := collect(sysRoot{dir: "/"}, errs)
 	rec.Mounted = mounted
 	emit(rec)
@@ -49,11 +55,21 @@ func emit(rec *report.RootInit) {
 	if err != nil {
 		line = report.RootInitPrefix + fmt.Sprintf(`{"format":%d,"pid":%d,"errors":[%q]}`, report.RootInitFormat, rec.PID, err.Error())
 	}
+	printLine(rec.Cmdline, line)
+}
+
+// targets are the devices records are printed on: the console and the report device.
+func targets(cmdline string) []string {
 	targets := []string{"/dev/console"}
-	if dev := cmdlineValue(rec.Cmdline, "kpreload.report"); dev != "" && dev != "/dev/console" {
+	if dev := cmdlineValue(cmdline, "kpreload.report"); dev != "" && dev != "/dev/console" {
 		targets = append(targets, dev)
 	}
-	for _, t := range targets {
+	return targets
+}
+
+// printLine prints one line on every target, each bounded in time.
+func printLine(cmdline, line string) {
+	for _, t := range targets(cmdline) {
 		if err := writeLine(t, line); err != nil {
 			// The console is the last resort; stdout is usually the same device.
 			fmt.Fprintf(os.Stdout, "kpreload-rootinit: writing to %s: %v\n", t, err)
@@ -154,4 +170,30 @@ func cmdlineValue(cmdline, key string) string {
 		}
 	}
 	return ""
+}
+
+// runCommands runs the commands of the file kpreload.rootinit.run names, printing
+// each one's record; it returns the errors to carry into the final record.
+func runCommands() []string {
+	b, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		return nil // collect records the unreadable command line
+	}
+	cmdline := strings.TrimSpace(string(b))
+	file := cmdlineValue(cmdline, run.Param)
+	if file == "" {
+		return nil
+	}
+	cmds, err := run.ParseFile(file)
+	if err != nil {
+		return []string{run.Param + ": " + err.Error()}
+	}
+	now := func() float64 {
+		v, _ := readUptime("/proc/uptime")
+		return v
+	}
+	for _, c := range cmds {
+		printLine(cmdline, run.Run(c, now).ConsoleLine())
+	}
+	return nil
 }

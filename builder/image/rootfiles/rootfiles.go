@@ -1,5 +1,5 @@
 // Package rootfiles holds the files kpreload puts into every image's root
-// filesystem as they are (systemd units, the ld.so.conf.d entry that finds the
+// filesystem as they are (systemd units under usr/lib/systemd with their preset, the ld.so.conf.d entry that finds the
 // loaded driver's userspace through /run/kpreload/driver).
 package rootfiles
 

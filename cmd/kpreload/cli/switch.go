@@ -1,0 +1,141 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/kpreload/kpreload/gpu/activate"
+	"github.com/kpreload/kpreload/gpu/switcher"
+	"github.com/kpreload/kpreload/initramfs/loader"
+	"github.com/kpreload/kpreload/kmodcache/store"
+)
+
+func init() { register(newSwitchCmd) }
+
+func newSwitchCmd() *cobra.Command {
+	var (
+		cacheDir, driver, flavor, kernel string
+		bindTimeout                      time.Duration
+		asJSON                           bool
+	)
+	cmd := &cobra.Command{
+		Use:   "switch VERSION [--cache DIR] [--driver NAME] [--flavor FLAVOR] [--json]",
+		Short: "Change the loaded driver version without rebooting",
+		Long: `switch replaces the active driver with another version cached for the running
+kernel (the root cache's index/<uname -r>.json), without a reboot:
+
+  1. find the active driver set (/run/kpreload/ready, else the modules loaded);
+  2. refuse, changing nothing, if any of its modules is in use: an open device
+     file (nvidia-persistenced, a CUDA program, Xorg) or a module outside the set
+     that depends on it;
+  3. unload its modules in reverse dependency order (nvidia_drm, nvidia_modeset,
+     nvidia_uvm, nvidia), computed from the set's dependencies;
+  4. load the same modules from the requested set with kpreload's loader
+     (vermagic and digest checked before finit_module);
+  5. check every device the old driver had is bound again and that the modules
+     report the requested version;
+  6. make the device nodes, point /run/kpreload/driver at
+     /opt/kpreload/drivers/VERSION, run ldconfig and rewrite /run/kpreload/ready.
+
+If the new set fails to load or to bind, it is unloaded and the previous set is
+loaded back (the exit status is non-zero either way). Steps go to stderr; the
+outcome, or with --json the whole record, to stdout. Needs root.`,
+		Example: `  kpreload switch 535.261.03
+  systemctl stop kpreload-persistenced && kpreload switch 470.256.02 --json && systemctl start kpreload-persistenced`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if kernel == "" {
+				var u unix.Utsname
+				if err := unix.Uname(&u); err != nil {
+					return fmt.Errorf("switch: uname: %w", err)
+				}
+				kernel = unix.ByteSliceToString(u.Release[:])
+			}
+			ld := &loader.Loader{Release: kernel, SysRoot: "/sys", VerifyDigest: true, Phase: "switch", Now: switcher.BootTime}
+			opts := switcher.Options{
+				Version: args[0], Driver: driver, Flavor: flavor,
+				CacheDir: cacheDir, Release: kernel,
+				SysDir: "/sys", ProcDir: "/proc", DevDir: "/dev", RunDir: activate.RunDir, Root: "/",
+				DriversDir:  activate.DriversDir,
+				Kernel:      switcher.System{Loader: ld},
+				BindTimeout: bindTimeout,
+				Ldconfig:    ldconfig,
+				Log:         prefixWriter{w: cmd.ErrOrStderr(), prefix: "kpreload switch: "},
+			}
+			res, err := switcher.Switch(opts)
+			if asJSON {
+				if jerr := printJSON(cmd.OutOrStdout(), res); jerr != nil {
+					return jerr
+				}
+				return err
+			}
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			switch {
+			case res.Unchanged:
+				fmt.Fprintf(out, "%s %s is already active\n", res.To.Driver, res.To.Version)
+			case res.From == nil:
+				fmt.Fprintf(out, "%s %s loaded in %.2fs\n", res.To.Driver, res.To.Version, res.Seconds)
+			default:
+				fmt.Fprintf(out, "%s %s -> %s in %.2fs\n", res.To.Driver, res.From.Version, res.To.Version, res.Seconds)
+			}
+			for _, b := range res.Bound {
+				fmt.Fprintf(out, "  %s bound to %s\n", b.Device, b.Driver)
+			}
+			for _, w := range res.Warnings {
+				fmt.Fprintf(out, "  warning: %s\n", w)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cacheDir, "cache", store.DefaultDir, "module cache holding the driver sets")
+	f.StringVar(&driver, "driver", "", "driver name, when several cached drivers have VERSION")
+	f.StringVar(&flavor, "flavor", "", "flavour (open, proprietary), when VERSION is cached in several")
+	f.DurationVar(&bindTimeout, "bind-timeout", 10*time.Second, "how long to wait for devices to be bound again")
+	f.BoolVar(&asJSON, "json", false, "print the outcome as JSON")
+	f.StringVar(&kernel, "kernel", "", "kernel release to take the sets of (default: the running kernel; for tests)")
+	_ = f.MarkHidden("kernel")
+	return cmd
+}
+
+// ldconfig refreshes the linker cache so libraries behind the moved driver link
+// are found by their new names; a system without ldconfig is left alone.
+func ldconfig() error {
+	for _, p := range []string{"/sbin/ldconfig", "/usr/sbin/ldconfig"} {
+		if _, err := os.Stat(p); err != nil {
+			continue
+		}
+		if out, err := exec.Command(p).CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: %w: %s", p, err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}
+	return nil
+}
+
+// prefixWriter writes each line with a prefix.
+type prefixWriter struct {
+	w      interface{ Write([]byte) (int, error) }
+	prefix string
+}
+
+func (p prefixWriter) Write(b []byte) (int, error) {
+	for _, line := range strings.SplitAfter(string(b), "\n") {
+		if line == "" {
+			continue
+		}
+		if _, err := fmt.Fprint(p.w, p.prefix+line); err != nil {
+			return 0, err
+		}
+	}
+	return len(b), nil
+}

@@ -1,0 +1,95 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kpreload/kpreload/gpu/xorg"
+)
+
+func init() { register(newXorgCmd) }
+
+// xorgResult is the --json output of kpreload xorg.
+type xorgResult struct {
+	GPUs   []xorg.GPU `json:"gpus"`
+	Output string     `json:"output,omitempty"`
+	Config string     `json:"config"`
+}
+
+func newXorgCmd() *cobra.Command {
+	var (
+		root, out string
+		asJSON    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "xorg [--sysfs ROOT] [-o FILE] [--json]",
+		Short: "Write an xorg.conf with one Device and Screen per NVIDIA GPU",
+		Long: `xorg writes an xorg.conf for images with displays: one Device (driver "nvidia")
+and one Screen per NVIDIA GPU, each Device pinned to its GPU by a BusID taken from
+sysfs (PCI addresses are hexadecimal there, BusID fields decimal: 0000:41:00.0 is
+"PCI:65:0:0"; outside PCI domain 0 "PCI:bus@domain:device:function").
+
+GPUs are the devices of vendor 0x10de with PCI class 0x03 (VGA 0x0300, 3D 0x0302,
+other display 0x0380); their audio and USB functions are left out. Screens allow
+an empty initial configuration, so GPUs without outputs run headless X.
+
+ROOT is "/" or a tree holding sys/bus/pci/devices (e.g. built from a fixture).
+The file is replaced atomically; without -o the configuration goes to stdout. It
+is an error when there is no NVIDIA GPU.`,
+		Example: `  kpreload xorg -o /etc/X11/xorg.conf
+  kpreload xorg --sysfs /tmp/h200-tree --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			gpus, err := xorg.Find(root)
+			if err != nil {
+				return err
+			}
+			if len(gpus) == 0 {
+				return fmt.Errorf("xorg: no NVIDIA GPU (vendor 0x10de, display class 0x03) under %s", filepath.Join(root, "sys/bus/pci/devices"))
+			}
+			conf := xorg.Config(gpus)
+			if out != "" {
+				if err := writeAtomic(out, []byte(conf)); err != nil {
+					return fmt.Errorf("xorg: %w", err)
+				}
+			}
+			switch {
+			case asJSON:
+				return printJSON(cmd.OutOrStdout(), xorgResult{GPUs: gpus, Output: out, Config: conf})
+			case out == "":
+				_, err := fmt.Fprint(cmd.OutOrStdout(), conf)
+				return err
+			}
+			for _, g := range gpus {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s -> BusID %q\n", g.Address, g.BusID)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (%d GPUs)\n", out, len(gpus))
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&root, "sysfs", "/", "root holding sys/bus/pci/devices")
+	f.StringVarP(&out, "output", "o", "", "file to write (default: stdout)")
+	f.BoolVar(&asJSON, "json", false, "print the GPUs and the configuration as JSON")
+	return cmd
+}
+
+// writeAtomic replaces path with data through a temporary file in its directory.
+func writeAtomic(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, ".kpreload-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	_, werr := f.Write(data)
+	cerr := f.Close()
+	if err := errors.Join(werr, cerr, os.Chmod(f.Name(), 0o644)); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}

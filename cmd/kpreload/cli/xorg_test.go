@@ -1,0 +1,57 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestXorgH200 runs the command on a sysfs tree built from the real H200 VM.
+func TestXorgH200(t *testing.T) {
+	b, err := os.ReadFile("../../../../shared/fixtures/h200-gpu-vm/pci-sysfs.txt")
+	if err != nil {
+		t.Fatalf("fixture: %v", err)
+	}
+	root := t.TempDir()
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.SplitN(line, " ", 3)
+		if len(f) != 3 || f[1] == "driver" {
+			continue
+		}
+		p := filepath.Join(root, "sys/bus/pci/devices", f[0], f[1])
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(f[2]+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conf := filepath.Join(t.TempDir(), "xorg.conf")
+	var out, errOut bytes.Buffer
+	if code := Execute([]string{"xorg", "--sysfs", root, "-o", conf, "--json"}, &out, &errOut); code != 0 {
+		t.Fatalf("xorg: exit %d: %s", code, errOut.String())
+	}
+	var res xorgResult
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.GPUs) != 1 || res.GPUs[0].BusID != "PCI:0:6:0" {
+		t.Errorf("xorg --json GPUs = %+v, want the H200 at PCI:0:6:0", res.GPUs)
+	}
+	written, err := os.ReadFile(conf)
+	if err != nil || !strings.Contains(string(written), `BusID          "PCI:0:6:0"`) || string(written) != res.Config {
+		t.Errorf("written %s (%v):\n%s\nwant the JSON's config with BusID PCI:0:6:0", conf, err, written)
+	}
+	// No NVIDIA GPU: an error, nothing written.
+	empty := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(empty, "sys/bus/pci/devices"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	errOut.Reset()
+	if code := Execute([]string{"xorg", "--sysfs", empty}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "no NVIDIA GPU") {
+		t.Errorf("xorg on a machine without GPU: exit %d, %q; want 1 and \"no NVIDIA GPU\"", code, errOut.String())
+	}
+}

@@ -1,0 +1,194 @@
+// Package activate publishes which driver is active once its modules are loaded:
+// the /run/kpreload/driver link to that version's userspace (the libraries the
+// image's ld.so.conf.d entry finds through it) and the /run/kpreload/ready record
+// that kpreload-drivers.target waits for.
+package activate
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// DriversDir is where images keep each driver version's userspace, unpacked from
+// its packages (<DriversDir>/<version>/usr/lib/...), as seen from the booted root.
+const DriversDir = "/opt/kpreload/drivers"
+
+// RunDir is where the records live at run time; /init writes them under its own
+// /run, which switch_root carries over.
+const RunDir = "/run"
+
+// LinkName and ReadyName are the link and the readiness record under <runDir>/kpreload.
+const (
+	LinkName  = "driver"
+	ReadyName = "ready"
+)
+
+// ErrNoUserspace is returned by Point when the version has no userspace directory.
+var ErrNoUserspace = errors.New("no userspace directory for this driver version")
+
+// LinkPath returns <runDir>/kpreload/driver.
+func LinkPath(runDir string) string { return filepath.Join(runDir, "kpreload", LinkName) }
+
+// ReadyPath returns <runDir>/kpreload/ready.
+func ReadyPath(runDir string) string { return filepath.Join(runDir, "kpreload", ReadyName) }
+
+// Point makes <runDir>/kpreload/driver a symlink to <driversDir>/<version>,
+// replacing any previous link atomically (a reader sees the old target or the new
+// one, never none). driversDir is the path as seen from the booted root; root is
+// where that root is mounted now ("/" on a running system, "/newroot" in /init),
+// under which the version directory must exist. When it does not, the link is
+// removed (a stale link would hand out another version's libraries) and the error
+// wraps ErrNoUserspace.
+func Point(runDir, root, driversDir, version string) error {
+	if version == "" || version != filepath.Base(version) || version == "." || version == ".." {
+		return fmt.Errorf("activate: bad driver version %q", version)
+	}
+	target := filepath.Join(driversDir, version)
+	link := LinkPath(runDir)
+	fi, err := os.Stat(filepath.Join(root, target))
+	if err != nil || !fi.IsDir() {
+		if rerr := Unpoint(runDir); rerr != nil {
+			return rerr
+		}
+		if err == nil {
+			err = fmt.Errorf("%s is not a directory", target)
+		}
+		return fmt.Errorf("activate: driver %s: %w (%v)", version, ErrNoUserspace, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+		return fmt.Errorf("activate: %w", err)
+	}
+	tmp := fmt.Sprintf("%s.tmp-%d", link, os.Getpid())
+	_ = os.Remove(tmp)
+	if err := os.Symlink(target, tmp); err != nil {
+		return fmt.Errorf("activate: %w", err)
+	}
+	if err := os.Rename(tmp, link); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("activate: %w", err)
+	}
+	return nil
+}
+
+// Unpoint removes the driver link if it exists.
+func Unpoint(runDir string) error {
+	if err := os.Remove(LinkPath(runDir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("activate: %w", err)
+	}
+	return nil
+}
+
+// Target returns where the driver link points, or "" when there is none.
+func Target(runDir string) (string, error) {
+	t, err := os.Readlink(LinkPath(runDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("activate: %w", err)
+	}
+	return t, nil
+}
+
+// ReadyFormat is the current format of the Ready record.
+const ReadyFormat = 1
+
+// Ready is the record of the active driver, written once its modules are loaded
+// and bound and its device nodes made. Schedulers and kpreload-drivers.target wait
+// for the file; kpreload switch rewrites it.
+type Ready struct {
+	Format int `json:"format"`
+	// Driver, Version and Flavor name the active driver ("nvidia", "535.261.03", "open").
+	Driver  string `json:"driver"`
+	Version string `json:"version"`
+	Flavor  string `json:"flavor,omitempty"`
+	// Set is the boot index set ID the modules came from.
+	Set string `json:"set,omitempty"`
+	// Kernel is the kernel release the modules were loaded into.
+	Kernel string `json:"kernel,omitempty"`
+	// Time is when the driver became ready, in seconds since the kernel started.
+	Time float64 `json:"time"`
+	// Modules lists the set's modules that are loaded, in load order.
+	Modules []string `json:"modules"`
+	// Userspace is where the driver link points ("" when the version has no userspace).
+	Userspace string `json:"userspace,omitempty"`
+	// DeviceNodes lists the device nodes made for it.
+	DeviceNodes []string `json:"device_nodes,omitempty"`
+	// By says who activated it: "init" at boot, "switch" for kpreload switch.
+	By string `json:"by"`
+	// Previous is the version that was active before a switch.
+	Previous string `json:"previous,omitempty"`
+}
+
+// MarkReady writes r to <runDir>/kpreload/ready atomically (temporary file, sync,
+// rename), so a reader never sees half a record.
+func MarkReady(runDir string, r Ready) error {
+	if r.Format == 0 {
+		r.Format = ReadyFormat
+	}
+	if r.Modules == nil {
+		r.Modules = []string{}
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("ready record: %w", err)
+	}
+	path := ReadyPath(runDir)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("ready record: %w", err)
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), ".ready-*")
+	if err != nil {
+		return fmt.Errorf("ready record: %w", err)
+	}
+	defer os.Remove(f.Name()) // no-op once renamed
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		f.Close()
+		return fmt.Errorf("ready record: %w", err)
+	}
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		return fmt.Errorf("ready record: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("ready record: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("ready record: %w", err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("ready record: %w", err)
+	}
+	return nil
+}
+
+// ReadReady reads <runDir>/kpreload/ready; the error wraps fs.ErrNotExist when no
+// driver has been marked ready.
+func ReadReady(runDir string) (*Ready, error) {
+	path := ReadyPath(runDir)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("ready record: %w", err)
+	}
+	var r Ready
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("ready record %s: %w", path, err)
+	}
+	if r.Format != ReadyFormat {
+		return nil, fmt.Errorf("ready record %s: format %d, want %d", path, r.Format, ReadyFormat)
+	}
+	return &r, nil
+}
+
+// ClearReady removes the readiness record (while drivers are being swapped).
+func ClearReady(runDir string) error {
+	if err := os.Remove(ReadyPath(runDir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("ready record: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,86 @@
+package activate
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestPoint(t *testing.T) {
+	root := t.TempDir() // stands for /newroot
+	run := t.TempDir()
+	for _, v := range []string{"535.261.03", "470.256.02"} {
+		if err := os.MkdirAll(filepath.Join(root, DriversDir, v, "usr/lib"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := Target(run); got != "" || err != nil {
+		t.Errorf("Target(no link) = %q, %v, want \"\", nil", got, err)
+	}
+	for _, v := range []string{"535.261.03", "470.256.02", "470.256.02"} {
+		if err := Point(run, root, DriversDir, v); err != nil {
+			t.Fatalf("Point(%s): %v", v, err)
+		}
+		want := DriversDir + "/" + v
+		if got, err := Target(run); got != want || err != nil {
+			t.Errorf("after Point(%s): Target = %q, %v, want %q, nil", v, got, err, want)
+		}
+		// Through the root, the link reaches the version's files.
+		if _, err := os.Stat(filepath.Join(root, want, "usr/lib")); err != nil {
+			t.Error(err)
+		}
+	}
+	entries, _ := os.ReadDir(filepath.Join(run, "kpreload"))
+	if len(entries) != 1 {
+		t.Errorf("run/kpreload holds %d entries, want only the link (no temporary left)", len(entries))
+	}
+	err := Point(run, root, DriversDir, "999.1")
+	if !errors.Is(err, ErrNoUserspace) || !strings.Contains(err.Error(), "999.1") {
+		t.Errorf("Point(absent version) = %v, want ErrNoUserspace naming 999.1", err)
+	}
+	if got, _ := Target(run); got != "" {
+		t.Errorf("after Point(absent version): link still points at %q, want it removed", got)
+	}
+	for _, bad := range []string{"", "..", "../etc", "a/b"} {
+		if err := Point(run, root, DriversDir, bad); err == nil {
+			t.Errorf("Point(%q) = nil error, want one", bad)
+		}
+	}
+}
+
+func TestReady(t *testing.T) {
+	run := t.TempDir()
+	if _, err := ReadReady(run); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("ReadReady(none) error = %v, want fs.ErrNotExist", err)
+	}
+	want := Ready{Driver: "nvidia", Version: "535.261.03", Flavor: "open", Set: "abc", Time: 2.5,
+		Modules: []string{"nvidia", "nvidia_uvm"}, Userspace: "/opt/kpreload/drivers/535.261.03", By: "init"}
+	if err := MarkReady(run, want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadReady(run)
+	want.Format = ReadyFormat
+	if err != nil || !reflect.DeepEqual(*got, want) {
+		t.Errorf("ReadReady = %+v, %v, want %+v", got, err, want)
+	}
+	fi, err := os.Stat(ReadyPath(run))
+	if err != nil || fi.Mode().Perm() != 0o644 {
+		t.Errorf("ready file: %v, %v, want mode 0644", fi, err)
+	}
+	if err := ClearReady(run); err != nil {
+		t.Fatal(err)
+	}
+	if err := ClearReady(run); err != nil {
+		t.Errorf("ClearReady twice: %v", err)
+	}
+	if err := os.WriteFile(ReadyPath(run), []byte(`{"format":9}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadReady(run); err == nil || !strings.Contains(err.Error(), "format 9") {
+		t.Errorf("ReadReady(format 9) = %v, want a format error", err)
+	}
+}

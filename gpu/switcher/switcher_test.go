@@ -1,0 +1,432 @@
+package switcher
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kpreload/kpreload/gpu/activate"
+	"github.com/kpreload/kpreload/initramfs/coldplug"
+	"github.com/kpreload/kpreload/initramfs/report"
+	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"golang.org/x/sys/unix"
+)
+
+const release = "6.1.0-test"
+
+// fakeKernel loads and unloads modules by editing a sysfs tree the way the kernel
+// would: /sys/module/<m>/{initstate,refcnt,version,holders/,drivers/} and PCI
+// driver bindings under /sys/bus/pci.
+type fakeKernel struct {
+	t     *testing.T
+	sys   string
+	calls []string
+	// failLoad makes "name@version" fail to load.
+	failLoad map[string]bool
+	// noBind keeps a version's driver from binding its devices.
+	noBind map[string]bool
+	// drivers maps a module to the PCI driver it registers.
+	drivers map[string]string
+	// devices are the PCI devices the drivers bind.
+	devices []string
+}
+
+func (k *fakeKernel) mod(name string) string { return filepath.Join(k.sys, "module", name) }
+
+func (k *fakeKernel) isLoaded(name string) bool {
+	_, err := os.Stat(filepath.Join(k.mod(name), "initstate"))
+	return err == nil
+}
+
+func (k *fakeKernel) refcnt(name string) int {
+	b, err := os.ReadFile(filepath.Join(k.mod(name), "refcnt"))
+	if err != nil {
+		k.t.Fatalf("fake kernel: %v", err)
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return n
+}
+
+func (k *fakeKernel) setRefcnt(name string, n int) {
+	if err := os.WriteFile(filepath.Join(k.mod(name), "refcnt"), []byte(strconv.Itoa(n)+"\n"), 0o644); err != nil {
+		k.t.Fatal(err)
+	}
+}
+
+// insert makes a module appear as loaded, with its dependencies holding it.
+func (k *fakeKernel) insert(name, version string, deps []string) {
+	dir := k.mod(name)
+	for _, d := range []string{"holders", "drivers"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			k.t.Fatal(err)
+		}
+	}
+	for f, v := range map[string]string{"initstate": "live", "refcnt": "0", "version": version} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(v+"\n"), 0o644); err != nil {
+			k.t.Fatal(err)
+		}
+	}
+	for _, d := range deps {
+		d = coldplug.Normalize(d)
+		if err := os.Symlink("../../"+name, filepath.Join(k.mod(d), "holders", name)); err != nil {
+			k.t.Fatal(err)
+		}
+		k.setRefcnt(d, k.refcnt(d)+1)
+	}
+	drv, ok := k.drivers[name]
+	if !ok {
+		return
+	}
+	ddir := filepath.Join(k.sys, "bus/pci/drivers", drv)
+	if err := os.MkdirAll(ddir, 0o755); err != nil {
+		k.t.Fatal(err)
+	}
+	if err := os.Symlink(ddir, filepath.Join(dir, "drivers", "pci:"+drv)); err != nil {
+		k.t.Fatal(err)
+	}
+	if k.noBind[version] {
+		return
+	}
+	for _, dev := range k.devices {
+		if err := os.Symlink("../../devices/"+dev, filepath.Join(ddir, dev)); err != nil {
+			k.t.Fatal(err)
+		}
+		if err := os.Symlink("../../drivers/"+drv, filepath.Join(k.sys, "bus/pci/devices", dev, "driver")); err != nil {
+			k.t.Fatal(err)
+		}
+	}
+}
+
+func (k *fakeKernel) Unload(name string) error {
+	k.calls = append(k.calls, "unload "+name)
+	if !k.isLoaded(name) {
+		return unix.ENOENT
+	}
+	if k.refcnt(name) > 0 {
+		return unix.EWOULDBLOCK
+	}
+	if drv, ok := k.drivers[name]; ok {
+		for _, dev := range k.devices {
+			os.Remove(filepath.Join(k.sys, "bus/pci/devices", dev, "driver"))
+		}
+		os.RemoveAll(filepath.Join(k.sys, "bus/pci/drivers", drv))
+	}
+	mods, _ := os.ReadDir(filepath.Join(k.sys, "module"))
+	for _, m := range mods {
+		h := filepath.Join(k.mod(m.Name()), "holders", name)
+		if _, err := os.Lstat(h); err == nil {
+			os.Remove(h)
+			k.setRefcnt(m.Name(), k.refcnt(m.Name())-1)
+		}
+	}
+	return os.RemoveAll(k.mod(name))
+}
+
+func (k *fakeKernel) Load(ix *coldplug.Index, names []string) []report.Module {
+	var out []report.Module
+	var visit func(name string) bool
+	visit = func(name string) bool {
+		name = coldplug.Normalize(name)
+		if k.isLoaded(name) {
+			return true
+		}
+		cands := ix.ByName(name)
+		if len(cands) == 0 {
+			out = append(out, report.Module{Name: name, Result: "failed", Reason: "no module named " + name})
+			return false
+		}
+		c := cands[0]
+		for _, d := range c.Module.Depends {
+			if !visit(d) {
+				out = append(out, report.Module{Name: name, Result: "failed", Reason: "dependency " + d})
+				return false
+			}
+		}
+		k.calls = append(k.calls, "load "+name+"@"+c.Set.Version)
+		if k.failLoad[name+"@"+c.Set.Version] {
+			out = append(out, report.Module{Name: name, Set: c.Set.ID, Result: "failed", Reason: "kernel rejected the module", Errno: "EINVAL"})
+			return false
+		}
+		k.insert(name, c.Set.Version, c.Module.Depends)
+		out = append(out, report.Module{Name: name, Set: c.Set.ID, Path: c.File, Result: "loaded"})
+		return true
+	}
+	for _, n := range names {
+		visit(n)
+	}
+	return out
+}
+
+// nvidiaSet is a driver set shaped like NVIDIA's, modules listed out of order.
+func nvidiaSet(id, version string) bootindex.Set {
+	vm := release + " SMP preempt mod_unload modversions "
+	return bootindex.Set{ID: id, Driver: "nvidia", Version: version, Flavor: "open", Dir: "../objects/sha256",
+		Modules: []bootindex.Module{
+			{Name: "nvidia_uvm", Path: "uvm", Vermagic: vm, Depends: []string{"nvidia"}},
+			{Name: "nvidia-drm", Path: "drm", Vermagic: vm, Depends: []string{"nvidia-modeset", "drm"}},
+			{Name: "nvidia", Path: "nv", Vermagic: vm},
+			{Name: "nvidia_modeset", Path: "modeset", Vermagic: vm, Depends: []string{"nvidia"}},
+		}}
+}
+
+type env struct {
+	k    *fakeKernel
+	o    Options
+	root string
+}
+
+// newEnv makes a cache with nvidia 1.0 and 2.0, a machine with one GPU at
+// 0000:00:06.0 and (when active) 1.0 loaded, bound and marked ready.
+func newEnv(t *testing.T, active bool) *env {
+	t.Helper()
+	dir := t.TempDir()
+	e := &env{root: filepath.Join(dir, "root")}
+	sys := filepath.Join(dir, "sys")
+	for _, d := range []string{"module", "bus/pci/drivers", "bus/pci/devices/0000:00:06.0", "bus/pci/devices/0000:00:01.0"} {
+		if err := os.MkdirAll(filepath.Join(sys, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	proc := filepath.Join(dir, "proc")
+	if err := os.MkdirAll(proc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(proc, "devices"), []byte("Character devices:\n  1 mem\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"1.0", "2.0"} {
+		if err := os.MkdirAll(filepath.Join(e.root, activate.DriversDir, v), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cache := filepath.Join(dir, "cache")
+	if err := os.MkdirAll(filepath.Join(cache, "index"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	idx := &bootindex.Index{Format: bootindex.FormatVersion, Kernel: release, Sets: []bootindex.Set{nvidiaSet("set-a", "1.0"), nvidiaSet("set-b", "2.0")}}
+	if err := bootindex.Write(filepath.Join(cache, "index", release+".json"), idx); err != nil {
+		t.Fatal(err)
+	}
+	e.k = &fakeKernel{t: t, sys: sys, drivers: map[string]string{"nvidia": "nvidia"}, devices: []string{"0000:00:06.0"},
+		failLoad: map[string]bool{}, noBind: map[string]bool{}}
+	e.k.insert("drm", "", nil) // a kernel module outside the set, already loaded
+	e.o = Options{Version: "2.0", CacheDir: cache, Release: release, SysDir: sys, ProcDir: proc,
+		DevDir: filepath.Join(dir, "dev"), RunDir: filepath.Join(dir, "run"), Root: e.root,
+		Kernel: e.k, Now: func() float64 { return 42 }, BindTimeout: 300 * time.Millisecond}
+	if active {
+		ix := coldplug.NewIndex()
+		ix.Add(filepath.Join(cache, "index"), &bootindex.Index{Sets: idx.Sets[:1]}, nil)
+		for _, m := range e.k.Load(ix, []string{"nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm"}) {
+			if m.Result != "loaded" {
+				t.Fatalf("set up: %+v", m)
+			}
+		}
+		if err := activate.MarkReady(e.o.RunDir, activate.Ready{Driver: "nvidia", Version: "1.0", Set: "set-a", By: "init",
+			Modules: []string{"nvidia", "nvidia_modeset", "nvidia_drm", "nvidia_uvm"}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := activate.Point(e.o.RunDir, e.root, activate.DriversDir, "1.0"); err != nil {
+			t.Fatal(err)
+		}
+		e.k.calls = nil
+	}
+	return e
+}
+
+// state returns the loaded modules with their versions and the GPU's driver.
+func (e *env) state(t *testing.T) (map[string]string, string) {
+	t.Helper()
+	mods := map[string]string{}
+	for _, m := range []string{"nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm"} {
+		if e.k.isLoaded(m) {
+			b, _ := os.ReadFile(filepath.Join(e.k.mod(m), "version"))
+			mods[m] = strings.TrimSpace(string(b))
+		}
+	}
+	return mods, coldplug.BoundDriver(filepath.Join(e.k.sys, "bus/pci/devices/0000:00:06.0"))
+}
+
+func allAt(v string) map[string]string {
+	return map[string]string{"nvidia": v, "nvidia_uvm": v, "nvidia_modeset": v, "nvidia_drm": v}
+}
+
+func (e *env) checkActive(t *testing.T, version, by, previous string) {
+	t.Helper()
+	mods, drv := e.state(t)
+	if want := allAt(version); !reflect.DeepEqual(mods, want) || drv != "nvidia" {
+		t.Errorf("loaded modules %v, GPU driver %q; want %v, \"nvidia\"", mods, drv, want)
+	}
+	r, err := activate.ReadReady(e.o.RunDir)
+	if err != nil {
+		t.Fatalf("ready record: %v", err)
+	}
+	if r.Version != version || r.By != by || r.Previous != previous || len(r.Modules) != 4 {
+		t.Errorf("ready = %+v, want version %s by %s, previous %q, 4 modules", r, version, by, previous)
+	}
+	if got, _ := activate.Target(e.o.RunDir); got != activate.DriversDir+"/"+version {
+		t.Errorf("driver link -> %q, want %q", got, activate.DriversDir+"/"+version)
+	}
+}
+
+func TestUnloadOrder(t *testing.T) {
+	set := nvidiaSet("x", "1")
+	got := unloadOrder(&set)
+	want := []string{"nvidia_drm", "nvidia_modeset", "nvidia_uvm", "nvidia"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("unloadOrder = %q, want %q", got, want)
+	}
+	if got, want := loadOrder(&set), []string{"nvidia", "nvidia_modeset", "nvidia_drm", "nvidia_uvm"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("loadOrder = %q, want %q", got, want)
+	}
+}
+
+func TestSwitch(t *testing.T) {
+	e := newEnv(t, true)
+	var log strings.Builder
+	e.o.Log = &log
+	res, err := Switch(e.o)
+	if err != nil {
+		t.Fatalf("Switch: %v\n%s", err, log.String())
+	}
+	wantCalls := []string{"unload nvidia_drm", "unload nvidia_modeset", "unload nvidia_uvm", "unload nvidia",
+		"load nvidia@2.0", "load nvidia_uvm@2.0", "load nvidia_modeset@2.0", "load nvidia_drm@2.0"}
+	if !reflect.DeepEqual(e.k.calls, wantCalls) {
+		t.Errorf("kernel calls = %q, want %q", e.k.calls, wantCalls)
+	}
+	e.checkActive(t, "2.0", "switch", "1.0")
+	if res.From.Version != "1.0" || res.To.Version != "2.0" || res.RolledBack || len(res.Bound) != 1 || res.Bound[0].Device != "0000:00:06.0" {
+		t.Errorf("result = %+v, want 1.0 -> 2.0, GPU bound, no rollback", res)
+	}
+	// And back, this time found from sysfs alone (no readiness record).
+	if err := activate.ClearReady(e.o.RunDir); err != nil {
+		t.Fatal(err)
+	}
+	e.k.calls = nil
+	e.o.Version = "1.0"
+	if _, err := Switch(e.o); err != nil {
+		t.Fatalf("Switch back: %v", err)
+	}
+	e.checkActive(t, "1.0", "switch", "2.0")
+	if len(e.k.calls) != 8 {
+		t.Errorf("switch back: kernel calls = %q, want 4 unloads and 4 loads", e.k.calls)
+	}
+}
+
+func TestSwitchAlreadyActive(t *testing.T) {
+	e := newEnv(t, true)
+	e.o.Version = "1.0"
+	res, err := Switch(e.o)
+	if err != nil || !res.Unchanged || len(e.k.calls) != 0 {
+		t.Errorf("Switch(active version) = %+v, %v, calls %q; want unchanged, no calls", res, err, e.k.calls)
+	}
+}
+
+func TestSwitchNothingActive(t *testing.T) {
+	e := newEnv(t, false)
+	if _, err := Switch(e.o); err != nil {
+		t.Fatalf("Switch: %v", err)
+	}
+	want := []string{"load nvidia@2.0", "load nvidia_modeset@2.0", "load nvidia_drm@2.0", "load nvidia_uvm@2.0"}
+	if !reflect.DeepEqual(e.k.calls, want) {
+		t.Errorf("kernel calls = %q, want %q", e.k.calls, want)
+	}
+	e.checkActive(t, "2.0", "switch", "")
+}
+
+func TestSwitchRefuses(t *testing.T) {
+	tests := []struct {
+		name    string
+		prepare func(e *env)
+		want    string
+	}{
+		{"device open", func(e *env) { e.k.setRefcnt("nvidia", e.k.refcnt("nvidia")+1) }, "module nvidia is in use: 1 user(s)"},
+		{"foreign holder", func(e *env) { e.k.insert("gdrdrv", "2.3", []string{"nvidia"}) }, "module gdrdrv, which is not part of the driver set"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, true)
+			tt.prepare(e)
+			_, err := Switch(e.o)
+			var inUse *InUseError
+			if !errors.As(err, &inUse) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Switch = %v, want an InUseError containing %q", err, tt.want)
+			}
+			if len(e.k.calls) != 0 {
+				t.Errorf("kernel calls = %q, want none", e.k.calls)
+			}
+			e.checkActive(t, "1.0", "init", "")
+		})
+	}
+}
+
+func TestSwitchRollsBack(t *testing.T) {
+	tests := []struct {
+		name    string
+		prepare func(e *env)
+		want    string
+	}{
+		{"load fails", func(e *env) { e.k.failLoad["nvidia_uvm@2.0"] = true }, "nvidia_uvm failed: kernel rejected the module"},
+		{"device not bound", func(e *env) { e.k.noBind["2.0"] = true }, "0000:00:06.0 not bound again"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, true)
+			tt.prepare(e)
+			res, err := Switch(e.o)
+			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "rolled back to nvidia 1.0") {
+				t.Fatalf("Switch = %v, want an error containing %q and the rollback", err, tt.want)
+			}
+			if !res.RolledBack {
+				t.Errorf("result.RolledBack = false, want true")
+			}
+			e.checkActive(t, "1.0", "switch", "")
+			// Every 2.0 module that went in came out before 1.0 went back.
+			var loaded2 []string
+			for _, c := range e.k.calls {
+				if strings.HasSuffix(c, "@2.0") && strings.HasPrefix(c, "load ") {
+					loaded2 = append(loaded2, strings.TrimSuffix(strings.TrimPrefix(c, "load "), "@2.0"))
+				}
+			}
+			first1 := slices.Index(e.k.calls, "load nvidia@1.0")
+			if first1 < 0 {
+				t.Fatalf("kernel calls = %q, want 1.0 loaded back", e.k.calls)
+			}
+			for _, m := range loaded2 {
+				if !e.k.failLoad[m+"@2.0"] && !slices.Contains(e.k.calls[:first1], "unload "+m) {
+					t.Errorf("kernel calls = %q: %s (2.0) not unloaded before the rollback", e.k.calls, m)
+				}
+			}
+		})
+	}
+}
+
+func TestSwitchBadRequests(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(o *Options)
+		want string
+	}{
+		{"absent version", func(o *Options) { o.Version = "3.0" }, "no cached driver set 3.0 for kernel 6.1.0-test; the cache has: nvidia 1.0 (open), nvidia 2.0 (open)"},
+		{"absent flavour", func(o *Options) { o.Flavor = "proprietary" }, "no cached driver set 2.0 (proprietary)"},
+		{"other kernel", func(o *Options) { o.Release = "6.12.0-other" }, "no cached driver sets for kernel 6.12.0-other"},
+		{"no version", func(o *Options) { o.Version = "" }, "no driver version given"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, true)
+			tt.edit(&e.o)
+			if _, err := Switch(e.o); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Switch = %v, want an error containing %q", err, tt.want)
+			}
+			if len(e.k.calls) != 0 {
+				t.Errorf("kernel calls = %q, want none", e.k.calls)
+			}
+		})
+	}
+}
