@@ -35,6 +35,7 @@ func TestShippedRecipes(t *testing.T) {
 		{"nvidia-tesla-535", "535.216.03", FlavorProprietary, "nvidia-tesla-535-kernel-dkms=535.216.03-3~deb12u1", "usr/src/nvidia-tesla-535-535.216.03"},
 		{"nvidia-tesla-470", "470.256.02", FlavorProprietary, "nvidia-tesla-470-kernel-dkms=470.256.02-1~deb12u1", "usr/src/nvidia-tesla-470-470.256.02"},
 		{"testdriver", "1.0.0", FlavorOpen, "", ""},
+		{"testdriver-2", "2.0.0", FlavorOpen, "", ""},
 	}
 	for _, w := range want {
 		r, ok := byName[w.name]
