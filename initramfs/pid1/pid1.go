@@ -7,10 +7,8 @@ package pid1
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kpreload/kpreload/gpu/selection"
 	"github.com/kpreload/kpreload/initramfs/coldplug"
 	"github.com/kpreload/kpreload/initramfs/loader"
 	"github.com/kpreload/kpreload/initramfs/report"
@@ -52,6 +51,12 @@ type Boot struct {
 	devIndex map[string]int
 	// attempted holds the modules already given to the loader.
 	attempted map[string]bool
+	// initIdx is the initramfs boot index and initDir its directory; the driver
+	// sets in it load only once selection has chosen them.
+	initIdx *bootindex.Index
+	initDir string
+	// decision is the driver selection, nil until taken.
+	decision *selection.Decision
 }
 
 // Now returns seconds since the kernel started (CLOCK_BOOTTIME).
@@ -76,11 +81,11 @@ func Main() {
 		}
 	}()
 	b.setup()
-	b.coldplug("initramfs", b.index)
-	b.requested("initramfs")
+	// The kernel's own modules first (storage, buses, qemu_fw_cfg for the
+	// instance request); driver sets only once selection has chosen their versions.
+	b.coldplug("initramfs", "initramfs", b.index)
 	b.mountRoot()
-	b.rootfsDrivers()
-	b.requested("rootfs")
+	b.drivers()
 	b.handOver()
 }
 
@@ -147,7 +152,8 @@ func (b *Boot) setup() {
 		b.errorf("boot index is for kernel %s, running %s", idx.Kernel, b.release)
 	}
 	b.ld.Vermagic = kernelVermagic(idx)
-	b.index.Add(dir, idx, nil)
+	b.initIdx, b.initDir = idx, dir
+	b.index.Add(dir, idx, func(s *bootindex.Set) bool { return selection.IsKernelSet(s) })
 	b.event("boot index read: %d sets", len(idx.Sets))
 }
 
@@ -171,13 +177,14 @@ func (b *Boot) flag(name, def string) string {
 
 // coldplug matches every device's modalias against match and loads what
 // matches (dependencies are resolved against the whole index), repeating while
-// loads create new devices.
-func (b *Boot) coldplug(phase string, match *coldplug.Index) {
+// loads create new devices. phase labels the loads; key names the pass (each
+// device is matched once per key).
+func (b *Boot) coldplug(phase, key string, match *coldplug.Index) {
 	b.ld.Phase = phase
-	seen := b.seen[phase]
+	seen := b.seen[key]
 	if seen == nil {
 		seen = map[string]bool{}
-		b.seen[phase] = seen
+		b.seen[key] = seen
 	}
 	for round := 1; round <= 8; round++ {
 		devs, err := coldplug.Scan("/sys")
@@ -218,7 +225,7 @@ func (b *Boot) coldplug(phase string, match *coldplug.Index) {
 		if fresh == 0 {
 			break
 		}
-		b.event("%s coldplug round %d: %d new devices, %d modules to load", phase, round, fresh, len(want))
+		b.event("%s coldplug round %d: %d new devices, %d modules to load", key, round, fresh, len(want))
 		if len(want) == 0 {
 			continue
 		}
@@ -303,7 +310,7 @@ func (b *Boot) mountRoot() {
 			break
 		}
 		// New devices may appear late (asynchronous probes, USB): pick them up.
-		b.coldplug("initramfs", b.index)
+		b.coldplug("initramfs", "initramfs", b.index)
 		if waited := time.Since(start); waited >= next {
 			fmt.Fprintf(b.console, "kpreload: waiting for root %s (%s so far): %v\n", spec, waited.Round(time.Second), err)
 			next += 5 * time.Second
@@ -344,28 +351,6 @@ func (b *Boot) mountRoot() {
 	b.rep.Root.Error = ""
 	b.rep.Root.Mounted = Now()
 	b.event("root %s (%s) mounted from %s", spec, fstype, dev)
-}
-
-// rootfsDrivers loads driver sets kept in the root filesystem's module cache for
-// devices that are present, before switch_root.
-func (b *Boot) rootfsDrivers() {
-	path := filepath.Join(NewRoot, RootCacheIndex, b.release+".json")
-	idx, err := bootindex.Read(path)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			b.event("no module cache on root for %s", b.release)
-			return
-		}
-		b.errorf("%v", err)
-		return
-	}
-	dir := filepath.Dir(path)
-	b.index.Add(dir, idx, nil)
-	// Match every device again, against the root cache's sets only.
-	match := coldplug.NewIndex()
-	match.Add(dir, idx, nil)
-	b.coldplug("rootfs", match)
-	b.event("root cache: %d sets for %s", len(idx.Sets), b.release)
 }
 
 // writeReport stores the report in /run and prints the summary on the console and

@@ -38,9 +38,11 @@ type Report struct {
 	// DriversReady is when the last driver load finished (seconds since kernel start).
 	DriversReady float64 `json:"drivers_ready"`
 	// SwitchRoot is when /init called switch_root.
-	SwitchRoot float64  `json:"switch_root"`
-	Warnings   []string `json:"warnings,omitempty"`
-	Errors     []string `json:"errors,omitempty"`
+	SwitchRoot float64 `json:"switch_root"`
+	// Selection records the GPU driver version decision; nil when no driver set was cached.
+	Selection *Selection `json:"selection,omitempty"`
+	Warnings  []string   `json:"warnings,omitempty"`
+	Errors    []string   `json:"errors,omitempty"`
 }
 
 // Device is one device found in sysfs.

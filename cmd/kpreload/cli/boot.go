@@ -6,10 +6,12 @@ import (
 	"io"
 	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/kpreload/kpreload/builder/qemu"
+	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/initramfs/report"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -35,10 +37,11 @@ type bootJSON struct {
 
 func newBootCmd() *cobra.Command {
 	var (
-		c       qemu.Config
-		fwCfg   []string
-		workDir string
-		asJSON  bool
+		c        qemu.Config
+		fwCfg    []string
+		instFile string
+		workDir  string
+		asJSON   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "boot --kernel FILE [--initramfs FILE] [--root-disk FILE]",
@@ -50,9 +53,15 @@ report channel (kpreload.report=/dev/ttyS1), falling back to the console.
 
 The kernel command line starts with "console=ttyS0 panic=-1 kpreload.report=/dev/ttyS1"
 and root=<disk on --root-bus> unless --append sets root=. A kernel panic ends the run
-at once. The command fails when no boot report came back, saying why.`,
+at once. The command fails when no boot report came back, saying why.
+
+--instance FILE hands an instance YAML (resources.driver.version/cuda/flavor) to
+kpreload's /init through QEMU fw_cfg (opt/kpreload/instance.yaml); /init reads it
+after coldplug has loaded qemu_fw_cfg, unless the kernel command line
+(kpreload.driver=, kpreload.flavor=, kpreload.instance=) already asks.`,
 		Example: `  kpreload boot --kernel vmlinuz --initramfs initrd.img --root-disk root.img --device edu
-  kpreload boot --kernel vmlinuz --initramfs initrd.img --root-disk root.img --accel auto --json`,
+  kpreload boot --kernel vmlinuz --initramfs initrd.img --root-disk root.img --accel auto --json
+  kpreload boot --kernel vmlinuz --initramfs initrd.img --root-disk root.img --device edu --instance instance.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if c.Kernel == "" {
@@ -65,6 +74,18 @@ at once. The command fails when no boot report came back, saying why.`,
 					return fmt.Errorf("--fw-cfg %q: want NAME=FILE", kv)
 				}
 				c.FwCfg[name] = file
+			}
+			if instFile != "" {
+				// Refuse a bad instance here, with its line numbers, rather than
+				// have /init skip it at boot.
+				if _, err := instance.ReadFile(instFile); err != nil {
+					return fmt.Errorf("--instance: %w", err)
+				}
+				abs, err := filepath.Abs(instFile)
+				if err != nil {
+					return fmt.Errorf("--instance: %w", err)
+				}
+				c.FwCfg[instance.FwCfgName] = abs
 			}
 			stderr := cmd.ErrOrStderr()
 			r := &qemu.Runner{WorkDir: workDir, Log: stderr}
@@ -111,6 +132,7 @@ at once. The command fails when no boot report came back, saying why.`,
 	f.StringVar(&c.Append, "append", "", "extra kernel command line parameters")
 	f.StringVar(&c.ConsoleLog, "console", "", "write the console log here (default: in the work directory)")
 	f.StringArrayVar(&fwCfg, "fw-cfg", nil, "pass a file through QEMU fw_cfg as opt/NAME, NAME=FILE (repeatable)")
+	f.StringVar(&instFile, "instance", "", "instance YAML (driver version, cuda, flavour) for /init, passed through fw_cfg as "+instance.FwCfgName)
 	f.StringVar(&workDir, "work-dir", "", "directory for the logs (default: a new temporary directory)")
 	f.BoolVar(&asJSON, "json", false, "print the report, root-init record and timings as JSON")
 	return cmd
@@ -182,6 +204,7 @@ func printBootSummary(w io.Writer, res *qemu.Result) {
 		fmt.Fprintf(w, "  real init ran at %.3f s (root %s, %s)\n", ri.Start, dev, ri.Root.FSType)
 	}
 	if rep := res.Report; rep != nil {
+		printSelection(w, rep.Selection)
 		printModuleTimeline(w, rep)
 	}
 	if ri := res.RootInit; ri != nil {
@@ -255,5 +278,41 @@ func printModuleTimeline(w io.Writer, rep *report.Report) {
 			notes = append(notes, m.Reason)
 		}
 		fmt.Fprintf(w, "%s %s\n", line, strings.Join(notes, "; "))
+	}
+}
+
+// printSelection summarises /init's driver selection: where the request came
+// from, the version chosen or the refusal for each driver, and the warnings.
+func printSelection(w io.Writer, sel *report.Selection) {
+	if sel == nil {
+		return
+	}
+	src := sel.Source
+	if sel.Origin != "" && sel.Source != "default" {
+		src += " (" + sel.Origin + ")"
+	}
+	fmt.Fprintf(w, "  driver selection at %.3f s, request from %s: version %s, flavour %s\n", sel.Time, src, sel.Request.Version, sel.Request.Flavor)
+	for _, d := range sel.Drivers {
+		if d.Chosen == nil {
+			fmt.Fprintf(w, "    %s: %s\n", d.Driver, d.Refusal)
+			continue
+		}
+		state := "not loaded (no device asked for it)"
+		if d.Loaded {
+			state = "loaded"
+		}
+		if d.Active {
+			state += ", active"
+		}
+		if d.Userspace != "" {
+			state += ", userspace " + d.Userspace
+		}
+		fmt.Fprintf(w, "    %s: %s %s from %s chosen (%s); %s\n", d.Driver, d.Chosen.Version, d.Chosen.Flavor, d.Chosen.From, d.Rule, state)
+	}
+	for _, warn := range sel.Warnings {
+		fmt.Fprintf(w, "    warning: %s\n", warn)
+	}
+	for _, e := range sel.Errors {
+		fmt.Fprintf(w, "    error: %s\n", e)
 	}
 }

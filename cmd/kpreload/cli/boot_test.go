@@ -132,3 +132,40 @@ func TestRootdiskAndBootCommands(t *testing.T) {
 		t.Errorf("kpreload boot ran %.1fs without progress lines on a non-terminal stderr: %q", got.WallSeconds, errOut.String())
 	}
 }
+
+func TestBootRejectsBadInstance(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "instance.yaml")
+	if err := os.WriteFile(bad, []byte("resources:\n  driver:\n    version: [535]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	code := Execute([]string{"boot", "--kernel", "/nonexistent/vmlinuz", "--instance", bad}, &out, &errOut)
+	if want := "--instance: " + bad + ":3: resources.driver.version: want a version"; code == 0 || !strings.Contains(errOut.String(), want) {
+		t.Errorf("kpreload boot --instance (bad) = exit %d, stderr %q, want failure containing %q", code, errOut.String(), want)
+	}
+}
+
+func TestPrintSelection(t *testing.T) {
+	var b bytes.Buffer
+	printSelection(&b, &report.Selection{
+		Source: "fw_cfg", Origin: "/sys/firmware/qemu_fw_cfg/by_name/opt/kpreload/instance.yaml/raw", Time: 5.484,
+		Request: report.SelectionRequest{Version: "2.0.0", Flavor: "auto"},
+		Drivers: []report.SelectionDriver{
+			{Driver: "kpreload-edu", Rule: "version 2.0.0", Chosen: &report.SelectionCandidate{Version: "2.0.0", Flavor: "open", From: "initramfs"}, Loaded: true, Active: true, Userspace: "/opt/kpreload/drivers/2.0.0"},
+			{Driver: "nvidia", Refusal: "no nvidia driver will be loaded: asked branch 535"},
+		},
+		Warnings: []string{"resources.gpu.count asks for 4 GPUs, 1 NVIDIA GPU(s) present"},
+	})
+	want := "  driver selection at 5.484 s, request from fw_cfg (/sys/firmware/qemu_fw_cfg/by_name/opt/kpreload/instance.yaml/raw): version 2.0.0, flavour auto\n" +
+		"    kpreload-edu: 2.0.0 open from initramfs chosen (version 2.0.0); loaded, active, userspace /opt/kpreload/drivers/2.0.0\n" +
+		"    nvidia: no nvidia driver will be loaded: asked branch 535\n" +
+		"    warning: resources.gpu.count asks for 4 GPUs, 1 NVIDIA GPU(s) present\n"
+	if got := b.String(); got != want {
+		t.Errorf("printSelection:\n%s\nwant:\n%s", got, want)
+	}
+	b.Reset()
+	printSelection(&b, nil)
+	if b.Len() != 0 {
+		t.Errorf("printSelection(nil) wrote %q", b.String())
+	}
+}

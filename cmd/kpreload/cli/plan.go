@@ -1,0 +1,159 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/kpreload/kpreload/gpu/instance"
+	"github.com/kpreload/kpreload/gpu/pci"
+	"github.com/kpreload/kpreload/gpu/selection"
+	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/spf13/cobra"
+)
+
+func init() { register(newPlanCmd) }
+
+func newPlanCmd() *cobra.Command {
+	var (
+		sysRoot, cacheDir, kernel, instFile string
+		asJSON                              bool
+	)
+	cmd := &cobra.Command{
+		Use:   "plan --sysfs ROOT --cache DIR --kernel KVER [--instance FILE]",
+		Short: "Show which cached driver version /init would load on a machine, loading nothing",
+		Long: `Take the GPU driver decision kpreload's /init would take at boot, on any host,
+without loading anything: the PCI devices under --sysfs (a sysfs mount such as /sys,
+a filesystem root such as /, or a tree built from a fixture), the driver sets that the
+module cache --cache holds for kernel --kernel, and the instance request in
+--instance (default: the latest cached version, flavour auto).
+
+For every driver it lists each cached set with the rule that excluded it
+(vermagic, version, cuda, supported-gpus, hardware, flavor, not-chosen) and the
+chosen set, or a refusal that says which GPU, which version was asked, what the
+cache holds and what would work. A refusal is a decision, not an error: the exit
+status is 0 unless the inputs cannot be read. --json prints the same structure as
+the "selection" section of the boot report.`,
+		Example: `  kpreload plan --sysfs / --cache /var/lib/kpreload/cache --kernel "$(uname -r)"
+  kpreload plan --sysfs ./h200-sysfs --cache ./cache --kernel 6.1.0-56-cloud-amd64 --instance instance.yaml --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if sysRoot == "" || cacheDir == "" || kernel == "" {
+				return errors.New("--sysfs, --cache and --kernel are required")
+			}
+			devs, err := pci.Scan(sysRoot)
+			if err != nil {
+				return fmt.Errorf("plan: %w", err)
+			}
+			if _, err := os.Stat(pci.DevicesDir(sysRoot)); err != nil {
+				return fmt.Errorf("plan: --sysfs %s: no PCI devices directory (%s): give a sysfs mount (/sys) or a root holding sys/", sysRoot, pci.DevicesDir(sysRoot))
+			}
+			idxPath := filepath.Join(cacheDir, "index", kernel+".json")
+			idx, err := bootindex.Read(idxPath)
+			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					return fmt.Errorf("plan: the cache %s has no boot index for kernel %s (%s); kernels it has: %s", cacheDir, kernel, idxPath, listOrNone(cachedKernels(cacheDir)))
+				}
+				return fmt.Errorf("plan: %w", err)
+			}
+			if idx.Kernel != kernel {
+				return fmt.Errorf("plan: %s is the index of kernel %s, not %s", idxPath, idx.Kernel, kernel)
+			}
+			req := instance.Request{Source: instance.SourceDefault, Origin: "no --instance: latest cached version, flavour auto"}
+			if instFile != "" {
+				in, err := instance.ReadFile(instFile)
+				if err != nil {
+					return fmt.Errorf("plan: %w", err)
+				}
+				req = instance.Request{Source: "file", Origin: instFile, Instance: *in}
+			}
+			in := selection.Input{Kernel: kernel, Request: req, Devices: devs}
+			for i := range idx.Sets {
+				in.Sets = append(in.Sets, selection.Set{Set: &idx.Sets[i], Dir: filepath.Dir(idxPath), From: cacheDir})
+			}
+			d := selection.Decide(in)
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), &d.Selection)
+			}
+			printPlan(cmd.OutOrStdout(), d)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&sysRoot, "sysfs", "", "sysfs to read PCI devices from: /sys, a root such as /, or a tree built from a fixture")
+	f.StringVar(&cacheDir, "cache", "", "kpreload module cache directory (holds index/<kernel>.json)")
+	f.StringVar(&kernel, "kernel", "", "kernel release the machine runs (uname -r)")
+	f.StringVar(&instFile, "instance", "", "instance YAML with the driver request (resources.driver.version/cuda/flavor)")
+	f.BoolVar(&asJSON, "json", false, "print the decision as JSON (the boot report's selection section)")
+	return cmd
+}
+
+// cachedKernels lists the kernels a cache has boot indexes for.
+func cachedKernels(dir string) []string {
+	m, _ := filepath.Glob(filepath.Join(dir, "index", "*.json"))
+	var out []string
+	for _, p := range m {
+		out = append(out, strings.TrimSuffix(filepath.Base(p), ".json"))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// printPlan writes the human form of a decision.
+func printPlan(w io.Writer, d *selection.Decision) {
+	r := d.Request
+	fmt.Fprintf(w, "kernel %s; request from %s (%s): version %s, flavour %s", d.Kernel, d.Source, d.Origin, r.Version, r.Flavor)
+	if r.CUDA != "" {
+		fmt.Fprintf(w, ", cuda %s", r.CUDA)
+	}
+	if r.GPUType != "" || r.GPUCount > 0 {
+		fmt.Fprintf(w, ", gpu %s x%d", r.GPUType, r.GPUCount)
+	}
+	fmt.Fprintln(w)
+	if len(d.GPUs) == 0 {
+		fmt.Fprintln(w, "NVIDIA GPUs: none")
+	}
+	for _, g := range d.GPUs {
+		name := g.Name
+		if name == "" {
+			name = "not named by any cached supported-gpus.json"
+		}
+		fmt.Fprintf(w, "NVIDIA GPU %s %s (subsystem %s, class %s): %s\n", g.Address, g.ID, g.Subsystem, g.Class, name)
+	}
+	if len(d.Drivers) == 0 {
+		fmt.Fprintf(w, "no driver sets cached for kernel %s: nothing to choose\n", d.Kernel)
+	}
+	for _, dd := range d.Drivers {
+		applies := "request applies"
+		if !dd.Requested {
+			applies = "request is for the GPU driver; this one takes the latest"
+		}
+		if dd.Chosen != nil {
+			fmt.Fprintf(w, "%s: load %s %s (set %s, %s) [%s, %s]\n", dd.Driver, dd.Chosen.Version, dd.Chosen.Flavor, shortID(dd.Chosen.ID), dd.Chosen.From, dd.Rule, applies)
+		} else {
+			fmt.Fprintf(w, "%s: load nothing [%s, %s]\n  %s\n", dd.Driver, dd.Rule, applies, dd.Refusal)
+		}
+		for _, c := range dd.Candidates {
+			verdict := "chosen"
+			if c.Excluded != "" {
+				verdict = c.Excluded + ": " + c.Reason
+			}
+			fmt.Fprintf(w, "  %-12s %-12s %s  %s\n", c.Version, c.Flavor, shortID(c.ID), verdict)
+		}
+	}
+	for _, warn := range d.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", warn)
+	}
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}

@@ -1,0 +1,194 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kpreload/kpreload/gpu/pci/pcitest"
+	"github.com/kpreload/kpreload/initramfs/report"
+	"github.com/kpreload/kpreload/kmodcache/bootindex"
+)
+
+const planKernel = "6.1.0-56-cloud-amd64"
+
+// planLists returns the real supported-gpus.json of nvidia-driver 535.261.03 and
+// nvidia-tesla-470-driver 470.256.02, fetched by scripts/supported-gpus.sh when missing.
+func planLists(t *testing.T) (l535, l470 string) {
+	t.Helper()
+	cache := os.Getenv("KPRELOAD_CACHE")
+	if cache == "" {
+		cache = "/var/cache/kpreload"
+	}
+	l535 = filepath.Join(cache, "supported-gpus", "nvidia-driver_535.261.03-1", "supported-gpus.json")
+	l470 = filepath.Join(cache, "supported-gpus", "nvidia-tesla-470-driver_470.256.02-1~deb12u1", "supported-gpus.json")
+	if _, err := os.Stat(l470); err != nil {
+		if out, err := exec.Command("../../../scripts/supported-gpus.sh").CombinedOutput(); err != nil {
+			t.Fatalf("scripts/supported-gpus.sh: %v\n%s", err, out)
+		}
+	}
+	return l535, l470
+}
+
+// planCache writes a cache directory holding only a boot index for planKernel
+// (what plan reads) with the given sets; lists are copied beside the sets.
+func planCache(t *testing.T, sets []bootindex.Set, lists map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	objs := filepath.Join(dir, "objects", "sha256")
+	if err := os.MkdirAll(filepath.Join(dir, "index"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, src := range lists {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(objs, filepath.Dir(name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(objs, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range sets {
+		sets[i].Dir = "../objects/sha256"
+		sets[i].Modules = []bootindex.Module{{Name: "nvidia", Path: "aa/" + sets[i].ID, Vermagic: planKernel + " SMP mod_unload modversions "}}
+	}
+	if err := bootindex.Write(filepath.Join(dir, "index", planKernel+".json"), &bootindex.Index{Format: 1, Kernel: planKernel, Sets: sets}); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestPlanH200Fixture(t *testing.T) {
+	l535, l470 := planLists(t)
+	cache := planCache(t, []bootindex.Set{
+		{ID: "a535p", Driver: "nvidia", Version: "535.261.03", Flavor: "proprietary", SupportedGPUs: "l535/supported-gpus.json"},
+		{ID: "a535o", Driver: "nvidia", Version: "535.261.03", Flavor: "open", SupportedGPUs: "l535/supported-gpus.json"},
+		{ID: "a470p", Driver: "nvidia", Version: "470.256.02", Flavor: "proprietary", SupportedGPUs: "l470/supported-gpus.json"},
+	}, map[string]string{"l535/supported-gpus.json": l535, "l470/supported-gpus.json": l470})
+	root := pcitest.FromFixture(t, "../../../../shared/fixtures/h200-gpu-vm/pci-sysfs.txt")
+	inst := filepath.Join(t.TempDir(), "instance.yaml")
+	if err := os.WriteFile(inst, []byte("resources:\n  gpu:\n    type: h200\n    count: 1\n  driver:\n    version: \"535\"\n    cuda: 12.2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	var out, errOut bytes.Buffer
+	if code := Execute([]string{"plan", "--sysfs", root, "--cache", cache, "--kernel", planKernel, "--instance", inst}, &out, &errOut); code != 0 {
+		t.Fatalf("kpreload plan: exit %d: %s", code, errOut.String())
+	}
+	got := out.String()
+	for _, want := range []string{
+		"request from file (" + inst + "): version 535, flavour auto, cuda 12.2, gpu h200 x1\n",
+		"NVIDIA GPU 0000:00:06.0 10de:2335 (subsystem 10de:18bf, class 0x030200): not named by any cached supported-gpus.json\n",
+		"nvidia: load nothing [branch 535, request applies]\n",
+		"no nvidia driver will be loaded: asked branch 535 with CUDA 12.2 (driver >= 525.60.13), flavour auto, kernel " + planKernel,
+		"nothing cached would work: no cached version's supported-gpus.json supports GPU 0000:00:06.0 10de:2335 (subsystem 10de:18bf)",
+		"  535.261.03   proprietary  a535p  hardware: GPU 0000:00:06.0 10de:2335 (subsystem 10de:18bf) is not in 535.261.03's supported-gpus.json\n",
+		"  470.256.02   proprietary  a470p  hardware: GPU 0000:00:06.0 10de:2335 (subsystem 10de:18bf) is not in 470.256.02's supported-gpus.json\n",
+		"warning: resources.gpu.type h200 not checked for GPU 0000:00:06.0 10de:2335",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("kpreload plan output lacks %q; got:\n%s", want, got)
+		}
+	}
+
+	out.Reset()
+	if code := Execute([]string{"plan", "--sysfs", filepath.Join(root, "sys"), "--cache", cache, "--kernel", planKernel, "--json"}, &out, &errOut); code != 0 {
+		t.Fatalf("kpreload plan --json: exit %d: %s", code, errOut.String())
+	}
+	var sel report.Selection
+	if err := json.Unmarshal(out.Bytes(), &sel); err != nil {
+		t.Fatalf("plan --json: %v\n%s", err, out.String())
+	}
+	if sel.Source != "default" || sel.Kernel != planKernel || sel.Request.Version != "latest" || sel.Request.Flavor != "auto" {
+		t.Errorf("plan --json request = %s %s %+v", sel.Source, sel.Kernel, sel.Request)
+	}
+	if len(sel.GPUs) != 1 || sel.GPUs[0].ID != "10de:2335" || sel.GPUs[0].Subsystem != "10de:18bf" || sel.GPUs[0].Address != "0000:00:06.0" {
+		t.Errorf("plan --json gpus = %+v", sel.GPUs)
+	}
+	if len(sel.Drivers) != 1 || sel.Drivers[0].Driver != "nvidia" || sel.Drivers[0].Chosen != nil || !sel.Drivers[0].Requested || len(sel.Drivers[0].Candidates) != 3 {
+		t.Fatalf("plan --json drivers = %+v", sel.Drivers)
+	}
+	for _, c := range sel.Drivers[0].Candidates {
+		if c.Excluded != "hardware" || c.From != cache {
+			t.Errorf("candidate %+v: want excluded by hardware, from %s", c, cache)
+		}
+	}
+	// The raw JSON keys other tools read.
+	var raw map[string]any
+	_ = json.Unmarshal(out.Bytes(), &raw)
+	for _, k := range []string{"source", "origin", "request", "kernel", "gpus", "drivers"} {
+		if _, ok := raw[k]; !ok {
+			t.Errorf("plan --json lacks key %q: %s", k, out.String())
+		}
+	}
+}
+
+func TestPlanTestDriverVersions(t *testing.T) {
+	cache := planCache(t, []bootindex.Set{
+		{ID: "edu1", Driver: "kpreload-edu", Version: "1.0.0", Flavor: "open"},
+		{ID: "edu2", Driver: "kpreload-edu", Version: "2.0.0", Flavor: "open"},
+	}, nil)
+	root := pcitest.FromDevices(t)
+	if err := os.MkdirAll(filepath.Join(root, "sys", "bus", "pci", "devices"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, tt := range []struct{ yaml, chosen, refusal string }{
+		{"", "2.0.0", ""},
+		{"resources:\n  driver:\n    version: 1.0.0\n", "1.0.0", ""},
+		{"resources:\n  driver:\n    version: 3.0.0\n", "", "would work on this machine: 2.0.0 open, 1.0.0 open (e.g. kpreload.driver=2.0.0)"},
+	} {
+		args := []string{"plan", "--sysfs", root, "--cache", cache, "--kernel", planKernel, "--json"}
+		if tt.yaml != "" {
+			p := filepath.Join(dir, "i.yaml")
+			if err := os.WriteFile(p, []byte(tt.yaml), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			args = append(args, "--instance", p)
+		}
+		var out, errOut bytes.Buffer
+		if code := Execute(args, &out, &errOut); code != 0 {
+			t.Fatalf("plan %q: exit %d: %s", tt.yaml, code, errOut.String())
+		}
+		var sel report.Selection
+		if err := json.Unmarshal(out.Bytes(), &sel); err != nil || len(sel.Drivers) != 1 {
+			t.Fatalf("plan --json: %v\n%s", err, out.String())
+		}
+		got := ""
+		if c := sel.Drivers[0].Chosen; c != nil {
+			got = c.Version
+		}
+		if got != tt.chosen || !strings.Contains(sel.Drivers[0].Refusal, tt.refusal) {
+			t.Errorf("plan %q: chosen %q, refusal %q; want %q, %q", tt.yaml, got, sel.Drivers[0].Refusal, tt.chosen, tt.refusal)
+		}
+	}
+}
+
+func TestPlanErrors(t *testing.T) {
+	cache := planCache(t, nil, nil)
+	root := pcitest.FromDevices(t)
+	_ = os.MkdirAll(filepath.Join(root, "sys", "bus", "pci", "devices"), 0o755)
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	_ = os.WriteFile(bad, []byte("resources:\n  driver:\n    flavour: open\n"), 0o644)
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"plan", "--sysfs", root}, "--sysfs, --cache and --kernel are required"},
+		{[]string{"plan", "--sysfs", root, "--cache", cache, "--kernel", "6.12.117+deb12-cloud-amd64"}, "has no boot index for kernel 6.12.117+deb12-cloud-amd64 (" + cache + "/index/6.12.117+deb12-cloud-amd64.json); kernels it has: " + planKernel},
+		{[]string{"plan", "--sysfs", root, "--cache", cache, "--kernel", planKernel, "--instance", bad}, bad + ":3: resources.driver.flavour: unknown field"},
+		{[]string{"plan", "--sysfs", t.TempDir(), "--cache", cache, "--kernel", planKernel}, "no PCI devices directory"},
+	} {
+		var out, errOut bytes.Buffer
+		if code := Execute(tt.args, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), tt.want) {
+			t.Errorf("kpreload %q = exit %d, stderr %q; want failure containing %q", tt.args, code, errOut.String(), tt.want)
+		}
+	}
+}

@@ -1,0 +1,184 @@
+package instance_test
+
+import (
+	"encoding/base64"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/kpreload/kpreload/gpu/instance"
+)
+
+func TestParseIssueShape(t *testing.T) {
+	doc := `resources:
+  gpu:
+    type: v100        # informational name; checked against what is present
+    count: 4
+  driver:
+    version: 450.80.02   # exact version, a branch ("535"), or "latest"
+    cuda: 11.0           # minimum CUDA the workload needs
+    flavor: auto         # open | proprietary | auto
+`
+	got, err := instance.Parse("i.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &instance.Instance{Resources: instance.Resources{
+		GPU:    instance.GPU{Type: "v100", Count: 4},
+		Driver: instance.Driver{Version: "450.80.02", CUDA: "11.0", Flavor: "auto"},
+	}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Parse = %+v, want %+v", got, want)
+	}
+}
+
+func TestParseValues(t *testing.T) {
+	tests := []struct {
+		doc  string
+		want instance.Driver
+		gpu  instance.GPU
+	}{
+		{"", instance.Driver{}, instance.GPU{}},
+		{"resources:\n", instance.Driver{}, instance.GPU{}},
+		{"resources:\n  driver:\n    version: 535\n", instance.Driver{Version: "535"}, instance.GPU{}},
+		{"resources:\n  driver:\n    version: \"535\"\n    cuda: \"12.2\"\n", instance.Driver{Version: "535", CUDA: "12.2"}, instance.GPU{}},
+		{"resources:\n  driver:\n    version: latest\n    cuda: 12\n    flavor: open\n", instance.Driver{Version: "latest", CUDA: "12", Flavor: "open"}, instance.GPU{}},
+		// A float keeps its text: 11.0 stays "11.0", 12.10 stays "12.10".
+		{"resources:\n  driver:\n    cuda: 11.0\n", instance.Driver{CUDA: "11.0"}, instance.GPU{}},
+		{"resources:\n  driver:\n    cuda: 12.10\n", instance.Driver{CUDA: "12.10"}, instance.GPU{}},
+		{"resources:\n  driver:\n    version: 2.0.0\n", instance.Driver{Version: "2.0.0"}, instance.GPU{}},
+		{"resources:\n  gpu:\n    type: 4090\n    count: 0\n", instance.Driver{}, instance.GPU{Type: "4090"}},
+	}
+	for _, tt := range tests {
+		got, err := instance.Parse("x.yaml", []byte(tt.doc))
+		if err != nil {
+			t.Errorf("Parse(%q): %v", tt.doc, err)
+			continue
+		}
+		if got.Resources.Driver != tt.want || got.Resources.GPU != tt.gpu {
+			t.Errorf("Parse(%q) = %+v, want driver %+v gpu %+v", tt.doc, got.Resources, tt.want, tt.gpu)
+		}
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		doc  string
+		want []string
+	}{
+		{"resources:\n  driver:\n    verison: 535\n", []string{"f.yaml:3: resources.driver.verison: unknown field (known here: version, cuda, flavor)"}},
+		{"resource:\n  gpu: {}\n", []string{"f.yaml:1: resource: unknown field (known here: resources)"}},
+		{"resources:\n  gpu:\n    count: four\n", []string{`f.yaml:3: resources.gpu.count: want a whole number of GPUs, got string "four"`}},
+		{"resources:\n  gpu:\n    count: -2\n", []string{`f.yaml:3: resources.gpu.count: want a whole number of GPUs >= 0, got "-2"`}},
+		{"resources:\n  gpu:\n    type: [a, b]\n", []string{"f.yaml:3: resources.gpu.type: want a GPU name such as v100, got a list"}},
+		{"resources:\n  driver:\n    version: true\n", []string{`f.yaml:3: resources.driver.version: want a version ("535.261.03"), a branch ("535") or "latest", got boolean "true"`}},
+		{"resources:\n  driver:\n    version: newest\n", []string{`f.yaml:3: resources.driver.version: want a version ("535.261.03"), a branch ("535") or "latest", got "newest"`}},
+		{"resources:\n  driver:\n    cuda: 9.2\n", []string{"f.yaml:3: resources.driver.cuda: no known minimum driver for CUDA 9.2"}},
+		{"resources:\n  driver:\n    cuda: eleven\n", []string{`f.yaml:3: resources.driver.cuda: want a CUDA version such as 12.2, got "eleven"`}},
+		{"resources:\n  driver:\n    flavor: closed\n", []string{`f.yaml:3: resources.driver.flavor: want open, proprietary or auto, got "closed"`}},
+		{"resources:\n  driver: 535\n", []string{`f.yaml:2: resources.driver: want a mapping with version, cuda, flavor, got integer "535"`}},
+		{"resources:\n  driver:\n    version: 1\n    version: 2\n", []string{"f.yaml:4: resources.driver.version: given twice"}},
+		{"- a\n", []string{"f.yaml:1: want a mapping with resources, got a list"}},
+		{"resources: [\n", []string{"f.yaml: yaml: line 1"}},
+		// Every problem is reported, each with its line.
+		{"resources:\n  gpu:\n    count: x\n  driver:\n    flavor: y\n    foo: 1\n", []string{
+			"f.yaml:3: resources.gpu.count:", "f.yaml:5: resources.driver.flavor:", "f.yaml:6: resources.driver.foo: unknown field"}},
+	}
+	for _, tt := range tests {
+		_, err := instance.Parse("f.yaml", []byte(tt.doc))
+		if err == nil {
+			t.Errorf("Parse(%q) = nil error, want %q", tt.doc, tt.want)
+			continue
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("Parse(%q) error:\n%v\nwant it to contain %q", tt.doc, err, w)
+			}
+		}
+	}
+}
+
+func TestMinDriverForCUDA(t *testing.T) {
+	for _, tt := range []struct{ cuda, want string }{
+		{"13.0", "580.65.06"}, {"13", "580.65.06"}, {"12.2", "525.60.13"}, {"12", "525.60.13"},
+		{"11.0", "450.80.02"}, {"11.8", "450.80.02"}, {"10.2", "440.33"}, {"10.1", "418.39"},
+		{"10.0", "410.48"}, {"10", "410.48"}, {"10.3", ""}, {"9.2", ""}, {"14.0", ""}, {"x", ""},
+	} {
+		got, err := instance.MinDriverForCUDA(tt.cuda)
+		if got != tt.want || (err == nil) != (tt.want != "") {
+			t.Errorf("MinDriverForCUDA(%q) = %q, %v; want %q", tt.cuda, got, err, tt.want)
+		}
+	}
+}
+
+func TestCompareVersions(t *testing.T) {
+	for _, tt := range []struct {
+		a, b string
+		want int
+	}{
+		{"535.261.03", "535.216.03", 1}, {"470.256.02", "535.216.03", -1}, {"450.80.02", "450.80.02", 0},
+		{"10.0", "10", 0}, {"2.0.0", "1.0.0", 1}, {"525.60.13", "525.147.05", -1}, {"abc", "1", 1},
+	} {
+		if got := instance.CompareVersions(tt.a, tt.b); got != tt.want {
+			t.Errorf("CompareVersions(%q, %q) = %d, want %d", tt.a, tt.b, got, tt.want)
+		}
+	}
+}
+
+// flags makes a kernel command line lookup from name=value pairs.
+func flags(kv ...string) func(string) (string, bool) {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(n string) (string, bool) { v, ok := m[n]; return v, ok }
+}
+
+func TestFindPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	fw := filepath.Join(dir, "fw_cfg.yaml")
+	img := filepath.Join(dir, "image.yaml")
+	bad := filepath.Join(dir, "bad.yaml")
+	write := func(p, s string) {
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(fw, "resources:\n  driver:\n    version: 2.0.0\n")
+	write(img, "resources:\n  driver:\n    version: 535\n    flavor: open\n")
+	write(bad, "resources:\n  driver:\n    versoin: 1\n")
+	files := []instance.File{{Source: instance.SourceFwCfg, Path: fw}, {Source: instance.SourceImage, Path: img}}
+	b64 := base64.StdEncoding.EncodeToString([]byte("resources:\n  driver:\n    version: 470\n    cuda: 11.0\n"))
+
+	tests := []struct {
+		name      string
+		flag      func(string) (string, bool)
+		files     []instance.File
+		source    string
+		want      instance.Driver
+		errSubstr string
+	}{
+		{"cmdline driver wins", flags("kpreload.driver", "1.0.0"), files, instance.SourceCmdline, instance.Driver{Version: "1.0.0"}, ""},
+		{"cmdline flavor alone", flags("kpreload.flavor", "open"), files, instance.SourceCmdline, instance.Driver{Flavor: "open"}, ""},
+		{"cmdline base64 instance", flags("kpreload.instance", b64), files, instance.SourceCmdline, instance.Driver{Version: "470", CUDA: "11.0"}, ""},
+		{"cmdline driver overrides instance", flags("kpreload.instance", b64, "kpreload.driver", "535"), files, instance.SourceCmdline, instance.Driver{Version: "535", CUDA: "11.0"}, ""},
+		{"fw_cfg next", flags(), files, instance.SourceFwCfg, instance.Driver{Version: "2.0.0"}, ""},
+		{"image after fw_cfg", flags(), files[1:], instance.SourceImage, instance.Driver{Version: "535", Flavor: "open"}, ""},
+		{"missing files skipped", flags(), []instance.File{{instance.SourceFwCfg, filepath.Join(dir, "none")}, files[1]}, instance.SourceImage, instance.Driver{Version: "535", Flavor: "open"}, ""},
+		{"default", flags(), nil, instance.SourceDefault, instance.Driver{}, ""},
+		{"bad cmdline falls through", flags("kpreload.driver", "newest"), files, instance.SourceFwCfg, instance.Driver{Version: "2.0.0"}, "kpreload.driver=newest"},
+		{"bad base64", flags("kpreload.instance", "!!"), nil, instance.SourceDefault, instance.Driver{}, "not base64"},
+		{"bad file falls through", flags(), []instance.File{{instance.SourceFwCfg, bad}, files[1]}, instance.SourceImage, instance.Driver{Version: "535", Flavor: "open"}, bad + ":3: resources.driver.versoin"},
+	}
+	for _, tt := range tests {
+		got, errs := instance.Find(tt.flag, tt.files)
+		if got.Source != tt.source || got.Instance.Resources.Driver != tt.want {
+			t.Errorf("%s: Find = %s %+v, want %s %+v", tt.name, got.Source, got.Instance.Resources.Driver, tt.source, tt.want)
+		}
+		if tt.errSubstr == "" && len(errs) > 0 || tt.errSubstr != "" && (len(errs) != 1 || !strings.Contains(errs[0].Error(), tt.errSubstr)) {
+			t.Errorf("%s: errors %v, want %q", tt.name, errs, tt.errSubstr)
+		}
+	}
+}

@@ -1,0 +1,138 @@
+package instance
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+)
+
+// Where a request can come from, in the order /init looks.
+const (
+	// SourceCmdline is the kernel command line: kpreload.instance=<base64 YAML>,
+	// kpreload.driver=<version>, kpreload.flavor=<flavour> (the last two override
+	// the first's fields).
+	SourceCmdline = "cmdline"
+	// SourceFwCfg is QEMU's fw_cfg item opt/kpreload/instance.yaml (kpreload boot --instance).
+	SourceFwCfg = "fw_cfg"
+	// SourceImage is /etc/kpreload/instance.yaml on the root filesystem.
+	SourceImage = "image"
+	// SourceDefault is the image's default: the latest cached version, flavour auto.
+	SourceDefault = "default"
+)
+
+// FwCfgName is the fw_cfg item that carries an instance YAML.
+const FwCfgName = "opt/kpreload/instance.yaml"
+
+// FwCfgPath is where the qemu_fw_cfg module shows that item.
+const FwCfgPath = "/sys/firmware/qemu_fw_cfg/by_name/" + FwCfgName + "/raw"
+
+// ImagePath is the instance YAML baked into an image, relative to its root.
+const ImagePath = "etc/kpreload/instance.yaml"
+
+// Kernel command line flags.
+const (
+	FlagInstance = "kpreload.instance"
+	FlagDriver   = "kpreload.driver"
+	FlagFlavor   = "kpreload.flavor"
+)
+
+// Request is an instance request and where it came from.
+type Request struct {
+	// Source is one of the Source* constants.
+	Source string `json:"source"`
+	// Origin says exactly where: the flags or the file read.
+	Origin   string   `json:"origin,omitempty"`
+	Instance Instance `json:"instance"`
+}
+
+// File is a place an instance YAML may be, for Find.
+type File struct {
+	Source string
+	Path   string
+}
+
+// FromCmdline reads a request from kernel command line flags (flag returns a
+// flag's value and whether it is present). found is false when none of the
+// flags is there.
+func FromCmdline(flag func(name string) (string, bool)) (in *Instance, origin string, found bool, err error) {
+	in = &Instance{}
+	var used []string
+	if v, ok := flag(FlagInstance); ok {
+		found = true
+		used = append(used, FlagInstance)
+		b, derr := decodeBase64(v)
+		if derr != nil {
+			return nil, "", true, fmt.Errorf("kernel command line %s=: not base64: %w", FlagInstance, derr)
+		}
+		if in, err = Parse("kernel command line "+FlagInstance, b); err != nil {
+			return nil, "", true, err
+		}
+	}
+	if v, ok := flag(FlagDriver); ok {
+		found = true
+		used = append(used, FlagDriver+"="+v)
+		if err := CheckVersion(v); err != nil {
+			return nil, "", true, fmt.Errorf("kernel command line %s=%s: %w", FlagDriver, v, err)
+		}
+		in.Resources.Driver.Version = v
+	}
+	if v, ok := flag(FlagFlavor); ok {
+		found = true
+		used = append(used, FlagFlavor+"="+v)
+		switch v {
+		case FlavorAuto, FlavorOpen, FlavorProprietary:
+			in.Resources.Driver.Flavor = v
+		default:
+			return nil, "", true, fmt.Errorf("kernel command line %s=%s: want open, proprietary or auto", FlagFlavor, v)
+		}
+	}
+	if !found {
+		return nil, "", false, nil
+	}
+	return in, "kernel command line " + strings.Join(used, " "), true, nil
+}
+
+func decodeBase64(s string) ([]byte, error) {
+	s = strings.TrimSpace(s)
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+		if b, err := enc.DecodeString(s); err == nil {
+			return b, nil
+		}
+	}
+	_, err := base64.StdEncoding.DecodeString(s)
+	return nil, err
+}
+
+// Find returns the first request found: the kernel command line, then each
+// file in order (missing files are skipped), then the default. A source that
+// is present but invalid is skipped with an error in errs (the request it
+// carried cannot be honoured; the next source is used), so boot goes on.
+func Find(flag func(name string) (string, bool), files []File) (req Request, errs []error) {
+	in, origin, found, err := FromCmdline(flag)
+	switch {
+	case err != nil:
+		errs = append(errs, fmt.Errorf("instance request from the kernel command line ignored: %w", err))
+	case found:
+		return Request{Source: SourceCmdline, Origin: origin, Instance: *in}, errs
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f.Path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("instance request from %s ignored: %w", f.Source, err))
+			continue
+		}
+		in, err := Parse(f.Path, b)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("instance request from %s ignored: %w", f.Source, err))
+			continue
+		}
+		return Request{Source: f.Source, Origin: f.Path, Instance: *in}, errs
+	}
+	return Request{Source: SourceDefault, Origin: "no instance request found: latest cached version, flavour auto"}, errs
+}

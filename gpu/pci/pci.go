@@ -1,0 +1,127 @@
+// Package pci reads the PCI devices the kernel has found from a sysfs tree
+// (vendor, device, subsystem ids, class, address, bound driver), for GPU
+// selection at boot and for `kpreload plan` on any host or on a tree built
+// from a fixture.
+package pci
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// VendorNVIDIA is NVIDIA's PCI vendor id.
+const VendorNVIDIA = 0x10de
+
+// Device is one PCI function as sysfs shows it.
+type Device struct {
+	// Address is the bus/device/function, e.g. 0000:00:06.0.
+	Address   string `json:"address"`
+	Vendor    uint16 `json:"vendor"`
+	Device    uint16 `json:"device"`
+	SubVendor uint16 `json:"subsystem_vendor"`
+	SubDevice uint16 `json:"subsystem_device"`
+	// Class is the 24-bit class code (base class, subclass, programming interface).
+	Class uint32 `json:"class"`
+	// Driver is the bound driver's name, or "".
+	Driver string `json:"driver,omitempty"`
+}
+
+// ID is "vvvv:dddd" in lower-case hex.
+func (d Device) ID() string { return fmt.Sprintf("%04x:%04x", d.Vendor, d.Device) }
+
+// SubsystemID is the subsystem "vvvv:dddd" in lower-case hex.
+func (d Device) SubsystemID() string { return fmt.Sprintf("%04x:%04x", d.SubVendor, d.SubDevice) }
+
+// IsDisplay reports whether the device's base class is 0x03 (VGA, XGA, 3D or other display controller).
+func (d Device) IsDisplay() bool { return d.Class>>16 == 0x03 }
+
+// IsNVIDIAGPU reports whether the device is an NVIDIA display or 3D controller,
+// the devices whose support a driver's supported-gpus.json must confirm.
+func (d Device) IsNVIDIAGPU() bool { return d.Vendor == VendorNVIDIA && d.IsDisplay() }
+
+// String names the device for messages: "0000:00:06.0 10de:2335 (subsystem 10de:18bf)".
+func (d Device) String() string {
+	return fmt.Sprintf("%s %s (subsystem %s)", d.Address, d.ID(), d.SubsystemID())
+}
+
+// DevicesDir returns the directory holding the PCI devices of a sysfs tree:
+// root may be the sysfs mount itself ("/sys") or a filesystem root holding sys/
+// ("/", or a tree built from a fixture).
+func DevicesDir(root string) string {
+	if st, err := os.Stat(filepath.Join(root, "bus", "pci")); err == nil && st.IsDir() {
+		return filepath.Join(root, "bus", "pci", "devices")
+	}
+	return filepath.Join(root, "sys", "bus", "pci", "devices")
+}
+
+// Scan reads every PCI device under root (see DevicesDir), sorted by address. A
+// machine without PCI (no devices directory) has no devices and no error; a
+// device whose ids cannot be read is an error naming the file.
+func Scan(root string) ([]Device, error) {
+	dir := DevicesDir(root)
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pci: %w", err)
+	}
+	var devs []Device
+	for _, e := range ents {
+		d, err := Read(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		devs = append(devs, d)
+	}
+	sort.Slice(devs, func(i, j int) bool { return devs[i].Address < devs[j].Address })
+	return devs, nil
+}
+
+// Read reads one device's sysfs directory.
+func Read(dir string) (Device, error) {
+	d := Device{Address: filepath.Base(dir)}
+	for _, f := range []struct {
+		name string
+		bits int
+		set  func(uint64)
+	}{
+		{"vendor", 16, func(v uint64) { d.Vendor = uint16(v) }},
+		{"device", 16, func(v uint64) { d.Device = uint16(v) }},
+		{"subsystem_vendor", 16, func(v uint64) { d.SubVendor = uint16(v) }},
+		{"subsystem_device", 16, func(v uint64) { d.SubDevice = uint16(v) }},
+		{"class", 24, func(v uint64) { d.Class = uint32(v) }},
+	} {
+		p := filepath.Join(dir, f.name)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return d, fmt.Errorf("pci: %w", err)
+		}
+		v, err := ParseHex(strings.TrimSpace(string(b)), f.bits)
+		if err != nil {
+			return d, fmt.Errorf("pci: %s: %w", p, err)
+		}
+		f.set(v)
+	}
+	if target, err := os.Readlink(filepath.Join(dir, "driver")); err == nil {
+		d.Driver = filepath.Base(target)
+	}
+	return d, nil
+}
+
+// ParseHex parses a sysfs hex id such as "0x10de" (the 0x is optional) that
+// must fit in bits bits.
+func ParseHex(s string, bits int) (uint64, error) {
+	t := strings.TrimPrefix(strings.TrimPrefix(s, "0x"), "0X")
+	v, err := strconv.ParseUint(t, 16, bits)
+	if err != nil || t == "" {
+		return 0, fmt.Errorf("%q is not a %d-bit hex number", s, bits)
+	}
+	return v, nil
+}

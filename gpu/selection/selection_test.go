@@ -1,0 +1,328 @@
+package selection_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/kpreload/kpreload/gpu/instance"
+	"github.com/kpreload/kpreload/gpu/pci"
+	"github.com/kpreload/kpreload/gpu/pci/pcitest"
+	"github.com/kpreload/kpreload/gpu/selection"
+	"github.com/kpreload/kpreload/gpu/supported"
+	"github.com/kpreload/kpreload/kmodcache/bootindex"
+)
+
+const kver = "6.1.0-56-cloud-amd64"
+const vermagic = kver + " SMP mod_unload modversions "
+
+// set makes a cached driver set; list names a synthetic supported-gpus list ("" for none).
+func set(driver, version, flavor, list string) selection.Set {
+	s := &bootindex.Set{
+		ID: fmt.Sprintf("%s-%s-%s", driver, version, flavor), Driver: driver, Version: version, Flavor: flavor, Dir: "sets",
+		Modules: []bootindex.Module{{Name: strings.ReplaceAll(driver, "-", "_"), Vermagic: vermagic}},
+	}
+	if list != "" {
+		s.SupportedGPUs = list
+	}
+	return selection.Set{Set: s, Dir: "/idx", From: "initramfs"}
+}
+
+func withVermagic(s selection.Set, v string) selection.Set {
+	s.Set.Modules[0].Vermagic = v
+	return s
+}
+
+// Synthetic lists (the real ones are tested below): chip ids are NVIDIA's.
+var lists = map[string]string{
+	// 535-like: A100 open-capable, V100 proprietary only, H100 for one board, K80 legacy 470.
+	"l535.json": `{"chips":[
+		{"devid":"0x20B0","name":"NVIDIA A100-SXM4-40GB","features":["kernelopen"]},
+		{"devid":"0x1DB4","name":"Tesla V100-PCIE-16GB","features":[]},
+		{"devid":"0x2330","subdevid":"0x16C1","subvendorid":"0x10DE","name":"NVIDIA H100 80GB HBM3","features":["kernelopen"]},
+		{"devid":"0x102D","name":"Tesla K80","legacybranch":"470.xx","features":[]}]}`,
+	// 470-like: no open modules, has K80, V100, A100.
+	"l470.json": `{"chips":[
+		{"devid":"0x20B0","name":"NVIDIA A100-SXM4-40GB","features":[]},
+		{"devid":"0x1DB4","name":"Tesla V100-PCIE-16GB","features":[]},
+		{"devid":"0x102D","name":"Tesla K80","features":[]}]}`,
+	// old: V100 only.
+	"lold.json": `{"chips":[{"devid":"0x1DB4","name":"Tesla V100-PCIE-16GB","features":[]}]}`,
+}
+
+func fakeRead(path string) (*supported.List, error) {
+	doc, ok := lists[filepath.Base(path)]
+	if !ok {
+		return nil, fmt.Errorf("open %s: no such file or directory", path)
+	}
+	return supported.Parse([]byte(doc))
+}
+
+func gpu(addr string, dev, subdev uint16) pci.Device {
+	return pci.Device{Address: addr, Vendor: 0x10de, Device: dev, SubVendor: 0x10de, SubDevice: subdev, Class: 0x030200}
+}
+
+var (
+	a100  = gpu("0000:17:00.0", 0x20b0, 0x134f)
+	v100  = gpu("0000:18:00.0", 0x1db4, 0x1212)
+	k80   = gpu("0000:19:00.0", 0x102d, 0x106c)
+	h100  = gpu("0000:1a:00.0", 0x2330, 0x16c1)
+	h100b = gpu("0000:1b:00.0", 0x2330, 0x1234) // a board the list does not name
+	edu   = pci.Device{Address: "0000:00:03.0", Vendor: 0x1234, Device: 0x11e8, SubVendor: 0x1af4, SubDevice: 0x1100, Class: 0x00ff00}
+)
+
+func req(version, cuda, flavor string) instance.Request {
+	return instance.Request{Source: instance.SourceFwCfg, Instance: instance.Instance{Resources: instance.Resources{
+		Driver: instance.Driver{Version: version, CUDA: cuda, Flavor: flavor}}}}
+}
+
+// edu1 and edu2 are the test driver's two versions.
+var (
+	edu1 = set("kpreload-edu", "1.0.0", "open", "")
+	edu2 = set("kpreload-edu", "2.0.0", "open", "")
+)
+
+func TestDecide(t *testing.T) {
+	nv535 := set("nvidia", "535.261.03", "proprietary", "l535.json")
+	nv535o := set("nvidia", "535.261.03", "open", "l535.json")
+	nv535old := set("nvidia", "535.216.03", "proprietary", "l535.json")
+	nv470 := set("nvidia", "470.256.02", "proprietary", "l470.json")
+	nv450 := set("nvidia", "450.80.02", "proprietary", "lold.json")
+	tests := []struct {
+		name    string
+		req     instance.Request
+		sets    []selection.Set
+		devs    []pci.Device
+		driver  string
+		chosen  string            // "version flavor", "" for a refusal
+		exclude map[string]string // set ID -> rule
+		refusal []string          // substrings of the refusal
+	}{
+		{name: "latest picks the newest test driver", req: req("", "", ""), sets: []selection.Set{edu1, edu2}, devs: []pci.Device{edu},
+			driver: "kpreload-edu", chosen: "2.0.0 open", exclude: map[string]string{edu1.Set.ID: selection.RuleNotChosen}},
+		{name: "exact version", req: req("1.0.0", "", ""), sets: []selection.Set{edu1, edu2}, devs: []pci.Device{edu},
+			driver: "kpreload-edu", chosen: "1.0.0 open", exclude: map[string]string{edu2.Set.ID: selection.RuleVersion}},
+		{name: "branch of the test driver", req: req("2", "", ""), sets: []selection.Set{edu1, edu2},
+			driver: "kpreload-edu", chosen: "2.0.0 open"},
+		{name: "absent version refused with what would work", req: req("3.0.0", "", ""), sets: []selection.Set{edu1, edu2}, devs: []pci.Device{edu},
+			driver: "kpreload-edu", exclude: map[string]string{edu1.Set.ID: selection.RuleVersion, edu2.Set.ID: selection.RuleVersion},
+			refusal: []string{"no kpreload-edu driver will be loaded: asked version 3.0.0", "the cache holds 1.0.0 open (version: asked version 3.0.0); 2.0.0 open", "would work on this machine: 2.0.0 open, 1.0.0 open (e.g. kpreload.driver=2.0.0)"}},
+		{name: "explicit flavour the test driver lacks", req: req("", "", "proprietary"), sets: []selection.Set{edu1, edu2},
+			driver: "kpreload-edu", exclude: map[string]string{edu1.Set.ID: selection.RuleFlavor}, refusal: []string{"asked flavour proprietary, set is open"}},
+		{name: "vermagic of another kernel", req: req("", "", ""), sets: []selection.Set{edu1, withVermagic(set("kpreload-edu", "2.0.0", "open", ""), "6.12.117+deb12-cloud-amd64 SMP")},
+			driver: "kpreload-edu", chosen: "1.0.0 open", exclude: map[string]string{edu2.Set.ID: selection.RuleVermagic}},
+		{name: "branch 535 picks the newest 535", req: req("535", "", ""), sets: []selection.Set{nv470, nv535old, nv535}, devs: []pci.Device{v100},
+			driver: "nvidia", chosen: "535.261.03 proprietary", exclude: map[string]string{nv470.Set.ID: selection.RuleVersion, nv535old.Set.ID: selection.RuleNotChosen}},
+		{name: "exact old version", req: req("535.216.03", "", ""), sets: []selection.Set{nv535old, nv535}, devs: []pci.Device{v100},
+			driver: "nvidia", chosen: "535.216.03 proprietary"},
+		{name: "CUDA 12.2 excludes 470", req: req("470", "12.2", ""), sets: []selection.Set{nv470, nv535}, devs: []pci.Device{v100},
+			driver: "nvidia", exclude: map[string]string{nv470.Set.ID: selection.RuleCUDA, nv535.Set.ID: selection.RuleVersion},
+			refusal: []string{"with CUDA 12.2 (driver >= 525.60.13)", "470.256.02 proprietary (cuda: CUDA 12.2 needs driver 525.60.13 or newer)", "would work on this machine: 535.261.03 proprietary, 470.256.02 proprietary"}},
+		{name: "CUDA 11.0 accepts exactly 450.80.02", req: req("450", "11.0", ""), sets: []selection.Set{nv450}, devs: []pci.Device{v100},
+			driver: "nvidia", chosen: "450.80.02 proprietary"},
+		{name: "CUDA 13 needs 580", req: req("latest", "13.0", ""), sets: []selection.Set{nv535, nv470}, devs: []pci.Device{v100},
+			driver: "nvidia", refusal: []string{"CUDA 13.0 needs driver 580.65.06 or newer"}},
+		{name: "GPU missing from the newest list", req: req("", "", ""), sets: []selection.Set{nv450, nv470}, devs: []pci.Device{k80},
+			driver: "nvidia", chosen: "470.256.02 proprietary", exclude: map[string]string{nv450.Set.ID: selection.RuleHardware}},
+		{name: "legacybranch forces 470 for a K80", req: req("", "", ""), sets: []selection.Set{nv470, nv535}, devs: []pci.Device{k80},
+			driver: "nvidia", chosen: "470.256.02 proprietary", exclude: map[string]string{nv535.Set.ID: selection.RuleHardware}},
+		{name: "legacybranch refusal names the branch", req: req("535", "", ""), sets: []selection.Set{nv470, nv535}, devs: []pci.Device{k80},
+			driver: "nvidia", refusal: []string{"is supported only by the 470.xx legacy branch", "would work on this machine: 470.256.02 proprietary (e.g. kpreload.driver=470.256.02)"}},
+		{name: "subsystem ids: listed board", req: req("", "", "proprietary"), sets: []selection.Set{nv535}, devs: []pci.Device{h100},
+			driver: "nvidia", chosen: "535.261.03 proprietary"},
+		{name: "subsystem ids: other board refused", req: req("", "", ""), sets: []selection.Set{nv535, nv535o}, devs: []pci.Device{h100b},
+			driver: "nvidia", refusal: []string{"GPU 0000:1b:00.0 10de:2330 (subsystem 10de:1234) is not in 535.261.03's supported-gpus.json (it lists device 2330 only for other boards: NVIDIA H100 80GB HBM3)", "nothing cached would work: no cached version's supported-gpus.json supports GPU 0000:1b:00.0 10de:2330"}},
+		{name: "auto picks open when every GPU has kernelopen", req: req("", "", "auto"), sets: []selection.Set{nv535, nv535o}, devs: []pci.Device{a100, h100},
+			driver: "nvidia", chosen: "535.261.03 open", exclude: map[string]string{nv535.Set.ID: selection.RuleFlavor}},
+		{name: "auto picks proprietary for mixed GPUs", req: req("", "", ""), sets: []selection.Set{nv535o, nv535}, devs: []pci.Device{a100, v100},
+			driver: "nvidia", chosen: "535.261.03 proprietary", exclude: map[string]string{nv535o.Set.ID: selection.RuleHardware}},
+		{name: "auto falls back to proprietary when open is not cached", req: req("", "", ""), sets: []selection.Set{nv535}, devs: []pci.Device{a100},
+			driver: "nvidia", chosen: "535.261.03 proprietary"},
+		{name: "explicit proprietary on open-capable GPUs", req: req("", "", "proprietary"), sets: []selection.Set{nv535o, nv535}, devs: []pci.Device{a100},
+			driver: "nvidia", chosen: "535.261.03 proprietary", exclude: map[string]string{nv535o.Set.ID: selection.RuleFlavor}},
+		{name: "explicit open refused for a V100", req: req("", "", "open"), sets: []selection.Set{nv535o, nv535}, devs: []pci.Device{v100},
+			driver: "nvidia", refusal: []string{"is not supported by the open kernel modules", "would work on this machine: 535.261.03 proprietary"}},
+		{name: "mixed GPUs must all be supported", req: req("", "", ""), sets: []selection.Set{nv535, nv450}, devs: []pci.Device{v100, k80},
+			driver: "nvidia", refusal: []string{"Tesla K80) is supported only by the 470.xx legacy branch", "GPU 0000:19:00.0 10de:102d (subsystem 10de:106c) is not in 450.80.02's"}},
+		{name: "no NVIDIA GPU: hardware rules vacuous", req: req("", "", ""), sets: []selection.Set{nv470, nv535o}, devs: []pci.Device{edu},
+			driver: "nvidia", chosen: "535.261.03 open"},
+		{name: "unreadable supported-gpus.json", req: req("", "", ""), sets: []selection.Set{set("nvidia", "550.1.1", "proprietary", "missing.json"), nv535}, devs: []pci.Device{v100},
+			driver: "nvidia", chosen: "535.261.03 proprietary", exclude: map[string]string{"nvidia-550.1.1-proprietary": selection.RuleList}},
+		// With a GPU driver cached the request is for it; the test driver takes its latest.
+		{name: "request targets the GPU driver", req: req("1.0.0", "", ""), sets: []selection.Set{edu1, edu2, nv535}, devs: []pci.Device{edu, v100},
+			driver: "kpreload-edu", chosen: "2.0.0 open"},
+		{name: "test driver ignores NVIDIA hardware rules", req: req("", "", ""), sets: []selection.Set{edu1}, devs: []pci.Device{v100},
+			driver: "kpreload-edu", chosen: "1.0.0 open"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := selection.Decide(selection.Input{Kernel: kver, Request: tt.req, Sets: tt.sets, Devices: tt.devs, ReadList: fakeRead})
+			dd := d.Driver(tt.driver)
+			if dd == nil {
+				t.Fatalf("no decision for %s: %+v", tt.driver, d.Drivers)
+			}
+			got := ""
+			if dd.Chosen != nil {
+				got = dd.Chosen.Version + " " + dd.Chosen.Flavor
+			}
+			if got != tt.chosen {
+				t.Errorf("chosen %q, want %q; candidates %+v; refusal %s", got, tt.chosen, dd.Candidates, dd.Refusal)
+			}
+			if (dd.Refusal == "") != (tt.chosen != "") {
+				t.Errorf("refusal %q with chosen %q", dd.Refusal, got)
+			}
+			for id, rule := range tt.exclude {
+				found := false
+				for _, c := range dd.Candidates {
+					if c.ID == id {
+						found = true
+						if c.Excluded != rule {
+							t.Errorf("set %s excluded by %q (%s), want %q", id, c.Excluded, c.Reason, rule)
+						}
+					}
+				}
+				if !found {
+					t.Errorf("set %s not among the candidates %+v", id, dd.Candidates)
+				}
+			}
+			for _, r := range tt.refusal {
+				if !strings.Contains(dd.Refusal, r) {
+					t.Errorf("refusal:\n%s\nwant it to contain %q", dd.Refusal, r)
+				}
+			}
+			// Only the chosen set of each driver may load; kernel sets always may.
+			for _, s := range tt.sets {
+				want := dd.Chosen != nil && s.Set.ID == dd.Chosen.ID
+				if s.Set.Driver != tt.driver {
+					continue
+				}
+				if got := d.Keep(s.Set); got != want {
+					t.Errorf("Keep(%s) = %v, want %v", s.Set.ID, got, want)
+				}
+			}
+			if !d.Keep(&bootindex.Set{ID: "kernel"}) {
+				t.Errorf("Keep(kernel set) = false")
+			}
+		})
+	}
+}
+
+func TestDecideGPUWarnings(t *testing.T) {
+	nv535 := set("nvidia", "535.261.03", "proprietary", "l535.json")
+	tests := []struct {
+		typ   string
+		count int
+		devs  []pci.Device
+		want  []string
+	}{
+		{"v100", 1, []pci.Device{v100}, nil},
+		{"V100", 2, []pci.Device{v100, v100}, nil},
+		{"v100", 4, []pci.Device{v100}, []string{"resources.gpu.count asks for 4 GPUs, 1 NVIDIA GPU(s) present"}},
+		{"a100", 0, []pci.Device{v100}, []string{"resources.gpu.type asks for a100, GPU 0000:18:00.0 is Tesla V100-PCIE-16GB"}},
+		{"h200", 0, []pci.Device{gpu("0000:00:06.0", 0x2335, 0x18bf)}, []string{"resources.gpu.type h200 not checked for GPU 0000:00:06.0 10de:2335: no cached supported-gpus.json names it"}},
+		{"v100", 1, nil, []string{"resources.gpu.count asks for 1 GPUs, 0 NVIDIA GPU(s) present", "resources.gpu.type asks for v100, no NVIDIA GPU present"}},
+	}
+	for _, tt := range tests {
+		r := req("", "", "")
+		r.Instance.Resources.GPU = instance.GPU{Type: tt.typ, Count: tt.count}
+		d := selection.Decide(selection.Input{Kernel: kver, Request: r, Sets: []selection.Set{nv535}, Devices: tt.devs, ReadList: fakeRead})
+		if strings.Join(d.Warnings, "|") != strings.Join(tt.want, "|") {
+			t.Errorf("type %s count %d, %d GPUs: warnings %q, want %q", tt.typ, tt.count, len(tt.devs), d.Warnings, tt.want)
+		}
+	}
+}
+
+func TestDecideFullVermagic(t *testing.T) {
+	s := withVermagic(set("kpreload-edu", "1.0.0", "open", ""), kver+" SMP preempt mod_unload ")
+	d := selection.Decide(selection.Input{Kernel: kver, Vermagic: vermagic, Request: req("", "", ""), Sets: []selection.Set{s}})
+	dd := d.Driver("kpreload-edu")
+	if dd.Chosen != nil || dd.Candidates[0].Excluded != selection.RuleVermagic {
+		t.Errorf("set with another vermagic: %+v, want excluded by vermagic", dd)
+	}
+}
+
+var (
+	fetchOnce sync.Once
+	fetchErr  error
+	fetchOut  []byte
+)
+
+// RealLists returns the supported-gpus.json files of the Debian packages the
+// recipes name, fetching them with scripts/supported-gpus.sh when missing.
+func realLists(t *testing.T) (l535, l470 string) {
+	t.Helper()
+	cache := os.Getenv("KPRELOAD_CACHE")
+	if cache == "" {
+		cache = "/var/cache/kpreload"
+	}
+	l535 = filepath.Join(cache, "supported-gpus", "nvidia-driver_535.261.03-1", "supported-gpus.json")
+	l470 = filepath.Join(cache, "supported-gpus", "nvidia-tesla-470-driver_470.256.02-1~deb12u1", "supported-gpus.json")
+	for _, p := range []string{l535, l470} {
+		if _, err := os.Stat(p); err != nil {
+			fetchOnce.Do(func() { fetchOut, fetchErr = exec.Command("../../scripts/supported-gpus.sh").CombinedOutput() })
+			if fetchErr != nil {
+				t.Fatalf("scripts/supported-gpus.sh: %v\n%s", fetchErr, fetchOut)
+			}
+		}
+	}
+	return l535, l470
+}
+
+// TestDecideH200Fixture runs the decision on the sysfs of a real H200 VM against
+// the real 535.261.03 and 470.256.02 lists: the H200 (10de:2335) is in neither,
+// so nothing may load, and the refusal says so.
+func TestDecideH200Fixture(t *testing.T) {
+	l535, l470 := realLists(t)
+	devs, err := pci.Scan(pcitest.FromFixture(t, "../../../shared/fixtures/h200-gpu-vm/pci-sysfs.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	real := func(version, flavor, list string) selection.Set {
+		s := set("nvidia", version, flavor, "")
+		s.Set.Dir, s.Set.SupportedGPUs, s.Dir = filepath.Dir(list), filepath.Base(list), "/"
+		return s
+	}
+	sets := []selection.Set{real("535.261.03", "proprietary", l535), real("535.261.03", "open", l535), real("470.256.02", "proprietary", l470)}
+	r := req("", "", "")
+	r.Instance.Resources.GPU = instance.GPU{Type: "h200", Count: 1}
+	d := selection.Decide(selection.Input{Kernel: kver, Request: r, Sets: sets, Devices: devs})
+	dd := d.Driver("nvidia")
+	if dd == nil || dd.Chosen != nil {
+		t.Fatalf("nvidia decision %+v, want a refusal", dd)
+	}
+	for _, c := range dd.Candidates {
+		if c.Excluded != selection.RuleHardware || !strings.Contains(c.Reason, "GPU 0000:00:06.0 10de:2335 (subsystem 10de:18bf) is not in "+c.Version+"'s supported-gpus.json") {
+			t.Errorf("candidate %s %s: %s (%s), want excluded by hardware naming the H200", c.Version, c.Flavor, c.Excluded, c.Reason)
+		}
+	}
+	if want := "nothing cached would work: no cached version's supported-gpus.json supports GPU 0000:00:06.0 10de:2335 (subsystem 10de:18bf)"; !strings.Contains(dd.Refusal, want) {
+		t.Errorf("refusal %q, want %q", dd.Refusal, want)
+	}
+	if len(d.GPUs) != 1 || d.GPUs[0].ID != "10de:2335" || d.GPUs[0].Name != "" {
+		t.Errorf("GPUs %+v, want the H200 without a name", d.GPUs)
+	}
+	if len(d.Warnings) != 1 || !strings.Contains(d.Warnings[0], "h200 not checked") {
+		t.Errorf("warnings %q", d.Warnings)
+	}
+
+	// The same machine with an H100 SXM (10de:2330, board 10de:16c1) instead:
+	// 535 lists it with kernelopen, 470 does not list it, auto picks open.
+	h := devs
+	for i := range h {
+		if h[i].IsNVIDIAGPU() {
+			h[i].Device, h[i].SubDevice = 0x2330, 0x16c1
+		}
+	}
+	d = selection.Decide(selection.Input{Kernel: kver, Request: req("", "", ""), Sets: sets, Devices: h})
+	dd = d.Driver("nvidia")
+	if dd.Chosen == nil || dd.Chosen.Version != "535.261.03" || dd.Chosen.Flavor != "open" {
+		t.Errorf("H100: chosen %+v, want 535.261.03 open; candidates %+v", dd.Chosen, dd.Candidates)
+	}
+	if d.GPUs[0].Name != "NVIDIA H100 80GB HBM3" {
+		t.Errorf("H100 name %q", d.GPUs[0].Name)
+	}
+}

@@ -1,0 +1,263 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kpreload/kpreload/builder/qemu"
+	"github.com/kpreload/kpreload/gpu/instance"
+	"github.com/kpreload/kpreload/initramfs/assemble"
+	"github.com/kpreload/kpreload/initramfs/report"
+)
+
+var (
+	twoVersionsOnce  sync.Once
+	twoVersionsCache string
+	twoVersionsErr   string
+)
+
+// twoVersions builds the test driver's two versions (recipes/testdriver.yaml,
+// 1.0.0, and recipes/testdriver-2.yaml, 2.0.0) for kver with the real dkms, through
+// `kpreload build`, into a fresh module cache, once per test run.
+func twoVersions(t *testing.T, kver string) string {
+	t.Helper()
+	twoVersionsOnce.Do(func() {
+		kernelTree(t, kver)
+		dir, err := os.MkdirTemp("", "kpreload-e2e-2v-")
+		if err != nil {
+			twoVersionsErr = err.Error()
+			return
+		}
+		bin := filepath.Join(dir, "kpreload")
+		build := exec.Command("go", "build", "-o", bin, "./cmd/kpreload")
+		build.Dir = repoRoot(t)
+		if out, err := build.CombinedOutput(); err != nil {
+			twoVersionsErr = "go build ./cmd/kpreload: " + err.Error() + "\n" + string(out)
+			return
+		}
+		twoVersionsCache = filepath.Join(dir, "cache")
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, "build", "recipes/testdriver.yaml", "recipes/testdriver-2.yaml", "--kernel", kver, "--cache", twoVersionsCache)
+		cmd.Dir = repoRoot(t)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			twoVersionsErr = "kpreload build: " + err.Error() + "\n" + string(out)
+		}
+	})
+	if twoVersionsErr != "" {
+		t.Fatal(twoVersionsErr)
+	}
+	return twoVersionsCache
+}
+
+// selectBoot is one boot of the 6.1 kernel with both test driver versions cached.
+type selectBoot struct {
+	// onRoot keeps the cache on the root filesystem instead of the initramfs.
+	onRoot bool
+	// instance, when set, is passed through fw_cfg as kpreload boot --instance does.
+	instance string
+	// imageInstance, when set, is baked into the root as /etc/kpreload/instance.yaml.
+	imageInstance string
+	// append is added to the kernel command line.
+	append string
+}
+
+func bootSelect(t *testing.T, c selectBoot) (booted, string) {
+	t.Helper()
+	kver := kernels[0]
+	cache := twoVersions(t, kver)
+	dir := t.TempDir()
+	ktree := kernelTree(t, kver)
+	initBin, _ := binaries(t)
+	o := assemble.Options{Kernel: kver, ModulesDir: filepath.Join(ktree, "lib", "modules", kver), Init: initBin}
+	// The image carries userspace directories for both versions, so /init can
+	// point /run/kpreload/driver at the chosen one.
+	drivers := filepath.Join(dir, "drivers")
+	for _, v := range []string{"1.0.0", "2.0.0"} {
+		if err := os.MkdirAll(filepath.Join(drivers, v), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(drivers, v, "VERSION"), []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	extra := map[string]string{"/opt/kpreload/drivers": drivers}
+	if c.imageInstance != "" {
+		etc := filepath.Join(dir, "etc-kpreload")
+		if err := os.MkdirAll(etc, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(etc, "instance.yaml"), []byte(c.imageInstance), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		extra["/etc/kpreload"] = etc
+	}
+	if c.onRoot {
+		extra["/var/lib/kpreload/cache"] = cache
+	} else {
+		o.CacheDir = cache
+	}
+	initrd := filepath.Join(dir, "initrd.img")
+	if _, err := assemble.WriteFile(o, initrd); err != nil {
+		t.Fatalf("initramfs: %v", err)
+	}
+	disk := rootDisk(t, dir, rootUUID, extra)
+	cfg := qemu.Config{
+		Kernel:     filepath.Join(ktree, "boot", "vmlinuz-"+kver),
+		Initramfs:  initrd,
+		RootDisk:   disk,
+		Devices:    []string{"edu"},
+		Append:     strings.TrimSpace("root=UUID=" + rootUUID + " " + c.append),
+		Timeout:    4 * time.Minute,
+		ConsoleLog: filepath.Join(dir, "console.log"),
+	}
+	if c.instance != "" {
+		f := filepath.Join(dir, "instance.yaml")
+		if err := os.WriteFile(f, []byte(c.instance), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cfg.FwCfg = map[string]string{instance.FwCfgName: f}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	res, err := qemu.Run(ctx, cfg)
+	if err != nil {
+		t.Fatalf("boot: %v", err)
+	}
+	con, _ := os.ReadFile(res.Console)
+	if res.Report == nil || res.RootInit == nil {
+		t.Fatalf("boot: report %v, root init %v; console:\n%s", res.Report != nil, res.RootInit != nil, tailFile(res.Console, 40))
+	}
+	t.Logf("%s", res.Report.Summary())
+	return booted{res: res, rep: res.Report, root: res.RootInit}, string(con)
+}
+
+// eduLines returns the test driver's "bound" kernel log lines.
+func eduLines(root *report.RootInit) []string {
+	var out []string
+	for _, l := range root.Kmsg {
+		if strings.Contains(l.Text, "kpreload_edu") && strings.Contains(l.Text, "bound, id") {
+			out = append(out, l.Text)
+		}
+	}
+	return out
+}
+
+// checkChosen checks that exactly version of the test driver was chosen, loaded
+// from the expected place, bound, and activated.
+func checkChosen(t *testing.T, b booted, con, version, source, phase string) {
+	t.Helper()
+	sel := b.rep.Selection
+	if sel == nil {
+		t.Fatalf("report has no selection section")
+	}
+	if sel.Source != source {
+		t.Errorf("selection source %q (%s), want %q", sel.Source, sel.Origin, source)
+	}
+	if len(sel.Drivers) != 1 || sel.Drivers[0].Driver != "kpreload-edu" {
+		t.Fatalf("selection drivers %+v, want kpreload-edu only", sel.Drivers)
+	}
+	dd := sel.Drivers[0]
+	if dd.Chosen == nil || dd.Chosen.Version != version || dd.Chosen.From != phase || !dd.Loaded || !dd.Active {
+		t.Errorf("kpreload-edu decision %+v (chosen %+v), want %s from %s, loaded and active", dd, dd.Chosen, version, phase)
+	}
+	if dd.Userspace != "/opt/kpreload/drivers/"+version {
+		t.Errorf("userspace %q, want /opt/kpreload/drivers/%s", dd.Userspace, version)
+	}
+	if len(dd.Candidates) != 2 {
+		t.Errorf("candidates %+v, want both versions", dd.Candidates)
+	}
+	for _, c := range dd.Candidates {
+		if c.Version != version && c.Excluded == "" {
+			t.Errorf("candidate %s not excluded", c.Version)
+		}
+	}
+	var edu []report.Module
+	for _, m := range b.rep.Modules {
+		if m.Name == "kpreload_edu" {
+			edu = append(edu, m)
+		}
+	}
+	if len(edu) != 1 || edu[0].Result != "loaded" || dd.Chosen == nil || edu[0].Set != dd.Chosen.ID || edu[0].Phase != phase {
+		t.Errorf("kpreload_edu report entries %+v, want one, loaded from set %v in phase %s", edu, dd.Chosen, phase)
+	}
+	lines := eduLines(b.root)
+	if len(lines) != 1 || !strings.Contains(lines[0], "bound, id 0x010000ed, driver version "+version) {
+		t.Errorf("kernel log edu lines %q, want one saying driver version %s", lines, version)
+	}
+	if dev, ok := pciDriver(b.root, "1234:11e8"); !ok || dev.Driver != "kpreload_edu" {
+		t.Errorf("edu device %+v, want bound to kpreload_edu", dev)
+	}
+	if want := "kpreload: kpreload-edu " + version + " open chosen"; !strings.Contains(con, want) {
+		t.Errorf("console lacks %q", want)
+	}
+	if len(b.rep.Errors) != 0 {
+		t.Errorf("report errors %q", b.rep.Errors)
+	}
+}
+
+// TestBootSelectsDriverVersion boots with both versions of the test driver
+// cached and an instance request delivered three ways: fw_cfg (kpreload boot
+// --instance) choosing 2.0.0 from the initramfs; the kernel command line choosing
+// 1.0.0 from the root's cache while fw_cfg asks 2.0.0 (the command line wins);
+// and a request for an absent 3.0.0 baked into the image's /etc/kpreload/instance.yaml
+// (nothing loads, a clear refusal, boot goes on).
+func TestBootSelectsDriverVersion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots QEMU (-short)")
+	}
+	t.Run("fw_cfg 2.0.0 from the initramfs", func(t *testing.T) {
+		b, con := bootSelect(t, selectBoot{instance: "resources:\n  driver:\n    version: 2.0.0\n    flavor: auto\n"})
+		checkChosen(t, b, con, "2.0.0", instance.SourceFwCfg, "initramfs")
+		// fw_cfg came through qemu_fw_cfg, which coldplug loaded from the kernel's set.
+		if m, ok := moduleResult(b.rep, "qemu_fw_cfg"); !ok || m.Result != "loaded" || m.End > b.rep.Selection.Time {
+			t.Errorf("qemu_fw_cfg %+v, want loaded before the selection at %.3f", m, b.rep.Selection.Time)
+		}
+		if b.rep.Selection.Origin != instance.FwCfgPath {
+			t.Errorf("origin %q, want %s", b.rep.Selection.Origin, instance.FwCfgPath)
+		}
+	})
+	t.Run("cmdline 1.0.0 from the root cache beats fw_cfg", func(t *testing.T) {
+		b, con := bootSelect(t, selectBoot{onRoot: true, append: "kpreload.driver=1.0.0",
+			instance: "resources:\n  driver:\n    version: 2.0.0\n"})
+		checkChosen(t, b, con, "1.0.0", instance.SourceCmdline, "rootfs")
+	})
+	t.Run("absent 3.0.0 from the image is refused, boot continues", func(t *testing.T) {
+		b, con := bootSelect(t, selectBoot{imageInstance: "resources:\n  driver:\n    version: 3.0.0\n"})
+		sel := b.rep.Selection
+		if sel == nil || len(sel.Drivers) != 1 {
+			t.Fatalf("selection %+v", sel)
+		}
+		if sel.Source != instance.SourceImage || sel.Origin != "/newroot/"+instance.ImagePath {
+			t.Errorf("selection source %q origin %q, want image from /newroot/%s", sel.Source, sel.Origin, instance.ImagePath)
+		}
+		dd := sel.Drivers[0]
+		want := "no kpreload-edu driver will be loaded: asked version 3.0.0, flavour auto, kernel " + kernels[0] +
+			"; the cache holds 1.0.0 open (version: asked version 3.0.0); 2.0.0 open (version: asked version 3.0.0)" +
+			"; would work on this machine: 2.0.0 open, 1.0.0 open (e.g. kpreload.driver=2.0.0)"
+		if dd.Chosen != nil || dd.Refusal != want || dd.Loaded || dd.Active {
+			t.Errorf("decision %+v\nrefusal %q\nwant     %q", dd, dd.Refusal, want)
+		}
+		if !strings.Contains(con, "kpreload: "+want) {
+			t.Errorf("console lacks the refusal %q", want)
+		}
+		for _, m := range b.rep.Modules {
+			if m.Name == "kpreload_edu" {
+				t.Errorf("kpreload_edu considered: %+v", m)
+			}
+		}
+		if slices.Contains(b.root.Modules, "kpreload_edu") || len(eduLines(b.root)) != 0 {
+			t.Errorf("kpreload_edu loaded (modules %v, log %q)", b.root.Modules, eduLines(b.root))
+		}
+		if b.root.PID != 1 {
+			t.Errorf("root init pid %d, want 1: the boot must reach the real init", b.root.PID)
+		}
+	})
+}

@@ -1,0 +1,203 @@
+package pid1
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strings"
+
+	"github.com/kpreload/kpreload/gpu/activate"
+	"github.com/kpreload/kpreload/gpu/devnodes"
+	"github.com/kpreload/kpreload/gpu/instance"
+	"github.com/kpreload/kpreload/gpu/pci"
+	"github.com/kpreload/kpreload/gpu/selection"
+	"github.com/kpreload/kpreload/initramfs/coldplug"
+	"github.com/kpreload/kpreload/initramfs/report"
+	"github.com/kpreload/kpreload/kmodcache/bootindex"
+)
+
+// requestFiles are the places, after the kernel command line, where an instance
+// request can be: QEMU fw_cfg (qemu_fw_cfg was loaded by the first coldplug,
+// through its ACPI modalias QEMU0002), then the file baked into the image.
+func requestFiles() []instance.File {
+	return []instance.File{
+		{Source: instance.SourceFwCfg, Path: instance.FwCfgPath},
+		{Source: instance.SourceImage, Path: filepath.Join(NewRoot, instance.ImagePath)},
+	}
+}
+
+// drivers chooses, then loads, the driver sets of the initramfs and of the root
+// filesystem's cache. It runs once root is mounted: the root's cache may hold
+// versions the initramfs lacks and /etc/kpreload/instance.yaml is only readable
+// then, so one decision over every cached set (rather than an early one over the
+// initramfs alone that the root could contradict) is the one that holds. Only
+// the chosen set of each driver is given to coldplug and the loader: other
+// versions of the same driver never load.
+func (b *Boot) drivers() {
+	rootPath := filepath.Join(NewRoot, RootCacheIndex, b.release+".json")
+	rootIdx, err := bootindex.Read(rootPath)
+	if err != nil {
+		rootIdx = nil
+		if errors.Is(err, fs.ErrNotExist) {
+			b.event("no module cache on root for %s", b.release)
+		} else {
+			b.errorf("%v", err)
+		}
+	}
+	rootDir := filepath.Dir(rootPath)
+
+	var sets []selection.Set
+	if b.initIdx != nil {
+		for i := range b.initIdx.Sets {
+			sets = append(sets, selection.Set{Set: &b.initIdx.Sets[i], Dir: b.initDir, From: "initramfs"})
+		}
+	}
+	if rootIdx != nil {
+		for i := range rootIdx.Sets {
+			sets = append(sets, selection.Set{Set: &rootIdx.Sets[i], Dir: rootDir, From: "rootfs"})
+		}
+	}
+	driverSets := 0
+	for _, s := range sets {
+		if !selection.IsKernelSet(s.Set) {
+			driverSets++
+		}
+	}
+
+	req, reqErrs := instance.Find(b.cmd.Flag, requestFiles())
+	for _, e := range reqErrs {
+		b.errorf("%v", e)
+	}
+	if driverSets > 0 || req.Source != instance.SourceDefault {
+		devs, err := pci.Scan("/sys")
+		if err != nil {
+			b.errorf("%v", err)
+		}
+		d := selection.Decide(selection.Input{Kernel: b.release, Vermagic: b.ld.Vermagic, Request: req, Sets: sets, Devices: devs})
+		d.Time = Now()
+		for _, e := range reqErrs {
+			d.Errors = append(d.Errors, e.Error())
+		}
+		b.decision = d
+		b.rep.Selection = &d.Selection
+		for _, l := range d.Lines() {
+			fmt.Fprintln(b.console, l)
+		}
+		if driverSets == 0 {
+			b.warnf("the instance request (%s) asks for a driver, but no driver sets are cached for kernel %s", req.Source, b.release)
+		}
+		b.event("driver selection (request from %s): %s", req.Source, chosenList(d))
+	}
+
+	keepDriver := func(s *bootindex.Set) bool {
+		return !selection.IsKernelSet(s) && b.decision != nil && b.decision.Keep(s)
+	}
+	if b.initIdx != nil && b.decision != nil {
+		b.index.Add(b.initDir, b.initIdx, keepDriver)
+		match := coldplug.NewIndex()
+		match.Add(b.initDir, b.initIdx, keepDriver)
+		b.coldplug("initramfs", "initramfs-drivers", match)
+	}
+	b.requested("initramfs")
+	if rootIdx != nil {
+		b.index.Add(rootDir, rootIdx, keepDriver)
+		// Match every device again, against the root cache's chosen sets only.
+		match := coldplug.NewIndex()
+		match.Add(rootDir, rootIdx, keepDriver)
+		b.coldplug("rootfs", "rootfs", match)
+		b.event("root cache: %d sets for %s", len(rootIdx.Sets), b.release)
+	}
+	b.requested("rootfs")
+	b.activate()
+}
+
+func chosenList(d *selection.Decision) string {
+	var parts []string
+	for _, dd := range d.Drivers {
+		if dd.Chosen != nil {
+			parts = append(parts, dd.Driver+" "+dd.Chosen.Version)
+		} else {
+			parts = append(parts, dd.Driver+" refused")
+		}
+	}
+	if len(parts) == 0 {
+		return "no driver sets"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// activate publishes the driver that loaded: device nodes for NVIDIA, the
+// /run/kpreload/driver link to its userspace and the /run/kpreload/ready record.
+// One driver is active: the requested GPU driver when it loaded, else the first
+// requested one that did, else any chosen one that did.
+func (b *Boot) activate() {
+	d := b.decision
+	if d == nil {
+		return
+	}
+	loaded := map[string][]string{}
+	for _, m := range b.rep.Modules {
+		if m.Result == "loaded" && m.Set != "" {
+			loaded[m.Set] = append(loaded[m.Set], m.Name)
+		}
+	}
+	var active *report.SelectionDriver
+	rank := func(dd *report.SelectionDriver) int {
+		switch {
+		case dd.Requested && selection.IsNVIDIA(dd.Driver):
+			return 0
+		case dd.Requested:
+			return 1
+		}
+		return 2
+	}
+	for i := range d.Drivers {
+		dd := &d.Drivers[i]
+		if dd.Chosen == nil || len(loaded[dd.Chosen.ID]) == 0 {
+			continue
+		}
+		dd.Loaded = true
+		if active == nil || rank(dd) < rank(active) {
+			active = dd
+		}
+	}
+	if active == nil {
+		b.event("no chosen driver set loaded a module: no driver activated")
+		return
+	}
+	c := active.Chosen
+	ready := activate.Ready{Driver: active.Driver, Version: c.Version, Flavor: c.Flavor, Set: c.ID, Kernel: b.release,
+		Modules: loaded[c.ID], By: "init"}
+	if selection.IsNVIDIA(active.Driver) {
+		nodes, err := devnodes.Plan("/proc", "/dev")
+		if err == nil {
+			err = devnodes.Create(nodes)
+		}
+		if err != nil {
+			b.warnf("%s %s: device nodes: %v", active.Driver, c.Version, err)
+		} else {
+			for _, n := range nodes {
+				ready.DeviceNodes = append(ready.DeviceNodes, n.Path)
+			}
+			active.DeviceNodes = ready.DeviceNodes
+		}
+	}
+	if err := activate.Point(activate.RunDir, NewRoot, activate.DriversDir, c.Version); err != nil {
+		if errors.Is(err, activate.ErrNoUserspace) && !selection.IsNVIDIA(active.Driver) {
+			b.event("%s %s: no userspace in the image (%s/%s): %s not made", active.Driver, c.Version, activate.DriversDir, c.Version, activate.LinkPath(activate.RunDir))
+		} else {
+			b.warnf("%s %s: userspace: %v", active.Driver, c.Version, err)
+		}
+	} else {
+		ready.Userspace = filepath.Join(activate.DriversDir, c.Version)
+		active.Userspace = ready.Userspace
+	}
+	ready.Time = Now()
+	if err := activate.MarkReady(activate.RunDir, ready); err != nil {
+		b.warnf("%s %s: %v", active.Driver, c.Version, err)
+		return
+	}
+	active.Active = true
+	b.event("%s %s active: %s written", active.Driver, c.Version, activate.ReadyPath(activate.RunDir))
+}
