@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -170,6 +171,14 @@ func checkChosen(t *testing.T, b booted, con, version, source, phase string) {
 	}
 	if dd.Userspace != "/opt/kpreload/drivers/"+version {
 		t.Errorf("userspace %q, want /opt/kpreload/drivers/%s", dd.Userspace, version)
+	}
+	// What the real init sees after switch_root: the link and the ready record.
+	if got, want := b.root.DriverLink, "/opt/kpreload/drivers/"+version; got != want {
+		t.Errorf("/run/kpreload/driver after switch_root -> %q, want %q", got, want)
+	}
+	var ready struct{ Driver, Version string }
+	if err := json.Unmarshal(b.root.Ready, &ready); err != nil || ready.Driver != "kpreload-edu" || ready.Version != version {
+		t.Errorf("/run/kpreload/ready after switch_root = %s (%v), want kpreload-edu %s", b.root.Ready, err, version)
 	}
 	if len(dd.Candidates) != 2 {
 		t.Errorf("candidates %+v, want both versions", dd.Candidates)

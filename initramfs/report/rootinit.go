@@ -29,6 +29,12 @@ type RootInit struct {
 	// Report is /run/kpreload/report.json as /init left it, embedded unchanged; absent when
 	// the file does not exist.
 	Report json.RawMessage `json:"report,omitempty"`
+	// DriverLink is where /run/kpreload/driver points (the loaded driver's
+	// userspace); empty when the link does not exist.
+	DriverLink string `json:"driver_link,omitempty"`
+	// Ready is /run/kpreload/ready as /init left it, embedded unchanged; absent
+	// when no driver was activated.
+	Ready json.RawMessage `json:"ready,omitempty"`
 	// Modules lists the loaded modules (/proc/modules), in the kernel's order.
 	Modules []string `json:"modules"`
 	// PCI lists every PCI device with the driver bound to it, if any.

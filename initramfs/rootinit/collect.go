@@ -63,6 +63,20 @@ func collect(s sysRoot, errs []string) *report.RootInit {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		fail("report", err)
 	}
+	if target, err := os.Readlink(s.path("/run/kpreload/driver")); err == nil {
+		rec.DriverLink = target
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		fail("driver link", err)
+	}
+	if b, err := os.ReadFile(s.path("/run/kpreload/ready")); err == nil {
+		if json.Valid(b) {
+			rec.Ready = json.RawMessage(bytes.TrimSpace(b))
+		} else {
+			fail("ready", fmt.Errorf("/run/kpreload/ready is not valid JSON (%d bytes)", len(b)))
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		fail("ready", err)
+	}
 	if rec.Modules, err = loadedModules(s.path("/proc/modules")); err != nil {
 		fail("modules", err)
 	}
