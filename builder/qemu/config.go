@@ -1,12 +1,16 @@
-// Package qemu boots a kernel, an initramfs and a root disk in QEMU, waits for the
-// machine to power itself off, and reads back what kpreload's /init and the test root
-// filesystem's init reported on a dedicated serial port (falling back to the console).
+// Package qemu boots a kernel, an initramfs and a root disk in QEMU (or a whole disk
+// image through UEFI firmware and its own bootloader), waits for the machine to power
+// itself off or for the console to show a pattern, and reads back what kpreload's /init
+// and the test root filesystem's init reported on a dedicated serial port (falling back
+// to the console).
 package qemu
 
 import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -26,14 +30,49 @@ const (
 // passed to the guest as kpreload.report=.
 const ReportDevice = "/dev/ttyS1"
 
+// Firmware values of Config.
+const (
+	// FirmwareDirect boots Config.Kernel directly (QEMU's -kernel; SeaBIOS).
+	FirmwareDirect = ""
+	// FirmwareUEFI boots Config.RootDisk through OVMF (UEFI firmware on pflash) and
+	// the disk's own bootloader: no -kernel, -initrd or -append.
+	FirmwareUEFI = "uefi"
+)
+
+// OVMF firmware files (package ovmf) tried in order when Config.OVMFCode is empty:
+// the 4 MiB build first, with its matching variable store template.
+var ovmfPairs = [][2]string{
+	{"/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_VARS_4M.fd"},
+	{"/usr/share/OVMF/OVMF_CODE.fd", "/usr/share/OVMF/OVMF_VARS.fd"},
+}
+
 // Config describes one boot.
 type Config struct {
-	// Kernel is the bzImage/vmlinuz to boot (required).
+	// Kernel is the bzImage/vmlinuz to boot (required unless Firmware is FirmwareUEFI,
+	// which forbids it).
 	Kernel string
 	// Initramfs is the initrd image; empty boots without one.
 	Initramfs string
 	// RootDisk is a raw (or .qcow2) disk image attached on RootBus; empty attaches none.
+	// With FirmwareUEFI it is the disk the firmware boots from (required).
 	RootDisk string
+	// Firmware is FirmwareDirect (default) or FirmwareUEFI. With FirmwareUEFI the
+	// kernel command line comes from the disk's bootloader, so Append is refused and
+	// the harness's own parameters (console=ttyS0 kpreload.report=/dev/ttyS1) must be
+	// in the image's boot entry.
+	Firmware string
+	// OVMFCode is the UEFI firmware code image (read-only pflash); empty picks
+	// OVMF_CODE_4M.fd, else OVMF_CODE.fd, from /usr/share/OVMF.
+	OVMFCode string
+	// OVMFVars is the variable store template; Run boots with a copy of it in the run's
+	// work directory, so runs never share or change it. Empty picks the template that
+	// matches OVMFCode (OVMF_VARS_4M.fd or OVMF_VARS.fd).
+	OVMFVars string
+	// Until, when set, ends the run as soon as the console log matches it (QEMU is
+	// stopped, which is not an error): a real systemd guest does not power off, so
+	// tests wait for e.g. "Reached target .*Multi-User System". A run that ends
+	// otherwise without a match is an error.
+	Until *regexp.Regexp
 	// RootBus is how the root disk is attached: "virtio" (default, /dev/vda), "nvme"
 	// (/dev/nvme0n1) or "scsi" (virtio-scsi, /dev/sda).
 	RootBus string
@@ -63,6 +102,45 @@ type Config struct {
 	FwCfg map[string]string
 	// Machine is the QEMU machine type (default "q35").
 	Machine string
+
+	// varsCopy is the per-run copy of the UEFI variable store Run made.
+	varsCopy string
+}
+
+// FindOVMF returns the OVMF code image and variable store template to use: code
+// and vars when given, else the first installed pair of /usr/share/OVMF.
+func FindOVMF(code, vars string) (string, string, error) {
+	if code != "" {
+		if vars == "" {
+			for _, p := range ovmfPairs {
+				if p[0] == code {
+					vars = p[1]
+				}
+			}
+			if vars == "" {
+				return "", "", fmt.Errorf("qemu: OVMF code %s: name its variable store template too (OVMFVars)", code)
+			}
+		}
+		for _, f := range []string{code, vars} {
+			if _, err := os.Stat(f); err != nil {
+				return "", "", fmt.Errorf("qemu: UEFI firmware: %w", err)
+			}
+		}
+		return code, vars, nil
+	}
+	for _, p := range ovmfPairs {
+		if _, err := os.Stat(p[0]); err != nil {
+			continue
+		}
+		if vars == "" {
+			vars = p[1]
+		}
+		if _, err := os.Stat(vars); err != nil {
+			return "", "", fmt.Errorf("qemu: UEFI variable store template: %w", err)
+		}
+		return p[0], vars, nil
+	}
+	return "", "", fmt.Errorf("qemu: no OVMF firmware in /usr/share/OVMF (install the ovmf package: scripts/deps.sh)")
 }
 
 // withDefaults returns c with its zero fields filled in.
@@ -121,10 +199,37 @@ func hasParam(cmdline, key string) bool {
 // Args builds the QEMU command line (without the binary) for c, writing the console to
 // consoleLog and the report channel to reportLog. c.Accel must be "tcg" or "kvm" here:
 // Run resolves "auto" and probes "kvm" before calling it.
+//
+// With FirmwareUEFI, c.OVMFCode must name the firmware and the variable store is
+// c.OVMFVars itself unless Run made a per-run copy (Run always does).
 func Args(c Config, consoleLog, reportLog string) ([]string, error) {
 	c = c.withDefaults()
-	if c.Kernel == "" {
-		return nil, errors.New("qemu: no kernel given")
+	uefi := false
+	switch c.Firmware {
+	case FirmwareDirect:
+		if c.Kernel == "" {
+			return nil, errors.New("qemu: no kernel given")
+		}
+	case FirmwareUEFI:
+		uefi = true
+		switch {
+		case c.Kernel != "" || c.Initramfs != "":
+			return nil, errors.New("qemu: UEFI boot takes the kernel and initramfs from the disk's bootloader: leave Kernel and Initramfs empty")
+		case strings.TrimSpace(c.Append) != "":
+			return nil, errors.New("qemu: UEFI boot takes the kernel command line from the disk's boot entry: put the parameters there, not in Append")
+		case c.RootDisk == "":
+			return nil, errors.New("qemu: UEFI boot needs a disk image to boot (RootDisk)")
+		case c.OVMFCode == "":
+			return nil, errors.New("qemu: UEFI boot needs the OVMF firmware code image (OVMFCode; see FindOVMF)")
+		}
+		if c.varsCopy == "" {
+			c.varsCopy = c.OVMFVars
+		}
+		if c.varsCopy == "" {
+			return nil, errors.New("qemu: UEFI boot needs a UEFI variable store (OVMFVars)")
+		}
+	default:
+		return nil, fmt.Errorf("qemu: firmware %q: want %q (direct kernel boot) or %q", c.Firmware, FirmwareDirect, FirmwareUEFI)
 	}
 	if consoleLog == "" || reportLog == "" {
 		return nil, errors.New("qemu: console and report log paths are required")
@@ -155,12 +260,19 @@ func Args(c Config, consoleLog, reportLog string) ([]string, error) {
 		"-no-reboot",
 		"-serial", "file:"+consoleLog,
 		"-serial", "file:"+reportLog,
-		"-kernel", c.Kernel,
 	)
-	if c.Initramfs != "" {
-		args = append(args, "-initrd", c.Initramfs)
+	if uefi {
+		args = append(args,
+			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+optEscape(c.OVMFCode),
+			"-drive", "if=pflash,format=raw,unit=1,file="+optEscape(c.varsCopy),
+		)
+	} else {
+		args = append(args, "-kernel", c.Kernel)
+		if c.Initramfs != "" {
+			args = append(args, "-initrd", c.Initramfs)
+		}
+		args = append(args, "-append", KernelCmdline(c))
 	}
-	args = append(args, "-append", KernelCmdline(c))
 	if c.RootDisk != "" {
 		format := "raw"
 		if strings.HasSuffix(c.RootDisk, ".qcow2") {

@@ -22,6 +22,10 @@ func (r *Runner) chooseAccel(ctx context.Context, drv Driver, c Config) (accel, 
 	case "tcg":
 		return "tcg", "", nil
 	case "kvm", "auto":
+		if c.Kernel == "" {
+			// The probe boots a kernel; a UEFI boot has none on the host side.
+			return "tcg", "KVM unusable, falling back to TCG: the KVM probe needs a kernel and a UEFI boot names none", nil
+		}
 		timeout := r.ProbeTimeout
 		if timeout == 0 {
 			timeout = DefaultProbeTimeout

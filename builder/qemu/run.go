@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -47,7 +48,14 @@ type Result struct {
 	// Warnings notes what went wrong without failing the run (KVM fell back, a garbled
 	// console line, ...).
 	Warnings []string
+	// UntilMatched is set when the console matched Config.Until (and the run was
+	// ended there); UntilMatch is the matching text.
+	UntilMatched bool
+	UntilMatch   string
 }
+
+// untilPoll is how often the console log is checked against Config.Until.
+const untilPoll = 250 * time.Millisecond
 
 // Runner boots machines with a Driver.
 type Runner struct {
@@ -71,10 +79,11 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	return (&Runner{}).Run(ctx, c)
 }
 
-// Run boots c, waits for the machine to power off or c.Timeout, and collects the
-// results. It returns an error, together with the partial Result, when QEMU could not
-// start or failed, timed out, or the kernel panicked; the error quotes the last console
-// lines. A boot that ends without a report is not an error here: check Result.Report.
+// Run boots c, waits for the machine to power off, for the console to match c.Until or
+// for c.Timeout, and collects the results. It returns an error, together with the
+// partial Result, when QEMU could not start or failed, timed out, the kernel panicked,
+// or c.Until was set and never matched; the error quotes the last console lines. A
+// boot that ends without a report is not an error here: check Result.Report.
 func (r *Runner) Run(ctx context.Context, c Config) (*Result, error) {
 	c = c.withDefaults()
 	drv := r.Driver
@@ -86,6 +95,17 @@ func (r *Runner) Run(ctx context.Context, c Config) (*Result, error) {
 		return nil, err
 	}
 	res.Console, res.ReportLog = c.ConsoleLog, c.ReportLog
+	if c.Firmware == FirmwareUEFI {
+		code, vars, err := FindOVMF(c.OVMFCode, c.OVMFVars)
+		if err != nil {
+			return nil, err
+		}
+		c.OVMFCode, c.OVMFVars = code, vars
+		c.varsCopy = filepath.Join(filepath.Dir(c.ConsoleLog), "OVMF_VARS.fd")
+		if err := copyFile(vars, c.varsCopy); err != nil {
+			return nil, fmt.Errorf("qemu: copy the UEFI variable store: %w", err)
+		}
+	}
 
 	accel, warn, err := r.chooseAccel(ctx, drv, c)
 	if err != nil {
@@ -112,18 +132,30 @@ func (r *Runner) Run(ctx context.Context, c Config) (*Result, error) {
 
 	runCtx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
+	qemuCtx, stopQEMU := context.WithCancel(runCtx)
+	defer stopQEMU()
 	stop := r.startProgress()
+	stopWatch := watchUntil(c.Until, c.ConsoleLog, stopQEMU)
 	start := time.Now()
-	code, runErr := drv.Run(runCtx, args)
+	code, runErr := drv.Run(qemuCtx, args)
 	res.Duration = time.Since(start)
 	stop()
+	stopWatch()
 	res.ExitCode = code
-	res.TimedOut = errors.Is(runErr, context.DeadlineExceeded) && ctx.Err() == nil
 
 	console, readErr := os.ReadFile(c.ConsoleLog)
 	if readErr != nil && !errors.Is(readErr, os.ErrNotExist) {
 		res.Warnings = append(res.Warnings, fmt.Sprintf("read console log: %v", readErr))
 	}
+	if c.Until != nil {
+		if loc := c.Until.FindIndex(console); loc != nil {
+			res.UntilMatched, res.UntilMatch = true, string(console[loc[0]:loc[1]])
+			if runCtx.Err() == nil {
+				runErr = nil // stopped on purpose, or powered off after the match
+			}
+		}
+	}
+	res.TimedOut = errors.Is(runErr, context.DeadlineExceeded) && ctx.Err() == nil
 	res.Kernel = KernelLines(console)
 	res.PanicLine = panicLine(console)
 	res.Panicked = res.PanicLine != ""
@@ -136,8 +168,55 @@ func (r *Runner) Run(ctx context.Context, c Config) (*Result, error) {
 		return res, fmt.Errorf("%w; last console lines:\n%s", runErr, tail(console, 20))
 	case res.Panicked:
 		return res, fmt.Errorf("qemu: kernel panicked: %s; last console lines:\n%s", res.PanicLine, tail(console, 20))
+	case c.Until != nil && !res.UntilMatched:
+		return res, fmt.Errorf("qemu: the machine stopped before the console showed %q; last console lines:\n%s", c.Until, tail(console, 20))
 	}
 	return res, nil
+}
+
+// watchUntil checks the console log against re every untilPoll and calls stop once
+// it matches; the returned function ends the watch. A nil re watches nothing.
+func watchUntil(re *regexp.Regexp, consoleLog string, stop func()) (end func()) {
+	if re == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(untilPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if b, err := os.ReadFile(consoleLog); err == nil && re.Match(b) {
+					stop()
+					return
+				}
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+// copyFile copies src to dst (created or truncated, mode 0644).
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // logPaths fills in the console and report log paths.

@@ -1,0 +1,234 @@
+package image
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// build implements Build.
+func build(ctx context.Context, o Options) (*Manifest, error) {
+	start := time.Now()
+	o = o.withDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	for _, tool := range []string{"mmdebstrap", "sfdisk", "mkfs.vfat", "mmd", "mcopy", "mkfs.ext4", "qemu-img", "dpkg-deb", "systemctl", "tar"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, fmt.Errorf("image: %s is missing (install the image tools with scripts/deps.sh: mmdebstrap fdisk dosfstools mtools e2fsprogs qemu-utils): %w", tool, err)
+		}
+	}
+	if _, err := os.Stat(SystemdBootEFI); err != nil {
+		return nil, fmt.Errorf("image: systemd-boot is missing (install systemd-boot-efi with scripts/deps.sh): %w", err)
+	}
+	// Fail on unknown kernels and missing cells before the slow steps.
+	if err := CheckKernels(o.Kernels, o.Recipes, o.Lister, o.BuildMissing); err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	// With BuildMissing the missing cells are built here; Stage then finds them all.
+	if _, err := resolveCells(ctx, o.CacheDir, o.DownloadDir, o.Recipes, o.Kernels, o.BuildMissing, o.Lister, o.Progress); err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+
+	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
+		return nil, fmt.Errorf("image: output directory: %w", err)
+	}
+	work, err := os.MkdirTemp(o.TempDir, "kpreload-image-")
+	if err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	defer os.RemoveAll(work)
+	outTmp, err := os.MkdirTemp(o.OutDir, ".tmp-"+o.Name+"-")
+	if err != nil {
+		return nil, fmt.Errorf("image: output directory: %w", err)
+	}
+	defer os.RemoveAll(outTmp)
+
+	m := &Manifest{
+		Name: o.Name, Suite: o.Suite, Kernels: slices.Clone(o.Kernels), BuiltWith: o.BuiltWith,
+		RootUUID: newUUID(), DiskGUID: newUUID(),
+	}
+	espVol := newVolumeID()
+	m.ESPUUID = fatUUID(espVol)
+	m.Cmdline = ImageCmdlineFor(m.RootUUID, o.Cmdline)
+
+	// 1. Root filesystem.
+	spec := rootfsSpec(o, time.Now().UTC().Format("2006-01-02"))
+	tarball, info, err := rootfsTarball(ctx, spec, o.RootfsCacheDir, work, o.Progress)
+	if err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	m.Rootfs = info
+	root := filepath.Join(work, "root")
+	o.Progress.say("rootfs: unpacking")
+	if err := extractTarball(ctx, tarball, root); err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	if m.KernelPackages, err = kernelPackages(ctx, root, o.Kernels); err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+
+	// 2. Everything kpreload-specific.
+	res, err := Stage(ctx, StageOptions{
+		Kernels: o.Kernels, Recipes: o.Recipes, CacheDir: o.CacheDir, DownloadDir: o.DownloadDir,
+		Lister: o.Lister, KpreloadBinary: o.KpreloadBinary, InitBinary: o.InitBinary,
+		Instance: o.Instance, Cmdline: m.Cmdline, Progress: o.Progress,
+		// BuildMissing already ran above; Stage finds the cells in the cache.
+	}, root)
+	if err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	m.Drivers, m.Userspace, m.Firmware, m.Initramfs = res.Drivers, res.Userspace, res.Firmware, res.Initramfs
+	if m.Drivers == nil {
+		m.Drivers = []Driver{}
+	}
+	if err := configureRoot(ctx, root, m.RootUUID, m.ESPUUID, o.EmptyRootPassword); err != nil {
+		return nil, fmt.Errorf("image: configure root: %w", err)
+	}
+
+	// 3. ESP contents: systemd-boot, its configuration, kernels and initramfs images.
+	espDir := filepath.Join(work, "esp")
+	if err := os.MkdirAll(espDir, 0o755); err != nil {
+		return nil, err
+	}
+	esp, err := espFiles(espDir, root, o.Kernels, m.Cmdline)
+	if err != nil {
+		return nil, fmt.Errorf("image: ESP: %w", err)
+	}
+
+	// 4. The disk.
+	layout, err := NewLayout(o.SizeMB, o.ESPSizeMB, m.DiskGUID, newUUID(), newUUID())
+	if err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	raw := filepath.Join(outTmp, o.Name+"."+FormatRaw)
+	o.Progress.say("disk: %d MiB GPT (ESP %d MiB, root ext4), mkfs.ext4 -d", o.SizeMB, o.ESPSizeMB)
+	if err := writeDisk(ctx, raw, layout, espVol, esp, root, m.RootUUID); err != nil {
+		return nil, fmt.Errorf("image: disk: %w", err)
+	}
+	var outputs []string // temporary paths, in Files order
+	for _, f := range o.Formats {
+		p := raw
+		if f == FormatQCOW2 {
+			p = filepath.Join(outTmp, o.Name+"."+FormatQCOW2)
+			o.Progress.say("disk: qemu-img convert to qcow2")
+			if err := run(ctx, nil, "qemu-img", "convert", "-f", "raw", "-O", "qcow2", raw, p); err != nil {
+				return nil, fmt.Errorf("image: %w", err)
+			}
+		}
+		o.Progress.say("disk: sha256 of %s", filepath.Base(p))
+		size, sum, err := digest(p)
+		if err != nil {
+			return nil, fmt.Errorf("image: %w", err)
+		}
+		m.Files = append(m.Files, File{Path: OutputPath(o.OutDir, o.Name, f), Format: f, Size: size, SHA256: sum})
+		outputs = append(outputs, p)
+	}
+	m.Created = time.Now().UTC().Format(time.RFC3339)
+	m.Seconds = time.Since(start).Seconds()
+	mj, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	manifestTmp := filepath.Join(outTmp, o.Name+".manifest.json")
+	if err := os.WriteFile(manifestTmp, append(mj, '\n'), 0o644); err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	// Every output is complete: move them into place, the manifest last.
+	for i, f := range m.Files {
+		if err := os.Rename(outputs[i], f.Path); err != nil {
+			return nil, fmt.Errorf("image: %w", err)
+		}
+	}
+	if err := os.Rename(manifestTmp, OutputPath(o.OutDir, o.Name, "manifest.json")); err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	o.Progress.say("image %s done in %.0fs", o.Name, time.Since(start).Seconds())
+	return m, nil
+}
+
+// espFiles lays out the ESP's files in dir (the loader configuration) and
+// returns every file to copy onto the ESP: systemd-boot, loader.conf, one entry
+// per kernel, and each kernel's image and kpreload initramfs from root.
+func espFiles(dir, root string, kernels []string, cmdline string) ([]espFile, error) {
+	files := []espFile{
+		{SystemdBootEFI, espBootloader},
+		{SystemdBootEFI, espSystemdBoot},
+	}
+	conf := filepath.Join(dir, "loader.conf")
+	if err := os.WriteFile(conf, []byte(LoaderConf(kernels[0])), 0o644); err != nil {
+		return nil, err
+	}
+	files = append(files, espFile{conf, espLoaderConf})
+	for _, k := range kernels {
+		vmlinuz := filepath.Join(root, "boot", "vmlinuz-"+k)
+		if _, err := os.Stat(vmlinuz); err != nil {
+			return nil, fmt.Errorf("kernel %s: %w (did linux-image-%s install?)", k, err, k)
+		}
+		entry := filepath.Join(dir, EntryName(k))
+		if err := os.WriteFile(entry, []byte(LoaderEntry(k, cmdline)), 0o644); err != nil {
+			return nil, err
+		}
+		files = append(files,
+			espFile{entry, EntryPath(k)},
+			espFile{vmlinuz, ESPKernelPath(k)},
+			espFile{filepath.Join(root, ImageInitramfsDir, "initrd.img-"+k), ESPInitrdPath(k)},
+		)
+	}
+	return files, nil
+}
+
+// kernelPackages returns the installed version of each kernel's linux-image
+// package in root's dpkg database.
+func kernelPackages(ctx context.Context, root string, kernels []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, k := range kernels {
+		cmd := exec.CommandContext(ctx, "dpkg-query", "--admindir="+filepath.Join(root, "var/lib/dpkg"), "-W", "-f=${Version}", "linux-image-"+k)
+		b, err := cmd.Output()
+		if err != nil {
+			return nil, fmt.Errorf("kernel %s is not installed in the root filesystem: %w", k, err)
+		}
+		out[k] = strings.TrimSpace(string(b))
+	}
+	return out, nil
+}
+
+// digest returns a file's size and SHA-256.
+func digest(path string) (int64, string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return 0, "", fmt.Errorf("digest %s: %w", path, err)
+	}
+	return n, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// ReadManifest reads a manifest Build wrote.
+func ReadManifest(path string) (*Manifest, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var m Manifest
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("image manifest %s: %w", path, err)
+	}
+	return &m, nil
+}

@@ -1,0 +1,173 @@
+package image
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/kpreload/kpreload/builder/matrix"
+	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/kmodcache/manifest"
+	"github.com/kpreload/kpreload/kmodcache/store"
+)
+
+// ErrMissingCells is wrapped by the error of Build and Stage when the module
+// cache lacks a (recipe, kernel) cell and BuildMissing is off.
+var ErrMissingCells = errors.New("module cache lacks cells")
+
+// ErrUnknownKernel is wrapped by CheckKernels' error when a kernel is not in
+// the archive or not in a recipe's kernel matrix.
+var ErrUnknownKernel = errors.New("unknown kernel")
+
+// cell is one recipe's set for one kernel, as found in the cache.
+type cell struct {
+	recipe *recipe.Recipe
+	kernel string
+	id     string
+	m      *manifest.Manifest
+}
+
+// CheckKernels checks that every kernel is offered by the archive (lister) and,
+// when matrix is set, is in every recipe's kernel matrix (needed to build it).
+// The error lists what is available. A nil lister means recipe.AptKernels().
+func CheckKernels(kernels []string, recipes []*recipe.Recipe, lister recipe.KernelLister, matrix bool) error {
+	if lister == nil {
+		lister = recipe.AptKernels()
+	}
+	avail, err := lister.Available()
+	if err != nil {
+		return fmt.Errorf("list the archive's kernels: %w", err)
+	}
+	var errs []error
+	for _, k := range kernels {
+		if !slices.Contains(avail, k) {
+			errs = append(errs, fmt.Errorf("%w %s: the archive has no linux-image-%s with headers (available: %s)", ErrUnknownKernel, k, k, listOrNone(avail)))
+		}
+	}
+	if matrix {
+		for _, r := range recipes {
+			rels, err := r.ResolveKernels(lister)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("recipe %s: %w", r.Name, err))
+				continue
+			}
+			for _, k := range kernels {
+				if slices.Contains(avail, k) && !slices.Contains(rels, k) {
+					errs = append(errs, fmt.Errorf("%w %s: not in the kernel matrix of recipe %s (%s: %s)", ErrUnknownKernel, k, r.Name, recipeFile(r), listOrNone(rels)))
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// recipeFile names where a recipe came from, for messages.
+func recipeFile(r *recipe.Recipe) string {
+	if r.File == "" {
+		return "built-in recipe"
+	}
+	return r.File
+}
+
+// listOrNone joins s with ", ", or says "none".
+func listOrNone(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
+}
+
+// resolveCells finds the cache set of every recipe for every kernel. With
+// buildMissing, the cells are first run through builder/matrix (which skips the
+// ones whose cache key is already there and builds the rest with dkms);
+// otherwise a missing cell is an error that lists the missing cells and what
+// the cache holds.
+func resolveCells(ctx context.Context, cacheDir, downloadDir string, recipes []*recipe.Recipe, kernels []string, buildMissing bool, lister recipe.KernelLister, progress Progress) ([]cell, error) {
+	if len(recipes) == 0 {
+		return nil, nil
+	}
+	st, err := store.Open(cacheDir)
+	if err != nil {
+		return nil, err
+	}
+	if buildMissing {
+		progress.say("drivers: building missing cells of %d recipe(s) x %d kernel(s) with dkms (cached cells are skipped)", len(recipes), len(kernels))
+		results, err := matrix.Run(ctx, matrix.Options{
+			Recipes:     recipes,
+			Kernels:     kernels,
+			Lister:      lister,
+			CacheDir:    cacheDir,
+			DownloadDir: downloadDir,
+			Progress: func(e matrix.Event) {
+				if e.Result != nil {
+					progress.say("drivers: %s for %s: %s (%.1fs)", e.Cell.Recipe.Name, e.Cell.Kernel, e.State, e.Result.Duration.Seconds())
+				}
+			},
+		})
+		if err != nil {
+			var lines []string
+			for _, r := range results {
+				if r.State == matrix.StateFailed || r.State == matrix.StateSkipped {
+					lines = append(lines, fmt.Sprintf("%s/%s: %s %s", r.Recipe.Name, r.Kernel, r.State, r.FirstError))
+				}
+			}
+			if len(lines) > 0 {
+				return nil, fmt.Errorf("build driver cells: %w\n  %s", err, strings.Join(lines, "\n  "))
+			}
+			return nil, fmt.Errorf("build driver cells: %w", err)
+		}
+		var out []cell
+		for _, r := range results {
+			if r.State == matrix.StateSkipped {
+				return nil, fmt.Errorf("recipe %s cannot be built for kernel %s (its dkms.conf BUILD_EXCLUSIVE rules exclude it): drop the kernel or the recipe", r.Recipe.Name, r.Kernel)
+			}
+			m, err := st.Get(r.SetID)
+			if err != nil {
+				return nil, fmt.Errorf("recipe %s for %s: %w", r.Recipe.Name, r.Kernel, err)
+			}
+			out = append(out, cell{recipe: r.Recipe, kernel: r.Kernel, id: r.SetID, m: m})
+		}
+		return out, nil
+	}
+	entries, err := st.List()
+	if err != nil {
+		return nil, fmt.Errorf("read module cache %s: %w", cacheDir, err)
+	}
+	var out []cell
+	var missing []string
+	for _, r := range recipes {
+		for _, k := range kernels {
+			i := slices.IndexFunc(entries, func(e store.Entry) bool {
+				return e.Kernel == k && e.Driver == r.Driver.Name && e.Version == r.Driver.Version && e.Flavor == r.Flavor
+			})
+			if i < 0 {
+				missing = append(missing, fmt.Sprintf("%s (%s %s %s) for %s", r.Name, r.Driver.Name, r.Driver.Version, r.Flavor, k))
+				continue
+			}
+			m, err := st.Get(entries[i].ID)
+			if err != nil {
+				return nil, fmt.Errorf("recipe %s for %s: %w", r.Name, k, err)
+			}
+			out = append(out, cell{recipe: r, kernel: k, id: entries[i].ID, m: m})
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%w: %s\n  cache %s holds: %s\n  build them with `kpreload build RECIPE --kernel KVER --cache %s`, or let the image build do it (--build-missing)",
+			ErrMissingCells, strings.Join(missing, "; "), cacheDir, describeEntries(entries), cacheDir)
+	}
+	return out, nil
+}
+
+// describeEntries lists cache entries as "driver version flavor for kernel".
+func describeEntries(entries []store.Entry) string {
+	if len(entries) == 0 {
+		return "nothing"
+	}
+	var s []string
+	for _, e := range entries {
+		s = append(s, fmt.Sprintf("%s %s %s for %s", e.Driver, e.Version, e.Flavor, e.Kernel))
+	}
+	return strings.Join(s, "; ")
+}

@@ -1,0 +1,73 @@
+package image
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+// testKernel is the kernel the image tests install and boot (scripts/lib.sh's first).
+const testKernel = "6.1.0-56-cloud-amd64"
+
+var (
+	binOnce sync.Once
+	binDir  string
+	binErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, d := range []string{binDir, cacheDir} {
+		if d != "" {
+			os.RemoveAll(d)
+		}
+	}
+	os.Exit(code)
+}
+
+// repoRoot is the module root (two levels up from this package).
+func repoRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// binaries builds, once per test run, the static kpreload CLI (CGO_ENABLED=0, as
+// an image needs it) and the static /init.
+func binaries(t testing.TB) (kpreload, initBin string) {
+	t.Helper()
+	binOnce.Do(func() {
+		if binDir, binErr = os.MkdirTemp("", "kpreload-image-bin-"); binErr != nil {
+			return
+		}
+		for out, pkg := range map[string]string{"kpreload": "./cmd/kpreload", "kpreload-init": "./initramfs/cmd/init"} {
+			cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(binDir, out), pkg)
+			cmd.Dir = repoRoot(t)
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if b, err := cmd.CombinedOutput(); err != nil {
+				binErr = fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
+				return
+			}
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return filepath.Join(binDir, "kpreload"), filepath.Join(binDir, "kpreload-init")
+}
+
+// kernelTree returns the unpacked test kernel's root, or fails saying how to get it.
+func kernelTree(t testing.TB, kver string) string {
+	t.Helper()
+	root := filepath.Join(DefaultDownloadDir(), "kernels", kver)
+	if _, err := os.Stat(filepath.Join(root, ".complete")); err != nil {
+		t.Fatalf("kernel %s is not unpacked at %s: run scripts/kernels.sh %s", kver, root, kver)
+	}
+	return root
+}

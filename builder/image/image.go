@@ -1,0 +1,441 @@
+// Package image assembles kpreload golden images offline, with no VM and no loop
+// mounts: a Debian root filesystem made by mmdebstrap, everything kpreload puts
+// into an image (Stage: the module cache subset for the image's kernels, each
+// driver version's userspace side by side, firmware, the kpreload binaries, the
+// kernel install hook, the kpreload initramfs per kernel), an EFI system
+// partition with systemd-boot and one loader entry per kernel, and a GPT disk
+// (sfdisk on the image file, mkfs.ext4 -d, mkfs.vfat + mtools) written as raw and
+// qcow2 with a manifest of what went in.
+//
+// Build makes a whole image; Stage fills a directory tree (a staging directory
+// for another builder's image, as the Packer provisioner uses it, or the root
+// filesystem Build is assembling) and never assumes it runs on the image itself.
+package image
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime/debug"
+	"slices"
+	"strings"
+
+	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/kmodcache/store"
+)
+
+// Defaults used when an Options field is left zero.
+const (
+	// DefaultSuite is the Debian release images are built from.
+	DefaultSuite = "bookworm"
+	// DefaultMirror is the Debian archive mmdebstrap and apt-get download use.
+	DefaultMirror = "http://deb.debian.org/debian"
+	// DefaultSecurityMirror is the Debian security archive.
+	DefaultSecurityMirror = "http://deb.debian.org/debian-security"
+	// DefaultSizeMB is the disk size when Options.SizeMB is 0: room for the root
+	// filesystem, the ESP and a GPU driver's cache and userspace.
+	DefaultSizeMB = 4096
+	// DefaultESPSizeMB is the EFI system partition's size: kernels and kpreload
+	// initramfs images of a few kernels, with room for later kernel updates.
+	DefaultESPSizeMB = 256
+	// DefaultRootfsCacheDir holds mmdebstrap tarballs between builds (see RootfsCache).
+	DefaultRootfsCacheDir = "/var/cache/kpreload/rootfs"
+)
+
+// Formats an image can be written in.
+const (
+	// FormatRaw is the plain disk image (<Name>.raw).
+	FormatRaw = "raw"
+	// FormatQCOW2 is QEMU's copy-on-write format (<Name>.qcow2, qemu-img convert).
+	FormatQCOW2 = "qcow2"
+)
+
+// Paths inside an image (and inside a Stage root), relative to its root.
+const (
+	// ImageCacheDir is the module cache subset for the image's kernels; /init's
+	// root cache phase reads index/<release>.json there before switch_root.
+	ImageCacheDir = "var/lib/kpreload/cache"
+	// ImageDriversDir holds each driver version's userspace, unpacked with dpkg -x,
+	// as <version>/ (side by side, so /init can choose the version at boot).
+	ImageDriversDir = "opt/kpreload/drivers"
+	// ImageKpreload is the kpreload CLI (static), used by the kernel install hook.
+	ImageKpreload = "usr/bin/kpreload"
+	// ImageInit is the static /init every kpreload initramfs carries.
+	ImageInit = "usr/lib/kpreload/kpreload-init"
+	// ImageInstance is the instance YAML baked into the image, if any.
+	ImageInstance = "etc/kpreload/instance.yaml"
+	// ImageCmdline is the kernel command line the install hook puts into new loader
+	// entries (root=UUID=... and Options.Cmdline), one line.
+	ImageCmdline = "etc/kpreload/cmdline"
+	// ImagePostinstHook regenerates the kpreload initramfs for a newly installed kernel.
+	ImagePostinstHook = "etc/kernel/postinst.d/zz-kpreload"
+	// ImagePostrmHook removes a removed kernel's files and loader entry from the ESP.
+	ImagePostrmHook = "etc/kernel/postrm.d/zz-kpreload"
+	// ImageInitramfsDir holds the kpreload initramfs of each kernel as
+	// initrd.img-<release> (Stage writes them here; Build also copies them onto the ESP).
+	ImageInitramfsDir = "boot/kpreload"
+	// ImageESPMount is where the image mounts its EFI system partition (fstab).
+	ImageESPMount = "boot/efi"
+)
+
+// Progress receives one human-readable line per long step ("rootfs: mmdebstrap
+// bookworm (12 packages)", "disk: qemu-img convert to qcow2"). It may be nil.
+type Progress func(msg string)
+
+// Options describes one image for Build.
+type Options struct {
+	// Name is the image's name: the output files are <OutDir>/<Name>.raw,
+	// <Name>.qcow2 and <Name>.manifest.json. Letters, digits, '.', '_' and '-'.
+	Name string
+	// OutDir is where the outputs are written (created if missing).
+	OutDir string
+	// Suite is the Debian release (default DefaultSuite). Its -updates,
+	// -security and -backports suites are enabled too (backports carries the
+	// 6.12 cloud kernels; apt takes nothing else from it unless asked).
+	Suite string
+	// Mirror is the Debian archive (default DefaultMirror).
+	Mirror string
+	// SecurityMirror is the Debian security archive (default DefaultSecurityMirror).
+	SecurityMirror string
+	// Kernels are the kernel releases to install (uname -r, such as
+	// "6.1.0-56-cloud-amd64"), as linux-image-<release> packages. At least one;
+	// the first is the default boot entry.
+	Kernels []string
+	// Recipes are the drivers the image carries; each must list every kernel in
+	// its matrix or have a cached cell for it.
+	Recipes []*recipe.Recipe
+	// CacheDir is the module cache the cells are read from (default
+	// $KPRELOAD_CACHE_DIR, else store.DefaultDir).
+	CacheDir string
+	// BuildMissing builds cells missing from CacheDir with the real dkms
+	// (builder/matrix); without it a missing cell is an error that lists what the
+	// cache holds.
+	BuildMissing bool
+	// DownloadDir holds downloaded .debs and unpacked kernels (default
+	// $KPRELOAD_CACHE, else /var/cache/kpreload), as for builder/matrix.
+	DownloadDir string
+	// Packages are extra Debian packages to install into the image.
+	Packages []string
+	// Instance, if set, is an instance YAML file baked in at ImageInstance.
+	Instance string
+	// Cmdline is added to every loader entry's kernel command line after
+	// "root=UUID=<root> rw".
+	Cmdline string
+	// SizeMB is the whole disk's size in MiB (default DefaultSizeMB).
+	SizeMB int
+	// ESPSizeMB is the EFI system partition's size in MiB (default DefaultESPSizeMB).
+	ESPSizeMB int
+	// KpreloadBinary is a static build of the kpreload CLI (CGO_ENABLED=0), put at
+	// ImageKpreload for the kernel install hook. Required.
+	KpreloadBinary string
+	// InitBinary is the static /init (bin/kpreload-init), put at ImageInit and into
+	// every initramfs. Required.
+	InitBinary string
+	// Formats are the disk formats to write: FormatRaw and/or FormatQCOW2
+	// (default both).
+	Formats []string
+	// RootfsCacheDir keeps mmdebstrap tarballs between builds (default
+	// DefaultRootfsCacheDir); "off" always runs mmdebstrap. See RootfsKey for
+	// why a cached tarball cannot be stale.
+	RootfsCacheDir string
+	// TempDir is where the build's work directory (the unpacked root filesystem)
+	// is made (default os.TempDir()); it is removed when Build returns. The disk
+	// images are assembled in a temporary directory inside OutDir and renamed.
+	TempDir string
+	// BuiltWith names the kpreload version recorded in the manifest (default:
+	// the VCS revision of this binary's build, else "devel").
+	BuiltWith string
+	// EmptyRootPassword clears root's password so root logs in on the serial
+	// console without one: for test images only.
+	EmptyRootPassword bool
+	// Lister lists the archive's kernels to check Kernels against (nil:
+	// recipe.AptKernels(), the host's apt sources).
+	Lister recipe.KernelLister
+	// Progress, if set, is told about each long step.
+	Progress Progress
+}
+
+// Manifest describes a built image; Build writes it as <Name>.manifest.json.
+type Manifest struct {
+	// Name is Options.Name.
+	Name string `json:"name"`
+	// Files are the disk images written, with their digests.
+	Files []File `json:"files"`
+	// Suite is the Debian release of the root filesystem.
+	Suite string `json:"suite"`
+	// Kernels are the installed kernel releases, the default boot entry first.
+	Kernels []string `json:"kernels"`
+	// KernelPackages maps each kernel release to its linux-image package version.
+	KernelPackages map[string]string `json:"kernel_packages,omitempty"`
+	// Drivers are the module cache sets the image carries, one per recipe and kernel.
+	Drivers []Driver `json:"drivers"`
+	// Userspace lists, per driver version, the packages unpacked under ImageDriversDir.
+	Userspace map[string][]string `json:"userspace,omitempty"`
+	// Firmware lists the firmware packages unpacked into /lib/firmware.
+	Firmware []string `json:"firmware,omitempty"`
+	// Initramfs describes the kpreload initramfs of each kernel.
+	Initramfs []Initramfs `json:"initramfs"`
+	// Cmdline is the kernel command line of the loader entries.
+	Cmdline string `json:"cmdline"`
+	// RootUUID and ESPUUID identify the root and EFI system filesystems.
+	RootUUID string `json:"root_uuid"`
+	ESPUUID  string `json:"esp_uuid"`
+	// DiskGUID is the GPT disk GUID.
+	DiskGUID string `json:"disk_guid"`
+	// Rootfs says how the root filesystem tarball was made (mmdebstrap key, cached or not).
+	Rootfs RootfsInfo `json:"rootfs"`
+	// BuiltWith is the kpreload version that built the image.
+	BuiltWith string `json:"built_with"`
+	// Created is when the build finished (RFC 3339, UTC).
+	Created string `json:"created"`
+	// Seconds is how long the build took.
+	Seconds float64 `json:"seconds"`
+}
+
+// File is one output disk image.
+type File struct {
+	// Path is the file's path as written (OutDir joined with its name).
+	Path string `json:"path"`
+	// Format is FormatRaw or FormatQCOW2.
+	Format string `json:"format"`
+	// Size is the file's size in bytes.
+	Size int64 `json:"size"`
+	// SHA256 is the hex digest of the file.
+	SHA256 string `json:"sha256"`
+}
+
+// Driver is one module cache set an image carries.
+type Driver struct {
+	// Recipe is the recipe's name.
+	Recipe string `json:"recipe"`
+	// Driver, Version and Flavor name the driver ("nvidia", "535.261.03", "open").
+	Driver  string `json:"driver"`
+	Version string `json:"version"`
+	Flavor  string `json:"flavor,omitempty"`
+	// Kernel is the kernel release the set was built for.
+	Kernel string `json:"kernel"`
+	// SetID is the cache set's id (the SHA-256 of its manifest).
+	SetID string `json:"set_id"`
+	// CacheKey is the build cache key the set was made from, when recorded.
+	CacheKey map[string]string `json:"cache_key,omitempty"`
+	// Modules are the module names of the set.
+	Modules []string `json:"modules"`
+}
+
+// Initramfs is the kpreload initramfs of one kernel.
+type Initramfs struct {
+	Kernel  string `json:"kernel"`
+	Path    string `json:"path"` // inside the image
+	Size    int64  `json:"size"`
+	SHA256  string `json:"sha256"`
+	Modules int    `json:"modules"`
+}
+
+// RootfsInfo says how the root filesystem was made.
+type RootfsInfo struct {
+	// Key is RootfsKey's digest of the mmdebstrap inputs.
+	Key string `json:"key"`
+	// Packages are the packages asked of mmdebstrap (beyond its minimal variant).
+	Packages []string `json:"packages"`
+	// Cached is set when the tarball came from RootfsCacheDir.
+	Cached bool `json:"cached"`
+	// Date is the UTC day the tarball was made (part of the key).
+	Date string `json:"date"`
+}
+
+// imageName is what Options.Name may hold.
+var imageName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
+// kernelRelease is what a kernel release may hold (it becomes a package name
+// and a path).
+var kernelRelease = regexp.MustCompile(`^[0-9][A-Za-z0-9.+_~-]*$`)
+
+// withDefaults returns o with its zero fields filled in.
+func (o Options) withDefaults() Options {
+	if o.Suite == "" {
+		o.Suite = DefaultSuite
+	}
+	if o.Mirror == "" {
+		o.Mirror = DefaultMirror
+	}
+	if o.SecurityMirror == "" {
+		o.SecurityMirror = DefaultSecurityMirror
+	}
+	if o.CacheDir == "" {
+		o.CacheDir = DefaultCacheDir()
+	}
+	if o.DownloadDir == "" {
+		o.DownloadDir = DefaultDownloadDir()
+	}
+	if o.SizeMB == 0 {
+		o.SizeMB = DefaultSizeMB
+	}
+	if o.ESPSizeMB == 0 {
+		o.ESPSizeMB = DefaultESPSizeMB
+	}
+	if len(o.Formats) == 0 {
+		o.Formats = []string{FormatRaw, FormatQCOW2}
+	}
+	if o.RootfsCacheDir == "" {
+		o.RootfsCacheDir = DefaultRootfsCacheDir
+	}
+	if o.BuiltWith == "" {
+		o.BuiltWith = Version()
+	}
+	return o
+}
+
+// Validate checks o (after defaults) without touching the network or the
+// cache, and returns every problem found, joined.
+func (o Options) Validate() error {
+	o = o.withDefaults()
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if !imageName.MatchString(o.Name) {
+		bad("name %q: want letters, digits, '.', '_' and '-', starting with a letter or digit", o.Name)
+	}
+	if o.OutDir == "" {
+		bad("no output directory")
+	}
+	if len(o.Kernels) == 0 {
+		bad("no kernels: name at least one kernel release, such as 6.1.0-56-cloud-amd64")
+	}
+	seen := map[string]bool{}
+	for _, k := range o.Kernels {
+		if !kernelRelease.MatchString(k) {
+			bad("kernel %q: not a kernel release (uname -r), such as 6.1.0-56-cloud-amd64", k)
+		}
+		if seen[k] {
+			bad("kernel %s given twice", k)
+		}
+		seen[k] = true
+	}
+	names := map[string]bool{}
+	for _, r := range o.Recipes {
+		if r == nil {
+			bad("nil recipe")
+			continue
+		}
+		if names[r.Name] {
+			bad("recipe %s given twice", r.Name)
+		}
+		names[r.Name] = true
+	}
+	for _, f := range o.Formats {
+		if f != FormatRaw && f != FormatQCOW2 {
+			bad("format %q: want %s or %s", f, FormatRaw, FormatQCOW2)
+		}
+	}
+	if o.ESPSizeMB < 64 {
+		bad("ESP size %d MiB: want at least 64 MiB", o.ESPSizeMB)
+	}
+	if o.SizeMB < o.ESPSizeMB+512 {
+		bad("disk size %d MiB: want at least the ESP (%d MiB) + 512 MiB for the root filesystem", o.SizeMB, o.ESPSizeMB)
+	}
+	for _, p := range []struct{ what, path string }{
+		{"kpreload binary (a static build: CGO_ENABLED=0 go build -o bin/kpreload-static ./cmd/kpreload)", o.KpreloadBinary},
+		{"/init binary (bin/kpreload-init from `make build`)", o.InitBinary},
+	} {
+		if p.path == "" {
+			bad("no %s given", p.what)
+		} else if st, err := os.Stat(p.path); err != nil {
+			bad("%s: %w", p.what, err)
+		} else if st.IsDir() {
+			bad("%s: %s is a directory", p.what, p.path)
+		}
+	}
+	if o.Instance != "" {
+		if _, err := os.Stat(o.Instance); err != nil {
+			bad("instance file: %w", err)
+		}
+	}
+	if strings.ContainsAny(o.Cmdline, "\n\r") {
+		bad("cmdline: must be one line")
+	}
+	for _, p := range o.Packages {
+		if p == "" || strings.ContainsAny(p, " ,\t\n") {
+			bad("package %q: want one package name (optionally =version)", p)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// DefaultCacheDir is the module cache used when none is named: $KPRELOAD_CACHE_DIR,
+// else store.DefaultDir (the CLI's default too).
+func DefaultCacheDir() string {
+	if d := os.Getenv("KPRELOAD_CACHE_DIR"); d != "" {
+		return d
+	}
+	return store.DefaultDir
+}
+
+// DefaultDownloadDir is where downloaded .debs and unpacked kernels live:
+// $KPRELOAD_CACHE, else /var/cache/kpreload (as scripts/lib.sh).
+func DefaultDownloadDir() string {
+	if d := os.Getenv("KPRELOAD_CACHE"); d != "" {
+		return d
+	}
+	return "/var/cache/kpreload"
+}
+
+// Version is the kpreload version recorded in manifests: the VCS revision this
+// binary was built from (with "+dirty" for a modified tree), else "devel".
+func Version() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "devel"
+	}
+	var rev, dirty string
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "+dirty"
+			}
+		}
+	}
+	if rev == "" {
+		if v := info.Main.Version; v != "" && v != "(devel)" {
+			return v
+		}
+		return "devel"
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	return rev + dirty
+}
+
+// OutputPath is where Build writes an image file of the given format (or
+// "manifest.json") for opts.
+func OutputPath(outDir, name, format string) string {
+	return filepath.Join(outDir, name+"."+format)
+}
+
+// say calls p if it is set.
+func (p Progress) say(format string, a ...any) {
+	if p != nil {
+		p(fmt.Sprintf(format, a...))
+	}
+}
+
+// sortedUnique returns s sorted without duplicates.
+func sortedUnique(s []string) []string {
+	out := slices.Clone(s)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// Build makes the image described by o: root filesystem, Stage, ESP, GPT disk,
+// the requested formats and the manifest, and returns the manifest. The outputs
+// are written under temporary names and renamed into place only when all of
+// them are complete, so a failed or cancelled build leaves no file under the
+// final names (earlier outputs of the same name are kept until then).
+func Build(ctx context.Context, o Options) (*Manifest, error) {
+	return build(ctx, o)
+}

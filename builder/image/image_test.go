@@ -1,0 +1,292 @@
+package image
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/kmodcache/store"
+)
+
+func TestNewLayout(t *testing.T) {
+	l, err := NewLayout(1536, 256, "11111111-2222-4333-8444-555555555555", "aaaaaaaa-2222-4333-8444-555555555555", "bbbbbbbb-2222-4333-8444-555555555555")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		what      string
+		got, want int64
+	}{
+		{"disk size", l.DiskSize, 1536 * mib},
+		{"ESP offset", l.ESP.Offset, mib},
+		{"ESP size", l.ESP.Size, 256 * mib},
+		{"root offset", l.Root.Offset, 257 * mib},
+		{"root size", l.Root.Size, (1536 - 258) * mib},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %d, want %d", c.what, c.got, c.want)
+		}
+	}
+	if l.ESP.Type != TypeESP || l.Root.Type != TypeRootX86_64 {
+		t.Errorf("types = %s, %s; want ESP then x86-64 root", l.ESP.Type, l.Root.Type)
+	}
+	for _, bad := range [][2]int{{256, 256}, {100, 0}, {258, 256}} {
+		if _, err := NewLayout(bad[0], bad[1], "", "", ""); err == nil {
+			t.Errorf("NewLayout(%d, %d) = nil error, want one", bad[0], bad[1])
+		}
+	}
+}
+
+// TestSfdiskScript writes the partition table with the real sfdisk and reads it
+// back with sfdisk --json.
+func TestSfdiskScript(t *testing.T) {
+	if _, err := exec.LookPath("sfdisk"); err != nil {
+		t.Fatalf("sfdisk missing (install fdisk: scripts/deps.sh): %v", err)
+	}
+	l, err := NewLayout(600, 64, newUUID(), newUUID(), newUUID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	disk := filepath.Join(t.TempDir(), "disk.raw")
+	f, err := os.Create(disk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(l.DiskSize); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	cmd := exec.Command("sfdisk", "--quiet", "--no-reread", "--no-tell-kernel", disk)
+	cmd.Stdin = strings.NewReader(l.SfdiskScript())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("sfdisk: %v\n%s\nscript:\n%s", err, out, l.SfdiskScript())
+	}
+	out, err := exec.Command("sfdisk", "--json", disk).Output()
+	if err != nil {
+		t.Fatalf("sfdisk --json: %v", err)
+	}
+	var dump struct {
+		PartitionTable struct {
+			Label      string `json:"label"`
+			ID         string `json:"id"`
+			Partitions []struct {
+				Start int64  `json:"start"`
+				Size  int64  `json:"size"`
+				Type  string `json:"type"`
+				UUID  string `json:"uuid"`
+				Name  string `json:"name"`
+			} `json:"partitions"`
+		} `json:"partitiontable"`
+	}
+	if err := json.Unmarshal(out, &dump); err != nil {
+		t.Fatal(err)
+	}
+	pt := dump.PartitionTable
+	if pt.Label != "gpt" || !strings.EqualFold(pt.ID, l.DiskGUID) || len(pt.Partitions) != 2 {
+		t.Fatalf("table = %+v, want gpt %s with 2 partitions", pt, l.DiskGUID)
+	}
+	for i, want := range []Partition{l.ESP, l.Root} {
+		got := pt.Partitions[i]
+		if got.Start*SectorSize != want.Offset || got.Size*SectorSize != want.Size || !strings.EqualFold(got.Type, want.Type) || !strings.EqualFold(got.UUID, want.UUID) || got.Name != want.Name {
+			t.Errorf("partition %d = %+v, want %+v", i+1, got, want)
+		}
+	}
+}
+
+func TestFatClusterSectors(t *testing.T) {
+	for _, c := range []struct {
+		mb   int64
+		want int
+	}{{64, 1}, {128, 2}, {256, 4}, {512, 8}, {4096, 8}} {
+		got := fatClusterSectors(c.mb * mib)
+		if got != c.want {
+			t.Errorf("fatClusterSectors(%d MiB) = %d, want %d", c.mb, got, c.want)
+		}
+		// Clusters left after the FATs (4 bytes per cluster, two copies) and 32 reserved sectors.
+		sectors := c.mb*mib/SectorSize - 32
+		if clusters := sectors * SectorSize / (int64(got)*SectorSize + 8); clusters < 65525 {
+			t.Errorf("%d MiB: %d clusters, below FAT32's minimum", c.mb, clusters)
+		}
+	}
+}
+
+func TestLoaderEntry(t *testing.T) {
+	got := LoaderEntry("6.1.0-56-cloud-amd64", ImageCmdlineFor("u-u-i-d", " console=ttyS0 "))
+	want := "title Debian GNU/Linux 6.1.0-56-cloud-amd64 (kpreload)\n" +
+		"version 6.1.0-56-cloud-amd64\n" +
+		"linux /kpreload/6.1.0-56-cloud-amd64/vmlinuz\n" +
+		"initrd /kpreload/6.1.0-56-cloud-amd64/initrd.img\n" +
+		"options root=UUID=u-u-i-d rw console=ttyS0\n"
+	if got != want {
+		t.Errorf("LoaderEntry =\n%s\nwant\n%s", got, want)
+	}
+	if got, want := LoaderConf("6.1.0-56-cloud-amd64"), "default kpreload-6.1.0-56-cloud-amd64.conf\n"; !strings.HasPrefix(got, want) {
+		t.Errorf("LoaderConf = %q, want it to start with %q", got, want)
+	}
+	if got, want := ImageCmdlineFor("x", ""), "root=UUID=x rw"; got != want {
+		t.Errorf("ImageCmdlineFor = %q, want %q", got, want)
+	}
+}
+
+func TestRootfsKey(t *testing.T) {
+	o := Options{Kernels: []string{"6.1.0-56-cloud-amd64"}}.withDefaults()
+	base := rootfsSpec(o, "2025-01-01")
+	if !slices.Contains(base.Packages, "linux-image-6.1.0-56-cloud-amd64") || !slices.Contains(base.Packages, "systemd-sysv") {
+		t.Fatalf("packages = %v, want the kernel and systemd-sysv", base.Packages)
+	}
+	k := RootfsKey(base)
+	if RootfsKey(rootfsSpec(o, "2025-01-01")) != k {
+		t.Error("same inputs gave different keys")
+	}
+	o2 := o
+	o2.Packages = []string{"curl"}
+	o3 := o
+	o3.Mirror = "http://example.org/debian"
+	for name, spec := range map[string]RootfsSpec{
+		"another day":     rootfsSpec(o, "2025-01-02"),
+		"another package": rootfsSpec(o2, "2025-01-01"),
+		"another mirror":  rootfsSpec(o3, "2025-01-01"),
+	} {
+		if RootfsKey(spec) == k {
+			t.Errorf("%s: key unchanged", name)
+		}
+	}
+	args := mmdebstrapArgs(base, "/tmp/x/kpreload-initramfs-tool.deb", "/out.tar")
+	joined := strings.Join(args, "\n")
+	for _, want := range []string{"--variant=minbase", "linux-image-6.1.0-56-cloud-amd64", "/tmp/x/kpreload-initramfs-tool.deb", "bookworm-backports", "bookworm-security", "/out.tar"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("mmdebstrap args lack %q:\n%s", want, joined)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	if err := os.WriteFile(bin, []byte("x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	good := Options{Name: "ci", OutDir: dir, Kernels: []string{"6.1.0-56-cloud-amd64"}, KpreloadBinary: bin, InitBinary: bin}
+	if err := good.Validate(); err != nil {
+		t.Fatalf("good options: %v", err)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(*Options)
+		want string
+	}{
+		{"bad name", func(o *Options) { o.Name = "a/b" }, `name "a/b"`},
+		{"no out", func(o *Options) { o.OutDir = "" }, "no output directory"},
+		{"no kernels", func(o *Options) { o.Kernels = nil }, "no kernels"},
+		{"bad kernel", func(o *Options) { o.Kernels = []string{"linux; rm"} }, "not a kernel release"},
+		{"twice", func(o *Options) { o.Kernels = []string{"6.1", "6.1"} }, "given twice"},
+		{"format", func(o *Options) { o.Formats = []string{"vmdk"} }, `format "vmdk"`},
+		{"small", func(o *Options) { o.SizeMB = 300 }, "disk size 300 MiB"},
+		{"no init", func(o *Options) { o.InitBinary = filepath.Join(dir, "nope") }, "/init binary"},
+		{"no kpreload", func(o *Options) { o.KpreloadBinary = "" }, "no kpreload binary"},
+		{"instance", func(o *Options) { o.Instance = filepath.Join(dir, "nope.yaml") }, "instance file"},
+		{"cmdline", func(o *Options) { o.Cmdline = "a\nb" }, "one line"},
+		{"package", func(o *Options) { o.Packages = []string{"a b"} }, `package "a b"`},
+	} {
+		o := good
+		c.edit(&o)
+		err := o.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: Validate() = %v, want an error containing %q", c.name, err, c.want)
+		}
+	}
+	// Every problem at once.
+	err := Options{}.Validate()
+	for _, want := range []string{"name", "no output directory", "no kernels", "no kpreload binary", "no /init binary"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Options{}.Validate() = %v, want it to mention %q", err, want)
+		}
+	}
+}
+
+func TestCheckKernels(t *testing.T) {
+	lister := recipe.ListerFunc(func() ([]string, error) {
+		return []string{"6.1.0-55-cloud-amd64", "6.1.0-56-cloud-amd64"}, nil
+	})
+	r := &recipe.Recipe{Name: "testdriver", File: "recipes/testdriver.yaml", Kernels: recipe.Matrix{Releases: []string{"6.1.0-56-cloud-amd64"}}}
+	if err := CheckKernels([]string{"6.1.0-56-cloud-amd64"}, []*recipe.Recipe{r}, lister, true); err != nil {
+		t.Errorf("known kernel: %v", err)
+	}
+	err := CheckKernels([]string{"6.1.0-99-cloud-amd64"}, nil, lister, false)
+	if !errors.Is(err, ErrUnknownKernel) || !strings.Contains(err.Error(), "available: 6.1.0-55-cloud-amd64, 6.1.0-56-cloud-amd64") {
+		t.Errorf("unknown kernel: err = %v, want ErrUnknownKernel listing the available kernels", err)
+	}
+	err = CheckKernels([]string{"6.1.0-55-cloud-amd64"}, []*recipe.Recipe{r}, lister, true)
+	if !errors.Is(err, ErrUnknownKernel) || !strings.Contains(err.Error(), "not in the kernel matrix of recipe testdriver") || !strings.Contains(err.Error(), "6.1.0-56-cloud-amd64") {
+		t.Errorf("kernel outside the matrix: err = %v, want it named with the matrix", err)
+	}
+	if err := CheckKernels([]string{"6.1.0-55-cloud-amd64"}, []*recipe.Recipe{r}, lister, false); err != nil {
+		t.Errorf("kernel outside the matrix, cached cells only: %v", err)
+	}
+}
+
+// realModule returns a small real module of the unpacked 6.1 kernel.
+func realModule(t *testing.T) (kver, path string) {
+	t.Helper()
+	kver = testKernel
+	path = filepath.Join(DefaultDownloadDir(), "kernels", kver, "lib", "modules", kver, "kernel", "drivers", "misc", "pvpanic", "pvpanic.ko")
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("kernel %s is not unpacked (%v): run scripts/kernels.sh %s", kver, err, kver)
+	}
+	return kver, path
+}
+
+func TestResolveCellsMissing(t *testing.T) {
+	ctx := context.Background()
+	cacheDir := t.TempDir()
+	r := &recipe.Recipe{Name: "testdriver", Driver: recipe.Driver{Name: "kpreload-edu", Version: "1.0.0"}, Flavor: "open"}
+
+	_, err := resolveCells(ctx, cacheDir, "", []*recipe.Recipe{r}, []string{"6.1.0-56-cloud-amd64"}, false, nil, nil)
+	if !errors.Is(err, ErrMissingCells) || !strings.Contains(err.Error(), "holds: nothing") || !strings.Contains(err.Error(), "testdriver (kpreload-edu 1.0.0 open) for 6.1.0-56-cloud-amd64") {
+		t.Errorf("empty cache: err = %v, want ErrMissingCells naming the cell and an empty cache", err)
+	}
+
+	kver, mod := realModule(t)
+	st, err := store.Open(cacheDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.AddFiles(ctx, store.AddRequest{Driver: "kpreload-edu", Version: "1.0.0", Flavor: "open", Files: []string{mod}}); err != nil {
+		t.Fatal(err)
+	}
+	cells, err := resolveCells(ctx, cacheDir, "", []*recipe.Recipe{r}, []string{kver}, false, nil, nil)
+	if err != nil || len(cells) != 1 || cells[0].kernel != kver || cells[0].m.Driver != "kpreload-edu" {
+		t.Fatalf("cached cell: cells %+v, err %v; want the one set", cells, err)
+	}
+	_, err = resolveCells(ctx, cacheDir, "", []*recipe.Recipe{r}, []string{kver, "6.12.117+deb12-cloud-amd64"}, false, nil, nil)
+	if !errors.Is(err, ErrMissingCells) || !strings.Contains(err.Error(), "for 6.12.117+deb12-cloud-amd64") || !strings.Contains(err.Error(), "holds: kpreload-edu 1.0.0 open for "+kver) {
+		t.Errorf("one cell missing: err = %v, want the 6.12 cell named and the cache's 6.1 set listed", err)
+	}
+}
+
+func TestSetEmptyRootPassword(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "shadow")
+	if err := os.WriteFile(p, []byte("root:*:19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := setEmptyRootPassword(p); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(p)
+	if got, want := string(b), "root::19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\n"; got != want {
+		t.Errorf("shadow = %q, want %q", got, want)
+	}
+	if err := os.WriteFile(p, []byte("daemon:*:1::::::\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := setEmptyRootPassword(p); err == nil {
+		t.Error("shadow without root: nil error")
+	}
+}

@@ -1,0 +1,343 @@
+package image
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/kpreload/kpreload/builder/image/rootfiles"
+	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/initramfs/archive"
+	"github.com/kpreload/kpreload/initramfs/assemble"
+	"github.com/kpreload/kpreload/kmodcache/store"
+)
+
+// StageOptions describes what Stage puts into a root tree.
+type StageOptions struct {
+	// Kernels are the kernel releases the image boots; the cache subset and the
+	// initramfs images are made for them.
+	Kernels []string
+	// Recipes are the drivers the image carries.
+	Recipes []*recipe.Recipe
+	// CacheDir is the module cache the cells are read from (default DefaultCacheDir()).
+	CacheDir string
+	// BuildMissing builds missing cells with dkms (builder/matrix) instead of
+	// failing with ErrMissingCells.
+	BuildMissing bool
+	// DownloadDir holds downloaded .debs (debs/) and unpacked kernels
+	// (kernels/<release>/) (default DefaultDownloadDir()).
+	DownloadDir string
+	// ModulesDir returns the module tree (lib/modules/<release>) of a kernel,
+	// used to build its initramfs; nil means <root>/lib/modules/<release> when
+	// the root holds it (an image being built), else the kernel unpacked under
+	// DownloadDir/kernels/<release> (scripts/kernels.sh).
+	ModulesDir func(release string) string
+	// Lister checks the kernels when BuildMissing is set (nil: recipe.AptKernels()).
+	Lister recipe.KernelLister
+	// KpreloadBinary is the static kpreload CLI, put at ImageKpreload. Required.
+	KpreloadBinary string
+	// InitBinary is the static /init, put at ImageInit and into each initramfs. Required.
+	InitBinary string
+	// Instance, if set, is an instance YAML file put at ImageInstance.
+	Instance string
+	// Cmdline, if set, is written to ImageCmdline: the kernel command line the
+	// install hook gives new loader entries (Build writes "root=UUID=<root> rw"
+	// and Options.Cmdline). When the image has none, the hook uses the running
+	// system's /proc/cmdline.
+	Cmdline string
+	// NoInitramfs leaves out the initramfs images (a provisioner that runs the
+	// install hook on the target instead).
+	NoInitramfs bool
+	// Progress, if set, is told about each long step.
+	Progress Progress
+}
+
+// StageResult says what Stage put into the root.
+type StageResult struct {
+	// Drivers are the cache sets copied into ImageCacheDir.
+	Drivers []Driver
+	// Userspace lists, per driver version, the packages unpacked under ImageDriversDir.
+	Userspace map[string][]string
+	// Firmware lists the firmware packages unpacked into the root.
+	Firmware []string
+	// Initramfs are the kpreload initramfs images written under ImageInitramfsDir.
+	Initramfs []Initramfs
+}
+
+// Stage puts everything kpreload-specific into the directory tree root: the
+// module cache subset for the kernels (ImageCacheDir), each driver version's
+// userspace (the recipes' userspace packages, apt-get download + dpkg -x, under
+// ImageDriversDir/<version>/), the recipes' firmware packages (dpkg -x into the
+// root), rootfiles.FS, the kpreload binaries, the instance YAML, the kernel
+// install hooks and one kpreload initramfs per kernel (ImageInitramfsDir). It
+// works on any directory: a root filesystem being built or a staging directory
+// that is uploaded to another machine later. Packages come from the host's apt
+// sources (scripts/deps.sh enables non-free) and are kept in DownloadDir/debs.
+func Stage(ctx context.Context, o StageOptions, root string) (*StageResult, error) {
+	if o.CacheDir == "" {
+		o.CacheDir = DefaultCacheDir()
+	}
+	if o.DownloadDir == "" {
+		o.DownloadDir = DefaultDownloadDir()
+	}
+	if len(o.Kernels) == 0 {
+		return nil, errors.New("stage: no kernels")
+	}
+	for _, p := range []struct{ what, path string }{{"kpreload binary", o.KpreloadBinary}, {"/init binary", o.InitBinary}} {
+		if p.path == "" {
+			return nil, fmt.Errorf("stage: no %s given", p.what)
+		}
+		if _, err := os.Stat(p.path); err != nil {
+			return nil, fmt.Errorf("stage: %s: %w", p.what, err)
+		}
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, fmt.Errorf("stage: %w", err)
+	}
+	if o.BuildMissing {
+		if err := CheckKernels(o.Kernels, o.Recipes, o.Lister, true); err != nil {
+			return nil, fmt.Errorf("stage: %w", err)
+		}
+	}
+	cells, err := resolveCells(ctx, o.CacheDir, o.DownloadDir, o.Recipes, o.Kernels, o.BuildMissing, o.Lister, o.Progress)
+	if err != nil {
+		return nil, fmt.Errorf("stage: %w", err)
+	}
+	res := &StageResult{Userspace: map[string][]string{}}
+
+	o.Progress.say("stage: module cache subset (%d set(s)) into /%s", len(cells), ImageCacheDir)
+	if res.Drivers, err = copyCells(ctx, o.CacheDir, filepath.Join(root, ImageCacheDir), cells); err != nil {
+		return nil, fmt.Errorf("stage: %w", err)
+	}
+	if err := stagePackages(ctx, o, root, res); err != nil {
+		return nil, fmt.Errorf("stage: %w", err)
+	}
+	if err := copyRootfiles(root); err != nil {
+		return nil, fmt.Errorf("stage: %w", err)
+	}
+	files := []struct {
+		src, dst string
+		mode     os.FileMode
+	}{
+		{o.KpreloadBinary, ImageKpreload, 0o755},
+		{o.InitBinary, ImageInit, 0o755},
+	}
+	if o.Instance != "" {
+		files = append(files, struct {
+			src, dst string
+			mode     os.FileMode
+		}{o.Instance, ImageInstance, 0o644})
+	}
+	for _, f := range files {
+		if err := copyFile(f.src, filepath.Join(root, f.dst), f.mode); err != nil {
+			return nil, fmt.Errorf("stage: %w", err)
+		}
+	}
+	if o.Cmdline != "" {
+		if err := writeFile(filepath.Join(root, ImageCmdline), []byte(strings.TrimSpace(o.Cmdline)+"\n"), 0o644); err != nil {
+			return nil, fmt.Errorf("stage: %w", err)
+		}
+	}
+	if err := writeFile(filepath.Join(root, ImagePostinstHook), []byte(PostinstHook), 0o755); err != nil {
+		return nil, fmt.Errorf("stage: %w", err)
+	}
+	if err := writeFile(filepath.Join(root, ImagePostrmHook), []byte(PostrmHook), 0o755); err != nil {
+		return nil, fmt.Errorf("stage: %w", err)
+	}
+	if o.NoInitramfs {
+		return res, nil
+	}
+	for _, k := range o.Kernels {
+		mods := ""
+		if o.ModulesDir != nil {
+			mods = o.ModulesDir(k)
+		}
+		if mods == "" {
+			mods = filepath.Join(root, "lib", "modules", k)
+			if _, err := os.Stat(filepath.Join(mods, "modules.dep")); err != nil {
+				mods = filepath.Join(o.DownloadDir, "kernels", k, "lib", "modules", k)
+			}
+		}
+		out := filepath.Join(root, ImageInitramfsDir, "initrd.img-"+k)
+		o.Progress.say("stage: kpreload initramfs for %s", k)
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			return nil, fmt.Errorf("stage: %w", err)
+		}
+		r, err := assemble.WriteFile(assemble.Options{
+			Kernel:      k,
+			ModulesDir:  mods,
+			Init:        o.InitBinary,
+			FirmwareDir: filepath.Join(root, "lib", "firmware"),
+			Compression: archive.Zstd,
+		}, out)
+		if err != nil {
+			return nil, fmt.Errorf("stage: initramfs for %s: %w (the kernel's modules are read from %s: install linux-image-%s into the root or run scripts/kernels.sh %s)", k, err, mods, k, k)
+		}
+		res.Initramfs = append(res.Initramfs, Initramfs{
+			Kernel: k, Path: "/" + path.Join(ImageInitramfsDir, "initrd.img-"+k), Size: r.Size, SHA256: r.SHA256, Modules: len(r.Modules),
+		})
+	}
+	return res, nil
+}
+
+// copyCells adds the cells' sets to the store at dst (created if missing),
+// reading their objects from the store at src. The boot index of each kernel
+// in dst then lists exactly the sets of dst.
+func copyCells(ctx context.Context, src, dst string, cells []cell) ([]Driver, error) {
+	from, err := store.Open(src)
+	if err != nil {
+		return nil, err
+	}
+	to, err := store.Open(dst)
+	if err != nil {
+		return nil, err
+	}
+	var out []Driver
+	for _, c := range cells {
+		files := map[string]string{}
+		var names []string
+		for _, m := range c.m.Modules {
+			files[m.File] = from.ObjectPath(m.SHA256)
+			names = append(names, m.Name)
+		}
+		id, err := to.Add(ctx, c.m, files, false)
+		if err != nil {
+			return nil, fmt.Errorf("copy set %s (%s %s for %s): %w", c.id, c.m.Driver, c.m.Version, c.kernel, err)
+		}
+		if id != c.id {
+			return nil, fmt.Errorf("copy set %s: stored as %s (the source manifest is not canonical)", c.id, id)
+		}
+		out = append(out, Driver{
+			Recipe: c.recipe.Name, Driver: c.m.Driver, Version: c.m.Version, Flavor: c.m.Flavor,
+			Kernel: c.kernel, SetID: c.id, CacheKey: c.m.CacheKey, Modules: names,
+		})
+	}
+	return out, nil
+}
+
+// stagePackages unpacks each recipe's userspace packages under
+// ImageDriversDir/<version>/ and its firmware packages into the root.
+func stagePackages(ctx context.Context, o StageOptions, root string, res *StageResult) error {
+	debs := filepath.Join(o.DownloadDir, "debs")
+	seenFW := map[string]bool{}
+	for _, r := range o.Recipes {
+		version := r.Driver.Version
+		for _, ref := range r.Userspace {
+			o.Progress.say("stage: userspace %s for %s %s", ref, r.Driver.Name, version)
+			deb, err := downloadDeb(ctx, ref, debs)
+			if err != nil {
+				return fmt.Errorf("recipe %s userspace: %w", r.Name, err)
+			}
+			if err := dpkgExtract(ctx, deb, filepath.Join(root, ImageDriversDir, version)); err != nil {
+				return fmt.Errorf("recipe %s userspace: %w", r.Name, err)
+			}
+			if !slices.Contains(res.Userspace[version], ref) {
+				res.Userspace[version] = append(res.Userspace[version], ref)
+			}
+		}
+		for _, ref := range r.Firmware {
+			if seenFW[ref] {
+				continue
+			}
+			seenFW[ref] = true
+			o.Progress.say("stage: firmware %s", ref)
+			deb, err := downloadDeb(ctx, ref, debs)
+			if err != nil {
+				return fmt.Errorf("recipe %s firmware: %w", r.Name, err)
+			}
+			if err := dpkgExtract(ctx, deb, root); err != nil {
+				return fmt.Errorf("recipe %s firmware: %w", r.Name, err)
+			}
+			res.Firmware = append(res.Firmware, ref)
+		}
+	}
+	return nil
+}
+
+// copyRootfiles copies rootfiles.FS into root.
+func copyRootfiles(root string) error {
+	sub, err := fs.Sub(rootfiles.FS, "files")
+	if err != nil {
+		return err
+	}
+	return fs.WalkDir(sub, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(root, filepath.FromSlash(p))
+		if d.IsDir() {
+			return os.MkdirAll(dst, 0o755)
+		}
+		data, err := fs.ReadFile(sub, p)
+		if err != nil {
+			return err
+		}
+		mode := os.FileMode(0o644)
+		if info, err := d.Info(); err == nil && info.Mode()&0o111 != 0 {
+			mode = 0o755
+		}
+		return writeFile(dst, data, mode)
+	})
+}
+
+// copyFile copies src to dst (parents created) with mode, through a temporary
+// file renamed into place.
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(dst), ".tmp-"+filepath.Base(dst)+"-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, in); err != nil {
+		tmp.Close()
+		return fmt.Errorf("copy %s: %w", src, err)
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), dst)
+}
+
+// writeFile writes data to path (parents created) with mode, through a
+// temporary file renamed into place.
+func writeFile(path string, data []byte, mode os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

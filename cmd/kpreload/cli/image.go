@@ -1,0 +1,140 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kpreload/kpreload/builder/image"
+)
+
+func init() { register(newImageCmd) }
+
+func newImageCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "image",
+		Short: "Build bootable golden images that carry precompiled drivers",
+		Long: `Image assembles kpreload golden images offline, without a VM or loop mounts:
+a Debian root filesystem (mmdebstrap), the module cache for the image's kernels,
+each driver version's userspace, the kpreload initramfs per kernel, systemd-boot
+on an EFI system partition, and a kernel install hook that regenerates the
+initramfs from the cache when a kernel is installed later.`,
+	}
+	c.AddCommand(newImageBuildCmd())
+	return c
+}
+
+func newImageBuildCmd() *cobra.Command {
+	var (
+		o          image.Options
+		recipeArgs []string
+		recipesDir string
+		asJSON     bool
+	)
+	c := &cobra.Command{
+		Use:   "build --name NAME --kernel KVER... [--recipe R]... [flags]",
+		Short: "Build a bootable disk image (raw, qcow2) with precompiled drivers",
+		Long: `Build makes OUT/NAME.raw, OUT/NAME.qcow2 and OUT/NAME.manifest.json:
+
+  - a Debian root filesystem made by mmdebstrap (minbase, systemd, udev, the
+    linux-image-KVER packages; kpreload stands in for initramfs-tools), cached
+    under ` + image.DefaultRootfsCacheDir + ` for the same inputs on the same day;
+  - the module cache sets of every --recipe for every --kernel, copied into
+    /` + image.ImageCacheDir + ` (missing cells are an error listing what the cache
+    has, or are built with the real dkms with --build-missing);
+  - each driver version's userspace packages unpacked under /` + image.ImageDriversDir + `/VERSION,
+    firmware packages, the kpreload binaries, the instance YAML (--instance);
+  - the kpreload initramfs of each kernel and a systemd-boot ESP with one
+    loader entry per kernel (root=UUID=... rw plus --cmdline);
+  - /` + image.ImagePostinstHook + `, which rebuilds the initramfs and the boot entry
+    of kernels installed later from the cache, and warns when the cache has no
+    cell for them.
+
+The disk is built without mounting anything (sfdisk on the file, mkfs.vfat +
+mtools, mkfs.ext4 -d), so it works in containers and CI. Outputs appear only
+when complete. Progress goes to stderr; the manifest summary (or --json, the
+whole manifest) to stdout.`,
+		Example: `  kpreload image build --name ci --kernel 6.1.0-56-cloud-amd64 --recipe testdriver --build-missing --out out/images
+  kpreload image build --name gpu --kernel 6.1.0-56-cloud-amd64 --recipe nvidia-535 \
+      --instance images/instance.yaml --cmdline "console=ttyS0" --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cacheContext(cmd), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if o.Name == "" {
+				return fmt.Errorf("--name is required")
+			}
+			if len(o.Kernels) == 0 {
+				return fmt.Errorf("--kernel is required (a kernel release such as 6.1.0-56-cloud-amd64; repeatable)")
+			}
+			if len(recipeArgs) > 0 {
+				recipes, err := loadRecipes(recipeArgs, recipesDir)
+				if err != nil {
+					return err
+				}
+				o.Recipes = recipes
+			}
+			if o.KpreloadBinary == "" {
+				exe, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("find this executable for the image (pass --kpreload-binary): %w", err)
+				}
+				o.KpreloadBinary = exe
+			}
+			if o.InitBinary == "" {
+				o.InitBinary = defaultInit()
+			}
+			errw := cmd.ErrOrStderr()
+			start := time.Now()
+			o.Progress = func(msg string) {
+				fmt.Fprintf(errw, "[%6.1fs] %s\n", time.Since(start).Seconds(), msg)
+			}
+			m, err := image.Build(ctx, o)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return printJSON(out, m)
+			}
+			fmt.Fprintf(out, "image %s built in %.0fs (root UUID %s)\n", m.Name, m.Seconds, m.RootUUID)
+			for _, f := range m.Files {
+				fmt.Fprintf(out, "  %-6s %s  %d bytes  sha256 %s\n", f.Format, f.Path, f.Size, f.SHA256)
+			}
+			fmt.Fprintf(out, "  manifest %s\n", image.OutputPath(o.OutDir, o.Name, "manifest.json"))
+			for _, k := range m.Kernels {
+				fmt.Fprintf(out, "  kernel %s (%s)\n", k, m.KernelPackages[k])
+			}
+			for _, d := range m.Drivers {
+				fmt.Fprintf(out, "  driver %s %s %s for %s: set %s\n", d.Driver, d.Version, d.Flavor, d.Kernel, d.SetID[:16])
+			}
+			fmt.Fprintf(out, "  cmdline %s\n", m.Cmdline)
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&o.Name, "name", "", "image name: output files are OUT/NAME.{raw,qcow2,manifest.json}")
+	f.StringArrayVar(&o.Kernels, "kernel", nil, "kernel release to install (linux-image-KVER; repeatable, the first boots by default)")
+	f.StringArrayVar(&recipeArgs, "recipe", nil, "driver recipe the image carries: a file, or a name in --recipes (repeatable)")
+	f.StringVar(&recipesDir, "recipes", "recipes", "directory of recipes for --recipe names")
+	f.StringVar(&o.CacheDir, "cache", cacheDefaultDir(), "module cache the driver cells are read from")
+	f.BoolVar(&o.BuildMissing, "build-missing", false, "build cells missing from the cache with dkms instead of failing")
+	f.StringVar(&o.OutDir, "out", ".", "output directory")
+	f.StringVar(&o.Instance, "instance", "", "instance YAML file to bake in at /"+image.ImageInstance)
+	f.StringVar(&o.Cmdline, "cmdline", "", "extra kernel command line for the boot entries")
+	f.StringArrayVar(&o.Packages, "package", nil, "extra Debian package to install (repeatable)")
+	f.StringVar(&o.Suite, "suite", image.DefaultSuite, "Debian release")
+	f.StringVar(&o.Mirror, "mirror", image.DefaultMirror, "Debian archive")
+	f.IntVar(&o.SizeMB, "size", image.DefaultSizeMB, "disk size in MiB")
+	f.StringSliceVar(&o.Formats, "format", []string{image.FormatRaw, image.FormatQCOW2}, "disk formats to write: raw, qcow2")
+	f.StringVar(&o.KpreloadBinary, "kpreload-binary", "", "static kpreload binary to install in the image (default: this executable)")
+	f.StringVar(&o.InitBinary, "init", "", "the static /init binary (default: kpreload-init beside this executable)")
+	f.StringVar(&o.RootfsCacheDir, "rootfs-cache", image.DefaultRootfsCacheDir, `where mmdebstrap tarballs are kept for the day ("off": always run mmdebstrap)`)
+	f.BoolVar(&o.EmptyRootPassword, "empty-root-password", false, "let root log in on the console without a password (test images only)")
+	f.BoolVar(&asJSON, "json", false, "print the image manifest as JSON")
+	return c
+}
