@@ -73,6 +73,9 @@ type Config struct {
 	// tests wait for e.g. "Reached target .*Multi-User System". A run that ends
 	// otherwise without a match is an error.
 	Until *regexp.Regexp
+	// Snapshot boots the root disk through a temporary copy-on-write overlay:
+	// what the guest writes is dropped and the disk file is never changed.
+	Snapshot bool
 	// RootBus is how the root disk is attached: "virtio" (default, /dev/vda), "nvme"
 	// (/dev/nvme0n1) or "scsi" (virtio-scsi, /dev/sda).
 	RootBus string
@@ -278,7 +281,11 @@ func Args(c Config, consoleLog, reportLog string) ([]string, error) {
 		if strings.HasSuffix(c.RootDisk, ".qcow2") {
 			format = "qcow2"
 		}
-		args = append(args, "-drive", "if=none,id=root,format="+format+",file="+optEscape(c.RootDisk))
+		drive := "if=none,id=root,format=" + format + ",file=" + optEscape(c.RootDisk)
+		if c.Snapshot {
+			drive += ",snapshot=on"
+		}
+		args = append(args, "-drive", drive)
 		switch c.RootBus {
 		case "virtio":
 			args = append(args, "-device", "virtio-blk-pci,drive=root")

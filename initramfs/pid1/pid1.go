@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -389,7 +390,7 @@ func (b *Boot) writeReport() {
 func (b *Boot) handOver() {
 	b.writeReport()
 	initPath := b.flag("init", "/sbin/init")
-	if _, err := os.Stat(NewRoot + "/" + strings.TrimPrefix(initPath, "/")); err != nil {
+	if err := existsIn(NewRoot, initPath); err != nil {
 		fmt.Fprintf(b.console, "kpreload: %s not found on root: %v\n", initPath, err)
 	}
 	err := mount.SwitchRoot(NewRoot, initPath)
@@ -420,4 +421,29 @@ func (b *Boot) rescue(why string) {
 	c.Stdin, c.Stdout, c.Stderr = os.Stdin, b.console, b.console
 	fmt.Fprintln(b.console, "kpreload: emergency shell; exit to continue")
 	_ = c.Run()
+}
+
+// existsIn checks that path exists inside the tree at root, resolving symbolic
+// links the way they will resolve once root is "/" (Debian's /sbin/init is an
+// absolute link to /lib/systemd/systemd).
+func existsIn(root, path string) error {
+	for hops := 0; hops < 40; hops++ {
+		full := filepath.Join(root, path)
+		fi, err := os.Lstat(full)
+		if err != nil {
+			return err
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			return nil
+		}
+		target, err := os.Readlink(full)
+		if err != nil {
+			return err
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(path), target)
+		}
+		path = target
+	}
+	return fmt.Errorf("%s: too many levels of symbolic links", path)
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -35,6 +36,9 @@ type bootJSON struct {
 	Error       string            `json:"error,omitempty"`
 }
 
+// defaultUntil is what systemd prints when it reaches an image's default target.
+const defaultUntil = `Reached target .*(Multi-User System|Graphical Interface)`
+
 func newBootCmd() *cobra.Command {
 	var (
 		c        qemu.Config
@@ -42,9 +46,11 @@ func newBootCmd() *cobra.Command {
 		instFile string
 		workDir  string
 		asJSON   bool
+		image    string
+		until    string
 	)
 	cmd := &cobra.Command{
-		Use:   "boot --kernel FILE [--initramfs FILE] [--root-disk FILE]",
+		Use:   "boot (--kernel FILE [--initramfs FILE] [--root-disk FILE] | --image DISK)",
 		Short: "Boot a kernel, initramfs and root disk in QEMU and show kpreload's boot report",
 		Long: `Boot a kernel with an initramfs and a root disk in QEMU (TCG by default), wait
 for the guest to power off, and read back kpreload's boot report and the test root
@@ -58,14 +64,41 @@ at once. The command fails when no boot report came back, saying why.
 --instance FILE hands an instance YAML (resources.driver.version/cuda/flavor) to
 kpreload's /init through QEMU fw_cfg (opt/kpreload/instance.yaml); /init reads it
 after coldplug has loaded qemu_fw_cfg, unless the kernel command line
-(kpreload.driver=, kpreload.flavor=, kpreload.instance=) already asks.`,
+(kpreload.driver=, kpreload.flavor=, kpreload.instance=) already asks.
+
+--image DISK boots a disk image made by "kpreload image build" or Packer (raw or
+qcow2) the way a cloud VM does: UEFI firmware (OVMF) and the disk's own
+bootloader, kernel command line from its boot entry (build the image with
+--cmdline "console=ttyS0 kpreload.report=/dev/ttyS1" to get the report back).
+A real systemd guest does not power off: the run ends when the console matches
+--until (default: systemd reaching multi-user.target or graphical.target).
+QEMU boots a copy-on-write overlay, so the image itself is never changed.`,
 		Example: `  kpreload boot --kernel vmlinuz --initramfs initrd.img --root-disk root.img --device edu
   kpreload boot --kernel vmlinuz --initramfs initrd.img --root-disk root.img --accel auto --json
-  kpreload boot --kernel vmlinuz --initramfs initrd.img --root-disk root.img --device edu --instance instance.yaml`,
+  kpreload boot --kernel vmlinuz --initramfs initrd.img --root-disk root.img --device edu --instance instance.yaml
+  kpreload boot --image out/ci-testdriver.qcow2 --device edu --instance images/instance-testdriver.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if c.Kernel == "" {
-				return errors.New("--kernel is required")
+			if image != "" {
+				if c.Kernel != "" || c.Initramfs != "" || c.RootDisk != "" || c.Append != "" {
+					return errors.New("--image boots the disk's own bootloader: it excludes --kernel, --initramfs, --root-disk and --append")
+				}
+				if _, err := os.Stat(image); err != nil {
+					return fmt.Errorf("--image: %w", err)
+				}
+				c.Firmware, c.RootDisk, c.Snapshot = qemu.FirmwareUEFI, image, true
+				if until == "" {
+					until = defaultUntil
+				}
+			} else if c.Kernel == "" {
+				return errors.New("--kernel (or --image) is required")
+			}
+			if until != "" {
+				re, err := regexp.Compile(until)
+				if err != nil {
+					return fmt.Errorf("--until: %w", err)
+				}
+				c.Until = re
 			}
 			c.FwCfg = map[string]string{}
 			for _, kv := range fwCfg {
@@ -133,6 +166,8 @@ after coldplug has loaded qemu_fw_cfg, unless the kernel command line
 	f.StringVar(&c.ConsoleLog, "console", "", "write the console log here (default: in the work directory)")
 	f.StringArrayVar(&fwCfg, "fw-cfg", nil, "pass a file through QEMU fw_cfg as opt/NAME, NAME=FILE (repeatable)")
 	f.StringVar(&instFile, "instance", "", "instance YAML (driver version, cuda, flavour) for /init, passed through fw_cfg as "+instance.FwCfgName)
+	f.StringVar(&image, "image", "", "disk image to boot through UEFI firmware and its own bootloader (raw or qcow2)")
+	f.StringVar(&until, "until", "", "end the run when the console matches this regular expression (default with --image: systemd's default target)")
 	f.StringVar(&workDir, "work-dir", "", "directory for the logs (default: a new temporary directory)")
 	f.BoolVar(&asJSON, "json", false, "print the report, root-init record and timings as JSON")
 	return cmd
