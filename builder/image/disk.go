@@ -5,11 +5,14 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
 	"strings"
+
+	"github.com/kpreload/kpreload/builder/image/rootfiles"
 )
 
 // GPT partition type GUIDs.
@@ -207,6 +210,17 @@ func configureRoot(ctx context.Context, root, rootUUID, espUUID string, emptyRoo
 	}
 	if err := run(ctx, nil, "systemctl", "--root="+root, "enable", "systemd-networkd.service"); err != nil {
 		return fmt.Errorf("enable systemd-networkd: %w", err)
+	}
+	// kpreload's own units (rootfiles) are enabled as their preset file says.
+	units, err := fs.Glob(rootfiles.FS, "files/usr/lib/systemd/system/kpreload-*")
+	if err != nil {
+		return err
+	}
+	for i, u := range units {
+		units[i] = path.Base(u)
+	}
+	if err := run(ctx, nil, "systemctl", append([]string{"--root=" + root, "preset"}, units...)...); err != nil {
+		return fmt.Errorf("preset kpreload units: %w", err)
 	}
 	if emptyRootPassword {
 		if err := setEmptyRootPassword(filepath.Join(root, "etc", "shadow")); err != nil {

@@ -280,7 +280,16 @@ func TestBuildAndBootImage(t *testing.T) {
 			t.Errorf("console lacks %q (%s)", want, res.Console)
 		}
 	}
+	// The readiness target (WantedBy=multi-user.target, so ordered before it):
+	// the units from rootfiles are enabled and /run/kpreload/ready was there.
+	if !driversReady.Match(console) {
+		t.Errorf("console lacks systemd reaching kpreload-drivers.target (%s)", res.Console)
+	}
 }
+
+// driversReady is systemd reaching kpreload-drivers.target; systemd shortens the
+// unit name to the console's width, so match its start and its description.
+var driversReady = regexp.MustCompile(`Reached target .*kpreload-dr.*GPU drivers loaded and ready`)
 
 // printkTime matches a console line's printk timestamp.
 var printkTime = regexp.MustCompile(`^\[\s*(\d+\.\d+)\] `)
