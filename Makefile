@@ -1,4 +1,5 @@
 # kpreload: see README.md. `make demo` runs the main job on its built-in default;
+# bin/kpreload is static: "kpreload image build" copies it into images.
 # `make test` runs every test (unit, DKMS and QEMU end-to-end). Both install what
 # they need through scripts/deps.sh first (idempotent).
 SHELL := /bin/bash
@@ -16,7 +17,7 @@ deps:
 	@scripts/deps.sh
 
 build:
-	$(GO) build -o $(KPRELOAD) ./cmd/kpreload
+	$(GOFLAGS_STATIC) -o $(KPRELOAD) ./cmd/kpreload
 	$(GOFLAGS_STATIC) -o $(INIT) ./initramfs/cmd/init
 	$(GOFLAGS_STATIC) -o $(BIN)/kpreload-rootinit ./initramfs/rootinit
 
