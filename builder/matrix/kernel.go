@@ -3,6 +3,7 @@ package matrix
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -146,4 +147,95 @@ func compilerVersion(ctx context.Context, cc string) (string, error) {
 func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
+}
+
+// ErrUnknownKernel is wrapped by Run's error when a requested kernel is
+// neither unpacked nor offered by the archive.
+var ErrUnknownKernel = errors.New("unknown kernel")
+
+// checkKernels makes sure every kernel of cells is either unpacked under
+// downloads/kernels or offered by the archive (lister), so a typo fails the
+// whole request at once, naming the kernels there are, instead of failing
+// every cell with a download error.
+func checkKernels(cells []Cell, downloads string, lister recipe.KernelLister) error {
+	var missing []string
+	for _, c := range cells {
+		if slices.Contains(missing, c.Kernel) {
+			continue
+		}
+		if exists(filepath.Join(downloads, "kernels", c.Kernel, ".complete")) {
+			continue
+		}
+		missing = append(missing, c.Kernel)
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	avail, err := lister.Available()
+	if err != nil {
+		return fmt.Errorf("kernels %s are not unpacked in %s, and the archive cannot be asked: %w", strings.Join(missing, ", "), filepath.Join(downloads, "kernels"), err)
+	}
+	var unknown []string
+	for _, k := range missing {
+		if !slices.Contains(avail, k) {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w %s: not unpacked in %s and not in the apt archive; available: %s", ErrUnknownKernel, strings.Join(unknown, ", "), filepath.Join(downloads, "kernels"), describeAvailable(unknown[0], avail, unpacked(downloads)))
+}
+
+// unpacked lists the kernels unpacked under downloads/kernels.
+func unpacked(downloads string) []string {
+	ents, _ := os.ReadDir(filepath.Join(downloads, "kernels"))
+	var out []string
+	for _, e := range ents {
+		if exists(filepath.Join(downloads, "kernels", e.Name(), ".complete")) {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// describeAvailable names the kernels one could have meant: the unpacked
+// ones, then the archive's of the same flavour as want (the part after the
+// ABI number, such as "cloud-amd64"), or all of them when none share it.
+func describeAvailable(want string, archive, local []string) string {
+	flavor := kernelFlavor(want)
+	var same []string
+	for _, k := range archive {
+		if flavor != "" && kernelFlavor(k) == flavor {
+			same = append(same, k)
+		}
+	}
+	what := "archive"
+	if len(same) == 0 {
+		same = archive
+	} else {
+		what = "archive, " + flavor
+	}
+	s := fmt.Sprintf("unpacked: %s; %s: %s", orNone(local), what, orNone(same))
+	return s
+}
+
+// kernelFlavor returns the flavour of a Debian kernel release: what follows
+// the ABI part ("6.1.0-56-cloud-amd64" -> "cloud-amd64",
+// "6.12.117+deb12-cloud-amd64" -> "cloud-amd64").
+func kernelFlavor(release string) string {
+	parts := strings.Split(release, "-")
+	for i, p := range parts {
+		if i > 0 && p != "" && (p[0] < '0' || p[0] > '9') {
+			return strings.Join(parts[i:], "-")
+		}
+	}
+	return ""
+}
+
+func orNone(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
 }

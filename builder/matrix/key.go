@@ -14,13 +14,13 @@ const KeySchema = "kpreload-build/1"
 
 // cellKey returns the cache key of one cell: every input that decides what
 // the build produces, all known before building.
-func cellKey(r *recipe.Recipe, src *source, k *kernel) map[string]string {
+func cellKey(r *recipe.Recipe, src *source, k *kernel, x *extras) map[string]string {
 	mods := make([]string, len(r.Modules))
 	for i, m := range r.Modules {
 		mods[i] = manifest.NormalizeName(m)
 	}
 	slices.Sort(mods)
-	return map[string]string{
+	key := map[string]string{
 		"schema":                KeySchema,
 		"driver":                r.Driver.Name,
 		"version":               r.Driver.Version,
@@ -35,8 +35,14 @@ func cellKey(r *recipe.Recipe, src *source, k *kernel) map[string]string {
 		"kernel_config_sha256":  k.config,
 		"kernel_cc":             k.headers.CCVersionText,
 		"compiler":              k.compiler,
-		// Run refuses recipes with signing (not implemented yet), so no key
-		// ever signs; the entry is here so signed sets will never match.
-		"signing_key": "",
+		// The certificate's digest and the hash: unsigned builds, and builds
+		// signed with another key, never match a signed set.
+		"signing_key": x.signingKey(),
 	}
+	if x.gpusDigest != "" {
+		// Only recipes with a supported-GPU list have the entry, so the keys
+		// of the others stay what they were.
+		key["supported_gpus_sha256"] = x.gpusDigest
+	}
+	return key
 }

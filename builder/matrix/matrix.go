@@ -102,6 +102,10 @@ type Options struct {
 	Recipes []*recipe.Recipe
 	// Kernels, if set, replaces every recipe's kernel matrix.
 	Kernels []string
+	// RecipeKernels, if it has an entry for a recipe, is that recipe's
+	// kernel list, replacing Kernels and the recipe's matrix: it asks for
+	// single cells (kpreload build RECIPE:KVER).
+	RecipeKernels map[*recipe.Recipe][]string
 	// Lister resolves recipes' kernel matrices when Kernels is empty; nil
 	// means recipe.AptKernels().
 	Lister recipe.KernelLister
@@ -133,13 +137,18 @@ type Options struct {
 // Options.DownloadDir nor $KPRELOAD_CACHE names a directory (as scripts/lib.sh).
 const DefaultDownloadDir = "/var/cache/kpreload"
 
-// Cells returns the matrix of opts: each recipe × its kernels (or
-// opts.Kernels), in recipe order then kernel order.
+// Cells returns the matrix of opts: each recipe × its kernels (its
+// opts.RecipeKernels entry, else opts.Kernels, else its matrix), in recipe
+// order then kernel order, each cell once.
 func Cells(opts Options) ([]Cell, error) {
 	var cells []Cell
+	seen := map[Cell]bool{}
 	for _, r := range opts.Recipes {
-		kernels := opts.Kernels
-		if len(kernels) == 0 {
+		kernels, only := opts.RecipeKernels[r]
+		if !only {
+			kernels = opts.Kernels
+		}
+		if len(kernels) == 0 && !only {
 			lister := opts.Lister
 			if lister == nil {
 				lister = recipe.AptKernels()
@@ -150,7 +159,11 @@ func Cells(opts Options) ([]Cell, error) {
 			}
 		}
 		for _, k := range kernels {
-			cells = append(cells, Cell{Recipe: r, Kernel: k})
+			c := Cell{Recipe: r, Kernel: k}
+			if !seen[c] {
+				seen[c] = true
+				cells = append(cells, c)
+			}
 		}
 	}
 	return cells, nil
@@ -171,19 +184,28 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("build: %w", err)
 	}
-	st, err := store.Open(opts.CacheDir)
-	if err != nil {
-		return nil, fmt.Errorf("build: %w", err)
+	if len(cells) == 0 {
+		return nil, errors.New("build: the request has no cells (no kernels)")
 	}
-	r := &runner{opts: opts, store: st, driver: opts.Driver}
-	if r.driver == nil {
-		r.driver = dkms.New()
-	}
+	r := &runner{opts: opts, driver: opts.Driver}
 	r.downloads = opts.DownloadDir
 	if r.downloads == "" {
 		if r.downloads = os.Getenv("KPRELOAD_CACHE"); r.downloads == "" {
 			r.downloads = DefaultDownloadDir
 		}
+	}
+	lister := opts.Lister
+	if lister == nil {
+		lister = recipe.AptKernels()
+	}
+	if err := checkKernels(cells, r.downloads, lister); err != nil {
+		return nil, fmt.Errorf("build: %w", err)
+	}
+	if r.store, err = store.Open(opts.CacheDir); err != nil {
+		return nil, fmt.Errorf("build: %w", err)
+	}
+	if r.driver == nil {
+		r.driver = dkms.New()
 	}
 	if r.logDir = opts.LogDir; r.logDir == "" {
 		r.logDir = filepath.Join(r.downloads, "logs")
@@ -274,6 +296,7 @@ type runner struct {
 	makeJobs               int
 	progressMu             sync.Mutex
 	sources                onceMap[*source]
+	extras                 onceMap[*extras]
 	kernels                onceMap[*kernel]
 	recipeIDsMu            sync.Mutex
 	recipeIDs              map[*recipe.Recipe]string
@@ -321,12 +344,16 @@ func (r *runner) runCell(ctx context.Context, i int, c Cell) Result {
 	if err := ctx.Err(); err != nil {
 		return fail(err)
 	}
-	if c.Recipe.Signing != nil {
-		return fail(fmt.Errorf("recipe %s: module signing is not implemented yet", c.Recipe.Name))
-	}
 	r.emit(Event{Cell: c, Index: i, State: StatePreparing, Time: time.Now()})
-	src, err := r.sources.get(r.recipeID(c.Recipe), func() (*source, error) {
+	rid := r.recipeID(c.Recipe)
+	src, err := r.sources.get(rid, func() (*source, error) {
 		return prepareSource(ctx, c.Recipe, r.downloads)
+	})
+	if err != nil {
+		return fail(err)
+	}
+	x, err := r.extras.get(rid, func() (*extras, error) {
+		return prepareExtras(ctx, c.Recipe, r.downloads, filepath.Join(r.tmp, "recipe-"+strings.ReplaceAll(rid, ":", "-")))
 	})
 	if err != nil {
 		return fail(err)
@@ -337,7 +364,7 @@ func (r *runner) runCell(ctx context.Context, i int, c Cell) Result {
 	if err != nil {
 		return fail(err)
 	}
-	res.Key = cellKey(c.Recipe, src, k)
+	res.Key = cellKey(c.Recipe, src, k, x)
 	id, ok, err := r.store.Lookup(res.Key)
 	if err != nil {
 		return fail(err)
@@ -374,14 +401,22 @@ func (r *runner) runCell(ctx context.Context, i int, c Cell) Result {
 	if err != nil {
 		return fail(fmt.Errorf("%s for %s: %w", c.Recipe.Name, c.Kernel, err))
 	}
+	if x.signCert != "" {
+		// Signed before the set enters the cache: the cache holds, and the
+		// manifest digests, exactly the bytes the kernel will verify.
+		if err := signModules(ctx, x, k, files); err != nil {
+			return fail(fmt.Errorf("%s for %s: %w", c.Recipe.Name, c.Kernel, err))
+		}
+	}
 	_, id, err = r.store.AddFiles(ctx, store.AddRequest{
-		Driver:     c.Recipe.Driver.Name,
-		Version:    c.Recipe.Driver.Version,
-		Flavor:     c.Recipe.Flavor,
-		Files:      files,
-		CacheKey:   res.Key,
-		KernelTree: k.modulesTree,
-		Replace:    true, // a rebuild from changed inputs supersedes the old set
+		Driver:        c.Recipe.Driver.Name,
+		Version:       c.Recipe.Driver.Version,
+		Flavor:        c.Recipe.Flavor,
+		Files:         files,
+		SupportedGPUs: x.gpus,
+		CacheKey:      res.Key,
+		KernelTree:    k.modulesTree,
+		Replace:       true, // a rebuild from changed inputs supersedes the old set
 	})
 	if err != nil {
 		return fail(err)

@@ -91,6 +91,9 @@ type Result struct {
 	Sets            []string `json:"sets"`
 	Firmware        []string `json:"firmware,omitempty"`
 	MissingFirmware []string `json:"missing_firmware,omitempty"`
+	// SupportedGPUs are the paths, inside the initramfs, of the sets'
+	// supported-gpus.json files.
+	SupportedGPUs []string `json:"supported_gpus,omitempty"`
 }
 
 // Build assembles the initramfs and writes it to w.
@@ -164,6 +167,16 @@ func Build(o Options, w io.Writer) (*Result, error) {
 					return nil, err
 				}
 				res.Modules = append(res.Modules, m.Name)
+			}
+			if s.SupportedGPUs != "" {
+				// The driver's supported-gpus.json goes next to the set's
+				// modules, under its own name.
+				src := filepath.Join(cs.dir, filepath.FromSlash(s.SupportedGPUs))
+				s.SupportedGPUs = manifest.SupportedGPUsFile
+				if err := a.AddFileFrom(path.Join(modRoot, s.Dir, s.SupportedGPUs), 0o644, src); err != nil {
+					return nil, fmt.Errorf("set %s: supported-gpus: %w", shortID(s.ID), err)
+				}
+				res.SupportedGPUs = append(res.SupportedGPUs, path.Join(modRoot, s.Dir, s.SupportedGPUs))
 			}
 			idx.Sets = append(idx.Sets, s)
 		}

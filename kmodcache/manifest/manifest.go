@@ -42,6 +42,23 @@ type Manifest struct {
 	// CacheKey holds the build inputs (source digest, headers version,
 	// compiler, ...) the build pipeline looks the set up by; free-form.
 	CacheKey map[string]string `json:"cache_key,omitempty"`
+	// SupportedGPUs is the driver's supported-gpus.json (NVIDIA's format,
+	// verbatim and uncompressed) stored with the set; nil when the driver
+	// ships none.
+	SupportedGPUs *File `json:"supported_gpus,omitempty"`
+}
+
+// SupportedGPUsFile is the File name a set's supported-gpus.json has.
+const SupportedGPUsFile = "supported-gpus.json"
+
+// File is a data file stored with a set (not a module).
+type File struct {
+	// File is the file's name inside the set, such as "supported-gpus.json".
+	File string `json:"file"`
+	// SHA256 is the hex digest of the file's bytes.
+	SHA256 string `json:"sha256"`
+	// Size is the file's size in bytes.
+	Size int64 `json:"size"`
 }
 
 // Module is one module file of a set.
@@ -232,6 +249,10 @@ func (m *Manifest) Clone() *Manifest {
 	}
 	c.External = slices.Clone(m.External)
 	c.Firmware = slices.Clone(m.Firmware)
+	if m.SupportedGPUs != nil {
+		f := *m.SupportedGPUs
+		c.SupportedGPUs = &f
+	}
 	if m.CacheKey != nil {
 		c.CacheKey = make(map[string]string, len(m.CacheKey))
 		for k, v := range m.CacheKey {

@@ -30,7 +30,8 @@ var compressions = []string{"", "xz", "zstd", "gzip"}
 // and driver present and well formed, every module's vermagic equal to the
 // set's and naming the set's kernel, module names and files unique, digests
 // well formed, every dependency either in the set or listed in External, no
-// dependency cycle, every requested firmware listed. It returns a
+// dependency cycle, every requested firmware listed, a supported-gpus file
+// (if any) well described. It returns a
 // *ValidationError listing every problem, or nil.
 func (m *Manifest) Validate() error {
 	var p []string
@@ -139,6 +140,20 @@ func (m *Manifest) Validate() error {
 	}
 	if cyc := m.dependencyCycle(); cyc != nil {
 		add("dependency cycle: %s", strings.Join(cyc, " -> "))
+	}
+	if f := m.SupportedGPUs; f != nil {
+		switch {
+		case f.File != SupportedGPUsFile:
+			add("supported-gpus file name %q, want %q", f.File, SupportedGPUsFile)
+		case files[f.File]:
+			add("supported-gpus file %s has the name of a module file", f.File)
+		}
+		if !IsDigest(f.SHA256) {
+			add("supported-gpus sha256 %q is not 64 lowercase hex digits", f.SHA256)
+		}
+		if f.Size <= 0 {
+			add("supported-gpus size %d is not positive", f.Size)
+		}
 	}
 	if len(p) == 0 {
 		return nil

@@ -34,6 +34,9 @@ type AddRequest struct {
 	// Replace lets the set supersede a set already in the cache for the same
 	// kernel, driver, version and flavor; without it such an add fails.
 	Replace bool
+	// SupportedGPUs, when set, is the driver's supported-gpus.json
+	// (uncompressed, NVIDIA's format), stored with the set as an object.
+	SupportedGPUs string
 }
 
 // AddFiles reads every module file of req (modinfo, digest), builds and
@@ -68,6 +71,17 @@ func (s *Store) AddFiles(ctx context.Context, req AddRequest) (*manifest.Manifes
 	if err != nil {
 		return nil, "", fmt.Errorf("add: %w", err)
 	}
+	if req.SupportedGPUs != "" {
+		sha, size, err := hashFile(req.SupportedGPUs)
+		if err != nil {
+			return nil, "", fmt.Errorf("add %s %s: supported-gpus: %w", req.Driver, req.Version, err)
+		}
+		if _, dup := files[manifest.SupportedGPUsFile]; dup {
+			return nil, "", fmt.Errorf("add %s %s: a module file is named %s", req.Driver, req.Version, manifest.SupportedGPUsFile)
+		}
+		m.SupportedGPUs = &manifest.File{File: manifest.SupportedGPUsFile, SHA256: sha, Size: size}
+		files[manifest.SupportedGPUsFile] = req.SupportedGPUs
+	}
 	if req.KernelTree != "" {
 		if err := checkExternal(m, req.KernelTree); err != nil {
 			return nil, "", fmt.Errorf("add %s %s: %w", req.Driver, req.Version, err)
@@ -81,7 +95,8 @@ func (s *Store) AddFiles(ctx context.Context, req AddRequest) (*manifest.Manifes
 }
 
 // Add stores a set: the module file of each manifest module is read from
-// files[module.File] and must match the module's digest. It writes the
+// files[module.File] and must match the module's digest; so is the set's
+// supported-gpus.json, if the manifest has one. It writes the
 // objects, then the manifest, then the cache key, then the kernel's boot
 // index, each atomically, under the writer lock. Adding a set that is already
 // there changes nothing (missing or corrupt objects are rewritten) and gives
@@ -104,6 +119,9 @@ func (s *Store) Add(ctx context.Context, m *manifest.Manifest, files map[string]
 		if files[mod.File] == "" {
 			return "", fmt.Errorf("%s: no source file given for %s", what, mod.File)
 		}
+	}
+	if f := m.SupportedGPUs; f != nil && files[f.File] == "" {
+		return "", fmt.Errorf("%s: no source file given for %s", what, f.File)
 	}
 
 	unlock, err := s.lock(ctx)
@@ -135,6 +153,11 @@ func (s *Store) Add(ctx context.Context, m *manifest.Manifest, files map[string]
 		}
 		if err := s.putObject(files[mod.File], mod.SHA256, mod.Size); err != nil {
 			return "", fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	if f := m.SupportedGPUs; f != nil {
+		if err := s.putObject(files[f.File], f.SHA256, f.Size); err != nil {
+			return "", fmt.Errorf("%s: %s: %w", what, f.File, err)
 		}
 	}
 	at("objects")
@@ -331,6 +354,9 @@ func (s *Store) collectGarbage() ([]string, error) {
 	for _, st := range good {
 		for _, mod := range st.m.Modules {
 			used[mod.SHA256] = true
+		}
+		if f := st.m.SupportedGPUs; f != nil {
+			used[f.SHA256] = true
 		}
 	}
 	root := filepath.Join(s.dir, objectsDir)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -263,6 +264,9 @@ func buildIndex(kernel string, sets []set) *bootindex.Index {
 			Dir:      IndexSetDir,
 			Firmware: slices.Clone(st.m.Firmware),
 		}
+		if f := st.m.SupportedGPUs; f != nil {
+			bs.SupportedGPUs = objectRel(f.SHA256)
+		}
 		for _, mod := range st.m.Modules {
 			bs.Modules = append(bs.Modules, bootindex.Module{
 				Name:        mod.Name,
@@ -280,4 +284,27 @@ func buildIndex(kernel string, sets []set) *bootindex.Index {
 		ix.Sets = append(ix.Sets, bs)
 	}
 	return ix
+}
+
+// CopySet adds set id of s, with its module files and supported-gpus.json,
+// to the cache dst (as Add, never replacing another set) and returns the id,
+// which is the same in both caches. It makes a small cache of chosen sets,
+// such as the one an image or a test root disk carries.
+func (s *Store) CopySet(ctx context.Context, dst *Store, id string) (string, error) {
+	m, err := s.Get(id)
+	if err != nil {
+		return "", fmt.Errorf("copy set: %w", err)
+	}
+	files := map[string]string{}
+	for _, mod := range m.Modules {
+		files[mod.File] = s.ObjectPath(mod.SHA256)
+	}
+	if f := m.SupportedGPUs; f != nil {
+		files[f.File] = s.ObjectPath(f.SHA256)
+	}
+	got, err := dst.Add(ctx, m, files, false)
+	if err != nil {
+		return "", fmt.Errorf("copy set %s to %s: %w", short(id), dst.Dir(), err)
+	}
+	return got, nil
 }

@@ -94,20 +94,26 @@ func (s *Store) Verify(ctx context.Context) ([]Problem, error) {
 	// Each object once, with every set and module that uses it.
 	refs := map[string]*objectRef{}
 	var order []string
+	ref := func(id, sha string, size int64, name string) {
+		r := refs[sha]
+		if r == nil {
+			r = &objectRef{sha: sha, size: size}
+			refs[sha] = r
+			order = append(order, sha)
+		}
+		if !slices.Contains(r.sets, id) {
+			r.sets = append(r.sets, id)
+		}
+		if !slices.Contains(r.mods, name) {
+			r.mods = append(r.mods, name)
+		}
+	}
 	for _, st := range good {
 		for _, mod := range st.m.Modules {
-			r := refs[mod.SHA256]
-			if r == nil {
-				r = &objectRef{sha: mod.SHA256, size: mod.Size}
-				refs[mod.SHA256] = r
-				order = append(order, mod.SHA256)
-			}
-			if !slices.Contains(r.sets, st.id) {
-				r.sets = append(r.sets, st.id)
-			}
-			if !slices.Contains(r.mods, mod.Name) {
-				r.mods = append(r.mods, mod.Name)
-			}
+			ref(st.id, mod.SHA256, mod.Size, mod.Name)
+		}
+		if f := st.m.SupportedGPUs; f != nil {
+			ref(st.id, f.SHA256, f.Size, f.File)
 		}
 	}
 	slices.Sort(order)

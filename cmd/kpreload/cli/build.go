@@ -29,7 +29,7 @@ func newBuildCmd() *cobra.Command {
 		asJSON     bool
 	)
 	cmd := &cobra.Command{
-		Use:   "build RECIPE... [--kernel KVER]... [--cache DIR] [--jobs N] [--json]",
+		Use:   "build RECIPE[:KVER]... [--kernel KVER]... [--cache DIR] [--jobs N] [--json]",
 		Short: "Precompile driver recipes with dkms for a kernel matrix into the module cache",
 		Long: `Build compiles every RECIPE (a recipe file, or the name of a recipe in
 --recipes) with the real dkms for each kernel of its matrix, or for the
@@ -38,6 +38,19 @@ cache. A cell whose inputs (source, headers, compiler, ...) are already in the
 cache is "cached" and not compiled. Missing kernels and driver packages are
 downloaded into $KPRELOAD_CACHE (default ` + matrix.DefaultDownloadDir + `).
 
+RECIPE:KVER asks for one cell: that recipe for that kernel only, whatever its
+matrix and --kernel say; repeat it for more kernels. For example
+
+  kpreload build testdriver nvidia-535-open:6.12.117+deb12-cloud-amd64
+
+builds the test driver for its whole matrix and the open NVIDIA modules for
+one kernel. A kernel that is neither unpacked nor in the apt archive is an
+error that lists the kernels there are.
+
+A recipe's signing: section signs every kept module with the kernel's own
+scripts/sign-file before it enters the cache; its supported-gpus: file is
+stored with each set and carried into the boot index and the initramfs.
+
 Progress goes to stderr, the result table (or --json) to stdout. The exit
 status is non-zero when any cell failed. Ctrl-C stops the builds and leaves
 the cache as it was.`,
@@ -45,11 +58,11 @@ the cache as it was.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cacheContext(cmd), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			recipes, err := loadRecipes(args, recipesDir)
+			recipes, kernels, err := loadCells(args, recipesDir)
 			if err != nil {
 				return err
 			}
-			opts.Recipes = recipes
+			opts.Recipes, opts.RecipeKernels = recipes, kernels
 			p := newBuildProgress(cmd.ErrOrStderr())
 			opts.Progress = p.event
 			results, err := matrix.Run(ctx, opts)
@@ -75,6 +88,53 @@ the cache as it was.`,
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
 	f.StringVar(&recipesDir, "recipes", "recipes", "directory of recipes for RECIPE names")
 	return cmd
+}
+
+// loadCells loads the recipes the arguments name (see loadRecipes), each
+// optionally followed by ":KVER" to ask for that kernel only. A recipe named
+// more than once is loaded once; its kernels are the union of its ":KVER"
+// arguments, or its whole matrix when it is also named without one.
+func loadCells(args []string, dir string) ([]*recipe.Recipe, map[*recipe.Recipe][]string, error) {
+	var (
+		out     []*recipe.Recipe
+		kernels = map[*recipe.Recipe][]string{}
+		whole   = map[*recipe.Recipe]bool{}
+		byName  = map[string]*recipe.Recipe{}
+	)
+	for _, arg := range args {
+		ref, kver := arg, ""
+		if !fileExists(arg) {
+			if i := strings.LastIndexByte(arg, ':'); i >= 0 {
+				ref, kver = arg[:i], arg[i+1:]
+				if ref == "" || kver == "" {
+					return nil, nil, fmt.Errorf("argument %q: want RECIPE or RECIPE:KVER", arg)
+				}
+			}
+		}
+		rs, err := loadRecipes([]string{ref}, dir)
+		if err != nil {
+			return nil, nil, err
+		}
+		r := rs[0]
+		if prev, ok := byName[r.Name]; ok {
+			if !sameFile(prev.File, r.File) {
+				return nil, nil, fmt.Errorf("recipe %s: both %s and %s are named %q", arg, prev.File, r.File, r.Name)
+			}
+			r = prev
+		} else {
+			byName[r.Name] = r
+			out = append(out, r)
+		}
+		if kver == "" {
+			whole[r] = true
+		} else if !slices.Contains(kernels[r], kver) {
+			kernels[r] = append(kernels[r], kver)
+		}
+	}
+	for r := range whole {
+		delete(kernels, r)
+	}
+	return out, kernels, nil
 }
 
 // loadRecipes loads each argument: a recipe file, or the name of a recipe
@@ -121,6 +181,16 @@ func loadRecipes(args []string, dir string) ([]*recipe.Recipe, error) {
 		out = append(out, all[i])
 	}
 	return out, nil
+}
+
+// sameFile reports whether two paths name the same file.
+func sameFile(a, b string) bool {
+	sa, errA := os.Stat(a)
+	sb, errB := os.Stat(b)
+	if errA != nil || errB != nil {
+		return a == b
+	}
+	return os.SameFile(sa, sb)
 }
 
 func fileExists(path string) bool {
