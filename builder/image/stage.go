@@ -201,13 +201,13 @@ func copyCells(ctx context.Context, src, dst string, cells []cell) ([]Driver, er
 	}
 	var out []Driver
 	for _, c := range cells {
-		files := map[string]string{}
 		var names []string
 		for _, m := range c.m.Modules {
-			files[m.File] = from.ObjectPath(m.SHA256)
 			names = append(names, m.Name)
 		}
-		id, err := to.Add(ctx, c.m, files, false)
+		// CopySet carries every object of the set: modules and, for NVIDIA,
+		// the driver's supported-gpus.json.
+		id, err := from.CopySet(ctx, to, c.id)
 		if err != nil {
 			return nil, fmt.Errorf("copy set %s (%s %s for %s): %w", c.id, c.m.Driver, c.m.Version, c.kernel, err)
 		}

@@ -88,8 +88,22 @@ func TestPrintBootSummary(t *testing.T) {
 
 func TestBootRequiresKernel(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if code := Execute([]string{"boot"}, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), "--kernel is required") {
-		t.Errorf("kpreload boot (no kernel) = exit %d, stderr %q, want failure naming --kernel", code, errOut.String())
+	if code := Execute([]string{"boot"}, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), "--kernel (or --image) is required") {
+		t.Errorf("kpreload boot (no kernel) = exit %d, stderr %q, want failure naming --kernel and --image", code, errOut.String())
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"boot", "--image", "x.qcow2", "--kernel", "vmlinuz"}, "excludes --kernel"},
+		{[]string{"boot", "--image", filepath.Join(t.TempDir(), "absent.qcow2")}, "--image: stat"},
+		{[]string{"boot", "--kernel", "vmlinuz", "--until", "("}, "--until: error parsing regexp"},
+	} {
+		out.Reset()
+		errOut.Reset()
+		if code := Execute(c.args, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), c.want) {
+			t.Errorf("kpreload %v = exit %d, stderr %q, want failure saying %q", c.args, code, errOut.String(), c.want)
+		}
 	}
 }
 
