@@ -1,0 +1,179 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kpreload/kpreload/builder/image"
+	"github.com/kpreload/kpreload/builder/qemu"
+	"github.com/kpreload/kpreload/initramfs/report"
+)
+
+// templates are the templates shipped in images/, relative to the repository root.
+var templates = []string{"images/ci-testdriver.pkr.hcl", "images/debian12-gpu.pkr.hcl"}
+
+// TestValidateTemplates runs the real `packer validate` on every template
+// (the plugin's Prepare through Packer's RPC), and checks that a bad kernel and
+// an existing output directory are refused with messages that say why.
+func TestValidateTemplates(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	for _, tmpl := range templates {
+		out, err := packerRun(ctx, t, "validate", "-var", "output_directory="+filepath.Join(t.TempDir(), "out"), tmpl)
+		if err != nil || !strings.Contains(out, "The configuration is valid.") {
+			t.Errorf("packer validate %s: %v\n%s", tmpl, err, out)
+		}
+	}
+
+	existing := t.TempDir()
+	out, err := packerRun(ctx, t, "validate",
+		"-var", "output_directory="+existing,
+		"-var", "kernel=6.1.0-99-cloud-amd64",
+		"images/ci-testdriver.pkr.hcl")
+	if err == nil {
+		t.Fatalf("packer validate accepted a kernel outside the recipe's matrix:\n%s", out)
+	}
+	for _, want := range []string{
+		"kernel 6.1.0-99-cloud-amd64 is not in recipe testdriver's kernel matrix",
+		"releases 6.1.0-56-cloud-amd64, 6.12.117+deb12-cloud-amd64",
+		"output_directory " + existing + " already exists",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("packer validate output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// defaultTarget is what systemd prints when it reaches the image's default target.
+var defaultTarget = regexp.MustCompile(`Reached target .*(Multi-User System|Graphical Interface)`)
+
+// TestBuildAndBootCITestdriver runs the real `packer build` of
+// images/ci-testdriver.pkr.hcl with a fresh module cache (the real dkms builds
+// the test driver) and a fresh root filesystem cache (mmdebstrap runs under
+// the plugin, against the Debian archive), then boots the produced qcow2 in QEMU through OVMF and the
+// image's systemd-boot with -device edu: /init's report shows kpreload_edu
+// loaded and the device bound before switch_root to /sbin/init, and systemd
+// reaches its default target.
+func TestBuildAndBootCITestdriver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real packer build (mmdebstrap, dkms) and a UEFI boot under TCG; -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	outDir := filepath.Join(t.TempDir(), "out")
+	cache := filepath.Join(t.TempDir(), "cache")
+	rootfsCache := filepath.Join(t.TempDir(), "rootfs")
+
+	start := time.Now()
+	out, err := packerRun(ctx, t, "build", "-machine-readable",
+		"-var", "output_directory="+outDir,
+		"-var", "cache_dir="+cache,
+		"-var", "rootfs_cache_dir="+rootfsCache,
+		"images/ci-testdriver.pkr.hcl")
+	recs := machineReadable(out)
+	if err != nil {
+		var ui []string
+		for _, r := range recs {
+			if len(r) >= 3 && r[1] == "ui" {
+				ui = append(ui, r[len(r)-1])
+			}
+		}
+		t.Fatalf("packer build: %v\n%s", err, lastLines(strings.Join(ui, "\n"), 40))
+	}
+	t.Logf("packer build took %s", time.Since(start).Round(time.Second))
+
+	files := artifactFiles(recs)
+	want := []string{
+		filepath.Join(outDir, "ci-testdriver.raw"),
+		filepath.Join(outDir, "ci-testdriver.qcow2"),
+		filepath.Join(outDir, "ci-testdriver.manifest.json"),
+	}
+	if !slices.Equal(files, want) {
+		t.Fatalf("artifact files = %q, want %q", files, want)
+	}
+	for _, f := range files {
+		if st, err := os.Stat(f); err != nil || st.Size() == 0 {
+			t.Errorf("artifact file %s: %v", f, err)
+		}
+	}
+	m, err := image.ReadManifest(want[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Rootfs.Cached {
+		t.Errorf("manifest says the root filesystem came from a cache; want mmdebstrap run by this build")
+	}
+	if len(m.Drivers) != 1 || m.Drivers[0].Recipe != "testdriver" || m.Drivers[0].Kernel != "6.1.0-56-cloud-amd64" {
+		t.Errorf("manifest drivers = %+v, want the testdriver set for 6.1.0-56-cloud-amd64", m.Drivers)
+	}
+	if !strings.Contains(m.Cmdline, "kpreload.report=/dev/ttyS1") || !strings.Contains(m.Cmdline, "root=UUID="+m.RootUUID) {
+		t.Errorf("manifest cmdline %q: want root=UUID=%s and the template's kernel_cmdline", m.Cmdline, m.RootUUID)
+	}
+
+	// Boot a copy-on-write overlay, so the artifact itself stays as built.
+	overlay := filepath.Join(t.TempDir(), "boot.qcow2")
+	if b, err := exec.CommandContext(ctx, "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", want[1], overlay).CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img create overlay: %v\n%s", err, b)
+	}
+	res, err := (&qemu.Runner{WorkDir: t.TempDir()}).Run(ctx, qemu.Config{
+		Firmware: qemu.FirmwareUEFI,
+		RootDisk: overlay,
+		Devices:  []string{"edu"},
+		Until:    defaultTarget,
+		Timeout:  480 * time.Second,
+	})
+	if err != nil {
+		t.Fatalf("UEFI boot of the packer-built image: %v", err)
+	}
+	t.Logf("booted to %q in %s", res.UntilMatch, res.Duration.Round(time.Second))
+	if !res.UntilMatched {
+		t.Fatalf("systemd did not reach its default target; console %s", res.Console)
+	}
+	rep := res.Report
+	if rep == nil {
+		t.Fatalf("no kpreload report on the report channel; warnings %v; console %s", res.Warnings, res.Console)
+	}
+	t.Logf("report: %s", rep.Summary())
+	if rep.Kernel != "6.1.0-56-cloud-amd64" || !strings.Contains(rep.Cmdline, "root=UUID="+m.RootUUID) {
+		t.Errorf("report kernel %q cmdline %q: want 6.1.0-56-cloud-amd64 booted by the image's loader entry", rep.Kernel, rep.Cmdline)
+	}
+	if rep.SwitchRoot <= 0 {
+		t.Errorf("report switch_root = %v, want the time /init handed over to /sbin/init", rep.SwitchRoot)
+	}
+	var edu *report.Module
+	for i, mod := range rep.Modules {
+		if mod.Name == "kpreload_edu" && mod.Result == "loaded" {
+			edu = &rep.Modules[i]
+		}
+	}
+	if edu == nil || edu.End <= 0 || edu.End > rep.SwitchRoot {
+		t.Errorf("kpreload_edu = %+v, want loaded before switch_root at %.3f; modules %+v", edu, rep.SwitchRoot, rep.Modules)
+	}
+	bound := false
+	for _, d := range rep.Devices {
+		if strings.HasPrefix(d.Modalias, "pci:v00001234d000011E8") && d.Driver == "kpreload_edu" {
+			bound = true
+		}
+	}
+	if !bound {
+		t.Errorf("edu device not bound to kpreload_edu in the report: %+v", rep.Devices)
+	}
+	probe, ok := qemu.Find(res.Kernel, "bound, id 0x010000ed")
+	if !ok || probe.Time > rep.SwitchRoot {
+		t.Errorf("test driver probe line %+v (found %v): want it logged before switch_root at %.3f", probe, ok, rep.SwitchRoot)
+	}
+	console, err := os.ReadFile(res.Console)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(console), "Debian GNU/Linux 12") {
+		t.Errorf("console lacks the systemd welcome of Debian 12 (%s)", res.Console)
+	}
+}

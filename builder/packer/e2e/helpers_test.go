@@ -1,0 +1,153 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// PackerVersion is the Packer release the tests run (scripts/packer.sh's default).
+const PackerVersion = "1.9.4"
+
+var (
+	packerOnce sync.Once
+	packerPath string
+	packerErr  error
+
+	pluginOnce sync.Once
+	pluginDir  string
+	pluginErr  error
+)
+
+// root is the repository's root directory, taken when the test binary starts
+// (tests may change directory later).
+var root, rootErr = filepath.Abs("../../..")
+
+// repoRoot is the repository's root directory.
+func repoRoot(t testing.TB) string {
+	t.Helper()
+	if rootErr != nil {
+		t.Fatal(rootErr)
+	}
+	return root
+}
+
+// packerBinary returns the real Packer: $KPRELOAD_PACKER if set, else what
+// scripts/packer.sh prints (it builds and installs Packer the first time,
+// several minutes; later calls only print the path).
+func packerBinary(t testing.TB) string {
+	t.Helper()
+	packerOnce.Do(func() {
+		if p := os.Getenv("KPRELOAD_PACKER"); p != "" {
+			packerPath = p
+			return
+		}
+		cmd := exec.Command("bash", filepath.Join(repoRoot(t), "scripts", "packer.sh"))
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			packerErr = fmt.Errorf("scripts/packer.sh: %w\n%s", err, lastLines(stderr.String(), 20))
+			return
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		packerPath = lines[len(lines)-1]
+	})
+	if packerErr != nil {
+		t.Fatalf("install Packer: %v", packerErr)
+	}
+	return packerPath
+}
+
+// plugins builds, once per test run, a PACKER_PLUGIN_PATH directory holding
+// packer-plugin-kpreload from this tree and, next to it, the static kpreload
+// CLI and /init the plugin finds there by default.
+func plugins(t testing.TB) string {
+	t.Helper()
+	pluginOnce.Do(func() {
+		if pluginDir, pluginErr = os.MkdirTemp("", "kpreload-packer-plugins-"); pluginErr != nil {
+			return
+		}
+		for _, b := range []struct{ out, pkg string }{
+			{"packer-plugin-kpreload", "./cmd/packer-plugin-kpreload"},
+			{"kpreload-static", "./cmd/kpreload"},
+			{"kpreload-init", "./initramfs/cmd/init"},
+		} {
+			cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(pluginDir, b.out), b.pkg)
+			cmd.Dir = repoRoot(t)
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				pluginErr = fmt.Errorf("go build %s: %w\n%s", b.pkg, err, out)
+				return
+			}
+		}
+	})
+	if pluginErr != nil {
+		t.Fatal(pluginErr)
+	}
+	return pluginDir
+}
+
+// packerRun runs the real Packer in the repository root with the plugin
+// directory on PACKER_PLUGIN_PATH and returns its combined output.
+func packerRun(ctx context.Context, t testing.TB, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, packerBinary(t), args...)
+	cmd.Dir = repoRoot(t)
+	cmd.Env = append(os.Environ(),
+		"PACKER_PLUGIN_PATH="+plugins(t),
+		"CHECKPOINT_DISABLE=1",
+		"PACKER_NO_COLOR=1",
+	)
+	cmd.WaitDelay = 10 * time.Second
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// machineReadable parses `packer -machine-readable` output into its
+// (target, type, data...) records, with Packer's escapes undone.
+func machineReadable(out string) [][]string {
+	var recs [][]string
+	sc := bufio.NewScanner(strings.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		f := strings.Split(sc.Text(), ",")
+		if len(f) < 3 {
+			continue
+		}
+		for i := range f {
+			f[i] = strings.NewReplacer("%!(PACKER_COMMA)", ",", `\n`, "\n", `\r`, "\r").Replace(f[i])
+		}
+		recs = append(recs, f[1:])
+	}
+	return recs
+}
+
+// artifactFiles returns the files of the first artifact in machine-readable output.
+func artifactFiles(recs [][]string) []string {
+	var files []string
+	for _, r := range recs {
+		// target, "artifact", index, "file", n, path
+		if len(r) >= 6 && r[1] == "artifact" && r[2] == "0" && r[3] == "file" {
+			files = append(files, r[5])
+		}
+	}
+	return files
+}
+
+// lastLines returns the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,295 @@
+// Command benchimage is scripts/bench-image.sh's helper: it boots a disk image
+// in QEMU with -device edu until systemd reaches its default target and
+// prints the boot timeline in kernel time as one JSON line (boot), and turns
+// the collected samples into the benchmark's markdown table (table).
+//
+//	benchimage boot -name kpreload -disk IMG.qcow2 [-kernel K -initrd I -append A] [-instance FILE] [-human] [-timeout 480s] [-work DIR]
+//
+// With -instance the instance YAML goes to /init through QEMU fw_cfg; with
+// -human the timeline and /init's report summary are printed for people
+// (scripts/demo-image.sh) instead of the JSON line.
+//
+//	benchimage table SAMPLES.jsonl
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kpreload/kpreload/builder/qemu"
+	"github.com/kpreload/kpreload/gpu/instance"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "benchimage:", err)
+		os.Exit(1)
+	}
+}
+
+// Sample is one measurement: a build (Seconds) or a boot (the timeline, in
+// seconds of kernel time since the kernel started, and the wall time).
+type Sample struct {
+	Kind string `json:"kind"` // "build", "boot" or "size"
+	Name string `json:"name"`
+	// Seconds is a build's wall time, or a size's bytes for kind "size".
+	Seconds float64 `json:"seconds,omitempty"`
+	Bytes   int64   `json:"bytes,omitempty"`
+	// Bound is when the test driver logged its device bound.
+	Bound float64 `json:"bound,omitempty"`
+	// Init is when systemd, the root's /sbin/init, logged its start.
+	Init float64 `json:"init,omitempty"`
+	// Target is when systemd logged reaching its default target.
+	Target float64 `json:"target,omitempty"`
+	// Wall is QEMU's wall time to the default target (firmware included).
+	Wall float64 `json:"wall,omitempty"`
+}
+
+func run(args []string, out io.Writer) error {
+	if len(args) == 0 {
+		return errors.New("want a subcommand: boot or table")
+	}
+	switch args[0] {
+	case "boot":
+		return boot(args[1:], out)
+	case "table":
+		if len(args) != 2 {
+			return errors.New("table: want one samples file")
+		}
+		return table(args[1], out)
+	}
+	return fmt.Errorf("unknown subcommand %q: want boot or table", args[0])
+}
+
+// defaultTarget matches systemd's message when it reaches the default target.
+var defaultTarget = regexp.MustCompile(`Reached target .*(Multi-User System|Graphical Interface)`)
+
+func boot(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("boot", flag.ContinueOnError)
+	name := fs.String("name", "", "variant name")
+	disk := fs.String("disk", "", "disk image (booted through OVMF unless -kernel is given)")
+	kernel := fs.String("kernel", "", "boot this kernel directly (with -initrd and -append)")
+	initrd := fs.String("initrd", "", "initramfs for -kernel")
+	appendArgs := fs.String("append", "", "kernel command line additions for -kernel")
+	timeout := fs.Duration("timeout", 480*time.Second, "give up after this long")
+	work := fs.String("work", "", "directory for the logs")
+	inst := fs.String("instance", "", "instance YAML passed to /init through fw_cfg ("+instance.FwCfgName+")")
+	human := fs.Bool("human", false, "print the timeline and the report summary for people")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *name == "" || *disk == "" {
+		return errors.New("boot: -name and -disk are required")
+	}
+	c := qemu.Config{RootDisk: *disk, Devices: []string{"edu"}, Until: defaultTarget, Timeout: *timeout}
+	if *kernel != "" {
+		c.Kernel, c.Initramfs, c.Append = *kernel, *initrd, *appendArgs
+	} else {
+		c.Firmware = qemu.FirmwareUEFI
+	}
+	if *inst != "" {
+		c.FwCfg = map[string]string{instance.FwCfgName: *inst}
+	}
+	res, err := (&qemu.Runner{WorkDir: *work}).Run(context.Background(), c)
+	if err != nil {
+		return fmt.Errorf("boot %s: %w", *name, err)
+	}
+	if !res.UntilMatched {
+		return fmt.Errorf("boot %s: systemd did not reach its default target (console %s)", *name, res.Console)
+	}
+	s := Sample{Kind: "boot", Name: *name, Wall: res.Duration.Seconds()}
+	bound, ok := qemu.Find(res.Kernel, "bound, id 0x010000ed")
+	if !ok && !*human {
+		return fmt.Errorf("boot %s: the test driver never bound the edu device (console %s)", *name, res.Console)
+	}
+	s.Bound = bound.Time
+	console, err := os.ReadFile(res.Console)
+	if err != nil {
+		return err
+	}
+	lines := printkLines(console)
+	for _, l := range lines {
+		if s.Target == 0 && defaultTarget.MatchString(l.Text) {
+			s.Target = l.Time
+		}
+	}
+	if s.Target == 0 && !*human {
+		return fmt.Errorf("boot %s: no kernel-timestamped default target line (boot with systemd.log_target=kmsg printk.devkmsg=on; console %s)", *name, res.Console)
+	}
+	// /sbin/init's start, measured the same way for every initramfs: systemd's
+	// first message (the kpreload report's switch_root time when it is missing).
+	if l, ok := qemu.Find(lines, "running in system mode"); ok {
+		s.Init = l.Time
+	} else if res.Report != nil {
+		s.Init = res.Report.SwitchRoot
+	}
+	if !*human {
+		return json.NewEncoder(out).Encode(s)
+	}
+	how := "UEFI through the image's bootloader"
+	if c.Firmware != qemu.FirmwareUEFI {
+		how = "direct kernel boot"
+	}
+	fmt.Fprintf(out, "boot %s (%s, %s, QEMU ran %.1fs):\n", *name, res.Accel, how, s.Wall)
+	fmt.Fprintf(out, "  %7.2fs  kernel started\n", 0.0)
+	if ok {
+		fmt.Fprintf(out, "  %7.2fs  kpreload_edu bound the edu device (%s)\n", s.Bound, strings.TrimSpace(bound.Text))
+	} else {
+		fmt.Fprintf(out, "     --     the edu device was not bound (see the report's selection below)\n")
+	}
+	if s.Init > 0 {
+		fmt.Fprintf(out, "  %7.2fs  systemd (/sbin/init) started\n", s.Init)
+	}
+	if s.Target > 0 {
+		fmt.Fprintf(out, "  %7.2fs  systemd reached its default target\n", s.Target)
+	} else {
+		fmt.Fprintf(out, "     --     systemd reached its default target (%q on the console; boot with systemd.log_target=kmsg for its kernel time)\n", res.UntilMatch)
+	}
+	if rep := res.Report; rep != nil {
+		fmt.Fprintf(out, "report: %s\n", rep.Summary())
+		if sel := rep.Selection; sel != nil {
+			fmt.Fprintf(out, "driver request from %s %s; warnings: %s; errors: %s\n", sel.Source, sel.Origin, orNone(sel.Warnings), orNone(sel.Errors))
+		}
+	}
+	fmt.Fprintf(out, "console log: %s\n", res.Console)
+	return nil
+}
+
+func orNone(v []string) string {
+	if len(v) == 0 {
+		return "none"
+	}
+	return strings.Join(v, "; ")
+}
+
+// printkLine matches a console line with a printk timestamp.
+var printkLine = regexp.MustCompile(`^\[\s*(\d+\.\d+)\] (.*)$`)
+
+// printkLines returns every timestamped kernel log line of the console (with
+// systemd.log_target=kmsg, systemd's messages are among them).
+func printkLines(console []byte) []qemu.KernelLine {
+	var out []qemu.KernelLine
+	for _, line := range strings.Split(string(console), "\n") {
+		m := printkLine.FindStringSubmatch(strings.TrimRight(line, "\r"))
+		if m == nil {
+			continue
+		}
+		if t, err := strconv.ParseFloat(m[1], 64); err == nil {
+			out = append(out, qemu.KernelLine{Time: t, Text: m[2]})
+		}
+	}
+	return out
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func table(path string, out io.Writer) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	builds := map[string][]float64{}
+	sizes := map[string]int64{}
+	var sizeOrder, buildOrder, bootOrder []string
+	type series struct{ bound, init, target, wall []float64 }
+	boots := map[string]*series{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var s Sample
+		if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		switch s.Kind {
+		case "build":
+			if _, ok := builds[s.Name]; !ok {
+				buildOrder = append(buildOrder, s.Name)
+			}
+			builds[s.Name] = append(builds[s.Name], s.Seconds)
+		case "size":
+			if _, ok := sizes[s.Name]; !ok {
+				sizeOrder = append(sizeOrder, s.Name)
+			}
+			sizes[s.Name] = s.Bytes
+		case "boot":
+			b := boots[s.Name]
+			if b == nil {
+				b = &series{}
+				boots[s.Name] = b
+				bootOrder = append(bootOrder, s.Name)
+			}
+			b.bound = append(b.bound, s.Bound)
+			b.init = append(b.init, s.Init)
+			b.target = append(b.target, s.Target)
+			b.wall = append(b.wall, s.Wall)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "| packer build | runs | median s | each run s |")
+	fmt.Fprintln(out, "| --- | ---: | ---: | --- |")
+	for _, n := range buildOrder {
+		fmt.Fprintf(out, "| %s | %d | %.1f | %s |\n", n, len(builds[n]), median(builds[n]), list(builds[n]))
+	}
+	if len(buildOrder) >= 2 {
+		a, b := median(builds[buildOrder[0]]), median(builds[buildOrder[1]])
+		if b > 0 {
+			fmt.Fprintf(out, "\n%s / %s: %.1fx\n", buildOrder[0], buildOrder[1], a/b)
+		}
+	}
+	fmt.Fprintln(out, "\n| file | bytes | MiB |")
+	fmt.Fprintln(out, "| --- | ---: | ---: |")
+	for _, n := range sizeOrder {
+		fmt.Fprintf(out, "| %s | %d | %.0f |\n", n, sizes[n], float64(sizes[n])/(1<<20))
+	}
+	fmt.Fprintln(out, "\nBoot timeline, seconds of kernel time since the kernel started (medians; wall includes firmware):")
+	fmt.Fprintln(out, "\n| boot | runs | driver bound | /sbin/init | default target | QEMU wall |")
+	fmt.Fprintln(out, "| --- | ---: | ---: | ---: | ---: | ---: |")
+	for _, n := range bootOrder {
+		b := boots[n]
+		fmt.Fprintf(out, "| %s | %d | %.2f | %.2f | %.2f | %.1f |\n", n, len(b.bound), median(b.bound), median(b.init), median(b.target), median(b.wall))
+	}
+	if len(bootOrder) >= 2 {
+		a, b := boots[bootOrder[0]], boots[bootOrder[1]]
+		fmt.Fprintf(out, "\nratios %s / %s: driver bound %.2f, default target %.2f\n", bootOrder[1], bootOrder[0],
+			ratio(median(b.bound), median(a.bound)), ratio(median(b.target), median(a.target)))
+	}
+	return nil
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+func list(v []float64) string {
+	parts := make([]string, len(v))
+	for i, x := range v {
+		parts[i] = fmt.Sprintf("%.1f", x)
+	}
+	return strings.Join(parts, ", ")
+}

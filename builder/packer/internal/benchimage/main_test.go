@@ -1,0 +1,63 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestMedian(t *testing.T) {
+	tests := []struct {
+		in   []float64
+		want float64
+	}{
+		{nil, 0},
+		{[]float64{3}, 3},
+		{[]float64{5, 1, 3}, 3},
+		{[]float64{4, 1, 3, 2}, 2.5},
+	}
+	for _, tt := range tests {
+		if got := median(tt.in); got != tt.want {
+			t.Errorf("median(%v) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestPrintkLines(t *testing.T) {
+	console := "[    0.000000] Linux version 6.1\r\nnot a kernel line\n[   42.300204] systemd[1]: Reached target multi-user.target - Multi-User System.\n"
+	got := printkLines([]byte(console))
+	if len(got) != 2 || got[1].Time != 42.300204 || !defaultTarget.MatchString(got[1].Text) {
+		t.Errorf("printkLines = %+v, want 2 lines, the second the default target at 42.300204", got)
+	}
+}
+
+func TestTable(t *testing.T) {
+	samples := filepath.Join(t.TempDir(), "s.jsonl")
+	data := `{"kind":"build","name":"cold","seconds":100}
+{"kind":"build","name":"warm","seconds":20}
+{"kind":"build","name":"warm","seconds":30}
+{"kind":"size","name":"x.qcow2","bytes":1048576}
+{"kind":"boot","name":"kpreload","bound":2,"init":3,"target":10,"wall":20}
+{"kind":"boot","name":"debian","bound":4,"init":5,"target":15,"wall":25}
+`
+	if err := os.WriteFile(samples, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := table(samples, &b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| cold | 1 | 100.0 | 100.0 |",
+		"| warm | 2 | 25.0 | 20.0, 30.0 |",
+		"cold / warm: 4.0x",
+		"| x.qcow2 | 1048576 | 1 |",
+		"| kpreload | 1 | 2.00 | 3.00 | 10.00 | 20.0 |",
+		"ratios debian / kpreload: driver bound 2.00, default target 1.50",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+}

@@ -1,0 +1,244 @@
+package kpreloadbuilder
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kpreload/kpreload/builder/packer/internal/pkrcfg"
+	"github.com/kpreload/kpreload/builder/recipe"
+)
+
+// recipesDir is the repository's recipes directory.
+const recipesDir = "../../../recipes"
+
+// fakeKernels replaces the apt-backed kernel lister for the test.
+func fakeKernels(t *testing.T, rels ...string) {
+	t.Helper()
+	old := pkrcfg.Lister
+	pkrcfg.Lister = recipe.ListerFunc(func() ([]string, error) { return rels, nil })
+	t.Cleanup(func() { pkrcfg.Lister = old })
+}
+
+// baseRaw is a valid raw configuration (as Packer passes it after HCL
+// decoding) with its binaries in a temporary directory.
+func baseRaw(t *testing.T) map[string]interface{} {
+	t.Helper()
+	dir := t.TempDir()
+	for _, name := range []string{"kpreload-static", "kpreload-init"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/false\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return map[string]interface{}{
+		"packer_build_name": "ci",
+		"kernels":           []string{"6.1.0-56-cloud-amd64"},
+		"recipes":           []string{"testdriver"},
+		"recipes_dir":       recipesDir,
+		"output_directory":  filepath.Join(dir, "out"),
+		"cache_dir":         filepath.Join(dir, "cache"),
+		"kpreload_binary":   filepath.Join(dir, "kpreload-static"),
+		"init_binary":       filepath.Join(dir, "kpreload-init"),
+	}
+}
+
+func TestPrepareDefaults(t *testing.T) {
+	fakeKernels(t, "6.1.0-56-cloud-amd64")
+	raw := baseRaw(t)
+	raw["disk_size"] = "3G"
+	raw["kernel_cmdline"] = "console=ttyS0"
+	var c Config
+	warns, err := c.Prepare(raw)
+	if err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	if len(warns) != 0 {
+		t.Errorf("warnings = %q, want none", warns)
+	}
+	o := c.Options()
+	if got, want := o.Name, "ci"; got != want {
+		t.Errorf("Name = %q, want %q (the build's name)", got, want)
+	}
+	if got, want := o.SizeMB, 3072; got != want {
+		t.Errorf("SizeMB = %d, want %d", got, want)
+	}
+	if !o.BuildMissing {
+		t.Errorf("BuildMissing = false, want true by default")
+	}
+	if got, want := len(o.Recipes), 1; got != want {
+		t.Fatalf("%d recipes, want %d", got, want)
+	}
+	if got, want := o.Recipes[0].Name, "testdriver"; got != want {
+		t.Errorf("recipe = %q, want %q", got, want)
+	}
+	if got, want := o.Cmdline, "console=ttyS0"; got != want {
+		t.Errorf("Cmdline = %q, want %q", got, want)
+	}
+}
+
+func TestPrepareBuildMissingFalse(t *testing.T) {
+	raw := baseRaw(t)
+	raw["build_missing"] = false
+	var c Config
+	if _, err := c.Prepare(raw); err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	if c.Options().BuildMissing {
+		t.Errorf("BuildMissing = true, want false as configured")
+	}
+}
+
+func TestPrepareRecipeByPath(t *testing.T) {
+	raw := baseRaw(t)
+	raw["recipes"] = []string{filepath.Join(recipesDir, "testdriver.yaml")}
+	raw["recipes_dir"] = t.TempDir() // unused for paths
+	var c Config
+	if _, err := c.Prepare(raw); err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	if got, want := c.recipes[0].Name, "testdriver"; got != want {
+		t.Errorf("recipe = %q, want %q", got, want)
+	}
+}
+
+// TestPrepareSelector checks kernels picked by a recipe's selector (the
+// nvidia-535 recipe takes the newest 6.1 cloud kernel).
+func TestPrepareSelector(t *testing.T) {
+	fakeKernels(t, "6.1.0-40-cloud-amd64", "6.1.0-56-cloud-amd64", "6.1.0-57-cloud-amd64", "6.12.117+deb12-cloud-amd64")
+	tests := []struct {
+		kernel  string
+		wantErr string
+	}{
+		{"6.1.0-57-cloud-amd64", ""},
+		{"6.1.0-56-cloud-amd64", ""}, // named in releases
+		{"6.1.0-40-cloud-amd64", "selected today: 6.1.0-57-cloud-amd64"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.kernel, func(t *testing.T) {
+			raw := baseRaw(t)
+			raw["recipes"] = []string{"nvidia-535"}
+			raw["kernels"] = []string{tt.kernel}
+			var c Config
+			_, err := c.Prepare(raw)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Prepare: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Prepare error = %v, want one containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestPrepareAllProblems checks that Prepare reports every problem of a bad
+// configuration at once, each saying what would be right.
+func TestPrepareAllProblems(t *testing.T) {
+	fakeKernels(t, "6.1.0-56-cloud-amd64")
+	raw := baseRaw(t)
+	out := raw["output_directory"].(string)
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	raw["recipes"] = []string{"nosuch", "testdriver"}
+	raw["kernels"] = []string{"6.1.0-99-cloud-amd64"}
+	raw["disk_size"] = "4Q"
+	raw["formats"] = []string{"vmdk"}
+	raw["instance_file"] = filepath.Join(t.TempDir(), "missing.yaml")
+	var c Config
+	_, err := c.Prepare(raw)
+	if err == nil {
+		t.Fatal("Prepare accepted a bad configuration")
+	}
+	msg := err.Error()
+	for _, want := range []string{
+		`recipes[0]: unknown recipe "nosuch"`,
+		"nvidia-535, nvidia-535-open", // what recipes_dir holds
+		"kernel 6.1.0-99-cloud-amd64 is not in recipe testdriver's kernel matrix",
+		"releases 6.1.0-56-cloud-amd64, 6.12.117+deb12-cloud-amd64",
+		"already exists: remove it or run packer build with -force",
+		`disk_size "4Q"`,
+		`format "vmdk"`,
+		"instance file",
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error does not mention %q:\n%s", want, msg)
+		}
+	}
+}
+
+func TestPrepareForceExistingOutput(t *testing.T) {
+	raw := baseRaw(t)
+	if err := os.MkdirAll(raw["output_directory"].(string), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	raw["packer_force"] = true
+	var c Config
+	if _, err := c.Prepare(raw); err != nil {
+		t.Fatalf("Prepare with -force: %v", err)
+	}
+}
+
+func TestPrepareOutputUnderFile(t *testing.T) {
+	raw := baseRaw(t)
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	raw["output_directory"] = filepath.Join(file, "out")
+	var c Config
+	_, err := c.Prepare(raw)
+	if err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Fatalf("Prepare error = %v, want one saying %s is not a directory", err, file)
+	}
+}
+
+func TestPrepareMissingBinaries(t *testing.T) {
+	raw := baseRaw(t)
+	delete(raw, "kpreload_binary")
+	delete(raw, "init_binary")
+	old := pkrcfg.Executable
+	pkrcfg.Executable = func() (string, error) { return filepath.Join(t.TempDir(), "packer-plugin-kpreload"), nil }
+	t.Cleanup(func() { pkrcfg.Executable = old })
+	t.Chdir(t.TempDir())
+	raw["recipes_dir"], _ = filepath.Abs(recipesDir)
+	var c Config
+	_, err := c.Prepare(raw)
+	if err == nil {
+		t.Fatal("Prepare accepted a configuration without binaries")
+	}
+	for _, want := range []string{"bin/kpreload-static", "bin/kpreload-init"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not name %s:\n%v", want, err)
+		}
+	}
+}
+
+func TestArtifact(t *testing.T) {
+	dir := t.TempDir()
+	a := &Artifact{Name: "ci", Disks: map[string]string{"raw": filepath.Join(dir, "ci.raw"), "qcow2": filepath.Join(dir, "ci.qcow2")},
+		ManifestPath: filepath.Join(dir, "ci.manifest.json"), order: []string{filepath.Join(dir, "ci.raw"), filepath.Join(dir, "ci.qcow2")}}
+	for _, f := range a.Files() {
+		if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := a.Files(), []string{a.Disks["raw"], a.Disks["qcow2"], a.ManifestPath}; !slices.Equal(got, want) {
+		t.Errorf("Files() = %q, want %q", got, want)
+	}
+	if got, want := a.State("qcow2"), a.Disks["qcow2"]; got != want {
+		t.Errorf("State(qcow2) = %v, want %v", got, want)
+	}
+	if err := a.Destroy(); err != nil {
+		t.Fatalf("Destroy: %v", err)
+	}
+	for _, f := range a.Files() {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Errorf("%s still exists after Destroy (stat: %v)", f, err)
+		}
+	}
+}

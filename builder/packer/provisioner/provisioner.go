@@ -1,0 +1,410 @@
+//go:generate packer-sdc mapstructure-to-hcl2 -type Config
+//go:generate ../gendocs.sh provisioner.go
+
+// Package provisioner is the kpreload Packer provisioner (`provisioner "kpreload"`):
+// for images made by other builders (packer-plugin-qemu, cloud builders), it
+// stages kpreload's files locally with builder/image (the module cache subset
+// for the image's kernels, each driver version's userspace, firmware, the
+// kpreload binaries, the kernel install hooks, an instance YAML), uploads them
+// as one archive through the communicator and installs them on the target:
+// unpack, ldconfig, enable the systemd units staged, and run the kernel install
+// hook for every kernel, which builds the kpreload initramfs from the target's
+// own module tree and adds the boot entry where the target boots systemd-boot.
+package provisioner
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/hcl/v2/hcldec"
+	"github.com/hashicorp/packer-plugin-sdk/common"
+	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
+	"github.com/hashicorp/packer-plugin-sdk/template/config"
+	"github.com/hashicorp/packer-plugin-sdk/template/interpolate"
+
+	"github.com/kpreload/kpreload/builder/image"
+	"github.com/kpreload/kpreload/builder/packer/internal/pkrcfg"
+	"github.com/kpreload/kpreload/builder/recipe"
+)
+
+// Config is the kpreload provisioner's configuration.
+type Config struct {
+	common.PackerConfig `mapstructure:",squash"`
+
+	// The kernel releases (`uname -r`) of the target image to provide drivers
+	// for. Each must be installed on the target (`/lib/modules/<release>`)
+	// and be in the kernel matrix of every recipe in `recipes`.
+	Kernels []string `mapstructure:"kernels" required:"true"`
+	// The drivers to install: recipe names (looked up in `recipes_dir`) or paths
+	// to recipe YAML files.
+	Recipes []string `mapstructure:"recipes"`
+	// The directory recipe names are looked up in. Defaults to `recipes` in the
+	// directory Packer runs in.
+	RecipesDir string `mapstructure:"recipes_dir"`
+	// The kpreload module cache the driver builds are read from (and added to
+	// when `build_missing` is on). Defaults to `$KPRELOAD_CACHE_DIR`, else
+	// `/var/lib/kpreload/cache`.
+	CacheDir string `mapstructure:"cache_dir"`
+	// Where downloaded packages and unpacked kernels are kept. Defaults to
+	// `$KPRELOAD_CACHE`, else `/var/cache/kpreload`.
+	DownloadDir string `mapstructure:"download_dir"`
+	// Build missing drivers with the real dkms on the machine running Packer.
+	// Defaults to true.
+	BuildMissing config.Trilean `mapstructure:"build_missing"`
+	// An instance YAML file installed as `/etc/kpreload/instance.yaml`.
+	InstanceFile string `mapstructure:"instance_file"`
+	// The kernel command line the install hook gives boot entries it writes
+	// (`/etc/kpreload/cmdline`); without it the hook uses the target's
+	// running command line.
+	KernelCmdline string `mapstructure:"kernel_cmdline"`
+	// A static build of the kpreload CLI (runs on the target). Defaults to
+	// `kpreload-static` next to the plugin binary, else `bin/kpreload-static`.
+	KpreloadBinary string `mapstructure:"kpreload_binary"`
+	// The static `/init` program. Defaults to `kpreload-init` next to the
+	// plugin binary, else `bin/kpreload-init`.
+	InitBinary string `mapstructure:"init_binary"`
+	// The target's root directory everything is installed under. Defaults to
+	// `/`; another directory suits chroot-style builders (the install hook,
+	// `ldconfig -r` and `systemctl --root` then work on that tree).
+	TargetRoot string `mapstructure:"target_root"`
+	// The directory on the target the archive is uploaded to; it is removed
+	// afterwards. Defaults to `/tmp/kpreload-provision`.
+	RemoteStagingDir string `mapstructure:"remote_staging_directory"`
+	// Run the install commands through `sudo -n` (for a non-root
+	// communicator user). Defaults to false.
+	UseSudo bool `mapstructure:"use_sudo"`
+	// Do not run the kernel install hook (no kpreload initramfs or boot entry
+	// is made on the target; the files are still installed). Defaults to false.
+	SkipKernelHook bool `mapstructure:"skip_kernel_hook"`
+
+	ctx     interpolate.Context
+	recipes []*recipe.Recipe
+}
+
+// Provisioner is the kpreload Packer provisioner.
+type Provisioner struct {
+	config Config
+	// stage is image.Stage; tests replace it.
+	stage func(context.Context, image.StageOptions, string) (*image.StageResult, error)
+}
+
+var _ packersdk.Provisioner = (*Provisioner)(nil)
+
+// ArchiveName is the name of the uploaded archive in the remote staging directory.
+const ArchiveName = "kpreload.tar.gz"
+
+// ConfigSpec returns the HCL2 schema of Config.
+func (p *Provisioner) ConfigSpec() hcldec.ObjectSpec { return p.config.FlatMapstructure().HCL2Spec() }
+
+// Prepare decodes and checks the configuration, reporting every problem at once.
+func (p *Provisioner) Prepare(raws ...interface{}) error {
+	c := &p.config
+	if err := config.Decode(c, &config.DecodeOpts{
+		PluginType:         "kpreload",
+		Interpolate:        true,
+		InterpolateContext: &c.ctx,
+	}, raws...); err != nil {
+		return err
+	}
+	if c.RecipesDir == "" {
+		c.RecipesDir = "recipes"
+	}
+	if c.CacheDir == "" {
+		c.CacheDir = image.DefaultCacheDir()
+	}
+	if c.DownloadDir == "" {
+		c.DownloadDir = image.DefaultDownloadDir()
+	}
+	if c.KpreloadBinary == "" {
+		c.KpreloadBinary = pkrcfg.DefaultBinary("kpreload-static")
+	}
+	if c.InitBinary == "" {
+		c.InitBinary = pkrcfg.DefaultBinary("kpreload-init")
+	}
+	if c.TargetRoot == "" {
+		c.TargetRoot = "/"
+	}
+	if c.RemoteStagingDir == "" {
+		c.RemoteStagingDir = "/tmp/kpreload-provision"
+	}
+
+	var errs *packersdk.MultiError
+	add := func(err error) { errs = packersdk.MultiErrorAppend(errs, err) }
+	if len(c.Kernels) == 0 {
+		add(errors.New("kernels: name the target's kernel releases, such as 6.1.0-56-cloud-amd64"))
+	}
+	var rerrs []error
+	c.recipes, rerrs = pkrcfg.LoadRecipes(c.RecipesDir, c.Recipes)
+	for _, e := range rerrs {
+		add(e)
+	}
+	for _, e := range pkrcfg.CheckKernels(c.Kernels, c.recipes) {
+		add(e)
+	}
+	for _, f := range []struct{ field, path string }{
+		{"kpreload_binary", c.KpreloadBinary},
+		{"init_binary", c.InitBinary},
+		{"instance_file", c.InstanceFile},
+	} {
+		if f.path == "" {
+			continue
+		}
+		if st, err := os.Stat(f.path); err != nil {
+			add(fmt.Errorf("%s: %w (`make build` makes bin/kpreload-init; a static kpreload CLI is CGO_ENABLED=0 go build -o bin/kpreload-static ./cmd/kpreload)", f.field, err))
+		} else if st.IsDir() {
+			add(fmt.Errorf("%s: %s is a directory", f.field, f.path))
+		}
+	}
+	for _, f := range []struct{ field, path string }{{"target_root", c.TargetRoot}, {"remote_staging_directory", c.RemoteStagingDir}} {
+		if !path.IsAbs(f.path) || strings.ContainsAny(f.path, "'\n") {
+			add(fmt.Errorf("%s %q: want an absolute path without quotes or newlines", f.field, f.path))
+		}
+	}
+	if c.InstanceFile != "" {
+		if st, err := os.Stat(c.InstanceFile); err == nil && !st.IsDir() {
+			if err := pkrcfg.CheckInstance(c.InstanceFile); err != nil {
+				add(err)
+			}
+		}
+	}
+	if strings.ContainsAny(c.KernelCmdline, "\n\r") {
+		add(errors.New("kernel_cmdline: must be one line"))
+	}
+	if c.BuildMissing != config.TriFalse {
+		if err := pkrcfg.Creatable(c.CacheDir); err != nil {
+			add(fmt.Errorf("cache_dir (written to, since build_missing is on): %w", err))
+		}
+	}
+	if errs != nil && len(errs.Errors) > 0 {
+		return errs
+	}
+	return nil
+}
+
+// Provision stages kpreload's files, uploads them and installs them on the target.
+func (p *Provisioner) Provision(ctx context.Context, ui packersdk.Ui, comm packersdk.Communicator, _ map[string]interface{}) error {
+	c := &p.config
+	stage := p.stage
+	if stage == nil {
+		stage = image.Stage
+	}
+	start := time.Now()
+	var mu sync.Mutex
+	progress := func(msg string) {
+		mu.Lock()
+		defer mu.Unlock()
+		ui.Say(fmt.Sprintf("[%5.1fs] %s", time.Since(start).Seconds(), msg))
+	}
+
+	work, err := os.MkdirTemp("", "kpreload-provision-")
+	if err != nil {
+		return fmt.Errorf("kpreload provisioner: %w", err)
+	}
+	defer os.RemoveAll(work)
+	root := filepath.Join(work, "root")
+
+	ui.Say(fmt.Sprintf("Staging kpreload for kernels %v (recipes %v)", c.Kernels, c.Recipes))
+	res, err := stage(ctx, image.StageOptions{
+		Kernels:        c.Kernels,
+		Recipes:        c.recipes,
+		CacheDir:       c.CacheDir,
+		BuildMissing:   c.BuildMissing != config.TriFalse,
+		DownloadDir:    c.DownloadDir,
+		KpreloadBinary: c.KpreloadBinary,
+		InitBinary:     c.InitBinary,
+		Instance:       c.InstanceFile,
+		Cmdline:        c.KernelCmdline,
+		NoInitramfs:    true, // the hook builds it on the target, from the target's modules
+		Progress:       progress,
+	}, root)
+	if err != nil {
+		return fmt.Errorf("kpreload provisioner: %w", err)
+	}
+	for _, d := range res.Drivers {
+		ui.Message(fmt.Sprintf("driver %s %s (%s) for %s: set %.12s", d.Driver, d.Version, d.Recipe, d.Kernel, d.SetID))
+	}
+
+	archive := filepath.Join(work, ArchiveName)
+	units, err := writeArchive(archive, root)
+	if err != nil {
+		return fmt.Errorf("kpreload provisioner: %w", err)
+	}
+	f, err := os.Open(archive)
+	if err != nil {
+		return fmt.Errorf("kpreload provisioner: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("kpreload provisioner: %w", err)
+	}
+	if err := p.run(ctx, ui, comm, "mkdir -p '"+c.RemoteStagingDir+"'"); err != nil {
+		return fmt.Errorf("kpreload provisioner: make the remote staging directory: %w", err)
+	}
+	remote := path.Join(c.RemoteStagingDir, ArchiveName)
+	progress(fmt.Sprintf("upload %s (%d MiB) to %s", ArchiveName, fi.Size()>>20, remote))
+	if err := comm.Upload(remote, f, &fi); err != nil {
+		return fmt.Errorf("kpreload provisioner: upload %s: %w", remote, err)
+	}
+	progress("install on the target")
+	if err := p.run(ctx, ui, comm, InstallScript(c.TargetRoot, c.RemoteStagingDir, units, c.Kernels, !c.SkipKernelHook)); err != nil {
+		return fmt.Errorf("kpreload provisioner: install on the target: %w", err)
+	}
+	ui.Say(fmt.Sprintf("kpreload installed on the target in %.1fs", time.Since(start).Seconds()))
+	return nil
+}
+
+// run runs a shell command on the target (through sudo -n when configured),
+// streaming its output to the UI; a non-zero exit status is an error.
+func (p *Provisioner) run(ctx context.Context, ui packersdk.Ui, comm packersdk.Communicator, script string) error {
+	cmd := "sh -c " + shellQuote(script)
+	if p.config.UseSudo {
+		cmd = "sudo -n " + cmd
+	}
+	rc := &packersdk.RemoteCmd{Command: cmd}
+	if err := rc.RunWithUi(ctx, comm, ui); err != nil {
+		return err
+	}
+	if st := rc.ExitStatus(); st != 0 {
+		return fmt.Errorf("remote command exited with status %d (its output is above)", st)
+	}
+	return nil
+}
+
+// InstallScript is the shell script the provisioner runs on the target: it
+// unpacks the uploaded archive into root, runs ldconfig, enables the staged
+// systemd units and, when hook is set, checks that each kernel is installed and
+// runs the kernel install hook for it. Every failure names what to do.
+func InstallScript(root, staging string, units, kernels []string, hook bool) string {
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+	w("set -eu")
+	w("root=%s", shellQuote(root))
+	w("staging=%s", shellQuote(staging))
+	w(`[ -d "$root" ] || { echo "kpreload: target root $root does not exist" >&2; exit 2; }`)
+	w(`command -v tar >/dev/null || { echo "kpreload: the target has no tar" >&2; exit 2; }`)
+	w(`tar -xzf "$staging/%s" -C "$root" --no-overwrite-dir`, ArchiveName)
+	w(`echo "kpreload: unpacked into $root"`)
+	w(`if command -v ldconfig >/dev/null; then ldconfig -r "$root"; else echo "kpreload: warning: no ldconfig on the target" >&2; fi`)
+	if len(units) > 0 {
+		quoted := make([]string, len(units))
+		for i, u := range units {
+			quoted[i] = shellQuote(u)
+		}
+		w(`if command -v systemctl >/dev/null; then`)
+		w(`  if [ "$root" = / ]; then systemctl enable %s; else systemctl --root="$root" enable %s; fi`, strings.Join(quoted, " "), strings.Join(quoted, " "))
+		w(`else echo "kpreload: warning: no systemctl on the target: units %s not enabled" >&2; fi`, strings.Join(units, " "))
+	}
+	if hook {
+		w(`if [ "$root" = / ]; then hookroot=; else hookroot="$root"; fi`)
+		for _, k := range kernels {
+			w("k=%s", shellQuote(k))
+			w(`[ -d "$root/lib/modules/$k" ] || { echo "kpreload: kernel $k is not installed on the target (no $root/lib/modules/$k): install linux-image-$k before this provisioner, or remove it from kernels" >&2; exit 3; }`)
+			w(`KPRELOAD_ROOT="$hookroot" "$root/%s" "$k" "/boot/vmlinuz-$k"`, image.ImagePostinstHook)
+		}
+	}
+	w(`rm -rf "$staging"`)
+	w(`echo "kpreload: install done"`)
+	return b.String()
+}
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// writeArchive writes the tree at root as a gzip tar (owned by root, modes
+// and symlinks kept) and returns the systemd units it holds, to enable.
+func writeArchive(dst, root string) (units []string, err error) {
+	f, err := os.Create(dst)
+	if err != nil {
+		return nil, fmt.Errorf("create archive: %w", err)
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("write archive: %w", cerr)
+		}
+	}()
+	zw := gzip.NewWriter(f)
+	tw := tar.NewWriter(zw)
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		link := ""
+		if info.Mode()&fs.ModeSymlink != 0 {
+			if link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		}
+		hdr, err := tar.FileInfoHeader(info, link)
+		if err != nil {
+			return err
+		}
+		hdr.Name = filepath.ToSlash(rel)
+		if d.IsDir() {
+			hdr.Name += "/"
+		}
+		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "root", "root"
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if info.Mode().IsRegular() {
+			src, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(tw, src)
+			src.Close()
+			if err != nil {
+				return err
+			}
+			dir := path.Dir(hdr.Name)
+			if (dir == "lib/systemd/system" || dir == "usr/lib/systemd/system" || dir == "etc/systemd/system") && isUnit(hdr.Name) {
+				units = append(units, path.Base(hdr.Name))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("archive %s: %w", root, err)
+	}
+	if err := tw.Close(); err != nil {
+		return nil, fmt.Errorf("write archive: %w", err)
+	}
+	if err := zw.Close(); err != nil {
+		return nil, fmt.Errorf("write archive: %w", err)
+	}
+	slices.Sort(units)
+	return slices.Compact(units), nil
+}
+
+// isUnit reports whether name is a systemd unit file that can be enabled.
+func isUnit(name string) bool {
+	for _, ext := range []string{".service", ".target", ".timer", ".path", ".socket"} {
+		if strings.HasSuffix(name, ext) && !strings.Contains(name, "@") {
+			return true
+		}
+	}
+	return false
+}

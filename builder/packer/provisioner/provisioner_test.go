@@ -1,0 +1,232 @@
+package provisioner
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
+
+	"github.com/kpreload/kpreload/builder/image"
+)
+
+const (
+	recipesDir = "../../../recipes"
+	testKernel = "6.1.0-56-cloud-amd64"
+)
+
+// binaries writes placeholder kpreload binaries for Prepare's existence checks.
+func fakeBinaries(t *testing.T) (kpreload, initBin string) {
+	t.Helper()
+	dir := t.TempDir()
+	kpreload, initBin = filepath.Join(dir, "kpreload-static"), filepath.Join(dir, "kpreload-init")
+	for _, p := range []string{kpreload, initBin} {
+		if err := os.WriteFile(p, []byte("#!/bin/false\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return kpreload, initBin
+}
+
+func TestPrepareAllProblems(t *testing.T) {
+	kpreload, _ := fakeBinaries(t)
+	bad := filepath.Join(t.TempDir(), "instance.yaml")
+	if err := os.WriteFile(bad, []byte("resources:\n  driver:\n    flavour: open\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var p Provisioner
+	err := p.Prepare(map[string]interface{}{
+		"recipes":         []string{"testdriver", "nvidia-999"},
+		"recipes_dir":     recipesDir,
+		"kpreload_binary": kpreload,
+		"init_binary":     filepath.Join(t.TempDir(), "missing-init"),
+		"instance_file":   bad,
+		"target_root":     "relative/root",
+		"cache_dir":       t.TempDir(),
+	})
+	if err == nil {
+		t.Fatal("Prepare accepted a bad configuration")
+	}
+	for _, want := range []string{
+		"kernels: name the target's kernel releases",
+		`recipes[1]: unknown recipe "nvidia-999"`,
+		"init_binary:",
+		"instance.yaml:3",
+		`target_root "relative/root"`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+}
+
+func TestPrepareDefaults(t *testing.T) {
+	kpreload, initBin := fakeBinaries(t)
+	var p Provisioner
+	if err := p.Prepare(map[string]interface{}{
+		"kernels": []string{testKernel}, "recipes": []string{"testdriver"}, "recipes_dir": recipesDir,
+		"kpreload_binary": kpreload, "init_binary": initBin, "cache_dir": t.TempDir(),
+	}); err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	if got, want := p.config.TargetRoot, "/"; got != want {
+		t.Errorf("TargetRoot = %q, want %q", got, want)
+	}
+	if got, want := p.config.RemoteStagingDir, "/tmp/kpreload-provision"; got != want {
+		t.Errorf("RemoteStagingDir = %q, want %q", got, want)
+	}
+	if len(p.config.recipes) != 1 || p.config.recipes[0].Name != "testdriver" {
+		t.Errorf("recipes = %v, want testdriver", p.config.recipes)
+	}
+}
+
+// recordingComm is the SDK's mock communicator, remembering every command.
+type recordingComm struct {
+	*packersdk.MockCommunicator
+	mu   sync.Mutex
+	cmds []string
+}
+
+func (c *recordingComm) Start(ctx context.Context, rc *packersdk.RemoteCmd) error {
+	c.mu.Lock()
+	c.cmds = append(c.cmds, rc.Command)
+	c.mu.Unlock()
+	return c.MockCommunicator.Start(ctx, rc)
+}
+
+// fakeStage writes a small staged tree, standing in for image.Stage.
+func fakeStage(t *testing.T, got *image.StageOptions) func(context.Context, image.StageOptions, string) (*image.StageResult, error) {
+	return func(_ context.Context, o image.StageOptions, root string) (*image.StageResult, error) {
+		*got = o
+		for p, data := range map[string]string{
+			image.ImageKpreload:                                    "kpreload",
+			image.ImagePostinstHook:                                image.PostinstHook,
+			"lib/systemd/system/kpreload-drivers.target":           "[Unit]\n",
+			"lib/systemd/system/kpreload-persistenced.service":     "[Unit]\n",
+			"lib/systemd/system/getty@.service":                    "[Unit]\n",
+			"var/lib/kpreload/cache/index/" + testKernel + ".json": "{}",
+		} {
+			f := filepath.Join(root, p)
+			if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+				return nil, err
+			}
+			if err := os.WriteFile(f, []byte(data), 0o644); err != nil {
+				return nil, err
+			}
+		}
+		if err := os.Symlink("kpreload", filepath.Join(root, "usr/bin/kp")); err != nil {
+			return nil, err
+		}
+		return &image.StageResult{Drivers: []image.Driver{{Recipe: "testdriver", Driver: "kpreload-edu", Version: "1.0.0", Kernel: testKernel, SetID: "f0b28c9ee728"}}}, nil
+	}
+}
+
+// TestProvisionMockCommunicator checks what goes through the communicator: the
+// staged tree as one root-owned gzip tar, and the install script.
+func TestProvisionMockCommunicator(t *testing.T) {
+	kpreload, initBin := fakeBinaries(t)
+	p := &Provisioner{}
+	if err := p.Prepare(map[string]interface{}{
+		"kernels": []string{testKernel}, "recipes": []string{"testdriver"}, "recipes_dir": recipesDir,
+		"kpreload_binary": kpreload, "init_binary": initBin, "cache_dir": t.TempDir(),
+		"use_sudo": true, "kernel_cmdline": "console=ttyS0",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var staged image.StageOptions
+	p.stage = fakeStage(t, &staged)
+	comm := &recordingComm{MockCommunicator: new(packersdk.MockCommunicator)}
+	if err := p.Provision(context.Background(), packersdk.TestUi(t), comm, nil); err != nil {
+		t.Fatalf("Provision: %v", err)
+	}
+	if !staged.NoInitramfs || staged.Cmdline != "console=ttyS0" || !staged.BuildMissing || len(staged.Recipes) != 1 {
+		t.Errorf("stage options = %+v, want NoInitramfs, the cmdline, BuildMissing and the recipe", staged)
+	}
+	if got, want := comm.UploadPath, "/tmp/kpreload-provision/"+ArchiveName; got != want {
+		t.Errorf("upload path = %q, want %q", got, want)
+	}
+	zr, err := gzip.NewReader(strings.NewReader(comm.UploadData))
+	if err != nil {
+		t.Fatalf("uploaded data is not gzip: %v", err)
+	}
+	tr := tar.NewReader(zr)
+	var names []string
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Uid != 0 || h.Gid != 0 {
+			t.Errorf("%s owned by %d:%d, want root", h.Name, h.Uid, h.Gid)
+		}
+		if h.Name == "usr/bin/kp" && (h.Typeflag != tar.TypeSymlink || h.Linkname != "kpreload") {
+			t.Errorf("usr/bin/kp = type %c -> %q, want a symlink to kpreload", h.Typeflag, h.Linkname)
+		}
+		names = append(names, h.Name)
+	}
+	for _, want := range []string{image.ImageKpreload, image.ImagePostinstHook, "usr/bin/kp", "lib/systemd/system/"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("archive lacks %s; has %q", want, names)
+		}
+	}
+	if got, want := len(comm.cmds), 2; got != want {
+		t.Fatalf("%d remote commands, want %d: %q", got, want, comm.cmds)
+	}
+	if !strings.HasPrefix(comm.cmds[0], "sudo -n sh -c ") || !strings.Contains(comm.cmds[0], "mkdir -p") {
+		t.Errorf("first command = %q, want mkdir of the staging dir through sudo", comm.cmds[0])
+	}
+	install := comm.cmds[1]
+	for _, want := range []string{
+		"tar -xzf", "ldconfig -r",
+		`enable '\''kpreload-drivers.target'\'' '\''kpreload-persistenced.service'\''`,
+		"install linux-image-$k before this provisioner",
+		image.ImagePostinstHook,
+	} {
+		if !strings.Contains(install, want) {
+			t.Errorf("install command lacks %q:\n%s", want, install)
+		}
+	}
+	if strings.Contains(install, "getty@") {
+		t.Errorf("install command enables a template unit:\n%s", install)
+	}
+}
+
+// TestProvisionRemoteFailure checks that a failing install is an error that
+// says so.
+func TestProvisionRemoteFailure(t *testing.T) {
+	kpreload, initBin := fakeBinaries(t)
+	p := &Provisioner{}
+	if err := p.Prepare(map[string]interface{}{
+		"kernels": []string{testKernel}, "recipes_dir": recipesDir,
+		"kpreload_binary": kpreload, "init_binary": initBin, "cache_dir": t.TempDir(),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var staged image.StageOptions
+	p.stage = fakeStage(t, &staged)
+	comm := &packersdk.MockCommunicator{StartExitStatus: 3, StartStderr: "kpreload: kernel 6.1.0-56-cloud-amd64 is not installed on the target\n"}
+	err := p.Provision(context.Background(), packersdk.TestUi(t), comm, nil)
+	if err == nil || !strings.Contains(err.Error(), "exited with status 3") {
+		t.Fatalf("Provision = %v, want an error with the exit status", err)
+	}
+}
+
+func TestInstallScriptSkipHook(t *testing.T) {
+	s := InstallScript("/", "/tmp/x", nil, []string{testKernel}, false)
+	if strings.Contains(s, "postinst.d") || strings.Contains(s, "systemctl") {
+		t.Errorf("script without hook and units runs them:\n%s", s)
+	}
+	if !strings.Contains(s, "ldconfig") || !strings.Contains(s, `rm -rf "$staging"`) {
+		t.Errorf("script lacks ldconfig or the staging cleanup:\n%s", s)
+	}
+}

@@ -1,0 +1,59 @@
+# ci-testdriver: the CI image. Debian bookworm with one kernel, kpreload's /init and only the
+# project's own test driver (recipes/testdriver.yaml: kpreload_edu for QEMU's `-device edu`),
+# so that a QEMU boot proves the whole chain (match, load, probe, bind before /sbin/init)
+# without a GPU. The kernel command line sends the console to ttyS0 and kpreload's boot
+# report to ttyS1, where builder/qemu reads them.
+#
+#   PACKER_PLUGIN_PATH=bin packer build images/ci-testdriver.pkr.hcl
+#
+# (no `packer { required_plugins }` block: Packer 1.9 then insists on a plugin installed by
+# `packer init` from a release, and ignores one found through PACKER_PLUGIN_PATH.)
+
+variable "output_directory" {
+  type        = string
+  default     = "output/ci-testdriver"
+  description = "Where ci-testdriver.raw, .qcow2 and .manifest.json are written."
+}
+
+variable "kernel" {
+  type        = string
+  default     = "6.1.0-56-cloud-amd64"
+  description = "The kernel release the image boots (must be in recipes/testdriver.yaml's matrix)."
+}
+
+variable "cache_dir" {
+  type        = string
+  default     = ""
+  description = "The kpreload module cache; empty: $KPRELOAD_CACHE_DIR, else /var/lib/kpreload/cache."
+}
+
+variable "rootfs_cache_dir" {
+  type        = string
+  default     = ""
+  description = "Where mmdebstrap tarballs are kept between builds; empty: /var/cache/kpreload/rootfs, off: never."
+}
+
+variable "extra_cmdline" {
+  type        = string
+  default     = ""
+  description = "Appended to the kernel command line (scripts/bench-image.sh adds systemd.log_target=kmsg)."
+}
+
+source "kpreload" "ci-testdriver" {
+  name             = "ci-testdriver"
+  output_directory = var.output_directory
+  kernels          = [var.kernel]
+  recipes          = ["testdriver"]
+  recipes_dir      = "${path.root}/../recipes"
+  cache_dir        = var.cache_dir
+  rootfs_cache_dir = var.rootfs_cache_dir
+  instance_file    = "${path.root}/instance-ci.yaml"
+  kernel_cmdline   = trimspace("console=ttyS0 panic=-1 kpreload.report=/dev/ttyS1 ${var.extra_cmdline}")
+  disk_size        = "1536M"
+  esp_size         = "128M"
+  formats          = ["raw", "qcow2"]
+}
+
+build {
+  sources = ["source.kpreload.ci-testdriver"]
+}

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# bench-image.sh: `packer build` of images/ci-testdriver.pkr.hcl with the real Packer and the
+# kpreload plugin, cold and warm, the image's size, and its boot timeline (kernel start ->
+# test driver bound -> default target) against the same disk booted with Debian's own
+# initramfs, measured in one run under QEMU TCG with -device edu.
+#
+#   scripts/bench-image.sh [--runs N] [--kernel KVER] [--keep] [--timeout S]
+#
+#   --runs N      warm builds and boots per variant (default 3); medians are reported
+#   --kernel KVER the image's kernel (default 6.1.0-56-cloud-amd64)
+#   --keep        keep the work directory (always kept when something fails)
+#   --timeout S   give up on one boot after S seconds (default 480)
+#
+# Builds (wall time of the whole `packer build`, plugin start to artifact):
+#   cold: empty module cache (the real dkms builds the test driver) and empty rootfs cache
+#         (mmdebstrap runs against the Debian archive);
+#   warm: the same template again with -force into the same output directory, both caches
+#         kept (what a CI rebuild of an unchanged image costs).
+# Boots (every boot on a fresh qcow2 overlay of the warm build's image, QEMU TCG, 2 vCPUs,
+# 1 GiB, -device edu; times are the kernel's printk clock, so firmware does not count):
+#   kpreload: the image as built, through OVMF and its systemd-boot entry; kpreload's /init
+#             loads kpreload_edu from the image's module cache before switch_root.
+#   debian:   the same disk, its kernel booted directly with an initramfs made by Debian's
+#             mkinitramfs (initramfs-tools, MODULES=most) for that kernel, with the test
+#             driver installed the way dkms does (updates/dkms + depmod) and listed in the
+#             initramfs modules file, so Debian's initramfs loads it before /sbin/init too.
+#             mkinitramfs runs in a private mount namespace over the unpacked kernel, as in
+#             scripts/bench-boot.sh: nothing on the host changes.
+# Both images get systemd.log_target=kmsg printk.devkmsg=on so that systemd's "Reached target"
+# lands in the kernel log with a timestamp. Needs root; installs Packer with scripts/packer.sh.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+top=$(cd "$here/.." && pwd)
+
+kver=6.1.0-56-cloud-amd64
+runs=3
+keep=0
+timeout=480
+usage() { sed -n '2,11s/^# \{0,1\}//p' "$0"; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --runs) [ $# -ge 2 ] || die "--runs needs a value"; runs=$2; shift 2 ;;
+    --kernel) [ $# -ge 2 ] || die "--kernel needs a value"; kver=$2; shift 2 ;;
+    --timeout) [ $# -ge 2 ] || die "--timeout needs a value"; timeout=$2; shift 2 ;;
+    --keep) keep=1; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) usage >&2; die "unknown argument '$1'" ;;
+  esac
+done
+[[ $runs =~ ^[1-9][0-9]*$ ]] || die "--runs '$runs': want a positive number"
+[ "$(id -u)" = 0 ] || die "run as root (mmdebstrap, mount namespaces for mkinitramfs)"
+
+# mkinitramfs and its dependencies (as scripts/bench-boot.sh), jq for the manifest.
+need=(initramfs-tools-core udev klibc-utils busybox kmod cpio zstd jq)
+missing=()
+for p in "${need[@]}"; do
+  dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
+
+packer=$("$here/packer.sh" | tail -n1)
+"$here/kernels.sh" "$kver"
+ktree="$KPRELOAD_CACHE/kernels/$kver"
+vmlinuz="$ktree/boot/vmlinuz-$kver"
+libdir=$(readlink -f /lib)
+
+work=$(mktemp -d /var/tmp/kpreload-bench-image.XXXXXX)
+ok=0
+finish() {
+  if [ "$ok" = 1 ] && [ "$keep" = 0 ]; then rm -rf "$work"; else log "work files kept in $work"; fi
+}
+trap finish EXIT
+mkdir -p "$work/plugins" "$work/logs" "$work/boots" "$work/tmp" "$work/debian/upper" "$work/debian/ovl"
+samples="$work/samples.jsonl"
+: >"$samples"
+fail() { [ -f "$2" ] && tail -n 25 "$2" >&2; die "$1 (log: $2)"; }
+now() { date +%s%N; }
+seconds() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", (b - a) / 1e9 }'; }
+
+log "building the plugin, the static kpreload CLI and /init"
+(
+  cd "$top"
+  go build -o "$work/plugins/packer-plugin-kpreload" ./cmd/packer-plugin-kpreload
+  CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$work/plugins/kpreload-static" ./cmd/kpreload
+  CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$work/plugins/kpreload-init" ./initramfs/cmd/init
+  go build -o "$work/benchimage" ./builder/packer/internal/benchimage
+) || die "go build failed"
+bi="$work/benchimage"
+
+extra="systemd.log_target=kmsg printk.devkmsg=on"
+out="$work/out"
+build() { # build NAME: one packer build into $out (forced), timed
+  local name=$1 lg="$work/logs/build-$1.log" s
+  s=$(now)
+  (cd "$top" && PACKER_PLUGIN_PATH="$work/plugins" CHECKPOINT_DISABLE=1 TMPDIR="$work/tmp" \
+    "$packer" build -force -color=false \
+    -var "output_directory=$out" -var "cache_dir=$work/cache" -var "rootfs_cache_dir=$work/rootfs" \
+    -var "kernel=$kver" -var "extra_cmdline=$extra" images/ci-testdriver.pkr.hcl) >"$lg" 2>&1 ||
+    fail "packer build ($name) failed" "$lg"
+  secs=$(seconds "$s" "$(now)")
+  printf '{"kind":"build","name":"%s","seconds":%s}\n' "$2" "$secs" >>"$samples"
+  log "packer build $name: $secs s"
+}
+log "packer build, cold (empty module cache and rootfs cache)"
+build cold "cold (empty caches)"
+for i in $(seq 1 "$runs"); do
+  build "warm-$i" "warm (caches kept)"
+done
+raw="$out/ci-testdriver.raw"
+qcow2="$out/ci-testdriver.qcow2"
+manifest="$out/ci-testdriver.manifest.json"
+uuid=$(jq -r .root_uuid "$manifest")
+printf '{"kind":"size","name":"ci-testdriver.raw (apparent)","bytes":%d}\n' "$(stat -c %s "$raw")" >>"$samples"
+printf '{"kind":"size","name":"ci-testdriver.raw (allocated)","bytes":%d}\n' "$(( $(stat -c %b "$raw") * $(stat -c %B "$raw") ))" >>"$samples"
+printf '{"kind":"size","name":"ci-testdriver.qcow2","bytes":%d}\n' "$(stat -c %s "$qcow2")" >>"$samples"
+
+log "Debian initramfs: test driver installed as dkms does, mkinitramfs MODULES=most"
+"$here/build-testdriver.sh" "$kver" "$work/edu" >"$work/logs/testdriver.log" 2>&1 || fail "test driver build failed" "$work/logs/testdriver.log"
+export BENCH_KTREE=$ktree BENCH_LIBDIR=$libdir BENCH_UPPER=$work/debian/upper BENCH_OVL=$work/debian/ovl
+in_debian_ns() {
+  unshare --mount --propagation private bash -c '
+    set -euo pipefail
+    mount -t overlay kpreload-bench \
+      -o "lowerdir=$BENCH_KTREE/lib:$BENCH_LIBDIR,upperdir=$BENCH_UPPER,workdir=$BENCH_OVL" "$BENCH_LIBDIR"
+    mount --bind "$BENCH_KTREE/boot" /boot
+    "$@"' bench-ns "$@"
+}
+in_debian_ns bash -c "install -D -m 644 '$work/edu/kpreload_edu.ko' /lib/modules/$kver/updates/dkms/kpreload_edu.ko && depmod -a $kver" \
+  >"$work/logs/dkms-install.log" 2>&1 || fail "installing the test driver in the overlay failed" "$work/logs/dkms-install.log"
+cp -a /etc/initramfs-tools "$work/debian/conf"
+echo "MODULES=most" >>"$work/debian/conf/initramfs.conf"
+echo "kpreload_edu" >>"$work/debian/conf/modules"
+TMPDIR="$work/tmp" in_debian_ns mkinitramfs -d "$work/debian/conf" -o "$work/debian.img" "$kver" >"$work/logs/mkinitramfs.log" 2>&1 ||
+  fail "mkinitramfs failed" "$work/logs/mkinitramfs.log"
+lsinitramfs "$work/debian.img" >"$work/logs/debian-contents.txt"
+grep -q 'updates/dkms/kpreload_edu.ko$' "$work/logs/debian-contents.txt" || die "Debian's initrd lacks the test driver"
+
+for i in $(seq 1 "$runs"); do
+  for v in kpreload debian; do
+    d="$work/boots/$v-$i"
+    mkdir -p "$d"
+    qemu-img create -q -f qcow2 -F qcow2 -b "$qcow2" "$d/disk.qcow2"
+    log "boot $i/$runs $v"
+    case $v in
+      kpreload) "$bi" boot -name "kpreload (image as built, UEFI)" -disk "$d/disk.qcow2" -timeout "${timeout}s" -work "$d" >>"$samples" 2>"$d/stderr" ||
+        fail "kpreload boot $i failed" "$d/stderr" ;;
+      debian) "$bi" boot -name "Debian initramfs-tools (same disk)" -disk "$d/disk.qcow2" -kernel "$vmlinuz" -initrd "$work/debian.img" \
+        -append "root=UUID=$uuid rw $extra" -timeout "${timeout}s" -work "$d" >>"$samples" 2>"$d/stderr" ||
+        fail "Debian boot $i failed" "$d/stderr" ;;
+    esac
+    rm -f "$d/disk.qcow2"
+  done
+done
+
+echo "bench-image: kernel $kver, $runs runs, $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), QEMU $(qemu-system-x86_64 --version | sed -n '1s/^QEMU emulator version \([^ ]*\).*/\1/p') TCG, Packer $("$packer" version | head -n1)"
+echo
+"$bi" table "$samples"
+ok=1
