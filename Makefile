@@ -1,7 +1,7 @@
 # kpreload: see README.md. `make demo` runs the main job on its built-in default;
-# bin/kpreload is static: "kpreload image build" copies it into images.
 # `make test` runs every test (unit, DKMS and QEMU end-to-end). Both install what
-# they need through scripts/deps.sh first (idempotent).
+# they need through scripts/deps.sh first (idempotent). bin/kpreload is static:
+# "kpreload image build" and the Packer plugin copy it into images.
 SHELL := /bin/bash
 GO ?= go
 BIN := bin
@@ -9,7 +9,7 @@ KPRELOAD := $(BIN)/kpreload
 INIT := $(BIN)/kpreload-init
 GOFLAGS_STATIC := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w'
 
-.PHONY: all build deps demo test unit vet fmt bench clean
+.PHONY: all build plugin deps demo demo-initramfs test unit vet fmt bench bench-build bench-image clean
 
 all: build
 
@@ -21,7 +21,18 @@ build:
 	$(GOFLAGS_STATIC) -o $(INIT) ./initramfs/cmd/init
 	$(GOFLAGS_STATIC) -o $(BIN)/kpreload-rootinit ./initramfs/rootinit
 
-demo: deps build
+# The Packer plugin; Packer loads it from PACKER_PLUGIN_PATH=bin and finds
+# bin/kpreload and bin/kpreload-init next to it.
+plugin: build
+	$(GO) build -o $(BIN)/packer-plugin-kpreload ./cmd/packer-plugin-kpreload
+
+# The main job on its built-in default: packer build images/ci-testdriver.pkr.hcl
+# with the real Packer, boot the image in QEMU, print the timeline and report.
+demo: deps plugin
+	@scripts/demo-image.sh
+
+# The boot path alone: dkms build, cache, initramfs, root disk, direct kernel boot.
+demo-initramfs: deps build
 	@scripts/demo.sh
 
 vet:
@@ -38,6 +49,12 @@ unit: build
 
 bench: deps build
 	@scripts/bench-boot.sh
+
+bench-build: deps build
+	@scripts/bench-build.sh
+
+bench-image: deps plugin
+	@scripts/bench-image.sh
 
 clean:
 	rm -rf $(BIN)

@@ -85,7 +85,7 @@ log "building the plugin, the static kpreload CLI and /init"
 (
   cd "$top"
   go build -o "$work/plugins/packer-plugin-kpreload" ./cmd/packer-plugin-kpreload
-  CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$work/plugins/kpreload-static" ./cmd/kpreload
+  CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$work/plugins/kpreload" ./cmd/kpreload
   CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$work/plugins/kpreload-init" ./initramfs/cmd/init
   go build -o "$work/benchimage" ./builder/packer/internal/benchimage
 ) || die "go build failed"

@@ -30,7 +30,7 @@ echo "packer: $packer ($("$packer" version | head -n1))"
 (
   cd "$top"
   go build -o "$out/plugins/packer-plugin-kpreload" ./cmd/packer-plugin-kpreload
-  CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$out/plugins/kpreload-static" ./cmd/kpreload
+  CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$out/plugins/kpreload" ./cmd/kpreload
   CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$out/plugins/kpreload-init" ./initramfs/cmd/init
   go build -o "$out/plugins/benchimage" ./builder/packer/internal/benchimage
 ) || die "go build failed"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # deps.sh: install everything kpreload's build, tests and demo need, idempotently.
 #
-#   scripts/deps.sh            apt sources + packages + Go modules + the default kernels
+#   scripts/deps.sh            apt sources + packages + Go modules + Packer + the default kernels
 #   scripts/deps.sh --no-kernels
 #
 # Apt: adds contrib/non-free/non-free-firmware and bookworm-backports in a sources
@@ -50,6 +50,7 @@ packages=(
   mmdebstrap                         # image rootfs, without a VM or loop mounts
   systemd-boot-efi dosfstools mtools fdisk  # UEFI ESP: systemd-boot, mkfs.vfat, mcopy, sfdisk
   openssl                            # module signing keys
+  openssh-server jq                  # the Packer provisioner's SSH test; benchmark scripts
 )
 
 stamp="$KPRELOAD_CACHE/.deps-apt"
@@ -79,6 +80,10 @@ if command -v go >/dev/null; then
 else
   die "go not found on PATH (need Go >= 1.24)"
 fi
+
+# Packer 1.9.4, built once from a scratch module (about 6 minutes on 2 cores), cached
+# under $KPRELOAD_CACHE/packer/<version>/packer.
+log "packer: $("$here/packer.sh" | tail -n1)"
 
 if [ "$want_kernels" = 1 ]; then
   "$here/kernels.sh" "${KPRELOAD_KERNELS[@]}"

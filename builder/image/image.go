@@ -336,7 +336,7 @@ func (o Options) Validate() error {
 		bad("disk size %d MiB: want at least the ESP (%d MiB) + 512 MiB for the root filesystem", o.SizeMB, o.ESPSizeMB)
 	}
 	for _, p := range []struct{ what, path string }{
-		{"kpreload binary (a static build: CGO_ENABLED=0 go build -o bin/kpreload-static ./cmd/kpreload)", o.KpreloadBinary},
+		{"kpreload binary (static: `make build` makes bin/kpreload)", o.KpreloadBinary},
 		{"/init binary (bin/kpreload-init from `make build`)", o.InitBinary},
 	} {
 		if p.path == "" {

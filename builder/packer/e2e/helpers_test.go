@@ -78,7 +78,7 @@ func plugins(t testing.TB) string {
 		}
 		for _, b := range []struct{ out, pkg string }{
 			{"packer-plugin-kpreload", "./cmd/packer-plugin-kpreload"},
-			{"kpreload-static", "./cmd/kpreload"},
+			{"kpreload", "./cmd/kpreload"},
 			{"kpreload-init", "./initramfs/cmd/init"},
 		} {
 			cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(pluginDir, b.out), b.pkg)

@@ -80,8 +80,8 @@ type Config struct {
 	// always runs mmdebstrap. Defaults to `/var/cache/kpreload/rootfs`.
 	RootfsCacheDir string `mapstructure:"rootfs_cache_dir"`
 	// A static build of the kpreload CLI, installed into the image for its
-	// kernel install hook. Defaults to `kpreload-static` next to the plugin
-	// binary, else `bin/kpreload-static` in the directory Packer runs in.
+	// kernel install hook. Defaults to `kpreload` next to the plugin
+	// binary, else `bin/kpreload` in the directory Packer runs in.
 	KpreloadBinary string `mapstructure:"kpreload_binary"`
 	// The static `/init` program (`make build` makes `bin/kpreload-init`).
 	// Defaults to `kpreload-init` next to the plugin binary, else
@@ -135,7 +135,7 @@ func (c *Config) Prepare(raws ...interface{}) ([]string, error) {
 		c.DownloadDir = image.DefaultDownloadDir()
 	}
 	if c.KpreloadBinary == "" {
-		c.KpreloadBinary = pkrcfg.DefaultBinary("kpreload-static")
+		c.KpreloadBinary = pkrcfg.DefaultBinary("kpreload")
 	}
 	if c.InitBinary == "" {
 		c.InitBinary = pkrcfg.DefaultBinary("kpreload-init")

@@ -27,7 +27,7 @@ func fakeKernels(t *testing.T, rels ...string) {
 func baseRaw(t *testing.T) map[string]interface{} {
 	t.Helper()
 	dir := t.TempDir()
-	for _, name := range []string{"kpreload-static", "kpreload-init"} {
+	for _, name := range []string{"kpreload", "kpreload-init"} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/false\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -39,7 +39,7 @@ func baseRaw(t *testing.T) map[string]interface{} {
 		"recipes_dir":       recipesDir,
 		"output_directory":  filepath.Join(dir, "out"),
 		"cache_dir":         filepath.Join(dir, "cache"),
-		"kpreload_binary":   filepath.Join(dir, "kpreload-static"),
+		"kpreload_binary":   filepath.Join(dir, "kpreload"),
 		"init_binary":       filepath.Join(dir, "kpreload-init"),
 	}
 }
@@ -211,7 +211,7 @@ func TestPrepareMissingBinaries(t *testing.T) {
 	if err == nil {
 		t.Fatal("Prepare accepted a configuration without binaries")
 	}
-	for _, want := range []string{"bin/kpreload-static", "bin/kpreload-init"} {
+	for _, want := range []string{"bin/kpreload", "bin/kpreload-init"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not name %s:\n%v", want, err)
 		}

@@ -69,7 +69,7 @@ func (localComm) DownloadDir(string, string, []string) error {
 func staticBinaries(t *testing.T) (kpreload, initBin string) {
 	t.Helper()
 	dir := t.TempDir()
-	for out, pkg := range map[string]string{"kpreload-static": "./cmd/kpreload", "kpreload-init": "./initramfs/cmd/init"} {
+	for out, pkg := range map[string]string{"kpreload": "./cmd/kpreload", "kpreload-init": "./initramfs/cmd/init"} {
 		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, out), pkg)
 		cmd.Dir = "../../.."
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -77,7 +77,7 @@ func staticBinaries(t *testing.T) (kpreload, initBin string) {
 			t.Fatalf("go build %s: %v\n%s", pkg, err, b)
 		}
 	}
-	return filepath.Join(dir, "kpreload-static"), filepath.Join(dir, "kpreload-init")
+	return filepath.Join(dir, "kpreload"), filepath.Join(dir, "kpreload-init")
 }
 
 // TestProvisionInstallsIntoRoot runs the provisioner for real (image.Stage with

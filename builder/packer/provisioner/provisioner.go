@@ -70,7 +70,7 @@ type Config struct {
 	// running command line.
 	KernelCmdline string `mapstructure:"kernel_cmdline"`
 	// A static build of the kpreload CLI (runs on the target). Defaults to
-	// `kpreload-static` next to the plugin binary, else `bin/kpreload-static`.
+	// `kpreload` next to the plugin binary, else `bin/kpreload`.
 	KpreloadBinary string `mapstructure:"kpreload_binary"`
 	// The static `/init` program. Defaults to `kpreload-init` next to the
 	// plugin binary, else `bin/kpreload-init`.
@@ -128,7 +128,7 @@ func (p *Provisioner) Prepare(raws ...interface{}) error {
 		c.DownloadDir = image.DefaultDownloadDir()
 	}
 	if c.KpreloadBinary == "" {
-		c.KpreloadBinary = pkrcfg.DefaultBinary("kpreload-static")
+		c.KpreloadBinary = pkrcfg.DefaultBinary("kpreload")
 	}
 	if c.InitBinary == "" {
 		c.InitBinary = pkrcfg.DefaultBinary("kpreload-init")
@@ -162,7 +162,7 @@ func (p *Provisioner) Prepare(raws ...interface{}) error {
 			continue
 		}
 		if st, err := os.Stat(f.path); err != nil {
-			add(fmt.Errorf("%s: %w (`make build` makes bin/kpreload-init; a static kpreload CLI is CGO_ENABLED=0 go build -o bin/kpreload-static ./cmd/kpreload)", f.field, err))
+			add(fmt.Errorf("%s: %w (`make build` makes both, static: bin/kpreload and bin/kpreload-init)", f.field, err))
 		} else if st.IsDir() {
 			add(fmt.Errorf("%s: %s is a directory", f.field, f.path))
 		}

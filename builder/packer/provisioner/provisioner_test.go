@@ -26,7 +26,7 @@ const (
 func fakeBinaries(t *testing.T) (kpreload, initBin string) {
 	t.Helper()
 	dir := t.TempDir()
-	kpreload, initBin = filepath.Join(dir, "kpreload-static"), filepath.Join(dir, "kpreload-init")
+	kpreload, initBin = filepath.Join(dir, "kpreload"), filepath.Join(dir, "kpreload-init")
 	for _, p := range []string{kpreload, initBin} {
 		if err := os.WriteFile(p, []byte("#!/bin/false\n"), 0o755); err != nil {
 			t.Fatal(err)

@@ -20,7 +20,7 @@ func TestDefaultBinaryNextToPlugin(t *testing.T) {
 	if got, want := DefaultBinary("kpreload-init"), filepath.Join(dir, "kpreload-init"); got != want {
 		t.Errorf("defaultBinary = %q, want %q", got, want)
 	}
-	if got, want := DefaultBinary("kpreload-static"), filepath.Join("bin", "kpreload-static"); got != want {
+	if got, want := DefaultBinary("kpreload"), filepath.Join("bin", "kpreload"); got != want {
 		t.Errorf("defaultBinary = %q, want %q", got, want)
 	}
 }
