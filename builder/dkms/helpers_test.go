@@ -6,10 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kpreload/kpreload/internal/testenv"
 
 	"github.com/kpreload/kpreload/builder/internal/buildtest"
 )
@@ -17,19 +18,9 @@ import (
 // testKernels are the kernels of scripts/lib.sh's default matrix.
 var testKernels = []string{"6.1.0-56-cloud-amd64", "6.12.117+deb12-cloud-amd64"}
 
-// repoRoot returns the repository root (two levels above this package).
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("runtime.Caller failed")
-	}
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
-
 func testDriverDir(t *testing.T) string {
 	t.Helper()
-	return filepath.Join(repoRoot(t), "recipes", "testdriver")
+	return filepath.Join(testenv.RepoRoot(t), "recipes", "testdriver")
 }
 
 // kernelCache is where scripts/kernels.sh unpacks kernels.
@@ -46,7 +37,7 @@ func headersDir(t *testing.T, kver string) string {
 	t.Helper()
 	root := filepath.Join(kernelCache(), "kernels", kver)
 	if _, err := os.Stat(filepath.Join(root, ".complete")); err != nil {
-		script := filepath.Join(repoRoot(t), "scripts", "kernels.sh")
+		script := filepath.Join(testenv.RepoRoot(t), "scripts", "kernels.sh")
 		t.Logf("kernel %s missing, running %s %s", kver, script, kver)
 		out, err := exec.Command(script, kver).CombinedOutput()
 		if err != nil {

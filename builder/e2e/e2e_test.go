@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kpreload/kpreload/internal/testenv"
+
 	"github.com/kpreload/kpreload/builder/dkms"
 	"github.com/kpreload/kpreload/builder/internal/buildtest"
 	"github.com/kpreload/kpreload/builder/matrix"
@@ -53,34 +55,13 @@ func downloads() string {
 	return matrix.DefaultDownloadDir
 }
 
-// repoRoot is the module root, two levels above this package.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
-// goBuild compiles pkg (relative to the module root) into out, static.
-func goBuild(t *testing.T, pkg, out string) {
-	t.Helper()
-	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
-	cmd.Dir = repoRoot(t)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
-	}
-}
-
 // kernelRoot returns the unpacked kernel, running scripts/kernels.sh for it
 // when it is not there yet.
 func kernelRoot(t *testing.T, kver string) string {
 	t.Helper()
 	root := filepath.Join(downloads(), "kernels", kver)
 	if _, err := os.Stat(filepath.Join(root, ".complete")); err != nil {
-		script := filepath.Join(repoRoot(t), "scripts", "kernels.sh")
+		script := filepath.Join(testenv.RepoRoot(t), "scripts", "kernels.sh")
 		if out, err := exec.Command(script, kver).CombinedOutput(); err != nil {
 			t.Fatalf("%s %s: %v\n%s", script, kver, err, out)
 		}
@@ -103,7 +84,7 @@ type cellJSON struct {
 // status and cells by "recipe/kernel".
 func kpreloadBuild(t *testing.T, bin string, args ...string) (int, map[string]cellJSON) {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"build", "--json", "--recipes", filepath.Join(repoRoot(t), "recipes")}, args...)...)
+	cmd := exec.Command(bin, append([]string{"build", "--json", "--recipes", filepath.Join(testenv.RepoRoot(t), "recipes")}, args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
@@ -179,8 +160,8 @@ func TestBuildAndBoot(t *testing.T) {
 	kp := filepath.Join(bins, "kpreload")
 	initBin := filepath.Join(bins, "kpreload-init")
 	rootInit := filepath.Join(bins, "kpreload-rootinit")
-	goBuild(t, "./cmd/kpreload", kp)
-	goBuild(t, "./initramfs/cmd/init", initBin)
+	testenv.GoBuildStatic(t, filepath.Dir(kp), filepath.Base(kp), "./cmd/kpreload")
+	testenv.GoBuildStatic(t, filepath.Dir(initBin), filepath.Base(initBin), "./initramfs/cmd/init")
 	if err := rootdisk.BuildRootInit(context.Background(), rootInit); err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +250,7 @@ func TestBuildAndBoot(t *testing.T) {
 	t.Run("rebuild-compiles-nothing", func(t *testing.T) {
 		var rs []*recipe.Recipe
 		for _, name := range []string{"testdriver", "nvidia-535"} {
-			r, err := recipe.Load(filepath.Join(repoRoot(t), "recipes", name+".yaml"))
+			r, err := recipe.Load(filepath.Join(testenv.RepoRoot(t), "recipes", name+".yaml"))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kpreload/kpreload/internal/testenv"
+
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/builder/recipe"
@@ -36,7 +38,7 @@ var (
 func testCache(t *testing.T) (string, []*recipe.Recipe) {
 	t.Helper()
 	cacheOnce.Do(func() {
-		r, err := recipe.Load(filepath.Join(repoRoot(t), "recipes", "testdriver.yaml"))
+		r, err := recipe.Load(filepath.Join(testenv.RepoRoot(t), "recipes", "testdriver.yaml"))
 		if err != nil {
 			cacheErr = err
 			return
@@ -62,7 +64,7 @@ func TestStageDirectory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real dkms build; -short")
 	}
-	kernelTree(t, testKernel)
+	testenv.KernelTree(t, testKernel)
 	cache, recipes := testCache(t)
 	kpreload, initBin := binaries(t)
 	root := t.TempDir()
@@ -163,7 +165,7 @@ func TestBuildAndBootImage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("mmdebstrap and a UEFI boot under TCG; -short")
 	}
-	kernelTree(t, testKernel)
+	testenv.KernelTree(t, testKernel)
 	cache, recipes := testCache(t)
 	kpreload, initBin := binaries(t)
 	out := t.TempDir()

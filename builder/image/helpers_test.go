@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/kpreload/kpreload/internal/testenv"
 )
 
 // testKernel is the kernel the image tests install and boot (scripts/lib.sh's first).
@@ -28,16 +30,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// repoRoot is the module root (two levels up from this package).
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	dir, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
 // binaries builds, once per test run, the static kpreload CLI (CGO_ENABLED=0, as
 // an image needs it) and the static /init.
 func binaries(t testing.TB) (kpreload, initBin string) {
@@ -48,7 +40,7 @@ func binaries(t testing.TB) (kpreload, initBin string) {
 		}
 		for out, pkg := range map[string]string{"kpreload": "./cmd/kpreload", "kpreload-init": "./initramfs/cmd/init"} {
 			cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(binDir, out), pkg)
-			cmd.Dir = repoRoot(t)
+			cmd.Dir = testenv.RepoRoot(t)
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 			if b, err := cmd.CombinedOutput(); err != nil {
 				binErr = fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
@@ -60,14 +52,4 @@ func binaries(t testing.TB) (kpreload, initBin string) {
 		t.Fatal(binErr)
 	}
 	return filepath.Join(binDir, "kpreload"), filepath.Join(binDir, "kpreload-init")
-}
-
-// kernelTree returns the unpacked test kernel's root, or fails saying how to get it.
-func kernelTree(t testing.TB, kver string) string {
-	t.Helper()
-	root := filepath.Join(DefaultDownloadDir(), "kernels", kver)
-	if _, err := os.Stat(filepath.Join(root, ".complete")); err != nil {
-		t.Fatalf("kernel %s is not unpacked at %s: run scripts/kernels.sh %s", kver, root, kver)
-	}
-	return root
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kpreload/kpreload/internal/testenv"
 )
 
 // runHook runs a hook script with sh on a directory tree (KPRELOAD_ROOT).
@@ -28,7 +30,7 @@ func runHook(t *testing.T, script, root, kpreload string, args ...string) (stdou
 // image, with the real static kpreload and the real 6.1 kernel's modules.
 func TestHooks(t *testing.T) {
 	kpreload, initBin := binaries(t)
-	ktree := kernelTree(t, testKernel)
+	ktree := testenv.KernelTree(t, testKernel)
 	root := t.TempDir()
 	mkdir := func(p string) {
 		if err := os.MkdirAll(filepath.Join(root, p), 0o755); err != nil {

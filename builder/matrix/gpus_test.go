@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/kpreload/kpreload/internal/testenv"
+
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/store"
@@ -22,7 +24,7 @@ import (
 // cache key. The build itself is the fake driver's.
 func TestSupportedGPUs(t *testing.T) {
 	requireKernels(t)
-	nv, err := recipe.Load(filepath.Join(repoRoot(t), "recipes", "nvidia-535.yaml"))
+	nv, err := recipe.Load(filepath.Join(testenv.RepoRoot(t), "recipes", "nvidia-535.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,12 +6,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kpreload/kpreload/internal/testenv"
 
 	"github.com/kpreload/kpreload/builder/internal/buildtest"
 
@@ -21,16 +22,6 @@ import (
 
 // testKernels are the kernels of scripts/lib.sh's default matrix.
 var testKernels = []string{"6.1.0-56-cloud-amd64", "6.12.117+deb12-cloud-amd64"}
-
-// repoRoot returns the repository root (two levels above this package).
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("runtime.Caller failed")
-	}
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
 
 // downloadDir is where scripts/kernels.sh unpacks kernels.
 func downloadDir() string {
@@ -48,7 +39,7 @@ func requireKernels(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(downloadDir(), "kernels", kver, ".complete")); err == nil {
 			continue
 		}
-		script := filepath.Join(repoRoot(t), "scripts", "kernels.sh")
+		script := filepath.Join(testenv.RepoRoot(t), "scripts", "kernels.sh")
 		if out, err := exec.Command(script, kver).CombinedOutput(); err != nil {
 			t.Fatalf("%s %s: %v\n%s", script, kver, err, out)
 		}

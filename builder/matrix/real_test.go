@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kpreload/kpreload/internal/testenv"
+
 	"github.com/kpreload/kpreload/builder/dkms"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/kmodcache/store"
@@ -19,14 +21,14 @@ import (
 func TestRealMatrix(t *testing.T) {
 	requireTools(t)
 	requireKernels(t)
-	good, err := recipe.Load(filepath.Join(repoRoot(t), "recipes", "testdriver.yaml"))
+	good, err := recipe.Load(filepath.Join(testenv.RepoRoot(t), "recipes", "testdriver.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	// A broken copy: same recipe, source with a missing ';'.
 	dir := t.TempDir()
-	copyTree(t, filepath.Join(repoRoot(t), "recipes", "testdriver"), filepath.Join(dir, "testdriver"))
+	copyTree(t, filepath.Join(testenv.RepoRoot(t), "recipes", "testdriver"), filepath.Join(dir, "testdriver"))
 	editFile(t, filepath.Join(dir, "testdriver", "kpreload_edu.c"),
 		"edu->id = ioread32(edu->bar0 + EDU_REG_ID);",
 		"edu->id = ioread32(edu->bar0 + EDU_REG_ID)")

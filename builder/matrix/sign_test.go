@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kpreload/kpreload/internal/testenv"
+
 	"github.com/kpreload/kpreload/builder/dkms"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/kmodcache/modinfo"
@@ -31,7 +33,7 @@ func signingPair(t *testing.T, dir, cn string) (key, cert string) {
 // with a signing section naming key and cert, for kernel only.
 func signedRecipe(t *testing.T, dir, key, cert, kernel string) *recipe.Recipe {
 	t.Helper()
-	copyTree(t, filepath.Join(repoRoot(t), "recipes", "testdriver"), filepath.Join(dir, "testdriver"))
+	copyTree(t, filepath.Join(testenv.RepoRoot(t), "recipes", "testdriver"), filepath.Join(dir, "testdriver"))
 	yml := "name: testdriver-signed\n" +
 		"driver: {name: kpreload-edu, version: 1.0.0}\n" +
 		"flavor: open\n" +

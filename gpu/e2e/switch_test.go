@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kpreload/kpreload/internal/testenv"
+
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/builder/rootdisk"
 	"github.com/kpreload/kpreload/gpu/switcher"
@@ -30,48 +32,6 @@ const (
 	kernel   = "6.1.0-56-cloud-amd64"
 	rootUUID = "0b7c6a52-3d1e-4f8a-9c2b-5e6f7a8b9c0d"
 )
-
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
-func cacheRoot() string {
-	if d := os.Getenv("KPRELOAD_CACHE"); d != "" {
-		return d
-	}
-	return "/var/cache/kpreload"
-}
-
-// kernelTree returns the unpacked kernel, fetching it with scripts/kernels.sh.
-func kernelTree(t *testing.T) string {
-	t.Helper()
-	root := filepath.Join(cacheRoot(), "kernels", kernel)
-	if _, err := os.Stat(filepath.Join(root, ".complete")); err != nil {
-		cmd := exec.Command(filepath.Join(repoRoot(t), "scripts", "kernels.sh"), kernel)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("scripts/kernels.sh %s: %v\n%s", kernel, err, out)
-		}
-	}
-	return root
-}
-
-// goBuild builds a static binary of pkg into dir.
-func goBuild(t *testing.T, dir, name, pkg string) string {
-	t.Helper()
-	out := filepath.Join(dir, name)
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, pkg)
-	cmd.Dir = repoRoot(t)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
-	}
-	return out
-}
 
 func writeFile(t *testing.T, path, content string, mode os.FileMode) {
 	t.Helper()
@@ -88,7 +48,7 @@ func writeFile(t *testing.T, path, content string, mode os.FileMode) {
 // into a cache, then damages 3.0.0's module file so its digest no longer matches.
 func buildCache(t *testing.T, dir, kpreload string) (string, map[string]string) {
 	t.Helper()
-	recipes := filepath.Join(repoRoot(t), "recipes")
+	recipes := filepath.Join(testenv.RepoRoot(t), "recipes")
 	v3 := filepath.Join(dir, "recipe3")
 	src := filepath.Join(v3, "testdriver-3")
 	for _, f := range []string{"Makefile", "kpreload_edu.c"} {
@@ -170,11 +130,11 @@ func TestSwitchInVM(t *testing.T) {
 		t.Skip("boots a VM (about a minute); run without -short")
 	}
 	dir := t.TempDir()
-	ktree := kernelTree(t)
+	ktree := testenv.KernelTree(t, kernel)
 	bins := filepath.Join(dir, "bin")
-	initBin := goBuild(t, bins, "kpreload-init", "./initramfs/cmd/init")
-	rootInit := goBuild(t, bins, "kpreload-rootinit", "./initramfs/rootinit")
-	kpreload := goBuild(t, bins, "kpreload", "./cmd/kpreload")
+	initBin := testenv.GoBuildStatic(t, bins, "kpreload-init", "./initramfs/cmd/init")
+	rootInit := testenv.GoBuildStatic(t, bins, "kpreload-rootinit", "./initramfs/rootinit")
+	kpreload := testenv.GoBuildStatic(t, bins, "kpreload", "./cmd/kpreload")
 	cache, versions := buildCache(t, dir, kpreload)
 
 	// The root: the cache, the binary, userspace directories for 1.0.0 and 2.0.0

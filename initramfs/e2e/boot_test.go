@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kpreload/kpreload/internal/testenv"
+
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/initramfs/assemble"
 	"github.com/kpreload/kpreload/initramfs/report"
@@ -39,7 +41,7 @@ type booted struct {
 func boot(t *testing.T, c bootCase) booted {
 	t.Helper()
 	dir := t.TempDir()
-	ktree := kernelTree(t, c.kernel)
+	ktree := testenv.KernelTree(t, c.kernel)
 	initBin, _ := binaries(t)
 
 	// The test driver goes into a real kpreload cache, built by the real dkms.
@@ -214,7 +216,7 @@ func TestBootLoadsDriversBeforeUserspace(t *testing.T) {
 // VM's sysfs showed.
 func checkAgainstModprobe(t *testing.T, kver string, rep *report.Report) {
 	t.Helper()
-	root := kernelTree(t, kver)
+	root := testenv.KernelTree(t, kver)
 	tree, err := modalias.LoadTree(filepath.Join(root, "lib", "modules", kver))
 	if err != nil {
 		t.Fatal(err)

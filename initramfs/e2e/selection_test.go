@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kpreload/kpreload/internal/testenv"
+
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/initramfs/assemble"
@@ -30,7 +32,7 @@ var (
 func twoVersions(t *testing.T, kver string) string {
 	t.Helper()
 	twoVersionsOnce.Do(func() {
-		kernelTree(t, kver)
+		testenv.KernelTree(t, kver)
 		dir, err := os.MkdirTemp("", "kpreload-e2e-2v-")
 		if err != nil {
 			twoVersionsErr = err.Error()
@@ -38,7 +40,7 @@ func twoVersions(t *testing.T, kver string) string {
 		}
 		bin := filepath.Join(dir, "kpreload")
 		build := exec.Command("go", "build", "-o", bin, "./cmd/kpreload")
-		build.Dir = repoRoot(t)
+		build.Dir = testenv.RepoRoot(t)
 		if out, err := build.CombinedOutput(); err != nil {
 			twoVersionsErr = "go build ./cmd/kpreload: " + err.Error() + "\n" + string(out)
 			return
@@ -47,7 +49,7 @@ func twoVersions(t *testing.T, kver string) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, bin, "build", "recipes/testdriver.yaml", "recipes/testdriver-2.yaml", "--kernel", kver, "--cache", twoVersionsCache)
-		cmd.Dir = repoRoot(t)
+		cmd.Dir = testenv.RepoRoot(t)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			twoVersionsErr = "kpreload build: " + err.Error() + "\n" + string(out)
 		}
@@ -75,7 +77,7 @@ func bootSelect(t *testing.T, c selectBoot) (booted, string) {
 	kver := kernels[0]
 	cache := twoVersions(t, kver)
 	dir := t.TempDir()
-	ktree := kernelTree(t, kver)
+	ktree := testenv.KernelTree(t, kver)
 	initBin, _ := binaries(t)
 	o := assemble.Options{Kernel: kver, ModulesDir: filepath.Join(ktree, "lib", "modules", kver), Init: initBin}
 	// The image carries userspace directories for both versions, so /init can

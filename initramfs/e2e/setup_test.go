@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kpreload/kpreload/internal/testenv"
+
 	"github.com/kpreload/kpreload/builder/dkms"
 	"github.com/kpreload/kpreload/builder/rootdisk"
 )
@@ -20,46 +22,6 @@ import (
 // Kernels are the two kernels the boot path is proven on: 6.1 (plain .ko, virtio
 // as modules) and 6.12 from backports (.ko.xz, in-kernel decompression).
 var kernels = []string{"6.1.0-56-cloud-amd64", "6.12.117+deb12-cloud-amd64"}
-
-// repoRoot is the module root (two levels up from this package).
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	dir, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
-func cacheRoot() string {
-	if d := os.Getenv("KPRELOAD_CACHE"); d != "" {
-		return d
-	}
-	return "/var/cache/kpreload"
-}
-
-var kernelOnce sync.Map
-
-// kernelTree returns the unpacked kernel (image, modules, headers), fetching it
-// through the project's own script when it is not there yet.
-func kernelTree(t testing.TB, kver string) string {
-	t.Helper()
-	root := filepath.Join(cacheRoot(), "kernels", kver)
-	once, _ := kernelOnce.LoadOrStore(kver, &sync.Once{})
-	once.(*sync.Once).Do(func() {
-		if _, err := os.Stat(filepath.Join(root, ".complete")); err == nil {
-			return
-		}
-		cmd := exec.Command(filepath.Join(repoRoot(t), "scripts", "kernels.sh"), kver)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("scripts/kernels.sh %s: %v\n%s", kver, err, out)
-		}
-	})
-	if _, err := os.Stat(filepath.Join(root, ".complete")); err != nil {
-		t.Fatalf("kernel %s is not unpacked at %s (scripts/kernels.sh failed earlier)", kver, root)
-	}
-	return root
-}
 
 var (
 	binOnce sync.Once
@@ -77,7 +39,7 @@ func binaries(t testing.TB) (initBin, rootInit string) {
 		}
 		for out, pkg := range map[string]string{"kpreload-init": "./initramfs/cmd/init", "kpreload-rootinit": "./initramfs/rootinit"} {
 			cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(binDir, out), pkg)
-			cmd.Dir = repoRoot(t)
+			cmd.Dir = testenv.RepoRoot(t)
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 			if b, err := cmd.CombinedOutput(); err != nil {
 				binErr = &buildErr{pkg: pkg, out: string(b), err: err}
@@ -108,8 +70,8 @@ func eduModule(t testing.TB, kver, version string) string {
 	if p, ok := eduBuilds.Load(key); ok {
 		return p.(string)
 	}
-	root := kernelTree(t, kver)
-	src := filepath.Join(repoRoot(t), "recipes", "testdriver")
+	root := testenv.KernelTree(t, kver)
+	src := filepath.Join(testenv.RepoRoot(t), "recipes", "testdriver")
 	work, err := os.MkdirTemp("", "kpreload-e2e-dkms-")
 	if err != nil {
 		t.Fatal(err)

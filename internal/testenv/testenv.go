@@ -1,0 +1,80 @@
+// Package testenv is what kpreload's tests share about their environment: the
+// repository root, the download cache, the unpacked Debian kernels (fetched
+// through the project's own script when missing) and static builds of the
+// project's binaries. Only tests import it.
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+)
+
+// root is the repository root: two levels above this file.
+var root = func() string {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return ""
+	}
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}()
+
+// RepoRoot returns the repository root (where go.mod is).
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("repository root not found from %q: %v", root, err)
+	}
+	return root
+}
+
+// CacheRoot returns $KPRELOAD_CACHE, default /var/cache/kpreload, where
+// scripts/ keep downloads and unpacked kernels.
+func CacheRoot() string {
+	if d := os.Getenv("KPRELOAD_CACHE"); d != "" {
+		return d
+	}
+	return "/var/cache/kpreload"
+}
+
+var kernelOnce sync.Map
+
+// KernelTree returns the root of an unpacked Debian kernel (boot/, lib/modules,
+// usr/src headers) under CacheRoot, running scripts/kernels.sh once when it is
+// not there yet; the test fails with the script's output if that fails.
+func KernelTree(t testing.TB, kver string) string {
+	t.Helper()
+	dir := filepath.Join(CacheRoot(), "kernels", kver)
+	complete := filepath.Join(dir, ".complete")
+	once, _ := kernelOnce.LoadOrStore(kver, &sync.Once{})
+	once.(*sync.Once).Do(func() {
+		if _, err := os.Stat(complete); err == nil {
+			return
+		}
+		cmd := exec.Command(filepath.Join(RepoRoot(t), "scripts", "kernels.sh"), kver)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("scripts/kernels.sh %s: %v\n%s", kver, err, out)
+		}
+	})
+	if _, err := os.Stat(complete); err != nil {
+		t.Fatalf("kernel %s is not unpacked at %s (scripts/kernels.sh failed earlier)", kver, dir)
+	}
+	return dir
+}
+
+// GoBuildStatic builds the package pkg (a path relative to the repository root,
+// such as ./cmd/kpreload) as a static binary named name in dir, and returns its path.
+func GoBuildStatic(t testing.TB, dir, name, pkg string) string {
+	t.Helper()
+	out := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, pkg)
+	cmd.Dir = RepoRoot(t)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return out
+}
