@@ -70,20 +70,7 @@ t0=$(date +%s%N)
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 log "bench-boot: kernel $kver, $runs runs per variant, load average $load_start, $(nproc) CPUs"
 
-# What mkinitramfs needs (its own dependencies, and busybox, which apt installs with
-# it by default as a Recommends and which Debian's initramfs then uses as its shell).
-need=(initramfs-tools-core udev klibc-utils busybox kmod cpio zstd)
-missing=()
-for p in "${need[@]}"; do
-  dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  log "installing ${missing[*]} (for mkinitramfs)"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2 || {
-    apt-get update -qq >&2 || warn "apt-get update reported errors"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
-  }
-fi
+ensure_packages "${MKINITRAMFS_PACKAGES[@]}"
 
 "$here/kernels.sh" "$kver"
 ktree="$KPRELOAD_CACHE/kernels/$kver"
@@ -132,22 +119,10 @@ log "building the root disk"
 uuid=5f1d2c3b-8a9e-4f70-b6d5-4c3b2a190807
 "$kp" rootdisk -o "$work/root.img" --uuid "$uuid" >"$work/logs/rootdisk.log" 2>&1 || fail "kpreload rootdisk failed" "$work/logs/rootdisk.log"
 
-# in_debian_ns CMD...: run CMD in a private mount namespace where /lib/modules/<kver> is
-# the unpacked kernel's module tree with the work directory's changes on top, and /boot
-# is the unpacked kernel's. CMD's wall time in ms goes to $work/debian/elapsed_ms.
+# in_debian_ns (lib.sh) runs mkinitramfs over the unpacked kernel in a private mount
+# namespace; its wall time in ms goes to $work/debian/elapsed_ms.
 export BENCH_KTREE=$ktree BENCH_LIBDIR=$libdir BENCH_UPPER=$work/debian/upper BENCH_OVL=$work/debian/ovl \
   BENCH_ELAPSED=$work/debian/elapsed_ms
-in_debian_ns() {
-  unshare --mount --propagation private bash -c '
-    set -euo pipefail
-    mount -t overlay kpreload-bench \
-      -o "lowerdir=$BENCH_KTREE/lib:$BENCH_LIBDIR,upperdir=$BENCH_UPPER,workdir=$BENCH_OVL" "$BENCH_LIBDIR"
-    mount --bind "$BENCH_KTREE/boot" /boot
-    start=$(date +%s%N)
-    "$@"
-    end=$(date +%s%N)
-    echo $(( (end - start) / 1000000 )) >"$BENCH_ELAPSED"' bench-ns "$@"
-}
 
 log "Debian: installing the test driver the way dkms does (updates/dkms + depmod), in the overlay"
 in_debian_ns bash -c "install -D -m 644 '$edu' /lib/modules/$kver/updates/dkms/kpreload_edu.ko &&

@@ -51,16 +51,8 @@ done
 [[ $runs =~ ^[1-9][0-9]*$ ]] || die "--runs '$runs': want a positive number"
 [ "$(id -u)" = 0 ] || die "run as root (mmdebstrap, mount namespaces for mkinitramfs)"
 
-# mkinitramfs and its dependencies (as scripts/bench-boot.sh), jq for the manifest.
-need=(initramfs-tools-core udev klibc-utils busybox kmod cpio zstd jq)
-missing=()
-for p in "${need[@]}"; do
-  dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  log "installing ${missing[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
-fi
+# mkinitramfs and its dependencies (lib.sh), jq for the manifest.
+ensure_packages "${MKINITRAMFS_PACKAGES[@]}" jq
 
 packer=$("$here/packer.sh" | tail -n1)
 "$here/kernels.sh" "$kver"
@@ -120,15 +112,7 @@ printf '{"kind":"size","name":"ci-testdriver.qcow2","bytes":%d}\n' "$(stat -c %s
 
 log "Debian initramfs: test driver installed as dkms does, mkinitramfs MODULES=most"
 "$here/build-testdriver.sh" "$kver" "$work/edu" >"$work/logs/testdriver.log" 2>&1 || fail "test driver build failed" "$work/logs/testdriver.log"
-export BENCH_KTREE=$ktree BENCH_LIBDIR=$libdir BENCH_UPPER=$work/debian/upper BENCH_OVL=$work/debian/ovl
-in_debian_ns() {
-  unshare --mount --propagation private bash -c '
-    set -euo pipefail
-    mount -t overlay kpreload-bench \
-      -o "lowerdir=$BENCH_KTREE/lib:$BENCH_LIBDIR,upperdir=$BENCH_UPPER,workdir=$BENCH_OVL" "$BENCH_LIBDIR"
-    mount --bind "$BENCH_KTREE/boot" /boot
-    "$@"' bench-ns "$@"
-}
+export BENCH_KTREE=$ktree BENCH_LIBDIR=$libdir BENCH_UPPER=$work/debian/upper BENCH_OVL=$work/debian/ovl  # for in_debian_ns (lib.sh)
 in_debian_ns bash -c "install -D -m 644 '$work/edu/kpreload_edu.ko' /lib/modules/$kver/updates/dkms/kpreload_edu.ko && depmod -a $kver" \
   >"$work/logs/dkms-install.log" 2>&1 || fail "installing the test driver in the overlay failed" "$work/logs/dkms-install.log"
 cp -a /etc/initramfs-tools "$work/debian/conf"

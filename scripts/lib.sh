@@ -15,3 +15,39 @@ fi
 log()  { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 warn() { printf 'warning: %s\n' "$*" >&2; }
 die()  { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# ensure_packages PKG...: apt-get install the packages that are not installed yet
+# (running apt-get update once if the first attempt fails). Needs root.
+ensure_packages() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
+  done
+  [ ${#missing[@]} -gt 0 ] || return 0
+  log "installing ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2 || {
+    apt-get update -qq >&2 || warn "apt-get update reported errors"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+  }
+}
+
+# What Debian's mkinitramfs needs (its own dependencies, and busybox, which apt installs
+# with it as a Recommends and which Debian's initramfs then uses as its shell).
+MKINITRAMFS_PACKAGES=(initramfs-tools-core udev klibc-utils busybox kmod cpio zstd)
+
+# in_debian_ns CMD...: run CMD in a private mount namespace where /lib/modules holds the
+# unpacked kernel's modules ($BENCH_KTREE/lib) with the changes in $BENCH_UPPER on top
+# (overlay, work dir $BENCH_OVL, over $BENCH_LIBDIR: /usr/lib on merged /usr) and /boot
+# is the unpacked kernel's, so mkinitramfs sees that kernel while the host stays as it
+# is. When $BENCH_ELAPSED is set, CMD's wall time in ms is written there.
+in_debian_ns() {
+  unshare --mount --propagation private bash -c '
+    set -euo pipefail
+    mount -t overlay kpreload-bench \
+      -o "lowerdir=$BENCH_KTREE/lib:$BENCH_LIBDIR,upperdir=$BENCH_UPPER,workdir=$BENCH_OVL" "$BENCH_LIBDIR"
+    mount --bind "$BENCH_KTREE/boot" /boot
+    start=$(date +%s%N)
+    "$@"
+    end=$(date +%s%N)
+    if [ -n "${BENCH_ELAPSED:-}" ]; then echo $(( (end - start) / 1000000 )) >"$BENCH_ELAPSED"; fi' bench-ns "$@"
+}
