@@ -51,3 +51,43 @@ in_debian_ns() {
     end=$(date +%s%N)
     if [ -n "${BENCH_ELAPSED:-}" ]; then echo $(( (end - start) / 1000000 )) >"$BENCH_ELAPSED"; fi' bench-ns "$@"
 }
+
+# apt_suite_opts SUITE: print (one per line) the apt-get/apt-cache -o options that read
+# Debian suite SUITE through kpreload's private apt configuration under
+# $KPRELOAD_CACHE/apt/SUITE (own sources list, lists, archive cache, empty dpkg status),
+# running apt-get update for it when its lists are missing or a day old. Prints nothing
+# for the default suite (bookworm: the host's sources, set up by deps.sh). The layout
+# and sources are builder/archive's (TestScriptMatchesArchive checks they agree); the
+# host's apt state is never touched.
+apt_suite_opts() {
+  local suite=$1 dir comps="main contrib non-free non-free-firmware" m=http://deb.debian.org/debian
+  [ -z "$suite" ] || [ "$suite" = bookworm ] && return 0
+  case "$suite" in trixie|forky|sid|unstable|experimental) ;; *) die "unknown Debian suite $suite: kpreload reads bookworm, trixie, forky, sid, unstable, experimental" ;; esac
+  dir="$KPRELOAD_CACHE/apt/$suite"
+  mkdir -p "$dir/sources.list.d" "$dir/preferences.d" "$dir/lists/partial" "$dir/cache/archives/partial"
+  local want
+  want="# kpreload's private apt configuration for $suite (never used to install)"$'\n'
+  case "$suite" in
+    sid|unstable) want+="deb $m sid $comps"$'\n' ;;
+    experimental) want+="deb $m sid $comps"$'\n'"deb $m experimental $comps"$'\n' ;;
+    *) want+="deb $m $suite $comps"$'\n'"deb $m $suite-updates $comps"$'\n'"deb http://deb.debian.org/debian-security $suite-security $comps"$'\n'"deb $m $suite-backports $comps"$'\n' ;;
+  esac
+  local changed=0
+  if [ "$(cat "$dir/sources.list" 2>/dev/null)"$'\n' != "$want" ]; then
+    printf '%s' "$want" >"$dir/sources.list.tmp" && mv "$dir/sources.list.tmp" "$dir/sources.list"
+    changed=1
+  fi
+  [ -f "$dir/status" ] || : >"$dir/status"
+  local opts=(-o "Dir::Etc::SourceList=$dir/sources.list" -o "Dir::Etc::SourceParts=$dir/sources.list.d"
+    -o "Dir::Etc::Preferences=$dir/preferences" -o "Dir::Etc::PreferencesParts=$dir/preferences.d"
+    -o "Dir::State::Lists=$dir/lists" -o "Dir::State::status=$dir/status" -o "Dir::Cache=$dir/cache"
+    -o "APT::Get::List-Cleanup=0" -o "Debug::NoLocking=1")
+  if [ "$changed" = 1 ] || [ -z "$(find "$dir/updated" -mmin -1440 2>/dev/null)" ]; then
+    local log="$KPRELOAD_CACHE/logs/apt-$suite.log"
+    mkdir -p "$KPRELOAD_CACHE/logs"
+    apt-get "${opts[@]}" update -q >"$log" 2>&1 || die "apt-get update of kpreload's $suite configuration failed (log: $log)"
+    ! grep -q '^Err:' "$log" || die "apt-get update of kpreload's $suite configuration could not read every source (log: $log)"
+    date -u +%FT%TZ >"$dir/updated"
+  fi
+  printf '%s\n' "${opts[@]}"
+}

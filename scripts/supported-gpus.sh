@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # supported-gpus.sh [RECIPE.yaml...]: fetch the supported-gpus.json that NVIDIA ships in
 # the Debian driver package each recipe names (its `supported-gpus: {package, path}`),
-# with apt-get download and dpkg -x (nothing is installed), into
+# with apt-get download and dpkg -x (nothing is installed) from the recipe's suite (its
+# top-level `suite:`, default bookworm; other suites through apt_suite_opts), into
 #   $KPRELOAD_CACHE/supported-gpus/<package>_<version>/supported-gpus.json   (uncompressed)
-# Default recipes: recipes/nvidia-*.yaml (nvidia-driver 535.261.03-1, nvidia-tesla-535-driver,
-# nvidia-tesla-470-driver). Idempotent: present files are kept; each file is written to a
+# Default recipes: recipes/nvidia-*.yaml (nvidia-driver 535.261.03-1 and 550.163.01-2,
+# nvidia-tesla-535/-470 drivers from bookworm, nvidia-tesla-550/-450 drivers from sid). Idempotent: present files are kept; each file is written to a
 # temporary name and renamed, so an interrupted run never leaves a half file.
 # Prints one line per package: <package>=<version> <path of supported-gpus.json>.
 set -euo pipefail
@@ -37,6 +38,8 @@ for recipe in "$@"; do
   [ -n "$path" ] || die "$recipe: supported-gpus.package is set but supported-gpus.path is not"
   [ -z "${done_pkgs[$spec]+x}" ] || continue
   done_pkgs[$spec]=1
+  suite=$(awk '/^suite:/ { sub(/^suite:[ \t]*/, ""); sub(/[ \t]+#.*$/, ""); gsub(/"/, ""); print; exit }' "$recipe")
+  mapfile -t apt_opts < <(apt_suite_opts "$suite")
   pkg=${spec%%=*}
   ver=${spec#*=}
   [ "$pkg" != "$spec" ] || die "$recipe: supported-gpus.package $spec: want PACKAGE=VERSION"
@@ -46,8 +49,8 @@ for recipe in "$@"; do
     # Debian file names drop the epoch and escape ':' as %3a; versions here have none.
     deb=$(ls "$debs/${pkg}_${ver}_"*.deb 2>/dev/null | head -n1 || true)
     if [ -z "$deb" ]; then
-      (cd "$debs" && apt-get download -q "$pkg=$ver" >&2) ||
-        die "apt-get download $pkg=$ver failed: is non-free enabled in the apt sources (scripts/deps.sh) and apt-get update run?"
+      (cd "$debs" && apt-get "${apt_opts[@]}" download -q "$pkg=$ver" >&2) ||
+        die "apt-get download $pkg=$ver (suite ${suite:-bookworm}) failed: is non-free enabled in the apt sources (scripts/deps.sh) and apt-get update run?"
       deb=$(ls "$debs/${pkg}_${ver}_"*.deb | head -n1)
     fi
     tmp=$(mktemp -d "$out/.tmp.XXXXXX")

@@ -231,7 +231,7 @@ func stagePackages(ctx context.Context, o StageOptions, root string, res *StageR
 		version := r.Driver.Version
 		for _, ref := range r.Userspace {
 			o.Progress.say("stage: userspace %s for %s %s", ref, r.Driver.Name, version)
-			deb, err := downloadDeb(ctx, ref, debs)
+			deb, err := downloadDeb(ctx, r, ref, debs, o.DownloadDir)
 			if err != nil {
 				return fmt.Errorf("recipe %s userspace: %w", r.Name, err)
 			}
@@ -248,7 +248,7 @@ func stagePackages(ctx context.Context, o StageOptions, root string, res *StageR
 			}
 			seenFW[ref] = true
 			o.Progress.say("stage: firmware %s", ref)
-			deb, err := downloadDeb(ctx, ref, debs)
+			deb, err := downloadDeb(ctx, r, ref, debs, o.DownloadDir)
 			if err != nil {
 				return fmt.Errorf("recipe %s firmware: %w", r.Name, err)
 			}

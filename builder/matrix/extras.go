@@ -81,7 +81,7 @@ func fetchSupportedGPUs(ctx context.Context, r *recipe.Recipe, downloads, dir st
 	if !ok {
 		return "", "", fmt.Errorf("recipe %s: supported-gpus.package %q is not name=version", r.Name, g.Package)
 	}
-	root, err := unpackPackage(ctx, downloads, name, version)
+	root, err := unpackPackage(ctx, r, downloads, name, version)
 	if err != nil {
 		return "", "", fmt.Errorf("recipe %s: supported-gpus: %w", r.Name, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/dkms"
 	"github.com/kpreload/kpreload/builder/recipe"
 )
@@ -43,13 +44,13 @@ type kernel struct {
 // prepareKernel makes sure kernel release is unpacked under
 // downloads/kernels/<release> (running script, scripts/kernels.sh, when it is
 // not) and reads what the cache key needs from its headers.
-func prepareKernel(ctx context.Context, release, downloads, script string) (*kernel, error) {
+func prepareKernel(ctx context.Context, release, suite, downloads, script string) (*kernel, error) {
 	root := filepath.Join(downloads, "kernels", release)
 	if _, err := os.Stat(filepath.Join(root, ".complete")); err != nil {
 		if script == "" {
 			return nil, fmt.Errorf("kernel %s is not unpacked in %s and no kernels.sh script is known: run scripts/kernels.sh %s", release, root, release)
 		}
-		if err := runKernelsScript(ctx, script, release, downloads); err != nil {
+		if err := runKernelsScript(ctx, script, release, suite, downloads); err != nil {
 			return nil, err
 		}
 	}
@@ -91,11 +92,16 @@ func prepareKernel(ctx context.Context, release, downloads, script string) (*ker
 	return k, nil
 }
 
-// runKernelsScript runs "script release" with KPRELOAD_CACHE=downloads. On
+// runKernelsScript runs "script [--suite S] release" with KPRELOAD_CACHE=downloads
+// (--suite for suites other than the default). On
 // cancellation the script's process group gets SIGTERM, so its EXIT trap
 // removes its temporary tree.
-func runKernelsScript(ctx context.Context, script, release, downloads string) error {
-	cmd := exec.CommandContext(ctx, script, release)
+func runKernelsScript(ctx context.Context, script, release, suite, downloads string) error {
+	args := []string{release}
+	if suite != "" && suite != archive.DefaultSuite {
+		args = []string{"--suite", suite, release}
+	}
+	cmd := exec.CommandContext(ctx, script, args...)
 	cmd.Env = append(os.Environ(), "KPRELOAD_CACHE="+downloads)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
@@ -157,7 +163,7 @@ var ErrUnknownKernel = errors.New("unknown kernel")
 // downloads/kernels or offered by the archive (lister), so a typo fails the
 // whole request at once, naming the kernels there are, instead of failing
 // every cell with a download error.
-func checkKernels(cells []Cell, downloads string, lister recipe.KernelLister) error {
+func checkKernels(cells []Cell, downloads string, lister recipe.KernelLister, suites map[string]string) error {
 	var missing []string
 	for _, c := range cells {
 		if slices.Contains(missing, c.Kernel) {
@@ -171,14 +177,29 @@ func checkKernels(cells []Cell, downloads string, lister recipe.KernelLister) er
 	if len(missing) == 0 {
 		return nil
 	}
-	avail, err := lister.Available()
-	if err != nil {
-		return fmt.Errorf("kernels %s are not unpacked in %s, and the archive cannot be asked: %w", strings.Join(missing, ", "), filepath.Join(downloads, "kernels"), err)
-	}
-	var unknown []string
+	var (
+		unknown []string
+		avail   []string
+	)
 	for _, k := range missing {
-		if !slices.Contains(avail, k) {
+		l := lister
+		if s := suites[k]; s != "" && s != archive.DefaultSuite {
+			sl, ok := lister.(recipe.SuiteLister)
+			if !ok {
+				return fmt.Errorf("kernel %s is in suite %s, which this lister cannot read", k, s)
+			}
+			var err error
+			if l, err = sl.InSuite(s); err != nil {
+				return err
+			}
+		}
+		a, err := l.Available()
+		if err != nil {
+			return fmt.Errorf("kernels %s are not unpacked in %s, and the archive cannot be asked: %w", strings.Join(missing, ", "), filepath.Join(downloads, "kernels"), err)
+		}
+		if !slices.Contains(a, k) {
 			unknown = append(unknown, k)
+			avail = a
 		}
 	}
 	if len(unknown) == 0 {

@@ -39,6 +39,11 @@ func cellKey(r *recipe.Recipe, src *source, k *kernel, x *extras) map[string]str
 		// signed with another key, never match a signed set.
 		"signing_key": x.signingKey(),
 	}
+	if src.patches != "" {
+		// Only patched recipes have the entry (the patched tree's digest is
+		// in source_sha256 too); the keys of the others stay what they were.
+		key["patches_sha256"] = src.patches
+	}
 	if x.gpusDigest != "" {
 		// Only recipes with a supported-GPU list have the entry, so the keys
 		// of the others stay what they were.

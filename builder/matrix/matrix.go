@@ -21,10 +21,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/dkms"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
@@ -141,8 +143,17 @@ const DefaultDownloadDir = "/var/cache/kpreload"
 // opts.RecipeKernels entry, else opts.Kernels, else its matrix), in recipe
 // order then kernel order, each cell once.
 func Cells(opts Options) ([]Cell, error) {
+	cells, _, err := cellsAndSuites(opts)
+	return cells, err
+}
+
+// cellsAndSuites is Cells that also says which Debian suite carries each
+// kernel: the one its recipe's matrix found it in, else the suite its
+// release names (archive.KernelSuite).
+func cellsAndSuites(opts Options) ([]Cell, map[string]string, error) {
 	var cells []Cell
 	seen := map[Cell]bool{}
+	suites := map[string]string{}
 	for _, r := range opts.Recipes {
 		kernels, only := opts.RecipeKernels[r]
 		if !only {
@@ -153,12 +164,20 @@ func Cells(opts Options) ([]Cell, error) {
 			if lister == nil {
 				lister = recipe.AptKernels()
 			}
-			var err error
-			if kernels, err = r.ResolveKernels(lister); err != nil {
-				return nil, fmt.Errorf("kernel matrix: %w", err)
+			found, err := r.ResolveKernelSuites(lister)
+			if err != nil {
+				return nil, nil, fmt.Errorf("kernel matrix: %w", err)
 			}
+			for rel, suite := range found {
+				kernels = append(kernels, rel)
+				suites[rel] = suite
+			}
+			slices.SortFunc(kernels, recipe.CompareReleases)
 		}
 		for _, k := range kernels {
+			if _, ok := suites[k]; !ok {
+				suites[k] = archive.KernelSuite(k)
+			}
 			c := Cell{Recipe: r, Kernel: k}
 			if !seen[c] {
 				seen[c] = true
@@ -166,7 +185,7 @@ func Cells(opts Options) ([]Cell, error) {
 			}
 		}
 	}
-	return cells, nil
+	return cells, suites, nil
 }
 
 // Run builds every cell of the matrix and returns one Result per cell, in
@@ -180,14 +199,14 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	if opts.CacheDir == "" {
 		return nil, errors.New("build: no cache directory")
 	}
-	cells, err := Cells(opts)
+	cells, suites, err := cellsAndSuites(opts)
 	if err != nil {
 		return nil, fmt.Errorf("build: %w", err)
 	}
 	if len(cells) == 0 {
 		return nil, errors.New("build: the request has no cells (no kernels)")
 	}
-	r := &runner{opts: opts, driver: opts.Driver}
+	r := &runner{opts: opts, driver: opts.Driver, suites: suites}
 	r.downloads = opts.DownloadDir
 	if r.downloads == "" {
 		if r.downloads = os.Getenv("KPRELOAD_CACHE"); r.downloads == "" {
@@ -198,7 +217,7 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	if lister == nil {
 		lister = recipe.AptKernels()
 	}
-	if err := checkKernels(cells, r.downloads, lister); err != nil {
+	if err := checkKernels(cells, r.downloads, lister, suites); err != nil {
 		return nil, fmt.Errorf("build: %w", err)
 	}
 	if r.store, err = store.Open(opts.CacheDir); err != nil {
@@ -293,6 +312,7 @@ type runner struct {
 	driver                 dkms.Driver
 	downloads, logDir, tmp string
 	script                 string
+	suites                 map[string]string
 	makeJobs               int
 	progressMu             sync.Mutex
 	sources                onceMap[*source]
@@ -359,7 +379,7 @@ func (r *runner) runCell(ctx context.Context, i int, c Cell) Result {
 		return fail(err)
 	}
 	k, err := r.kernels.get(c.Kernel, func() (*kernel, error) {
-		return prepareKernel(ctx, c.Kernel, r.downloads, r.script)
+		return prepareKernel(ctx, c.Kernel, r.suites[c.Kernel], r.downloads, r.script)
 	})
 	if err != nil {
 		return fail(err)

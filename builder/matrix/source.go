@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/recipe"
 )
 
@@ -24,11 +25,16 @@ type source struct {
 	digest string
 	// confDigest is the SHA-256 of dir/dkms.conf.
 	confDigest string
+	// patches is the digest of the recipe's patches ("" without patches).
+	patches string
 }
 
-// prepareSource finds or unpacks the DKMS source of r and digests it. A
-// Source.Dir is used in place; a Source.Package is downloaded into
-// downloads/debs and unpacked into downloads/sources/<name>_<version>.
+// prepareSource finds or unpacks the DKMS source of r, applies its patches
+// and digests it. A Source.Dir is used in place; a Source.Package is
+// downloaded from the recipe's suite into downloads/debs and unpacked into
+// downloads/sources/<name>_<version>. With patches, the tree is copied to
+// downloads/sources/<tree>+patched-<digest of the patches> and patched there
+// (see applyPatches); the original stays untouched.
 func prepareSource(ctx context.Context, r *recipe.Recipe, downloads string) (*source, error) {
 	dir := r.SourceDir()
 	if dir == "" {
@@ -36,11 +42,18 @@ func prepareSource(ctx context.Context, r *recipe.Recipe, downloads string) (*so
 		if !ok {
 			return nil, fmt.Errorf("recipe %s: source.package %q is not name=version", r.Name, r.Source.Package)
 		}
-		root, err := unpackPackage(ctx, downloads, name, version)
+		root, err := unpackPackage(ctx, r, downloads, name, version)
 		if err != nil {
 			return nil, fmt.Errorf("recipe %s: %w", r.Name, err)
 		}
 		dir = filepath.Join(root, r.Source.Path)
+	}
+	var patches string
+	if len(r.Patches) > 0 {
+		var err error
+		if dir, patches, err = applyPatches(ctx, r, dir, filepath.Join(downloads, "sources")); err != nil {
+			return nil, fmt.Errorf("recipe %s: %w", r.Name, err)
+		}
 	}
 	conf, err := fileDigest(filepath.Join(dir, "dkms.conf"))
 	if err != nil {
@@ -50,80 +63,80 @@ func prepareSource(ctx context.Context, r *recipe.Recipe, downloads string) (*so
 	if err != nil {
 		return nil, fmt.Errorf("recipe %s: %w", r.Name, err)
 	}
-	return &source{dir: dir, digest: digest, confDigest: conf}, nil
+	return &source{dir: dir, digest: digest, confDigest: conf, patches: patches}, nil
 }
 
-// debVersion is how apt spells a version in a .deb file name (":" as "%3a").
-func debVersion(version string) string { return strings.ReplaceAll(version, ":", "%3a") }
+// recipeArchive returns the archive of the recipe's suite.
+func recipeArchive(r *recipe.Recipe, downloads string) (*archive.Archive, error) {
+	a, err := archive.New(r.Suite, downloads)
+	if err != nil {
+		return nil, fmt.Errorf("recipe %s: %w", r.Name, err)
+	}
+	return a, nil
+}
 
 // unpackPackage returns downloads/sources/<name>_<version>, the package's
-// contents unpacked with dpkg -x. It downloads the .deb first when
-// downloads/debs does not have it. The tree is unpacked into a temporary
-// directory and renamed into place, so it is either complete or absent.
-func unpackPackage(ctx context.Context, downloads, name, version string) (string, error) {
-	sources := filepath.Join(downloads, "sources")
-	dest := filepath.Join(sources, name+"_"+debVersion(version))
-	if _, err := os.Stat(dest); err == nil {
-		return dest, nil
-	}
-	deb, err := downloadDeb(ctx, filepath.Join(downloads, "debs"), name, version)
+// contents unpacked with dpkg -x, fetched from the recipe's suite (see
+// archive.Archive.Unpack: complete or absent).
+func unpackPackage(ctx context.Context, r *recipe.Recipe, downloads, name, version string) (string, error) {
+	a, err := recipeArchive(r, downloads)
 	if err != nil {
 		return "", err
 	}
-	if err := os.MkdirAll(sources, 0o755); err != nil {
-		return "", fmt.Errorf("unpack %s: %w", deb, err)
-	}
-	tmp, err := os.MkdirTemp(sources, ".tmp-"+name+"-")
-	if err != nil {
-		return "", fmt.Errorf("unpack %s: %w", deb, err)
-	}
-	defer os.RemoveAll(tmp) // a no-op once renamed
-	if out, err := exec.CommandContext(ctx, "dpkg", "-x", deb, tmp).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("dpkg -x %s: %w: %s", deb, err, strings.TrimSpace(string(out)))
-	}
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return "", fmt.Errorf("unpack %s: %w", deb, err)
-	}
-	if err := os.Rename(tmp, dest); err != nil {
-		// Another build may have unpacked it meanwhile.
-		if _, statErr := os.Stat(dest); statErr == nil {
-			return dest, nil
-		}
-		return "", fmt.Errorf("unpack %s: %w", deb, err)
-	}
-	return dest, nil
+	return a.Unpack(ctx, name, version, filepath.Join(downloads, "debs"), filepath.Join(downloads, "sources"))
 }
 
-// downloadDeb returns debs/<name>_<version>_<arch>.deb, fetching it with
-// "apt-get download name=version" when it is not there. apt-get runs in a
-// temporary directory and the .deb is renamed into place.
-func downloadDeb(ctx context.Context, debs, name, version string) (string, error) {
-	pattern := filepath.Join(debs, name+"_"+debVersion(version)+"_*.deb")
-	if found, _ := filepath.Glob(pattern); len(found) > 0 {
-		return found[0], nil
+// applyPatches copies the source tree dir to
+// sources/<base>+patched-<digest> (once; complete or absent) and applies
+// the recipe's patches there in order with "patch -p1 --forward --batch".
+// It returns the patched tree and the digest of the patches (the SHA-256 of
+// each patch's name and contents, in order), which is part of the cell's
+// content key. A patch that does not apply fails the recipe, naming it.
+func applyPatches(ctx context.Context, r *recipe.Recipe, dir, sources string) (string, string, error) {
+	h := sha256.New()
+	for _, p := range r.Patches {
+		data, err := os.ReadFile(r.Path(p))
+		if err != nil {
+			return "", "", fmt.Errorf("patches: %w", err)
+		}
+		sum := sha256.Sum256(data)
+		fmt.Fprintf(h, "%s\x00%x\x00", p, sum)
 	}
-	if err := os.MkdirAll(debs, 0o755); err != nil {
-		return "", fmt.Errorf("download %s=%s: %w", name, version, err)
+	digest := hex.EncodeToString(h.Sum(nil))
+	dest := filepath.Join(sources, filepath.Base(filepath.Dir(dir))+"_"+filepath.Base(dir)+"+patched-"+digest[:16])
+	if _, err := os.Stat(dest); err == nil {
+		return dest, digest, nil
 	}
-	tmp, err := os.MkdirTemp(debs, ".tmp-download-")
+	if err := os.MkdirAll(sources, 0o755); err != nil {
+		return "", "", fmt.Errorf("patches: %w", err)
+	}
+	tmp, err := os.MkdirTemp(sources, ".tmp-patched-")
 	if err != nil {
-		return "", fmt.Errorf("download %s=%s: %w", name, version, err)
+		return "", "", fmt.Errorf("patches: %w", err)
 	}
-	defer os.RemoveAll(tmp)
-	cmd := exec.CommandContext(ctx, "apt-get", "download", "-q", name+"="+version)
-	cmd.Dir = tmp
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("apt-get download %s=%s (is the package's archive component, such as non-free, in the apt sources?): %w: %s", name, version, err, strings.TrimSpace(string(out)))
+	defer os.RemoveAll(tmp) // a no-op once renamed
+	work := filepath.Join(tmp, "src")
+	if out, err := exec.CommandContext(ctx, "cp", "-a", dir, work).CombinedOutput(); err != nil {
+		return "", "", fmt.Errorf("patches: copy %s: %w: %s", dir, err, strings.TrimSpace(string(out)))
 	}
-	got, _ := filepath.Glob(filepath.Join(tmp, "*.deb"))
-	if len(got) != 1 {
-		return "", fmt.Errorf("apt-get download %s=%s left %d .deb files, want 1", name, version, len(got))
+	for _, p := range r.Patches {
+		file, err := filepath.Abs(r.Path(p))
+		if err != nil {
+			return "", "", fmt.Errorf("patches: %w", err)
+		}
+		cmd := exec.CommandContext(ctx, "patch", "-p1", "--forward", "--batch", "--no-backup-if-mismatch", "-i", file)
+		cmd.Dir = work
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", "", fmt.Errorf("patch %s does not apply to %s: %w: %s", r.Path(p), dir, err, strings.TrimSpace(string(out)))
+		}
 	}
-	dest := filepath.Join(debs, filepath.Base(got[0]))
-	if err := os.Rename(got[0], dest); err != nil {
-		return "", fmt.Errorf("download %s=%s: %w", name, version, err)
+	if err := os.Rename(work, dest); err != nil {
+		if _, statErr := os.Stat(dest); statErr == nil {
+			return dest, digest, nil
+		}
+		return "", "", fmt.Errorf("patches: %w", err)
 	}
-	return dest, nil
+	return dest, digest, nil
 }
 
 // treeDigest returns the hex SHA-256 of the tree at dir: for every entry in

@@ -3,12 +3,14 @@ package recipe
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/kpreload/kpreload/builder/archive"
 )
 
 // KernelLister lists the kernel releases that can be built for.
@@ -23,44 +25,87 @@ type ListerFunc func() ([]string, error)
 // Available calls f.
 func (f ListerFunc) Available() ([]string, error) { return f() }
 
-// AptLister lists the kernels of the configured apt archive: the releases
-// for which both linux-image-<release> and linux-headers-<release> exist
-// (DKMS needs the headers, the image boots), leaving out the -unsigned and
-// -dbg variants and the metapackages. It asks apt once and remembers the
-// answer; make a new lister to ask again.
-type AptLister struct {
-	// AptCache is the apt-cache program; "" means "apt-cache" on $PATH.
-	AptCache string
-
-	mu    sync.Mutex
-	cache []string
+// SuiteLister is a KernelLister that can also list the kernels of other
+// Debian suites (recipes and selectors that name a suite).
+type SuiteLister interface {
+	KernelLister
+	// InSuite returns the lister of suite ("" is the default suite).
+	InSuite(suite string) (KernelLister, error)
 }
 
-// AptKernels returns the real lister, backed by apt-cache.
-func AptKernels() KernelLister { return &AptLister{} }
+// AptLister lists the kernels of a Debian suite through builder/archive (the
+// host's apt sources for the default suite, kpreload's private apt
+// configuration for the others): the releases for which both
+// linux-image-<release> and linux-headers-<release> exist (DKMS needs the
+// headers, the image boots), leaving out the -unsigned and -dbg variants and
+// the metapackages. It asks apt once per suite and remembers the answer;
+// make a new lister to ask again.
+type AptLister struct {
+	// Suite is the suite listed by Available ("" is archive.DefaultSuite).
+	Suite string
+	// Cache holds private apt configurations ("" is archive.DefaultCache()).
+	Cache string
 
-// Available runs "apt-cache search --names-only" for linux-image and
-// linux-headers packages and returns the releases that have both, sorted.
+	mu     sync.Mutex
+	cache  []string
+	suites map[string]*AptLister
+}
+
+// AptKernels returns the real lister of the default suite, backed by apt;
+// its InSuite lists other suites.
+func AptKernels() SuiteLister { return &AptLister{} }
+
+// InSuite returns the lister of suite, sharing this one's cache directory.
+func (a *AptLister) InSuite(suite string) (KernelLister, error) {
+	if suite == "" {
+		suite = archive.DefaultSuite
+	}
+	own := a.Suite
+	if own == "" {
+		own = archive.DefaultSuite
+	}
+	if suite == own {
+		return a, nil
+	}
+	if err := archive.CheckSuite(suite); err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.suites == nil {
+		a.suites = map[string]*AptLister{}
+	}
+	l, ok := a.suites[suite]
+	if !ok {
+		l = &AptLister{Suite: suite, Cache: a.Cache}
+		a.suites[suite] = l
+	}
+	return l, nil
+}
+
+// Available asks the suite's archive for linux-image and linux-headers
+// packages and returns the releases that have both, sorted.
 func (a *AptLister) Available() ([]string, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.cache != nil {
 		return slices.Clone(a.cache), nil
 	}
-	prog := a.AptCache
-	if prog == "" {
-		prog = "apt-cache"
+	cache := a.Cache
+	if cache == "" {
+		cache = archive.DefaultCache()
 	}
-	cmd := exec.Command(prog, "search", "--names-only", `^linux-(image|headers)-[0-9]`)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	arc, err := archive.New(a.Suite, cache)
 	if err != nil {
-		return nil, fmt.Errorf("list kernels with %s search: %w: %s", prog, err, strings.TrimSpace(stderr.String()))
+		return nil, err
 	}
-	rels := parseAptKernels(out)
+	names, err := arc.Search(context.Background(), `^linux-(image|headers)-[0-9]`)
+	if err != nil {
+		return nil, fmt.Errorf("list kernels: %w", err)
+	}
+	rels := parseAptKernels([]byte(strings.Join(names, "\n")))
 	if len(rels) == 0 {
-		return nil, fmt.Errorf("apt-cache knows no linux-image/linux-headers pairs: run apt-get update (scripts/deps.sh sets up the apt sources)")
+		return nil, fmt.Errorf("suite %s: apt knows no linux-image/linux-headers pairs: run apt-get update (scripts/deps.sh sets up the apt sources)", arc.Suite)
 	}
 	a.cache = rels
 	return slices.Clone(rels), nil
@@ -105,7 +150,7 @@ func parseAptKernels(out []byte) []string {
 // releases of its series and flavour (fewer if fewer exist, an error if none).
 // The result is deduplicated and sorted oldest first.
 func (m Matrix) Resolve(l KernelLister) ([]string, error) {
-	rels, errs := m.resolve(l)
+	found, errs := m.resolve(l, "")
 	if len(errs) > 0 {
 		var joined []error
 		for _, e := range errs {
@@ -113,13 +158,25 @@ func (m Matrix) Resolve(l KernelLister) ([]string, error) {
 		}
 		return nil, errors.Join(joined...)
 	}
-	return rels, nil
+	return releasesOf(found), nil
 }
 
 // ResolveKernels resolves the recipe's kernel matrix (see Matrix.Resolve);
 // errors name the recipe file, the line and the field.
 func (r *Recipe) ResolveKernels(l KernelLister) ([]string, error) {
-	rels, errs := r.Kernels.resolve(l)
+	found, err := r.ResolveKernelSuites(l)
+	if err != nil {
+		return nil, err
+	}
+	return releasesOf(found), nil
+}
+
+// ResolveKernelSuites is ResolveKernels that also says which suite carries
+// each release (the suite to fetch it from): selectors look in their own
+// suite, explicit releases in the default suite, then the recipe's suite,
+// then the selectors' suites.
+func (r *Recipe) ResolveKernelSuites(l KernelLister) (map[string]string, error) {
+	found, errs := r.Kernels.resolve(l, r.Suite)
 	if len(errs) > 0 {
 		joined := make([]error, 0, len(errs))
 		for _, e := range errs {
@@ -131,54 +188,152 @@ func (r *Recipe) ResolveKernels(l KernelLister) ([]string, error) {
 		}
 		return nil, errors.Join(joined...)
 	}
-	return rels, nil
+	return found, nil
 }
 
-// resolve does Resolve's work; errors carry the field within the matrix.
-func (m Matrix) resolve(l KernelLister) ([]string, []*Error) {
-	avail, err := l.Available()
-	if err != nil {
-		return nil, []*Error{{Msg: fmt.Sprintf("list available kernels: %v", err)}}
+// releasesOf returns the releases of a release->suite map, oldest first.
+func releasesOf(found map[string]string) []string {
+	out := make([]string, 0, len(found))
+	for rel := range found {
+		out = append(out, rel)
 	}
-	parsed := map[string]Release{}
-	for _, a := range avail {
-		if rel, err := ParseRelease(a); err == nil {
-			parsed[a] = rel
+	slices.SortFunc(out, CompareReleases)
+	return out
+}
+
+// suiteName spells the default suite "" as its name.
+func suiteName(s string) string {
+	if s == "" {
+		return archive.DefaultSuite
+	}
+	return s
+}
+
+// resolve does Resolve's work: it returns release -> suite; errors carry the
+// field within the matrix. recipeSuite is the recipe's own suite ("" if none).
+func (m Matrix) resolve(l KernelLister, recipeSuite string) (map[string]string, []*Error) {
+	// The suites to look in, in order, and what each carries.
+	order := []string{archive.DefaultSuite}
+	for _, s := range append([]string{recipeSuite}, selectorSuites(m.Select)...) {
+		if s = suiteName(s); !slices.Contains(order, s) {
+			order = append(order, s)
 		}
 	}
-	var (
-		out  []string
-		errs []*Error
-	)
+	parsed := map[string]map[string]Release{}
+	var errs []*Error
+	listed := func(suite string) (map[string]Release, *Error) {
+		if p, ok := parsed[suite]; ok {
+			return p, nil
+		}
+		lister := l
+		if suite != archive.DefaultSuite {
+			sl, ok := l.(SuiteLister)
+			if !ok {
+				return nil, &Error{Msg: fmt.Sprintf("cannot list the kernels of suite %s with this lister", suite)}
+			}
+			var err error
+			if lister, err = sl.InSuite(suite); err != nil {
+				return nil, &Error{Msg: err.Error()}
+			}
+		}
+		avail, err := lister.Available()
+		if err != nil {
+			if suite == archive.DefaultSuite {
+				return nil, &Error{Msg: fmt.Sprintf("list available kernels: %v", err)}
+			}
+			return nil, &Error{Msg: fmt.Sprintf("list available %s kernels: %v", suite, err)}
+		}
+		p := map[string]Release{}
+		for _, a := range avail {
+			if rel, err := ParseRelease(a); err == nil {
+				p[a] = rel
+			}
+		}
+		parsed[suite] = p
+		return p, nil
+	}
+	out := map[string]string{}
 	for i, want := range m.Releases {
-		if _, ok := parsed[want]; ok {
-			out = append(out, want)
-			continue
+		var (
+			where  string
+			seen   []string
+			failed bool
+		)
+		for _, suite := range order {
+			p, e := listed(suite)
+			if e != nil {
+				if suite == archive.DefaultSuite || suite == suiteName(recipeSuite) {
+					e.Field = fmt.Sprintf("releases[%d]", i)
+					errs = append(errs, e)
+					failed = true
+				}
+				continue
+			}
+			if _, ok := p[want]; ok {
+				where = suite
+				break
+			}
+			if rel, err := ParseRelease(want); err == nil {
+				in := ""
+				if len(order) > 1 {
+					in = " in " + suite
+				}
+				seen = append(seen, fmt.Sprintf("available %s kernels%s: %s", rel.Flavor, in, listOrNone(matching(p, "", rel.Flavor))))
+			}
 		}
-		msg := fmt.Sprintf("kernel %s is not available", want)
-		if rel, err := ParseRelease(want); err == nil {
-			msg += fmt.Sprintf("; available %s kernels: %s", rel.Flavor, listOrNone(matching(parsed, "", rel.Flavor)))
-		} else {
-			msg += "; " + err.Error()
+		switch {
+		case where != "":
+			out[want] = where
+		case failed:
+		default:
+			msg := fmt.Sprintf("kernel %s is not available", want)
+			if _, err := ParseRelease(want); err == nil {
+				msg += "; " + strings.Join(seen, "; ")
+			} else {
+				msg += "; " + err.Error()
+			}
+			errs = append(errs, &Error{Field: fmt.Sprintf("releases[%d]", i), Msg: msg})
 		}
-		errs = append(errs, &Error{Field: fmt.Sprintf("releases[%d]", i), Msg: msg})
 	}
 	for i, s := range m.Select {
-		got := matching(parsed, s.Series, s.Flavor)
+		suite := suiteName(s.Suite)
+		p, e := listed(suite)
+		if e != nil {
+			e.Field = fmt.Sprintf("select[%d]", i)
+			errs = append(errs, e)
+			continue
+		}
+		got := matching(p, s.Series, s.Flavor)
 		if len(got) == 0 {
-			errs = append(errs, &Error{Field: fmt.Sprintf("select[%d]", i), Msg: fmt.Sprintf("%s: no such kernel is available; available %s kernels: %s", s, s.Flavor, listOrNone(matching(parsed, "", s.Flavor)))})
+			in := ""
+			if s.Suite != "" {
+				in = " in " + suite
+			}
+			errs = append(errs, &Error{Field: fmt.Sprintf("select[%d]", i), Msg: fmt.Sprintf("%s: no such kernel is available; available %s kernels%s: %s", s, s.Flavor, in, listOrNone(matching(p, "", s.Flavor)))})
 			continue
 		}
 		if s.Newest >= 1 && len(got) > s.Newest {
 			got = got[len(got)-s.Newest:]
 		}
-		out = append(out, got...)
+		for _, rel := range got {
+			if _, ok := out[rel]; !ok {
+				out[rel] = suite
+			}
+		}
 	}
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	slices.SortFunc(out, CompareReleases)
-	return slices.Compact(out), nil
+	return out, nil
+}
+
+// selectorSuites returns the suites the selectors name.
+func selectorSuites(sel []Selector) []string {
+	var out []string
+	for _, s := range sel {
+		out = append(out, s.Suite)
+	}
+	return out
 }
 
 // matching returns the releases of a series ("" for any) and flavour, oldest first.

@@ -57,6 +57,14 @@ type Recipe struct {
 	Signing *Signing `yaml:"signing"`
 	// Kernels is the kernel matrix to build for.
 	Kernels Matrix `yaml:"kernels"`
+	// Suite is the Debian suite the recipe's packages (source, firmware,
+	// userspace, supported-gpus) come from, such as "trixie"; "" means
+	// archive.DefaultSuite (bookworm).
+	Suite string `yaml:"suite"`
+	// Patches are patch files (relative to the recipe file, inside its
+	// directory) applied with "patch -p1" to a copy of the DKMS source
+	// before dkms runs, in order. They are part of every cell's content key.
+	Patches []string `yaml:"patches"`
 
 	// lines maps field paths ("kernels.select[0].newest") to the line where
 	// they appear in File; Validate and ResolveKernels use it to locate problems.
@@ -122,11 +130,18 @@ type Selector struct {
 	Flavor string `yaml:"flavor"`
 	// Newest is how many of the newest releases to take (at least 1).
 	Newest int `yaml:"newest"`
+	// Suite is the Debian suite whose kernels are listed, such as "trixie";
+	// "" means archive.DefaultSuite (bookworm, with bookworm-backports).
+	Suite string `yaml:"suite"`
 }
 
 // String describes the selector, such as "newest 3 of 6.1 cloud-amd64".
 func (s Selector) String() string {
-	return fmt.Sprintf("newest %d of %s %s", s.Newest, s.Series, s.Flavor)
+	str := fmt.Sprintf("newest %d of %s %s", s.Newest, s.Series, s.Flavor)
+	if s.Suite != "" {
+		str += " in " + s.Suite
+	}
+	return str
 }
 
 // Load reads, strictly decodes and validates the recipe at path. Errors name

@@ -1,6 +1,7 @@
 package recipe
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kpreload/kpreload/builder/archive"
 )
 
 const recipesDir = "../../recipes"
@@ -28,14 +31,18 @@ func TestShippedRecipes(t *testing.T) {
 		}
 	}
 	want := []struct {
-		name, version, flavor, pkg, path string
+		name, version, flavor, pkg, path, suite string
 	}{
-		{"nvidia-535", "535.261.03", FlavorProprietary, "nvidia-kernel-dkms=535.261.03-1", "usr/src/nvidia-current-535.261.03"},
-		{"nvidia-535-open", "535.261.03", FlavorOpen, "nvidia-open-kernel-dkms=535.261.03-1", "usr/src/nvidia-current-open-535.261.03"},
-		{"nvidia-tesla-535", "535.216.03", FlavorProprietary, "nvidia-tesla-535-kernel-dkms=535.216.03-3~deb12u1", "usr/src/nvidia-tesla-535-535.216.03"},
-		{"nvidia-tesla-470", "470.256.02", FlavorProprietary, "nvidia-tesla-470-kernel-dkms=470.256.02-1~deb12u1", "usr/src/nvidia-tesla-470-470.256.02"},
-		{"testdriver", "1.0.0", FlavorOpen, "", ""},
-		{"testdriver-2", "2.0.0", FlavorOpen, "", ""},
+		{"nvidia-535", "535.261.03", FlavorProprietary, "nvidia-kernel-dkms=535.261.03-1", "usr/src/nvidia-current-535.261.03", ""},
+		{"nvidia-535-open", "535.261.03", FlavorOpen, "nvidia-open-kernel-dkms=535.261.03-1", "usr/src/nvidia-current-open-535.261.03", ""},
+		{"nvidia-tesla-535", "535.216.03", FlavorProprietary, "nvidia-tesla-535-kernel-dkms=535.216.03-3~deb12u1", "usr/src/nvidia-tesla-535-535.216.03", ""},
+		{"nvidia-tesla-470", "470.256.02", FlavorProprietary, "nvidia-tesla-470-kernel-dkms=470.256.02-1~deb12u1", "usr/src/nvidia-tesla-470-470.256.02", ""},
+		{"nvidia-550", "550.163.01", FlavorProprietary, "nvidia-kernel-dkms=550.163.01-2", "usr/src/nvidia-current-550.163.01", "trixie"},
+		{"nvidia-550-open", "550.163.01", FlavorOpen, "nvidia-open-kernel-dkms=550.163.01-2", "usr/src/nvidia-current-open-550.163.01", "trixie"},
+		{"nvidia-tesla-550", "550.54.15", FlavorProprietary, "nvidia-tesla-550-kernel-dkms=550.54.15-5", "usr/src/nvidia-tesla-550-550.54.15", "sid"},
+		{"nvidia-tesla-450", "450.248.02", FlavorProprietary, "nvidia-tesla-450-kernel-dkms=450.248.02-14", "usr/src/nvidia-tesla-450-450.248.02", "sid"},
+		{"testdriver", "1.0.0", FlavorOpen, "", "", ""},
+		{"testdriver-2", "2.0.0", FlavorOpen, "", "", ""},
 	}
 	for _, w := range want {
 		r, ok := byName[w.name]
@@ -43,9 +50,12 @@ func TestShippedRecipes(t *testing.T) {
 			t.Errorf("recipe %s is missing from %s", w.name, recipesDir)
 			continue
 		}
-		if r.Driver.Version != w.version || r.Flavor != w.flavor || r.Source.Package != w.pkg || r.Source.Path != w.path {
-			t.Errorf("%s: version %q flavor %q source %q path %q, want %q %q %q %q", w.name,
-				r.Driver.Version, r.Flavor, r.Source.Package, r.Source.Path, w.version, w.flavor, w.pkg, w.path)
+		if r.Driver.Version != w.version || r.Flavor != w.flavor || r.Source.Package != w.pkg || r.Source.Path != w.path || r.Suite != w.suite {
+			t.Errorf("%s: version %q flavor %q source %q path %q suite %q, want %q %q %q %q %q", w.name,
+				r.Driver.Version, r.Flavor, r.Source.Package, r.Source.Path, r.Suite, w.version, w.flavor, w.pkg, w.path, w.suite)
+		}
+		if r.Flavor == FlavorOpen && r.Source.Package != "" && !slices.Contains(r.Patches, "patches/nvidia-open-pci-resize-resource.patch") {
+			t.Errorf("%s: patches %v, want the pci_resize_resource conftest patch", w.name, r.Patches)
 		}
 		if r.Source.Package == "" {
 			continue
@@ -63,7 +73,11 @@ func TestShippedRecipes(t *testing.T) {
 		if r.SupportedGPUs == nil || UpstreamVersion(pinVersion(r.SupportedGPUs.Package)) != r.Driver.Version {
 			t.Errorf("%s: supported-gpus %+v, want a package of version %s", r.Name, r.SupportedGPUs, r.Driver.Version)
 		}
-		if want := []string{"nvidia", "nvidia-modeset", "nvidia-drm", "nvidia-uvm", "nvidia-peermem"}; !slices.Equal(r.Modules, want) {
+		want := []string{"nvidia", "nvidia-modeset", "nvidia-drm", "nvidia-uvm", "nvidia-peermem"}
+		if r.Name == "nvidia-tesla-450" {
+			want = want[:4] // the 450 branch has no nvidia-peermem
+		}
+		if !slices.Equal(r.Modules, want) {
 			t.Errorf("%s: modules %v, want %v", r.Name, r.Modules, want)
 		}
 	}
@@ -81,7 +95,18 @@ func TestShippedRecipes(t *testing.T) {
 		}
 	}
 	if open := byName["nvidia-535-open"]; open != nil && !slices.Contains(open.Kernels.Releases, "6.12.117+deb12-cloud-amd64") {
-		t.Errorf("nvidia-535-open kernels %v, want the failing 6.12.117+deb12-cloud-amd64 cell requested", open.Kernels.Releases)
+		t.Errorf("nvidia-535-open kernels %v, want 6.12.117+deb12-cloud-amd64 (needs the patch) requested", open.Kernels.Releases)
+	}
+	// The new branches build for the newest 6.1, bookworm-backports 6.12 and trixie kernels.
+	for _, name := range []string{"nvidia-550", "nvidia-550-open", "nvidia-tesla-550", "nvidia-tesla-450"} {
+		r := byName[name]
+		if r == nil {
+			continue
+		}
+		want := []Selector{{Series: "6.1", Flavor: "cloud-amd64", Newest: 1}, {Series: "6.12", Flavor: "cloud-amd64", Newest: 1}, {Series: "6.12", Flavor: "cloud-amd64", Newest: 1, Suite: "trixie"}}
+		if !slices.Equal(r.Kernels.Select, want) {
+			t.Errorf("%s kernels %+v, want %+v", name, r.Kernels.Select, want)
+		}
 	}
 	if nv := byName["nvidia-535"]; nv != nil {
 		want := Matrix{Releases: []string{"6.1.0-56-cloud-amd64"}, Select: []Selector{{Series: "6.1", Flavor: "cloud-amd64", Newest: 1}}}
@@ -106,43 +131,41 @@ func TestShippedPackagesExist(t *testing.T) {
 	if err != nil {
 		t.Fatalf("LoadDir(%q): %v", recipesDir, err)
 	}
-	seen := map[string]string{} // pin -> recipe file
-	var pins []string
+	type pin struct{ ref, suite, file string }
+	seen := map[string]bool{}
+	var pins []pin
 	for _, r := range rs {
 		refs := append(append([]string{r.Source.Package}, r.Firmware...), r.Userspace...)
 		if r.SupportedGPUs != nil {
 			refs = append(refs, r.SupportedGPUs.Package)
 		}
 		for _, ref := range refs {
-			if _, dup := seen[ref]; ref != "" && !dup {
-				seen[ref] = r.File
-				pins = append(pins, ref)
+			if key := r.Suite + " " + ref; ref != "" && !seen[key] {
+				seen[key] = true
+				pins = append(pins, pin{ref, r.Suite, r.File})
 			}
 		}
 	}
-	out, err := exec.Command("apt-cache", append([]string{"show", "--no-all-versions"}, pins...)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("apt-cache show %v: %v\n%s", pins, err, out)
-	}
-	found := map[string]bool{}
-	for _, rec := range strings.Split(string(out), "\n\n") {
-		var name, version string
-		for _, l := range strings.Split(rec, "\n") {
-			if v, ok := strings.CutPrefix(l, "Package: "); ok {
-				name = v
-			} else if v, ok := strings.CutPrefix(l, "Version: "); ok {
-				version = v
+	archives := map[string]*archive.Archive{}
+	for _, p := range pins {
+		a, ok := archives[p.suite]
+		if !ok {
+			var err error
+			if a, err = archive.New(p.suite, archive.DefaultCache()); err != nil {
+				t.Fatalf("%s: %v", p.file, err)
 			}
+			archives[p.suite] = a
 		}
-		found[name+"="+version] = true
-	}
-	for _, ref := range pins {
-		if !found[ref] {
-			t.Errorf("%s: %s is not in the apt archive (apt-cache show found %d of %d pins; run scripts/deps.sh, then apt-get update)", seen[ref], ref, len(found), len(pins))
+		name, version, _ := SplitPackage(p.ref)
+		if err := a.Check(context.Background(), name, version); err != nil {
+			t.Errorf("%s: %v (run scripts/deps.sh, then apt-get update)", p.file, err)
 		}
 	}
-	if len(seen) < 15 {
-		t.Errorf("checked %d pinned packages, want at least 15", len(seen))
+	if len(pins) < 30 {
+		t.Errorf("checked %d pinned packages, want at least 30", len(pins))
+	}
+	if len(archives) < 3 {
+		t.Errorf("the recipes read %d suites, want bookworm, trixie and sid", len(archives))
 	}
 }
 

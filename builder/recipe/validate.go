@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/dkms"
 )
 
@@ -85,8 +86,59 @@ func (r *Recipe) Validate() error {
 			add("signing.hash", "%q: want one of %s", s.Hash, strings.Join(signHashes, ", "))
 		}
 	}
+	if r.Suite != "" {
+		if err := archive.CheckSuite(r.Suite); err != nil {
+			add("suite", "%v", err)
+		}
+	}
+	errs = append(errs, r.validatePatches()...)
 	errs = append(errs, r.validateKernels()...)
 	return errors.Join(errs...)
+}
+
+// validatePatches checks that every patch is a file inside the recipe's
+// directory, listed once, whose first lines say what it fixes: a patch
+// without provenance is refused.
+func (r *Recipe) validatePatches() []error {
+	var errs []error
+	for i, p := range r.Patches {
+		f := fmt.Sprintf("patches[%d]", i)
+		if p == "" || filepath.IsAbs(p) || filepath.Clean(p) != p || p == ".." || strings.HasPrefix(p, "../") {
+			errs = append(errs, r.errorf(f, "%q: give a clean path relative to the recipe file, inside its directory", p))
+			continue
+		}
+		if j := slices.Index(r.Patches[:i], p); j >= 0 {
+			errs = append(errs, r.errorf(f, "%s is listed twice (also patches[%d])", p, j))
+			continue
+		}
+		if r.File == "" {
+			continue
+		}
+		data, err := os.ReadFile(r.Path(p))
+		if err != nil {
+			errs = append(errs, r.errorf(f, "%v", err))
+			continue
+		}
+		if !PatchHasProvenance(data) {
+			errs = append(errs, r.errorf(f, "%s does not start with what it fixes: begin the file with a description (what, on which kernels, why) before the first \"--- \" line", p))
+		}
+	}
+	return errs
+}
+
+// PatchHasProvenance reports whether a patch file starts with a description
+// of at least one non-empty line before its first hunk header ("--- ",
+// "diff " or "Index: ").
+func PatchHasProvenance(data []byte) bool {
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "--- ") || strings.HasPrefix(line, "diff ") || strings.HasPrefix(line, "Index: ") {
+			return false
+		}
+		if strings.TrimSpace(line) != "" {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *Recipe) validateSource() []error {
@@ -241,10 +293,17 @@ func (r *Recipe) validateKernels() []error {
 		if !flavorRE.MatchString(s.Flavor) {
 			errs = append(errs, r.errorf(f+".flavor", "%q: want a Debian kernel flavour, such as cloud-amd64", s.Flavor))
 		}
+		if s.Suite != "" {
+			if err := archive.CheckSuite(s.Suite); err != nil {
+				errs = append(errs, r.errorf(f+".suite", "%v", err))
+			}
+		}
 		if s.Newest < 1 {
 			errs = append(errs, r.errorf(f+".newest", "%d: want how many of the newest releases to take, at least 1", s.Newest))
 		}
-		if j := slices.IndexFunc(m.Select[:i], func(p Selector) bool { return p.Series == s.Series && p.Flavor == s.Flavor }); j >= 0 {
+		if j := slices.IndexFunc(m.Select[:i], func(p Selector) bool {
+			return p.Series == s.Series && p.Flavor == s.Flavor && suiteName(p.Suite) == suiteName(s.Suite)
+		}); j >= 0 {
 			errs = append(errs, r.errorf(f, "selects %s %s again (also kernels.select[%d])", s.Series, s.Flavor, j))
 		}
 	}

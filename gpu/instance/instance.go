@@ -61,6 +61,9 @@ type Driver struct {
 	CUDA string `json:"cuda,omitempty"`
 	// Flavor is open, proprietary or auto; "" means auto.
 	Flavor string `json:"flavor,omitempty"`
+	// CUDACompat is CUDACompatMinor to accept the CUDA family minimum driver
+	// (minor-version compatibility) instead of the toolkit's own; "" for none.
+	CUDACompat string `json:"cuda_compat,omitempty"`
 }
 
 // WantVersion is the version rule: Version, or "latest" when unset.
@@ -97,6 +100,10 @@ func Parse(name string, data []byte) (*Instance, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	p := &parser{name: name}
+	var (
+		cudaNode *yaml.Node
+		cudaPath string
+	)
 	in := &Instance{}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		return in, nil // empty document: all defaults
@@ -145,11 +152,21 @@ func Parse(name string, data []byte) (*Instance, error) {
 							if v == "" {
 								return
 							}
-							if _, err := MinDriverForCUDA(v); err != nil {
+							if _, err := CUDAMinimum(v, CUDACompatMinor); err != nil {
 								p.errorf(n, path, "%v", err)
 								return
 							}
 							in.Resources.Driver.CUDA = v
+							cudaNode, cudaPath = n, path
+						},
+						"cuda_compat": func(n *yaml.Node, path string) {
+							v := p.scalar(n, path, `"minor" (CUDA minor-version compatibility)`, "!!str")
+							switch v {
+							case "", CUDACompatMinor:
+								in.Resources.Driver.CUDACompat = v
+							default:
+								p.errorf(n, path, "want %q (accept the CUDA family minimum driver under minor-version compatibility), got %q", CUDACompatMinor, v)
+							}
 						},
 						"flavor": func(n *yaml.Node, path string) {
 							v := p.scalar(n, path, "open, proprietary or auto", "!!str")
@@ -165,6 +182,13 @@ func Parse(name string, data []byte) (*Instance, error) {
 			})
 		},
 	})
+	if d := in.Resources.Driver; cudaNode != nil && len(p.errs) == 0 {
+		// Checked once cuda_compat is known: 12.7 has no toolkit minimum, but
+		// is fine under minor-version compatibility.
+		if _, err := CUDAMinimum(d.CUDA, d.CUDACompat); err != nil {
+			p.errorf(cudaNode, cudaPath, "%v", err)
+		}
+	}
 	if len(p.errs) > 0 {
 		return nil, errors.Join(p.errs...)
 	}
@@ -256,7 +280,7 @@ func describe(n *yaml.Node) string {
 func keyList(fields map[string]func(*yaml.Node, string)) string {
 	// Fixed order for stable messages.
 	var keys []string
-	for _, k := range []string{"resources", "gpu", "driver", "type", "count", "version", "cuda", "flavor"} {
+	for _, k := range []string{"resources", "gpu", "driver", "type", "count", "version", "cuda", "cuda_compat", "flavor"} {
 		if _, ok := fields[k]; ok {
 			keys = append(keys, k)
 		}
@@ -324,36 +348,130 @@ func CompareVersions(a, b string) int {
 	return 0
 }
 
-// cudaMinimum is the minimum Linux driver for each CUDA release (NVIDIA's CUDA
-// toolkit release notes, table 3), by major or by major.minor.
-var cudaMinimum = []struct{ cuda, driver string }{
-	{"13", "580.65.06"},
-	{"12", "525.60.13"},
-	{"11", "450.80.02"},
+// CUDACompatMinor is the value of resources.driver.cuda_compat that opts into
+// CUDA minor-version compatibility: a workload built with CUDA X.Y runs on any
+// driver of the X.x family minimum (with the features of that driver).
+const CUDACompatMinor = "minor"
+
+// cudaToolkit is the minimum Linux driver each CUDA toolkit release was
+// shipped with (NVIDIA's CUDA toolkit release notes, table 3: "CUDA Toolkit
+// and Corresponding Driver Versions"). A workload built with that toolkit
+// needs it unless it opts into minor-version compatibility.
+var cudaToolkit = []struct{ cuda, driver string }{
+	{"13.0", "580.65.06"},
+	{"12.9", "575.51.03"},
+	{"12.8", "570.26"},
+	{"12.6", "560.28.03"},
+	{"12.5", "555.42.02"},
+	{"12.4", "550.54.14"},
+	{"12.3", "545.23.06"},
+	{"12.2", "535.54.03"},
+	{"12.1", "530.30.02"},
+	{"12.0", "525.60.13"},
 	{"10.2", "440.33"},
 	{"10.1", "418.39"},
 	{"10.0", "410.48"},
 }
 
-// MinDriverForCUDA returns the minimum driver version for a CUDA version
-// ("11.0", "12", "12.2", "10.1").
-func MinDriverForCUDA(cuda string) (string, error) {
+// cudaFamily is the minimum driver of each CUDA major family under minor-version
+// compatibility (NVIDIA's CUDA compatibility guide); 11.x uses it for every
+// minor release, as kpreload always has.
+var cudaFamily = []struct {
+	major  int
+	driver string
+}{
+	{13, "580.65.06"},
+	{12, "525.60.13"},
+	{11, "450.80.02"},
+}
+
+// CUDARequirement is the driver a CUDA request needs and the rule that says so.
+type CUDARequirement struct {
+	// CUDA is the request as written ("12.4").
+	CUDA string `json:"cuda"`
+	// Driver is the minimum driver version.
+	Driver string `json:"driver"`
+	// Rule names the rule: "toolkit minimum" or "minor-version compatibility".
+	Rule string `json:"rule"`
+	// Compat is the family minimum that cuda_compat: minor would accept
+	// instead, when it is lower than Driver ("" otherwise).
+	Compat string `json:"compat,omitempty"`
+}
+
+// String describes the requirement, such as "CUDA 12.4 needs driver >=
+// 550.54.14 (toolkit minimum; cuda_compat: minor would accept >= 525.60.13)".
+func (r CUDARequirement) String() string {
+	s := fmt.Sprintf("CUDA %s needs driver >= %s (%s", r.CUDA, r.Driver, r.Rule)
+	if r.Compat != "" {
+		s += fmt.Sprintf("; resources.driver.cuda_compat: minor would accept >= %s", r.Compat)
+	}
+	return s + ")"
+}
+
+// CUDAMinimum returns what a workload built with CUDA cuda ("12.4", "11.0",
+// "12") needs: the toolkit's own minimum driver, or with compat ==
+// CUDACompatMinor the family minimum (12.x: 525.60.13). 11.x always takes the
+// family minimum (450.80.02), and a bare major ("12") means its first release.
+func CUDAMinimum(cuda, compat string) (CUDARequirement, error) {
 	v, err := ParseVersion(cuda)
 	if err != nil || len(v) > 3 {
-		return "", fmt.Errorf("want a CUDA version such as 12.2, got %q", cuda)
+		return CUDARequirement{}, fmt.Errorf("want a CUDA version such as 12.4, got %q", cuda)
+	}
+	switch compat {
+	case "", CUDACompatMinor:
+	default:
+		return CUDARequirement{}, fmt.Errorf("cuda_compat %q: want %q (minor-version compatibility) or nothing", compat, CUDACompatMinor)
 	}
 	minor := 0
 	if len(v) > 1 {
 		minor = v[1]
 	}
-	for _, m := range cudaMinimum {
-		mv, _ := ParseVersion(m.cuda)
-		if mv[0] != v[0] {
-			continue
-		}
-		if len(mv) == 1 || mv[1] == minor {
-			return m.driver, nil
+	req := CUDARequirement{CUDA: cuda}
+	family := ""
+	for _, f := range cudaFamily {
+		if f.major == v[0] {
+			family = f.driver
 		}
 	}
-	return "", fmt.Errorf("no known minimum driver for CUDA %s (known: 10.0, 10.1, 10.2, 11.x, 12.x, 13.x)", cuda)
+	toolkit := ""
+	for _, m := range cudaToolkit {
+		mv, _ := ParseVersion(m.cuda)
+		if mv[0] == v[0] && mv[1] == minor {
+			toolkit = m.driver
+		}
+	}
+	switch {
+	case v[0] == 11 && family != "":
+		req.Driver, req.Rule = family, "CUDA 11.x minimum"
+	case compat == CUDACompatMinor && family != "":
+		req.Driver, req.Rule = family, fmt.Sprintf("minor-version compatibility, CUDA %d.x family minimum", v[0])
+	case toolkit != "":
+		req.Driver, req.Rule = toolkit, fmt.Sprintf("CUDA %d.%d toolkit minimum", v[0], minor)
+		if family != "" && CompareVersions(family, toolkit) < 0 {
+			req.Compat = family
+		}
+	case family != "":
+		return CUDARequirement{}, fmt.Errorf("no known toolkit minimum driver for CUDA %s (known: %s); with resources.driver.cuda_compat: minor, the %d.x family minimum %s applies", cuda, knownCUDA(), v[0], family)
+	default:
+		return CUDARequirement{}, fmt.Errorf("no known minimum driver for CUDA %s (known: %s)", cuda, knownCUDA())
+	}
+	return req, nil
+}
+
+// knownCUDA lists the CUDA releases CUDAMinimum knows.
+func knownCUDA() string {
+	known := []string{"10.0", "10.1", "10.2", "11.x"}
+	for i := len(cudaToolkit) - 1; i >= 0; i-- {
+		if !strings.HasPrefix(cudaToolkit[i].cuda, "10.") {
+			known = append(known, cudaToolkit[i].cuda)
+		}
+	}
+	return strings.Join(known, ", ")
+}
+
+// MinDriverForCUDA returns the toolkit minimum driver version for a CUDA
+// version ("11.0", "12", "12.4", "10.1"); see CUDAMinimum.
+func MinDriverForCUDA(cuda string) (string, error) {
+	r, err := CUDAMinimum(cuda, "")
+	return r.Driver, err
 }

@@ -47,7 +47,7 @@ func TestParseValues(t *testing.T) {
 		{"resources:\n  driver:\n    version: latest\n    cuda: 12\n    flavor: open\n", instance.Driver{Version: "latest", CUDA: "12", Flavor: "open"}, instance.GPU{}},
 		// A float keeps its text: 11.0 stays "11.0", 12.10 stays "12.10".
 		{"resources:\n  driver:\n    cuda: 11.0\n", instance.Driver{CUDA: "11.0"}, instance.GPU{}},
-		{"resources:\n  driver:\n    cuda: 12.10\n", instance.Driver{CUDA: "12.10"}, instance.GPU{}},
+		{"resources:\n  driver:\n    cuda: 12.10\n    cuda_compat: minor\n", instance.Driver{CUDA: "12.10", CUDACompat: "minor"}, instance.GPU{}},
 		{"resources:\n  driver:\n    version: 2.0.0\n", instance.Driver{Version: "2.0.0"}, instance.GPU{}},
 		{"resources:\n  gpu:\n    type: 4090\n    count: 0\n", instance.Driver{}, instance.GPU{Type: "4090"}},
 	}
@@ -68,7 +68,7 @@ func TestParseErrors(t *testing.T) {
 		doc  string
 		want []string
 	}{
-		{"resources:\n  driver:\n    verison: 535\n", []string{"f.yaml:3: resources.driver.verison: unknown field (known here: version, cuda, flavor)"}},
+		{"resources:\n  driver:\n    verison: 535\n", []string{"f.yaml:3: resources.driver.verison: unknown field (known here: version, cuda, cuda_compat, flavor)"}},
 		{"resource:\n  gpu: {}\n", []string{"f.yaml:1: resource: unknown field (known here: resources)"}},
 		{"resources:\n  gpu:\n    count: four\n", []string{`f.yaml:3: resources.gpu.count: want a whole number of GPUs, got string "four"`}},
 		{"resources:\n  gpu:\n    count: -2\n", []string{`f.yaml:3: resources.gpu.count: want a whole number of GPUs >= 0, got "-2"`}},
@@ -76,9 +76,9 @@ func TestParseErrors(t *testing.T) {
 		{"resources:\n  driver:\n    version: true\n", []string{`f.yaml:3: resources.driver.version: want a version ("535.261.03"), a branch ("535") or "latest", got boolean "true"`}},
 		{"resources:\n  driver:\n    version: newest\n", []string{`f.yaml:3: resources.driver.version: want a version ("535.261.03"), a branch ("535") or "latest", got "newest"`}},
 		{"resources:\n  driver:\n    cuda: 9.2\n", []string{"f.yaml:3: resources.driver.cuda: no known minimum driver for CUDA 9.2"}},
-		{"resources:\n  driver:\n    cuda: eleven\n", []string{`f.yaml:3: resources.driver.cuda: want a CUDA version such as 12.2, got "eleven"`}},
+		{"resources:\n  driver:\n    cuda: eleven\n", []string{`f.yaml:3: resources.driver.cuda: want a CUDA version such as 12.4, got "eleven"`}},
 		{"resources:\n  driver:\n    flavor: closed\n", []string{`f.yaml:3: resources.driver.flavor: want open, proprietary or auto, got "closed"`}},
-		{"resources:\n  driver: 535\n", []string{`f.yaml:2: resources.driver: want a mapping with version, cuda, flavor, got integer "535"`}},
+		{"resources:\n  driver: 535\n", []string{`f.yaml:2: resources.driver: want a mapping with version, cuda, cuda_compat, flavor, got integer "535"`}},
 		{"resources:\n  driver:\n    version: 1\n    version: 2\n", []string{"f.yaml:4: resources.driver.version: given twice"}},
 		{"- a\n", []string{"f.yaml:1: want a mapping with resources, got a list"}},
 		{"resources: [\n", []string{"f.yaml: yaml: line 1"}},
@@ -102,13 +102,67 @@ func TestParseErrors(t *testing.T) {
 
 func TestMinDriverForCUDA(t *testing.T) {
 	for _, tt := range []struct{ cuda, want string }{
-		{"13.0", "580.65.06"}, {"13", "580.65.06"}, {"12.2", "525.60.13"}, {"12", "525.60.13"},
+		{"13.0", "580.65.06"}, {"13", "580.65.06"}, {"12.2", "535.54.03"}, {"12", "525.60.13"},
+		{"12.0", "525.60.13"}, {"12.1", "530.30.02"}, {"12.3", "545.23.06"}, {"12.4", "550.54.14"},
+		{"12.5", "555.42.02"}, {"12.6", "560.28.03"}, {"12.7", ""}, {"12.8", "570.26"}, {"12.9", "575.51.03"}, {"13.1", ""},
 		{"11.0", "450.80.02"}, {"11.8", "450.80.02"}, {"10.2", "440.33"}, {"10.1", "418.39"},
 		{"10.0", "410.48"}, {"10", "410.48"}, {"10.3", ""}, {"9.2", ""}, {"14.0", ""}, {"x", ""},
 	} {
 		got, err := instance.MinDriverForCUDA(tt.cuda)
 		if got != tt.want || (err == nil) != (tt.want != "") {
 			t.Errorf("MinDriverForCUDA(%q) = %q, %v; want %q", tt.cuda, got, err, tt.want)
+		}
+	}
+}
+
+func TestCUDAMinimum(t *testing.T) {
+	for _, tt := range []struct {
+		cuda, compat, driver, rule, alt string
+		err                             bool
+	}{
+		{cuda: "12.4", driver: "550.54.14", rule: "CUDA 12.4 toolkit minimum", alt: "525.60.13"},
+		{cuda: "12.4", compat: "minor", driver: "525.60.13", rule: "minor-version compatibility, CUDA 12.x family minimum"},
+		{cuda: "12.0", driver: "525.60.13", rule: "CUDA 12.0 toolkit minimum"},
+		{cuda: "12.7", err: true},
+		{cuda: "12.7", compat: "minor", driver: "525.60.13", rule: "minor-version compatibility, CUDA 12.x family minimum"},
+		{cuda: "13.0", driver: "580.65.06", rule: "CUDA 13.0 toolkit minimum"},
+		{cuda: "11.0", driver: "450.80.02", rule: "CUDA 11.x minimum"},
+		{cuda: "11.8", compat: "minor", driver: "450.80.02", rule: "CUDA 11.x minimum"},
+		{cuda: "10.1", compat: "minor", driver: "418.39", rule: "CUDA 10.1 toolkit minimum"},
+		{cuda: "12.4", compat: "major", err: true},
+	} {
+		got, err := instance.CUDAMinimum(tt.cuda, tt.compat)
+		if tt.err {
+			if err == nil {
+				t.Errorf("CUDAMinimum(%q, %q) = %+v, want an error", tt.cuda, tt.compat, got)
+			}
+			continue
+		}
+		if err != nil || got.Driver != tt.driver || got.Rule != tt.rule || got.Compat != tt.alt {
+			t.Errorf("CUDAMinimum(%q, %q) = %+v, %v; want driver %s rule %q compat %q", tt.cuda, tt.compat, got, err, tt.driver, tt.rule, tt.alt)
+		}
+	}
+}
+
+func TestParseCUDACompat(t *testing.T) {
+	for _, tt := range []struct {
+		yaml, err string
+		compat    string
+	}{
+		{yaml: "resources:\n  driver:\n    cuda: 12.4\n    cuda_compat: minor\n", compat: "minor"},
+		{yaml: "resources:\n  driver:\n    cuda: 12.7\n", err: "x.yaml:3: resources.driver.cuda: no known toolkit minimum driver for CUDA 12.7"},
+		{yaml: "resources:\n  driver:\n    cuda: 12.7\n    cuda_compat: minor\n", compat: "minor"},
+		{yaml: "resources:\n  driver:\n    cuda_compat: major\n", err: "x.yaml:3: resources.driver.cuda_compat: want \"minor\""},
+	} {
+		in, err := instance.Parse("x.yaml", []byte(tt.yaml))
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("Parse(%q) error = %v, want it to contain %q", tt.yaml, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || in.Resources.Driver.CUDACompat != tt.compat {
+			t.Errorf("Parse(%q) = %+v, %v; want cuda_compat %q", tt.yaml, in, err, tt.compat)
 		}
 	}
 }

@@ -111,7 +111,7 @@ func Decide(in Input) *Decision {
 	gpuReq := in.Request.Instance.Resources.GPU
 	d := &Decision{keep: map[string]bool{}}
 	d.Source, d.Origin, d.Kernel = in.Request.Source, in.Request.Origin, in.Kernel
-	d.Request = report.SelectionRequest{Version: drv.WantVersion(), CUDA: drv.CUDA, Flavor: drv.WantFlavor(), GPUType: gpuReq.Type, GPUCount: gpuReq.Count}
+	d.Request = report.SelectionRequest{Version: drv.WantVersion(), CUDA: drv.CUDA, CUDACompat: drv.CUDACompat, Flavor: drv.WantFlavor(), GPUType: gpuReq.Type, GPUCount: gpuReq.Count}
 	d.Drivers = []report.SelectionDriver{}
 
 	var gpus []pci.Device
@@ -189,10 +189,11 @@ func (d *Decision) decideDriver(in Input, name string, cs []*cand, requested boo
 		want, flavor = instance.Latest, instance.FlavorAuto
 	}
 	dd := report.SelectionDriver{Driver: name, Requested: requested, Rule: versionRule(want), Candidates: []report.SelectionCandidate{}}
-	minDriver := ""
+	var cuda instance.CUDARequirement
 	if requested && drv.CUDA != "" && IsNVIDIA(name) {
-		minDriver, _ = instance.MinDriverForCUDA(drv.CUDA)
+		cuda, _ = instance.CUDAMinimum(drv.CUDA, drv.CUDACompat)
 	}
+	minDriver := cuda.Driver
 	unchecked := false
 	for _, c := range cs {
 		// Rules no request can change: vermagic, then hardware.
@@ -226,7 +227,7 @@ func (d *Decision) decideDriver(in Input, name string, cs []*cand, requested boo
 			c.exclude(RuleVersion, fmt.Sprintf("asked %s", versionRule(want)))
 		}
 		if minDriver != "" && instance.CompareVersions(c.rep.Version, minDriver) < 0 {
-			c.exclude(RuleCUDA, fmt.Sprintf("CUDA %s needs driver %s or newer", drv.CUDA, minDriver))
+			c.exclude(RuleCUDA, cuda.String())
 		}
 		if flavor != instance.FlavorAuto && c.rep.Flavor != flavor {
 			c.exclude(RuleFlavor, fmt.Sprintf("asked flavour %s, set is %s", flavor, orNone(c.rep.Flavor)))
@@ -279,17 +280,18 @@ func (d *Decision) decideDriver(in Input, name string, cs []*cand, requested boo
 		d.chosen = append(d.chosen, best.Set)
 		return dd
 	}
-	dd.Refusal = refusal(in, name, cs, want, flavor, minDriver, gpus)
+	dd.Refusal = refusal(in, name, cs, want, flavor, cuda, gpus)
 	return dd
 }
 
 // refusal explains why no set of a driver may load: what was asked, what the
 // cache holds and why each was excluded, and what would work.
-func refusal(in Input, name string, cs []*cand, want, flavor, minDriver string, gpus []pci.Device) string {
+func refusal(in Input, name string, cs []*cand, want, flavor string, cuda instance.CUDARequirement, gpus []pci.Device) string {
+	minDriver := cuda.Driver
 	var b strings.Builder
 	fmt.Fprintf(&b, "no %s driver will be loaded: asked %s", name, versionRule(want))
 	if minDriver != "" {
-		fmt.Fprintf(&b, " with CUDA %s (driver >= %s)", in.Request.Instance.Resources.Driver.CUDA, minDriver)
+		fmt.Fprintf(&b, " with CUDA %s (driver >= %s: %s)", cuda.CUDA, minDriver, cuda.Rule)
 	}
 	fmt.Fprintf(&b, ", flavour %s, kernel %s", flavor, in.Kernel)
 	var held []string

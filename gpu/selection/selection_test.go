@@ -75,6 +75,12 @@ var (
 	edu   = pci.Device{Address: "0000:00:03.0", Vendor: 0x1234, Device: 0x11e8, SubVendor: 0x1af4, SubDevice: 0x1100, Class: 0x00ff00}
 )
 
+// compat returns r with resources.driver.cuda_compat: minor.
+func compat(r instance.Request) instance.Request {
+	r.Instance.Resources.Driver.CUDACompat = instance.CUDACompatMinor
+	return r
+}
+
 func req(version, cuda, flavor string) instance.Request {
 	return instance.Request{Source: instance.SourceFwCfg, Instance: instance.Instance{Resources: instance.Resources{
 		Driver: instance.Driver{Version: version, CUDA: cuda, Flavor: flavor}}}}
@@ -121,11 +127,16 @@ func TestDecide(t *testing.T) {
 			driver: "nvidia", chosen: "535.216.03 proprietary"},
 		{name: "CUDA 12.2 excludes 470", req: req("470", "12.2", ""), sets: []selection.Set{nv470, nv535}, devs: []pci.Device{v100},
 			driver: "nvidia", exclude: map[string]string{nv470.Set.ID: selection.RuleCUDA, nv535.Set.ID: selection.RuleVersion},
-			refusal: []string{"with CUDA 12.2 (driver >= 525.60.13)", "470.256.02 proprietary (cuda: CUDA 12.2 needs driver 525.60.13 or newer)", "would work on this machine: 535.261.03 proprietary, 470.256.02 proprietary"}},
+			refusal: []string{"with CUDA 12.2 (driver >= 535.54.03: CUDA 12.2 toolkit minimum)", "470.256.02 proprietary (cuda: CUDA 12.2 needs driver >= 535.54.03 (CUDA 12.2 toolkit minimum; resources.driver.cuda_compat: minor would accept >= 525.60.13))", "would work on this machine: 535.261.03 proprietary, 470.256.02 proprietary"}},
+		{name: "CUDA 12.4 needs its toolkit's 550.54.14", req: req("latest", "12.4", ""), sets: []selection.Set{nv535}, devs: []pci.Device{v100},
+			driver: "nvidia", exclude: map[string]string{nv535.Set.ID: selection.RuleCUDA},
+			refusal: []string{"with CUDA 12.4 (driver >= 550.54.14: CUDA 12.4 toolkit minimum)", "resources.driver.cuda_compat: minor would accept >= 525.60.13"}},
+		{name: "CUDA 12.4 with cuda_compat minor accepts 535", req: compat(req("latest", "12.4", "")), sets: []selection.Set{nv535}, devs: []pci.Device{v100},
+			driver: "nvidia", chosen: "535.261.03 proprietary"},
 		{name: "CUDA 11.0 accepts exactly 450.80.02", req: req("450", "11.0", ""), sets: []selection.Set{nv450}, devs: []pci.Device{v100},
 			driver: "nvidia", chosen: "450.80.02 proprietary"},
 		{name: "CUDA 13 needs 580", req: req("latest", "13.0", ""), sets: []selection.Set{nv535, nv470}, devs: []pci.Device{v100},
-			driver: "nvidia", refusal: []string{"CUDA 13.0 needs driver 580.65.06 or newer"}},
+			driver: "nvidia", refusal: []string{"CUDA 13.0 needs driver >= 580.65.06 (CUDA 13.0 toolkit minimum)"}},
 		{name: "GPU missing from the newest list", req: req("", "", ""), sets: []selection.Set{nv450, nv470}, devs: []pci.Device{k80},
 			driver: "nvidia", chosen: "470.256.02 proprietary", exclude: map[string]string{nv450.Set.ID: selection.RuleHardware}},
 		{name: "legacybranch forces 470 for a K80", req: req("", "", ""), sets: []selection.Set{nv470, nv535}, devs: []pci.Device{k80},

@@ -25,11 +25,13 @@ type Selection struct {
 
 // SelectionRequest is the instance request as /init understood it.
 type SelectionRequest struct {
-	Version  string `json:"version"`
-	CUDA     string `json:"cuda,omitempty"`
-	Flavor   string `json:"flavor"`
-	GPUType  string `json:"gpu_type,omitempty"`
-	GPUCount int    `json:"gpu_count,omitempty"`
+	Version string `json:"version"`
+	CUDA    string `json:"cuda,omitempty"`
+	// CUDACompat is "minor" when the instance accepts the CUDA family minimum.
+	CUDACompat string `json:"cuda_compat,omitempty"`
+	Flavor     string `json:"flavor"`
+	GPUType    string `json:"gpu_type,omitempty"`
+	GPUCount   int    `json:"gpu_count,omitempty"`
 }
 
 // SelectionGPU is one NVIDIA GPU present.

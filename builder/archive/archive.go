@@ -1,0 +1,463 @@
+// Package archive is kpreload's one door to Debian's archive: it downloads
+// pinned packages, unpacks them without installing anything, answers which
+// versions a suite carries and lists its kernels, for any suite (bookworm,
+// trixie, sid, experimental, ...).
+//
+// The build host's own apt configuration is never changed. The default
+// suite (bookworm, the host's own release) is read through the host's apt
+// sources, which scripts/deps.sh sets up; every other suite is read through
+// an apt configuration of kpreload's own under <cache>/apt/<suite>/ (its own
+// sources list, package lists, archive cache and an empty dpkg status), so a
+// trixie or sid package can be downloaded and unpacked but never installed,
+// and the host's apt state stays as it was.
+package archive
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// DefaultSuite is the suite recipes and images use when they name none: the
+// build host's own Debian release, read through the host's apt sources.
+const DefaultSuite = "bookworm"
+
+// DefaultMirror is the Debian archive private configurations read from.
+const DefaultMirror = "http://deb.debian.org/debian"
+
+// DefaultSecurityMirror is Debian's security archive.
+const DefaultSecurityMirror = "http://deb.debian.org/debian-security"
+
+// components are the archive components every suite is read with: NVIDIA's
+// drivers are in non-free and contrib, its GSP firmware in non-free-firmware.
+const components = "main contrib non-free non-free-firmware"
+
+// maxListAge is how old a private configuration's package lists may get
+// before Update fetches them again.
+const maxListAge = 24 * time.Hour
+
+// Archive reads one Debian suite. Make one with New; it is safe for
+// concurrent use.
+type Archive struct {
+	// Suite is the suite's name, such as "bookworm" or "trixie".
+	Suite string
+	// Dir is the private apt configuration's root (<cache>/apt/<suite>), or
+	// "" when the host's apt sources are used (DefaultSuite).
+	Dir string
+	// Mirror and SecurityMirror are the archives a private configuration reads.
+	Mirror, SecurityMirror string
+
+	mu      sync.Mutex
+	updated bool
+	kernels []string
+}
+
+// New returns the archive of suite ("" means DefaultSuite), keeping a
+// private configuration under cache/apt/<suite> for suites other than the
+// default. It checks the name only; nothing is fetched until needed.
+func New(suite, cache string) (*Archive, error) {
+	if suite == "" {
+		suite = DefaultSuite
+	}
+	if err := CheckSuite(suite); err != nil {
+		return nil, err
+	}
+	a := &Archive{Suite: suite, Mirror: DefaultMirror, SecurityMirror: DefaultSecurityMirror}
+	if suite != DefaultSuite {
+		if cache == "" {
+			return nil, fmt.Errorf("archive %s: no cache directory for its private apt configuration", suite)
+		}
+		a.Dir = filepath.Join(cache, "apt", suite)
+	}
+	return a, nil
+}
+
+// knownSuites are the suite names (codenames and aliases) Debian's archive
+// serves that kpreload knows how to lay out.
+var knownSuites = []string{"bookworm", "trixie", "forky", "sid", "unstable", "experimental"}
+
+// CheckSuite reports whether suite is a suite kpreload can read, naming the
+// ones it can when it is not.
+func CheckSuite(suite string) error {
+	if slices.Contains(knownSuites, suite) {
+		return nil
+	}
+	return fmt.Errorf("unknown Debian suite %q: kpreload reads %s", suite, strings.Join(knownSuites, ", "))
+}
+
+// SourcesList returns the sources.list lines of a private configuration:
+// the suite with its -updates, -security and -backports pockets (sid and
+// unstable have none; experimental comes with sid, whose packages it needs).
+func (a *Archive) SourcesList() string {
+	var b strings.Builder
+	line := func(uri, suite string) {
+		fmt.Fprintf(&b, "deb %s %s %s\n", uri, suite, components)
+	}
+	switch a.Suite {
+	case "sid", "unstable":
+		line(a.Mirror, "sid")
+	case "experimental":
+		line(a.Mirror, "sid")
+		line(a.Mirror, "experimental")
+	default:
+		line(a.Mirror, a.Suite)
+		line(a.Mirror, a.Suite+"-updates")
+		line(a.SecurityMirror, a.Suite+"-security")
+		line(a.Mirror, a.Suite+"-backports")
+	}
+	return b.String()
+}
+
+// aptOptions returns the -o options that point apt at the private
+// configuration (none for the host's).
+func (a *Archive) aptOptions() []string {
+	if a.Dir == "" {
+		return nil
+	}
+	return []string{
+		"-o", "Dir::Etc::SourceList=" + filepath.Join(a.Dir, "sources.list"),
+		"-o", "Dir::Etc::SourceParts=" + filepath.Join(a.Dir, "sources.list.d"),
+		"-o", "Dir::Etc::Preferences=" + filepath.Join(a.Dir, "preferences"),
+		"-o", "Dir::Etc::PreferencesParts=" + filepath.Join(a.Dir, "preferences.d"),
+		"-o", "Dir::State::Lists=" + filepath.Join(a.Dir, "lists"),
+		"-o", "Dir::State::status=" + filepath.Join(a.Dir, "status"),
+		"-o", "Dir::Cache=" + filepath.Join(a.Dir, "cache"),
+		"-o", "APT::Get::List-Cleanup=0",
+		"-o", "Debug::NoLocking=1",
+	}
+}
+
+// AptOptions returns the -o options for apt-get and apt-cache that read this
+// suite (nil for the host's own), after making sure the private package
+// lists exist and are fresh. Scripts use it through "kpreload archive apt-options".
+func (a *Archive) AptOptions(ctx context.Context) ([]string, error) {
+	if err := a.Update(ctx, false); err != nil {
+		return nil, err
+	}
+	return a.aptOptions(), nil
+}
+
+// Update writes the private configuration and runs apt-get update for it
+// when its lists are missing, older than a day, or force is set. It does
+// nothing for the host's configuration (scripts/deps.sh updates that).
+func (a *Archive) Update(ctx context.Context, force bool) error {
+	if a.Dir == "" {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.updated && !force {
+		return nil
+	}
+	for _, d := range []string{"sources.list.d", "preferences.d", "lists/partial", "cache/archives/partial"} {
+		if err := os.MkdirAll(filepath.Join(a.Dir, d), 0o755); err != nil {
+			return fmt.Errorf("archive %s: %w", a.Suite, err)
+		}
+	}
+	sources := filepath.Join(a.Dir, "sources.list")
+	want := "# kpreload's private apt configuration for " + a.Suite + " (never used to install)\n" + a.SourcesList()
+	changed := true
+	if old, err := os.ReadFile(sources); err == nil && string(old) == want {
+		changed = false
+	}
+	if changed {
+		if err := writeAtomic(sources, []byte(want)); err != nil {
+			return fmt.Errorf("archive %s: %w", a.Suite, err)
+		}
+	}
+	status := filepath.Join(a.Dir, "status")
+	if _, err := os.Stat(status); err != nil {
+		if err := writeAtomic(status, nil); err != nil {
+			return fmt.Errorf("archive %s: %w", a.Suite, err)
+		}
+	}
+	stamp := filepath.Join(a.Dir, "updated")
+	if fi, err := os.Stat(stamp); err == nil && !changed && !force && time.Since(fi.ModTime()) < maxListAge {
+		a.updated = true
+		return nil
+	}
+	args := append(a.aptOptions(), "update", "-q")
+	cmd := exec.CommandContext(ctx, "apt-get", args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("archive %s: apt-get update of kpreload's private configuration %s: %w: %s", a.Suite, a.Dir, err, lastLines(out, 5))
+	}
+	if bytes.Contains(out, []byte("Err:")) {
+		return fmt.Errorf("archive %s: apt-get update could not read every source of %s: %s", a.Suite, sources, lastLines(grepLines(out, "Err:"), 5))
+	}
+	if err := writeAtomic(stamp, []byte(time.Now().UTC().Format(time.RFC3339)+"\n")); err != nil {
+		return fmt.Errorf("archive %s: %w", a.Suite, err)
+	}
+	a.updated = true
+	a.kernels = nil
+	return nil
+}
+
+// Versions returns the versions of package name the suite carries, newest
+// first as apt orders them, or none.
+func (a *Archive) Versions(ctx context.Context, name string) ([]string, error) {
+	if err := a.Update(ctx, false); err != nil {
+		return nil, err
+	}
+	args := append(a.aptOptions(), "madison", name)
+	out, err := exec.CommandContext(ctx, "apt-cache", args...).Output()
+	if err != nil {
+		var exitErr *exec.ExitError
+		if errors.As(err, &exitErr) {
+			return nil, fmt.Errorf("archive %s: apt-cache madison %s: %w: %s", a.Suite, name, err, bytes.TrimSpace(exitErr.Stderr))
+		}
+		return nil, fmt.Errorf("archive %s: apt-cache madison %s: %w", a.Suite, name, err)
+	}
+	return parseMadison(out, name), nil
+}
+
+// parseMadison reads "apt-cache madison" lines ("name | version | source")
+// and returns the distinct versions of name in order.
+func parseMadison(out []byte, name string) []string {
+	var versions []string
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Split(sc.Text(), "|")
+		if len(f) < 3 || strings.TrimSpace(f[0]) != name {
+			continue
+		}
+		v := strings.TrimSpace(f[1])
+		if v != "" && !slices.Contains(versions, v) {
+			versions = append(versions, v)
+		}
+	}
+	return versions
+}
+
+// NotCarriedError says that a suite does not carry a pinned package version.
+type NotCarriedError struct {
+	// Suite, Name and Version are what was asked for.
+	Suite, Name, Version string
+	// Has are the versions of Name the suite does carry (none if it has no such package).
+	Has []string
+}
+
+// Error names the package, the suite and what the suite has.
+func (e *NotCarriedError) Error() string {
+	if len(e.Has) == 0 {
+		return fmt.Sprintf("%s=%s: suite %s has no package %s", e.Name, e.Version, e.Suite, e.Name)
+	}
+	return fmt.Sprintf("%s=%s: suite %s does not carry version %s; it has %s", e.Name, e.Version, e.Suite, e.Version, strings.Join(e.Has, ", "))
+}
+
+// Check returns a *NotCarriedError when the suite does not carry name=version.
+func (a *Archive) Check(ctx context.Context, name, version string) error {
+	has, err := a.Versions(ctx, name)
+	if err != nil {
+		return err
+	}
+	if slices.Contains(has, version) {
+		return nil
+	}
+	// A list older than the archive may miss a new upload: look once more.
+	if a.Dir != "" {
+		if err := a.Update(ctx, true); err != nil {
+			return err
+		}
+		if has, err = a.Versions(ctx, name); err != nil {
+			return err
+		}
+		if slices.Contains(has, version) {
+			return nil
+		}
+	}
+	return &NotCarriedError{Suite: a.Suite, Name: name, Version: version, Has: has}
+}
+
+// DebFileName is the name apt gives a package's .deb ("name_version_arch.deb",
+// an epoch's ':' written "%3a"). A name, version and architecture identify
+// one file in every suite of the archive, so downloads are shared by suites.
+func DebFileName(name, version, arch string) string {
+	return name + "_" + strings.ReplaceAll(version, ":", "%3a") + "_" + arch + ".deb"
+}
+
+// Download returns the .deb of name=version in dir, fetching it from the
+// suite with apt-get download when dir does not have it. A version the suite
+// does not carry is refused first with a *NotCarriedError. The file appears
+// under its final name only once complete.
+func (a *Archive) Download(ctx context.Context, name, version, dir string) (string, error) {
+	if found, _ := filepath.Glob(filepath.Join(dir, DebFileName(name, version, "*"))); len(found) > 0 {
+		return found[0], nil
+	}
+	if err := a.Check(ctx, name, version); err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("download %s=%s: %w", name, version, err)
+	}
+	tmp, err := os.MkdirTemp(dir, ".tmp-download-")
+	if err != nil {
+		return "", fmt.Errorf("download %s=%s: %w", name, version, err)
+	}
+	defer os.RemoveAll(tmp)
+	args := append(a.aptOptions(), "download", "-q", name+"="+version)
+	cmd := exec.CommandContext(ctx, "apt-get", args...)
+	cmd.Dir = tmp
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("apt-get download %s=%s from %s: %w: %s", name, version, a.Suite, err, bytes.TrimSpace(out))
+	}
+	got, _ := filepath.Glob(filepath.Join(tmp, "*.deb"))
+	if len(got) != 1 {
+		return "", fmt.Errorf("apt-get download %s=%s from %s left %d .deb files, want 1", name, version, a.Suite, len(got))
+	}
+	dest := filepath.Join(dir, filepath.Base(got[0]))
+	if err := os.Rename(got[0], dest); err != nil {
+		return "", fmt.Errorf("download %s=%s: %w", name, version, err)
+	}
+	return dest, nil
+}
+
+// Unpack returns sources/<name>_<version>: the package's files unpacked with
+// dpkg -x (no maintainer scripts, nothing registered with dpkg), downloading
+// the .deb into debs first when needed. The tree is unpacked into a
+// temporary directory and renamed into place: it is complete or absent.
+func (a *Archive) Unpack(ctx context.Context, name, version, debs, sources string) (string, error) {
+	dest := filepath.Join(sources, name+"_"+strings.ReplaceAll(version, ":", "%3a"))
+	if _, err := os.Stat(dest); err == nil {
+		return dest, nil
+	}
+	deb, err := a.Download(ctx, name, version, debs)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(sources, 0o755); err != nil {
+		return "", fmt.Errorf("unpack %s: %w", deb, err)
+	}
+	tmp, err := os.MkdirTemp(sources, ".tmp-"+name+"-")
+	if err != nil {
+		return "", fmt.Errorf("unpack %s: %w", deb, err)
+	}
+	defer os.RemoveAll(tmp) // a no-op once renamed
+	if err := Extract(ctx, deb, tmp); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return "", fmt.Errorf("unpack %s: %w", deb, err)
+	}
+	if err := os.Rename(tmp, dest); err != nil {
+		// Another build may have unpacked it meanwhile.
+		if _, statErr := os.Stat(dest); statErr == nil {
+			return dest, nil
+		}
+		return "", fmt.Errorf("unpack %s: %w", deb, err)
+	}
+	return dest, nil
+}
+
+// Extract unpacks a .deb's files into dir with dpkg -x.
+func Extract(ctx context.Context, deb, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("dpkg -x %s: %w", deb, err)
+	}
+	if out, err := exec.CommandContext(ctx, "dpkg", "-x", deb, dir).CombinedOutput(); err != nil {
+		return fmt.Errorf("dpkg -x %s: %w: %s", deb, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// writeAtomic writes data to path through a temporary file and a rename.
+func writeAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// lastLines returns the last n non-empty lines of out, joined by "; ".
+func lastLines(out []byte, n int) string {
+	var lines []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "; ")
+}
+
+// grepLines returns the lines of out that contain s.
+func grepLines(out []byte, s string) []byte {
+	var b bytes.Buffer
+	for _, l := range bytes.Split(out, []byte("\n")) {
+		if bytes.Contains(l, []byte(s)) {
+			b.Write(l)
+			b.WriteByte('\n')
+		}
+	}
+	return b.Bytes()
+}
+
+// Search returns the names of the suite's packages whose name matches the
+// extended regular expression pattern (apt-cache search --names-only).
+func (a *Archive) Search(ctx context.Context, pattern string) ([]string, error) {
+	if err := a.Update(ctx, false); err != nil {
+		return nil, err
+	}
+	args := append(a.aptOptions(), "search", "--names-only", pattern)
+	cmd := exec.CommandContext(ctx, "apt-cache", args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("archive %s: apt-cache search %s: %w: %s", a.Suite, pattern, err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	var names []string
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if name, _, _ := strings.Cut(sc.Text(), " "); name != "" {
+			names = append(names, name)
+		}
+	}
+	return names, nil
+}
+
+// DefaultCache is where downloads and private apt configurations live:
+// $KPRELOAD_CACHE, else /var/cache/kpreload.
+func DefaultCache() string {
+	if c := os.Getenv("KPRELOAD_CACHE"); c != "" {
+		return c
+	}
+	return "/var/cache/kpreload"
+}
+
+// KernelSuite guesses the suite that carries a Debian kernel release from
+// its ABI name, for kernels named without a suite: "+deb13" is trixie,
+// "+deb14" forky, and anything else (6.1.0-N, "+deb12" backports) bookworm.
+func KernelSuite(release string) string {
+	switch {
+	case strings.Contains(release, "+deb13"):
+		return "trixie"
+	case strings.Contains(release, "+deb14"):
+		return "forky"
+	}
+	return DefaultSuite
+}
