@@ -3,6 +3,9 @@ package image
 import (
 	"context"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 
 	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/recipe"
@@ -30,4 +33,64 @@ func downloadDeb(ctx context.Context, r *recipe.Recipe, ref, dir, cache string) 
 // scripts, nothing registered with dpkg).
 func dpkgExtract(ctx context.Context, deb, dir string) error {
 	return archive.Extract(ctx, deb, dir)
+}
+
+// extractFirmware unpacks a firmware package's files into root/lib/firmware,
+// where the kernel looks for them (its search path is /lib/firmware, never
+// /usr/lib/firmware). Trixie's packages ship usr/lib/firmware, bookworm's
+// lib/firmware: both land in root/lib/firmware, which on a merged-/usr root
+// (lib -> usr/lib) is usr/lib/firmware, and on a plain directory is a real
+// lib/firmware. The package's other files (documentation) are left out.
+func extractFirmware(ctx context.Context, deb, root string) error {
+	tmp, err := os.MkdirTemp("", "kpreload-firmware-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	if err := archive.Extract(ctx, deb, tmp); err != nil {
+		return err
+	}
+	dest := filepath.Join(root, "lib", "firmware")
+	found := false
+	for _, dir := range []string{"lib/firmware", "usr/lib/firmware"} {
+		src := filepath.Join(tmp, dir)
+		if fi, err := os.Lstat(src); err != nil || !fi.IsDir() {
+			continue
+		}
+		found = true
+		err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			rel, err := filepath.Rel(src, p)
+			if err != nil {
+				return err
+			}
+			out := filepath.Join(dest, rel)
+			switch {
+			case d.IsDir():
+				return os.MkdirAll(out, 0o755)
+			case d.Type()&fs.ModeSymlink != 0:
+				target, err := os.Readlink(p)
+				if err != nil {
+					return err
+				}
+				_ = os.Remove(out)
+				return os.Symlink(target, out)
+			default:
+				data, err := os.ReadFile(p)
+				if err != nil {
+					return err
+				}
+				return os.WriteFile(out, data, 0o644)
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("firmware %s: %w", deb, err)
+		}
+	}
+	if !found {
+		return fmt.Errorf("firmware package %s has no lib/firmware or usr/lib/firmware", deb)
+	}
+	return nil
 }

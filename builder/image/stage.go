@@ -252,7 +252,7 @@ func stagePackages(ctx context.Context, o StageOptions, root string, res *StageR
 			if err != nil {
 				return fmt.Errorf("recipe %s firmware: %w", r.Name, err)
 			}
-			if err := dpkgExtract(ctx, deb, root); err != nil {
+			if err := extractFirmware(ctx, deb, root); err != nil {
 				return fmt.Errorf("recipe %s firmware: %w", r.Name, err)
 			}
 			res.Firmware = append(res.Firmware, ref)
