@@ -10,10 +10,14 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 # --suite SUITE reads another Debian suite (trixie, sid, ...) through kpreload's
 # private apt configuration (apt_suite_opts); the default is the host's bookworm sources.
+# Without --suite, each release names its suite (as builder/archive.KernelSuite):
+# "+deb13" is trixie, "+deb14" forky, anything else bookworm.
 suite=
 if [ "${1:-}" = --suite ]; then suite=${2:?--suite needs a suite name}; shift 2; fi
-mapfile -t apt_opts < <(apt_suite_opts "$suite")
-[ -z "$suite" ] || [ "$suite" = bookworm ] || [ ${#apt_opts[@]} -gt 0 ] || die "could not set up apt for suite $suite"
+kernel_suite() {
+  if [ -n "$suite" ]; then echo "$suite"; return; fi
+  case "$1" in *+deb13*) echo trixie ;; *+deb14*) echo forky ;; *) echo bookworm ;; esac
+}
 
 [ $# -gt 0 ] || set -- "${KPRELOAD_KERNELS[@]}"
 debs="$KPRELOAD_CACHE/debs"
@@ -24,13 +28,16 @@ for kver in "$@"; do
   if [ -f "$dest/.complete" ]; then
     continue
   fi
-  log "fetching kernel $kver"
+  ksuite=$(kernel_suite "$kver")
+  mapfile -t apt_opts < <(apt_suite_opts "$ksuite")
+  [ "$ksuite" = bookworm ] || [ ${#apt_opts[@]} -gt 0 ] || die "could not set up apt for suite $ksuite"
+  log "fetching kernel $kver ($ksuite)"
   image="linux-image-$kver"
   # The signed image package is a meta package around linux-image-<kver>-unsigned.
   if apt-cache "${apt_opts[@]}" show "$image-unsigned" >/dev/null 2>&1; then image="$image-unsigned"; fi
   apt-cache "${apt_opts[@]}" show "$image" >/dev/null 2>&1 || {
     avail=$(apt-cache "${apt_opts[@]}" search --names-only '^linux-image-[0-9.]+.*-cloud-amd64$' | awk '{print $1}' | sed 's/^linux-image-//' | sort -V | tr '\n' ' ')
-    die "kernel $kver is not in the apt archive (suite ${suite:-bookworm}); available cloud kernels: $avail"
+    die "kernel $kver is not in the apt archive (suite $ksuite); available cloud kernels: $avail"
   }
   headers="linux-headers-$kver"
   # The headers package depends on the -common headers and linux-kbuild of its series.

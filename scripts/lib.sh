@@ -5,9 +5,10 @@
 : "${KPRELOAD_CACHE:=/var/cache/kpreload}"
 export KPRELOAD_CACHE
 # The default kernel matrix for tests and the demo: one 6.1 cloud kernel (plain .ko,
-# virtio modular) and one 6.12 backports cloud kernel (.ko.xz).
+# virtio modular), one 6.12 bookworm-backports cloud kernel (.ko.xz) and trixie's 6.12
+# cloud kernel (built for in a trixie build root: gcc-14).
 if [ -z "${KPRELOAD_KERNELS+x}" ]; then
-  KPRELOAD_KERNELS=(6.1.0-56-cloud-amd64 6.12.117+deb12-cloud-amd64)
+  KPRELOAD_KERNELS=(6.1.0-56-cloud-amd64 6.12.117+deb12-cloud-amd64 6.12.118+deb13-cloud-amd64)
 else
   read -r -a KPRELOAD_KERNELS <<<"$KPRELOAD_KERNELS"
 fi

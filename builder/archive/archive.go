@@ -220,6 +220,24 @@ func (a *Archive) Versions(ctx context.Context, name string) ([]string, error) {
 	return parseMadison(out, name), nil
 }
 
+// VersionsOf is Versions for many packages with one apt-cache call: it maps
+// each name to the versions the suite carries (absent names map to none).
+func (a *Archive) VersionsOf(ctx context.Context, names ...string) (map[string][]string, error) {
+	if err := a.Update(ctx, false); err != nil {
+		return nil, err
+	}
+	args := append(append(a.aptOptions(), "madison"), names...)
+	out, err := exec.CommandContext(ctx, "apt-cache", args...).Output()
+	if err != nil {
+		return nil, fmt.Errorf("archive %s: apt-cache madison: %w", a.Suite, err)
+	}
+	got := map[string][]string{}
+	for _, n := range names {
+		got[n] = parseMadison(out, n)
+	}
+	return got, nil
+}
+
 // parseMadison reads "apt-cache madison" lines ("name | version | source")
 // and returns the distinct versions of name in order.
 func parseMadison(out []byte, name string) []string {

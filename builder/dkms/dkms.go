@@ -51,6 +51,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kpreload/kpreload/builder/buildroot"
 )
 
 // DefaultPath is where Debian's dkms package installs the dkms program.
@@ -89,6 +91,13 @@ type BuildRequest struct {
 	// Output, if set, also receives dkms's own output while it runs (the
 	// compiler's output goes to make.log).
 	Output io.Writer
+	// Root, if set, is a build root of the kernel's own Debian suite: dkms,
+	// make and the compiler run there (chrooted, in a private mount
+	// namespace), with WorkDir and Binds visible at the same paths.
+	Root *buildroot.Root
+	// Binds are further host directories the build reads inside Root, such
+	// as the unpacked kernel holding KernelSourceDir.
+	Binds []string
 }
 
 // BuildResult describes a successful build.
@@ -144,6 +153,9 @@ func (d *DKMS) Build(ctx context.Context, req BuildRequest) (*BuildResult, error
 	}
 
 	cmd := exec.CommandContext(ctx, p.dkms, p.args...)
+	if req.Root != nil {
+		cmd = req.Root.Command(ctx, append([]string{req.WorkDir}, req.Binds...), p.dkms, p.args...)
+	}
 	cmd.Dir = req.WorkDir
 	cmd.Env = p.env
 	cmd.Stdout = out
@@ -241,15 +253,26 @@ func (d *DKMS) prepare(req BuildRequest) (*plan, error) {
 		return nil, fmt.Errorf("dkms build: headers %s are for kernel %s, not %s", p.headers.Dir, p.headers.Release, req.Kernel)
 	}
 
-	if err := checkDKMSVersion(p.dkms); err != nil {
-		return nil, err
-	}
-	if _, err := exec.LookPath("make"); err != nil {
-		return nil, fmt.Errorf("dkms build: make is not installed (run scripts/deps.sh): %w", err)
-	}
-	if p.headers.BTFModules {
-		if _, err := exec.LookPath("pahole"); err != nil {
-			return nil, fmt.Errorf("dkms build: kernel %s generates BTF for modules, which needs pahole (Debian package dwarves; run scripts/deps.sh): %w", req.Kernel, err)
+	if req.Root != nil {
+		for _, prog := range []string{p.dkms, "make"} {
+			if !req.Root.Has(prog) {
+				return nil, fmt.Errorf("dkms build: the %s build root %s lacks %s", req.Root.Suite, req.Root.Dir, prog)
+			}
+		}
+		if p.headers.BTFModules && !req.Root.Has("pahole") {
+			return nil, fmt.Errorf("dkms build: the %s build root %s lacks pahole, which kernel %s needs for BTF", req.Root.Suite, req.Root.Dir, req.Kernel)
+		}
+	} else {
+		if err := checkDKMSVersion(p.dkms); err != nil {
+			return nil, err
+		}
+		if _, err := exec.LookPath("make"); err != nil {
+			return nil, fmt.Errorf("dkms build: make is not installed (run scripts/deps.sh): %w", err)
+		}
+		if p.headers.BTFModules {
+			if _, err := exec.LookPath("pahole"); err != nil {
+				return nil, fmt.Errorf("dkms build: kernel %s generates BTF for modules, which needs pahole (Debian package dwarves; run scripts/deps.sh): %w", req.Kernel, err)
+			}
 		}
 	}
 	p.cc = req.CC
@@ -257,7 +280,14 @@ func (d *DKMS) prepare(req BuildRequest) (*plan, error) {
 		p.cc = p.headers.CC
 	}
 	if p.cc != "" {
-		if p.ccVersion, err = compilerVersion(p.cc, p.headers.CCVersionText); err != nil {
+		if req.Root != nil {
+			out, err := req.Root.Output(context.Background(), p.cc, "--version")
+			if err != nil {
+				return nil, fmt.Errorf("dkms build: compiler %s (kernel built with %q): %w", p.cc, p.headers.CCVersionText, err)
+			}
+			first, _, _ := bytes.Cut(out, []byte("\n"))
+			p.ccVersion = strings.TrimSpace(string(first))
+		} else if p.ccVersion, err = compilerVersion(p.cc, p.headers.CCVersionText); err != nil {
 			return nil, fmt.Errorf("dkms build: %w", err)
 		}
 		if !sameCompiler(p.ccVersion, p.headers.CCVersionText) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/archive"
+	"github.com/kpreload/kpreload/builder/buildroot"
 	"github.com/kpreload/kpreload/builder/dkms"
 	"github.com/kpreload/kpreload/builder/recipe"
 )
@@ -37,24 +38,29 @@ type kernel struct {
 	// headersPackage is the Version of the linux-headers .deb, or "unknown".
 	headersPackage string
 	// compiler is the first line of "$CC --version" for the kernel's own
-	// compiler, or "" when the kernel was not built with gcc.
+	// compiler, or "" when the kernel was not built with gcc; for a build
+	// root, prefixed with its suite.
 	compiler string
+	// root is the build root of the kernel's suite, or nil to build on the host.
+	root *buildroot.Root
+	// dir is the unpacked kernel (<downloads>/kernels/<release>).
+	dir string
 }
 
 // prepareKernel makes sure kernel release is unpacked under
 // downloads/kernels/<release> (running script, scripts/kernels.sh, when it is
 // not) and reads what the cache key needs from its headers.
-func prepareKernel(ctx context.Context, release, suite, downloads, script string) (*kernel, error) {
-	root := filepath.Join(downloads, "kernels", release)
-	if _, err := os.Stat(filepath.Join(root, ".complete")); err != nil {
+func prepareKernel(ctx context.Context, release, suite, downloads, script string, root *buildroot.Root) (*kernel, error) {
+	kroot := filepath.Join(downloads, "kernels", release)
+	if _, err := os.Stat(filepath.Join(kroot, ".complete")); err != nil {
 		if script == "" {
-			return nil, fmt.Errorf("kernel %s is not unpacked in %s and no kernels.sh script is known: run scripts/kernels.sh %s", release, root, release)
+			return nil, fmt.Errorf("kernel %s is not unpacked in %s and no kernels.sh script is known: run scripts/kernels.sh %s", release, kroot, release)
 		}
 		if err := runKernelsScript(ctx, script, release, suite, downloads); err != nil {
 			return nil, err
 		}
 	}
-	k := &kernel{headersDir: filepath.Join(root, "usr", "src", "linux-headers-"+release)}
+	k := &kernel{headersDir: filepath.Join(kroot, "usr", "src", "linux-headers-"+release), dir: kroot}
 	h, err := dkms.InspectHeaders(k.headersDir)
 	if err != nil {
 		return nil, fmt.Errorf("kernel %s: %w", release, err)
@@ -69,7 +75,7 @@ func prepareKernel(ctx context.Context, release, suite, downloads, script string
 	if k.config, err = fileDigest(filepath.Join(k.headersDir, ".config")); err != nil {
 		return nil, fmt.Errorf("kernel %s: %w", release, err)
 	}
-	tree := filepath.Join(root, "lib", "modules", release)
+	tree := filepath.Join(kroot, "lib", "modules", release)
 	if exists(filepath.Join(tree, "modules.dep")) {
 		k.modulesTree = tree
 	}
@@ -77,14 +83,22 @@ func prepareKernel(ctx context.Context, release, suite, downloads, script string
 		if !filepath.IsAbs(target) {
 			target = filepath.Join("/lib/modules", release, target)
 		}
-		if dir := filepath.Join(root, target); exists(filepath.Join(dir, "Makefile")) {
+		if dir := filepath.Join(kroot, target); exists(filepath.Join(dir, "Makefile")) {
 			k.sourceDir = dir
 		}
 	}
 	if k.headersPackage, err = headersPackageVersion(ctx, filepath.Join(downloads, "debs"), release); err != nil {
 		return nil, err
 	}
-	if h.CC != "" {
+	k.root = root
+	if h.CC != "" && root != nil {
+		out, err := root.Output(ctx, h.CC, "--version")
+		if err != nil {
+			return nil, fmt.Errorf("kernel %s (built with %q): %w", release, h.CCVersionText, err)
+		}
+		first, _, _ := bytes.Cut(out, []byte("\n"))
+		k.compiler = root.Suite + " build root: " + strings.TrimSpace(string(first))
+	} else if h.CC != "" {
 		if k.compiler, err = compilerVersion(ctx, h.CC); err != nil {
 			return nil, fmt.Errorf("kernel %s (built with %q): %w", release, h.CCVersionText, err)
 		}

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/archive"
+	"github.com/kpreload/kpreload/builder/buildroot"
 	"github.com/kpreload/kpreload/builder/dkms"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
@@ -318,6 +319,7 @@ type runner struct {
 	sources                onceMap[*source]
 	extras                 onceMap[*extras]
 	kernels                onceMap[*kernel]
+	roots                  onceMap[*buildroot.Root]
 	recipeIDsMu            sync.Mutex
 	recipeIDs              map[*recipe.Recipe]string
 }
@@ -378,8 +380,19 @@ func (r *runner) runCell(ctx context.Context, i int, c Cell) Result {
 	if err != nil {
 		return fail(err)
 	}
+	suite := r.suites[c.Kernel]
+	var root *buildroot.Root
+	if suite != "" && suite != archive.DefaultSuite {
+		// The kernel's own suite builds it: its compiler and kbuild tools.
+		root, err = r.roots.get(suite, func() (*buildroot.Root, error) {
+			return buildroot.Ensure(ctx, buildroot.Spec{Suite: suite, Cache: r.downloads}, nil)
+		})
+		if err != nil {
+			return fail(err)
+		}
+	}
 	k, err := r.kernels.get(c.Kernel, func() (*kernel, error) {
-		return prepareKernel(ctx, c.Kernel, r.suites[c.Kernel], r.downloads, r.script)
+		return prepareKernel(ctx, c.Kernel, suite, r.downloads, r.script, root)
 	})
 	if err != nil {
 		return fail(err)
@@ -402,6 +415,10 @@ func (r *runner) runCell(ctx context.Context, i int, c Cell) Result {
 		KernelSourceDir: k.headersDir,
 		WorkDir:         filepath.Join(work, "dkms"),
 		Jobs:            r.makeJobs,
+		Root:            k.root,
+	}
+	if k.root != nil {
+		req.Binds = []string{k.dir}
 	}
 	req.Env = kernelEnv(req, k)
 	built, err := r.driver.Build(ctx, req)

@@ -259,7 +259,12 @@ func (m Matrix) resolve(l KernelLister, recipeSuite string) (map[string]string, 
 			seen   []string
 			failed bool
 		)
-		for _, suite := range order {
+		// A release names its own suite too ("+deb13": trixie).
+		lookIn := order
+		if own := archive.KernelSuite(want); !slices.Contains(order, own) {
+			lookIn = append(slices.Clone(order), own)
+		}
+		for _, suite := range lookIn {
 			p, e := listed(suite)
 			if e != nil {
 				if suite == archive.DefaultSuite || suite == suiteName(recipeSuite) {
@@ -275,7 +280,7 @@ func (m Matrix) resolve(l KernelLister, recipeSuite string) (map[string]string, 
 			}
 			if rel, err := ParseRelease(want); err == nil {
 				in := ""
-				if len(order) > 1 {
+				if len(lookIn) > 1 {
 					in = " in " + suite
 				}
 				seen = append(seen, fmt.Sprintf("available %s kernels%s: %s", rel.Flavor, in, listOrNone(matching(p, "", rel.Flavor))))
@@ -354,4 +359,37 @@ func listOrNone(rels []string) string {
 		return "(none)"
 	}
 	return strings.Join(rels, " ")
+}
+
+// StaticLister is a SuiteLister over fixed lists, for tests and offline
+// checks: Suites maps a suite ("" is the default suite) to its releases; a
+// suite it lacks has the Default releases.
+type StaticLister struct {
+	// Default are the releases of every suite Suites does not name.
+	Default []string
+	// Suites are the releases of particular suites.
+	Suites map[string][]string
+}
+
+// Available returns the default suite's releases.
+func (s StaticLister) Available() ([]string, error) {
+	return s.list(archive.DefaultSuite), nil
+}
+
+// InSuite returns the lister of suite.
+func (s StaticLister) InSuite(suite string) (KernelLister, error) {
+	rels := s.list(suiteName(suite))
+	return ListerFunc(func() ([]string, error) { return rels, nil }), nil
+}
+
+func (s StaticLister) list(suite string) []string {
+	if rels, ok := s.Suites[suite]; ok {
+		return slices.Clone(rels)
+	}
+	if suite == archive.DefaultSuite {
+		if rels, ok := s.Suites[""]; ok {
+			return slices.Clone(rels)
+		}
+	}
+	return slices.Clone(s.Default)
 }

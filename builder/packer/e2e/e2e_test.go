@@ -42,7 +42,7 @@ func TestValidateTemplates(t *testing.T) {
 	}
 	for _, want := range []string{
 		"kernel 6.1.0-99-cloud-amd64 is not in recipe testdriver's kernel matrix",
-		"releases 6.1.0-56-cloud-amd64, 6.12.117+deb12-cloud-amd64",
+		"releases 6.1.0-56-cloud-amd64, 6.12.117+deb12-cloud-amd64, 6.12.118+deb13-cloud-amd64",
 		"output_directory " + existing + " already exists",
 	} {
 		if !strings.Contains(out, want) {

@@ -18,7 +18,7 @@ const recipesDir = "../../../recipes"
 func fakeKernels(t *testing.T, rels ...string) {
 	t.Helper()
 	old := pkrcfg.Lister
-	pkrcfg.Lister = recipe.ListerFunc(func() ([]string, error) { return rels, nil })
+	pkrcfg.Lister = recipe.StaticLister{Default: rels}
 	t.Cleanup(func() { pkrcfg.Lister = old })
 }
 
@@ -159,7 +159,7 @@ func TestPrepareAllProblems(t *testing.T) {
 		`recipes[0]: unknown recipe "nosuch"`,
 		"nvidia-535, nvidia-535-open", // what recipes_dir holds
 		"kernel 6.1.0-99-cloud-amd64 is not in recipe testdriver's kernel matrix",
-		"releases 6.1.0-56-cloud-amd64, 6.12.117+deb12-cloud-amd64",
+		"releases 6.1.0-56-cloud-amd64, 6.12.117+deb12-cloud-amd64, 6.12.118+deb13-cloud-amd64",
 		"already exists: remove it or run packer build with -force",
 		`disk_size "4Q"`,
 		`format "vmdk"`,
