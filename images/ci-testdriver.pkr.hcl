@@ -1,10 +1,12 @@
-# ci-testdriver: the CI image. Debian bookworm with one kernel, kpreload's /init and only the
+# ci-testdriver: the CI image. Debian bookworm (or trixie, -var suite=trixie) with one kernel,
+# kpreload's /init and only the
 # project's own test driver (recipes/testdriver.yaml: kpreload_edu for QEMU's `-device edu`),
 # so that a QEMU boot proves the whole chain (match, load, probe, bind before /sbin/init)
 # without a GPU. The kernel command line sends the console to ttyS0 and kpreload's boot
 # report to ttyS1, where builder/qemu reads them.
 #
 #   PACKER_PLUGIN_PATH=bin packer build images/ci-testdriver.pkr.hcl
+#   PACKER_PLUGIN_PATH=bin packer build -var suite=trixie images/ci-testdriver.pkr.hcl
 #
 # (no `packer { required_plugins }` block: Packer 1.9 then insists on a plugin installed by
 # `packer init` from a release, and ignores one found through PACKER_PLUGIN_PATH.)
@@ -15,10 +17,24 @@ variable "output_directory" {
   description = "Where ci-testdriver.raw, .qcow2 and .manifest.json are written."
 }
 
+variable "suite" {
+  type        = string
+  default     = "bookworm"
+  description = "The Debian suite of the root filesystem: bookworm (Debian 12) or trixie (Debian 13)."
+}
+
 variable "kernel" {
   type        = string
-  default     = "6.1.0-56-cloud-amd64"
-  description = "The kernel release the image boots (must be in recipes/testdriver.yaml's matrix)."
+  default     = ""
+  description = "The kernel release the image boots (must be in recipes/testdriver.yaml's matrix); empty: the suite's cloud kernel of the matrix (bookworm 6.1.0-56-cloud-amd64, trixie 6.12.118+deb13-cloud-amd64)."
+}
+
+locals {
+  default_kernel = {
+    bookworm = "6.1.0-56-cloud-amd64"
+    trixie   = "6.12.118+deb13-cloud-amd64"
+  }
+  kernel = var.kernel != "" ? var.kernel : lookup(local.default_kernel, var.suite, "")
 }
 
 variable "cache_dir" {
@@ -42,7 +58,8 @@ variable "extra_cmdline" {
 source "kpreload" "ci-testdriver" {
   name             = "ci-testdriver"
   output_directory = var.output_directory
-  kernels          = [var.kernel]
+  suite            = var.suite
+  kernels          = [local.kernel]
   recipes          = ["testdriver"]
   recipes_dir      = "${path.root}/../recipes"
   cache_dir        = var.cache_dir

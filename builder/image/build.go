@@ -32,7 +32,7 @@ func build(ctx context.Context, o Options) (*Manifest, error) {
 		return nil, fmt.Errorf("image: systemd-boot is missing (install systemd-boot-efi with scripts/deps.sh): %w", err)
 	}
 	// Fail on unknown kernels and missing cells before the slow steps.
-	if err := CheckKernels(o.Kernels, o.Recipes, o.Lister, o.BuildMissing); err != nil {
+	if err := CheckKernels(o.Kernels, o.Recipes, o.Lister, o.BuildMissing, o.Suite); err != nil {
 		return nil, fmt.Errorf("image: %w", err)
 	}
 	// With BuildMissing the missing cells are built here; Stage then finds them all.

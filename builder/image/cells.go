@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/kpreload/kpreload/builder/matrix"
+	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/store"
@@ -29,22 +30,55 @@ type cell struct {
 	m      *manifest.Manifest
 }
 
-// CheckKernels checks that every kernel is offered by the archive (lister) and,
-// when matrix is set, is in every recipe's kernel matrix (needed to build it).
-// The error lists what is available. A nil lister means recipe.AptKernels().
-func CheckKernels(kernels []string, recipes []*recipe.Recipe, lister recipe.KernelLister, matrix bool) error {
+// CheckKernels checks that every kernel is offered by the archive (lister)
+// in suite (the image's root filesystem suite; "" means each kernel's own,
+// archive.KernelSuite) and, when matrix is set, is in every recipe's kernel
+// matrix (needed to build it). The error lists what is available. A nil
+// lister means recipe.AptKernels().
+func CheckKernels(kernels []string, recipes []*recipe.Recipe, lister recipe.KernelLister, matrix bool, suite string) error {
 	if lister == nil {
 		lister = recipe.AptKernels()
 	}
-	avail, err := lister.Available()
-	if err != nil {
-		return fmt.Errorf("list the archive's kernels: %w", err)
+	avails := map[string][]string{}
+	available := func(k string) (string, []string, error) {
+		s := suite
+		if s == "" {
+			s = archive.KernelSuite(k)
+		}
+		if a, ok := avails[s]; ok {
+			return s, a, nil
+		}
+		l := lister
+		if s != archive.DefaultSuite {
+			sl, ok := lister.(recipe.SuiteLister)
+			if !ok {
+				return s, nil, fmt.Errorf("cannot list the kernels of suite %s", s)
+			}
+			var err error
+			if l, err = sl.InSuite(s); err != nil {
+				return s, nil, err
+			}
+		}
+		a, err := l.Available()
+		if err != nil {
+			return s, nil, fmt.Errorf("list the archive's %s kernels: %w", s, err)
+		}
+		avails[s] = a
+		return s, a, nil
 	}
 	var errs []error
+	known := map[string]bool{}
 	for _, k := range kernels {
-		if !slices.Contains(avail, k) {
-			errs = append(errs, fmt.Errorf("%w %s: the archive has no linux-image-%s with headers (available: %s)", ErrUnknownKernel, k, k, listOrNone(avail)))
+		s, avail, err := available(k)
+		if err != nil {
+			errs = append(errs, err)
+			continue
 		}
+		if !slices.Contains(avail, k) {
+			errs = append(errs, fmt.Errorf("%w %s: %s has no linux-image-%s with headers (available: %s)", ErrUnknownKernel, k, s, k, listOrNone(avail)))
+			continue
+		}
+		known[k] = true
 	}
 	if matrix {
 		for _, r := range recipes {
@@ -54,7 +88,7 @@ func CheckKernels(kernels []string, recipes []*recipe.Recipe, lister recipe.Kern
 				continue
 			}
 			for _, k := range kernels {
-				if slices.Contains(avail, k) && !slices.Contains(rels, k) {
+				if known[k] && !slices.Contains(rels, k) {
 					errs = append(errs, fmt.Errorf("%w %s: not in the kernel matrix of recipe %s (%s: %s)", ErrUnknownKernel, k, r.Name, recipeFile(r), listOrNone(rels)))
 				}
 			}

@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
@@ -299,6 +300,9 @@ func (o Options) Validate() error {
 	}
 	if o.OutDir == "" {
 		bad("no output directory")
+	}
+	if err := archive.CheckSuite(o.Suite); err != nil {
+		bad("suite: %v", err)
 	}
 	if len(o.Kernels) == 0 {
 		bad("no kernels: name at least one kernel release, such as 6.1.0-56-cloud-amd64")

@@ -216,18 +216,18 @@ func TestCheckKernels(t *testing.T) {
 		return []string{"6.1.0-55-cloud-amd64", "6.1.0-56-cloud-amd64"}, nil
 	})
 	r := &recipe.Recipe{Name: "testdriver", File: "recipes/testdriver.yaml", Kernels: recipe.Matrix{Releases: []string{"6.1.0-56-cloud-amd64"}}}
-	if err := CheckKernels([]string{"6.1.0-56-cloud-amd64"}, []*recipe.Recipe{r}, lister, true); err != nil {
+	if err := CheckKernels([]string{"6.1.0-56-cloud-amd64"}, []*recipe.Recipe{r}, lister, true, ""); err != nil {
 		t.Errorf("known kernel: %v", err)
 	}
-	err := CheckKernels([]string{"6.1.0-99-cloud-amd64"}, nil, lister, false)
+	err := CheckKernels([]string{"6.1.0-99-cloud-amd64"}, nil, lister, false, "")
 	if !errors.Is(err, ErrUnknownKernel) || !strings.Contains(err.Error(), "available: 6.1.0-55-cloud-amd64, 6.1.0-56-cloud-amd64") {
 		t.Errorf("unknown kernel: err = %v, want ErrUnknownKernel listing the available kernels", err)
 	}
-	err = CheckKernels([]string{"6.1.0-55-cloud-amd64"}, []*recipe.Recipe{r}, lister, true)
+	err = CheckKernels([]string{"6.1.0-55-cloud-amd64"}, []*recipe.Recipe{r}, lister, true, "")
 	if !errors.Is(err, ErrUnknownKernel) || !strings.Contains(err.Error(), "not in the kernel matrix of recipe testdriver") || !strings.Contains(err.Error(), "6.1.0-56-cloud-amd64") {
 		t.Errorf("kernel outside the matrix: err = %v, want it named with the matrix", err)
 	}
-	if err := CheckKernels([]string{"6.1.0-55-cloud-amd64"}, []*recipe.Recipe{r}, lister, false); err != nil {
+	if err := CheckKernels([]string{"6.1.0-55-cloud-amd64"}, []*recipe.Recipe{r}, lister, false, ""); err != nil {
 		t.Errorf("kernel outside the matrix, cached cells only: %v", err)
 	}
 }

@@ -102,7 +102,7 @@ func Stage(ctx context.Context, o StageOptions, root string) (*StageResult, erro
 		return nil, fmt.Errorf("stage: %w", err)
 	}
 	if o.BuildMissing {
-		if err := CheckKernels(o.Kernels, o.Recipes, o.Lister, true); err != nil {
+		if err := CheckKernels(o.Kernels, o.Recipes, o.Lister, true, ""); err != nil {
 			return nil, fmt.Errorf("stage: %w", err)
 		}
 	}

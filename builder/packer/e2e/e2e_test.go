@@ -17,7 +17,7 @@ import (
 )
 
 // templates are the templates shipped in images/, relative to the repository root.
-var templates = []string{"images/ci-testdriver.pkr.hcl", "images/debian12-gpu.pkr.hcl"}
+var templates = []string{"images/ci-testdriver.pkr.hcl", "images/debian12-gpu.pkr.hcl", "images/debian13-gpu.pkr.hcl"}
 
 // TestValidateTemplates runs the real `packer validate` on every template
 // (the plugin's Prepare through Packer's RPC), and checks that a bad kernel and
@@ -65,6 +65,18 @@ func TestBuildAndBootCITestdriver(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real packer build (mmdebstrap, dkms) and a UEFI boot under TCG; -short")
 	}
+	for _, tc := range []struct{ suite, kernel, welcome string }{
+		{"bookworm", "6.1.0-56-cloud-amd64", "Debian GNU/Linux 12"},
+		// -var suite=trixie: the template defaults to trixie's cloud kernel,
+		// the test driver is built in the trixie build root (gcc-14).
+		{"trixie", "6.12.118+deb13-cloud-amd64", "Debian GNU/Linux 13"},
+	} {
+		t.Run(tc.suite, func(t *testing.T) { buildAndBootCITestdriver(t, tc.suite, tc.kernel, tc.welcome) })
+	}
+}
+
+// buildAndBootCITestdriver is TestBuildAndBootCITestdriver for one suite.
+func buildAndBootCITestdriver(t *testing.T, suite, kernel, welcome string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
 	outDir := filepath.Join(t.TempDir(), "out")
@@ -76,6 +88,7 @@ func TestBuildAndBootCITestdriver(t *testing.T) {
 		"-var", "output_directory="+outDir,
 		"-var", "cache_dir="+cache,
 		"-var", "rootfs_cache_dir="+rootfsCache,
+		"-var", "suite="+suite,
 		"images/ci-testdriver.pkr.hcl")
 	recs := machineReadable(out)
 	if err != nil {
@@ -110,8 +123,11 @@ func TestBuildAndBootCITestdriver(t *testing.T) {
 	if m.Rootfs.Cached {
 		t.Errorf("manifest says the root filesystem came from a cache; want mmdebstrap run by this build")
 	}
-	if len(m.Drivers) != 1 || m.Drivers[0].Recipe != "testdriver" || m.Drivers[0].Kernel != "6.1.0-56-cloud-amd64" {
-		t.Errorf("manifest drivers = %+v, want the testdriver set for 6.1.0-56-cloud-amd64", m.Drivers)
+	if len(m.Drivers) != 1 || m.Drivers[0].Recipe != "testdriver" || m.Drivers[0].Kernel != kernel {
+		t.Errorf("manifest drivers = %+v, want the testdriver set for %s", m.Drivers, kernel)
+	}
+	if m.Suite != suite {
+		t.Errorf("manifest suite = %q, want %q", m.Suite, suite)
 	}
 	if !strings.Contains(m.Cmdline, "kpreload.report=/dev/ttyS1") || !strings.Contains(m.Cmdline, "root=UUID="+m.RootUUID) {
 		t.Errorf("manifest cmdline %q: want root=UUID=%s and the template's kernel_cmdline", m.Cmdline, m.RootUUID)
@@ -141,8 +157,8 @@ func TestBuildAndBootCITestdriver(t *testing.T) {
 		t.Fatalf("no kpreload report on the report channel; warnings %v; console %s", res.Warnings, res.Console)
 	}
 	t.Logf("report: %s", rep.Summary())
-	if rep.Kernel != "6.1.0-56-cloud-amd64" || !strings.Contains(rep.Cmdline, "root=UUID="+m.RootUUID) {
-		t.Errorf("report kernel %q cmdline %q: want 6.1.0-56-cloud-amd64 booted by the image's loader entry", rep.Kernel, rep.Cmdline)
+	if rep.Kernel != kernel || !strings.Contains(rep.Cmdline, "root=UUID="+m.RootUUID) {
+		t.Errorf("report kernel %q cmdline %q: want %s booted by the image's loader entry", rep.Kernel, rep.Cmdline, kernel)
 	}
 	if rep.SwitchRoot <= 0 {
 		t.Errorf("report switch_root = %v, want the time /init handed over to /sbin/init", rep.SwitchRoot)
@@ -173,7 +189,7 @@ func TestBuildAndBootCITestdriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(console), "Debian GNU/Linux 12") {
-		t.Errorf("console lacks the systemd welcome of Debian 12 (%s)", res.Console)
+	if !strings.Contains(string(console), welcome) {
+		t.Errorf("console lacks the systemd welcome of %s (%s)", welcome, res.Console)
 	}
 }

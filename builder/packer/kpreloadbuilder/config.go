@@ -69,7 +69,9 @@ type Config struct {
 	ESPSize string `mapstructure:"esp_size"`
 	// The disk formats to write: `raw` and/or `qcow2`. Defaults to both.
 	Formats []string `mapstructure:"formats"`
-	// The Debian release the root filesystem is made from. Defaults to `bookworm`.
+	// The Debian release the root filesystem is made from: `bookworm` (Debian
+	// 12) or `trixie` (Debian 13; the recipes' packages still come from each
+	// recipe's own `suite`). Defaults to `bookworm`.
 	Suite string `mapstructure:"suite"`
 	// The Debian archive. Defaults to `http://deb.debian.org/debian`.
 	Mirror string `mapstructure:"mirror"`

@@ -41,11 +41,21 @@ downloaded into $KPRELOAD_CACHE (default ` + matrix.DefaultDownloadDir + `).
 RECIPE:KVER asks for one cell: that recipe for that kernel only, whatever its
 matrix and --kernel say; repeat it for more kernels. For example
 
-  kpreload build testdriver nvidia-535-open:6.12.117+deb12-cloud-amd64
+  kpreload build testdriver nvidia-550-open:6.12.118+deb13-cloud-amd64
 
 builds the test driver for its whole matrix and the open NVIDIA modules for
-one kernel. A kernel that is neither unpacked nor in the apt archive is an
-error that lists the kernels there are.
+trixie's kernel. A kernel that is neither unpacked nor in the apt archive is
+an error that lists the kernels there are.
+
+Suites: a recipe's packages come from its suite: (default bookworm); other
+suites (trixie, sid, ...) are read through kpreload's own apt configuration
+under $KPRELOAD_CACHE/apt/<suite>, never installed, and a pinned version the
+suite lacks is refused naming the versions it has. Kernels of another suite
+than bookworm (6.12.118+deb13: trixie) are built in a build root of that
+suite (mmdebstrap'd once under $KPRELOAD_CACHE/buildroot), with its compiler.
+
+A recipe's patches: are applied to a copy of the DKMS source before dkms
+runs; their digest is part of each cell's content key.
 
 A recipe's signing: section signs every kept module with the kernel's own
 scripts/sign-file before it enters the cache; its supported-gpus: file is
