@@ -31,7 +31,13 @@ import (
 const (
 	k61  = "6.1.0-56-cloud-amd64"
 	k612 = "6.12.117+deb12-cloud-amd64"
+	// k613 is trixie's cloud kernel: the test driver is built for it in a
+	// trixie build root (its gcc-14 and kbuild tools).
+	k613 = "6.12.118+deb13-cloud-amd64"
 )
+
+// testKernels are the test driver's matrix (recipes/testdriver.yaml).
+var testKernels = []string{k61, k612, k613}
 
 // eduID is what kpreload_edu logs when it binds QEMU's edu device: the
 // device's identification register (version 1.0, 0xed).
@@ -132,9 +138,10 @@ func (c *countingDriver) Build(ctx context.Context, req dkms.BuildRequest) (*dkm
 // TestBuildAndBoot is the build half end to end, in one test so the slow
 // cells run once and are shared by the steps after them:
 //
-//  1. `kpreload build testdriver nvidia-535-open:<6.12>` into a fresh cache:
-//     the test driver's two cells are compiled; the open NVIDIA cell fails
-//     with its real compiler error; the exit status is non-zero.
+//  1. `kpreload build testdriver testdriver-broken.yaml:<6.12>` into a fresh
+//     cache: the test driver's three cells are compiled (trixie's in its build
+//     root); the cell of a copy whose source lacks a ';' fails with its real
+//     compiler error, alone; the exit status is non-zero.
 //  2. For each kernel, an initramfs from that cache, booted with -device edu:
 //     the driver built for that kernel binds the device.
 //  3. `kpreload build nvidia-535:<6.1>` into the persistent store (cached
@@ -153,7 +160,7 @@ func TestBuildAndBoot(t *testing.T) {
 			t.Fatalf("%s is missing: run scripts/deps.sh (%v)", tool, err)
 		}
 	}
-	for _, k := range []string{k61, k612} {
+	for _, k := range testKernels {
 		kernelRoot(t, k)
 	}
 	bins := t.TempDir()
@@ -168,28 +175,54 @@ func TestBuildAndBoot(t *testing.T) {
 	work := t.TempDir()
 	cache := filepath.Join(work, "cache")
 
-	// 1. The test driver's matrix and the cell that cannot build.
-	code, cells := kpreloadBuild(t, kp, "--cache", cache, "testdriver", "nvidia-535-open:"+k612)
+	// 1. The test driver's matrix and a cell that cannot build: a copy of the
+	// test driver whose source lacks a ';' (the real compiler's error).
+	brokenDir := t.TempDir()
+	copyDir(t, filepath.Join(testenv.RepoRoot(t), "recipes", "testdriver"), filepath.Join(brokenDir, "testdriver"))
+	src := filepath.Join(brokenDir, "testdriver", "kpreload_edu.c")
+	code0, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const stmt = "edu->id = ioread32(edu->bar0 + EDU_REG_ID);"
+	if !bytes.Contains(code0, []byte(stmt)) {
+		t.Fatalf("%s lacks %q", src, stmt)
+	}
+	if err := os.WriteFile(src, bytes.Replace(code0, []byte(stmt), []byte(strings.TrimSuffix(stmt, ";")), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	yml, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "recipes", "testdriver.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	brokenRecipe := filepath.Join(brokenDir, "testdriver-broken.yaml")
+	if err := os.WriteFile(brokenRecipe, bytes.Replace(yml, []byte("name: testdriver\n"), []byte("name: testdriver-broken\n"), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, cells := kpreloadBuild(t, kp, "--cache", cache, "testdriver", brokenRecipe+":"+k612)
 	if code == 0 {
 		t.Errorf("kpreload build with a failing cell: exit status 0, want non-zero")
 	}
-	if len(cells) != 3 {
-		t.Errorf("kpreload build reported %d cells, want 3 (testdriver × 2, nvidia-535-open × 1): %v", len(cells), cells)
+	if len(cells) != 4 {
+		t.Errorf("kpreload build reported %d cells, want 4 (testdriver × 3, testdriver-broken × 1): %v", len(cells), cells)
 	}
 	edu := map[string]string{} // kernel -> set id
-	for _, k := range []string{k61, k612} {
+	for _, k := range testKernels {
 		c := cells["testdriver/"+k]
 		if c.State != matrix.StateOK || len(c.SetID) != 64 {
 			t.Fatalf("testdriver/%s = %s %q (set %q), want ok: built into a fresh cache", k, c.State, c.FirstError, c.SetID)
 		}
 		edu[k] = c.SetID
 	}
-	open := cells["nvidia-535-open/"+k612]
-	if open.State != matrix.StateFailed || !strings.Contains(open.FirstError, "nv-pci.c") || !strings.Contains(open.FirstError, "too few arguments to function 'pci_resize_resource'") {
-		t.Errorf("nvidia-535-open/%s = %s %q, want failed with nv-pci.c's too few arguments to function 'pci_resize_resource'", k612, open.State, open.FirstError)
+	if c := cells["testdriver/"+k613]; c.Key["compiler"] == "" || !strings.HasPrefix(c.Key["compiler"], "trixie build root: ") || !strings.Contains(c.Key["compiler"], "14.") {
+		t.Errorf("testdriver/%s compiler %q, want trixie's gcc-14 in its build root", k613, c.Key["compiler"])
 	}
-	if b, err := os.ReadFile(open.Log); err != nil || !strings.Contains(string(b), open.FirstError) {
-		t.Errorf("nvidia-535-open/%s log %q (%v) lacks the first error", k612, open.Log, err)
+	bad := cells["testdriver-broken/"+k612]
+	if bad.State != matrix.StateFailed || !strings.Contains(bad.FirstError, "kpreload_edu.c") || !strings.Contains(bad.FirstError, "error:") {
+		t.Errorf("testdriver-broken/%s = %s %q, want failed with kpreload_edu.c's compiler error", k612, bad.State, bad.FirstError)
+	}
+	if b, err := os.ReadFile(bad.Log); err != nil || !strings.Contains(string(b), bad.FirstError) {
+		t.Errorf("testdriver-broken/%s log %q (%v) lacks the first error", k612, bad.Log, err)
 	}
 	st, err := store.Open(cache)
 	if err != nil {
@@ -204,12 +237,12 @@ func TestBuildAndBoot(t *testing.T) {
 			t.Errorf("the cache holds set %.12s (%s %s for %s), want only the two test driver sets", e.ID, e.Driver, e.Version, e.Kernel)
 		}
 	}
-	if len(ents) != 2 {
-		t.Errorf("the cache holds %d sets, want 2", len(ents))
+	if len(ents) != 3 {
+		t.Errorf("the cache holds %d sets, want 3", len(ents))
 	}
 
 	// 2. Each kernel boots its own build of the test driver.
-	for _, k := range []string{k61, k612} {
+	for _, k := range testKernels {
 		t.Run("boot-testdriver-"+k, func(t *testing.T) {
 			dir := t.TempDir()
 			initrd := filepath.Join(dir, "initrd.img")
@@ -273,7 +306,7 @@ func TestBuildAndBoot(t *testing.T) {
 		if n := counter.calls.Load(); n != 0 {
 			t.Errorf("rebuild ran dkms %d times, want 0", n)
 		}
-		want := map[string]string{"testdriver/" + k61: edu[k61], "testdriver/" + k612: edu[k612], "nvidia-535/" + k61: nv.SetID}
+		want := map[string]string{"testdriver/" + k61: edu[k61], "testdriver/" + k612: edu[k612], "testdriver/" + k613: edu[k613], "nvidia-535/" + k61: nv.SetID}
 		if len(results) != len(want) {
 			t.Errorf("rebuild has %d cells, want %d", len(results), len(want))
 		}
@@ -392,4 +425,26 @@ func console(t *testing.T, res *qemu.Result) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// copyDir copies the regular files of src (one level, as the test driver's
+// source is) into dst, following links.
+func copyDir(t *testing.T, src, dst string) {
+	t.Helper()
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
