@@ -7,8 +7,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/archive"
+	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/store"
