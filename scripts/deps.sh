@@ -43,6 +43,7 @@ SRC
 packages=(
   qemu-system-x86 qemu-utils ovmf   # boots
   dkms kmod make gcc libc6-dev bc    # module builds and the modprobe/depmod oracle
+  patch                              # recipes' patches (applied to a copy of the DKMS source)
   dwarves                            # pahole: 6.12 headers build BTF for modules
   cpio zstd xz-utils gzip e2fsprogs  # archives and root disks
   initramfs-tools-core busybox       # the baseline benchmarks compare against
@@ -63,15 +64,20 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
 done
+# apt's and dpkg's own output goes to a log; its path is printed on failure.
+mkdir -p "$KPRELOAD_CACHE/logs"
+aptlog="$KPRELOAD_CACHE/logs/deps-apt.log"
 if [ ! -f "$stamp" ] || [ ${#missing[@]} -gt 0 ]; then
-  log "apt-get update"
+  log "apt-get update (log: $aptlog)"
   # Other sources on the machine may be unreachable; ours must work, checked below.
-  as_root apt-get update -qq || warn "apt-get update reported errors (continuing; packages are checked next)"
-  mkdir -p "$KPRELOAD_CACHE" && touch "$stamp"
+  as_root apt-get update -qq >>"$aptlog" 2>&1 || warn "apt-get update reported errors (continuing; packages are checked next; see $aptlog)"
+  touch "$stamp"
 fi
 if [ ${#missing[@]} -gt 0 ]; then
-  log "installing: ${missing[*]}"
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  log "installing: ${missing[*]} (log: $aptlog)"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >>"$aptlog" 2>&1 ||
+    die "apt-get install failed; the last lines of $aptlog:
+$(tail -n 15 "$aptlog")"
 fi
 
 if command -v go >/dev/null; then
