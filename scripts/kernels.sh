@@ -21,7 +21,8 @@ kernel_suite() {
 
 [ $# -gt 0 ] || set -- "${KPRELOAD_KERNELS[@]}"
 debs="$KPRELOAD_CACHE/debs"
-mkdir -p "$debs" "$KPRELOAD_CACHE/kernels"
+mkdir -p "$debs" "$KPRELOAD_CACHE/kernels" "$KPRELOAD_CACHE/logs"
+aptlog="$KPRELOAD_CACHE/logs/kernels-apt.log"
 
 for kver in "$@"; do
   dest="$KPRELOAD_CACHE/kernels/$kver"
@@ -45,7 +46,8 @@ for kver in "$@"; do
   pkgs=("$image" "$headers" "${hdeps[@]}")
   (cd "$debs" && for p in "${pkgs[@]}"; do
      ver=$(apt-cache "${apt_opts[@]}" policy "$p" | awk '/Candidate:/ {print $2}')
-     ls "${p}_"*.deb >/dev/null 2>&1 || apt-get "${apt_opts[@]}" download -q "$p=$ver" >&2
+     ls "${p}_"*.deb >/dev/null 2>&1 || apt-get "${apt_opts[@]}" download -q "$p=$ver" >>"$aptlog" 2>&1 ||
+       die "apt-get download $p=$ver failed (log: $aptlog)"
    done)
   tmp=$(mktemp -d "$KPRELOAD_CACHE/kernels/.tmp.XXXXXX")
   trap 'rm -rf "$tmp"' EXIT

@@ -49,7 +49,8 @@ for recipe in "$@"; do
     # Debian file names drop the epoch and escape ':' as %3a; versions here have none.
     deb=$(ls "$debs/${pkg}_${ver}_"*.deb 2>/dev/null | head -n1 || true)
     if [ -z "$deb" ]; then
-      (cd "$debs" && apt-get "${apt_opts[@]}" download -q "$pkg=$ver" >&2) ||
+      mkdir -p "$KPRELOAD_CACHE/logs"
+      (cd "$debs" && apt-get "${apt_opts[@]}" download -q "$pkg=$ver" >>"$KPRELOAD_CACHE/logs/supported-gpus-apt.log" 2>&1) ||
         die "apt-get download $pkg=$ver (suite ${suite:-bookworm}) failed: is non-free enabled in the apt sources (scripts/deps.sh) and apt-get update run?"
       deb=$(ls "$debs/${pkg}_${ver}_"*.deb | head -n1)
     fi

@@ -266,13 +266,23 @@ var (
 // recipes name, fetching them with scripts/supported-gpus.sh when missing.
 func realLists(t *testing.T) (l535, l470 string) {
 	t.Helper()
+	l := realList(t, "nvidia-driver_535.261.03-1", "nvidia-tesla-470-driver_470.256.02-1~deb12u1")
+	return l[0], l[1]
+}
+
+// realList returns the paths of the real supported-gpus.json of packages
+// (name_version), fetching them with scripts/supported-gpus.sh when missing.
+func realList(t *testing.T, pkgs ...string) []string {
+	t.Helper()
 	cache := os.Getenv("KPRELOAD_CACHE")
 	if cache == "" {
 		cache = "/var/cache/kpreload"
 	}
-	l535 = filepath.Join(cache, "supported-gpus", "nvidia-driver_535.261.03-1", "supported-gpus.json")
-	l470 = filepath.Join(cache, "supported-gpus", "nvidia-tesla-470-driver_470.256.02-1~deb12u1", "supported-gpus.json")
-	for _, p := range []string{l535, l470} {
+	var out []string
+	for _, p := range pkgs {
+		out = append(out, filepath.Join(cache, "supported-gpus", p, "supported-gpus.json"))
+	}
+	for _, p := range out {
 		if _, err := os.Stat(p); err != nil {
 			fetchOnce.Do(func() { fetchOut, fetchErr = exec.Command("../../scripts/supported-gpus.sh").CombinedOutput() })
 			if fetchErr != nil {
@@ -280,7 +290,50 @@ func realLists(t *testing.T) (l535, l470 string) {
 			}
 		}
 	}
-	return l535, l470
+	return out
+}
+
+// TestDecideH200With550 is the same H200 VM against a cache holding 535 and
+// 550 in both flavours (the real lists of nvidia-driver 535.261.03-1 and
+// 550.163.01-2): only 550 lists the H200, with kernelopen, so the default
+// request (latest, auto) loads 550.163.01 open; asking for 535 is refused
+// naming what would work; CUDA 12.4 accepts 550.163.01.
+func TestDecideH200With550(t *testing.T) {
+	l := realList(t, "nvidia-driver_535.261.03-1", "nvidia-driver_550.163.01-2")
+	devs, err := pci.Scan(pcitest.FromFixture(t, "../../../shared/fixtures/h200-gpu-vm/pci-sysfs.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	real := func(version, flavor, list string) selection.Set {
+		s := set("nvidia", version, flavor, "")
+		s.Set.Dir, s.Set.SupportedGPUs, s.Dir = filepath.Dir(list), filepath.Base(list), "/"
+		return s
+	}
+	sets := []selection.Set{real("535.261.03", "proprietary", l[0]), real("535.261.03", "open", l[0]), real("550.163.01", "proprietary", l[1]), real("550.163.01", "open", l[1])}
+	for _, tt := range []struct {
+		name   string
+		req    instance.Request
+		chosen string
+		refuse string
+	}{
+		{"latest auto", req("", "", ""), "550.163.01 open", ""},
+		{"branch 550, CUDA 12.4", req("550", "12.4", ""), "550.163.01 open", ""},
+		{"proprietary asked", req("550", "", "proprietary"), "550.163.01 proprietary", ""},
+		{"branch 535", req("535", "", ""), "", "would work on this machine: 550.163.01 proprietary, 550.163.01 open (e.g. kpreload.driver=550.163.01)"},
+	} {
+		d := selection.Decide(selection.Input{Kernel: kver, Request: tt.req, Sets: sets, Devices: devs})
+		dd := d.Driver("nvidia")
+		got := ""
+		if dd.Chosen != nil {
+			got = dd.Chosen.Version + " " + dd.Chosen.Flavor
+		}
+		if got != tt.chosen || !strings.Contains(dd.Refusal, tt.refuse) {
+			t.Errorf("%s: chosen %q refusal %q, want %q %q", tt.name, got, dd.Refusal, tt.chosen, tt.refuse)
+		}
+		if len(d.GPUs) != 1 || d.GPUs[0].Name != "NVIDIA H200" {
+			t.Errorf("%s: GPUs %+v, want the H200 named by 550's list", tt.name, d.GPUs)
+		}
+	}
 }
 
 // TestDecideH200Fixture runs the decision on the sysfs of a real H200 VM against
