@@ -13,7 +13,7 @@ import (
 // units are the systemd units every image carries.
 var units = []string{
 	"kpreload-drivers.path", "kpreload-drivers.target", "kpreload-ldconfig.service",
-	"kpreload-persistenced.service", "kpreload-ready.service",
+	"kpreload-persistenced.service", "kpreload-ready.service", "kpreload-cdi.service",
 }
 
 // extract copies FS's files into a directory.
@@ -47,6 +47,10 @@ func TestUnitsVerify(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(driver, "usr/bin/nvidia-persistenced"), []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	kpreload := filepath.Join(t.TempDir(), "kpreload")
+	if err := os.WriteFile(kpreload, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	var paths []string
 	for _, u := range units {
 		p := filepath.Join(unitDir, u)
@@ -54,7 +58,7 @@ func TestUnitsVerify(t *testing.T) {
 		if err != nil {
 			t.Fatalf("unit %s is missing: %v", u, err)
 		}
-		if err := os.WriteFile(p, []byte(strings.ReplaceAll(string(b), "/run/kpreload/driver/", driver+"/")), 0o644); err != nil {
+		if err := os.WriteFile(p, []byte(strings.NewReplacer("/run/kpreload/driver/", driver+"/", "/usr/bin/kpreload ", kpreload+" ").Replace(string(b))), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		paths = append(paths, p)

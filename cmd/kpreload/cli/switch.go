@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kpreload/kpreload/gpu/activate"
+	"github.com/kpreload/kpreload/gpu/cdispec"
 	"github.com/kpreload/kpreload/gpu/switcher"
 	"github.com/kpreload/kpreload/initramfs/loader"
 	"github.com/kpreload/kpreload/kmodcache/store"
@@ -69,6 +70,15 @@ outcome, or with --json the whole record, to stdout. Needs root.`,
 				Log:         prefixWriter{w: cmd.ErrOrStderr(), prefix: "kpreload switch: "},
 			}
 			res, err := switcher.Switch(opts)
+			// The CDI spec follows the driver now active (the new one, the old one
+			// after a rollback, or none: then the spec is removed).
+			if _, cerr := cdispec.Refresh("/", cdispec.DefaultSpecFile, cdispec.Options{}); cerr != nil {
+				if res != nil {
+					res.Warnings = append(res.Warnings, cerr.Error())
+				} else {
+					fmt.Fprintf(cmd.ErrOrStderr(), "kpreload switch: warning: %v\n", cerr)
+				}
+			}
 			if asJSON {
 				if jerr := printJSON(cmd.OutOrStdout(), res); jerr != nil {
 					return jerr

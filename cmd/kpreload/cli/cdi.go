@@ -1,0 +1,204 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kpreload/kpreload/gpu/activate"
+	"github.com/kpreload/kpreload/gpu/cdispec"
+)
+
+func init() { register(newCDICmd) }
+
+func newCDICmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "cdi",
+		Short: "Container Device Interface spec for the active NVIDIA driver",
+		Long: `cdi describes the loaded NVIDIA driver to container runtimes (docker, podman,
+containerd, CRI-O) as a CDI spec of kind nvidia.com/gpu, and provides the
+createContainer hook that spec names.`,
+		Args: cobra.NoArgs,
+	}
+	cmd.AddCommand(newCDIGenerateCmd(), newCDIRefreshCmd(), newCDIHookCmd())
+	return cmd
+}
+
+func newCDIGenerateCmd() *cobra.Command {
+	var (
+		root, out, hookPath string
+		asJSON              bool
+	)
+	cmd := &cobra.Command{
+		Use:   "generate [--root DIR] [--json] [-o FILE]",
+		Short: "Write the CDI spec (nvidia.com/gpu) of the loaded NVIDIA driver",
+		Long: `generate writes a CDI spec of kind nvidia.com/gpu with one device per GPU,
+named by index (nvidia.com/gpu=0) and by UUID (nvidia.com/gpu=GPU-...), and
+nvidia.com/gpu=all. Every device brings its /dev/nvidia<minor>; the spec-wide
+edits bring /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-uvm-tools and the
+/dev/nvidia-caps nodes, the driver version's libraries (*.so.<version>) and
+binaries (nvidia-smi, nvidia-debugdump, nvidia-persistenced, nvidia-cuda-mps-*)
+mounted read-only, the GSP firmware directory /lib/firmware/nvidia/<version>, the
+nvidia-persistenced socket when it exists, and a createContainer hook
+("kpreload cdi hook update-ldcache") that rebuilds the container's linker cache
+so libcuda.so.1 resolves.
+
+On a kpreload image the driver is the activation record /run/kpreload/ready and
+the userspace behind /run/kpreload/driver; libraries are mounted under
+/usr/lib/x86_64-linux-gnu and binaries under /usr/bin in the container. On any
+other host (no /run/kpreload/ready) the version comes from
+/proc/driver/nvidia/version and the libraries are the *.so.<version> files in the
+directories of the linker cache (/etc/ld.so.cache) and the usual library
+directories (/usr/lib/x86_64-linux-gnu, /usr/lib64, /usr/local/nvidia/lib64, ...),
+mounted at their own paths, as nvidia-ctk does. What was found goes to stderr.
+
+DIR is "/" or a tree holding proc, sys, dev, run, etc (e.g. a fixture); nothing
+is changed there. The spec is validated with the CDI library before it is
+written; with -o it replaces FILE atomically (runtimes read /etc/cdi and
+/var/run/cdi).`,
+		Example: `  kpreload cdi generate -o /var/run/cdi/nvidia.yaml
+  kpreload cdi generate --json | jq '.devices[].name'
+  kpreload cdi generate --root /tmp/h200-tree
+  docker run --rm --device nvidia.com/gpu=all ubuntu nvidia-smi
+  podman run --rm --device nvidia.com/gpu=0 ubuntu nvidia-smi -L`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts := cdispec.Options{HookPath: hookPath}
+			if opts.HookPath == "" {
+				if _, err := os.Stat(activate.ReadyPath(filepath.Join(root, activate.RunDir))); err != nil {
+					// Not a kpreload image: the hook runs this binary.
+					if exe, err := os.Executable(); err == nil {
+						opts.HookPath = exe
+					}
+				}
+			}
+			spec, found, err := cdispec.Generate(root, opts)
+			if err != nil {
+				return err
+			}
+			cdiReport(cmd, found)
+			data, err := cdispec.Marshal(spec, asJSON)
+			if err != nil {
+				return err
+			}
+			if out != "" {
+				if err := cdispec.WriteFile(out, data, asJSON); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "cdi: wrote %s (%d devices, valid CDI %s)\n", out, len(spec.Devices), spec.Version)
+				return nil
+			}
+			if _, err := cdispec.Validate(data, asJSON); err != nil {
+				return err
+			}
+			_, err = cmd.OutOrStdout().Write(data)
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&root, "root", "/", "root of the system to describe (reads DIR/proc, DIR/sys, DIR/dev, DIR/run, DIR/etc)")
+	f.StringVarP(&out, "output", "o", "", "file to write atomically (default: stdout)")
+	f.BoolVar(&asJSON, "json", false, "write JSON instead of YAML")
+	f.StringVar(&hookPath, "hook-path", "", "host path of the kpreload binary the hook runs (default: "+cdispec.DefaultHookPath+" on kpreload images, this binary elsewhere)")
+	return cmd
+}
+
+func newCDIRefreshCmd() *cobra.Command {
+	var root, file, hookPath string
+	cmd := &cobra.Command{
+		Use:   "refresh [--root DIR] [-o FILE]",
+		Short: "Write or remove a kpreload image's CDI spec to match the active driver",
+		Long: `refresh is for kpreload images (after activation at boot, after kpreload
+switch): when /run/kpreload/ready names an active NVIDIA driver it writes that
+driver's spec (as "generate" does, validated, atomically) to FILE; when no driver
+is active, another driver is, or no NVIDIA driver is loaded, it removes FILE, so
+containers never get another version's libraries. FILE is a path of the system
+under DIR (default /var/run/cdi/nvidia.yaml, which CDI runtimes read).`,
+		Example: `  kpreload cdi refresh
+  kpreload cdi refresh --root /newroot -o /run/cdi/nvidia.yaml`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			wrote, err := cdispec.Refresh(root, file, cdispec.Options{HookPath: hookPath})
+			if err != nil {
+				return err
+			}
+			if wrote {
+				fmt.Fprintf(cmd.OutOrStdout(), "cdi: wrote %s\n", file)
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "cdi: no active NVIDIA driver; %s removed\n", file)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&root, "root", "/", "root of the system")
+	f.StringVarP(&file, "output", "o", cdispec.DefaultSpecFile, "spec file (a path of the system under --root)")
+	f.StringVar(&hookPath, "hook-path", "", "host path of the kpreload binary the hook runs (default "+cdispec.DefaultHookPath+")")
+	return cmd
+}
+
+// cdiReport prints what generate found to stderr.
+func cdiReport(cmd *cobra.Command, f *cdispec.Found) {
+	w := cmd.ErrOrStderr()
+	fmt.Fprintf(w, "cdi: NVIDIA %s (%s", f.Version, f.Source)
+	if f.DriverDir != "" {
+		fmt.Fprintf(w, ", userspace %s", f.DriverDir)
+	}
+	fmt.Fprintln(w, ")")
+	for i, g := range f.GPUs {
+		fmt.Fprintf(w, "cdi: gpu %d: %s /dev/nvidia%d %s\n", i, g.Bus, g.Minor, g.UUID)
+	}
+	for _, n := range f.Nodes {
+		fmt.Fprintf(w, "cdi: node %s\n", n)
+	}
+	fmt.Fprintf(w, "cdi: %d libraries, binaries %v\n", len(f.Libraries), f.Binaries)
+	fmt.Fprintf(w, "cdi: firmware %q, persistenced socket %q, ld cache folders %v\n", f.Firmware, f.Socket, f.LdcacheFolders)
+}
+
+func newCDIHookCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "hook",
+		Short: "OCI hooks named by kpreload's CDI spec (run by container runtimes)",
+		Args:  cobra.NoArgs,
+	}
+	var (
+		folders                 []string
+		ldconfig, containerRoot string
+	)
+	ld := &cobra.Command{
+		Use:   "update-ldcache --folder DIR... [--ldconfig-path PATH] [--container-root DIR]",
+		Short: "Add folders to a container's linker configuration and run ldconfig in it",
+		Long: `update-ldcache is a createContainer hook: the runtime passes the container
+state (OCI JSON: id, bundle, ...) on stdin; the hook finds the container's root
+from <bundle>/config.json, writes the folders that are not configured yet to
+<root>/etc/ld.so.conf.d/00-kpreload-cdi.conf (and an /etc/ld.so.conf including
+ld.so.conf.d/*.conf when the image has none), then runs the host's
+"ldconfig -r <root>", so libcuda.so.1 and the other mounted driver libraries
+resolve in the container. Folders are container paths; missing ones are skipped.`,
+		Example: `  # in a CDI spec:
+  #   hooks:
+  #   - hookName: createContainer
+  #     path: /usr/bin/kpreload
+  #     args: [kpreload, cdi, hook, update-ldcache, --folder, /usr/lib/x86_64-linux-gnu]
+  kpreload cdi hook update-ldcache --container-root /tmp/rootfs --folder /usr/local/nvidia/lib64`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			root := containerRoot
+			if root == "" {
+				var err error
+				if root, err = cdispec.ContainerRoot(cmd.InOrStdin()); err != nil {
+					return fmt.Errorf("update-ldcache: %w", err)
+				}
+			}
+			return cdispec.UpdateLdcache(root, ldconfig, folders)
+		},
+	}
+	f := ld.Flags()
+	f.StringArrayVar(&folders, "folder", nil, "container directory to add to the linker configuration (repeatable)")
+	f.StringVar(&ldconfig, "ldconfig-path", cdispec.DefaultLdconfig, "the host's ldconfig")
+	f.StringVar(&containerRoot, "container-root", "", "container root (default: from the OCI state on stdin)")
+	cmd.AddCommand(ld)
+	return cmd
+}
