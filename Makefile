@@ -9,7 +9,7 @@ KPRELOAD := $(BIN)/kpreload
 INIT := $(BIN)/kpreload-init
 GOFLAGS_STATIC := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w'
 
-.PHONY: all build plugin deps demo demo-initramfs test unit vet fmt bench bench-build bench-image clean
+.PHONY: all build plugin deps demo demo-initramfs test unit vet fmt bench bench-build bench-image clean fuzz
 
 all: build
 
@@ -46,6 +46,12 @@ test: deps build vet
 
 unit: build
 	$(GO) test -short ./...
+
+# Every fuzz target of the parsers fed from outside, FUZZTIME (default 30s) each,
+# one after another; prints execs and crashers per target, fails on any crasher.
+# (`make test` runs their seed corpora as ordinary tests.)
+fuzz:
+	@FUZZTIME=$(or $(FUZZTIME),30s) GO=$(GO) scripts/fuzz.sh
 
 bench: deps build
 	@scripts/bench-boot.sh

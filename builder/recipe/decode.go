@@ -120,10 +120,11 @@ func (x *index) find(line int, ok func(nodeRef) bool) (nodeRef, bool) {
 }
 
 var (
-	unknownFieldRE = regexp.MustCompile(`^line (\d+): field (.+) not found in type (\S+)$`)
-	cannotRE       = regexp.MustCompile("^line (\\d+): cannot unmarshal (!!\\w+)(?: `(.*)`)? into (\\S+)$")
-	dupKeyRE       = regexp.MustCompile(`^line (\d+): mapping key "(.*)" already defined at line (\d+)$`)
-	lineRE         = regexp.MustCompile(`^line (\d+): (.*)$`)
+	// (?s): the values yaml.v3 quotes may hold newlines.
+	unknownFieldRE = regexp.MustCompile(`(?s)^line (\d+): field (.+) not found in type (\S+)$`)
+	cannotRE       = regexp.MustCompile("(?s)^line (\\d+): cannot unmarshal (!!\\w+)(?: `(.*)`)? into (\\S+)$")
+	dupKeyRE       = regexp.MustCompile(`(?s)^line (\d+): mapping key "(.*)" already defined at line (\d+)$`)
+	lineRE         = regexp.MustCompile(`(?s)^line (\d+): (.*)$`)
 )
 
 // typeError rewrites one of yaml.v3's unmarshal errors ("line 3: field foo

@@ -203,7 +203,7 @@ type parser struct {
 func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
 	where := p.name + ":" + strconv.Itoa(n.Line)
 	if path != "" {
-		where += ": " + path
+		where += ": " + quoteUnprintable(path)
 	}
 	p.errs = append(p.errs, fmt.Errorf("%s: %s", where, fmt.Sprintf(format, args...)))
 }
@@ -274,7 +274,17 @@ func describe(n *yaml.Node) string {
 	case "int":
 		kind = "integer"
 	}
-	return fmt.Sprintf("%s %q", kind, n.Value)
+	return fmt.Sprintf("%s %q", quoteUnprintable(kind), n.Value)
+}
+
+// quoteUnprintable quotes s when it holds a newline or another unprintable
+// character: keys and tags are the user's text, and every problem must stay
+// on its own line.
+func quoteUnprintable(s string) string {
+	if strings.ContainsFunc(s, func(r rune) bool { return !strconv.IsPrint(r) }) {
+		return strconv.Quote(s)
+	}
+	return s
 }
 
 func keyList(fields map[string]func(*yaml.Node, string)) string {

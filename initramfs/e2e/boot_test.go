@@ -30,6 +30,8 @@ type bootCase struct {
 	extra []string
 	// rootSpec is the root= value.
 	rootSpec string
+	// append is added to the kernel command line after root=.
+	append string
 }
 
 type booted struct {
@@ -85,7 +87,7 @@ func boot(t *testing.T, c bootCase) booted {
 		Initramfs:  initrd,
 		RootDisk:   disk,
 		Devices:    []string{"edu", "nvme,serial=kpreload-nvme"},
-		Append:     "root=" + c.rootSpec,
+		Append:     strings.TrimSpace("root=" + c.rootSpec + " " + c.append),
 		Timeout:    3 * time.Minute,
 		ConsoleLog: filepath.Join(dir, "console.log"),
 	})
@@ -275,5 +277,28 @@ func TestBootRefusesModuleForOtherKernel(t *testing.T) {
 	}
 	if b.root.PID != 1 {
 		t.Errorf("root init pid %d, want 1: the boot must reach the real init", b.root.PID)
+	}
+}
+
+// TestBootSurvivesLoneQuote boots with a command line whose last value is a
+// lone quote (`kpreload.note="`): u-root's cmdline parser panics on it, which
+// in /init would have been a kernel panic; kpreload's own parser
+// (initramfs/kcmdline) takes it, and the boot reaches the real init with the
+// test driver bound.
+func TestBootSurvivesLoneQuote(t *testing.T) {
+	b := boot(t, bootCase{kernel: kernels[0], rootSpec: "UUID=" + rootUUID, append: `kpreload.note="`})
+	if !strings.HasSuffix(b.rep.Cmdline, `kpreload.note="`) {
+		t.Errorf("report cmdline %q, want it to end in the lone quote", b.rep.Cmdline)
+	}
+	if b.root.PID != 1 {
+		t.Errorf("root init pid %d, want 1", b.root.PID)
+	}
+	if m, ok := moduleResult(b.rep, "kpreload_edu"); !ok || m.Result != "loaded" {
+		t.Errorf("kpreload_edu = %+v, want loaded", m)
+	}
+	for _, e := range b.rep.Errors {
+		if strings.Contains(e, "crashed") {
+			t.Errorf("/init recorded a crash: %s", e)
+		}
 	}
 }

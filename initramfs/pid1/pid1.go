@@ -6,6 +6,8 @@
 package pid1
 
 import (
+	ucmdline "github.com/u-root/u-root/pkg/cmdline"
+
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,11 +21,11 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/selection"
 	"github.com/kpreload/kpreload/initramfs/coldplug"
+	"github.com/kpreload/kpreload/initramfs/kcmdline"
 	"github.com/kpreload/kpreload/initramfs/loader"
 	"github.com/kpreload/kpreload/initramfs/report"
 	"github.com/kpreload/kpreload/initramfs/rootfs"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
-	"github.com/u-root/u-root/pkg/cmdline"
 	"github.com/u-root/u-root/pkg/mount"
 	"golang.org/x/sys/unix"
 )
@@ -41,7 +43,7 @@ const NewRoot = "/newroot"
 // Boot holds the state of one boot.
 type Boot struct {
 	console io.Writer
-	cmd     *cmdline.CmdLine
+	cmd     *ucmdline.CmdLine
 	rep     report.Report
 	release string
 	ld      *loader.Loader
@@ -126,7 +128,8 @@ func (b *Boot) setup() {
 	if f, err := os.OpenFile("/dev/console", os.O_WRONLY, 0); err == nil {
 		b.console = f
 	}
-	b.cmd = cmdline.NewCmdLine()
+	// Our own parser: u-root's panics on a value that is a lone quote.
+	b.cmd = kcmdline.Read("/proc/cmdline")
 	b.rep.Cmdline = b.cmd.Raw
 	var u unix.Utsname
 	if err := unix.Uname(&u); err == nil {
@@ -168,8 +171,20 @@ func kernelVermagic(idx *bootindex.Index) string {
 	return ""
 }
 
+// flagOK returns a kernel command line flag's value and whether it is set
+// (never set when the command line could not be read).
+func (b *Boot) flagOK(name string) (string, bool) {
+	if b.cmd == nil {
+		return "", false
+	}
+	return b.cmd.Flag(name)
+}
+
 // flag returns a kernel command line flag's value or def.
 func (b *Boot) flag(name, def string) string {
+	if b.cmd == nil {
+		return def // a crash before the command line was read: hand over anyway
+	}
 	if v, ok := b.cmd.Flag(name); ok {
 		return v
 	}
@@ -253,7 +268,7 @@ func (b *Boot) load(names []string) {
 // module then fails with ENODEV, which proves it links against this kernel).
 // Names the index does not know yet are tried again in the next phase.
 func (b *Boot) requested(phase string) {
-	v, ok := b.cmd.Flag("kpreload.load")
+	v, ok := b.flagOK("kpreload.load")
 	if !ok || v == "" {
 		return
 	}
@@ -336,7 +351,7 @@ func (b *Boot) mountRoot() {
 		b.ld.Phase = "initramfs"
 		b.load(names)
 	}
-	_, rw := b.cmd.Flag("rw")
+	_, rw := b.flagOK("rw")
 	opts := rootfs.Options{FSType: fstype, Flags: b.flag("rootflags", ""), RW: rw}
 	for {
 		if err = rootfs.Mount(dev, NewRoot, fstype, opts); err == nil {
