@@ -80,11 +80,19 @@ func prepareKernel(ctx context.Context, release, suite, downloads, script string
 		k.modulesTree = tree
 	}
 	if target, err := os.Readlink(filepath.Join(tree, "source")); err == nil {
+		// Bookworm's link is absolute (/usr/src/linux-headers-<x>-common);
+		// trixie's is relative to /usr/lib/modules/<release>
+		// (../../../src/...), where merged-/usr puts the modules and from
+		// where scripts/kernels.sh moved them to lib/modules.
+		bases := []string{""}
 		if !filepath.IsAbs(target) {
-			target = filepath.Join("/lib/modules", release, target)
+			bases = []string{filepath.Join("/lib/modules", release), filepath.Join("/usr/lib/modules", release)}
 		}
-		if dir := filepath.Join(kroot, target); exists(filepath.Join(dir, "Makefile")) {
-			k.sourceDir = dir
+		for _, base := range bases {
+			if dir := filepath.Join(kroot, base, target); exists(filepath.Join(dir, "Makefile")) {
+				k.sourceDir = dir
+				break
+			}
 		}
 	}
 	if k.headersPackage, err = headersPackageVersion(ctx, filepath.Join(downloads, "debs"), release); err != nil {
