@@ -87,7 +87,7 @@ func TestPlanH200Fixture(t *testing.T) {
 		"request from file (" + inst + "): version 535, flavour auto, cuda 12.2, gpu h200 x1\n",
 		"NVIDIA GPU 0000:00:06.0 10de:2335 (subsystem 10de:18bf, class 0x030200): not named by any cached supported-gpus.json\n",
 		"nvidia: load nothing [branch 535, request applies]\n",
-		"no nvidia driver will be loaded: asked branch 535 with CUDA 12.2 (driver >= 525.60.13), flavour auto, kernel " + planKernel,
+		"no nvidia driver will be loaded: asked branch 535 with CUDA 12.2 (driver >= 535.54.03: CUDA 12.2 toolkit minimum), flavour auto, kernel " + planKernel,
 		"nothing cached would work: no cached version's supported-gpus.json supports GPU 0000:00:06.0 10de:2335 (subsystem 10de:18bf)",
 		"  535.261.03   proprietary  a535p  hardware: GPU 0000:00:06.0 10de:2335 (subsystem 10de:18bf) is not in 535.261.03's supported-gpus.json\n",
 		"  470.256.02   proprietary  a470p  hardware: GPU 0000:00:06.0 10de:2335 (subsystem 10de:18bf) is not in 470.256.02's supported-gpus.json\n",
