@@ -230,6 +230,9 @@ func stagePackages(ctx context.Context, o StageOptions, root string, res *StageR
 	for _, r := range o.Recipes {
 		version := r.Driver.Version
 		for _, ref := range r.Userspace {
+			if slices.Contains(res.Userspace[version], ref) {
+				continue // another flavour of the same version brought it already
+			}
 			o.Progress.say("stage: userspace %s for %s %s", ref, r.Driver.Name, version)
 			deb, err := downloadDeb(ctx, r, ref, debs, o.DownloadDir)
 			if err != nil {
