@@ -32,6 +32,7 @@ import (
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/modinfo"
+	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
 
@@ -51,10 +52,17 @@ const (
 	StateSkipped = "skipped"
 	// StateFailed: the cell could not be built or stored.
 	StateFailed = "failed"
+	// StatePulled: the local cache lacked the cell and the remote registry
+	// (Options.Remote) had it: pulled, verified, not compiled.
+	StatePulled = "pulled"
 )
 
 // ErrCellsFailed is wrapped by Run's error when at least one cell failed.
 var ErrCellsFailed = errors.New("build failed")
+
+// ErrPushFailed is wrapped by Run's error when a cell was built (or found in
+// the local cache) but could not be pushed to Options.Remote.
+var ErrPushFailed = errors.New("push to the remote cache failed")
 
 // Cell is one recipe built for one kernel.
 type Cell struct {
@@ -83,6 +91,12 @@ type Result struct {
 	Duration time.Duration
 	// Err is the failure (StateFailed) or nil.
 	Err error
+	// Remote says what happened on Options.Remote: "pulled", "pushed",
+	// "present" (it already held the cell), "recorded failure", "known
+	// failure" (it records this key as failed), "absent"; "" without a remote.
+	Remote string
+	// PushErr is why a push to Options.Remote failed, or nil.
+	PushErr error
 }
 
 // Event reports a cell changing state, for a progress display.
@@ -134,6 +148,20 @@ type Options struct {
 	Driver dkms.Driver
 	// Progress, if set, is called on every state change, one call at a time.
 	Progress func(Event)
+	// Shard, when its Count is set, builds only that shard of the matrix
+	// (Assign: balanced by expected cost, the same split in every process).
+	Shard Shard
+	// Remote, if set, is a registry of cells (kmodcache/remote): a cell the
+	// local cache lacks is pulled from it when it holds it; cells built here,
+	// and cached ones it lacks, are pushed to it; compile failures are
+	// recorded in it, and a failure it records under the same key is not
+	// rebuilt (unless RetryFailed).
+	Remote *remote.Remote
+	// PullOnly never compiles: a cell neither the local cache nor Remote
+	// holds fails, naming both.
+	PullOnly bool
+	// RetryFailed builds cells that Remote records as failed.
+	RetryFailed bool
 }
 
 // DefaultDownloadDir is where downloads live when neither
@@ -207,6 +235,19 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	if len(cells) == 0 {
 		return nil, errors.New("build: the request has no cells (no kernels)")
 	}
+	if opts.Shard.Count > 0 {
+		if err := opts.Shard.check(); err != nil {
+			return nil, fmt.Errorf("build: %w", err)
+		}
+		cells = Assign(cells, opts.Shard.Count)[opts.Shard.Index-1]
+		if len(cells) == 0 {
+			// More shards than cells: this one has nothing to do.
+			return []Result{}, nil
+		}
+	}
+	if opts.PullOnly && opts.Remote == nil {
+		return nil, errors.New("build: pull-only needs a remote cache")
+	}
 	r := &runner{opts: opts, driver: opts.Driver, suites: suites}
 	r.downloads = opts.DownloadDir
 	if r.downloads == "" {
@@ -273,10 +314,20 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 			failed = append(failed, res.Recipe.Name+"/"+res.Kernel)
 		}
 	}
-	if len(failed) > 0 {
-		return results, fmt.Errorf("%w: %d of %d cells failed (%s)", ErrCellsFailed, len(failed), len(cells), strings.Join(failed, ", "))
+	var pushErrs []error
+	for _, res := range results {
+		if res.PushErr != nil {
+			pushErrs = append(pushErrs, res.PushErr)
+		}
 	}
-	return results, nil
+	var errs []error
+	if len(failed) > 0 {
+		errs = append(errs, fmt.Errorf("%w: %d of %d cells failed (%s)", ErrCellsFailed, len(failed), len(cells), strings.Join(failed, ", ")))
+	}
+	if len(pushErrs) > 0 {
+		errs = append(errs, fmt.Errorf("%w (%s): %w", ErrPushFailed, opts.Remote, errors.Join(pushErrs...)))
+	}
+	return results, errors.Join(errs...)
 }
 
 // parallelism returns how many cells to build at once and the make -j of
@@ -403,8 +454,20 @@ func (r *runner) runCell(ctx context.Context, i int, c Cell) Result {
 		return fail(err)
 	}
 	if ok {
-		res.State, res.SetID, res.Duration = StateCached, id, time.Since(start)
+		res.State, res.SetID = StateCached, id
+		r.push(ctx, &res)
+		res.Duration = time.Since(start)
 		return res
+	}
+	if r.opts.Remote != nil {
+		done, err := r.pull(ctx, &res)
+		if err != nil {
+			return fail(err)
+		}
+		if done {
+			res.Duration = time.Since(start)
+			return res
+		}
 	}
 
 	r.emit(Event{Cell: c, Index: i, State: StateBuilding, Time: time.Now()})
@@ -428,6 +491,12 @@ func (r *runner) runCell(ctx context.Context, i int, c Cell) Result {
 			res.LogPath = r.keepLog(c, be.LogPath)
 			if errors.Is(err, dkms.ErrBuildExclusive) {
 				res.State, res.Duration = StateSkipped, time.Since(start)
+				return res
+			}
+			if ctx.Err() == nil {
+				// A compile failure: recorded, so nobody rebuilds it with this key.
+				res = fail(err)
+				r.recordFailure(ctx, &res)
 				return res
 			}
 		}
@@ -458,7 +527,9 @@ func (r *runner) runCell(ctx context.Context, i int, c Cell) Result {
 	if err != nil {
 		return fail(err)
 	}
-	res.State, res.SetID, res.Duration = StateOK, id, time.Since(start)
+	res.State, res.SetID = StateOK, id
+	r.push(ctx, &res)
+	res.Duration = time.Since(start)
 	return res
 }
 

@@ -1,0 +1,270 @@
+package remote
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	specs "github.com/opencontainers/image-spec/specs-go"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"oras.land/oras-go/v2/content"
+
+	"github.com/kpreload/kpreload/kmodcache/manifest"
+	"github.com/kpreload/kpreload/kmodcache/store"
+)
+
+// PushResult says what a push did.
+type PushResult struct {
+	// Record is the cell's record in the registry after the push.
+	Record *Record
+	// Pushed is false when the registry already held the cell (nothing was
+	// uploaded).
+	Pushed bool
+	// Blobs and Bytes count what was uploaded (blobs the registry already
+	// had are not).
+	Blobs int
+	Bytes int64
+}
+
+// PushSet uploads set id of st as the cell tagged with its cache key's id.
+// recipe names the recipe it was built from ("" if unknown). A cell the
+// registry already holds as built is left alone (Pushed false); a failure
+// record under the same key is replaced.
+func (r *Remote) PushSet(ctx context.Context, st *store.Store, id, recipe string) (*PushResult, error) {
+	m, err := st.Get(id)
+	if err != nil {
+		return nil, fmt.Errorf("push set %s: %w", short(id), err)
+	}
+	tag := manifest.KeyID(m.CacheKey)
+	what := fmt.Sprintf("push %s %s for %s (set %s)", m.Driver, m.Version, m.Kernel, short(id))
+	if tag == "" {
+		return nil, fmt.Errorf("%s: the set has no cache key, so no cell can name it (sets built by kpreload build have one)", what)
+	}
+	if rec, err := r.record(ctx, tag); err == nil && rec.State == StateOK {
+		return &PushResult{Record: rec}, nil
+	} else if err != nil && !errors.Is(err, ErrNotFound) {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	setJSON, err := manifest.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if got := manifest.IDOf(setJSON); got != id {
+		return nil, fmt.Errorf("%s: the set's manifest has id %s", what, got)
+	}
+	res := &PushResult{Pushed: true}
+	setDesc := descriptor(MediaTypeSet, digest.FromBytes(setJSON), int64(len(setJSON)), "set.json")
+	if err := r.pushBlob(ctx, setDesc, func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(setJSON)), nil }, res); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	layers := []ocispec.Descriptor{setDesc}
+	type object struct{ mediaType, file, sha string }
+	var objects []object
+	for _, mod := range m.Modules {
+		objects = append(objects, object{MediaTypeModule, mod.File, mod.SHA256})
+	}
+	if f := m.SupportedGPUs; f != nil {
+		objects = append(objects, object{MediaTypeGPUs, f.File, f.SHA256})
+	}
+	for _, o := range objects {
+		path := st.ObjectPath(o.sha)
+		fi, err := os.Stat(path)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", what, o.file, err)
+		}
+		d := descriptor(o.mediaType, digest.NewDigestFromEncoded(digest.SHA256, o.sha), fi.Size(), o.file)
+		if err := r.pushBlob(ctx, d, func() (io.ReadCloser, error) { return os.Open(path) }, res); err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", what, o.file, err)
+		}
+		layers = append(layers, d)
+	}
+	ann := cellAnnotations(tag, StateOK, recipe, m.Kernel, m.Driver, m.Version, m.Flavor)
+	ann[AnnotationSetID] = id
+	rec, err := r.pushManifest(ctx, what, m.CacheKey, layers, ann, res)
+	if err != nil {
+		return nil, err
+	}
+	res.Record = rec
+	return res, nil
+}
+
+// Failure describes a cell that failed to compile, for PushFailure.
+type Failure struct {
+	// Key is the cell's cache key.
+	Key map[string]string
+	// Recipe, Kernel, Driver, Version and Flavor name the cell.
+	Recipe, Kernel, Driver, Version, Flavor string
+	// FirstError is the first compiler error line.
+	FirstError string
+	// LogPath is the build log; its last MaxLogBytes are kept with the record.
+	LogPath string
+}
+
+// MaxLogBytes is how much of a failed cell's build log (its end) a failure
+// record keeps.
+const MaxLogBytes = 256 << 10
+
+// PushFailure records a failed cell under its key, unless the registry
+// already holds a record (built or failed) for that key.
+func (r *Remote) PushFailure(ctx context.Context, f Failure) (*PushResult, error) {
+	tag := manifest.KeyID(f.Key)
+	what := fmt.Sprintf("record failure of %s for %s", f.Recipe, f.Kernel)
+	if tag == "" {
+		return nil, fmt.Errorf("%s: the cell has no cache key", what)
+	}
+	if rec, err := r.record(ctx, tag); err == nil {
+		return &PushResult{Record: rec}, nil
+	} else if !errors.Is(err, ErrNotFound) {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	res := &PushResult{Pushed: true}
+	var layers []ocispec.Descriptor
+	if f.LogPath != "" {
+		log, err := tail(f.LogPath, MaxLogBytes)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		d := descriptor(MediaTypeBuildLog, digest.FromBytes(log), int64(len(log)), "build.log")
+		if err := r.pushBlob(ctx, d, func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(log)), nil }, res); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		layers = append(layers, d)
+	}
+	ann := cellAnnotations(tag, StateFailed, f.Recipe, f.Kernel, f.Driver, f.Version, f.Flavor)
+	// Annotations are one-line strings for every tool that shows them.
+	ann[AnnotationFirstErr] = strings.Join(strings.Fields(f.FirstError), " ")
+	rec, err := r.pushManifest(ctx, what, f.Key, layers, ann, res)
+	if err != nil {
+		return nil, err
+	}
+	res.Record = rec
+	return res, nil
+}
+
+// cellAnnotations are the annotations every cell manifest carries.
+func cellAnnotations(tag, state, recipe, kernel, driver, version, flavor string) map[string]string {
+	a := map[string]string{
+		AnnotationKey:             tag,
+		AnnotationState:           state,
+		AnnotationKernel:          kernel,
+		AnnotationDriver:          driver,
+		AnnotationVersion:         version,
+		ocispec.AnnotationCreated: time.Now().UTC().Format(time.RFC3339),
+		ocispec.AnnotationTitle:   fmt.Sprintf("%s %s %s for %s", driver, version, flavor, kernel),
+	}
+	if recipe != "" {
+		a[AnnotationRecipe] = recipe
+	}
+	if flavor != "" {
+		a[AnnotationFlavor] = flavor
+	}
+	return a
+}
+
+// descriptor is a layer descriptor named title.
+func descriptor(mediaType string, d digest.Digest, size int64, title string) ocispec.Descriptor {
+	return ocispec.Descriptor{MediaType: mediaType, Digest: d, Size: size, Annotations: map[string]string{ocispec.AnnotationTitle: title}}
+}
+
+// pushBlob uploads one blob unless the registry has it; the registry checks
+// the digest of what it receives.
+func (r *Remote) pushBlob(ctx context.Context, d ocispec.Descriptor, open func() (io.ReadCloser, error), res *PushResult) error {
+	ok, err := r.repo.Exists(ctx, d)
+	if err != nil {
+		return fmt.Errorf("blob %s: %w", d.Digest, err)
+	}
+	if ok {
+		return nil
+	}
+	rc, err := open()
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	if err := r.repo.Push(ctx, d, rc); err != nil {
+		return fmt.Errorf("upload blob %s (%d bytes): %w", d.Digest, d.Size, err)
+	}
+	res.Blobs++
+	res.Bytes += d.Size
+	return nil
+}
+
+// pushManifest uploads the key as the config blob, then the manifest under
+// its tag in one request: the tag appears complete or not at all.
+func (r *Remote) pushManifest(ctx context.Context, what string, key map[string]string, layers []ocispec.Descriptor, ann map[string]string, res *PushResult) (*Record, error) {
+	keyJSON, err := json.Marshal(key) // sorted map keys: the bytes KeyID hashes
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	config := ocispec.Descriptor{MediaType: MediaTypeKey, Digest: digest.FromBytes(keyJSON), Size: int64(len(keyJSON))}
+	if err := r.pushBlob(ctx, config, func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(keyJSON)), nil }, res); err != nil {
+		return nil, fmt.Errorf("%s: key: %w", what, err)
+	}
+	if layers == nil {
+		layers = []ocispec.Descriptor{}
+	}
+	m := ocispec.Manifest{
+		Versioned:    specs.Versioned{SchemaVersion: 2},
+		MediaType:    ocispec.MediaTypeImageManifest,
+		ArtifactType: ArtifactType,
+		Config:       config,
+		Layers:       layers,
+		Annotations:  ann,
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	stallBeforeManifest(ctx, what)
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	d := content.NewDescriptorFromBytes(ocispec.MediaTypeImageManifest, b)
+	tag := ann[AnnotationKey]
+	if err := r.repo.PushReference(ctx, d, bytes.NewReader(b), tag); err != nil {
+		return nil, fmt.Errorf("%s: manifest: %w", what, err)
+	}
+	res.Blobs++
+	res.Bytes += d.Size
+	return r.record(ctx, tag)
+}
+
+// tail returns the last n bytes of a file.
+func tail(path string, n int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if fi.Size() > n {
+		if _, err := f.Seek(fi.Size()-n, io.SeekStart); err != nil {
+			return nil, err
+		}
+	}
+	return io.ReadAll(f)
+}
+
+// sortRecords orders records by cell, kernel, then newest first.
+func sortRecords(recs []*Record) {
+	slices.SortStableFunc(recs, func(a, b *Record) int {
+		if c := strings.Compare(a.Cell(), b.Cell()); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Kernel, b.Kernel); c != 0 {
+			return c
+		}
+		return b.Created.Compare(a.Created)
+	})
+}
