@@ -36,7 +36,7 @@ func build(ctx context.Context, o Options) (*Manifest, error) {
 		return nil, fmt.Errorf("image: %w", err)
 	}
 	// With BuildMissing the missing cells are built here; Stage then finds them all.
-	if _, err := resolveCells(ctx, o.CacheDir, o.DownloadDir, o.Recipes, o.Kernels, o.BuildMissing, o.Lister, o.Progress); err != nil {
+	if _, err := resolveCells(ctx, o.CacheDir, o.DownloadDir, o.Recipes, o.Kernels, o.BuildMissing, o.Remote, o.Lister, o.Progress); err != nil {
 		return nil, fmt.Errorf("image: %w", err)
 	}
 

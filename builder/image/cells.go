@@ -11,6 +11,7 @@ import (
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
+	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
 
@@ -118,7 +119,13 @@ func listOrNone(s []string) string {
 // ones whose cache key is already there and builds the rest with dkms);
 // otherwise a missing cell is an error that lists the missing cells and what
 // the cache holds.
-func resolveCells(ctx context.Context, cacheDir, downloadDir string, recipes []*recipe.Recipe, kernels []string, buildMissing bool, lister recipe.KernelLister, progress Progress) ([]cell, error) {
+//
+// With a remote cache (rm), the cells are run through builder/matrix too:
+// each cell's content key is computed, a cell the local cache lacks is
+// pulled from the registry (exactly the cells the image needs, verified),
+// and, with buildMissing, cells the registry lacks are built and pushed;
+// without it they are an error naming the cell and the registry.
+func resolveCells(ctx context.Context, cacheDir, downloadDir string, recipes []*recipe.Recipe, kernels []string, buildMissing bool, rm *remote.Remote, lister recipe.KernelLister, progress Progress) ([]cell, error) {
 	if len(recipes) == 0 {
 		return nil, nil
 	}
@@ -126,14 +133,23 @@ func resolveCells(ctx context.Context, cacheDir, downloadDir string, recipes []*
 	if err != nil {
 		return nil, err
 	}
-	if buildMissing {
-		progress.say("drivers: building missing cells of %d recipe(s) x %d kernel(s) with dkms (cached cells are skipped)", len(recipes), len(kernels))
+	if buildMissing || rm != nil {
+		switch {
+		case rm != nil && buildMissing:
+			progress.say("drivers: %d recipe(s) x %d kernel(s): cells missing here are pulled from %s, else built with dkms and pushed", len(recipes), len(kernels), rm)
+		case rm != nil:
+			progress.say("drivers: %d recipe(s) x %d kernel(s): cells missing here are pulled from %s", len(recipes), len(kernels), rm)
+		default:
+			progress.say("drivers: building missing cells of %d recipe(s) x %d kernel(s) with dkms (cached cells are skipped)", len(recipes), len(kernels))
+		}
 		results, err := matrix.Run(ctx, matrix.Options{
 			Recipes:     recipes,
 			Kernels:     kernels,
 			Lister:      lister,
 			CacheDir:    cacheDir,
 			DownloadDir: downloadDir,
+			Remote:      rm,
+			PullOnly:    rm != nil && !buildMissing,
 			Progress: func(e matrix.Event) {
 				if e.Result != nil {
 					progress.say("drivers: %s for %s: %s (%.1fs)", e.Cell.Recipe.Name, e.Cell.Kernel, e.State, e.Result.Duration.Seconds())

@@ -25,6 +25,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
 
@@ -115,6 +116,11 @@ type Options struct {
 	// (builder/matrix); without it a missing cell is an error that lists what the
 	// cache holds.
 	BuildMissing bool
+	// Remote, if set, is a registry of cells (kmodcache/remote): cells the
+	// module cache lacks are pulled from it by their content keys (exactly the
+	// cells the image needs, every blob verified); with BuildMissing, cells it
+	// lacks too are built and pushed to it.
+	Remote *remote.Remote
 	// DownloadDir holds downloaded .debs and unpacked kernels (default
 	// $KPRELOAD_CACHE, else /var/cache/kpreload), as for builder/matrix.
 	DownloadDir string

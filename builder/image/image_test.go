@@ -248,7 +248,7 @@ func TestResolveCellsMissing(t *testing.T) {
 	cacheDir := t.TempDir()
 	r := &recipe.Recipe{Name: "testdriver", Driver: recipe.Driver{Name: "kpreload-edu", Version: "1.0.0"}, Flavor: "open"}
 
-	_, err := resolveCells(ctx, cacheDir, "", []*recipe.Recipe{r}, []string{"6.1.0-56-cloud-amd64"}, false, nil, nil)
+	_, err := resolveCells(ctx, cacheDir, "", []*recipe.Recipe{r}, []string{"6.1.0-56-cloud-amd64"}, false, nil, nil, nil)
 	if !errors.Is(err, ErrMissingCells) || !strings.Contains(err.Error(), "holds: nothing") || !strings.Contains(err.Error(), "testdriver (kpreload-edu 1.0.0 open) for 6.1.0-56-cloud-amd64") {
 		t.Errorf("empty cache: err = %v, want ErrMissingCells naming the cell and an empty cache", err)
 	}
@@ -261,11 +261,11 @@ func TestResolveCellsMissing(t *testing.T) {
 	if _, _, err := st.AddFiles(ctx, store.AddRequest{Driver: "kpreload-edu", Version: "1.0.0", Flavor: "open", Files: []string{mod}}); err != nil {
 		t.Fatal(err)
 	}
-	cells, err := resolveCells(ctx, cacheDir, "", []*recipe.Recipe{r}, []string{kver}, false, nil, nil)
+	cells, err := resolveCells(ctx, cacheDir, "", []*recipe.Recipe{r}, []string{kver}, false, nil, nil, nil)
 	if err != nil || len(cells) != 1 || cells[0].kernel != kver || cells[0].m.Driver != "kpreload-edu" {
 		t.Fatalf("cached cell: cells %+v, err %v; want the one set", cells, err)
 	}
-	_, err = resolveCells(ctx, cacheDir, "", []*recipe.Recipe{r}, []string{kver, "6.12.117+deb12-cloud-amd64"}, false, nil, nil)
+	_, err = resolveCells(ctx, cacheDir, "", []*recipe.Recipe{r}, []string{kver, "6.12.117+deb12-cloud-amd64"}, false, nil, nil, nil)
 	if !errors.Is(err, ErrMissingCells) || !strings.Contains(err.Error(), "for 6.12.117+deb12-cloud-amd64") || !strings.Contains(err.Error(), "holds: kpreload-edu 1.0.0 open for "+kver) {
 		t.Errorf("one cell missing: err = %v, want the 6.12 cell named and the cache's 6.1 set listed", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/initramfs/archive"
 	"github.com/kpreload/kpreload/initramfs/assemble"
+	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
 
@@ -31,6 +32,9 @@ type StageOptions struct {
 	// BuildMissing builds missing cells with dkms (builder/matrix) instead of
 	// failing with ErrMissingCells.
 	BuildMissing bool
+	// Remote, if set, is a registry of cells: missing cells are pulled from it
+	// (see Options.Remote).
+	Remote *remote.Remote
 	// DownloadDir holds downloaded .debs (debs/) and unpacked kernels
 	// (kernels/<release>/) (default DefaultDownloadDir()).
 	DownloadDir string
@@ -106,7 +110,7 @@ func Stage(ctx context.Context, o StageOptions, root string) (*StageResult, erro
 			return nil, fmt.Errorf("stage: %w", err)
 		}
 	}
-	cells, err := resolveCells(ctx, o.CacheDir, o.DownloadDir, o.Recipes, o.Kernels, o.BuildMissing, o.Lister, o.Progress)
+	cells, err := resolveCells(ctx, o.CacheDir, o.DownloadDir, o.Recipes, o.Kernels, o.BuildMissing, o.Remote, o.Lister, o.Progress)
 	if err != nil {
 		return nil, fmt.Errorf("stage: %w", err)
 	}

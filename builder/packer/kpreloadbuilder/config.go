@@ -15,6 +15,7 @@ import (
 	"github.com/kpreload/kpreload/builder/image"
 	"github.com/kpreload/kpreload/builder/packer/internal/pkrcfg"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/kmodcache/remote"
 )
 
 // Config is the kpreload builder's configuration: the `source "kpreload" "name" {...}`
@@ -52,6 +53,15 @@ type Config struct {
 	// real dkms (minutes per kernel for a GPU driver). When false, a missing
 	// build is an error that lists what the cache holds. Defaults to true.
 	BuildMissing config.Trilean `mapstructure:"build_missing"`
+	// A remote module cache: an OCI registry repository, `oci://HOST[:PORT]/REPO`
+	// (ECR, GAR, GHCR, Harbor, a local registry). Cells the module cache lacks
+	// are pulled from it by their content keys (exactly the cells the image
+	// needs, every blob verified); with `build_missing`, cells it lacks too are
+	// built and pushed to it. Credentials come from the Docker config and its
+	// credential helpers (`docker login`).
+	Remote string `mapstructure:"remote"`
+	// Talk HTTP, not HTTPS, to the `remote` registry: a local registry only.
+	PlainHTTP bool `mapstructure:"plain_http"`
 	// Extra Debian packages to install into the image (`name` or `name=version`).
 	Packages []string `mapstructure:"packages"`
 	// An instance YAML file baked into the image as `/etc/kpreload/instance.yaml`:
@@ -97,6 +107,8 @@ type Config struct {
 
 	// recipes are the loaded Recipes, in order.
 	recipes []*recipe.Recipe
+	// remote is the opened Remote, or nil.
+	remote *remote.Remote
 	// sizeMB and espMB are DiskSize and ESPSize in MiB (0: image's default).
 	sizeMB, espMB int
 }
@@ -161,6 +173,13 @@ func (c *Config) Prepare(raws ...interface{}) ([]string, error) {
 	for _, e := range c.checkDirs() {
 		add(e)
 	}
+	if c.Remote != "" {
+		if c.remote, err2 = remote.Open(c.Remote, remote.Options{PlainHTTP: c.PlainHTTP}); err2 != nil {
+			add(fmt.Errorf("remote: %w", err2))
+		}
+	} else if c.PlainHTTP {
+		add(fmt.Errorf("plain_http is set but remote is not"))
+	}
 	if c.InstanceFile != "" {
 		if st, err := os.Stat(c.InstanceFile); err == nil && st.IsDir() {
 			add(fmt.Errorf("instance_file: %s is a directory, want an instance YAML file", c.InstanceFile))
@@ -199,6 +218,7 @@ func (c *Config) Options() image.Options {
 		Recipes:        c.recipes,
 		CacheDir:       c.CacheDir,
 		BuildMissing:   c.BuildMissing.True() || c.BuildMissing == config.TriUnset,
+		Remote:         c.remote,
 		DownloadDir:    c.DownloadDir,
 		Packages:       c.Packages,
 		Instance:       c.InstanceFile,
@@ -227,9 +247,9 @@ func (c *Config) checkDirs() []error {
 	if err := pkrcfg.Creatable(c.OutputDir); err != nil {
 		errs = append(errs, fmt.Errorf("output_directory: %w", err))
 	}
-	if c.BuildMissing != config.TriFalse {
+	if c.BuildMissing != config.TriFalse || c.Remote != "" {
 		if err := pkrcfg.Creatable(c.CacheDir); err != nil {
-			errs = append(errs, fmt.Errorf("cache_dir (written to, since build_missing is on): %w", err))
+			errs = append(errs, fmt.Errorf("cache_dir (written to, since build_missing or remote is on): %w", err))
 		}
 	}
 	return errs

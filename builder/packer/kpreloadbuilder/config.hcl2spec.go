@@ -26,6 +26,8 @@ type FlatConfig struct {
 	CacheDir            *string           `mapstructure:"cache_dir" cty:"cache_dir" hcl:"cache_dir"`
 	DownloadDir         *string           `mapstructure:"download_dir" cty:"download_dir" hcl:"download_dir"`
 	BuildMissing        *bool             `mapstructure:"build_missing" cty:"build_missing" hcl:"build_missing"`
+	Remote              *string           `mapstructure:"remote" cty:"remote" hcl:"remote"`
+	PlainHTTP           *bool             `mapstructure:"plain_http" cty:"plain_http" hcl:"plain_http"`
 	Packages            []string          `mapstructure:"packages" cty:"packages" hcl:"packages"`
 	InstanceFile        *string           `mapstructure:"instance_file" cty:"instance_file" hcl:"instance_file"`
 	KernelCmdline       *string           `mapstructure:"kernel_cmdline" cty:"kernel_cmdline" hcl:"kernel_cmdline"`
@@ -69,6 +71,8 @@ func (*FlatConfig) HCL2Spec() map[string]hcldec.Spec {
 		"cache_dir":                  &hcldec.AttrSpec{Name: "cache_dir", Type: cty.String, Required: false},
 		"download_dir":               &hcldec.AttrSpec{Name: "download_dir", Type: cty.String, Required: false},
 		"build_missing":              &hcldec.AttrSpec{Name: "build_missing", Type: cty.Bool, Required: false},
+		"remote":                     &hcldec.AttrSpec{Name: "remote", Type: cty.String, Required: false},
+		"plain_http":                 &hcldec.AttrSpec{Name: "plain_http", Type: cty.Bool, Required: false},
 		"packages":                   &hcldec.AttrSpec{Name: "packages", Type: cty.List(cty.String), Required: false},
 		"instance_file":              &hcldec.AttrSpec{Name: "instance_file", Type: cty.String, Required: false},
 		"kernel_cmdline":             &hcldec.AttrSpec{Name: "kernel_cmdline", Type: cty.String, Required: false},

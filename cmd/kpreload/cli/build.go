@@ -27,9 +27,13 @@ func newBuildCmd() *cobra.Command {
 		opts       matrix.Options
 		recipesDir string
 		asJSON     bool
+		rf         remoteFlags
+		shard      string
+		shards     int
+		report     bool
 	)
 	cmd := &cobra.Command{
-		Use:   "build RECIPE[:KVER]... [--kernel KVER]... [--cache DIR] [--jobs N] [--json]",
+		Use:   "build RECIPE[:KVER]... [--kernel KVER]... [--cache DIR] [--jobs N] [--remote oci://HOST/REPO] [--shard I/N] [--json]",
 		Short: "Precompile driver recipes with dkms for a kernel matrix into the module cache",
 		Long: `Build compiles every RECIPE (a recipe file, or the name of a recipe in
 --recipes) with the real dkms for each kernel of its matrix, or for the
@@ -61,13 +65,62 @@ A recipe's signing: section signs every kept module with the kernel's own
 scripts/sign-file before it enters the cache; its supported-gpus: file is
 stored with each set and carried into the boot index and the initramfs.
 
+Remote cache: with --remote oci://HOST[:PORT]/REPO (any OCI registry: ECR,
+GAR, GHCR, Harbor, a local registry; credentials from the Docker config and
+its credential helpers, as docker login writes them; --plain-http only for a
+registry without TLS), a cell the local cache lacks is pulled from the
+registry when it holds the same key (state "pulled"; every blob verified),
+cells built here and cached cells the registry lacks are pushed, and compile
+failures are recorded there: a cell the registry records as failed with the
+same key is not rebuilt (--retry-failed rebuilds it). --pull-only never
+compiles. --report prints what the registry holds (every cell, which failed
+and why) without building anything.
+
+Shards: --shard I/N builds shard I (1..N) of the matrix; --shards N takes I
+from $JOB_COMPLETION_INDEX (0-based), as a Kubernetes Indexed Job sets it.
+The split is balanced by expected cost (an NVIDIA cell weighs as much as 100
+test-driver cells) and is the same in every process given the same cells, so
+N processes with the same arguments build the matrix once between them; run
+them with --remote so every cell lands in one place.
+
 Progress goes to stderr, the result table (or --json) to stdout. The exit
-status is non-zero when any cell failed. Ctrl-C stops the builds and leaves
-the cache as it was.`,
-		Args: cobra.MinimumNArgs(1),
+status is non-zero when any cell failed or a push failed. Ctrl-C stops the
+builds and leaves the cache (and the registry) as it was.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if report {
+				return nil
+			}
+			return cobra.MinimumNArgs(1)(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cacheContext(cmd), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			rm, err := rf.open()
+			if err != nil {
+				return err
+			}
+			if report {
+				if rm == nil {
+					return fmt.Errorf("--report reads the registry: give --remote oci://HOST[:PORT]/REPO")
+				}
+				return printRemoteReport(ctx, cmd.OutOrStdout(), rm, args, asJSON)
+			}
+			opts.Remote = rm
+			if (opts.PullOnly || opts.RetryFailed) && rm == nil {
+				return fmt.Errorf("--pull-only and --retry-failed need --remote")
+			}
+			switch {
+			case shard != "" && shards > 0:
+				return fmt.Errorf("--shard and --shards: give one")
+			case shard != "":
+				if opts.Shard, err = matrix.ParseShard(shard); err != nil {
+					return err
+				}
+			case shards > 0:
+				if opts.Shard, err = matrix.ShardFromIndex(shards); err != nil {
+					return err
+				}
+			}
 			recipes, kernels, err := loadCells(args, recipesDir)
 			if err != nil {
 				return err
@@ -97,6 +150,12 @@ the cache as it was.`,
 	f.IntVar(&opts.Jobs, "jobs", 0, "cells to build at once (default: one per two CPUs)")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
 	f.StringVar(&recipesDir, "recipes", "recipes", "directory of recipes for RECIPE names")
+	rf.register(f)
+	f.BoolVar(&opts.PullOnly, "pull-only", false, "never compile: take cells from the local cache or the registry only")
+	f.BoolVar(&opts.RetryFailed, "retry-failed", false, "rebuild cells the registry records as failed with the same key")
+	f.BoolVar(&report, "report", false, "print the matrix state the registry holds (--remote), building nothing")
+	f.StringVar(&shard, "shard", "", "build shard I of N of the matrix (I/N, 1-based)")
+	f.IntVar(&shards, "shards", 0, "build shard $JOB_COMPLETION_INDEX (0-based) of N (a Kubernetes Indexed Job)")
 	return cmd
 }
 
@@ -284,6 +343,12 @@ func (p *buildProgress) line(c *buildProgressCell, now time.Time) string {
 	case c.res != nil && c.state == matrix.StateFailed:
 		state = "failed: " + c.res.FirstError
 	}
+	if c.res != nil && c.res.Remote != "" && c.res.Remote != "absent" {
+		state += " [" + c.res.Remote + "]"
+		if c.res.PushErr != nil {
+			state += ": " + c.res.PushErr.Error()
+		}
+	}
 	return fmt.Sprintf("%-20s %-30s %s", c.recipe, c.kernel, state)
 }
 
@@ -347,9 +412,17 @@ func printBuildTable(w io.Writer, results []matrix.Result) {
 		if r.LogPath != "" {
 			fmt.Fprintf(w, "  log: %s\n", r.LogPath)
 		}
+		if r.Remote == "known failure" {
+			fmt.Fprintf(w, "  %v\n", r.Err)
+		}
+	}
+	for _, r := range results {
+		if r.PushErr != nil {
+			fmt.Fprintf(w, "\nPUSH FAILED %s for %s:\n  %v\n", r.Recipe.Name, r.Kernel, r.PushErr)
+		}
 	}
 	var parts []string
-	for _, s := range []string{matrix.StateOK, matrix.StateCached, matrix.StateSkipped, matrix.StateFailed} {
+	for _, s := range []string{matrix.StateOK, matrix.StateCached, matrix.StatePulled, matrix.StateSkipped, matrix.StateFailed} {
 		if counts[s] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
 		}
@@ -371,6 +444,8 @@ type buildResult struct {
 	Log        string            `json:"log,omitempty"`
 	Seconds    float64           `json:"seconds"`
 	Key        map[string]string `json:"key,omitempty"`
+	Remote     string            `json:"remote,omitempty"`
+	PushError  string            `json:"push_error,omitempty"`
 }
 
 func buildJSON(results []matrix.Result) []buildResult {
@@ -391,6 +466,10 @@ func buildJSON(results []matrix.Result) []buildResult {
 		}
 		if r.Err != nil {
 			b.Error = r.Err.Error()
+		}
+		b.Remote = r.Remote
+		if r.PushErr != nil {
+			b.PushError = r.PushErr.Error()
 		}
 		out = append(out, b)
 	}

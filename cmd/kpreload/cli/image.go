@@ -32,6 +32,7 @@ func newImageBuildCmd() *cobra.Command {
 	var (
 		o          image.Options
 		recipeArgs []string
+		rf         remoteFlags
 		recipesDir string
 		asJSON     bool
 	)
@@ -45,7 +46,9 @@ func newImageBuildCmd() *cobra.Command {
     under ` + image.DefaultRootfsCacheDir + ` for the same inputs on the same day;
   - the module cache sets of every --recipe for every --kernel, copied into
     /` + image.ImageCacheDir + ` (missing cells are an error listing what the cache
-    has, or are built with the real dkms with --build-missing);
+    has, or are built with the real dkms with --build-missing; with --remote
+    oci://HOST/REPO they are first pulled from that registry by content key,
+    and cells built with --build-missing are pushed to it);
   - each driver version's userspace packages unpacked under /` + image.ImageDriversDir + `/VERSION,
     firmware packages, the kpreload binaries, the instance YAML (--instance);
   - the kpreload initramfs of each kernel and a systemd-boot ESP with one
@@ -71,6 +74,11 @@ whole manifest) to stdout.`,
 			if len(o.Kernels) == 0 {
 				return fmt.Errorf("--kernel is required (a kernel release such as 6.1.0-56-cloud-amd64; repeatable)")
 			}
+			rm, err := rf.open()
+			if err != nil {
+				return err
+			}
+			o.Remote = rm
 			if len(recipeArgs) > 0 {
 				recipes, err := loadRecipes(recipeArgs, recipesDir)
 				if err != nil {
@@ -123,6 +131,7 @@ whole manifest) to stdout.`,
 	f.StringVar(&recipesDir, "recipes", "recipes", "directory of recipes for --recipe names")
 	f.StringVar(&o.CacheDir, "cache", cacheDefaultDir(), "module cache the driver cells are read from")
 	f.BoolVar(&o.BuildMissing, "build-missing", false, "build cells missing from the cache with dkms instead of failing")
+	rf.register(f) // --remote: pull the cells the image needs; with --build-missing, push what was built
 	f.StringVar(&o.OutDir, "out", ".", "output directory")
 	f.StringVar(&o.Instance, "instance", "", "instance YAML file to bake in at /"+image.ImageInstance)
 	f.StringVar(&o.Cmdline, "cmdline", "", "extra kernel command line for the boot entries")

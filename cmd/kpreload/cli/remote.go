@@ -1,0 +1,280 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/kpreload/kpreload/kmodcache/remote"
+	"github.com/kpreload/kpreload/kmodcache/store"
+)
+
+// remoteFlags are the flags that name a remote cache.
+type remoteFlags struct {
+	url          string
+	plainHTTP    bool
+	dockerConfig string
+}
+
+func (rf *remoteFlags) register(f *pflag.FlagSet) {
+	f.StringVar(&rf.url, "remote", "", "remote module cache: an OCI registry repository, oci://HOST[:PORT]/REPO")
+	f.BoolVar(&rf.plainHTTP, "plain-http", false, "talk HTTP, not HTTPS, to the --remote registry (a local registry only)")
+	f.StringVar(&rf.dockerConfig, "docker-config", "", "Docker config file with the registry's credentials (default: $DOCKER_CONFIG/config.json, else ~/.docker/config.json)")
+}
+
+// open returns the remote the flags name, or nil when --remote is not given.
+func (rf *remoteFlags) open() (*remote.Remote, error) {
+	if rf.url == "" {
+		if rf.plainHTTP {
+			return nil, errors.New("--plain-http needs --remote")
+		}
+		return nil, nil
+	}
+	return remote.Open(rf.url, remote.Options{PlainHTTP: rf.plainHTTP, DockerConfig: rf.dockerConfig})
+}
+
+func newCachePushCmd(open func() (*store.Store, error)) *cobra.Command {
+	var (
+		rf     remoteFlags
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "push --remote oci://HOST[:PORT]/REPO [--plain-http] [SET...]",
+		Short: "Push cache sets to an OCI registry, one artifact per cell",
+		Long: `Push uploads sets of the local cache (every set, or the SET ids or prefixes
+given) to the registry repository --remote, one OCI artifact per cell tagged
+by the set's cache key (sets made by kpreload build have one; a set added by
+hand without a key cannot be pushed). Cells the registry already holds are not
+uploaded again. Blobs go first and the manifest last, so a push killed midway
+leaves nothing a pull would take as complete.
+
+Credentials come from the Docker config (docker login, oras login, credential
+helpers); --plain-http only for a registry without TLS.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cacheContext(cmd)
+			rm, err := rf.open()
+			if err != nil {
+				return err
+			}
+			if rm == nil {
+				return errors.New("push: give --remote oci://HOST[:PORT]/REPO")
+			}
+			st, err := open()
+			if err != nil {
+				return err
+			}
+			ids, err := setIDs(st, args)
+			if err != nil {
+				return err
+			}
+			var out []*remote.Record
+			var errs []error
+			for _, id := range ids {
+				res, err := rm.PushSet(ctx, st, id, "")
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				out = append(out, res.Record)
+				if !asJSON {
+					state := "present"
+					if res.Pushed {
+						state = fmt.Sprintf("pushed (%d blobs, %s)", res.Blobs, cacheHumanSize(res.Bytes))
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "%s %s %s for %s (set %.12s): %s\n", res.Record.Driver, res.Record.Version, res.Record.Flavor, res.Record.Kernel, id, state)
+				}
+			}
+			if asJSON {
+				if err := printJSON(cmd.OutOrStdout(), out); err != nil {
+					return err
+				}
+			}
+			return errors.Join(errs...)
+		},
+	}
+	rf.register(cmd.Flags())
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the pushed records as JSON")
+	return cmd
+}
+
+// setIDs resolves set arguments (ids or prefixes), or lists every set.
+func setIDs(st *store.Store, args []string) ([]string, error) {
+	if len(args) > 0 {
+		var ids []string
+		for _, a := range args {
+			id, err := st.Resolve(a)
+			if err != nil {
+				return nil, err
+			}
+			ids = append(ids, id)
+		}
+		return ids, nil
+	}
+	entries, err := st.List()
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, e := range entries {
+		ids = append(ids, e.ID)
+	}
+	return ids, nil
+}
+
+func newCachePullCmd(open func() (*store.Store, error)) *cobra.Command {
+	var (
+		rf                      remoteFlags
+		kernels                 []string
+		driver, version, flavor string
+		asJSON                  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "pull --remote oci://HOST[:PORT]/REPO [--kernel K]... [--driver D] [--version V] [--flavor F] [KEY...]",
+		Short: "Pull cells from an OCI registry into the local cache",
+		Long: `Pull downloads the cells the registry repository --remote holds (every built
+cell, those matching --kernel/--driver/--version/--flavor, or the cells
+tagged KEY: a cache key id, as kpreload build --json prints) into the local
+cache. Every blob is checked against its digest while it downloads and the
+set against its manifest: a corrupt or truncated blob is refused with an
+error naming the cell, and nothing of that cell enters the local cache.
+
+To pull exactly the cells an image or a build needs (by their content keys),
+use kpreload build --remote ... --pull-only, or kpreload image build --remote.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cacheContext(cmd)
+			rm, err := rf.open()
+			if err != nil {
+				return err
+			}
+			if rm == nil {
+				return errors.New("pull: give --remote oci://HOST[:PORT]/REPO")
+			}
+			st, err := open()
+			if err != nil {
+				return err
+			}
+			recs, err := rm.List(ctx)
+			if err != nil {
+				return err
+			}
+			var want []*remote.Record
+			for _, rec := range recs {
+				if rec.State != remote.StateOK ||
+					(len(kernels) > 0 && !slices.Contains(kernels, rec.Kernel)) ||
+					(driver != "" && rec.Driver != driver) || (version != "" && rec.Version != version) ||
+					(flavor != "" && rec.Flavor != flavor) ||
+					(len(args) > 0 && !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(rec.Tag, a) })) {
+					continue
+				}
+				want = append(want, rec)
+			}
+			if len(want) == 0 {
+				return fmt.Errorf("pull: %s holds no built cell matching the request (%d records in all; kpreload build --report --remote %s lists them)", rm, len(recs), rm)
+			}
+			type pulled struct {
+				*remote.Record
+				LocalSet string `json:"local_set"`
+				Bytes    int64  `json:"bytes"`
+			}
+			var out []pulled
+			var errs []error
+			for _, rec := range want {
+				res, err := rm.PullRecord(ctx, st, rec)
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				out = append(out, pulled{rec, res.SetID, res.Bytes})
+				if !asJSON {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s %s %s for %s: pulled set %.12s (%s)\n", rec.Driver, rec.Version, rec.Flavor, rec.Kernel, res.SetID, cacheHumanSize(res.Bytes))
+				}
+			}
+			if asJSON {
+				if err := printJSON(cmd.OutOrStdout(), out); err != nil {
+					return err
+				}
+			}
+			return errors.Join(errs...)
+		},
+	}
+	f := cmd.Flags()
+	rf.register(f)
+	f.StringArrayVar(&kernels, "kernel", nil, "only cells for this kernel release (repeatable)")
+	f.StringVar(&driver, "driver", "", "only cells of this driver")
+	f.StringVar(&version, "version", "", "only cells of this driver version")
+	f.StringVar(&flavor, "flavor", "", "only cells of this flavour")
+	f.BoolVar(&asJSON, "json", false, "print what was pulled as JSON")
+	return cmd
+}
+
+// printRemoteReport prints the matrix the registry holds: one row per cell
+// (recipe, or driver version flavour) and kernel, the newest record of each
+// (older keys counted as superseded), then every failure with its first
+// error. names, if given, keeps only those recipes.
+func printRemoteReport(ctx context.Context, w io.Writer, rm *remote.Remote, names []string, asJSON bool) error {
+	recs, err := rm.List(ctx)
+	if err != nil {
+		return err
+	}
+	var newest []*remote.Record
+	older := map[[2]string]int{}
+	for _, rec := range recs {
+		if len(names) > 0 && !slices.Contains(names, rec.Recipe) {
+			continue
+		}
+		k := [2]string{rec.Cell(), rec.Kernel}
+		if older[k]++; older[k] == 1 {
+			newest = append(newest, rec) // List sorts newest first within a cell
+		}
+	}
+	if asJSON {
+		if newest == nil {
+			newest = []*remote.Record{}
+		}
+		return printJSON(w, newest)
+	}
+	var kernels, cells []string
+	state := map[[2]string]string{}
+	for _, rec := range newest {
+		if !slices.Contains(kernels, rec.Kernel) {
+			kernels = append(kernels, rec.Kernel)
+		}
+		if !slices.Contains(cells, rec.Cell()) {
+			cells = append(cells, rec.Cell())
+		}
+		s := rec.State
+		if n := older[[2]string{rec.Cell(), rec.Kernel}] - 1; n > 0 {
+			s += fmt.Sprintf(" (+%d superseded)", n)
+		}
+		state[[2]string{rec.Cell(), rec.Kernel}] = s
+	}
+	slices.Sort(kernels)
+	fmt.Fprintf(w, "registry %s: %d cells\n\n", rm, len(newest))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "CELL\t%s\n", strings.Join(kernels, "\t"))
+	for _, c := range cells {
+		row := []string{c}
+		for _, k := range kernels {
+			s, ok := state[[2]string{c, k}]
+			if !ok {
+				s = "-"
+			}
+			row = append(row, s)
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	tw.Flush()
+	for _, rec := range newest {
+		if rec.State == remote.StateFailed {
+			fmt.Fprintf(w, "\nFAILED %s for %s (key %.12s, %s):\n  %s\n", rec.Cell(), rec.Kernel, rec.Tag, rec.Created.Format("2006-01-02 15:04 MST"), rec.FirstError)
+		}
+	}
+	return nil
+}
