@@ -52,6 +52,7 @@ packages=(
   systemd-boot-efi dosfstools mtools fdisk  # UEFI ESP: systemd-boot, mkfs.vfat, mcopy, sfdisk
   openssl                            # module signing keys
   openssh-server jq                  # the Packer provisioner's SSH test; benchmark scripts
+  docker-registry                    # a real OCI registry (distribution 2.8) for the remote cache tests
 )
 
 stamp="$KPRELOAD_CACHE/.deps-apt"

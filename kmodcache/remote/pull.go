@@ -164,7 +164,7 @@ func fetchFile(ctx context.Context, f fetcher, d ocispec.Descriptor, path string
 		return n, fmt.Errorf("download: %w", err)
 	}
 	if err := vr.Verify(); err != nil {
-		return n, fmt.Errorf("refused: %w", err)
+		return n, fmt.Errorf("refused, the registry's copy does not match its digest: %w", err)
 	}
 	return n, out.Close()
 }
