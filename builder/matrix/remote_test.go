@@ -25,7 +25,9 @@ func TestRunRemote(t *testing.T) {
 		return r
 	}
 	alpha, beta := fakeRecipe(t, "alpha"), fakeRecipe(t, "beta")
-	failing := func(req dkms.BuildRequest) bool { return req.SourceDir == beta.Source.Dir && req.Kernel == testKernels[1] }
+	failing := func(req dkms.BuildRequest) bool {
+		return req.SourceDir == beta.Source.Dir && req.Kernel == testKernels[1]
+	}
 	ctx := context.Background()
 
 	// Two shard processes of one matrix, each with its own empty cache.
