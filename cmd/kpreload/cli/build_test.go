@@ -141,7 +141,8 @@ FAILED nvidia-535-open for k2:
 }
 
 // TestBuildJSONAndExitStatus builds the test driver and a copy with a syntax
-// error for one kernel with the real dkms: the exit status is 1, --json
+// error for one kernel with the real dkms: the exit status is 3
+// (ExitCellsFailed: only cells failed to compile), --json
 // prints one object per cell with the documented fields, the good cell is
 // ok with a set id and key, the bad one failed with gcc's first error and
 // its log.
@@ -178,8 +179,8 @@ func TestBuildJSONAndExitStatus(t *testing.T) {
 
 	status, stdout, stderr := runBuild(t, "--recipes", recipesDir, "--cache", filepath.Join(dir, "cache"), "--json",
 		"testdriver:"+kver, brokenRecipe+":"+kver)
-	if status != 1 {
-		t.Errorf("exit status %d, want 1 (one cell failed); stderr:\n%s", status, stderr)
+	if status != ExitCellsFailed {
+		t.Errorf("exit status %d, want %d (one cell failed); stderr:\n%s", status, ExitCellsFailed, stderr)
 	}
 	if !strings.Contains(stderr, "1 of 2 cells failed (testdriver-broken/"+kver+")") {
 		t.Errorf("stderr %q does not name the failed cell", stderr)

@@ -3,11 +3,15 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 
 	"github.com/spf13/cobra"
+
+	"github.com/kpreload/kpreload/builder/matrix"
 )
 
 // commands collects the constructors of the top-level subcommands.
@@ -42,9 +46,22 @@ func Execute(args []string, stdout, stderr io.Writer) int {
 	root.SetErr(stderr)
 	if err := root.Execute(); err != nil {
 		fmt.Fprintf(stderr, "kpreload: %v\n", err)
-		return 1
+		return exitCode(err)
 	}
 	return 0
+}
+
+// ExitCellsFailed is the exit status of a build whose only problem is cells
+// that failed to compile (recorded in the remote cache when there is one):
+// deterministic for the same inputs, so a batch engine need not retry it
+// (deploy/k8s/matrix-job.yaml's podFailurePolicy). Every other error is 1.
+const ExitCellsFailed = 3
+
+func exitCode(err error) int {
+	if errors.Is(err, matrix.ErrCellsFailed) && !errors.Is(err, matrix.ErrPushFailed) && !errors.Is(err, context.Canceled) {
+		return ExitCellsFailed
+	}
+	return 1
 }
 
 // printJSON writes v as indented JSON, the format every --json flag uses.
