@@ -11,7 +11,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
 
@@ -288,5 +291,46 @@ func TestSetEmptyRootPassword(t *testing.T) {
 	}
 	if err := setEmptyRootPassword(p); err == nil {
 		t.Error("shadow without root: nil error")
+	}
+}
+
+// TestResolveCellsFromRemote builds the test driver with the real dkms and
+// pushes it to a real registry; an image's cell lookup with an empty module
+// cache then pulls exactly that cell (by its content key) instead of failing
+// or building, and without the remote the same lookup is a missing cell.
+func TestResolveCellsFromRemote(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real dkms build and registry: skipped with -short")
+	}
+	ctx := context.Background()
+	reg := testenv.StartRegistry(t)
+	rm, err := remote.Open("oci://"+reg.Addr+"/images", remote.Options{PlainHTTP: true, DockerConfig: filepath.Join(t.TempDir(), "none.json")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := recipe.Load(filepath.Join(testenv.RepoRoot(t), "recipes", "testdriver.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kver := testKernel
+	testenv.KernelTree(t, kver)
+	built, err := matrix.Run(ctx, matrix.Options{Recipes: []*recipe.Recipe{r}, Kernels: []string{kver}, CacheDir: t.TempDir(), Remote: rm})
+	if err != nil || len(built) != 1 || built[0].Remote != "pushed" {
+		t.Fatalf("build and push: %+v, %v", built, err)
+	}
+	empty := t.TempDir()
+	if _, err := resolveCells(ctx, empty, "", []*recipe.Recipe{r}, []string{kver}, false, nil, nil, nil); !errors.Is(err, ErrMissingCells) {
+		t.Fatalf("without the remote: %v, want ErrMissingCells", err)
+	}
+	var said []string
+	cells, err := resolveCells(ctx, empty, "", []*recipe.Recipe{r}, []string{kver}, false, rm, nil, func(s string) { said = append(said, s) })
+	if err != nil {
+		t.Fatalf("with the remote: %v", err)
+	}
+	if len(cells) != 1 || cells[0].id != built[0].SetID {
+		t.Errorf("cells %+v, want the pushed set %s", cells, built[0].SetID)
+	}
+	if !slices.ContainsFunc(said, func(s string) bool { return strings.Contains(s, "pulled") }) {
+		t.Errorf("progress %q does not say the cell was pulled", said)
 	}
 }

@@ -242,3 +242,37 @@ func TestArtifact(t *testing.T) {
 		}
 	}
 }
+
+func TestPrepareRemote(t *testing.T) {
+	fakeKernels(t, "6.1.0-56-cloud-amd64")
+	for _, tc := range []struct {
+		name string
+		set  map[string]interface{}
+		err  string
+	}{
+		{"registry", map[string]interface{}{"remote": "oci://127.0.0.1:5000/kpreload/cells", "plain_http": true}, ""},
+		{"not oci", map[string]interface{}{"remote": "https://registry.example.com/cells"}, "remote: remote \"https://registry.example.com/cells\": want oci://HOST[:PORT]/REPO"},
+		{"plain_http alone", map[string]interface{}{"plain_http": true}, "plain_http is set but remote is not"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			raw := baseRaw(t)
+			for k, v := range tc.set {
+				raw[k] = v
+			}
+			var c Config
+			_, err := c.Prepare(raw)
+			if tc.err == "" {
+				if err != nil {
+					t.Fatalf("Prepare: %v", err)
+				}
+				if o := c.Options(); o.Remote == nil || o.Remote.String() != tc.set["remote"] {
+					t.Errorf("Options().Remote = %v, want %v", o.Remote, tc.set["remote"])
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("Prepare error = %v, want one containing %q", err, tc.err)
+			}
+		})
+	}
+}
