@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -100,8 +101,15 @@ func FuzzParse(f *testing.F) {
 				driver[k] = v
 			}
 		}
+		gpu := map[string]any{"type": in.Resources.GPU.Type, "count": in.Resources.GPU.Count}
+		if sh := in.Resources.GPU.Sharing; sh != nil {
+			gpu["sharing"] = map[string]any{"strategy": sh.Strategy, "replicas": sh.Replicas}
+		}
+		if m := in.Resources.GPU.MIG; m != "" {
+			gpu["mig"] = m
+		}
 		doc := map[string]any{"resources": map[string]any{
-			"gpu":    map[string]any{"type": in.Resources.GPU.Type, "count": in.Resources.GPU.Count},
+			"gpu":    gpu,
 			"driver": driver,
 		}}
 		out, err := yaml.Marshal(doc)
@@ -112,7 +120,7 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-parse of %q (from %+v): %v", out, in, err)
 		}
-		if *again != *in {
+		if !reflect.DeepEqual(again, in) {
 			t.Fatalf("round trip changed the request: %+v, then %+v from\n%s", in, again, out)
 		}
 	})
@@ -140,6 +148,16 @@ func checkInstance(t *testing.T, in *instance.Instance) {
 	}
 	if in.Resources.GPU.Count < 0 {
 		t.Fatalf("accepted count %d", in.Resources.GPU.Count)
+	}
+	if sh := in.Resources.GPU.Sharing; sh != nil {
+		if (sh.Strategy != instance.SharingTimeSlicing && sh.Strategy != instance.SharingMPS) || sh.Replicas < 2 || sh.Replicas > instance.MaxReplicas {
+			t.Fatalf("accepted sharing %+v", *sh)
+		}
+	}
+	if m := in.Resources.GPU.MIG; m != "" {
+		if err := instance.CheckMIG(m); err != nil {
+			t.Fatalf("accepted mig %q: %v", m, err)
+		}
 	}
 }
 
@@ -226,7 +244,7 @@ func FuzzFromCmdline(f *testing.F) {
 				t.Fatalf("origin %q does not name %s=%s", origin, instance.FlagFlavor, flavor)
 			}
 		}
-		if *in != *want {
+		if !reflect.DeepEqual(in, want) {
 			t.Fatalf("FromCmdline(%q) = %+v, want %+v", m, in, want)
 		}
 	})
@@ -295,7 +313,7 @@ func FuzzFind(f *testing.F) {
 				wantErrs++
 				continue
 			}
-			if req.Source != fl.Source || req.Origin != fl.Path || req.Instance != *in || len(errs) != wantErrs {
+			if req.Source != fl.Source || req.Origin != fl.Path || !reflect.DeepEqual(req.Instance, *in) || len(errs) != wantErrs {
 				t.Fatalf("want %s %+v from %s with %d errors, got %+v, errors %v", fl.Source, *in, fl.Path, wantErrs, req, errs)
 			}
 			return

@@ -7,6 +7,10 @@
 //	  gpu:
 //	    type: v100        # informational name; checked against what is present
 //	    count: 4
+//	    sharing:          # how Kubernetes shares each GPU (NVIDIA device plugin)
+//	      strategy: time-slicing   # or mps
+//	      replicas: 4
+//	    mig: all-1g.18gb  # MIG layout for mig-manager (all-disabled, all-balanced, all-<profile>)
 //	  driver:
 //	    version: 450.80.02   # exact version, a branch ("535"), or "latest"
 //	    cuda: 11.0           # minimum CUDA the workload needs
@@ -17,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -50,6 +55,25 @@ type GPU struct {
 	Type string `json:"type,omitempty"`
 	// Count is the number of GPUs expected; 0 when not given.
 	Count int `json:"count,omitempty"`
+	// Sharing says how Kubernetes shares each GPU; nil when not given.
+	Sharing *Sharing `json:"sharing,omitempty"`
+	// MIG names the MIG layout for the NVIDIA MIG manager ("all-1g.18gb",
+	// "all-balanced", "all-disabled"); "" when not given. kpreload never
+	// changes MIG mode itself.
+	MIG string `json:"mig,omitempty"`
+}
+
+// Sharing strategies (the NVIDIA device plugin's names).
+const (
+	SharingTimeSlicing = "time-slicing"
+	SharingMPS         = "mps"
+)
+
+// Sharing is the gpu.sharing section: each GPU offered Replicas times to
+// Kubernetes, by time-slicing or through MPS.
+type Sharing struct {
+	Strategy string `json:"strategy"`
+	Replicas int    `json:"replicas"`
 }
 
 // Driver is the driver request.
@@ -131,6 +155,56 @@ func Parse(name string, data []byte) (*Instance, error) {
 								return
 							}
 							in.Resources.GPU.Count = c
+						},
+						"sharing": func(n *yaml.Node, path string) {
+							sh := &Sharing{}
+							sharingNode, sharingPath, before := n, path, len(p.errs)
+							p.mapping(n, path, map[string]func(*yaml.Node, string){
+								"strategy": func(n *yaml.Node, path string) {
+									v := p.scalar(n, path, "time-slicing or mps", "!!str")
+									switch v {
+									case SharingTimeSlicing, SharingMPS:
+										sh.Strategy = v
+									case "":
+									default:
+										p.errorf(n, path, "want time-slicing or mps, got %q", v)
+									}
+								},
+								"replicas": func(n *yaml.Node, path string) {
+									s := p.scalar(n, path, "a whole number of replicas per GPU", "!!int")
+									if s == "" {
+										return
+									}
+									r, err := strconv.Atoi(s)
+									if err != nil || r < 2 || r > MaxReplicas {
+										p.errorf(n, path, "want a whole number of replicas per GPU from 2 to %d, got %q", MaxReplicas, n.Value)
+										return
+									}
+									sh.Replicas = r
+								},
+							})
+							if sharingNode.Kind == yaml.MappingNode && len(p.errs) == before {
+								if sh.Strategy == "" {
+									p.errorf(sharingNode, sharingPath, "strategy is missing (time-slicing or mps)")
+								}
+								if sh.Replicas == 0 {
+									p.errorf(sharingNode, sharingPath, "replicas is missing (how many workloads share each GPU, 2 to %d)", MaxReplicas)
+								}
+							}
+							if sh.Strategy != "" && sh.Replicas != 0 {
+								in.Resources.GPU.Sharing = sh
+							}
+						},
+						"mig": func(n *yaml.Node, path string) {
+							v := p.scalar(n, path, `a MIG layout such as all-1g.18gb, all-balanced or all-disabled`, "!!str")
+							if v == "" {
+								return
+							}
+							if err := CheckMIG(v); err != nil {
+								p.errorf(n, path, "%v", err)
+								return
+							}
+							in.Resources.GPU.MIG = v
 						},
 					})
 				},
@@ -290,12 +364,39 @@ func quoteUnprintable(s string) string {
 func keyList(fields map[string]func(*yaml.Node, string)) string {
 	// Fixed order for stable messages.
 	var keys []string
-	for _, k := range []string{"resources", "gpu", "driver", "type", "count", "version", "cuda", "cuda_compat", "flavor"} {
+	for _, k := range []string{"resources", "gpu", "driver", "type", "count", "sharing", "mig", "strategy", "replicas", "version", "cuda", "cuda_compat", "flavor"} {
 		if _, ok := fields[k]; ok {
 			keys = append(keys, k)
 		}
 	}
 	return strings.Join(keys, ", ")
+}
+
+// MaxReplicas is the most replicas per GPU a sharing request may ask for.
+const MaxReplicas = 64
+
+// MIG layouts that name no profile.
+const (
+	MIGDisabled = "all-disabled"
+	MIGEnabled  = "all-enabled"
+	MIGBalanced = "all-balanced"
+)
+
+// migProfile matches a MIG profile name: "1g.18gb", "1g.18gb+me", "7g.141gb".
+var migProfile = regexp.MustCompile(`^[1-7]g\.[0-9]+gb(\+me)?$`)
+
+// CheckMIG checks the form of a gpu.mig request: all-disabled, all-enabled,
+// all-balanced or all-<profile> (the NVIDIA MIG manager's config names).
+// Whether the GPUs present can take it is decided at boot (gpu/mig).
+func CheckMIG(v string) error {
+	switch v {
+	case MIGDisabled, MIGEnabled, MIGBalanced:
+		return nil
+	}
+	if p, ok := strings.CutPrefix(v, "all-"); ok && migProfile.MatchString(p) {
+		return nil
+	}
+	return fmt.Errorf("want all-disabled, all-enabled, all-balanced or all-<profile> such as all-1g.18gb, got %q", v)
 }
 
 // CheckVersion checks a version request: "latest", or dot-separated numbers

@@ -57,7 +57,7 @@ func TestParseValues(t *testing.T) {
 			t.Errorf("Parse(%q): %v", tt.doc, err)
 			continue
 		}
-		if got.Resources.Driver != tt.want || got.Resources.GPU != tt.gpu {
+		if got.Resources.Driver != tt.want || !reflect.DeepEqual(got.Resources.GPU, tt.gpu) {
 			t.Errorf("Parse(%q) = %+v, want driver %+v gpu %+v", tt.doc, got.Resources, tt.want, tt.gpu)
 		}
 	}
@@ -82,6 +82,13 @@ func TestParseErrors(t *testing.T) {
 		{"resources:\n  driver:\n    version: 1\n    version: 2\n", []string{"f.yaml:4: resources.driver.version: given twice"}},
 		{"- a\n", []string{"f.yaml:1: want a mapping with resources, got a list"}},
 		{"resources: [\n", []string{"f.yaml: yaml: line 1"}},
+		{"resources:\n  gpu:\n    sharing:\n      strategy: vgpu\n      replicas: 4\n", []string{`f.yaml:4: resources.gpu.sharing.strategy: want time-slicing or mps, got "vgpu"`}},
+		{"resources:\n  gpu:\n    sharing:\n      strategy: mps\n      replicas: 1\n", []string{`f.yaml:5: resources.gpu.sharing.replicas: want a whole number of replicas per GPU from 2 to 64, got "1"`}},
+		{"resources:\n  gpu:\n    sharing:\n      replicas: 4\n", []string{"f.yaml:4: resources.gpu.sharing: strategy is missing (time-slicing or mps)"}},
+		{"resources:\n  gpu:\n    sharing: {strategy: mps}\n", []string{"f.yaml:3: resources.gpu.sharing: replicas is missing"}},
+		{"resources:\n  gpu:\n    sharing: {strategy: mps, replicas: 2, slices: 3}\n", []string{"f.yaml:3: resources.gpu.sharing.slices: unknown field (known here: strategy, replicas)"}},
+		{"resources:\n  gpu:\n    mig: 1g.18gb\n", []string{`f.yaml:3: resources.gpu.mig: want all-disabled, all-enabled, all-balanced or all-<profile> such as all-1g.18gb, got "1g.18gb"`}},
+		{"resources:\n  gpu:\n    mig: all-8g.1gb\n", []string{`resources.gpu.mig: want all-disabled`}},
 		// Every problem is reported, each with its line.
 		{"resources:\n  gpu:\n    count: x\n  driver:\n    flavor: y\n    foo: 1\n", []string{
 			"f.yaml:3: resources.gpu.count:", "f.yaml:5: resources.driver.flavor:", "f.yaml:6: resources.driver.foo: unknown field"}},
@@ -96,6 +103,30 @@ func TestParseErrors(t *testing.T) {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("Parse(%q) error:\n%v\nwant it to contain %q", tt.doc, err, w)
 			}
+		}
+	}
+}
+
+func TestParseSharingAndMIG(t *testing.T) {
+	for _, tt := range []struct {
+		doc  string
+		want instance.GPU
+	}{
+		{"resources:\n  gpu:\n    sharing:\n      strategy: time-slicing\n      replicas: 4\n",
+			instance.GPU{Sharing: &instance.Sharing{Strategy: "time-slicing", Replicas: 4}}},
+		{"resources:\n  gpu:\n    type: h200\n    sharing: {strategy: mps, replicas: 8}\n    mig: all-1g.18gb\n",
+			instance.GPU{Type: "h200", Sharing: &instance.Sharing{Strategy: "mps", Replicas: 8}, MIG: "all-1g.18gb"}},
+		{"resources:\n  gpu:\n    mig: all-1g.18gb+me\n", instance.GPU{MIG: "all-1g.18gb+me"}},
+		{"resources:\n  gpu:\n    mig: all-balanced\n", instance.GPU{MIG: "all-balanced"}},
+		{"resources:\n  gpu:\n    mig: all-disabled\n", instance.GPU{MIG: "all-disabled"}},
+	} {
+		got, err := instance.Parse("f.yaml", []byte(tt.doc))
+		if err != nil {
+			t.Errorf("Parse(%q): %v", tt.doc, err)
+			continue
+		}
+		if !reflect.DeepEqual(got.Resources.GPU, tt.want) {
+			t.Errorf("Parse(%q).GPU = %+v, want %+v", tt.doc, got.Resources.GPU, tt.want)
 		}
 	}
 }

@@ -8,12 +8,14 @@ package selection
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 
 	"github.com/kpreload/kpreload/gpu/instance"
+	"github.com/kpreload/kpreload/gpu/mig"
 	"github.com/kpreload/kpreload/gpu/pci"
 	"github.com/kpreload/kpreload/gpu/supported"
 	"github.com/kpreload/kpreload/initramfs/report"
@@ -111,7 +113,10 @@ func Decide(in Input) *Decision {
 	gpuReq := in.Request.Instance.Resources.GPU
 	d := &Decision{keep: map[string]bool{}}
 	d.Source, d.Origin, d.Kernel = in.Request.Source, in.Request.Origin, in.Kernel
-	d.Request = report.SelectionRequest{Version: drv.WantVersion(), CUDA: drv.CUDA, CUDACompat: drv.CUDACompat, Flavor: drv.WantFlavor(), GPUType: gpuReq.Type, GPUCount: gpuReq.Count}
+	d.Request = report.SelectionRequest{Version: drv.WantVersion(), CUDA: drv.CUDA, CUDACompat: drv.CUDACompat, Flavor: drv.WantFlavor(), GPUType: gpuReq.Type, GPUCount: gpuReq.Count, MIG: gpuReq.MIG}
+	if sh := gpuReq.Sharing; sh != nil {
+		d.Request.Sharing, d.Request.SharingReplicas = sh.Strategy, sh.Replicas
+	}
 	d.Drivers = []report.SelectionDriver{}
 
 	var gpus []pci.Device
@@ -172,7 +177,29 @@ func Decide(in Input) *Decision {
 		d.GPUs = append(d.GPUs, sg)
 	}
 	d.checkGPUs(gpuReq, d.GPUs, len(lists) > 0)
+	if gpuReq.MIG != "" {
+		d.MIG = decideMIG(gpuReq.MIG, d.GPUs)
+	}
 	return d
+}
+
+// decideMIG checks a gpu.mig request against the GPUs present (gpu/mig's
+// table): a layout per GPU, or the refusal.
+func decideMIG(request string, gpus []report.SelectionGPU) *report.SelectionMIG {
+	out := &report.SelectionMIG{Request: request}
+	var in []mig.GPU
+	for _, g := range gpus {
+		in = append(in, mig.GPU{Address: g.Address, ID: g.ID})
+	}
+	layouts, err := mig.Plan(request, in)
+	if err != nil {
+		out.Refusal = err.Error()
+		return out
+	}
+	for _, l := range layouts {
+		out.GPUs = append(out.GPUs, report.SelectionMIGGPU{Address: l.Address, ID: l.ID, Model: l.Model, Enabled: l.Enabled, Devices: l.Devices})
+	}
+	return out
 }
 
 func (c *cand) exclude(rule, reason string) {
@@ -488,8 +515,37 @@ func (d *Decision) Lines() []string {
 			out = append(out, fmt.Sprintf("kpreload: %s (request from %s)", dd.Refusal, src))
 		}
 	}
+	if r := d.Request; r.Sharing != "" {
+		out = append(out, fmt.Sprintf("kpreload: GPU sharing for Kubernetes: %s, %d replicas per GPU (NVIDIA device plugin config)", r.Sharing, r.SharingReplicas))
+	}
+	if m := d.MIG; m != nil {
+		if m.Refusal != "" {
+			out = append(out, "kpreload: MIG: "+m.Refusal)
+		} else {
+			var parts []string
+			for _, g := range m.GPUs {
+				parts = append(parts, fmt.Sprintf("%s %s", g.Address, migDevices(g)))
+			}
+			out = append(out, fmt.Sprintf("kpreload: MIG %s for the MIG manager: %s", m.Request, strings.Join(parts, "; ")))
+		}
+	}
 	for _, w := range d.Warnings {
 		out = append(out, "kpreload: warning: "+w)
 	}
 	return out
+}
+
+// migDevices describes one GPU's MIG layout: "off", "on, no devices" or "7 × 1g.18gb".
+func migDevices(g report.SelectionMIGGPU) string {
+	if !g.Enabled {
+		return "MIG off"
+	}
+	if len(g.Devices) == 0 {
+		return "MIG on, no devices"
+	}
+	var parts []string
+	for _, p := range slices.Sorted(maps.Keys(g.Devices)) {
+		parts = append(parts, fmt.Sprintf("%d × %s", g.Devices[p], p))
+	}
+	return strings.Join(parts, " + ")
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -388,5 +389,47 @@ func TestDecideH200Fixture(t *testing.T) {
 	}
 	if d.GPUs[0].Name != "NVIDIA H100 80GB HBM3" {
 		t.Errorf("H100 name %q", d.GPUs[0].Name)
+	}
+}
+
+// TestDecideMIGAndSharing runs gpu.mig and gpu.sharing requests on the real
+// H200 VM's sysfs: an H200 profile gives its layout, an H100 profile is
+// refused naming what the H200 offers, and neither changes the driver choice.
+func TestDecideMIGAndSharing(t *testing.T) {
+	l := realList(t, "nvidia-driver_550.163.01-2")
+	devs, err := pci.Scan(pcitest.FromFixture(t, "../../../shared/fixtures/h200-gpu-vm/pci-sysfs.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := set("nvidia", "550.163.01", "open", "")
+	s.Set.Dir, s.Set.SupportedGPUs, s.Dir = filepath.Dir(l[0]), filepath.Base(l[0]), "/"
+	for _, tt := range []struct {
+		mig, wantLine string
+		devices       map[string]int
+	}{
+		{"all-1g.18gb", "kpreload: MIG all-1g.18gb for the MIG manager: 0000:00:06.0 7 × 1g.18gb", map[string]int{"1g.18gb": 7}},
+		{"all-balanced", "kpreload: MIG all-balanced for the MIG manager: 0000:00:06.0 2 × 1g.18gb + 1 × 2g.35gb + 1 × 3g.71gb", map[string]int{"1g.18gb": 2, "2g.35gb": 1, "3g.71gb": 1}},
+		{"all-1g.10gb", "kpreload: MIG: gpu.mig all-1g.10gb refused: GPU 0000:00:06.0 (10de:2335, H200 141GB) has no MIG profile 1g.10gb; it offers 1g.18gb", nil},
+	} {
+		r := req("", "", "")
+		r.Instance.Resources.GPU.MIG = tt.mig
+		r.Instance.Resources.GPU.Sharing = &instance.Sharing{Strategy: "time-slicing", Replicas: 4}
+		d := selection.Decide(selection.Input{Kernel: kver, Request: r, Sets: []selection.Set{s}, Devices: devs})
+		if dd := d.Driver("nvidia"); dd.Chosen == nil || dd.Chosen.Version != "550.163.01" {
+			t.Errorf("%s: the driver choice changed: %+v", tt.mig, dd)
+		}
+		lines := strings.Join(d.Lines(), "\n")
+		if !strings.Contains(lines, tt.wantLine) || !strings.Contains(lines, "GPU sharing for Kubernetes: time-slicing, 4 replicas per GPU") {
+			t.Errorf("%s: lines\n%s\nwant %q and the sharing line", tt.mig, lines, tt.wantLine)
+		}
+		if d.MIG == nil || (tt.devices == nil) != (d.MIG.Refusal != "") {
+			t.Fatalf("%s: MIG decision %+v", tt.mig, d.MIG)
+		}
+		if tt.devices != nil && (len(d.MIG.GPUs) != 1 || !reflect.DeepEqual(d.MIG.GPUs[0].Devices, tt.devices)) {
+			t.Errorf("%s: MIG GPUs %+v, want %v", tt.mig, d.MIG.GPUs, tt.devices)
+		}
+		if d.Request.Sharing != "time-slicing" || d.Request.SharingReplicas != 4 || d.Request.MIG != tt.mig {
+			t.Errorf("%s: request %+v", tt.mig, d.Request)
+		}
 	}
 }

@@ -21,6 +21,26 @@ type Selection struct {
 	Errors []string `json:"errors,omitempty"`
 	// Time is when the decision was taken (seconds since kernel start; 0 outside /init).
 	Time float64 `json:"t,omitempty"`
+	// MIG is the decision on the request's gpu.mig; nil when it asks none.
+	MIG *SelectionMIG `json:"mig,omitempty"`
+}
+
+// SelectionMIG is what a gpu.mig request means for the GPUs present: one
+// layout per GPU, or a refusal (never a boot failure: kpreload does not
+// change MIG mode, the NVIDIA MIG manager applies the layout).
+type SelectionMIG struct {
+	Request string            `json:"request"`
+	GPUs    []SelectionMIGGPU `json:"gpus,omitempty"`
+	Refusal string            `json:"refusal,omitempty"`
+}
+
+// SelectionMIGGPU is one GPU's MIG layout.
+type SelectionMIGGPU struct {
+	Address string         `json:"address"`
+	ID      string         `json:"id"`
+	Model   string         `json:"model,omitempty"`
+	Enabled bool           `json:"enabled"`
+	Devices map[string]int `json:"devices,omitempty"`
 }
 
 // SelectionRequest is the instance request as /init understood it.
@@ -32,6 +52,12 @@ type SelectionRequest struct {
 	Flavor     string `json:"flavor"`
 	GPUType    string `json:"gpu_type,omitempty"`
 	GPUCount   int    `json:"gpu_count,omitempty"`
+	// Sharing is the gpu.sharing request: "time-slicing" or "mps" with the
+	// replicas per GPU, for the NVIDIA device plugin.
+	Sharing         string `json:"sharing,omitempty"`
+	SharingReplicas int    `json:"sharing_replicas,omitempty"`
+	// MIG is the gpu.mig request ("all-1g.18gb").
+	MIG string `json:"mig,omitempty"`
 }
 
 // SelectionGPU is one NVIDIA GPU present.
