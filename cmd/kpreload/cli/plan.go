@@ -5,14 +5,18 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
 	"github.com/kpreload/kpreload/gpu/instance"
+	"github.com/kpreload/kpreload/gpu/k8sconfig"
 	"github.com/kpreload/kpreload/gpu/pci"
 	"github.com/kpreload/kpreload/gpu/selection"
+	"github.com/kpreload/kpreload/initramfs/report"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/spf13/cobra"
 )
@@ -77,10 +81,15 @@ the "selection" section of the boot report.`,
 				in.Sets = append(in.Sets, selection.Set{Set: &idx.Sets[i], Dir: filepath.Dir(idxPath), From: cacheDir})
 			}
 			d := selection.Decide(in)
+			files, err := k8sconfig.Files(&d.Selection)
+			if err != nil {
+				return fmt.Errorf("plan: %w", err)
+			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), &d.Selection)
+				return printJSON(cmd.OutOrStdout(), planJSON{Selection: &d.Selection, K8sFiles: stringFiles(files)})
 			}
 			printPlan(cmd.OutOrStdout(), d)
+			printK8sFiles(cmd.OutOrStdout(), files)
 			return nil
 		},
 	}
@@ -102,6 +111,33 @@ func cachedKernels(dir string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// planJSON is plan --json: the boot report's selection section, plus the
+// Kubernetes files the boot would write (path under / -> content).
+type planJSON struct {
+	*report.Selection
+	K8sFiles map[string]string `json:"k8s_files,omitempty"`
+}
+
+func stringFiles(files map[string][]byte) map[string]string {
+	if len(files) == 0 {
+		return nil
+	}
+	out := map[string]string{}
+	for k, v := range files {
+		out["/"+k] = string(v)
+	}
+	return out
+}
+
+// printK8sFiles shows the Kubernetes files the boot would write.
+func printK8sFiles(w io.Writer, files map[string][]byte) {
+	for _, rel := range []string{k8sconfig.DevicePluginFile, k8sconfig.MIGConfigFile} {
+		if b, ok := files[rel]; ok {
+			fmt.Fprintf(w, "\n/%s (kpreload-k8s.service writes it at boot):\n%s", rel, b)
+		}
+	}
 }
 
 // printPlan writes the human form of a decision.
@@ -146,9 +182,35 @@ func printPlan(w io.Writer, d *selection.Decision) {
 			fmt.Fprintf(w, "  %-12s %-12s %s  %s\n", c.Version, c.Flavor, shortID(c.ID), verdict)
 		}
 	}
+	if r.Sharing != "" {
+		fmt.Fprintf(w, "Kubernetes GPU sharing: %s, %d replicas per GPU\n", r.Sharing, r.SharingReplicas)
+	}
+	if m := d.MIG; m != nil {
+		if m.Refusal != "" {
+			fmt.Fprintf(w, "MIG %s: %s\n", m.Request, m.Refusal)
+		}
+		for _, g := range m.GPUs {
+			state := "MIG off"
+			if g.Enabled {
+				state = "MIG on"
+			}
+			fmt.Fprintf(w, "MIG %s: GPU %s %s (%s): %s", m.Request, g.Address, g.ID, orDash(g.Model), state)
+			for _, p := range slices.Sorted(maps.Keys(g.Devices)) {
+				fmt.Fprintf(w, ", %d × %s", g.Devices[p], p)
+			}
+			fmt.Fprintln(w)
+		}
+	}
 	for _, warn := range d.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", warn)
 	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func shortID(id string) string {

@@ -1,0 +1,78 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kpreload/kpreload/gpu/k8sconfig"
+	"github.com/kpreload/kpreload/initramfs/report"
+)
+
+func init() { register(newK8sCmd) }
+
+func newK8sCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "k8s",
+		Short: "Kubernetes GPU sharing and MIG configs from the instance YAML",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(newK8sRefreshCmd())
+	return cmd
+}
+
+func newK8sRefreshCmd() *cobra.Command {
+	var root, reportPath string
+	cmd := &cobra.Command{
+		Use:   "refresh [--root DIR] [--report FILE]",
+		Short: "Write /etc/kpreload/k8s/{device-plugin,mig-config}.yaml from this boot's decision",
+		Long: `refresh reads this boot's driver decision (the selection section of
+` + report.Path + `, where /init recorded the instance YAML's gpu.sharing and
+gpu.mig and the MIG layout the GPUs present can take) and writes, atomically:
+
+  /etc/kpreload/k8s/device-plugin.yaml  the NVIDIA device plugin's config file
+      (--config-file): time-slicing or MPS replicas per GPU, and the MIG
+      strategy (single when every GPU has one profile, mixed otherwise);
+  /etc/kpreload/k8s/mig-config.yaml     the NVIDIA MIG manager's config file
+      (mig-parted v1): one config named after the request (the value of the
+      nvidia.com/mig.config node label), one entry per GPU model.
+
+A file the decision does not ask for is removed, so none outlives the request
+that made it; a MIG request the GPUs cannot take was refused at boot (the
+report says why) and writes no MIG file. kpreload never changes MIG mode
+itself. kpreload-k8s.service runs this at boot.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var sel *report.Selection
+			b, err := os.ReadFile(reportPath)
+			switch {
+			case os.IsNotExist(err):
+				// No report: not booted by kpreload's /init; nothing was asked.
+			case err != nil:
+				return err
+			default:
+				var rep report.Report
+				if err := json.Unmarshal(b, &rep); err != nil {
+					return fmt.Errorf("k8s refresh: %s: %w", reportPath, err)
+				}
+				sel = rep.Selection
+			}
+			if sel != nil && sel.MIG != nil && sel.MIG.Refusal != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "kpreload: MIG: %s\n", sel.MIG.Refusal)
+			}
+			written, removed, err := k8sconfig.Refresh(root, sel)
+			for _, p := range written {
+				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s\n", p)
+			}
+			for _, p := range removed {
+				fmt.Fprintf(cmd.OutOrStdout(), "removed %s (not asked for this boot)\n", p)
+			}
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&root, "root", "/", "root directory to write etc/kpreload/k8s/ under")
+	cmd.Flags().StringVar(&reportPath, "report", report.Path, "the boot report to read the decision from")
+	return cmd
+}
