@@ -43,6 +43,17 @@ type Report struct {
 	Selection *Selection `json:"selection,omitempty"`
 	Warnings  []string   `json:"warnings,omitempty"`
 	Errors    []string   `json:"errors,omitempty"`
+	// CDI is the CDI spec written for the active driver once the root's
+	// userspace is reachable (kpreload-cdi.service, then every kpreload
+	// switch); nil while none exists. /init never writes it.
+	CDI *CDI `json:"cdi,omitempty"`
+}
+
+// CDI records a CDI spec file: where it is and its SHA-256.
+type CDI struct {
+	Path    string `json:"path"`
+	SHA256  string `json:"sha256"`
+	Written string `json:"written"` // RFC 3339
 }
 
 // Device is one device found in sysfs.

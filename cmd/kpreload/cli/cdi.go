@@ -120,7 +120,7 @@ under DIR (default /var/run/cdi/nvidia.yaml, which CDI runtimes read).`,
   kpreload cdi refresh --root /newroot -o /run/cdi/nvidia.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			wrote, err := cdispec.Refresh(root, file, cdispec.Options{HookPath: hookPath})
+			wrote, err := refreshCDI(root, file, cdispec.Options{HookPath: hookPath})
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,71 @@
+package cli
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/kpreload/kpreload/gpu/cdispec"
+	"github.com/kpreload/kpreload/initramfs/report"
+)
+
+// refreshCDI runs cdispec.Refresh and records the outcome in the boot
+// report (its "cdi" section: the spec's path and SHA-256, or none), so the
+// report says which spec containers get. A system without a report (not
+// booted by kpreload's /init) only gets the spec.
+func refreshCDI(root, file string, opts cdispec.Options) (bool, error) {
+	wrote, err := cdispec.Refresh(root, file, opts)
+	var rec *report.CDI
+	if wrote && err == nil {
+		b, rerr := os.ReadFile(filepath.Join(root, file))
+		if rerr != nil {
+			return wrote, rerr
+		}
+		sum := sha256.Sum256(b)
+		rec = &report.CDI{Path: file, SHA256: hex.EncodeToString(sum[:]), Written: time.Now().UTC().Format(time.RFC3339)}
+	}
+	if rerr := recordCDI(filepath.Join(root, report.Path), rec); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
+	return wrote, err
+}
+
+// recordCDI sets (or, with nil, drops) the report's "cdi" section, keeping
+// every other field as /init wrote it; the report is replaced atomically.
+func recordCDI(path string, rec *report.CDI) error {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("record the CDI spec in the report: %w", err)
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return fmt.Errorf("record the CDI spec in the report %s: %w", path, err)
+	}
+	if rec == nil {
+		delete(doc, "cdi")
+	} else {
+		raw, err := json.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		doc["cdi"] = raw
+	}
+	out, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(out, '\n'), 0o644); err != nil {
+		return fmt.Errorf("record the CDI spec in the report: %w", err)
+	}
+	return os.Rename(tmp, path)
+}
