@@ -192,3 +192,55 @@ func TestPlanErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanSharingAndMIG runs plan on the real H200 VM's sysfs with an
+// instance asking time-slicing and an H200 MIG layout, then an H100 one: the
+// first shows the layout and both Kubernetes files (read back by the k8sconfig
+// tests with NVIDIA's types), the second the refusal and no MIG file.
+func TestPlanSharingAndMIG(t *testing.T) {
+	l535, _ := planLists(t)
+	cache := planCache(t, []bootindex.Set{
+		{ID: "a535p", Driver: "nvidia", Version: "535.261.03", Flavor: "proprietary", SupportedGPUs: "l535/supported-gpus.json"},
+	}, map[string]string{"l535/supported-gpus.json": l535})
+	root := pcitest.FromFixture(t, "../../../../shared/fixtures/h200-gpu-vm/pci-sysfs.txt")
+	for _, tc := range []struct {
+		mig  string
+		want []string
+		not  []string
+	}{
+		{"all-1g.18gb", []string{
+			"Kubernetes GPU sharing: time-slicing, 4 replicas per GPU\n",
+			"MIG all-1g.18gb: GPU 0000:00:06.0 10de:2335 (H200 141GB): MIG on, 7 × 1g.18gb\n",
+			"/etc/kpreload/k8s/device-plugin.yaml (kpreload-k8s.service writes it at boot):",
+			"migStrategy: single", "timeSlicing:", "name: nvidia.com/gpu", "replicas: 4",
+			"/etc/kpreload/k8s/mig-config.yaml (kpreload-k8s.service writes it at boot):",
+			"all-1g.18gb:", "0x233510DE", "1g.18gb: 7", "mig-enabled: true",
+		}, nil},
+		{"all-1g.10gb", []string{
+			"MIG all-1g.10gb: gpu.mig all-1g.10gb refused: GPU 0000:00:06.0 (10de:2335, H200 141GB) has no MIG profile 1g.10gb; it offers 1g.18gb, 1g.18gb+me, 1g.35gb, 2g.35gb, 3g.71gb, 4g.71gb, 7g.141gb (e.g. gpu.mig: all-1g.18gb)\n",
+			"migStrategy: none",
+		}, []string{"mig-config.yaml"}},
+	} {
+		inst := filepath.Join(t.TempDir(), "instance.yaml")
+		doc := "resources:\n  gpu:\n    type: h200\n    sharing: {strategy: time-slicing, replicas: 4}\n    mig: " + tc.mig + "\n"
+		if err := os.WriteFile(inst, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var out, errOut bytes.Buffer
+		if code := Execute([]string{"plan", "--sysfs", root, "--cache", cache, "--kernel", planKernel, "--instance", inst}, &out, &errOut); code != 0 {
+			t.Fatalf("kpreload plan: exit %d: %s", code, errOut.String())
+		}
+		got := out.String()
+		t.Logf("kpreload plan (%s):\n%s", tc.mig, got)
+		for _, w := range tc.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: plan output lacks %q", tc.mig, w)
+			}
+		}
+		for _, w := range tc.not {
+			if strings.Contains(got, w) {
+				t.Errorf("%s: plan output has %q", tc.mig, w)
+			}
+		}
+	}
+}
