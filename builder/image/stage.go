@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
@@ -249,6 +250,16 @@ func stagePackages(ctx context.Context, o StageOptions, root string, res *StageR
 				res.Userspace[version] = append(res.Userspace[version], ref)
 			}
 		}
+		if dir := r.UserspaceSourceDir(); dir != "" {
+			ref := "source:" + r.UserspaceSource.Dir
+			if !slices.Contains(res.Userspace[version], ref) {
+				o.Progress.say("stage: userspace built from %s for %s %s", r.UserspaceSource.Dir, r.Driver.Name, version)
+				if err := buildUserspace(ctx, dir, version, filepath.Join(root, ImageDriversDir, version)); err != nil {
+					return fmt.Errorf("recipe %s userspace-source: %w", r.Name, err)
+				}
+				res.Userspace[version] = append(res.Userspace[version], ref)
+			}
+		}
 		for _, ref := range r.Firmware {
 			if seenFW[ref] {
 				continue
@@ -266,6 +277,37 @@ func stagePackages(ctx context.Context, o StageOptions, root string, res *StageR
 		}
 	}
 	return nil
+}
+
+// buildUserspace builds a recipe's userspace source in a scratch copy (the
+// recipe's directory stays clean) and installs it under dest:
+// "make VERSION=<version> DESTDIR=<dest> install", with the host's compiler.
+func buildUserspace(ctx context.Context, src, version, dest string) error {
+	if _, err := os.Stat(filepath.Join(src, "Makefile")); err != nil {
+		return fmt.Errorf("userspace source %s: no Makefile: %w", src, err)
+	}
+	work, err := os.MkdirTemp("", "kpreload-userspace-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	if out, err := exec.CommandContext(ctx, "cp", "-rL", src+"/.", work).CombinedOutput(); err != nil {
+		return fmt.Errorf("copy %s: %v: %s", src, err, out)
+	}
+	cmd := exec.CommandContext(ctx, "make", "-C", work, "VERSION="+version, "DESTDIR="+dest, "install")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("make install in %s: %v\n%s", src, err, lastLines(string(out), 15))
+	}
+	return nil
+}
+
+// lastLines returns the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 // copyRootfiles copies rootfiles.FS into root.

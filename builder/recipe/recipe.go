@@ -51,6 +51,12 @@ type Recipe struct {
 	// Userspace are the pinned packages ("name=version") whose version must
 	// match the kernel modules, carried side by side per driver version.
 	Userspace []string `yaml:"userspace"`
+	// UserspaceSource, if set, is the driver's userspace as source: a
+	// directory (relative to the recipe) whose Makefile's "install" target,
+	// run as "make VERSION=<driver version> DESTDIR=<dir> install", installs
+	// it. Images carry the result under the version's userspace directory,
+	// beside (or instead of) unpacked Userspace packages.
+	UserspaceSource *SourceDir `yaml:"userspace-source"`
 	// SupportedGPUs is where the driver's supported-gpus.json comes from, if anywhere.
 	SupportedGPUs *PackageFile `yaml:"supported-gpus"`
 	// Signing, if set, signs the built modules with the kernel's sign-file.
@@ -78,6 +84,20 @@ type Driver struct {
 	// Version is the driver version, such as "535.261.03"; it equals the DKMS
 	// PACKAGE_VERSION and the upstream part of the source package's version.
 	Version string `yaml:"version"`
+}
+
+// SourceDir is a directory of source, relative to the recipe file.
+type SourceDir struct {
+	Dir string `yaml:"dir"`
+}
+
+// UserspaceSourceDir returns the absolute userspace source directory, or ""
+// when the recipe has none.
+func (r *Recipe) UserspaceSourceDir() string {
+	if r.UserspaceSource == nil || r.UserspaceSource.Dir == "" {
+		return ""
+	}
+	return r.Path(r.UserspaceSource.Dir)
 }
 
 // Source says where the DKMS source tree comes from: exactly one of Package

@@ -91,6 +91,13 @@ func (r *Recipe) Validate() error {
 			add("suite", "%v", err)
 		}
 	}
+	if u := r.UserspaceSource; u != nil {
+		// The directory itself is checked where it is used (image staging):
+		// building modules does not need it.
+		if u.Dir == "" || filepath.IsAbs(u.Dir) {
+			add("userspace-source.dir", "%q: give the directory, relative to the recipe, whose Makefile installs the userspace", u.Dir)
+		}
+	}
 	errs = append(errs, r.validatePatches()...)
 	errs = append(errs, r.validateKernels()...)
 	return errors.Join(errs...)

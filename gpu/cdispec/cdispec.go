@@ -252,20 +252,9 @@ func fromKpreload(root string, f *Found) (libs, bins []mount, err error) {
 		return nil, nil, fmt.Errorf("cdi: the active driver is %q, not nvidia", ready.Driver)
 	}
 	f.Version = ready.Version
-	target, err := activate.Target(filepath.Join(root, activate.RunDir))
-	if err != nil {
-		return nil, nil, fmt.Errorf("cdi: %w", err)
+	if f.DriverDir, err = activeUserspace(root, ready); err != nil {
+		return nil, nil, err
 	}
-	if target == "" {
-		target = ready.Userspace
-	}
-	if target == "" {
-		return nil, nil, fmt.Errorf("cdi: driver %s is active but has no userspace (%s is missing)", ready.Version, activate.LinkPath(activate.RunDir))
-	}
-	if !path.IsAbs(target) {
-		target = path.Join(path.Dir(activate.LinkPath(activate.RunDir)), target)
-	}
-	f.DriverDir = path.Clean(target)
 	libDirs, err := driverLibDirs(root, f.DriverDir)
 	if err != nil {
 		return nil, nil, err

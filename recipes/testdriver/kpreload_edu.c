@@ -8,7 +8,12 @@
  * loaded by /init, and probed. On probe it maps BAR0, reads the edu
  * identification register and reports it:
  *   - one kernel log line: "bound, id 0x010000ed, driver version 1.0.0",
- *   - the read-only sysfs attribute /sys/bus/pci/devices/<bdf>/edu_id.
+ *   - the read-only sysfs attribute /sys/bus/pci/devices/<bdf>/edu_id,
+ *   - a character device per bound device, /dev/kpreload-edu<N> (a misc
+ *     device: devtmpfs makes the node), whose read gives
+ *     "kpreload-edu <driver version> id 0x010000ed\n". It is what a
+ *     container sees through kpreload's CDI spec (kind kpreload.dev/edu),
+ *     as a GPU container sees /dev/nvidia<N>.
  * The driver version comes from the build (KPRELOAD_EDU_VERSION), so two
  * versions of the same source can be told apart at run time.
  */
@@ -17,6 +22,9 @@
 #include <linux/device.h>
 #include <linux/sysfs.h>
 #include <linux/io.h>
+#include <linux/miscdevice.h>
+#include <linux/fs.h>
+#include <linux/idr.h>
 
 #ifndef KPRELOAD_EDU_VERSION
 #define KPRELOAD_EDU_VERSION "0.0.0-unknown"
@@ -31,6 +39,36 @@
 struct kpreload_edu {
 	void __iomem *bar0;
 	u32 id;
+	int index;
+	char name[32];
+	char info[64];
+	struct miscdevice misc;
+};
+
+static DEFINE_IDA(kpreload_edu_ida);
+
+static int kpreload_edu_open(struct inode *inode, struct file *file)
+{
+	/* misc_open set private_data to the miscdevice. */
+	struct kpreload_edu *edu = container_of(file->private_data, struct kpreload_edu, misc);
+
+	file->private_data = edu;
+	return 0;
+}
+
+static ssize_t kpreload_edu_read(struct file *file, char __user *buf,
+				 size_t count, loff_t *ppos)
+{
+	struct kpreload_edu *edu = file->private_data;
+
+	return simple_read_from_buffer(buf, count, ppos, edu->info, strlen(edu->info));
+}
+
+static const struct file_operations kpreload_edu_fops = {
+	.owner	= THIS_MODULE,
+	.open	= kpreload_edu_open,
+	.read	= kpreload_edu_read,
+	.llseek	= default_llseek,
 };
 
 static ssize_t edu_id_show(struct device *dev, struct device_attribute *attr,
@@ -84,11 +122,33 @@ static int kpreload_edu_probe(struct pci_dev *pdev,
 		goto err_unmap;
 	}
 
+	edu->index = ida_alloc(&kpreload_edu_ida, GFP_KERNEL);
+	if (edu->index < 0) {
+		err = edu->index;
+		goto err_unmap;
+	}
+	snprintf(edu->name, sizeof(edu->name), "kpreload-edu%d", edu->index);
+	snprintf(edu->info, sizeof(edu->info), "kpreload-edu %s id 0x%08x\n",
+		 KPRELOAD_EDU_VERSION, edu->id);
+	edu->misc.minor = MISC_DYNAMIC_MINOR;
+	edu->misc.name = edu->name;
+	edu->misc.fops = &kpreload_edu_fops;
+	edu->misc.parent = &pdev->dev;
+	edu->misc.mode = 0444;
+	err = misc_register(&edu->misc);
+	if (err) {
+		dev_err(&pdev->dev, "cannot register /dev/%s: %d\n", edu->name, err);
+		goto err_ida;
+	}
+
 	pci_set_drvdata(pdev, edu);
 	dev_info(&pdev->dev, "bound, id 0x%08x, driver version %s\n",
 		 edu->id, KPRELOAD_EDU_VERSION);
+	dev_info(&pdev->dev, "device node /dev/%s\n", edu->name);
 	return 0;
 
+err_ida:
+	ida_free(&kpreload_edu_ida, edu->index);
 err_unmap:
 	pci_iounmap(pdev, edu->bar0);
 err_release:
@@ -102,6 +162,8 @@ static void kpreload_edu_remove(struct pci_dev *pdev)
 {
 	struct kpreload_edu *edu = pci_get_drvdata(pdev);
 
+	misc_deregister(&edu->misc);
+	ida_free(&kpreload_edu_ida, edu->index);
 	pci_iounmap(pdev, edu->bar0);
 	pci_release_region(pdev, 0);
 	pci_disable_device(pdev);

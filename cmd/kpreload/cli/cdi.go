@@ -111,22 +111,34 @@ func newCDIRefreshCmd() *cobra.Command {
 		Use:   "refresh [--root DIR] [-o FILE]",
 		Short: "Write or remove a kpreload image's CDI spec to match the active driver",
 		Long: `refresh is for kpreload images (after activation at boot, after kpreload
-switch): when /run/kpreload/ready names an active NVIDIA driver it writes that
-driver's spec (as "generate" does, validated, atomically) to FILE; when no driver
-is active, another driver is, or no NVIDIA driver is loaded, it removes FILE, so
-containers never get another version's libraries. FILE is a path of the system
-under DIR (default /var/run/cdi/nvidia.yaml, which CDI runtimes read).`,
+switch). Without -o it keeps every spec kpreload writes in line with the driver
+/run/kpreload/ready names: an active NVIDIA driver gets ` + cdispec.DefaultSpecFile + `
+(kind nvidia.com/gpu, as "generate" makes it), kpreload's test driver gets
+` + cdispec.EduSpecFile + ` (kind ` + cdispec.EduKind + `), each validated and written
+atomically, and the other file is removed; with no active driver both are
+removed, so containers never get another driver's or version's files. With -o
+FILE only NVIDIA's spec is written there (or FILE removed). FILE is a path of the
+system under DIR. The boot report's "cdi" section records the spec written.`,
 		Example: `  kpreload cdi refresh
   kpreload cdi refresh --root /newroot -o /run/cdi/nvidia.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			wrote, err := refreshCDI(root, file, cdispec.Options{HookPath: hookPath})
+			target := file
+			if !cmd.Flags().Changed("output") {
+				target = ""
+			}
+			wrote, err := refreshCDI(root, target, cdispec.Options{HookPath: hookPath})
 			if err != nil {
 				return err
 			}
-			if wrote {
+			switch {
+			case wrote && target == "":
+				fmt.Fprintln(cmd.OutOrStdout(), "cdi: wrote the active driver's spec")
+			case wrote:
 				fmt.Fprintf(cmd.OutOrStdout(), "cdi: wrote %s\n", file)
-			} else {
+			case target == "":
+				fmt.Fprintln(cmd.OutOrStdout(), "cdi: no active driver kpreload describes; specs removed")
+			default:
 				fmt.Fprintf(cmd.OutOrStdout(), "cdi: no active NVIDIA driver; %s removed\n", file)
 			}
 			return nil

@@ -15,12 +15,22 @@ import (
 	"github.com/kpreload/kpreload/initramfs/report"
 )
 
-// refreshCDI runs cdispec.Refresh and records the outcome in the boot
-// report (its "cdi" section: the spec's path and SHA-256, or none), so the
-// report says which spec containers get. A system without a report (not
-// booted by kpreload's /init) only gets the spec.
+// refreshCDI brings the CDI spec in line with the active driver and records
+// the outcome in the boot report (its "cdi" section: the spec's path and
+// SHA-256, or none), so the report says which spec containers get. With
+// file "" every kind kpreload keeps is refreshed (cdispec.RefreshActive: the
+// active driver's spec, NVIDIA's or the test driver's, written, the others
+// removed); otherwise NVIDIA's spec goes to file (cdispec.Refresh). A system
+// without a report (not booted by kpreload's /init) only gets the spec.
 func refreshCDI(root, file string, opts cdispec.Options) (bool, error) {
-	wrote, err := cdispec.Refresh(root, file, opts)
+	var wrote bool
+	var err error
+	if file == "" {
+		file, err = cdispec.RefreshActive(root, opts)
+		wrote = file != ""
+	} else {
+		wrote, err = cdispec.Refresh(root, file, opts)
+	}
 	var rec *report.CDI
 	if wrote && err == nil {
 		b, rerr := os.ReadFile(filepath.Join(root, file))

@@ -72,7 +72,7 @@ outcome, or with --json the whole record, to stdout. Needs root.`,
 			res, err := switcher.Switch(opts)
 			// The CDI spec follows the driver now active (the new one, the old one
 			// after a rollback, or none: then the spec is removed).
-			if _, cerr := refreshCDI("/", cdispec.DefaultSpecFile, cdispec.Options{}); cerr != nil {
+			if _, cerr := refreshCDI("/", "", cdispec.Options{}); cerr != nil {
 				if res != nil {
 					res.Warnings = append(res.Warnings, cerr.Error())
 				} else {
