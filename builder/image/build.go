@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -92,8 +93,17 @@ func build(ctx context.Context, o Options) (*Manifest, error) {
 	if m.Drivers == nil {
 		m.Drivers = []Driver{}
 	}
+	if err := addFiles(root, o.Files); err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
 	if err := configureRoot(ctx, root, m.RootUUID, m.ESPUUID, o.EmptyRootPassword); err != nil {
 		return nil, fmt.Errorf("image: configure root: %w", err)
+	}
+	if len(o.Enable) > 0 {
+		o.Progress.say("rootfs: enabling %s", strings.Join(o.Enable, ", "))
+		if err := run(ctx, nil, "systemctl", append([]string{"--root=" + root, "enable"}, o.Enable...)...); err != nil {
+			return nil, fmt.Errorf("image: enable %s: %w", strings.Join(o.Enable, " "), err)
+		}
 	}
 
 	// 3. ESP contents: systemd-boot, its configuration, kernels and initramfs images.
@@ -231,4 +241,30 @@ func ReadManifest(path string) (*Manifest, error) {
 		return nil, fmt.Errorf("image manifest %s: %w", path, err)
 	}
 	return &m, nil
+}
+
+// addFiles copies extra files into the root (Options.Files), keeping modes.
+func addFiles(root string, files map[string]string) error {
+	for _, dst := range slices.Sorted(maps.Keys(files)) {
+		src := files[dst]
+		fi, err := os.Stat(src)
+		if err != nil {
+			return fmt.Errorf("file %s: %w", dst, err)
+		}
+		b, err := os.ReadFile(src)
+		if err != nil {
+			return fmt.Errorf("file %s: %w", dst, err)
+		}
+		p := filepath.Join(root, dst)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("file %s: %w", dst, err)
+		}
+		if err := os.WriteFile(p, b, fi.Mode().Perm()); err != nil {
+			return fmt.Errorf("file %s: %w", dst, err)
+		}
+		if err := os.Chmod(p, fi.Mode().Perm()); err != nil {
+			return fmt.Errorf("file %s: %w", dst, err)
+		}
+	}
+	return nil
 }

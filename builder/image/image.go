@@ -126,6 +126,13 @@ type Options struct {
 	DownloadDir string
 	// Packages are extra Debian packages to install into the image.
 	Packages []string
+	// Files are extra files copied into the image: absolute path in the image
+	// -> file on the build host (mode kept). They are copied after kpreload's
+	// own files, so they may replace a configuration file.
+	Files map[string]string
+	// Enable are systemd units to enable in the image (systemctl --root
+	// enable), such as one that Files brought.
+	Enable []string
 	// Instance, if set, is an instance YAML file baked in at ImageInstance.
 	Instance string
 	// Cmdline is added to every loader entry's kernel command line after
@@ -306,6 +313,16 @@ func (o Options) Validate() error {
 	}
 	if o.OutDir == "" {
 		bad("no output directory")
+	}
+	for dst, src := range o.Files {
+		if !filepath.IsAbs(dst) || filepath.Clean(dst) != dst || dst == "/" {
+			bad("file %s=%s: the destination must be a clean absolute path in the image", dst, src)
+		}
+		if fi, err := os.Stat(src); err != nil {
+			bad("file %s=%s: %v", dst, src, err)
+		} else if !fi.Mode().IsRegular() {
+			bad("file %s=%s: not a regular file", dst, src)
+		}
 	}
 	if err := archive.CheckSuite(o.Suite); err != nil {
 		bad("suite: %v", err)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -33,6 +34,7 @@ func newImageBuildCmd() *cobra.Command {
 		o          image.Options
 		recipeArgs []string
 		rf         remoteFlags
+		addFiles   []string
 		recipesDir string
 		asJSON     bool
 	)
@@ -79,6 +81,16 @@ whole manifest) to stdout.`,
 				return err
 			}
 			o.Remote = rm
+			for _, a := range addFiles {
+				dst, src, ok := strings.Cut(a, "=")
+				if !ok || dst == "" || src == "" {
+					return fmt.Errorf("--add %q: want DEST=SRC (an absolute path in the image = a host file)", a)
+				}
+				if o.Files == nil {
+					o.Files = map[string]string{}
+				}
+				o.Files[dst] = src
+			}
 			if len(recipeArgs) > 0 {
 				recipes, err := loadRecipes(recipeArgs, recipesDir)
 				if err != nil {
@@ -136,6 +148,8 @@ whole manifest) to stdout.`,
 	f.StringVar(&o.Instance, "instance", "", "instance YAML file to bake in at /"+image.ImageInstance)
 	f.StringVar(&o.Cmdline, "cmdline", "", "extra kernel command line for the boot entries")
 	f.StringArrayVar(&o.Packages, "package", nil, "extra Debian package to install (repeatable)")
+	f.StringArrayVar(&addFiles, "add", nil, "extra file DEST=SRC: copy the host file SRC to the absolute path DEST in the image (repeatable)")
+	f.StringArrayVar(&o.Enable, "enable", nil, "systemd unit to enable in the image, e.g. one --add brought (repeatable)")
 	f.StringVar(&o.Suite, "suite", image.DefaultSuite, "Debian release")
 	f.StringVar(&o.Mirror, "mirror", image.DefaultMirror, "Debian archive")
 	f.IntVar(&o.SizeMB, "size", image.DefaultSizeMB, "disk size in MiB")
