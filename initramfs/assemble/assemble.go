@@ -349,6 +349,7 @@ func describe(m *bootindex.Module, file string) error {
 	m.SHA256 = hex.EncodeToString(sum[:])
 	m.Compression = comp
 	m.Vermagic = info.Vermagic
+	m.Unsigned = !info.Signed
 	m.Aliases = info.Aliases
 	m.Depends = info.Depends
 	m.Firmware = info.Firmware

@@ -70,12 +70,17 @@ type selectBoot struct {
 	imageInstance string
 	// append is added to the kernel command line.
 	append string
+	// cache, when set, replaces the two-version cache.
+	cache string
 }
 
 func bootSelect(t *testing.T, c selectBoot) (booted, string) {
 	t.Helper()
 	kver := kernels[0]
-	cache := twoVersions(t, kver)
+	cache := c.cache
+	if cache == "" {
+		cache = twoVersions(t, kver)
+	}
 	dir := t.TempDir()
 	ktree := testenv.KernelTree(t, kver)
 	initBin, _ := binaries(t)

@@ -11,10 +11,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/kpreload/kpreload/initramfs/coldplug"
 	"github.com/kpreload/kpreload/initramfs/report"
@@ -62,10 +65,37 @@ type Loader struct {
 	VerifyDigest bool
 	// Phase labels the report entries ("initramfs", "rootfs").
 	Phase string
+	// SigEnforced says the kernel refuses unsigned modules (module.sig_enforce=1,
+	// lockdown): a module the index records as unsigned is refused before the
+	// kernel is called, with that reason. A module signed with a key the kernel
+	// does not trust is still handed to the kernel, which refuses it (EKEYREJECTED).
+	SigEnforced bool
+	// Isolate, when set, says which modules load in a helper process (this
+	// executable run with HelperArg) under a deadline, Timeout: one whose init
+	// blocks (a GPU that never answers) is recorded as ResultLoading and left
+	// to finish in the background, blocking nothing else. Loading in a thread
+	// of this process would not do: /init's exec of the real init waits for
+	// every thread, and one stuck in a module's init never leaves.
+	Isolate func(*coldplug.Candidate) bool
+	// Timeout is the deadline of an isolated load; <= 0 means DefaultTimeout.
+	Timeout time.Duration
+	// Helper is the executable an isolated load runs; "" means /proc/self/exe.
+	Helper string
 
 	mu      sync.Mutex
 	refused map[string]bool // files already reported as refused
 }
+
+// DefaultTimeout is how long an isolated module load may take before /init
+// goes on without it (kpreload.load_timeout= overrides it). A GPU driver's
+// init, firmware included, takes seconds; a minute means it is not coming.
+const DefaultTimeout = 60 * time.Second
+
+// ResultLoading is the result of an isolated load still running at its deadline.
+const ResultLoading = "still loading"
+
+// errStillLoading is what an isolated load returns at its deadline.
+var errStillLoading = errors.New("still loading")
 
 type node struct {
 	name string
@@ -254,7 +284,13 @@ func CheckVermagic(vm, release, kernelVermagic string) string {
 
 // check returns why a candidate must not be loaded, or "".
 func (l *Loader) check(c *coldplug.Candidate) string {
-	return CheckVermagic(c.Module.Vermagic, l.Release, l.Vermagic)
+	if why := CheckVermagic(c.Module.Vermagic, l.Release, l.Vermagic); why != "" {
+		return why
+	}
+	if l.SigEnforced && c.Module.Unsigned {
+		return "unsigned module, and the kernel enforces module signatures (module.sig_enforce=1 or lockdown): sign it (a recipe's signing: key) with a key the kernel trusts"
+	}
+	return ""
 }
 
 // moduleInitCompressedFile is MODULE_INIT_COMPRESSED_FILE from <linux/module.h>.
@@ -298,7 +334,14 @@ func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
 	if c.Module.Compression != "" && c.Module.Compression != "none" {
 		flags = moduleInitCompressedFile
 	}
-	err = l.Kernel.FinitModule(int(f.Fd()), params, flags)
+	if l.Isolate != nil && l.Isolate(c) {
+		err = l.isolatedFinit(f, params, flags)
+	} else {
+		err = l.Kernel.FinitModule(int(f.Fd()), params, flags)
+	}
+	if errors.Is(err, errStillLoading) {
+		return finish(ResultLoading, fmt.Sprintf("its init had not returned after %s (kpreload.load_timeout); left to finish in the background while the boot goes on", l.timeout()), nil)
+	}
 	if flags != 0 {
 		m.Decompress = "kernel"
 	}
@@ -318,6 +361,71 @@ func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
 		return finish("already loaded", "", err)
 	default:
 		return finish("failed", describe(err), err)
+	}
+}
+
+func (l *Loader) timeout() time.Duration {
+	if l.Timeout <= 0 {
+		return DefaultTimeout
+	}
+	return l.Timeout
+}
+
+// HelperArg is the first argument of an isolated load's helper process:
+// "<exe> HelperArg PARAMS FLAGS", the module open on file descriptor 3.
+const HelperArg = "__kpreload_finit"
+
+// HelperMain is the helper process of an isolated load (see Loader.Isolate):
+// finit_module on file descriptor 3 with the given parameters and flags; the
+// exit status is the errno (0 when the module loaded, 255 on bad arguments).
+func HelperMain(args []string) int {
+	if len(args) != 2 {
+		return 255
+	}
+	flags, err := strconv.Atoi(args[1])
+	if err != nil {
+		return 255
+	}
+	if err := unix.FinitModule(3, args[0], flags); err != nil {
+		var errno unix.Errno
+		if errors.As(err, &errno) && errno > 0 && errno < 255 {
+			return int(errno)
+		}
+		return 254
+	}
+	return 0
+}
+
+// isolatedFinit runs finit_module in a helper process and waits up to the
+// deadline. A helper that cannot start falls back to loading here.
+func (l *Loader) isolatedFinit(f *os.File, params string, flags int) error {
+	exe := l.Helper
+	if exe == "" {
+		exe = "/proc/self/exe"
+	}
+	cmd := exec.Command(exe, HelperArg, params, strconv.Itoa(flags))
+	cmd.ExtraFiles = []*os.File{f}
+	if err := cmd.Start(); err != nil {
+		return l.Kernel.FinitModule(int(f.Fd()), params, flags)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	timer := time.NewTimer(l.timeout())
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			switch code := exit.ExitCode(); {
+			case code > 0 && code < 254:
+				return unix.Errno(code)
+			default:
+				return fmt.Errorf("load helper %s: %w", exe, err)
+			}
+		}
+		return err
+	case <-timer.C:
+		return errStillLoading
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -108,6 +109,35 @@ func (b *Boot) warnf(format string, args ...any) {
 	fmt.Fprintf(b.console, "kpreload: warning: %s\n", msg)
 }
 
+// sigEnforced reports whether the kernel refuses unsigned modules: its
+// module.sig_enforce parameter (the command line's, or CONFIG_MODULE_SIG_FORCE)
+// or a lockdown= mode on the command line.
+func (b *Boot) sigEnforced() bool {
+	if v, err := os.ReadFile("/sys/module/module/parameters/sig_enforce"); err == nil && strings.TrimSpace(string(v)) == "Y" {
+		return true
+	}
+	switch b.flag("lockdown", "") {
+	case "integrity", "confidentiality":
+		return true
+	}
+	return false
+}
+
+// loadTimeout is kpreload.load_timeout= (seconds, decimals allowed), else
+// the loader's default; a bad value is a warning and the default.
+func (b *Boot) loadTimeout() time.Duration {
+	v := b.flag("kpreload.load_timeout", "")
+	if v == "" {
+		return loader.DefaultTimeout
+	}
+	secs, err := strconv.ParseFloat(v, 64)
+	if err != nil || secs <= 0 || secs > 3600 {
+		b.warnf("kpreload.load_timeout=%q: want seconds between 0 and 3600; using %s", v, loader.DefaultTimeout)
+		return loader.DefaultTimeout
+	}
+	return time.Duration(secs * float64(time.Second))
+}
+
 // setup mounts the pseudo filesystems, reads the command line and the boot index.
 func (b *Boot) setup() {
 	for _, m := range []struct {
@@ -145,6 +175,15 @@ func (b *Boot) setup() {
 		Now:          Now,
 		Params:       b.cmd.FlagsForModule,
 		VerifyDigest: b.flag("kpreload.verify", "1") != "0",
+		SigEnforced:  b.sigEnforced(),
+		// Driver sets (GPU drivers, the test driver) load in a helper
+		// process under a deadline; the kernel's own modules (storage,
+		// buses) load here.
+		Isolate: func(c *coldplug.Candidate) bool { return !selection.IsKernelSet(c.Set) },
+		Timeout: b.loadTimeout(),
+	}
+	if b.ld.SigEnforced {
+		b.event("the kernel enforces module signatures: unsigned modules are refused before loading")
 	}
 	dir := filepath.Join("/lib/modules", b.release)
 	idx, err := bootindex.Read(filepath.Join(dir, IndexName))

@@ -98,7 +98,7 @@ type Root struct {
 
 // Summary is the one-line console summary of a report.
 func (r *Report) Summary() string {
-	loaded, refused, failed := 0, 0, 0
+	loaded, refused, failed, loading := 0, 0, 0, 0
 	for _, m := range r.Modules {
 		switch m.Result {
 		case "loaded":
@@ -107,10 +107,16 @@ func (r *Report) Summary() string {
 			refused++
 		case "failed":
 			failed++
+		case "still loading":
+			loading++
 		}
 	}
-	return fmt.Sprintf("kpreload: %d devices, %d modules loaded, %d refused, %d failed; drivers ready at %.3fs, root %s at %.3fs, switch_root at %.3fs",
-		len(r.Devices), loaded, refused, failed, r.DriversReady, r.Root.Device, r.Root.Mounted, r.SwitchRoot)
+	still := ""
+	if loading > 0 {
+		still = fmt.Sprintf(", %d still loading", loading)
+	}
+	return fmt.Sprintf("kpreload: %d devices, %d modules loaded, %d refused, %d failed%s; drivers ready at %.3fs, root %s at %.3fs, switch_root at %.3fs",
+		len(r.Devices), loaded, refused, failed, still, r.DriversReady, r.Root.Device, r.Root.Mounted, r.SwitchRoot)
 }
 
 // ConsoleLine renders the report as the single console line tools parse back.

@@ -57,6 +57,9 @@ type Module struct {
 	// SoftPre lists modules a softdep asks to load before this one.
 	SoftPre  []string `json:"softpre,omitempty"`
 	Firmware []string `json:"firmware,omitempty"`
+	// Unsigned is true when the module is known to carry no signature (the
+	// cache's manifest says so); false means signed, or not known.
+	Unsigned bool `json:"unsigned,omitempty"`
 }
 
 // Read loads an index file and checks its format and kernel.

@@ -34,11 +34,38 @@ type PushResult struct {
 	Bytes int64
 }
 
+// pushAttempts is how often a push is tried: registries (distribution 2.8
+// among them) can refuse a manifest while another client is uploading the
+// same blob; the blobs are content-addressed, so trying again is safe.
+const pushAttempts = 3
+
 // PushSet uploads set id of st as the cell tagged with its cache key's id.
 // recipe names the recipe it was built from ("" if unknown). A cell the
 // registry already holds as built is left alone (Pushed false); a failure
-// record under the same key is replaced.
+// record under the same key is replaced. A push that fails is tried again
+// (pushAttempts in all) unless another pusher completed the cell meanwhile.
 func (r *Remote) PushSet(ctx context.Context, st *store.Store, id, recipe string) (*PushResult, error) {
+	var res *PushResult
+	var err error
+	for attempt := 1; ; attempt++ {
+		res, err = r.pushSetOnce(ctx, st, id, recipe)
+		if err == nil || attempt == pushAttempts || ctx.Err() != nil {
+			return res, err
+		}
+		if m, gerr := st.Get(id); gerr == nil {
+			if rec, lerr := r.record(ctx, manifest.KeyID(m.CacheKey)); lerr == nil && rec.State == StateOK {
+				return &PushResult{Record: rec}, nil // another pusher completed it
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(time.Duration(attempt) * 250 * time.Millisecond):
+		}
+	}
+}
+
+func (r *Remote) pushSetOnce(ctx context.Context, st *store.Store, id, recipe string) (*PushResult, error) {
 	m, err := st.Get(id)
 	if err != nil {
 		return nil, fmt.Errorf("push set %s: %w", short(id), err)
@@ -113,8 +140,25 @@ type Failure struct {
 const MaxLogBytes = 256 << 10
 
 // PushFailure records a failed cell under its key, unless the registry
-// already holds a record (built or failed) for that key.
+// already holds a record (built or failed) for that key. It is tried again
+// as PushSet is.
 func (r *Remote) PushFailure(ctx context.Context, f Failure) (*PushResult, error) {
+	var res *PushResult
+	var err error
+	for attempt := 1; ; attempt++ {
+		res, err = r.pushFailureOnce(ctx, f)
+		if err == nil || attempt == pushAttempts || ctx.Err() != nil {
+			return res, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(time.Duration(attempt) * 250 * time.Millisecond):
+		}
+	}
+}
+
+func (r *Remote) pushFailureOnce(ctx context.Context, f Failure) (*PushResult, error) {
 	tag := manifest.KeyID(f.Key)
 	what := fmt.Sprintf("record failure of %s for %s", f.Recipe, f.Kernel)
 	if tag == "" {

@@ -279,6 +279,7 @@ func buildIndex(kernel string, sets []set) *bootindex.Index {
 				Depends:     slices.Clone(mod.Depends),
 				SoftPre:     mod.SoftPre(),
 				Firmware:    slices.Clone(mod.Firmware),
+				Unsigned:    !mod.Signed,
 			})
 		}
 		ix.Sets = append(ix.Sets, bs)

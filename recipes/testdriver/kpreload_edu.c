@@ -25,6 +25,7 @@
 #include <linux/miscdevice.h>
 #include <linux/fs.h>
 #include <linux/idr.h>
+#include <linux/delay.h>
 
 #ifndef KPRELOAD_EDU_VERSION
 #define KPRELOAD_EDU_VERSION "0.0.0-unknown"
@@ -46,6 +47,16 @@ struct kpreload_edu {
 };
 
 static DEFINE_IDA(kpreload_edu_ida);
+
+/*
+ * probe_delay_ms makes every probe sleep that long before touching the device,
+ * uninterruptibly, as the init of a driver whose GPU never answers blocks:
+ * tests use it (kpreload_edu.probe_delay_ms=N on the kernel command line) to
+ * prove that such a module cannot hold the boot.
+ */
+static unsigned int probe_delay_ms;
+module_param(probe_delay_ms, uint, 0444);
+MODULE_PARM_DESC(probe_delay_ms, "sleep this long in every probe (tests: a device that never answers)");
 
 static int kpreload_edu_open(struct inode *inode, struct file *file)
 {
@@ -93,6 +104,11 @@ static int kpreload_edu_probe(struct pci_dev *pdev,
 {
 	struct kpreload_edu *edu;
 	int err;
+
+	if (probe_delay_ms) {
+		dev_info(&pdev->dev, "probe sleeps %u ms (probe_delay_ms)\n", probe_delay_ms);
+		msleep(probe_delay_ms);
+	}
 
 	edu = devm_kzalloc(&pdev->dev, sizeof(*edu), GFP_KERNEL);
 	if (!edu)

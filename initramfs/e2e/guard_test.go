@@ -1,0 +1,148 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kpreload/kpreload/initramfs/report"
+	"github.com/kpreload/kpreload/internal/testenv"
+)
+
+// eduEntries returns the report's kpreload_edu entries.
+func eduEntries(rep *report.Report) []report.Module {
+	var out []report.Module
+	for _, m := range rep.Modules {
+		if m.Name == "kpreload_edu" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// kmsgTime returns the time of the first root-init kernel log line holding s.
+func kmsgTime(root *report.RootInit, s string) (float64, bool) {
+	for _, l := range root.Kmsg {
+		if strings.Contains(l.Text, s) {
+			return l.Time, true
+		}
+	}
+	return 0, false
+}
+
+// TestLoadDeadline: a driver whose init blocks (the test driver's probe
+// sleeps 30 s, uninterruptibly, as a GPU that never answers) cannot hold the
+// boot: with kpreload.load_timeout=2 /init records it as still loading after
+// 2 s and hands over; the root's /sbin/init runs while the probe still
+// sleeps, and the kernel still has the module in its "coming" state.
+func TestLoadDeadline(t *testing.T) {
+	if testing.Short() {
+		t.Skip("QEMU boot; -short")
+	}
+	b, con := bootSelect(t, selectBoot{onRoot: true, append: "kpreload.driver=1.0.0 kpreload.load_timeout=2 kpreload_edu.probe_delay_ms=30000"})
+	edu := eduEntries(b.rep)
+	if len(edu) != 1 || edu[0].Result != "still loading" || !strings.Contains(edu[0].Reason, "kpreload.load_timeout") {
+		t.Fatalf("kpreload_edu entries %+v, want one still loading after the deadline", edu)
+	}
+	if d := edu[0].End - edu[0].Start; d < 1.5 || d > 10 {
+		t.Errorf("the load was given up after %.1fs, want about the 2 s deadline", d)
+	}
+	if !strings.Contains(b.rep.Summary(), "1 still loading") {
+		t.Errorf("summary %q does not say a module is still loading", b.rep.Summary())
+	}
+	sleep, ok := kmsgTime(b.root, "probe sleeps 30000 ms")
+	if !ok {
+		t.Fatalf("the probe never started sleeping; console:\n%s", con)
+	}
+	if b.root.Start >= sleep+30 {
+		t.Errorf("the root's init started at %.1fs, after the probe's 30 s sleep from %.1fs: the boot waited", b.root.Start, sleep)
+	}
+	if _, bound := kmsgTime(b.root, "bound, id"); bound {
+		t.Errorf("the device was bound before the root's init ran: the probe did not block")
+	}
+	if !strings.Contains(strings.Join(b.root.Modules, " "), "kpreload_edu") {
+		t.Errorf("/proc/modules at the root's init lacks kpreload_edu (still coming): %v", b.root.Modules)
+	}
+	t.Logf("probe began sleeping at %.2fs, /init gave up at %.2fs, switch_root %.2fs, root init %.2fs", sleep, edu[0].End, b.rep.SwitchRoot, b.root.Start)
+}
+
+// TestSignatureEnforcement boots with module.sig_enforce=1: the unsigned test
+// driver is refused by /init before the kernel is called, with that reason; the
+// same driver signed with a recipe key the kernel does not trust is handed to
+// the kernel, which refuses it (EKEYREJECTED); both boots reach /sbin/init
+// (the kernel's own, Debian-signed modules load).
+func TestSignatureEnforcement(t *testing.T) {
+	if testing.Short() {
+		t.Skip("QEMU boots; -short")
+	}
+	t.Run("unsigned", func(t *testing.T) {
+		b, con := bootSelect(t, selectBoot{onRoot: true, append: "module.sig_enforce=1 kpreload.driver=1.0.0"})
+		edu := eduEntries(b.rep)
+		if len(edu) == 0 || edu[0].Result != "refused" || !strings.Contains(edu[0].Reason, "unsigned module, and the kernel enforces module signatures") {
+			t.Fatalf("kpreload_edu entries %+v, want refused as unsigned", edu)
+		}
+		if _, seen := kmsgTime(b.root, "kpreload_edu"); seen {
+			t.Errorf("the kernel log mentions kpreload_edu: it was handed to the kernel")
+		}
+		if !strings.Contains(con, "enforces module signatures") && !strings.Contains(strings.Join(eventTexts(b.rep), "\n"), "enforces module signatures") {
+			t.Errorf("neither the console nor the report's events say signatures are enforced")
+		}
+	})
+	t.Run("untrusted key", func(t *testing.T) {
+		cache := signedCache(t)
+		b, _ := bootSelect(t, selectBoot{onRoot: true, cache: cache, append: "module.sig_enforce=1"})
+		edu := eduEntries(b.rep)
+		if len(edu) != 1 || edu[0].Result != "failed" || edu[0].Errno != "EKEYREJECTED" {
+			t.Fatalf("kpreload_edu entries %+v, want failed with the kernel's EKEYREJECTED", edu)
+		}
+		if _, seen := kmsgTime(b.root, "bound, id"); seen {
+			t.Errorf("the signed-but-untrusted driver bound the device")
+		}
+	})
+}
+
+func eventTexts(rep *report.Report) []string {
+	var out []string
+	for _, e := range rep.Events {
+		out = append(out, e.What)
+	}
+	return out
+}
+
+// signedCache builds the test driver signed with a fresh key (a recipe's
+// signing: section) into a cache, with kpreload build.
+func signedCache(t *testing.T) string {
+	t.Helper()
+	kver := kernels[0]
+	dir := t.TempDir()
+	key, cert := filepath.Join(dir, "key.pem"), filepath.Join(dir, "cert.pem")
+	if out, err := exec.Command("openssl", "req", "-new", "-x509", "-newkey", "rsa:2048", "-nodes", "-sha256", "-days", "2",
+		"-subj", "/CN=kpreload e2e untrusted", "-keyout", key, "-out", cert).CombinedOutput(); err != nil {
+		t.Fatalf("openssl: %v\n%s", err, out)
+	}
+	yml, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "recipes", "testdriver.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := strings.Replace(string(yml), "name: testdriver\n", "name: testdriver-signed\nsigning:\n  key: "+key+"\n  cert: "+cert+"\n", 1)
+	if out, err := exec.Command("cp", "-rL", filepath.Join(testenv.RepoRoot(t), "recipes", "testdriver"), filepath.Join(dir, "testdriver")).CombinedOutput(); err != nil {
+		t.Fatalf("copy the test driver: %v\n%s", err, out)
+	}
+	recipe := filepath.Join(dir, "testdriver-signed.yaml")
+	if err := os.WriteFile(recipe, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := testenv.GoBuildStatic(t, dir, "kpreload", "./cmd/kpreload")
+	cache := filepath.Join(dir, "cache")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "build", recipe+":"+kver, "--cache", cache).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kpreload build of the signed test driver: %v\n%s", err, out)
+	}
+	return cache
+}
