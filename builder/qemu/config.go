@@ -53,6 +53,12 @@ type Config struct {
 	Kernel string
 	// Initramfs is the initrd image; empty boots without one.
 	Initramfs string
+	// MonitorSocket, when set, is a Unix socket path where QEMU serves its human
+	// monitor (see Monitor), for tests that change the machine while it boots
+	// (a disk that appears late); empty means no monitor. The machine then also
+	// gets an empty PCIe root port, HotplugBus, to plug devices into (q35's
+	// root bus takes no hotplug).
+	MonitorSocket string
 	// RootDisk is a raw (or .qcow2) disk image attached on RootBus; empty attaches none.
 	// With FirmwareUEFI it is the disk the firmware boots from (required).
 	RootDisk string
@@ -265,7 +271,7 @@ func Args(c Config, consoleLog, reportLog string) ([]string, error) {
 		"-m", fmt.Sprint(c.Memory),
 		"-smp", fmt.Sprint(c.CPUs),
 		"-nodefaults", "-no-user-config",
-		"-display", "none", "-monitor", "none",
+		"-display", "none", "-monitor", monitorArg(c.MonitorSocket),
 		"-no-reboot",
 		"-serial", "file:"+consoleLog,
 		"-serial", "file:"+reportLog,
@@ -281,6 +287,9 @@ func Args(c Config, consoleLog, reportLog string) ([]string, error) {
 			args = append(args, "-initrd", c.Initramfs)
 		}
 		args = append(args, "-append", KernelCmdline(c))
+	}
+	if c.MonitorSocket != "" {
+		args = append(args, "-device", "pcie-root-port,id="+HotplugBus+",chassis=1,slot=1")
 	}
 	if c.RootDisk != "" {
 		format := "raw"
@@ -322,3 +331,15 @@ func Args(c Config, consoleLog, reportLog string) ([]string, error) {
 
 // optEscape doubles commas, QEMU's escape inside a key=value option list.
 func optEscape(s string) string { return strings.ReplaceAll(s, ",", ",,") }
+
+// HotplugBus is the PCIe root port a machine with a monitor has for devices
+// plugged in while it runs: device_add ...,bus=HotplugBus.
+const HotplugBus = "hotplug0"
+
+// monitorArg is QEMU's -monitor value: a Unix socket server, or none.
+func monitorArg(socket string) string {
+	if socket == "" {
+		return "none"
+	}
+	return "unix:" + optEscape(socket) + ",server=on,wait=off"
+}

@@ -40,6 +40,9 @@ type Options struct {
 	Label string
 	// Init is the path of the program installed as /sbin/init (see BuildRootInit).
 	Init string
+	// NoInit builds a root without /sbin/init (Init must be empty): a fault
+	// the boot tests inject.
+	NoInit bool
 	// Extra maps a destination directory inside the image to a host directory whose
 	// contents are copied there, e.g. "/var/lib/kpreload/cache" -> a module cache.
 	Extra map[string]string
@@ -53,8 +56,11 @@ func Build(ctx context.Context, o Options) error {
 	if o.Out == "" {
 		return errors.New("rootdisk: no output image given")
 	}
-	if o.Init == "" {
+	if o.Init == "" && !o.NoInit {
 		return errors.New("rootdisk: no init program given")
+	}
+	if o.Init != "" && o.NoInit {
+		return errors.New("rootdisk: an init program and NoInit given")
 	}
 	if o.SizeMB < 0 {
 		return fmt.Errorf("rootdisk: size %d MiB is negative", o.SizeMB)
@@ -165,8 +171,10 @@ func Stage(dir string, o Options) error {
 	if err := os.Chmod(filepath.Join(dir, "tmp"), 0o1777); err != nil {
 		return fmt.Errorf("rootdisk: stage /tmp: %w", err)
 	}
-	if err := copyFile(o.Init, filepath.Join(dir, "sbin/init"), 0o755); err != nil {
-		return fmt.Errorf("rootdisk: install init: %w", err)
+	if !o.NoInit {
+		if err := copyFile(o.Init, filepath.Join(dir, "sbin/init"), 0o755); err != nil {
+			return fmt.Errorf("rootdisk: install init: %w", err)
+		}
 	}
 	for dest, src := range o.Extra {
 		clean := filepath.Clean("/" + dest)

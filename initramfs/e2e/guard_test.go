@@ -35,7 +35,7 @@ func kmsgTime(root *report.RootInit, s string) (float64, bool) {
 }
 
 // TestLoadDeadline: a driver whose init blocks (the test driver's probe
-// sleeps 30 s, uninterruptibly, as a GPU that never answers) cannot hold the
+// sleeps 12 s, uninterruptibly, as a GPU that never answers) cannot hold the
 // boot: with kpreload.load_timeout=2 /init records it as still loading after
 // 2 s and hands over; the root's /sbin/init runs while the probe still
 // sleeps, and the kernel still has the module in its "coming" state.
@@ -43,7 +43,7 @@ func TestLoadDeadline(t *testing.T) {
 	if testing.Short() {
 		t.Skip("QEMU boot; -short")
 	}
-	b, con := bootSelect(t, selectBoot{onRoot: true, append: "kpreload.driver=1.0.0 kpreload.load_timeout=2 kpreload_edu.probe_delay_ms=30000"})
+	b, con := bootSelect(t, selectBoot{onRoot: true, append: "kpreload.driver=1.0.0 kpreload.load_timeout=2 kpreload_edu.probe_delay_ms=12000"})
 	edu := eduEntries(b.rep)
 	if len(edu) != 1 || edu[0].Result != "still loading" || !strings.Contains(edu[0].Reason, "kpreload.load_timeout") {
 		t.Fatalf("kpreload_edu entries %+v, want one still loading after the deadline", edu)
@@ -54,12 +54,12 @@ func TestLoadDeadline(t *testing.T) {
 	if !strings.Contains(b.rep.Summary(), "1 still loading") {
 		t.Errorf("summary %q does not say a module is still loading", b.rep.Summary())
 	}
-	sleep, ok := kmsgTime(b.root, "probe sleeps 30000 ms")
+	sleep, ok := kmsgTime(b.root, "probe sleeps 12000 ms")
 	if !ok {
 		t.Fatalf("the probe never started sleeping; console:\n%s", con)
 	}
-	if b.root.Start >= sleep+30 {
-		t.Errorf("the root's init started at %.1fs, after the probe's 30 s sleep from %.1fs: the boot waited", b.root.Start, sleep)
+	if b.root.Start >= sleep+12 {
+		t.Errorf("the root's init started at %.1fs, after the probe's 12 s sleep from %.1fs: the boot waited", b.root.Start, sleep)
 	}
 	if _, bound := kmsgTime(b.root, "bound, id"); bound {
 		t.Errorf("the device was bound before the root's init ran: the probe did not block")

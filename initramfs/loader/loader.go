@@ -81,6 +81,11 @@ type Loader struct {
 	Timeout time.Duration
 	// Helper is the executable an isolated load runs; "" means /proc/self/exe.
 	Helper string
+	// FirmwareDirs, when set, are where the kernel's firmware loader looks
+	// (/lib/firmware, ...): a driver-set module's (Isolate) declared firmware
+	// missing from all of them is recorded in its entry (MissingFirmware)
+	// before it loads; the load goes ahead, the kernel decides.
+	FirmwareDirs []string
 
 	mu      sync.Mutex
 	refused map[string]bool // files already reported as refused
@@ -329,6 +334,9 @@ func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
 			return finish("failed", "", fmt.Errorf("rewind %s: %w", c.File, err))
 		}
 	}
+	if l.Isolate != nil && l.Isolate(c) {
+		m.MissingFirmware = l.missingFirmware(c.Module.Firmware)
+	}
 	params := l.Params(name)
 	flags := 0
 	if c.Module.Compression != "" && c.Module.Compression != "none" {
@@ -362,6 +370,27 @@ func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
 	default:
 		return finish("failed", describe(err), err)
 	}
+}
+
+// missingFirmware lists the declared firmware files found in no FirmwareDirs.
+func (l *Loader) missingFirmware(files []string) []string {
+	if len(l.FirmwareDirs) == 0 {
+		return nil
+	}
+	var missing []string
+	for _, f := range files {
+		found := false
+		for _, d := range l.FirmwareDirs {
+			if _, err := os.Stat(filepath.Join(d, f)); err == nil {
+				found = true
+				break
+			}
+		}
+		if !found {
+			missing = append(missing, f)
+		}
+	}
+	return missing
 }
 
 func (l *Loader) timeout() time.Duration {

@@ -90,6 +90,10 @@ func (b *Boot) drivers() {
 		b.event("driver selection (request from %s): %s", req.Source, chosenList(d))
 	}
 
+	// The driver sets' declared firmware is checked where the kernel will
+	// look for it, the root's /lib/firmware included (firmwareFromRoot).
+	b.ld.FirmwareDirs = b.firmwareFromRoot()
+
 	keepDriver := func(s *bootindex.Set) bool {
 		return !selection.IsKernelSet(s) && b.decision != nil && b.decision.Keep(s)
 	}

@@ -61,6 +61,9 @@ type Boot struct {
 	initDir string
 	// decision is the driver selection, nil until taken.
 	decision *selection.Decision
+	// fwRestore puts back the kernel's firmware search path /init changed
+	// (see firmwareFromRoot); nil when it changed nothing.
+	fwRestore func()
 }
 
 // Now returns seconds since the kernel started (CLOCK_BOOTTIME).
@@ -107,6 +110,54 @@ func (b *Boot) warnf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	b.rep.Warnings = append(b.rep.Warnings, msg)
 	fmt.Fprintf(b.console, "kpreload: warning: %s\n", msg)
+}
+
+// firmwarePathParam is the kernel's custom firmware search path, searched
+// before /lib/firmware/{updates/,}[<release>/].
+const firmwarePathParam = "/sys/module/firmware_class/parameters/path"
+
+// firmwareFromRoot lets drivers loaded before switch_root find firmware on
+// the root: until then the kernel reads firmware from the initramfs (its
+// loader resolves paths against pid 1's root), so while /init loads the
+// driver sets it points the kernel's custom search path at the root's
+// /lib/firmware (unless the command line set one), and handOver puts it back
+// before switch_root. It returns the directories the kernel now searches,
+// for the loader's declared-firmware check.
+func (b *Boot) firmwareFromRoot() []string {
+	dirs := func(custom string) []string {
+		var out []string
+		if custom != "" {
+			out = append(out, custom)
+		}
+		for _, d := range []string{"/lib/firmware/updates/" + b.release, "/lib/firmware/updates", "/lib/firmware/" + b.release, "/lib/firmware"} {
+			out = append(out, d)
+		}
+		return out
+	}
+	old, err := os.ReadFile(firmwarePathParam)
+	if err != nil {
+		return dirs("")
+	}
+	if cur := strings.TrimSpace(string(old)); cur != "" {
+		return dirs(cur) // the command line chose one: leave it
+	}
+	rootFW := filepath.Join(NewRoot, "lib/firmware")
+	if fi, err := os.Stat(rootFW); err != nil || !fi.IsDir() {
+		return dirs("")
+	}
+	if err := os.WriteFile(firmwarePathParam, []byte(rootFW), 0o644); err != nil {
+		b.warnf("cannot point the kernel's firmware search at %s: %v", rootFW, err)
+		return dirs("")
+	}
+	b.fwRestore = func() {
+		// The kernel takes "\n" as an empty path.
+		if err := os.WriteFile(firmwarePathParam, []byte("\n"), 0o644); err != nil {
+			b.warnf("cannot reset the kernel's firmware search path: %v", err)
+		}
+		b.fwRestore = nil
+	}
+	b.event("firmware searched in %s while the driver sets load", rootFW)
+	return dirs(rootFW)
 }
 
 // sigEnforced reports whether the kernel refuses unsigned modules: its
@@ -295,6 +346,9 @@ func (b *Boot) load(names []string) {
 	b.rep.Modules = append(b.rep.Modules, mods...)
 	for _, m := range mods {
 		b.attempted[m.Name] = true
+		for _, fw := range m.MissingFirmware {
+			b.warnf("%s declares firmware %s, which is in none of %s: its init may fail", m.Name, fw, strings.Join(b.ld.FirmwareDirs, ", "))
+		}
 		if m.End > b.rep.DriversReady {
 			b.rep.DriversReady = m.End
 		}
@@ -442,11 +496,15 @@ func (b *Boot) writeReport() {
 // handOver writes the report and switch_roots into the real init. If that fails
 // it tries the usual fallbacks and, failing all, waits forever: pid 1 must not exit.
 func (b *Boot) handOver() {
-	b.writeReport()
+	if b.fwRestore != nil {
+		b.fwRestore()
+	}
 	initPath := b.flag("init", "/sbin/init")
 	if err := existsIn(NewRoot, initPath); err != nil {
-		fmt.Fprintf(b.console, "kpreload: %s not found on root: %v\n", initPath, err)
+		// In the report too: it is the last thing /init writes.
+		b.errorf("%s not found on root: %v", initPath, err)
 	}
+	b.writeReport()
 	err := mount.SwitchRoot(NewRoot, initPath)
 	fmt.Fprintf(b.console, "kpreload: switch_root to %s failed: %v\n", initPath, err)
 	for _, p := range []string{"/sbin/init", "/etc/init", "/bin/init", "/bin/sh"} {

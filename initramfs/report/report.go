@@ -79,6 +79,9 @@ type Module struct {
 	// Decompress says who decompressed a compressed module: "kernel"
 	// (MODULE_INIT_COMPRESSED_FILE) or "userspace" (the kernel cannot).
 	Decompress string `json:"decompress,omitempty"`
+	// MissingFirmware lists firmware the module declares that was not where
+	// the kernel looks when it was loaded.
+	MissingFirmware []string `json:"missing_firmware,omitempty"`
 }
 
 // Event is one timestamped step of the boot.

@@ -58,6 +58,11 @@ static unsigned int probe_delay_ms;
 module_param(probe_delay_ms, uint, 0444);
 MODULE_PARM_DESC(probe_delay_ms, "sleep this long in every probe (tests: a device that never answers)");
 
+/* init_errno makes the module's init fail with -init_errno (tests: a driver whose init fails). */
+static int init_errno;
+module_param(init_errno, int, 0444);
+MODULE_PARM_DESC(init_errno, "fail the module's init with this errno (tests)");
+
 static int kpreload_edu_open(struct inode *inode, struct file *file)
 {
 	/* misc_open set private_data to the miscdevice. */
@@ -199,7 +204,22 @@ static struct pci_driver kpreload_edu_driver = {
 	.remove		= kpreload_edu_remove,
 	.dev_groups	= kpreload_edu_groups,
 };
-module_pci_driver(kpreload_edu_driver);
+static int __init kpreload_edu_init(void)
+{
+	if (init_errno > 0) {
+		pr_info("kpreload_edu: init fails with errno %d (init_errno)\n", init_errno);
+		return -init_errno;
+	}
+	return pci_register_driver(&kpreload_edu_driver);
+}
+
+static void __exit kpreload_edu_exit(void)
+{
+	pci_unregister_driver(&kpreload_edu_driver);
+}
+
+module_init(kpreload_edu_init);
+module_exit(kpreload_edu_exit);
 
 MODULE_DESCRIPTION("kpreload test driver for the QEMU edu PCI device");
 MODULE_AUTHOR("kpreload authors");

@@ -1,0 +1,392 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kpreload/kpreload/builder/qemu"
+	"github.com/kpreload/kpreload/builder/rootdisk"
+	"github.com/kpreload/kpreload/gpu/instance"
+	"github.com/kpreload/kpreload/initramfs/assemble"
+	"github.com/kpreload/kpreload/initramfs/report"
+	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/kmodcache/store"
+)
+
+// fault is one row of the campaign: a boot with one injected fault.
+type fault struct {
+	name string
+	// cache, when set, makes the root's module cache (default: both test
+	// driver versions, built by the real dkms).
+	cache func(t *testing.T) string
+	// extraModules are module files added to the initramfs as they are.
+	extraModules func(t *testing.T) []string
+	append       string
+	fwcfg        string // instance YAML through fw_cfg
+	image        string // /etc/kpreload/instance.yaml on the root
+	noInit       bool   // the root has no /sbin/init
+	lateRoot     bool   // the root disk is plugged in 10 s after QEMU starts
+	noRoot       bool   // root= names a disk that never appears
+	// until ends a boot that never reaches a root init.
+	until *regexp.Regexp
+	// check returns the outcome and the reason the boot shows, or fails.
+	check func(t *testing.T, res *qemu.Result, con string) (outcome, reason string)
+}
+
+// eduEntry returns the report's first kpreload_edu entry.
+func eduEntry(t *testing.T, rep *report.Report) report.Module {
+	t.Helper()
+	e := eduEntries(rep)
+	if len(e) == 0 {
+		t.Fatalf("the report has no kpreload_edu entry: %+v", rep.Modules)
+	}
+	return e[0]
+}
+
+// reachedInit fails unless the root's init ran; it returns "reached /sbin/init at T".
+func reachedInit(t *testing.T, res *qemu.Result) string {
+	t.Helper()
+	if res.Report == nil || res.RootInit == nil {
+		t.Fatalf("the boot did not reach the root's /sbin/init (report %v, root init %v)", res.Report != nil, res.RootInit != nil)
+	}
+	return fmt.Sprintf("/sbin/init ran at %.1fs", res.RootInit.Start)
+}
+
+// copyCache copies the two-version cache so a row can damage its copy.
+func copyCache(t *testing.T) string {
+	t.Helper()
+	dst := filepath.Join(t.TempDir(), "cache")
+	if out, err := exec.Command("cp", "-a", twoVersions(t, kernels[0]), dst).CombinedOutput(); err != nil {
+		t.Fatalf("copy the cache: %v\n%s", err, out)
+	}
+	return dst
+}
+
+// setOf returns the manifest path pieces of a version's set in a cache.
+func moduleObject(t *testing.T, cache, version string) string {
+	t.Helper()
+	st, err := store.Open(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ents, err := st.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.Version == version {
+			m, err := st.Get(e.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st.ObjectPath(m.Modules[0].SHA256)
+		}
+	}
+	t.Fatalf("no set of version %s in %s", version, cache)
+	return ""
+}
+
+// firmwareCache builds the test driver with a declared firmware file that no
+// image carries (MODULE_FIRMWARE("kpreload/edu-missing.bin")).
+func firmwareCache(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if out, err := exec.Command("cp", "-rL", filepath.Join(testenv.RepoRoot(t), "recipes", "testdriver"), filepath.Join(dir, "testdriver")).CombinedOutput(); err != nil {
+		t.Fatalf("copy the test driver: %v\n%s", err, out)
+	}
+	src := filepath.Join(dir, "testdriver", "kpreload_edu.c")
+	code, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code = append(code, []byte("MODULE_FIRMWARE(\"kpreload/edu-missing.bin\");\n")...)
+	if err := os.WriteFile(src, code, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	yml, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "recipes", "testdriver.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recipe := filepath.Join(dir, "testdriver-fw.yaml")
+	if err := os.WriteFile(recipe, []byte(strings.Replace(string(yml), "name: testdriver\n", "name: testdriver-fw\n", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := testenv.GoBuildStatic(t, dir, "kpreload", "./cmd/kpreload")
+	cache := filepath.Join(dir, "cache")
+	if out, err := exec.Command(bin, "build", recipe+":"+kernels[0], "--cache", cache).CombinedOutput(); err != nil {
+		t.Fatalf("kpreload build: %v\n%s", err, out)
+	}
+	return cache
+}
+
+// bootFault boots kernels[0] with the fault injected.
+func bootFault(t *testing.T, f fault) (*qemu.Result, string) {
+	t.Helper()
+	kver := kernels[0]
+	dir := t.TempDir()
+	ktree := testenv.KernelTree(t, kver)
+	initBin, rootInit := binaries(t)
+	o := assemble.Options{Kernel: kver, ModulesDir: filepath.Join(ktree, "lib", "modules", kver), Init: initBin}
+	if f.extraModules != nil {
+		o.ExtraFiles = f.extraModules(t)
+	}
+	initrd := filepath.Join(dir, "initrd.img")
+	if _, err := assemble.WriteFile(o, initrd); err != nil {
+		t.Fatalf("initramfs: %v", err)
+	}
+	cache := ""
+	if f.cache != nil {
+		cache = f.cache(t)
+	} else {
+		cache = twoVersions(t, kver)
+	}
+	extra := map[string]string{"/var/lib/kpreload/cache": cache}
+	if f.image != "" {
+		etc := filepath.Join(dir, "etc-kpreload")
+		if err := os.MkdirAll(etc, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(etc, "instance.yaml"), []byte(f.image), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		extra["/etc/kpreload"] = etc
+	}
+	disk := filepath.Join(dir, "root.img")
+	ro := rootdisk.Options{Out: disk, SizeMB: 64, UUID: rootUUID, Label: "kpreload-root", Init: rootInit, Extra: extra}
+	if f.noInit {
+		ro.Init, ro.NoInit = "", true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	if err := rootdisk.Build(ctx, ro); err != nil {
+		t.Fatalf("root disk: %v", err)
+	}
+	root := "root=UUID=" + rootUUID
+	if f.noRoot {
+		root = "root=UUID=0b7c6a52-0000-4000-8000-00000000dead"
+	}
+	cfg := qemu.Config{
+		Kernel:     filepath.Join(ktree, "boot", "vmlinuz-"+kver),
+		Initramfs:  initrd,
+		RootDisk:   disk,
+		Devices:    []string{"edu"},
+		Append:     strings.TrimSpace(root + " " + f.append),
+		Timeout:    3 * time.Minute,
+		ConsoleLog: filepath.Join(dir, "console.log"),
+		Until:      f.until,
+	}
+	if f.noRoot {
+		cfg.RootDisk = ""
+	}
+	if f.fwcfg != "" {
+		p := filepath.Join(dir, "instance.yaml")
+		if err := os.WriteFile(p, []byte(f.fwcfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cfg.FwCfg = map[string]string{instance.FwCfgName: p}
+	}
+	var plugged chan error
+	if f.lateRoot {
+		cfg.RootDisk = ""
+		cfg.MonitorSocket = filepath.Join(dir, "monitor.sock")
+		plugged = make(chan error, 1)
+		go func() {
+			time.Sleep(10 * time.Second)
+			ans, err := qemu.Monitor(cfg.MonitorSocket,
+				"drive_add 0 if=none,id=late,format=raw,file="+disk,
+				"device_add virtio-blk-pci,drive=late,bus="+qemu.HotplugBus)
+			if err == nil && strings.Contains(strings.Join(ans, " "), "Error") {
+				err = fmt.Errorf("monitor answered %q", ans)
+			}
+			plugged <- err
+		}()
+	}
+	res, err := qemu.Run(ctx, cfg)
+	if plugged != nil {
+		if perr := <-plugged; perr != nil {
+			t.Fatalf("plug the root disk in: %v", perr)
+		}
+	}
+	con := ""
+	if res != nil {
+		b, _ := os.ReadFile(res.Console)
+		con = string(b)
+	}
+	if err != nil {
+		t.Fatalf("boot: %v", err)
+	}
+	if res.Panicked {
+		t.Fatalf("the kernel panicked: %s", res.PanicLine)
+	}
+	return res, con
+}
+
+// TestFaultCampaign boots the 6.1 cloud kernel once per injected fault and
+// checks that every boot reaches the root's /sbin/init (or, with no root to
+// reach, keeps saying why and never panics) and that the report names the
+// fault. The table of fault, outcome and reason is printed in the log.
+func TestFaultCampaign(t *testing.T) {
+	if testing.Short() {
+		t.Skip("QEMU boots; -short")
+	}
+	rows := []fault{
+		{name: "module file with a flipped byte (digest)", cache: func(t *testing.T) string {
+			c := copyCache(t)
+			obj := moduleObject(t, c, "2.0.0")
+			b, err := os.ReadFile(obj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b[len(b)/2] ^= 0x01
+			os.Chmod(obj, 0o644)
+			if err := os.WriteFile(obj, b, 0o444); err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}, check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
+			e := eduEntry(t, res.Report)
+			if e.Result != "refused" || !strings.Contains(e.Reason, "digest mismatch") {
+				t.Errorf("kpreload_edu %+v, want refused for its digest", e)
+			}
+			return "refused, " + reachedInit(t, res), e.Reason
+		}},
+		{name: "module built for another kernel (vermagic)", cache: func(t *testing.T) string { return t.TempDir() },
+			extraModules: func(t *testing.T) []string { return []string{eduModule(t, kernels[1], "")} },
+			check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
+				e := eduEntry(t, res.Report)
+				if e.Result != "refused" || !strings.Contains(e.Reason, "vermagic mismatch") {
+					t.Errorf("kpreload_edu %+v, want refused for its vermagic", e)
+				}
+				return "refused, " + reachedInit(t, res), e.Reason
+			}},
+		{name: "declared firmware missing", cache: firmwareCache, check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
+			e := eduEntry(t, res.Report)
+			w := strings.Join(res.Report.Warnings, "\n")
+			if len(e.MissingFirmware) != 1 || !strings.Contains(w, "declares firmware kpreload/edu-missing.bin") {
+				t.Errorf("kpreload_edu %+v, warnings %q: want the missing firmware named", e, w)
+			}
+			return e.Result + " (the kernel decides), " + reachedInit(t, res), firstLine(w, "firmware")
+		}},
+		{name: "module whose init fails", append: "kpreload_edu.init_errno=5", check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
+			e := eduEntry(t, res.Report)
+			if e.Result != "failed" || e.Errno != "EIO" {
+				t.Errorf("kpreload_edu %+v, want failed with EIO", e)
+			}
+			return "failed " + e.Errno + ", " + reachedInit(t, res), e.Reason
+		}},
+		{name: "module whose init blocks", append: "kpreload.load_timeout=2 kpreload_edu.probe_delay_ms=12000", check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
+			e := eduEntry(t, res.Report)
+			if e.Result != "still loading" {
+				t.Errorf("kpreload_edu %+v, want still loading", e)
+			}
+			return e.Result + ", " + reachedInit(t, res), e.Reason
+		}},
+		{name: "unsigned module, signatures enforced", append: "module.sig_enforce=1", check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
+			e := eduEntry(t, res.Report)
+			if e.Result != "refused" || !strings.Contains(e.Reason, "unsigned module") {
+				t.Errorf("kpreload_edu %+v, want refused as unsigned", e)
+			}
+			return "refused, " + reachedInit(t, res), e.Reason
+		}},
+		{name: "garbage base64 on the command line", append: "kpreload.instance=%%%not-base64%%%", check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
+			errs := selectionErrors(res.Report)
+			if !strings.Contains(errs, "kernel command line") {
+				t.Errorf("selection errors %q do not name the command line", errs)
+			}
+			return "request skipped, default used, " + reachedInit(t, res), firstLine(errs, "")
+		}},
+		{name: "bad YAML through fw_cfg", fwcfg: "resources: [\n", check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
+			errs := selectionErrors(res.Report)
+			if !strings.Contains(errs, "fw_cfg") {
+				t.Errorf("selection errors %q do not name fw_cfg", errs)
+			}
+			return "request skipped, default used, " + reachedInit(t, res), firstLine(errs, "")
+		}},
+		{name: "bad /etc/kpreload/instance.yaml", image: "resources:\n  driver:\n    version: newest\n", check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
+			errs := selectionErrors(res.Report)
+			if !strings.Contains(errs, "/etc/kpreload/instance.yaml:3") {
+				t.Errorf("selection errors %q do not name the file and line", errs)
+			}
+			return "request skipped, default used, " + reachedInit(t, res), firstLine(errs, "")
+		}},
+		{name: "corrupt root cache index", cache: func(t *testing.T) string {
+			c := copyCache(t)
+			if err := os.WriteFile(filepath.Join(c, "index", kernels[0]+".json"), []byte("{not json"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}, check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
+			errs := strings.Join(res.Report.Errors, "\n")
+			if !strings.Contains(errs, "boot index") || len(eduEntries(res.Report)) != 0 {
+				t.Errorf("errors %q, edu %+v: want the index named and nothing loaded", errs, eduEntries(res.Report))
+			}
+			return "no driver loaded, " + reachedInit(t, res), firstLine(errs, "boot index")
+		}},
+		{name: "instance asks for an absent version", append: "kpreload.driver=3.0.0", check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
+			sel := res.Report.Selection
+			if sel == nil || len(sel.Drivers) != 1 || sel.Drivers[0].Chosen != nil || !strings.Contains(sel.Drivers[0].Refusal, "would work on this machine: 2.0.0") {
+				t.Fatalf("selection %+v, want a refusal saying what would work", sel)
+			}
+			return "nothing loaded, " + reachedInit(t, res), sel.Drivers[0].Refusal
+		}},
+		{name: "root disk appears only after 10 s", lateRoot: true, check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
+			r := res.Report.Root
+			// Plugged 10 s of wall time after QEMU started: some 9 s of the
+			// kernel's clock, after /init said it was waiting (from 5 s on).
+			if r.Mounted < 5 || !strings.Contains(con, "kpreload: waiting for root") {
+				t.Errorf("root %+v: want it mounted after the late plug-in, with waiting messages", r)
+			}
+			return fmt.Sprintf("root mounted at %.1fs, %s", r.Mounted, reachedInit(t, res)), firstLine(con, "kpreload: waiting for root")
+		}},
+		{name: "root never appears", noRoot: true, until: regexp.MustCompile(`(?s)(kpreload: waiting for root.*){3}`), check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
+			if n := strings.Count(con, "kpreload: waiting for root"); n < 3 || res.RootInit != nil {
+				t.Errorf("%d waiting messages, root init %v", n, res.RootInit != nil)
+			}
+			return fmt.Sprintf("no panic; the console repeats the wait (%d times in %s)", strings.Count(con, "kpreload: waiting for root"), res.Duration.Round(time.Second)), firstLine(con, "kpreload: waiting for root")
+		}},
+		{name: "root without /sbin/init", noInit: true, until: regexp.MustCompile(`kpreload: cannot continue booting`), check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
+			errs := ""
+			if res.Report != nil {
+				errs = strings.Join(res.Report.Errors, "\n")
+			}
+			if !strings.Contains(errs, "/sbin/init not found on root") || res.RootInit != nil {
+				t.Errorf("report errors %q: want the missing init named", errs)
+			}
+			return "no panic; /init says why and waits", firstLine(con, "kpreload: cannot continue booting")
+		}},
+	}
+	var table []string
+	for _, f := range rows {
+		t.Run(f.name, func(t *testing.T) {
+			res, con := bootFault(t, f)
+			outcome, reason := f.check(t, res, con)
+			table = append(table, fmt.Sprintf("| %s | %s | %s |", f.name, outcome, strings.ReplaceAll(reason, "|", "/")))
+		})
+	}
+	t.Logf("fault campaign:\n| fault | outcome | reason seen |\n| --- | --- | --- |\n%s", strings.Join(table, "\n"))
+}
+
+// selectionErrors joins the selection's request errors.
+func selectionErrors(rep *report.Report) string {
+	if rep == nil || rep.Selection == nil {
+		return ""
+	}
+	return strings.Join(rep.Selection.Errors, "\n")
+}
+
+// firstLine returns the first line of s containing sub (any line when sub is "").
+func firstLine(s, sub string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			return strings.TrimSpace(strings.TrimRight(l, "\r"))
+		}
+	}
+	return ""
+}
