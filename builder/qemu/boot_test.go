@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/rootdisk"
-	"github.com/kpreload/kpreload/initramfs/report"
+	"github.com/kpreload/kpreload/live/report"
 )
 
 // testKernels are the kernels of the default matrix (scripts/lib.sh).

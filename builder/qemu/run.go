@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kpreload/kpreload/initramfs/report"
+	"github.com/kpreload/kpreload/live/report"
 )
 
 // ProgressEvery is how often Runner.Progress is called while QEMU runs, unless

@@ -30,7 +30,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kpreload/kpreload/gpu/mig"
-	"github.com/kpreload/kpreload/initramfs/report"
+	"github.com/kpreload/kpreload/live/report"
 )
 
 // Paths of the files, relative to the root.

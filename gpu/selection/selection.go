@@ -18,8 +18,8 @@ import (
 	"github.com/kpreload/kpreload/gpu/mig"
 	"github.com/kpreload/kpreload/gpu/pci"
 	"github.com/kpreload/kpreload/gpu/supported"
-	"github.com/kpreload/kpreload/initramfs/report"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/kpreload/kpreload/live/report"
 )
 
 // Rules that exclude a candidate set, as recorded in report.SelectionCandidate.Excluded.

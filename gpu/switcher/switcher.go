@@ -22,10 +22,10 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/activate"
 	"github.com/kpreload/kpreload/gpu/devnodes"
-	"github.com/kpreload/kpreload/initramfs/coldplug"
-	"github.com/kpreload/kpreload/initramfs/loader"
-	"github.com/kpreload/kpreload/initramfs/report"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/kpreload/kpreload/live/coldplug"
+	"github.com/kpreload/kpreload/live/loader"
+	"github.com/kpreload/kpreload/live/report"
 	"golang.org/x/sys/unix"
 )
 

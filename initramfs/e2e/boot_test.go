@@ -13,9 +13,9 @@ import (
 
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/initramfs/assemble"
-	"github.com/kpreload/kpreload/initramfs/report"
 	"github.com/kpreload/kpreload/kmodcache/modalias"
 	"github.com/kpreload/kpreload/kmodcache/store"
+	"github.com/kpreload/kpreload/live/report"
 )
 
 const rootUUID = "5f1d2c3b-8a9e-4f70-b6d5-4c3b2a190807"

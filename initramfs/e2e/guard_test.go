@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kpreload/kpreload/initramfs/report"
 	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/live/report"
 )
 
 // eduEntries returns the report's kpreload_edu entries.

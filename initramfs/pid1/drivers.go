@@ -12,9 +12,9 @@ import (
 	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/gpu/pci"
 	"github.com/kpreload/kpreload/gpu/selection"
-	"github.com/kpreload/kpreload/initramfs/coldplug"
-	"github.com/kpreload/kpreload/initramfs/report"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/kpreload/kpreload/live/coldplug"
+	"github.com/kpreload/kpreload/live/report"
 )
 
 // requestFiles are the places, after the kernel command line, where an instance

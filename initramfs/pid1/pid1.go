@@ -21,12 +21,12 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/gpu/selection"
-	"github.com/kpreload/kpreload/initramfs/coldplug"
 	"github.com/kpreload/kpreload/initramfs/kcmdline"
-	"github.com/kpreload/kpreload/initramfs/loader"
-	"github.com/kpreload/kpreload/initramfs/report"
 	"github.com/kpreload/kpreload/initramfs/rootfs"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/kpreload/kpreload/live/coldplug"
+	"github.com/kpreload/kpreload/live/loader"
+	"github.com/kpreload/kpreload/live/report"
 	"github.com/u-root/u-root/pkg/mount"
 	"golang.org/x/sys/unix"
 )

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kpreload/kpreload/initramfs/report"
+	"github.com/kpreload/kpreload/live/report"
 	"golang.org/x/sys/unix"
 )
 

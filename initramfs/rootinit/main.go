@@ -19,8 +19,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kpreload/kpreload/initramfs/report"
 	"github.com/kpreload/kpreload/initramfs/rootinit/run"
+	"github.com/kpreload/kpreload/live/report"
 	"golang.org/x/sys/unix"
 )
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kpreload/kpreload/initramfs/report"
+	"github.com/kpreload/kpreload/live/report"
 )
 
 // console is an excerpt of a real console log of Debian's initramfs booting

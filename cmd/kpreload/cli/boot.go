@@ -13,7 +13,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/gpu/instance"
-	"github.com/kpreload/kpreload/initramfs/report"
+	"github.com/kpreload/kpreload/live/report"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 )

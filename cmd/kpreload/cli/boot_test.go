@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/qemu"
-	"github.com/kpreload/kpreload/initramfs/report"
+	"github.com/kpreload/kpreload/live/report"
 )
 
 func TestParseSizeMB(t *testing.T) {

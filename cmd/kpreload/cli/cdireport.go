@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/gpu/cdispec"
-	"github.com/kpreload/kpreload/initramfs/report"
+	"github.com/kpreload/kpreload/live/report"
 )
 
 // refreshCDI brings the CDI spec in line with the active driver and records

@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/gpu/pci/pcitest"
-	"github.com/kpreload/kpreload/initramfs/report"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/kpreload/kpreload/live/report"
 )
 
 const planKernel = "6.1.0-56-cloud-amd64"

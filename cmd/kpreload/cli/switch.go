@@ -13,8 +13,8 @@ import (
 	"github.com/kpreload/kpreload/gpu/activate"
 	"github.com/kpreload/kpreload/gpu/cdispec"
 	"github.com/kpreload/kpreload/gpu/switcher"
-	"github.com/kpreload/kpreload/initramfs/loader"
 	"github.com/kpreload/kpreload/kmodcache/store"
+	"github.com/kpreload/kpreload/live/loader"
 )
 
 func init() { register(newSwitchCmd) }

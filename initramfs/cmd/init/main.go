@@ -9,8 +9,8 @@ package main
 import (
 	"os"
 
-	"github.com/kpreload/kpreload/initramfs/loader"
 	"github.com/kpreload/kpreload/initramfs/pid1"
+	"github.com/kpreload/kpreload/live/loader"
 )
 
 func main() {

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kpreload/kpreload/initramfs/coldplug"
-	"github.com/kpreload/kpreload/initramfs/report"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/kpreload/kpreload/live/coldplug"
+	"github.com/kpreload/kpreload/live/report"
 	"golang.org/x/sys/unix"
 )
 

@@ -19,9 +19,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kpreload/kpreload/initramfs/coldplug"
-	"github.com/kpreload/kpreload/initramfs/report"
 	"github.com/kpreload/kpreload/kmodcache/modinfo"
+	"github.com/kpreload/kpreload/live/coldplug"
+	"github.com/kpreload/kpreload/live/report"
 	"golang.org/x/sys/unix"
 )
 
