@@ -78,6 +78,14 @@ type Options struct {
 	Shell string
 	// Compression is "zstd" (default), "gzip" or "none".
 	Compression archive.Compression
+	// Complete marks the index complete: the root's module cache holds no
+	// driver set for Kernel that this initramfs lacks (an image builder that
+	// puts the same sets in both says so), and /init may then choose and load
+	// drivers before the root is mounted.
+	Complete bool
+	// Instance, when set, is the image's instance YAML, copied to
+	// pid1.InitramfsInstance so an early decision sees the image's request.
+	Instance string
 }
 
 // Result says what went into an initramfs.
@@ -130,6 +138,11 @@ func Build(o Options, w io.Writer) (*Result, error) {
 	// with an empty CONFIG_INITRAMFS_SOURCE, so they first unpack their built-in
 	// usr/default_cpio_list (dev, dev/console c 5 1, root) and this archive over
 	// it, and /init mounts devtmpfs on /dev and reopens /dev/console itself.
+	if o.Instance != "" {
+		if err := a.AddFileFrom(strings.TrimPrefix(pid1.InitramfsInstance, "/"), 0o644, o.Instance); err != nil {
+			return nil, fmt.Errorf("instance file: %w", err)
+		}
+	}
 	if err := a.AddFileFrom("init", 0o755, o.Init); err != nil {
 		return nil, fmt.Errorf("init: %w", err)
 	}
@@ -140,7 +153,7 @@ func Build(o Options, w io.Writer) (*Result, error) {
 	}
 	res := &Result{Kernel: o.Kernel, Compression: string(o.Compression)}
 	modRoot := path.Join("lib/modules", o.Kernel)
-	idx := &bootindex.Index{Format: bootindex.FormatVersion, Kernel: o.Kernel}
+	idx := &bootindex.Index{Format: bootindex.FormatVersion, Kernel: o.Kernel, Complete: o.Complete}
 
 	kset, err := kernelSet(tree, o)
 	if err != nil {

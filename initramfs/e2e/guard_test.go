@@ -146,3 +146,39 @@ func signedCache(t *testing.T) string {
 	}
 	return cache
 }
+
+// TestEarlyDecision: with both test driver versions in an initramfs whose
+// index is marked complete and a request on the command line, /init decides
+// before the root is mounted and the chosen set loads while the root is
+// found; the report says so, and the driver is active after switch_root.
+// kpreload.early=0 keeps today's order.
+func TestEarlyDecision(t *testing.T) {
+	if testing.Short() {
+		t.Skip("QEMU boots; -short")
+	}
+	b, con := bootSelect(t, selectBoot{complete: true, append: "kpreload.driver=1.0.0"})
+	events := strings.Join(eventTexts(b.rep), "\n")
+	if !strings.Contains(events, "driver selection early, before the root") || !strings.Contains(con, "kpreload: kpreload-edu 1.0.0 open chosen") {
+		t.Errorf("events %q: want the early decision", events)
+	}
+	edu := eduEntries(b.rep)
+	if len(edu) != 1 || edu[0].Result != "loaded" || edu[0].Phase != "initramfs-early" {
+		t.Fatalf("kpreload_edu %+v, want loaded early", edu)
+	}
+	if lines := eduLines(b.root); len(lines) != 1 || !strings.Contains(lines[0], "driver version 1.0.0") {
+		t.Errorf("bound lines %q", lines)
+	}
+	if sel := b.rep.Selection; sel == nil || len(sel.Drivers) != 1 || !sel.Drivers[0].Active {
+		t.Errorf("selection %+v: want kpreload-edu active", sel)
+	}
+	t.Logf("early: decision, kpreload_edu loaded %.3f-%.3fs, root mounted %.3fs, switch_root %.3fs", edu[0].Start, edu[0].End, b.rep.Root.Mounted, b.rep.SwitchRoot)
+
+	late, _ := bootSelect(t, selectBoot{complete: true, append: "kpreload.driver=1.0.0 kpreload.early=0"})
+	if e := eduEntries(late.rep); len(e) != 1 || e[0].Phase != "initramfs" || !strings.Contains(strings.Join(eventTexts(late.rep), "\n"), "kpreload.early=0") {
+		t.Errorf("with kpreload.early=0: %+v, events %q; want today's order", e, eventTexts(late.rep))
+	}
+	notComplete, _ := bootSelect(t, selectBoot{append: "kpreload.driver=1.0.0"})
+	if !strings.Contains(strings.Join(eventTexts(notComplete.rep), "\n"), "not marked complete") {
+		t.Errorf("an initramfs not marked complete: events %q, want the reason for the late decision", eventTexts(notComplete.rep))
+	}
+}

@@ -72,6 +72,8 @@ type selectBoot struct {
 	append string
 	// cache, when set, replaces the two-version cache.
 	cache string
+	// complete marks the initramfs index complete (the early decision).
+	complete bool
 }
 
 func bootSelect(t *testing.T, c selectBoot) (booted, string) {
@@ -84,7 +86,7 @@ func bootSelect(t *testing.T, c selectBoot) (booted, string) {
 	dir := t.TempDir()
 	ktree := testenv.KernelTree(t, kver)
 	initBin, _ := binaries(t)
-	o := assemble.Options{Kernel: kver, ModulesDir: filepath.Join(ktree, "lib", "modules", kver), Init: initBin}
+	o := assemble.Options{Kernel: kver, ModulesDir: filepath.Join(ktree, "lib", "modules", kver), Init: initBin, Complete: c.complete}
 	// The image carries userspace directories for both versions, so /init can
 	// point /run/kpreload/driver at the chosen one.
 	drivers := filepath.Join(dir, "drivers")

@@ -33,8 +33,14 @@ func requestFiles() []instance.File {
 // then, so one decision over every cached set (rather than an early one over the
 // initramfs alone that the root could contradict) is the one that holds. Only
 // the chosen set of each driver is given to coldplug and the loader: other
-// versions of the same driver never load.
-func (b *Boot) drivers() {
+// versions of the same driver never load. When the decision was taken early
+// (an initramfs index marked complete, see startEarly), drivers collects what
+// was loaded meanwhile instead.
+func (b *Boot) drivers(early <-chan earlyResult) {
+	if early != nil {
+		b.finishEarly(<-early)
+		return
+	}
 	rootPath := filepath.Join(NewRoot, RootCacheIndex, b.release+".json")
 	rootIdx, err := bootindex.Read(rootPath)
 	if err != nil {

@@ -91,8 +91,10 @@ func Main() {
 	// The kernel's own modules first (storage, buses, qemu_fw_cfg for the
 	// instance request); driver sets only once selection has chosen their versions.
 	b.coldplug("initramfs", "initramfs", b.index)
+	// With a complete initramfs index the GPU sets load while the root is found.
+	early := b.startEarly()
 	b.mountRoot()
-	b.drivers()
+	b.drivers(early)
 	b.handOver()
 }
 
@@ -124,16 +126,7 @@ const firmwarePathParam = "/sys/module/firmware_class/parameters/path"
 // before switch_root. It returns the directories the kernel now searches,
 // for the loader's declared-firmware check.
 func (b *Boot) firmwareFromRoot() []string {
-	dirs := func(custom string) []string {
-		var out []string
-		if custom != "" {
-			out = append(out, custom)
-		}
-		for _, d := range []string{"/lib/firmware/updates/" + b.release, "/lib/firmware/updates", "/lib/firmware/" + b.release, "/lib/firmware"} {
-			out = append(out, d)
-		}
-		return out
-	}
+	dirs := b.firmwareDirs
 	old, err := os.ReadFile(firmwarePathParam)
 	if err != nil {
 		return dirs("")

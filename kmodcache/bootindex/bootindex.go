@@ -20,6 +20,11 @@ type Index struct {
 	// Kernel is the kernel release (uname -r) every module in the index was built for.
 	Kernel string `json:"kernel"`
 	Sets   []Set  `json:"sets"`
+	// Complete, in an initramfs's index, says the root filesystem's module
+	// cache holds no driver set for this kernel that this index lacks (the
+	// image builder put the same sets in both), so /init may take the driver
+	// decision, and start loading, before the root is mounted.
+	Complete bool `json:"complete,omitempty"`
 }
 
 // Set is a group of modules that are loaded together: the kernel's own boot-critical

@@ -81,6 +81,8 @@ module sets from a kpreload cache, the firmware they declare, and the boot index
 	f.StringVar(&o.ModulesDir, "modules-dir", "", "the kernel's module tree (default /lib/modules/KVER, or ROOT/lib/modules/KVER)")
 	f.StringVar(&root, "root", "", "a directory holding an unpacked kernel (lib/modules/KVER), e.g. from scripts/kernels.sh")
 	f.StringVar(&o.CacheDir, "cache", "", "include the module sets a kpreload cache holds for this kernel")
+	f.BoolVar(&o.Complete, "complete", false, "mark the index complete: the root's module cache holds no driver set for this kernel that --cache lacks, so /init chooses and loads drivers while it finds the root (kpreload.early=0 turns that off at boot)")
+	f.StringVar(&o.Instance, "instance", "", "the image's instance YAML, copied in so an early decision sees the image's request")
 	f.StringSliceVar(&o.Modules, "module", nil, "also include this kernel module and its dependencies (repeatable)")
 	f.StringSliceVar(&o.ExtraFiles, "add-module", nil, "include this module file as is, in set \"extra\" (repeatable; /init still checks vermagic)")
 	f.StringVar(&o.FirmwareDir, "firmware-dir", "/lib/firmware", "where declared firmware is taken from")

@@ -1,0 +1,185 @@
+package pid1
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/kpreload/kpreload/gpu/instance"
+	"github.com/kpreload/kpreload/gpu/pci"
+	"github.com/kpreload/kpreload/gpu/selection"
+	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/kpreload/kpreload/live/coldplug"
+	"github.com/kpreload/kpreload/live/loader"
+	"github.com/kpreload/kpreload/live/report"
+)
+
+// InitramfsInstance is where an initramfs carries a copy of the image's
+// /etc/kpreload/instance.yaml (kpreload initramfs --instance).
+const InitramfsInstance = "/etc/kpreload/instance.yaml"
+
+// earlyResult is what the early driver loads did while the root was found.
+type earlyResult struct {
+	modules []report.Module
+	// devices maps a device key (path, NUL, modalias) to the modules matched.
+	devices map[string][]string
+	keys    map[string]report.Device
+}
+
+// startEarly takes the driver decision before the root is mounted and starts
+// loading the chosen sets in parallel with finding the root, when that
+// decision cannot change after the root mount: the initramfs index is marked
+// complete (the image's root cache holds no set this initramfs lacks) and the
+// request comes from the command line, fw_cfg, the initramfs's copy of the
+// image's instance file, or nowhere (the default). Otherwise it returns nil
+// and the decision waits for the root, as before; the report says which.
+func (b *Boot) startEarly() <-chan earlyResult {
+	if b.initIdx == nil {
+		return nil
+	}
+	if b.flag("kpreload.early", "1") == "0" {
+		b.event("driver decision after the root mount: kpreload.early=0")
+		return nil
+	}
+	if !b.initIdx.Complete {
+		b.event("driver decision after the root mount: the initramfs index is not marked complete (the root's cache may hold other sets)")
+		return nil
+	}
+	files := []instance.File{
+		{Source: instance.SourceFwCfg, Path: instance.FwCfgPath},
+		{Source: instance.SourceImage, Path: InitramfsInstance},
+	}
+	req, reqErrs := instance.Find(b.cmd.Flag, files)
+	for _, e := range reqErrs {
+		b.errorf("%v", e)
+	}
+	var sets []selection.Set
+	for i := range b.initIdx.Sets {
+		sets = append(sets, selection.Set{Set: &b.initIdx.Sets[i], Dir: b.initDir, From: "initramfs"})
+	}
+	devs, err := pci.Scan("/sys")
+	if err != nil {
+		b.errorf("%v", err)
+	}
+	d := selection.Decide(selection.Input{Kernel: b.release, Vermagic: b.ld.Vermagic, Request: req, Sets: sets, Devices: devs})
+	d.Time = Now()
+	for _, e := range reqErrs {
+		d.Errors = append(d.Errors, e.Error())
+	}
+	b.decision = d
+	b.rep.Selection = &d.Selection
+	for _, l := range d.Lines() {
+		fmt.Fprintln(b.console, l)
+	}
+	b.event("driver selection early, before the root (complete initramfs index; request from %s): %s", req.Source, chosenList(d))
+
+	keep := func(s *bootindex.Set) bool { return selection.IsKernelSet(s) || d.Keep(s) }
+	resolve := coldplug.NewIndex()
+	resolve.Add(b.initDir, b.initIdx, keep)
+	match := coldplug.NewIndex()
+	match.Add(b.initDir, b.initIdx, func(s *bootindex.Set) bool { return !selection.IsKernelSet(s) && d.Keep(s) })
+	// A loader of its own: the main goroutine's keeps loading the root's
+	// storage and filesystem modules meanwhile.
+	ld := &loader.Loader{
+		Release: b.ld.Release, Vermagic: b.ld.Vermagic, SysRoot: b.ld.SysRoot, Now: b.ld.Now, Params: b.ld.Params,
+		VerifyDigest: b.ld.VerifyDigest, SigEnforced: b.ld.SigEnforced, Isolate: b.ld.Isolate, Timeout: b.ld.Timeout,
+		Phase: "initramfs-early", FirmwareDirs: b.firmwareDirs(""),
+	}
+	out := make(chan earlyResult, 1)
+	go func() {
+		res := earlyResult{devices: map[string][]string{}, keys: map[string]report.Device{}}
+		defer func() {
+			if r := recover(); r != nil {
+				res.modules = append(res.modules, report.Module{Name: "early-load", Result: "failed", Reason: fmt.Sprintf("early driver load crashed: %v", r)})
+			}
+			out <- res
+		}()
+		devs, err := coldplug.Scan("/sys")
+		if err != nil {
+			return
+		}
+		var want []string
+		seen := map[string]bool{}
+		for _, dev := range devs {
+			names := match.Match(dev.Modalias)
+			if len(names) == 0 {
+				continue
+			}
+			key := dev.Path + "\x00" + dev.Modalias
+			res.devices[key] = names
+			res.keys[key] = report.Device{Path: dev.Path, Modalias: dev.Modalias, Driver: dev.Driver}
+			for _, n := range names {
+				if !seen[n] {
+					seen[n] = true
+					want = append(want, n)
+				}
+			}
+		}
+		if len(want) > 0 {
+			res.modules = ld.Load(resolve, want)
+		}
+	}()
+	return out
+}
+
+// finishEarly records what the early loads did, checks the root agrees with
+// the early decision (warning when its cache or instance file says otherwise:
+// regenerate the initramfs), loads kpreload.load= modules and activates.
+func (b *Boot) finishEarly(res earlyResult) {
+	b.rep.Modules = append(b.rep.Modules, res.modules...)
+	for _, m := range res.modules {
+		b.attempted[m.Name] = true
+		if m.End > b.rep.DriversReady {
+			b.rep.DriversReady = m.End
+		}
+		for _, fw := range m.MissingFirmware {
+			b.warnf("%s declares firmware %s, which is not in the initramfs: its init may fail", m.Name, fw)
+		}
+	}
+	for key, names := range res.devices {
+		i, ok := b.devIndex[key]
+		if !ok {
+			b.rep.Devices = append(b.rep.Devices, res.keys[key])
+			i = len(b.rep.Devices) - 1
+			b.devIndex[key] = i
+		}
+		dev := &b.rep.Devices[i]
+		dev.Modules = append(dev.Modules, names...)
+		dev.Decision = "matched (initramfs, early)"
+	}
+	b.event("early driver loads joined: %d modules", len(res.modules))
+
+	rootPath := filepath.Join(NewRoot, RootCacheIndex, b.release+".json")
+	if rootIdx, err := bootindex.Read(rootPath); err == nil {
+		have := map[string]bool{}
+		for _, s := range b.initIdx.Sets {
+			have[s.ID] = true
+		}
+		for _, s := range rootIdx.Sets {
+			if !have[s.ID] && !selection.IsKernelSet(&s) {
+				b.warnf("the root's cache has %s %s (set %.12s), which this initramfs (marked complete) lacks: not considered this boot; regenerate the initramfs", s.Driver, s.Version, s.ID)
+			}
+		}
+	}
+	if root, err := os.ReadFile(filepath.Join(NewRoot, instance.ImagePath)); err == nil {
+		if copy, cerr := os.ReadFile(InitramfsInstance); cerr != nil || !bytes.Equal(root, copy) {
+			b.warnf("the root's %s differs from the initramfs's copy the early decision used: regenerate the initramfs", instance.ImagePath)
+		}
+	}
+	keepDriver := func(s *bootindex.Set) bool {
+		return !selection.IsKernelSet(s) && b.decision != nil && b.decision.Keep(s)
+	}
+	b.index.Add(b.initDir, b.initIdx, keepDriver)
+	b.requested("initramfs")
+	b.activate()
+}
+
+// firmwareDirs lists where the kernel's firmware loader looks, custom path first.
+func (b *Boot) firmwareDirs(custom string) []string {
+	var out []string
+	if custom != "" {
+		out = append(out, custom)
+	}
+	return append(out, "/lib/firmware/updates/"+b.release, "/lib/firmware/updates", "/lib/firmware/"+b.release, "/lib/firmware")
+}
