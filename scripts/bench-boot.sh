@@ -12,7 +12,7 @@
 #   --retries N    run a boot that hung (timed out) again, at most N times (default 1);
 #                  hangs are counted in the output and their logs kept
 #
-# Both variants boot the same ext4 root disk (root=UUID=..., on virtio-blk, /sbin/init
+# Every variant boots the same ext4 root disk (root=UUID=..., on virtio-blk, /sbin/init
 # is kpreload-rootinit, which records what it saw and powers off) with QEMU's edu
 # device, whose driver is the project's test driver built by the real dkms:
 #   Debian:   mkinitramfs -d CONFDIR (the host's /etc/initramfs-tools with MODULES=most
@@ -20,7 +20,10 @@
 #             dkms installs it, lib/modules/<kver>/updates/dkms/kpreload_edu.ko + depmod,
 #             and udev in the initramfs loads it.
 #   kpreload: kpreload initramfs --kernel K --root <unpacked kernel> --cache <cache
-#             holding the test driver>.
+#             holding the test driver>: /init decides after the root is mounted.
+#   kpreload-early: the same with --complete (the index marked complete, as an image
+#             whose root cache holds nothing more): /init decides after the first
+#             coldplug and loads the driver while it finds the root.
 # mkinitramfs only reads /lib/modules/<kver> and /boot/config-<kver>; the kernel is only
 # unpacked under $KPRELOAD_CACHE/kernels/<kver>. Every mkinitramfs runs in a private
 # mount namespace (unshare -m) where an overlay puts the unpacked modules, plus the
@@ -135,9 +138,15 @@ echo "MODULES=most" >>"$work/debian/conf/initramfs.conf"
 echo "kpreload_edu" >>"$work/debian/conf/modules"
 deb_conf=$(. "$work/debian/conf/initramfs.conf"; echo "MODULES=$MODULES, COMPRESS=${COMPRESS:-}, BUSYBOX=${BUSYBOX:-}")
 
-declare -A initrd=([debian]="$work/debian.img" [kpreload]="$work/kpreload.img")
-# order I: both variants, alternating which goes first from run to run.
-order() { if [ $(($1 % 2)) = 1 ]; then echo debian kpreload; else echo kpreload debian; fi; }
+declare -A initrd=([debian]="$work/debian.img" [kpreload]="$work/kpreload.img" [kpreload-early]="$work/kpreload-early.img")
+# order I: every variant, rotating which goes first from run to run.
+order() {
+  case $(($1 % 3)) in
+    1) echo debian kpreload kpreload-early ;;
+    2) echo kpreload kpreload-early debian ;;
+    *) echo kpreload-early debian kpreload ;;
+  esac
+}
 
 for i in $(seq 1 "$runs"); do
   for v in $(order "$i"); do
@@ -148,12 +157,14 @@ for i in $(seq 1 "$runs"); do
           fail "mkinitramfs failed" "$lg"
         secs=$(awk -v ms="$(cat "$work/debian/elapsed_ms")" 'BEGIN { printf "%.3f", ms / 1000 }')
         what=mkinitramfs ;;
-      kpreload)
+      kpreload|kpreload-early)
+        complete=()
+        [ "$v" = kpreload-early ] && complete=(--complete)
         s=$(date +%s%N)
-        "$kp" initramfs --kernel "$kver" --root "$ktree" --cache "$work/cache" -o "${initrd[$v]}" >"$lg" 2>&1 ||
+        "$kp" initramfs --kernel "$kver" --root "$ktree" --cache "$work/cache" "${complete[@]}" -o "${initrd[$v]}" >"$lg" 2>&1 ||
           fail "kpreload initramfs failed" "$lg"
         secs=$(seconds "$s" "$(date +%s%N)")
-        what="kpreload initramfs" ;;
+        what="kpreload initramfs ${complete[*]}" ;;
     esac
     bytes=$(stat -c %s "${initrd[$v]}")
     printf '{"kind":"build","variant":"%s","run":%d,"wall":%s,"bytes":%d}\n' "$v" "$i" "$secs" "$bytes" >>"$samples"

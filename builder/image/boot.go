@@ -105,8 +105,14 @@ fi
 
 mkdir -p "$root/boot/kpreload"
 initrd="$root/boot/kpreload/initrd.img-$version"
+set --
+if [ -f "$root/etc/kpreload/early-drivers" ]; then
+	# The image asked for the early decision: the driver sets go in, the index is complete.
+	set -- --cache "$cache" --complete
+	[ -f "$root/etc/kpreload/instance.yaml" ] && set -- "$@" --instance "$root/etc/kpreload/instance.yaml"
+fi
 "$kpreload" initramfs --kernel "$version" --modules-dir "$root/lib/modules/$version" \
-	--init "$root/usr/lib/kpreload/kpreload-init" --firmware-dir "$root/lib/firmware" -o "$initrd" >/dev/null
+	--init "$root/usr/lib/kpreload/kpreload-init" --firmware-dir "$root/lib/firmware" "$@" -o "$initrd" >/dev/null
 echo "kpreload: built $initrd"
 
 if [ ! -d "$esp/loader" ]; then

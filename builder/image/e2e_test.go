@@ -108,6 +108,28 @@ func TestStageDirectory(t *testing.T) {
 	if len(msgs) == 0 {
 		t.Error("no progress messages")
 	}
+	files := initramfsFiles(t, filepath.Join(root, ImageInitramfsDir, "initrd.img-"+testKernel))
+	if strings.Contains(files["lib/modules/"+testKernel+"/kpreload.index.json"], `"complete":true`) {
+		t.Error("a default image's initramfs index is marked complete")
+	}
+
+	// --early-drivers: the set goes into the initramfs too, the index is marked
+	// complete, the instance file is copied in, the image is marked for the hook.
+	early := t.TempDir()
+	if _, err := Stage(context.Background(), StageOptions{
+		Kernels: []string{testKernel}, Recipes: recipes, CacheDir: cache,
+		KpreloadBinary: kpreload, InitBinary: initBin, Instance: instance, EarlyDrivers: true,
+	}, early); err != nil {
+		t.Fatal(err)
+	}
+	files = initramfsFiles(t, filepath.Join(early, ImageInitramfsDir, "initrd.img-"+testKernel))
+	ixJSON := files["lib/modules/"+testKernel+"/kpreload.index.json"]
+	if !strings.Contains(ixJSON, `"complete":true`) || !strings.Contains(ixJSON, res.Drivers[0].SetID) || files["etc/kpreload/instance.yaml"] == "" {
+		t.Errorf("early-drivers initramfs index %.300s (instance %q): want complete, with set %s", ixJSON, files["etc/kpreload/instance.yaml"], res.Drivers[0].SetID)
+	}
+	if _, err := os.Stat(filepath.Join(early, ImageEarlyDrivers)); err != nil {
+		t.Errorf("the image is not marked for the hook: %v", err)
+	}
 
 	// A missing cell fails Stage with what the cache holds, before writing anything.
 	other := t.TempDir()

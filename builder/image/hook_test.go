@@ -1,7 +1,11 @@
 package image
 
 import (
+	"io"
+
 	"bytes"
+	"github.com/cavaliergopher/cpio"
+	"github.com/klauspost/compress/zstd"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -108,6 +112,21 @@ func TestHooks(t *testing.T) {
 		t.Errorf("postinst with a cached cell: err %v, stderr %q; want no warning", err, errOut)
 	}
 
+	// An image built with --early-drivers: the hook puts the cache's sets in, marks
+	// the index complete and copies the instance file, as Stage does.
+	write(ImageEarlyDrivers, "# marker\n")
+	write(ImageInstance, "resources:\n  driver:\n    version: latest\n")
+	if _, errOut, err = runHook(t, PostinstHook, root, kpreload, testKernel); err != nil {
+		t.Fatalf("postinst with early drivers: %v\n%s", err, errOut)
+	}
+	files := initramfsFiles(t, filepath.Join(root, ImageInitramfsDir, "initrd.img-"+testKernel))
+	ix := files["lib/modules/"+testKernel+"/kpreload.index.json"]
+	if !strings.Contains(ix, `"complete":true`) || files["etc/kpreload/instance.yaml"] != "resources:\n  driver:\n    version: latest\n" {
+		t.Errorf("early-drivers initramfs: index %.200s, instance %q; want a complete index and the instance copied", ix, files["etc/kpreload/instance.yaml"])
+	}
+	os.Remove(filepath.Join(root, ImageEarlyDrivers))
+	os.Remove(filepath.Join(root, ImageInstance))
+
 	// A failing initramfs build fails the hook (dpkg then reports the kernel unconfigured).
 	_, errOut, err = runHook(t, PostinstHook, root, kpreload, "9.9.9-nope-amd64")
 	if err == nil || !strings.Contains(errOut, "9.9.9-nope-amd64") {
@@ -146,4 +165,38 @@ func TestHookScriptsParse(t *testing.T) {
 			}
 		}
 	}
+}
+
+// initramfsFiles reads a zstd-compressed newc initramfs into name -> content.
+func initramfsFiles(t *testing.T, path string) map[string]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := zstd.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zr.Close()
+	r := cpio.NewReader(zr)
+	out := map[string]string{}
+	for {
+		h, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("read %s: %v", path, err)
+		}
+		if h.Mode.IsRegular() {
+			b, err := io.ReadAll(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[h.Name] = string(b)
+		}
+	}
+	return out
 }

@@ -60,6 +60,10 @@ const (
 	// ImageCacheDir is the module cache subset for the image's kernels; /init's
 	// root cache phase reads index/<release>.json there before switch_root.
 	ImageCacheDir = "var/lib/kpreload/cache"
+	// ImageEarlyDrivers, when present in an image, says its initramfs images
+	// carry the driver sets and a complete index (Options.EarlyDrivers): the
+	// kernel install hook builds them that way too.
+	ImageEarlyDrivers = "etc/kpreload/early-drivers"
 	// ImageDriversDir holds each driver version's userspace, unpacked with dpkg -x,
 	// as <version>/ (side by side, so /init can choose the version at boot).
 	ImageDriversDir = "opt/kpreload/drivers"
@@ -116,6 +120,12 @@ type Options struct {
 	// (builder/matrix); without it a missing cell is an error that lists what the
 	// cache holds.
 	BuildMissing bool
+	// EarlyDrivers puts the image's driver sets into each initramfs too, marks
+	// its index complete and copies the instance file in, so /init chooses
+	// and loads the drivers while it finds the root (the early decision)
+	// instead of after mounting it; the kernel install hook keeps doing so
+	// (ImageEarlyDrivers marks the image). Initramfs images grow by the sets.
+	EarlyDrivers bool
 	// Remote, if set, is a registry of cells (kmodcache/remote): cells the
 	// module cache lacks are pulled from it by their content keys (exactly the
 	// cells the image needs, every blob verified); with BuildMissing, cells it

@@ -36,6 +36,9 @@ type StageOptions struct {
 	// Remote, if set, is a registry of cells: missing cells are pulled from it
 	// (see Options.Remote).
 	Remote *remote.Remote
+	// EarlyDrivers puts the driver sets into each initramfs with a complete
+	// index (see Options.EarlyDrivers).
+	EarlyDrivers bool
 	// DownloadDir holds downloaded .debs (debs/) and unpacked kernels
 	// (kernels/<release>/) (default DefaultDownloadDir()).
 	DownloadDir string
@@ -156,6 +159,12 @@ func Stage(ctx context.Context, o StageOptions, root string) (*StageResult, erro
 	if err := writeFile(filepath.Join(root, ImagePostrmHook), []byte(PostrmHook), 0o755); err != nil {
 		return nil, fmt.Errorf("stage: %w", err)
 	}
+	if o.EarlyDrivers {
+		marker := "# kpreload: this image's initramfs images carry its driver sets with a complete index\n# (kpreload image build --early-drivers): /init decides and loads drivers while it finds\n# the root. The kernel install hook builds new ones the same way; remove this file to stop.\n"
+		if err := writeFile(filepath.Join(root, ImageEarlyDrivers), []byte(marker), 0o644); err != nil {
+			return nil, fmt.Errorf("stage: %w", err)
+		}
+	}
 	if o.NoInitramfs {
 		return res, nil
 	}
@@ -171,17 +180,29 @@ func Stage(ctx context.Context, o StageOptions, root string) (*StageResult, erro
 			}
 		}
 		out := filepath.Join(root, ImageInitramfsDir, "initrd.img-"+k)
-		o.Progress.say("stage: kpreload initramfs for %s", k)
+		if o.EarlyDrivers {
+			o.Progress.say("stage: kpreload initramfs for %s, with the driver sets and a complete index (early decision)", k)
+		} else {
+			o.Progress.say("stage: kpreload initramfs for %s", k)
+		}
 		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 			return nil, fmt.Errorf("stage: %w", err)
 		}
-		r, err := assemble.WriteFile(assemble.Options{
+		ao := assemble.Options{
 			Kernel:      k,
 			ModulesDir:  mods,
 			Init:        o.InitBinary,
 			FirmwareDir: filepath.Join(root, "lib", "firmware"),
 			Compression: archive.Zstd,
-		}, out)
+		}
+		if o.EarlyDrivers {
+			// The image's cache subset is the root's cache: the index is complete.
+			ao.CacheDir, ao.Complete = filepath.Join(root, ImageCacheDir), true
+			if o.Instance != "" {
+				ao.Instance = o.Instance
+			}
+		}
+		r, err := assemble.WriteFile(ao, out)
 		if err != nil {
 			return nil, fmt.Errorf("stage: initramfs for %s: %w (the kernel's modules are read from %s: install linux-image-%s into the root or run scripts/kernels.sh %s)", k, err, mods, k, k)
 		}

@@ -62,6 +62,11 @@ type Config struct {
 	Remote string `mapstructure:"remote"`
 	// Talk HTTP, not HTTPS, to the `remote` registry: a local registry only.
 	PlainHTTP bool `mapstructure:"plain_http"`
+	// Put the driver sets into each initramfs too, with a complete index: `/init`
+	// then chooses and loads the drivers while it finds the root (the early
+	// decision) instead of after mounting it. The initramfs grows by the sets;
+	// the kernel install hook keeps building it this way.
+	EarlyDrivers bool `mapstructure:"early_drivers"`
 	// Extra Debian packages to install into the image (`name` or `name=version`).
 	Packages []string `mapstructure:"packages"`
 	// An instance YAML file baked into the image as `/etc/kpreload/instance.yaml`:
@@ -219,6 +224,7 @@ func (c *Config) Options() image.Options {
 		CacheDir:       c.CacheDir,
 		BuildMissing:   c.BuildMissing.True() || c.BuildMissing == config.TriUnset,
 		Remote:         c.remote,
+		EarlyDrivers:   c.EarlyDrivers,
 		DownloadDir:    c.DownloadDir,
 		Packages:       c.Packages,
 		Instance:       c.InstanceFile,

@@ -28,6 +28,7 @@ type FlatConfig struct {
 	BuildMissing        *bool             `mapstructure:"build_missing" cty:"build_missing" hcl:"build_missing"`
 	Remote              *string           `mapstructure:"remote" cty:"remote" hcl:"remote"`
 	PlainHTTP           *bool             `mapstructure:"plain_http" cty:"plain_http" hcl:"plain_http"`
+	EarlyDrivers        *bool             `mapstructure:"early_drivers" cty:"early_drivers" hcl:"early_drivers"`
 	Packages            []string          `mapstructure:"packages" cty:"packages" hcl:"packages"`
 	InstanceFile        *string           `mapstructure:"instance_file" cty:"instance_file" hcl:"instance_file"`
 	KernelCmdline       *string           `mapstructure:"kernel_cmdline" cty:"kernel_cmdline" hcl:"kernel_cmdline"`
@@ -73,6 +74,7 @@ func (*FlatConfig) HCL2Spec() map[string]hcldec.Spec {
 		"build_missing":              &hcldec.AttrSpec{Name: "build_missing", Type: cty.Bool, Required: false},
 		"remote":                     &hcldec.AttrSpec{Name: "remote", Type: cty.String, Required: false},
 		"plain_http":                 &hcldec.AttrSpec{Name: "plain_http", Type: cty.Bool, Required: false},
+		"early_drivers":              &hcldec.AttrSpec{Name: "early_drivers", Type: cty.Bool, Required: false},
 		"packages":                   &hcldec.AttrSpec{Name: "packages", Type: cty.List(cty.String), Required: false},
 		"instance_file":              &hcldec.AttrSpec{Name: "instance_file", Type: cty.String, Required: false},
 		"kernel_cmdline":             &hcldec.AttrSpec{Name: "kernel_cmdline", Type: cty.String, Required: false},

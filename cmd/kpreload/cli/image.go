@@ -150,6 +150,7 @@ whole manifest) to stdout.`,
 	f.StringArrayVar(&o.Packages, "package", nil, "extra Debian package to install (repeatable)")
 	f.StringArrayVar(&addFiles, "add", nil, "extra file DEST=SRC: copy the host file SRC to the absolute path DEST in the image (repeatable)")
 	f.StringArrayVar(&o.Enable, "enable", nil, "systemd unit to enable in the image, e.g. one --add brought (repeatable)")
+	f.BoolVar(&o.EarlyDrivers, "early-drivers", false, "put the driver sets into the initramfs with a complete index: /init chooses and loads them while it finds the root (larger initramfs)")
 	f.StringVar(&o.Suite, "suite", image.DefaultSuite, "Debian release")
 	f.StringVar(&o.Mirror, "mirror", image.DefaultMirror, "Debian archive")
 	f.IntVar(&o.SizeMB, "size", image.DefaultSizeMB, "disk size in MiB")
