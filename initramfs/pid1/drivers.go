@@ -76,20 +76,7 @@ func (b *Boot) drivers(early <-chan earlyResult) {
 		b.errorf("%v", e)
 	}
 	if driverSets > 0 || req.Source != instance.SourceDefault {
-		devs, err := pci.Scan("/sys")
-		if err != nil {
-			b.errorf("%v", err)
-		}
-		d := selection.Decide(selection.Input{Kernel: b.release, Vermagic: b.ld.Vermagic, Request: req, Sets: sets, Devices: devs})
-		d.Time = Now()
-		for _, e := range reqErrs {
-			d.Errors = append(d.Errors, e.Error())
-		}
-		b.decision = d
-		b.rep.Selection = &d.Selection
-		for _, l := range d.Lines() {
-			fmt.Fprintln(b.console, l)
-		}
+		d := b.decide(req, reqErrs, sets)
 		if driverSets == 0 {
 			b.warnf("the instance request (%s) asks for a driver, but no driver sets are cached for kernel %s", req.Source, b.release)
 		}
@@ -120,6 +107,26 @@ func (b *Boot) drivers(early <-chan earlyResult) {
 	}
 	b.requested("rootfs")
 	b.activate()
+}
+
+// decide takes the driver decision over sets for the request, records it in
+// the report and prints it on the console.
+func (b *Boot) decide(req instance.Request, reqErrs []error, sets []selection.Set) *selection.Decision {
+	devs, err := pci.Scan("/sys")
+	if err != nil {
+		b.errorf("%v", err)
+	}
+	d := selection.Decide(selection.Input{Kernel: b.release, Vermagic: b.ld.Vermagic, Request: req, Sets: sets, Devices: devs})
+	d.Time = Now()
+	for _, e := range reqErrs {
+		d.Errors = append(d.Errors, e.Error())
+	}
+	b.decision = d
+	b.rep.Selection = &d.Selection
+	for _, l := range d.Lines() {
+		fmt.Fprintln(b.console, l)
+	}
+	return d
 }
 
 func chosenList(d *selection.Decision) string {

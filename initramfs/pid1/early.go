@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 
 	"github.com/kpreload/kpreload/gpu/instance"
-	"github.com/kpreload/kpreload/gpu/pci"
 	"github.com/kpreload/kpreload/gpu/selection"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/live/coldplug"
@@ -58,20 +57,7 @@ func (b *Boot) startEarly() <-chan earlyResult {
 	for i := range b.initIdx.Sets {
 		sets = append(sets, selection.Set{Set: &b.initIdx.Sets[i], Dir: b.initDir, From: "initramfs"})
 	}
-	devs, err := pci.Scan("/sys")
-	if err != nil {
-		b.errorf("%v", err)
-	}
-	d := selection.Decide(selection.Input{Kernel: b.release, Vermagic: b.ld.Vermagic, Request: req, Sets: sets, Devices: devs})
-	d.Time = Now()
-	for _, e := range reqErrs {
-		d.Errors = append(d.Errors, e.Error())
-	}
-	b.decision = d
-	b.rep.Selection = &d.Selection
-	for _, l := range d.Lines() {
-		fmt.Fprintln(b.console, l)
-	}
+	d := b.decide(req, reqErrs, sets)
 	b.event("driver selection early, before the root (complete initramfs index; request from %s): %s", req.Source, chosenList(d))
 
 	keep := func(s *bootindex.Set) bool { return selection.IsKernelSet(s) || d.Keep(s) }

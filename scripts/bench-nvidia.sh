@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# bench-nvidia.sh: the real driver's path. Kernel start -> NVIDIA's kernel module has run
+# its init ("NVRM: No NVIDIA GPU found.": QEMU has no GPU, so the init then fails with
+# ENODEV), with kpreload in several layouts against Debian's own way, on the same kernel,
+# root disk and QEMU, measured in one run.
+#
+#   scripts/bench-nvidia.sh [--kernel KVER] [--recipe R] [--runs N] [--keep] [--timeout S]
+#
+#   --kernel KVER  default 6.12.117+deb12-cloud-amd64 (its modules are .ko.xz and it
+#                  decompresses them itself: CONFIG_MODULE_DECOMPRESS, XZ)
+#   --recipe R     default nvidia-550-open (built with the real dkms into
+#                  $KPRELOAD_CACHE/store if that cell is not there yet: minutes)
+#   --runs N       boots per variant (default 3); medians are reported
+#
+# Variants (each boots the same ext4 root disk whose /sbin/init is kpreload-rootinit):
+#   kpreload, initramfs, early  the set in the initramfs (xz, as built), index marked
+#                               complete: /init decides and loads while it finds the root
+#   kpreload, root cache, xz    the set on the root's module cache, as built (xz; the kernel
+#                               decompresses: MODULE_INIT_COMPRESSED_FILE)
+#   kpreload, root cache, plain the same modules decompressed (.ko)
+#   kpreload, root cache, zstd  recompressed with zstd (this kernel only decompresses xz:
+#                               /init decompresses in userspace)
+#   Debian                      the modules installed where dkms installs them
+#                               (updates/dkms, depmod), "nvidia" in initramfs-tools'
+#                               modules list, mkinitramfs; the initramfs's modprobe loads it
+#                               (Debian's earliest way; udev would only load it for a GPU)
+# kpreload boots get kpreload.load=nvidia (no GPU, so no device would ask for it). Every
+# mkinitramfs runs in a private mount namespace over the unpacked kernel (scripts/lib.sh
+# in_debian_ns): the host is left as it was. Progress to stderr, the table to stdout.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+top=$(cd "$here/.." && pwd)
+
+kver=6.12.117+deb12-cloud-amd64
+recipe=nvidia-550-open
+runs=3
+keep=0
+timeout=180
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --kernel) kver=$2; shift 2 ;;
+    --recipe) recipe=$2; shift 2 ;;
+    --runs) runs=$2; shift 2 ;;
+    --timeout) timeout=$2; shift 2 ;;
+    --keep) keep=1; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument $1 (see --help)" ;;
+  esac
+done
+[[ $runs =~ ^[1-9][0-9]*$ ]] || die "--runs '$runs': want a positive number"
+[ "$(id -u)" = 0 ] || die "run as root: mkinitramfs runs in a private mount namespace"
+for b in kpreload kpreload-init kpreload-rootinit; do
+  [ -x "$top/bin/$b" ] || die "$top/bin/$b is not built: run make build"
+done
+for tool in jq xz zstd; do command -v "$tool" >/dev/null || die "$tool is missing: run scripts/deps.sh"; done
+
+t0=$(date +%s%N)
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+ensure_packages "${MKINITRAMFS_PACKAGES[@]}"
+"$here/kernels.sh" "$kver" >&2
+ktree="$KPRELOAD_CACHE/kernels/$kver"
+vmlinuz="$ktree/boot/vmlinuz-$kver"
+libdir=$(readlink -f /lib)
+
+work=$(mktemp -d /var/tmp/kpreload-bench-nvidia.XXXXXX)
+ok=0
+finish() { if [ "$ok" = 1 ] && [ "$keep" = 0 ]; then rm -rf "$work"; else log "work files kept in $work"; fi; }
+trap finish EXIT
+mkdir -p "$work/logs" "$work/boots" "$work/tmp" "$work/debian/upper" "$work/debian/ovl" "$work/bin" "$work/mods"
+cp "$top/bin/kpreload" "$top/bin/kpreload-init" "$top/bin/kpreload-rootinit" "$work/bin/"
+kp="$work/bin/kpreload"
+fail() { [ -f "$2" ] && tail -n 25 "$2" >&2; die "$1 (log: $2)"; }
+
+store="$KPRELOAD_CACHE/store"
+log "the $recipe cell for $kver (built with dkms unless $store holds it)"
+"$kp" build --recipes "$top/recipes" --cache "$store" --json "$recipe:$kver" >"$work/build.json" 2>"$work/logs/build.log" ||
+  fail "kpreload build $recipe:$kver failed" "$work/logs/build.log"
+set_id=$(jq -r '.[0].set_id' "$work/build.json")
+manifest="$store/sets/$set_id.json"
+[ -f "$manifest" ] || die "no manifest $manifest"
+driver=$(jq -r .driver "$manifest"); version=$(jq -r .version "$manifest"); flavor=$(jq -r .flavor "$manifest")
+log "set ${set_id:0:12}: $driver $version $flavor, $(jq -r '[.modules[].file] | join(" ")' "$manifest")"
+
+# The module files as built, decompressed and recompressed with zstd.
+mkdir -p "$work/mods/xz" "$work/mods/plain" "$work/mods/zstd"
+while read -r file sha; do
+  cp "$store/objects/sha256/${sha:0:2}/$sha" "$work/mods/xz/$file"
+  base=${file%.xz}; base=${base%.zst}
+  case $file in
+    *.xz) xz -dc "$work/mods/xz/$file" >"$work/mods/plain/$base" ;;
+    *.zst) zstd -qdc "$work/mods/xz/$file" >"$work/mods/plain/$base" ;;
+    *) cp "$work/mods/xz/$file" "$work/mods/plain/$base" ;;
+  esac
+  zstd -q -19 "$work/mods/plain/$base" -o "$work/mods/zstd/$base.zst"
+done < <(jq -r '.modules[] | "\(.file) \(.sha256)"' "$manifest")
+for c in xz plain zstd; do
+  "$kp" cache add --cache "$work/cache-$c" --driver "$driver" --version "$version" --flavor "$flavor" "$work/mods/$c"/* \
+    >"$work/logs/cache-$c.log" 2>&1 || fail "cache add ($c) failed" "$work/logs/cache-$c.log"
+done
+
+uuid=5f1d2c3b-8a9e-4f70-b6d5-4c3b2a190807
+log "root disks and initramfs images"
+"$kp" rootdisk -o "$work/root-none.img" --uuid "$uuid" >"$work/logs/rootdisk.log" 2>&1 || fail "rootdisk failed" "$work/logs/rootdisk.log"
+for c in xz plain zstd; do
+  "$kp" rootdisk -o "$work/root-$c.img" --uuid "$uuid" --add "/var/lib/kpreload/cache=$work/cache-$c" >"$work/logs/rootdisk-$c.log" 2>&1 ||
+    fail "rootdisk ($c) failed" "$work/logs/rootdisk-$c.log"
+done
+"$kp" initramfs --kernel "$kver" --root "$ktree" -o "$work/kp-plain.img" >"$work/logs/initramfs.log" 2>&1 ||
+  fail "kpreload initramfs failed" "$work/logs/initramfs.log"
+"$kp" initramfs --kernel "$kver" --root "$ktree" --cache "$work/cache-xz" --complete -o "$work/kp-early.img" >"$work/logs/initramfs-early.log" 2>&1 ||
+  fail "kpreload initramfs --complete failed" "$work/logs/initramfs-early.log"
+
+export BENCH_KTREE=$ktree BENCH_LIBDIR=$libdir BENCH_UPPER=$work/debian/upper BENCH_OVL=$work/debian/ovl
+log "Debian: the modules installed as dkms installs them (updates/dkms + depmod), nvidia in the initramfs modules list"
+mkdir -p "$work/debian/conf"
+cp -r /etc/initramfs-tools/. "$work/debian/conf/"
+sed -i 's/^MODULES=.*/MODULES=most/' "$work/debian/conf/initramfs.conf"
+echo "$driver" >>"$work/debian/conf/modules"
+in_debian_ns bash -c "install -d /lib/modules/$kver/updates/dkms && cp '$work/mods/xz'/* /lib/modules/$kver/updates/dkms/ &&
+  depmod -a $kver && modprobe -S $kver --show-depends $driver" >"$work/logs/dkms-install.log" 2>&1 ||
+  fail "installing the modules in the overlay failed" "$work/logs/dkms-install.log"
+TMPDIR="$work/tmp" in_debian_ns mkinitramfs -d "$work/debian/conf" -o "$work/debian.img" "$kver" >"$work/logs/mkinitramfs.log" 2>&1 ||
+  fail "mkinitramfs failed" "$work/logs/mkinitramfs.log"
+lsinitramfs "$work/debian.img" | grep -q "updates/dkms/$driver.ko" || die "Debian's initrd lacks updates/dkms/$driver.ko*"
+
+variants=(early root-xz root-plain root-zstd debian)
+declare -A initrd=([early]=$work/kp-early.img [root-xz]=$work/kp-plain.img [root-plain]=$work/kp-plain.img [root-zstd]=$work/kp-plain.img [debian]=$work/debian.img)
+declare -A disk=([early]=$work/root-none.img [root-xz]=$work/root-xz.img [root-plain]=$work/root-plain.img [root-zstd]=$work/root-zstd.img [debian]=$work/root-none.img)
+declare -A label=([early]="kpreload, set in the initramfs (xz), early decision" [root-xz]="kpreload, set on the root cache, xz (in-kernel decompression)"
+  [root-plain]="kpreload, set on the root cache, plain .ko" [root-zstd]="kpreload, set on the root cache, zstd (userspace decompression on this kernel)"
+  [debian]="Debian: dkms-installed modules, modprobe in mkinitramfs's initrd")
+samples="$work/samples.txt"
+: >"$samples"
+for i in $(seq 1 "$runs"); do
+  # Rotate the order from run to run.
+  for j in $(seq 0 $((${#variants[@]} - 1))); do
+    v=${variants[$(( (j + i) % ${#variants[@]} ))]}
+    base="$work/boots/$v-$i"
+    cp --sparse=always "${disk[$v]}" "$base.root.img"
+    log "boot $i/$runs $v"
+    "$kp" boot --kernel "$vmlinuz" --initramfs "${initrd[$v]}" --root-disk "$base.root.img" \
+      --append "root=UUID=$uuid kpreload.load=$driver" --accel tcg --cpus 2 --memory 2048 --timeout "${timeout}s" \
+      --console "$base.console" --json >"$base.json" 2>"$base.stderr" || true
+    rm -f "$base.root.img"
+    nvrm=$(sed -n 's/^\[ *\([0-9.]*\)\] NVRM: No NVIDIA GPU found.*/\1/p' "$base.console" | head -n1)
+    init=$(sed -n 's/^\[ *\([0-9.]*\)\] .*Run \/init as init process.*/\1/p' "$base.console" | head -n1)
+    real=$(jq -r '.rootinit.start // empty' "$base.json")
+    [ -n "$nvrm" ] || fail "$v boot $i: no \"NVRM: No NVIDIA GPU found\" line: the module's init never ran" "$base.console"
+    [ -n "$real" ] || fail "$v boot $i did not reach the root disk's init" "$base.stderr"
+    echo "$v $i $nvrm $init $real" >>"$samples"
+    log "  $v: /init at ${init}s, NVRM line at ${nvrm}s, real init at ${real}s"
+  done
+done
+
+median() { sort -n | awk '{a[NR]=$1} END { if (NR % 2) printf "%.3f", a[(NR+1)/2]; else printf "%.3f", (a[NR/2]+a[NR/2+1])/2 }'; }
+deb_nvrm=$(awk '$1=="debian"{print $3}' "$samples" | median)
+deb_real=$(awk '$1=="debian"{print $5}' "$samples" | median)
+load_end=$(cut -d' ' -f1-3 /proc/loadavg)
+total=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.0f", (b - a) / 1e9 }')
+echo "NVIDIA driver benchmark: $driver $version $flavor (set ${set_id:0:12}) on $kver, QEMU tcg (2 vCPUs, 2 GiB, no GPU), median of $runs boots per variant, interleaved"
+echo
+echo "| variant | kernel start → nvidia init ran (NVRM line) | ratio to Debian | kernel start → real init | ratio to Debian | samples (NVRM line) |"
+echo "| --- | ---: | ---: | ---: | ---: | --- |"
+for v in "${variants[@]}"; do
+  n=$(awk -v v="$v" '$1==v{print $3}' "$samples" | median)
+  r=$(awk -v v="$v" '$1==v{print $5}' "$samples" | median)
+  s=$(awk -v v="$v" '$1==v{printf "%s%s", sep, $3; sep=", "}' "$samples")
+  echo "| ${label[$v]} | $n s | $(awk -v a="$n" -v b="$deb_nvrm" 'BEGIN{printf "%.2f", a/b}') | $r s | $(awk -v a="$r" -v b="$deb_real" 'BEGIN{printf "%.2f", a/b}') | $s |"
+done
+echo
+echo "Host: $(nproc) CPUs, load average $load_start at the start, $load_end at the end; whole run $total s. Initramfs sizes: kpreload $(stat -c %s "$work/kp-plain.img") B, kpreload with the set $(stat -c %s "$work/kp-early.img") B, Debian $(stat -c %s "$work/debian.img") B."
+ok=1
