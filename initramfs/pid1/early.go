@@ -26,13 +26,15 @@ type earlyResult struct {
 	keys    map[string]report.Device
 }
 
-// startEarly takes the driver decision before the root is mounted and starts
-// loading the chosen sets in parallel with finding the root, when that
-// decision cannot change after the root mount: the initramfs index is marked
-// complete (the image's root cache holds no set this initramfs lacks) and the
-// request comes from the command line, fw_cfg, the initramfs's copy of the
-// image's instance file, or nowhere (the default). Otherwise it returns nil
-// and the decision waits for the root, as before; the report says which.
+// startEarly takes the driver decision before the first coldplug and starts
+// loading the chosen sets in a goroutine, beside the kernel's own modules and
+// while the root is found, when that decision cannot change after the root
+// mount: the initramfs index is marked complete (the image's root cache holds
+// no set this initramfs lacks) and the request comes from the command line,
+// fw_cfg (qemu_fw_cfg is loaded first when its device is there), the
+// initramfs's copy of the image's instance file, or nowhere (the default).
+// Otherwise it returns nil and the decision waits for the root, as before;
+// the report says which.
 func (b *Boot) startEarly() <-chan earlyResult {
 	if b.initIdx == nil {
 		return nil
@@ -45,6 +47,7 @@ func (b *Boot) startEarly() <-chan earlyResult {
 		b.event("driver decision after the root mount: the initramfs index is not marked complete (the root's cache may hold other sets)")
 		return nil
 	}
+	b.loadFwCfg()
 	files := []instance.File{
 		{Source: instance.SourceFwCfg, Path: instance.FwCfgPath},
 		{Source: instance.SourceImage, Path: InitramfsInstance},
@@ -107,6 +110,25 @@ func (b *Boot) startEarly() <-chan earlyResult {
 		}
 	}()
 	return out
+}
+
+// loadFwCfg loads qemu_fw_cfg when its device (ACPI QEMU0002) is there, so
+// an instance request QEMU hands over through fw_cfg is readable before the
+// first coldplug.
+func (b *Boot) loadFwCfg() {
+	devs, err := coldplug.Scan("/sys")
+	if err != nil {
+		return
+	}
+	for _, d := range devs {
+		for _, n := range b.index.Match(d.Modalias) {
+			if n == "qemu_fw_cfg" && !b.attempted[n] {
+				b.attempted[n] = true
+				b.ld.Phase = "initramfs"
+				b.load([]string{n})
+			}
+		}
+	}
 }
 
 // finishEarly records what the early loads did, checks the root agrees with

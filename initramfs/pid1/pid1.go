@@ -90,9 +90,10 @@ func Main() {
 	b.setup()
 	// The kernel's own modules first (storage, buses, qemu_fw_cfg for the
 	// instance request); driver sets only once selection has chosen their versions.
-	b.coldplug("initramfs", "initramfs", b.index)
-	// With a complete initramfs index the GPU sets load while the root is found.
+	// With a complete initramfs index the GPU sets start loading now, beside
+	// the first coldplug and while the root is found.
 	early := b.startEarly()
+	b.coldplug("initramfs", "initramfs", b.index)
 	b.mountRoot()
 	b.drivers(early)
 	b.handOver()
