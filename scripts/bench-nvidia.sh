@@ -13,16 +13,18 @@
 #   --runs N       boots per variant (default 3); medians are reported
 #
 # Variants (each boots the same ext4 root disk whose /sbin/init is kpreload-rootinit):
-#   kpreload, initramfs, early  the set in the initramfs (xz, as built), index marked
-#                               complete: /init decides and loads while it finds the root
-#   kpreload, root cache, xz    the set on the root's module cache, as built (xz; the kernel
-#                               decompresses: MODULE_INIT_COMPRESSED_FILE)
+#   kpreload, initramfs, early  the set in the initramfs (xz), index marked complete:
+#                               /init decides and loads while it finds the root
+#   kpreload, root cache, xz    the set on the root's module cache, xz-compressed as the
+#                               kernel's own modules (it decompresses them itself:
+#                               MODULE_INIT_COMPRESSED_FILE)
 #   kpreload, root cache, plain the same modules decompressed (.ko)
 #   kpreload, root cache, zstd  recompressed with zstd (this kernel only decompresses xz:
 #                               /init decompresses in userspace)
 #   Debian                      the modules installed where dkms installs them
-#                               (updates/dkms, depmod), "nvidia" in initramfs-tools'
-#                               modules list, mkinitramfs; the initramfs's modprobe loads it
+#                               (updates/dkms, xz-compressed as dkms compresses them for
+#                               this kernel, depmod), "nvidia" in initramfs-tools' modules
+#                               list, mkinitramfs; the initramfs's modprobe loads it
 #                               (Debian's earliest way; udev would only load it for a GPU)
 # kpreload boots get kpreload.load=nvidia (no GPU, so no device would ask for it). Every
 # mkinitramfs runs in a private mount namespace over the unpacked kernel (scripts/lib.sh
@@ -82,16 +84,18 @@ manifest="$store/sets/$set_id.json"
 driver=$(jq -r .driver "$manifest"); version=$(jq -r .version "$manifest"); flavor=$(jq -r .flavor "$manifest")
 log "set ${set_id:0:12}: $driver $version $flavor, $(jq -r '[.modules[].file] | join(" ")' "$manifest")"
 
-# The module files as built, decompressed and recompressed with zstd.
+# The module files plain, xz-compressed as the kernel's own are (the options of the
+# kernel's Makefile: crc32, 1 MiB dictionary) and zstd-compressed.
 mkdir -p "$work/mods/xz" "$work/mods/plain" "$work/mods/zstd"
 while read -r file sha; do
-  cp "$store/objects/sha256/${sha:0:2}/$sha" "$work/mods/xz/$file"
+  obj="$store/objects/sha256/${sha:0:2}/$sha"
   base=${file%.xz}; base=${base%.zst}
   case $file in
-    *.xz) xz -dc "$work/mods/xz/$file" >"$work/mods/plain/$base" ;;
-    *.zst) zstd -qdc "$work/mods/xz/$file" >"$work/mods/plain/$base" ;;
-    *) cp "$work/mods/xz/$file" "$work/mods/plain/$base" ;;
+    *.xz) xz -dc "$obj" >"$work/mods/plain/$base" ;;
+    *.zst) zstd -qdc "$obj" >"$work/mods/plain/$base" ;;
+    *) cp "$obj" "$work/mods/plain/$base" ;;
   esac
+  xz --check=crc32 --lzma2=dict=1MiB -c "$work/mods/plain/$base" >"$work/mods/xz/$base.xz"
   zstd -q -19 "$work/mods/plain/$base" -o "$work/mods/zstd/$base.zst"
 done < <(jq -r '.modules[] | "\(.file) \(.sha256)"' "$manifest")
 for c in xz plain zstd; do
