@@ -126,7 +126,8 @@ in_debian_ns bash -c "install -d /lib/modules/$kver/updates/dkms && cp '$work/mo
   fail "installing the modules in the overlay failed" "$work/logs/dkms-install.log"
 TMPDIR="$work/tmp" in_debian_ns mkinitramfs -d "$work/debian/conf" -o "$work/debian.img" "$kver" >"$work/logs/mkinitramfs.log" 2>&1 ||
   fail "mkinitramfs failed" "$work/logs/mkinitramfs.log"
-lsinitramfs "$work/debian.img" | grep -q "updates/dkms/$driver.ko" || die "Debian's initrd lacks updates/dkms/$driver.ko*"
+lsinitramfs "$work/debian.img" >"$work/logs/debian-contents.txt"
+grep -q "updates/dkms/$driver.ko" "$work/logs/debian-contents.txt" || die "Debian's initrd lacks updates/dkms/$driver.ko*"
 
 variants=(early root-xz root-plain root-zstd debian)
 declare -A initrd=([early]=$work/kp-early.img [root-xz]=$work/kp-plain.img [root-plain]=$work/kp-plain.img [root-zstd]=$work/kp-plain.img [debian]=$work/debian.img)
