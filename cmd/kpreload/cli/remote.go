@@ -29,6 +29,15 @@ func (rf *remoteFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&rf.dockerConfig, "docker-config", "", "Docker config file with the registry's credentials (default: $DOCKER_CONFIG/config.json, else ~/.docker/config.json)")
 }
 
+// require is open for commands that cannot do without a remote.
+func (rf *remoteFlags) require(what string) (*remote.Remote, error) {
+	rm, err := rf.open()
+	if err == nil && rm == nil {
+		err = fmt.Errorf("%s: give --remote oci://HOST[:PORT]/REPO", what)
+	}
+	return rm, err
+}
+
 // open returns the remote the flags name, or nil when --remote is not given.
 func (rf *remoteFlags) open() (*remote.Remote, error) {
 	if rf.url == "" {
@@ -59,12 +68,9 @@ Credentials come from the Docker config (docker login, oras login, credential
 helpers); --plain-http only for a registry without TLS.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cacheContext(cmd)
-			rm, err := rf.open()
+			rm, err := rf.require("push")
 			if err != nil {
 				return err
-			}
-			if rm == nil {
-				return errors.New("push: give --remote oci://HOST[:PORT]/REPO")
 			}
 			st, err := open()
 			if err != nil {
@@ -149,12 +155,9 @@ To pull exactly the cells an image or a build needs (by their content keys),
 use kpreload build --remote ... --pull-only, or kpreload image build --remote.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cacheContext(cmd)
-			rm, err := rf.open()
+			rm, err := rf.require("pull")
 			if err != nil {
 				return err
-			}
-			if rm == nil {
-				return errors.New("pull: give --remote oci://HOST[:PORT]/REPO")
 			}
 			st, err := open()
 			if err != nil {
