@@ -11,10 +11,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -70,17 +69,16 @@ type Loader struct {
 	// kernel is called, with that reason. A module signed with a key the kernel
 	// does not trust is still handed to the kernel, which refuses it (EKEYREJECTED).
 	SigEnforced bool
-	// Isolate, when set, says which modules load in a helper process (this
-	// executable run with HelperArg) under a deadline, Timeout: one whose init
-	// blocks (a GPU that never answers) is recorded as ResultLoading and left
-	// to finish in the background, blocking nothing else. Loading in a thread
-	// of this process would not do: /init's exec of the real init waits for
-	// every thread, and one stuck in a module's init never leaves.
+	// Isolate, when set, says which modules load in a child process (a fork
+	// of this one that only calls finit_module) under a deadline, Timeout:
+	// one whose init blocks (a GPU that never answers) is recorded as
+	// ResultLoading and left to finish in the background, blocking nothing
+	// else. Loading in a thread of this process would not do: /init's exec of
+	// the real init waits for every thread, and one stuck in a module's init
+	// never leaves.
 	Isolate func(*coldplug.Candidate) bool
 	// Timeout is the deadline of an isolated load; <= 0 means DefaultTimeout.
 	Timeout time.Duration
-	// Helper is the executable an isolated load runs; "" means /proc/self/exe.
-	Helper string
 	// FirmwareDirs, when set, are where the kernel's firmware loader looks
 	// (/lib/firmware, ...): a driver-set module's (Isolate) declared firmware
 	// missing from all of them is recorded in its entry (MissingFirmware)
@@ -400,62 +398,16 @@ func (l *Loader) timeout() time.Duration {
 	return l.Timeout
 }
 
-// HelperArg is the first argument of an isolated load's helper process:
-// "<exe> HelperArg PARAMS FLAGS", the module open on file descriptor 3.
-const HelperArg = "__kpreload_finit"
-
-// HelperMain is the helper process of an isolated load (see Loader.Isolate):
-// finit_module on file descriptor 3 with the given parameters and flags; the
-// exit status is the errno (0 when the module loaded, 255 on bad arguments).
-func HelperMain(args []string) int {
-	if len(args) != 2 {
-		return 255
-	}
-	flags, err := strconv.Atoi(args[1])
-	if err != nil {
-		return 255
-	}
-	if err := unix.FinitModule(3, args[0], flags); err != nil {
-		var errno unix.Errno
-		if errors.As(err, &errno) && errno > 0 && errno < 255 {
-			return int(errno)
-		}
-		return 254
-	}
-	return 0
-}
-
-// isolatedFinit runs finit_module in a helper process and waits up to the
-// deadline. A helper that cannot start falls back to loading here.
+// isolatedFinit runs finit_module in a forked child process (forkedFinit)
+// and waits up to the deadline. When the fork itself fails, the module loads
+// here, without a deadline, rather than not at all.
 func (l *Loader) isolatedFinit(f *os.File, params string, flags int) error {
-	exe := l.Helper
-	if exe == "" {
-		exe = "/proc/self/exe"
-	}
-	cmd := exec.Command(exe, HelperArg, params, strconv.Itoa(flags))
-	cmd.ExtraFiles = []*os.File{f}
-	if err := cmd.Start(); err != nil {
+	err := forkedFinit(int(f.Fd()), params, flags, l.timeout())
+	runtime.KeepAlive(f)
+	if errors.Is(err, errForkFailed) {
 		return l.Kernel.FinitModule(int(f.Fd()), params, flags)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	timer := time.NewTimer(l.timeout())
-	defer timer.Stop()
-	select {
-	case err := <-done:
-		var exit *exec.ExitError
-		if errors.As(err, &exit) {
-			switch code := exit.ExitCode(); {
-			case code > 0 && code < 254:
-				return unix.Errno(code)
-			default:
-				return fmt.Errorf("load helper %s: %w", exe, err)
-			}
-		}
-		return err
-	case <-timer.C:
-		return errStillLoading
-	}
+	return err
 }
 
 // describe explains the errors finit_module commonly returns.
