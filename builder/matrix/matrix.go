@@ -55,6 +55,10 @@ const (
 	// StatePulled: the local cache lacked the cell and the remote registry
 	// (Options.Remote) had it: pulled, verified, not compiled.
 	StatePulled = "pulled"
+	// StateFetched: Options.FetchOnly, and the cache lacks the cell: its
+	// kernel, source and build root are ready, its key computed, nothing
+	// compiled.
+	StateFetched = "fetched"
 )
 
 // ErrCellsFailed is wrapped by Run's error when at least one cell failed.
@@ -97,6 +101,15 @@ type Result struct {
 	Remote string
 	// PushErr is why a push to Options.Remote failed, or nil.
 	PushErr error
+	// SourceDir is the DKMS source tree the cell builds from (patched,
+	// when the recipe has patches), once prepared.
+	SourceDir string
+	// KernelDir is the unpacked kernel (headers, modules) the cell builds
+	// against, once prepared.
+	KernelDir string
+	// BuildRoot is the build root of the kernel's suite the cell builds in,
+	// or "" when it builds on the host.
+	BuildRoot string
 }
 
 // Event reports a cell changing state, for a progress display.
@@ -162,6 +175,10 @@ type Options struct {
 	PullOnly bool
 	// RetryFailed builds cells that Remote records as failed.
 	RetryFailed bool
+	// FetchOnly downloads and prepares everything the cells need (kernels,
+	// sources, patches, build roots) and computes their keys, compiling
+	// nothing: a cell the cache lacks ends StateFetched.
+	FetchOnly bool
 }
 
 // DefaultDownloadDir is where downloads live when neither
@@ -247,6 +264,9 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	}
 	if opts.PullOnly && opts.Remote == nil {
 		return nil, errors.New("build: pull-only needs a remote cache")
+	}
+	if opts.FetchOnly && (opts.Remote != nil || opts.PullOnly) {
+		return nil, errors.New("build: fetch-only neither pulls nor pushes: leave out the remote cache")
 	}
 	r := &runner{opts: opts, driver: opts.Driver, suites: suites}
 	r.downloads = opts.DownloadDir
@@ -448,6 +468,10 @@ func (r *runner) runCell(ctx context.Context, i int, c Cell) Result {
 	if err != nil {
 		return fail(err)
 	}
+	res.SourceDir, res.KernelDir = src.dir, k.dir
+	if root != nil {
+		res.BuildRoot = root.Dir
+	}
 	res.Key = cellKey(c.Recipe, src, k, x)
 	id, ok, err := r.store.Lookup(res.Key)
 	if err != nil {
@@ -455,8 +479,14 @@ func (r *runner) runCell(ctx context.Context, i int, c Cell) Result {
 	}
 	if ok {
 		res.State, res.SetID = StateCached, id
-		r.push(ctx, &res)
+		if !r.opts.FetchOnly {
+			r.push(ctx, &res)
+		}
 		res.Duration = time.Since(start)
+		return res
+	}
+	if r.opts.FetchOnly {
+		res.State, res.Duration = StateFetched, time.Since(start)
 		return res
 	}
 	if r.opts.Remote != nil {

@@ -210,6 +210,51 @@ func TestRunCached(t *testing.T) {
 	}
 }
 
+// TestRunFetchOnly checks that FetchOnly prepares every cell and computes
+// its key without building, that the keys are those a real run caches under,
+// and that a cached cell stays cached.
+func TestRunFetchOnly(t *testing.T) {
+	f := &fakeDriver{}
+	r := fakeRecipe(t, "alpha")
+	opts := fakeOptions(t, f, r)
+	opts.FetchOnly = true
+	fetched, err := Run(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("fetch-only Run: %v", err)
+	}
+	if got := f.calls.Load(); got != 0 {
+		t.Fatalf("fetch-only Run built %d cells, want 0", got)
+	}
+	for _, res := range fetched {
+		if res.State != StateFetched || res.Key == nil || res.SourceDir == "" || res.KernelDir == "" {
+			t.Errorf("fetch-only cell %s = %s (key %v, source %q, kernel %q), want fetched with key, source and kernel", res.Kernel, res.State, res.Key != nil, res.SourceDir, res.KernelDir)
+		}
+	}
+	opts.FetchOnly = false
+	built, err := Run(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	for i, res := range built {
+		if got, want := res.Key["source_sha256"], fetched[i].Key["source_sha256"]; res.State != StateOK || got != want {
+			t.Errorf("cell %s = %s, source key %s, want ok with the fetched key %s", res.Kernel, res.State, got, want)
+		}
+	}
+	opts.FetchOnly = true
+	again, err := Run(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("fetch-only Run after the build: %v", err)
+	}
+	for i, res := range again {
+		if res.State != StateCached || res.SetID != built[i].SetID {
+			t.Errorf("fetch-only after the build: cell %s = %s set %s, want cached set %s", res.Kernel, res.State, res.SetID, built[i].SetID)
+		}
+	}
+	if got := f.calls.Load(); got != int32(len(built)) {
+		t.Errorf("dkms ran %d times, want %d (the one real run)", got, len(built))
+	}
+}
+
 // TestRunMissingModule checks that a build lacking a recipe module fails.
 func TestRunMissingModule(t *testing.T) {
 	r := fakeRecipe(t, "alpha")

@@ -61,6 +61,12 @@ suite (mmdebstrap'd once under $KPRELOAD_CACHE/buildroot), with its compiler.
 A recipe's patches: are applied to a copy of the DKMS source before dkms
 runs; their digest is part of each cell's content key.
 
+--fetch-only downloads and unpacks everything the matrix needs (kernels,
+driver packages, patched sources, build roots) and computes each cell's key,
+compiling nothing: cells the cache lacks are "fetched". Use it to warm a
+machine's download cache before going offline or timing a build; with
+--json each cell names its source_dir, kernel_dir and build_root.
+
 A recipe's signing: section signs every kept module with the kernel's own
 scripts/sign-file before it enters the cache; its supported-gpus: file is
 stored with each set and carried into the boot index and the initramfs.
@@ -109,6 +115,9 @@ builds and leaves the cache (and the registry) as it was.`,
 			if (opts.PullOnly || opts.RetryFailed) && rm == nil {
 				return fmt.Errorf("--pull-only and --retry-failed need --remote")
 			}
+			if opts.FetchOnly && (rm != nil || opts.PullOnly) {
+				return fmt.Errorf("--fetch-only prepares this machine only: leave out --remote and --pull-only")
+			}
 			switch {
 			case shard != "" && shards > 0:
 				return fmt.Errorf("--shard and --shards: give one")
@@ -152,6 +161,7 @@ builds and leaves the cache (and the registry) as it was.`,
 	f.StringVar(&recipesDir, "recipes", "recipes", "directory of recipes for RECIPE names")
 	rf.register(f)
 	f.BoolVar(&opts.PullOnly, "pull-only", false, "never compile: take cells from the local cache or the registry only")
+	f.BoolVar(&opts.FetchOnly, "fetch-only", false, "download and prepare kernels, sources and build roots, compute keys, compile nothing (cells the cache lacks: \"fetched\")")
 	f.BoolVar(&opts.RetryFailed, "retry-failed", false, "rebuild cells the registry records as failed with the same key")
 	f.BoolVar(&report, "report", false, "print the matrix state the registry holds (--remote), building nothing")
 	f.StringVar(&shard, "shard", "", "build shard I of N of the matrix (I/N, 1-based)")
@@ -422,7 +432,7 @@ func printBuildTable(w io.Writer, results []matrix.Result) {
 		}
 	}
 	var parts []string
-	for _, s := range []string{matrix.StateOK, matrix.StateCached, matrix.StatePulled, matrix.StateSkipped, matrix.StateFailed} {
+	for _, s := range []string{matrix.StateOK, matrix.StateCached, matrix.StatePulled, matrix.StateFetched, matrix.StateSkipped, matrix.StateFailed} {
 		if counts[s] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
 		}
@@ -446,6 +456,9 @@ type buildResult struct {
 	Key        map[string]string `json:"key,omitempty"`
 	Remote     string            `json:"remote,omitempty"`
 	PushError  string            `json:"push_error,omitempty"`
+	SourceDir  string            `json:"source_dir,omitempty"`
+	KernelDir  string            `json:"kernel_dir,omitempty"`
+	BuildRoot  string            `json:"build_root,omitempty"`
 }
 
 func buildJSON(results []matrix.Result) []buildResult {
@@ -463,6 +476,9 @@ func buildJSON(results []matrix.Result) []buildResult {
 			Log:        r.LogPath,
 			Seconds:    r.Duration.Seconds(),
 			Key:        r.Key,
+			SourceDir:  r.SourceDir,
+			KernelDir:  r.KernelDir,
+			BuildRoot:  r.BuildRoot,
 		}
 		if r.Err != nil {
 			b.Error = r.Err.Error()
