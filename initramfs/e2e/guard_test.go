@@ -2,13 +2,16 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/live/report"
 )
@@ -172,6 +175,20 @@ func TestEarlyDecision(t *testing.T) {
 		t.Errorf("selection %+v: want kpreload-edu active", sel)
 	}
 	t.Logf("early: decision, kpreload_edu loaded %.3f-%.3fs, root mounted %.3fs, switch_root %.3fs", edu[0].Start, edu[0].End, b.rep.Root.Mounted, b.rep.SwitchRoot)
+	logTimeline(t, b.rep)
+
+	// A request through fw_cfg: qemu_fw_cfg loads first (found by its ACPI
+	// device alone), then the early decision takes fw_cfg's 2.0.0.
+	fw, fwCon := bootSelect(t, selectBoot{complete: true, instance: "resources:\n  driver:\n    version: 2.0.0\n"})
+	if e := eduEntries(fw.rep); len(e) != 1 || e[0].Result != "loaded" || e[0].Phase != "initramfs-early" || !strings.Contains(fwCon, "kpreload: kpreload-edu 2.0.0 open chosen") {
+		t.Errorf("early decision from fw_cfg: kpreload_edu %+v; want 2.0.0 chosen and loaded early\n%s", e, fwCon)
+	}
+	if m, ok := moduleResult(fw.rep, "qemu_fw_cfg"); !ok || m.Result != "loaded" {
+		t.Errorf("qemu_fw_cfg %+v, want loaded before the early decision", m)
+	}
+	if sel := fw.rep.Selection; sel == nil || sel.Source != instance.SourceFwCfg {
+		t.Errorf("selection %+v, want from fw_cfg", sel)
+	}
 
 	late, _ := bootSelect(t, selectBoot{complete: true, append: "kpreload.driver=1.0.0 kpreload.early=0"})
 	if e := eduEntries(late.rep); len(e) != 1 || e[0].Phase != "initramfs" || !strings.Contains(strings.Join(eventTexts(late.rep), "\n"), "kpreload.early=0") {
@@ -181,4 +198,27 @@ func TestEarlyDecision(t *testing.T) {
 	if !strings.Contains(strings.Join(eventTexts(notComplete.rep), "\n"), "not marked complete") {
 		t.Errorf("an initramfs not marked complete: events %q, want the reason for the late decision", eventTexts(notComplete.rep))
 	}
+}
+
+// logTimeline logs a boot's /init events and module loads in time order.
+func logTimeline(t *testing.T, rep *report.Report) {
+	t.Helper()
+	type line struct {
+		at   float64
+		what string
+	}
+	lines := []line{{rep.InitStart, "/init started"}}
+	for _, e := range rep.Events {
+		lines = append(lines, line{e.Time, e.What})
+	}
+	for _, m := range rep.Modules {
+		lines = append(lines, line{m.Start, fmt.Sprintf("load %s (%s) until %.3fs: %s", m.Name, m.Phase, m.End, m.Result)})
+	}
+	lines = append(lines, line{rep.Root.Mounted, "root mounted"}, line{rep.SwitchRoot, "switch_root"})
+	sort.SliceStable(lines, func(i, j int) bool { return lines[i].at < lines[j].at })
+	var b strings.Builder
+	for _, l := range lines {
+		fmt.Fprintf(&b, "\n  %.3fs %s", l.at, l.what)
+	}
+	t.Logf("timeline:%s", b.String())
 }

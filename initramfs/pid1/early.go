@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/gpu/selection"
@@ -36,16 +39,39 @@ type earlyResult struct {
 // Otherwise it returns nil and the decision waits for the root, as before;
 // the report says which.
 func (b *Boot) startEarly() <-chan earlyResult {
+	out, started := b.startEarlyLoads()
+	if started != nil {
+		// The GPU set first: the kernel's own modules follow once its load
+		// is under way (or the early loads ended, or earlyHeadStart passed).
+		// Where CPUs are scarce this puts the driver ahead of the root's
+		// storage work instead of interleaving the two; the total is the same.
+		select {
+		case <-started:
+		case <-time.After(earlyHeadStart):
+			b.event("early driver loads not under way after %s: the root's modules go ahead", earlyHeadStart)
+		}
+	}
+	return out
+}
+
+// earlyHeadStart bounds how long the first coldplug waits for the early
+// driver loads to begin.
+const earlyHeadStart = 500 * time.Millisecond
+
+// startEarlyLoads is startEarly without the head start: it also returns a
+// channel closed when the first early load reaches the kernel or the early
+// loads end (nil when the decision waits for the root).
+func (b *Boot) startEarlyLoads() (<-chan earlyResult, <-chan struct{}) {
 	if b.initIdx == nil {
-		return nil
+		return nil, nil
 	}
 	if b.flag("kpreload.early", "1") == "0" {
 		b.event("driver decision after the root mount: kpreload.early=0")
-		return nil
+		return nil, nil
 	}
 	if !b.initIdx.Complete {
 		b.event("driver decision after the root mount: the initramfs index is not marked complete (the root's cache may hold other sets)")
-		return nil
+		return nil, nil
 	}
 	b.loadFwCfg()
 	files := []instance.File{
@@ -75,6 +101,10 @@ func (b *Boot) startEarly() <-chan earlyResult {
 		VerifyDigest: b.ld.VerifyDigest, SigEnforced: b.ld.SigEnforced, Isolate: b.ld.Isolate, Timeout: b.ld.Timeout,
 		Phase: "initramfs-early", FirmwareDirs: b.firmwareDirs(""),
 	}
+	started := make(chan struct{})
+	var once sync.Once
+	begun := func() { once.Do(func() { close(started) }) }
+	ld.Started = func(string) { begun() }
 	out := make(chan earlyResult, 1)
 	go func() {
 		res := earlyResult{devices: map[string][]string{}, keys: map[string]report.Device{}}
@@ -82,6 +112,7 @@ func (b *Boot) startEarly() <-chan earlyResult {
 			if r := recover(); r != nil {
 				res.modules = append(res.modules, report.Module{Name: "early-load", Result: "failed", Reason: fmt.Sprintf("early driver load crashed: %v", r)})
 			}
+			begun()
 			out <- res
 		}()
 		devs, err := coldplug.Scan("/sys")
@@ -109,19 +140,25 @@ func (b *Boot) startEarly() <-chan earlyResult {
 			res.modules = ld.Load(resolve, want)
 		}
 	}()
-	return out
+	return out, started
 }
 
-// loadFwCfg loads qemu_fw_cfg when its device (ACPI QEMU0002) is there, so
-// an instance request QEMU hands over through fw_cfg is readable before the
-// first coldplug.
+// loadFwCfg loads qemu_fw_cfg when its device (ACPI QEMU0002, as QEMU
+// presents it on x86) is there, so an instance request QEMU hands over
+// through fw_cfg is readable before the first coldplug. It looks at that one
+// device rather than scanning them all, and not at all when the command line
+// carries a request, which wins over fw_cfg's.
 func (b *Boot) loadFwCfg() {
-	devs, err := coldplug.Scan("/sys")
-	if err != nil {
+	if _, _, found, err := instance.FromCmdline(b.cmd.Flag); found && err == nil {
 		return
 	}
-	for _, d := range devs {
-		for _, n := range b.index.Match(d.Modalias) {
+	paths, _ := filepath.Glob("/sys/bus/acpi/devices/QEMU0002:*/modalias")
+	for _, p := range paths {
+		alias, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		for _, n := range b.index.Match(strings.TrimSpace(string(alias))) {
 			if n == "qemu_fw_cfg" && !b.attempted[n] {
 				b.attempted[n] = true
 				b.ld.Phase = "initramfs"
