@@ -9,7 +9,7 @@ KPRELOAD := $(BIN)/kpreload
 INIT := $(BIN)/kpreload-init
 GOFLAGS_STATIC := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w'
 
-.PHONY: all build plugin deps demo demo-initramfs test unit vet fmt bench bench-build bench-image clean fuzz
+.PHONY: all build plugin deps demo demo-initramfs test unit vet fmt bench bench-build bench-matrix bench-image clean fuzz
 
 all: build
 
@@ -58,6 +58,9 @@ bench: deps build
 
 bench-build: deps build
 	@scripts/bench-build.sh
+
+bench-matrix: deps build
+	@scripts/bench-build.sh --matrix
 
 bench-image: deps plugin
 	@scripts/bench-image.sh
