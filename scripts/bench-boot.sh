@@ -19,7 +19,7 @@
 #             and kpreload_edu in its modules file); the test driver is installed the way
 #             dkms installs it, lib/modules/<kver>/updates/dkms/kpreload_edu.ko + depmod,
 #             and udev in the initramfs loads it.
-#   kpreload: kpreload initramfs --kernel K --root <unpacked kernel> --cache <cache
+#   kpreload: kpreload initramfs --kernel K --root <unpacked kernel> --filesystems ext4 --cache <cache
 #             holding the test driver>: /init decides after the root is mounted.
 #   kpreload-early: the same with --complete (the index marked complete, as an image
 #             whose root cache holds nothing more): /init decides after the first
@@ -161,7 +161,7 @@ for i in $(seq 1 "$runs"); do
         complete=()
         [ "$v" = kpreload-early ] && complete=(--complete)
         s=$(date +%s%N)
-        "$kp" initramfs --kernel "$kver" --root "$ktree" --cache "$work/cache" "${complete[@]}" -o "${initrd[$v]}" >"$lg" 2>&1 ||
+        "$kp" initramfs --kernel "$kver" --root "$ktree" --cache "$work/cache" --filesystems ext4 "${complete[@]}" -o "${initrd[$v]}" >"$lg" 2>&1 ||
           fail "kpreload initramfs failed" "$lg"
         secs=$(seconds "$s" "$(date +%s%N)")
         what="kpreload initramfs ${complete[*]}" ;;

@@ -194,6 +194,8 @@ func Stage(ctx context.Context, o StageOptions, root string) (*StageResult, erro
 			Init:        o.InitBinary,
 			FirmwareDir: filepath.Join(root, "lib", "firmware"),
 			Compression: archive.Zstd,
+			// The image's root is ext4 (disk.go): its initramfs needs no other.
+			Filesystems: []string{"ext4"},
 		}
 		if o.EarlyDrivers {
 			// The image's cache subset is the root's cache: the index is complete.

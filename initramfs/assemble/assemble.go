@@ -13,6 +13,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -48,13 +49,28 @@ var BootCritical = []string{
 	"kernel/drivers/ata/ata_generic.ko",
 	"kernel/drivers/hv/hv_vmbus.ko",
 	"kernel/drivers/firmware/qemu_fw_cfg.ko",
-	"kernel/fs/ext4/ext4.ko",
-	"kernel/fs/xfs/xfs.ko",
-	"kernel/fs/btrfs/btrfs.ko",
-	"kernel/fs/fat/vfat.ko",
-	"kernel/fs/isofs/isofs.ko",
-	"kernel/fs/nls/nls_cp437.ko",
-	"kernel/fs/nls/nls_ascii.ko",
+}
+
+// Filesystems are the root filesystems an initramfs can mount, each with the
+// modules it needs (globs as BootCritical's): all of them unless
+// Options.Filesystems names fewer. xfs and btrfs alone are half of an
+// uncompressed initramfs, which the kernel decompresses before /init runs.
+var Filesystems = map[string][]string{
+	"ext4":    {"kernel/fs/ext4/ext4.ko"},
+	"xfs":     {"kernel/fs/xfs/xfs.ko"},
+	"btrfs":   {"kernel/fs/btrfs/btrfs.ko"},
+	"vfat":    {"kernel/fs/fat/vfat.ko", "kernel/fs/nls/nls_cp437.ko", "kernel/fs/nls/nls_ascii.ko"},
+	"iso9660": {"kernel/fs/isofs/isofs.ko"},
+}
+
+// FilesystemNames returns the names Filesystems knows, sorted.
+func FilesystemNames() []string {
+	names := make([]string, 0, len(Filesystems))
+	for n := range Filesystems {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // Options describe one initramfs.
@@ -86,6 +102,10 @@ type Options struct {
 	// Instance, when set, is the image's instance YAML, copied to
 	// pid1.InitramfsInstance so an early decision sees the image's request.
 	Instance string
+	// Filesystems, when set, are the only root filesystems (keys of
+	// Filesystems) whose modules are included; nil includes them all. An
+	// image builder knows its root's filesystem.
+	Filesystems []string
 }
 
 // Result says what went into an initramfs.
@@ -291,6 +311,18 @@ func stripCompression(p string) string {
 // kernelSet selects the boot-critical modules of the kernel's own tree and their
 // dependencies, and describes them for the boot index.
 func kernelSet(tree *modalias.Tree, o Options) (*bootindex.Set, error) {
+	globs := slices.Clone(BootCritical)
+	fss := o.Filesystems
+	if fss == nil {
+		fss = FilesystemNames()
+	}
+	for _, fs := range fss {
+		g, ok := Filesystems[fs]
+		if !ok {
+			return nil, fmt.Errorf("filesystem %q: kpreload knows %s", fs, strings.Join(FilesystemNames(), ", "))
+		}
+		globs = append(globs, g...)
+	}
 	var names []string
 	for _, n := range tree.Names() {
 		m, _ := tree.Module(n)
@@ -298,7 +330,7 @@ func kernelSet(tree *modalias.Tree, o Options) (*bootindex.Set, error) {
 			continue
 		}
 		p := stripCompression(m.Path)
-		for _, g := range BootCritical {
+		for _, g := range globs {
 			if ok, _ := path.Match(g, p); ok {
 				names = append(names, n)
 				break

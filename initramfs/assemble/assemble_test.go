@@ -126,6 +126,7 @@ func TestBuildGzipAndErrors(t *testing.T) {
 		{"no init", Options{Kernel: kver, ModulesDir: filepath.Join(root, "lib/modules", kver)}, "no /init binary"},
 		{"no kernel", Options{}, "no kernel release"},
 		{"unknown module", Options{Kernel: kver, ModulesDir: filepath.Join(root, "lib/modules", kver), Init: fakeInit(t), Modules: []string{"no_such_mod"}}, "no_such_mod"},
+		{"unknown filesystem", Options{Kernel: kver, ModulesDir: filepath.Join(root, "lib/modules", kver), Init: fakeInit(t), Filesystems: []string{"zfs"}}, `filesystem "zfs": kpreload knows btrfs, ext4, iso9660, vfat, xfs`},
 	}
 	for _, tt := range tests {
 		_, err := Build(tt.o, &bytes.Buffer{})
@@ -144,5 +145,35 @@ func TestWriteFileLeavesNothingOnFailure(t *testing.T) {
 	ents, _ := os.ReadDir(dir)
 	if len(ents) != 0 {
 		t.Errorf("failed WriteFile left %d files behind", len(ents))
+	}
+}
+
+// TestBuildFilesystems checks that Filesystems limits the root filesystem
+// modules to those named, and that the default carries them all.
+func TestBuildFilesystems(t *testing.T) {
+	kver := "6.12.117+deb12-cloud-amd64"
+	mods := filepath.Join(kernelRoot(t, kver), "lib/modules", kver)
+	for _, c := range []struct {
+		fs        []string
+		have, not []string
+	}{
+		{nil, []string{"xfs", "btrfs", "virtio_blk"}, nil},
+		{[]string{"ext4"}, []string{"virtio_blk", "nvme", "qemu_fw_cfg"}, []string{"xfs", "btrfs", "vfat", "isofs"}},
+		{[]string{"xfs"}, []string{"xfs", "virtio_blk"}, []string{"btrfs", "vfat"}},
+	} {
+		res, err := Build(Options{Kernel: kver, ModulesDir: mods, Init: fakeInit(t), Filesystems: c.fs}, &bytes.Buffer{})
+		if err != nil {
+			t.Fatalf("filesystems %v: %v", c.fs, err)
+		}
+		for _, m := range c.have {
+			if got := slices.Contains(res.Modules, m); !got {
+				t.Errorf("filesystems %v: modules %v lack %s", c.fs, res.Modules, m)
+			}
+		}
+		for _, m := range c.not {
+			if got := slices.Contains(res.Modules, m); got {
+				t.Errorf("filesystems %v: modules include %s", c.fs, m)
+			}
+		}
 	}
 }

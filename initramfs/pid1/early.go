@@ -6,8 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/gpu/selection"
@@ -39,39 +37,16 @@ type earlyResult struct {
 // Otherwise it returns nil and the decision waits for the root, as before;
 // the report says which.
 func (b *Boot) startEarly() <-chan earlyResult {
-	out, started := b.startEarlyLoads()
-	if started != nil {
-		// The GPU set first: the kernel's own modules follow once its load
-		// is under way (or the early loads ended, or earlyHeadStart passed).
-		// Where CPUs are scarce this puts the driver ahead of the root's
-		// storage work instead of interleaving the two; the total is the same.
-		select {
-		case <-started:
-		case <-time.After(earlyHeadStart):
-			b.event("early driver loads not under way after %s: the root's modules go ahead", earlyHeadStart)
-		}
-	}
-	return out
-}
-
-// earlyHeadStart bounds how long the first coldplug waits for the early
-// driver loads to begin.
-const earlyHeadStart = 500 * time.Millisecond
-
-// startEarlyLoads is startEarly without the head start: it also returns a
-// channel closed when the first early load reaches the kernel or the early
-// loads end (nil when the decision waits for the root).
-func (b *Boot) startEarlyLoads() (<-chan earlyResult, <-chan struct{}) {
 	if b.initIdx == nil {
-		return nil, nil
+		return nil
 	}
 	if b.flag("kpreload.early", "1") == "0" {
 		b.event("driver decision after the root mount: kpreload.early=0")
-		return nil, nil
+		return nil
 	}
 	if !b.initIdx.Complete {
 		b.event("driver decision after the root mount: the initramfs index is not marked complete (the root's cache may hold other sets)")
-		return nil, nil
+		return nil
 	}
 	b.loadFwCfg()
 	files := []instance.File{
@@ -101,10 +76,12 @@ func (b *Boot) startEarlyLoads() (<-chan earlyResult, <-chan struct{}) {
 		VerifyDigest: b.ld.VerifyDigest, SigEnforced: b.ld.SigEnforced, Isolate: b.ld.Isolate, Timeout: b.ld.Timeout,
 		Phase: "initramfs-early", FirmwareDirs: b.firmwareDirs(""),
 	}
-	started := make(chan struct{})
-	var once sync.Once
-	begun := func() { once.Do(func() { close(started) }) }
-	ld.Started = func(string) { begun() }
+	// One scan serves the early match and the first coldplug round: the
+	// devices a driver set matches (PCI GPUs) are there before /init runs.
+	devs, scanErr := coldplug.Scan("/sys")
+	if scanErr == nil {
+		b.prescan = devs
+	}
 	out := make(chan earlyResult, 1)
 	go func() {
 		res := earlyResult{devices: map[string][]string{}, keys: map[string]report.Device{}}
@@ -112,11 +89,9 @@ func (b *Boot) startEarlyLoads() (<-chan earlyResult, <-chan struct{}) {
 			if r := recover(); r != nil {
 				res.modules = append(res.modules, report.Module{Name: "early-load", Result: "failed", Reason: fmt.Sprintf("early driver load crashed: %v", r)})
 			}
-			begun()
 			out <- res
 		}()
-		devs, err := coldplug.Scan("/sys")
-		if err != nil {
+		if scanErr != nil {
 			return
 		}
 		var want []string
@@ -140,7 +115,7 @@ func (b *Boot) startEarlyLoads() (<-chan earlyResult, <-chan struct{}) {
 			res.modules = ld.Load(resolve, want)
 		}
 	}()
-	return out, started
+	return out
 }
 
 // loadFwCfg loads qemu_fw_cfg when its device (ACPI QEMU0002, as QEMU

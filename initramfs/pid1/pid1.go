@@ -61,6 +61,9 @@ type Boot struct {
 	initDir string
 	// decision is the driver selection, nil until taken.
 	decision *selection.Decision
+	// prescan, when set, is a device scan taken just before the first
+	// coldplug (by startEarly), which uses it for its first round.
+	prescan []coldplug.Device
 	// fwRestore puts back the kernel's firmware search path /init changed
 	// (see firmwareFromRoot); nil when it changed nothing.
 	fwRestore func()
@@ -287,7 +290,11 @@ func (b *Boot) coldplug(phase, key string, match *coldplug.Index) {
 		b.seen[key] = seen
 	}
 	for round := 1; round <= 8; round++ {
-		devs, err := coldplug.Scan("/sys")
+		devs, err := b.prescan, error(nil)
+		b.prescan = nil
+		if devs == nil {
+			devs, err = coldplug.Scan("/sys")
+		}
 		if err != nil {
 			b.errorf("coldplug scan: %v", err)
 			return

@@ -79,9 +79,6 @@ type Loader struct {
 	Isolate func(*coldplug.Candidate) bool
 	// Timeout is the deadline of an isolated load; <= 0 means DefaultTimeout.
 	Timeout time.Duration
-	// Started, if set, is called with a module's name just before the
-	// kernel is asked to load it (after its checks), from the loading goroutine.
-	Started func(name string)
 	// FirmwareDirs, when set, are where the kernel's firmware loader looks
 	// (/lib/firmware, ...): a driver-set module's (Isolate) declared firmware
 	// missing from all of them is recorded in its entry (MissingFirmware)
@@ -342,9 +339,6 @@ func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
 	flags := 0
 	if c.Module.Compression != "" && c.Module.Compression != "none" {
 		flags = moduleInitCompressedFile
-	}
-	if l.Started != nil {
-		l.Started(name)
 	}
 	if l.Isolate != nil && l.Isolate(c) {
 		err = l.isolatedFinit(f, params, flags)

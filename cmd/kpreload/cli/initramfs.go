@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/kpreload/kpreload/initramfs/archive"
 	"github.com/kpreload/kpreload/initramfs/assemble"
@@ -34,9 +35,13 @@ func newInitramfsCmd() *cobra.Command {
 		Short: "Build a kpreload initramfs for one kernel",
 		Long: `Build a deterministic initramfs (newc cpio, zstd by default) holding kpreload's
 static /init, the kernel's boot-critical modules (virtio, NVMe, SCSI/AHCI front ends,
-Hyper-V and Xen buses, qemu_fw_cfg, ext4/xfs/btrfs/vfat) with their dependencies,
-module sets from a kpreload cache, the firmware they declare, and the boot index
-/init reads. The same inputs always give byte-identical output.`,
+Hyper-V and Xen buses, qemu_fw_cfg, ext4/xfs/btrfs/vfat/iso9660) with their
+dependencies, module sets from a kpreload cache, the firmware they declare, and the
+boot index /init reads. The same inputs always give byte-identical output.
+
+--filesystems names the root filesystems to carry modules for (default: all). An
+image builder knows its root's: --filesystems ext4 leaves out xfs and btrfs, half of
+the uncompressed initramfs, which the kernel decompresses before /init runs.`,
 		Example: `  kpreload initramfs --kernel 6.1.0-56-cloud-amd64 -o initrd.img
   kpreload initramfs --kernel 6.12.117+deb12-cloud-amd64 --root /var/cache/kpreload/kernels/6.12.117+deb12-cloud-amd64 --cache ./cache -o initrd.img`,
 		Args: cobra.NoArgs,
@@ -81,6 +86,7 @@ module sets from a kpreload cache, the firmware they declare, and the boot index
 	f.StringVar(&o.ModulesDir, "modules-dir", "", "the kernel's module tree (default /lib/modules/KVER, or ROOT/lib/modules/KVER)")
 	f.StringVar(&root, "root", "", "a directory holding an unpacked kernel (lib/modules/KVER), e.g. from scripts/kernels.sh")
 	f.StringVar(&o.CacheDir, "cache", "", "include the module sets a kpreload cache holds for this kernel")
+	f.StringSliceVar(&o.Filesystems, "filesystems", nil, "only these root filesystems' modules ("+strings.Join(assemble.FilesystemNames(), ", ")+"; default: all)")
 	f.BoolVar(&o.Complete, "complete", false, "mark the index complete: the root's module cache holds no driver set for this kernel that --cache lacks, so /init chooses and loads drivers while it finds the root (kpreload.early=0 turns that off at boot)")
 	f.StringVar(&o.Instance, "instance", "", "the image's instance YAML, copied in so an early decision sees the image's request")
 	f.StringSliceVar(&o.Modules, "module", nil, "also include this kernel module and its dependencies (repeatable)")
