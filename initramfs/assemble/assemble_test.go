@@ -158,7 +158,7 @@ func TestBuildFilesystems(t *testing.T) {
 		have, not []string
 	}{
 		{nil, []string{"xfs", "btrfs", "virtio_blk"}, nil},
-		{[]string{"ext4"}, []string{"virtio_blk", "nvme", "qemu_fw_cfg"}, []string{"xfs", "btrfs", "vfat", "isofs"}},
+		{[]string{"ext4"}, []string{"virtio_blk", "ahci", "qemu_fw_cfg"}, []string{"xfs", "btrfs", "vfat", "isofs"}},
 		{[]string{"xfs"}, []string{"xfs", "virtio_blk"}, []string{"btrfs", "vfat"}},
 	} {
 		res, err := Build(Options{Kernel: kver, ModulesDir: mods, Init: fakeInit(t), Filesystems: c.fs}, &bytes.Buffer{})
