@@ -169,25 +169,25 @@ exec chroot "$root" "$@"'
   done
 
   # --- kpreload ------------------------------------------------------------------------
+  # kp_build NAME: kpreload build of the cells into $work/cache, timed; the JSON to
+  # $work/NAME.json, the seconds to $kp_secs. Exit status 3 means only cells failed to
+  # compile (the table says which).
+  kp_build() {
+    local t0 rc
+    t0=$(now)
+    set +e
+    (cd "$top" && "$kp" build --cache "$work/cache" --json "${cellargs[@]}") >"$work/$1.json" 2>"$work/$1.log"
+    rc=$?
+    set -e
+    kp_secs=$(elapsed "$t0" "$(now)")
+    [ "$rc" = 0 ] || [ "$rc" = 3 ] || { tail -20 "$work/$1.log" >&2; die "kpreload build ($1) failed with exit $rc (log $work/$1.log)"; }
+  }
   log "kpreload build (cold cache)"
-  t0=$(now)
-  set +e
-  (cd "$top" && "$kp" build --cache "$work/cache" --json "${cellargs[@]}") >"$work/cold.json" 2>"$work/cold.log"
-  rc=$?
-  set -e
-  t1=$(now)
-  kp_cold=$(elapsed "$t0" "$t1")
-  # Exit status 3: only cells failed to compile (the table says which).
-  [ "$rc" = 0 ] || [ "$rc" = 3 ] || { tail -20 "$work/cold.log" >&2; die "kpreload build (cold) failed with exit $rc (log $work/cold.log)"; }
+  kp_build cold
+  kp_cold=$kp_secs
   log "kpreload build (cold) took $kp_cold s; again (no-op)"
-  t0=$(now)
-  set +e
-  (cd "$top" && "$kp" build --cache "$work/cache" --json "${cellargs[@]}") >"$work/noop.json" 2>"$work/noop.log"
-  rc=$?
-  set -e
-  t1=$(now)
-  kp_noop=$(elapsed "$t0" "$t1")
-  [ "$rc" = 0 ] || [ "$rc" = 3 ] || die "kpreload build (no-op) failed with exit $rc (log $work/noop.log)"
+  kp_build noop
+  kp_noop=$kp_secs
 
   local ratio
   ratio=$(awk -v a="$seq_total" -v b="$kp_cold" 'BEGIN { printf "%.2f", a / b }')
