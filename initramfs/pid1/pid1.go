@@ -290,8 +290,9 @@ func (b *Boot) coldplug(phase, key string, match *coldplug.Index) {
 		b.seen[key] = seen
 	}
 	for round := 1; round <= 8; round++ {
-		devs, err := b.prescan, error(nil)
+		devs := b.prescan
 		b.prescan = nil
+		var err error
 		if devs == nil {
 			devs, err = coldplug.Scan("/sys")
 		}

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/kpreload/kpreload/internal/testenv"
 )
 
 // Test kernels, as scripts/lib.sh sets them: one with plain .ko files and one
@@ -24,18 +26,11 @@ func testKernels() []string {
 }
 
 // moduleDir returns lib/modules/<kver> of the unpacked kernel kver under
-// $KPRELOAD_CACHE/kernels, failing the test when it is not there.
+// $KPRELOAD_CACHE/kernels (testenv.KernelTree unpacks it through
+// scripts/kernels.sh when absent, or fails the test).
 func moduleDir(t testing.TB, kver string) string {
 	t.Helper()
-	cache := os.Getenv("KPRELOAD_CACHE")
-	if cache == "" {
-		cache = "/var/cache/kpreload"
-	}
-	dir := filepath.Join(cache, "kernels", kver, "lib", "modules", kver)
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		t.Fatalf("kernel %s is not unpacked at %s (%v): run scripts/deps.sh (or scripts/kernels.sh %s)", kver, dir, err, kver)
-	}
-	return dir
+	return filepath.Join(testenv.KernelTree(t, kver), "lib", "modules", kver)
 }
 
 // findModule returns the file of module stem (a path under lib/modules/<kver>

@@ -18,6 +18,8 @@ import (
 	"github.com/kpreload/kpreload/live/coldplug"
 	"github.com/kpreload/kpreload/live/report"
 	"golang.org/x/sys/unix"
+
+	"github.com/kpreload/kpreload/internal/testenv"
 )
 
 // Test kernels, as scripts/lib.sh sets them: 6.1 ships plain .ko, 6.12 .ko.xz.
@@ -251,18 +253,11 @@ func sha(t *testing.T, path string) string {
 	return hex.EncodeToString(s[:])
 }
 
-// moduleDir returns lib/modules/<kver> of an unpacked test kernel, failing loudly when absent.
+// moduleDir returns lib/modules/<kver> of an unpacked test kernel (testenv.KernelTree
+// unpacks it through scripts/kernels.sh when absent, or fails the test).
 func moduleDir(t *testing.T, kver string) string {
 	t.Helper()
-	cache := os.Getenv("KPRELOAD_CACHE")
-	if cache == "" {
-		cache = "/var/cache/kpreload"
-	}
-	dir := filepath.Join(cache, "kernels", kver, "lib", "modules", kver)
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		t.Fatalf("kernel %s is not unpacked at %s (%v): run scripts/deps.sh (or scripts/kernels.sh %s)", kver, dir, err, kver)
-	}
-	return dir
+	return filepath.Join(testenv.KernelTree(t, kver), "lib", "modules", kver)
 }
 
 // tool runs a real program and returns its stdout, failing loudly when it is missing.
