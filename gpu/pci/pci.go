@@ -84,9 +84,27 @@ func Scan(root string) ([]Device, error) {
 	return devs, nil
 }
 
-// Read reads one device's sysfs directory.
+// Read reads one device's sysfs directory. The ids come from its modalias when
+// it has one (one file holds them all: a sysfs read costs several system calls,
+// which add up at boot under emulation), else from the vendor, device,
+// subsystem and class files.
 func Read(dir string) (Device, error) {
 	d := Device{Address: filepath.Base(dir)}
+	b, err := os.ReadFile(filepath.Join(dir, "modalias"))
+	if ids, perr := ParseModalias(strings.TrimSpace(string(b))); err == nil && perr == nil {
+		ids.Address = d.Address
+		d = ids
+	} else if err := d.readIDFiles(dir); err != nil {
+		return d, err
+	}
+	if target, err := os.Readlink(filepath.Join(dir, "driver")); err == nil {
+		d.Driver = filepath.Base(target)
+	}
+	return d, nil
+}
+
+// readIDFiles sets d's ids from the vendor, device, subsystem and class files.
+func (d *Device) readIDFiles(dir string) error {
 	for _, f := range []struct {
 		name string
 		bits int
@@ -101,17 +119,57 @@ func Read(dir string) (Device, error) {
 		p := filepath.Join(dir, f.name)
 		b, err := os.ReadFile(p)
 		if err != nil {
-			return d, fmt.Errorf("pci: %w", err)
+			return fmt.Errorf("pci: %w", err)
 		}
 		v, err := ParseHex(strings.TrimSpace(string(b)), f.bits)
 		if err != nil {
-			return d, fmt.Errorf("pci: %s: %w", p, err)
+			return fmt.Errorf("pci: %s: %w", p, err)
 		}
 		f.set(v)
 	}
-	if target, err := os.Readlink(filepath.Join(dir, "driver")); err == nil {
-		d.Driver = filepath.Base(target)
+	return nil
+}
+
+// ParseModalias parses the ids out of a PCI device's modalias as the kernel
+// writes it (drivers/pci/pci-sysfs.c):
+// pci:v<vendor>d<device>sv<subvendor>sd<subdevice>bc<base>sc<sub>i<prog-if>, the
+// ids as 8 and the class bytes as 2 upper-case hex digits. The Address is left empty.
+func ParseModalias(alias string) (Device, error) {
+	var d Device
+	rest, ok := strings.CutPrefix(alias, "pci:")
+	if !ok {
+		return d, fmt.Errorf("pci: modalias %q: not a PCI modalias", alias)
 	}
+	var class uint32
+	for _, f := range []struct {
+		tag    string
+		digits int
+		max    uint64
+		set    func(uint64)
+	}{
+		{"v", 8, 0xffff, func(v uint64) { d.Vendor = uint16(v) }},
+		{"d", 8, 0xffff, func(v uint64) { d.Device = uint16(v) }},
+		{"sv", 8, 0xffff, func(v uint64) { d.SubVendor = uint16(v) }},
+		{"sd", 8, 0xffff, func(v uint64) { d.SubDevice = uint16(v) }},
+		{"bc", 2, 0xff, func(v uint64) { class |= uint32(v) << 16 }},
+		{"sc", 2, 0xff, func(v uint64) { class |= uint32(v) << 8 }},
+		{"i", 2, 0xff, func(v uint64) { class |= uint32(v) }},
+	} {
+		field, ok := strings.CutPrefix(rest, f.tag)
+		if !ok || len(field) < f.digits {
+			return d, fmt.Errorf("pci: modalias %q: no %s field of %d hex digits", alias, f.tag, f.digits)
+		}
+		v, err := strconv.ParseUint(field[:f.digits], 16, 64)
+		if err != nil || v > f.max {
+			return d, fmt.Errorf("pci: modalias %q: bad %s field %q", alias, f.tag, field[:f.digits])
+		}
+		f.set(v)
+		rest = field[f.digits:]
+	}
+	if rest != "" {
+		return d, fmt.Errorf("pci: modalias %q: trailing %q", alias, rest)
+	}
+	d.Class = class
 	return d, nil
 }
 

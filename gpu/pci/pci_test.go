@@ -86,3 +86,93 @@ func TestParseHex(t *testing.T) {
 		}
 	}
 }
+
+func TestParseModalias(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    pci.Device
+		wantErr bool
+	}{
+		{"pci:v000010DEd00002335sv000010DEsd000018BFbc03sc02i00", pci.Device{Vendor: 0x10de, Device: 0x2335, SubVendor: 0x10de, SubDevice: 0x18bf, Class: 0x030200}, false},
+		{"pci:v00008086d000029C0sv00001AF4sd00001100bc06sc00i00", pci.Device{Vendor: 0x8086, Device: 0x29c0, SubVendor: 0x1af4, SubDevice: 0x1100, Class: 0x060000}, false},
+		{"pci:v00001234d000011E8sv00001AF4sd00001100bc00scFFi00", pci.Device{Vendor: 0x1234, Device: 0x11e8, SubVendor: 0x1af4, SubDevice: 0x1100, Class: 0x00ff00}, false},
+		{"pci:v000010DEd00002335sv000010DEsd000018BFbc03sc02", pci.Device{}, true},     // no prog-if
+		{"pci:v000010DEd00002335sv000010DEsd000018BFbc03sc02i00x", pci.Device{}, true}, // trailing
+		{"pci:v000110DEd00002335sv000010DEsd000018BFbc03sc02i00", pci.Device{}, true},  // vendor over 16 bits
+		{"pci:v0000ZZZZd00002335sv000010DEsd000018BFbc03sc02i00", pci.Device{}, true},  // not hex
+		{"acpi:QEMU0002:", pci.Device{}, true}, // another bus
+		{"", pci.Device{}, true},
+	}
+	for _, tt := range tests {
+		got, err := pci.ParseModalias(tt.in)
+		if (err != nil) != tt.wantErr || (err == nil && got != tt.want) {
+			t.Errorf("ParseModalias(%q) = %+v, %v; want %+v, error %v", tt.in, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
+// TestReadModaliasMatchesIDFiles checks that the ids Read takes from a modalias
+// are the ones the vendor, device, subsystem and class files hold: on the
+// fixture captured from an H200 VM (read with and without its modalias files)
+// and on this machine's own sysfs.
+func TestReadModaliasMatchesIDFiles(t *testing.T) {
+	root := pcitest.FromFixture(t, h200Fixture)
+	withAlias, err := pci.Scan(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aliases, _ := filepath.Glob(filepath.Join(root, "sys/bus/pci/devices/*/modalias"))
+	if len(aliases) != len(withAlias) {
+		t.Fatalf("fixture has %d modalias files for %d devices", len(aliases), len(withAlias))
+	}
+	for _, p := range aliases {
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fromFiles, err := pci.Scan(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fromFiles) != len(withAlias) {
+		t.Fatalf("Scan without modalias: %d devices, with: %d", len(fromFiles), len(withAlias))
+	}
+	for i := range withAlias {
+		if got, want := withAlias[i], fromFiles[i]; got != want {
+			t.Errorf("fixture %s: from modalias %+v, from id files %+v", want.Address, got, want)
+		}
+	}
+
+	host, _ := filepath.Glob("/sys/bus/pci/devices/*/modalias")
+	for _, p := range host {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := pci.ParseModalias(strings.TrimSpace(string(b)))
+		if err != nil {
+			t.Errorf("%s: %v", p, err)
+			continue
+		}
+		dir := filepath.Dir(p)
+		for _, f := range []struct {
+			name string
+			bits int
+			got  uint64
+		}{
+			{"vendor", 16, uint64(got.Vendor)}, {"device", 16, uint64(got.Device)},
+			{"subsystem_vendor", 16, uint64(got.SubVendor)}, {"subsystem_device", 16, uint64(got.SubDevice)},
+			{"class", 24, uint64(got.Class)},
+		} {
+			raw, err := os.ReadFile(filepath.Join(dir, f.name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := pci.ParseHex(strings.TrimSpace(string(raw)), f.bits)
+			if err != nil || want != f.got {
+				t.Errorf("%s: %s from modalias %#x, file says %q", dir, f.name, f.got, raw)
+			}
+		}
+	}
+	t.Logf("compared %d fixture devices and %d of this machine's", len(withAlias), len(host))
+}

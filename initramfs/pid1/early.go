@@ -76,11 +76,21 @@ func (b *Boot) startEarly() <-chan earlyResult {
 		VerifyDigest: b.ld.VerifyDigest, SigEnforced: b.ld.SigEnforced, Isolate: b.ld.Isolate, Timeout: b.ld.Timeout,
 		Phase: "initramfs-early", FirmwareDirs: b.firmwareDirs(""),
 	}
-	// One scan serves the early match and the first coldplug round: the
-	// devices a driver set matches (PCI GPUs) are there before /init runs.
-	devs, scanErr := coldplug.Scan("/sys")
-	if scanErr == nil {
-		b.prescan = devs
+	// The devices a driver set matches (PCI GPUs) are there before /init
+	// runs. When every alias of the chosen sets is a PCI one, only the PCI bus
+	// is scanned here, and the first coldplug round scans everything while the
+	// sets load; otherwise one whole scan serves both.
+	var devs []coldplug.Device
+	var scanErr error
+	switch kinds := match.AliasKinds(); {
+	case len(kinds) == 0:
+	case len(kinds) == 1 && kinds[0] == "pci":
+		devs, scanErr = coldplug.ScanBus("/sys", "pci")
+	default:
+		devs, scanErr = coldplug.Scan("/sys")
+		if scanErr == nil {
+			b.prescan = devs
+		}
 	}
 	out := make(chan earlyResult, 1)
 	go func() {

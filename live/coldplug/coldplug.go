@@ -26,8 +26,14 @@ type Device struct {
 // Scan reads every /sys/bus/*/devices/*/modalias under sysRoot (usually "/sys") and
 // returns the devices sorted by path. Unreadable entries are skipped: a device that
 // vanishes during the scan is not an error.
-func Scan(sysRoot string) ([]Device, error) {
-	paths, err := filepath.Glob(filepath.Join(sysRoot, "bus", "*", "devices", "*", "modalias"))
+func Scan(sysRoot string) ([]Device, error) { return ScanBus(sysRoot, "*") }
+
+// ScanBus is Scan limited to one bus (sysRoot/bus/<bus>/devices/*/modalias), or to
+// every bus when bus is "*". Reading a modalias costs a few system calls, which
+// add up under emulation: a QEMU guest has dozens of ACPI devices and a handful
+// of PCI ones, and a GPU driver only ever matches the latter.
+func ScanBus(sysRoot, bus string) ([]Device, error) {
+	paths, err := filepath.Glob(filepath.Join(sysRoot, "bus", bus, "devices", "*", "modalias"))
 	if err != nil {
 		return nil, fmt.Errorf("coldplug scan %s: %w", sysRoot, err)
 	}
@@ -116,6 +122,28 @@ func (ix *Index) Match(alias string) []string {
 		}
 	}
 	return names
+}
+
+// AliasKinds returns the distinct kinds of the index's alias patterns (the part
+// before the first ':', such as "pci" or "acpi"), sorted; a pattern without a
+// ':' counts as "*", since it may match any device.
+func (ix *Index) AliasKinds() []string {
+	seen := map[string]bool{}
+	for _, c := range ix.all {
+		for _, pat := range c.Module.Aliases {
+			kind, _, ok := strings.Cut(pat, ":")
+			if !ok {
+				kind = "*"
+			}
+			seen[kind] = true
+		}
+	}
+	kinds := make([]string, 0, len(seen))
+	for k := range seen {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	return kinds
 }
 
 // Normalize turns a module name into the kernel's form ('-' becomes '_').

@@ -129,6 +129,17 @@ func TestScanBuses(t *testing.T) {
 		t.Errorf("Scan =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 
+	pciOnly, err := ScanBus(root, "pci")
+	if err != nil {
+		t.Fatalf("ScanBus(pci): %v", err)
+	}
+	if len(pciOnly) != 1 || pciOnly[0].Modalias != h200 {
+		t.Errorf("ScanBus(pci) = %v, want the one PCI device with a modalias", pciOnly)
+	}
+	if none, err := ScanBus(root, "usb"); err != nil || len(none) != 0 {
+		t.Errorf("ScanBus(usb) = %v, %v; want no devices, no error", none, err)
+	}
+
 	empty, err := Scan(filepath.Join(root, "no-such-sysfs"))
 	if err != nil || len(empty) != 0 {
 		t.Errorf("Scan(missing root) = %v, %v; want no devices, no error", empty, err)
@@ -182,6 +193,33 @@ func TestMatch(t *testing.T) {
 	for _, tt := range tests {
 		if got := tt.ix.Match(tt.alias); !slices.Equal(got, tt.want) {
 			t.Errorf("Match(%q) = %q, want %q", tt.alias, got, tt.want)
+		}
+	}
+}
+
+func TestAliasKinds(t *testing.T) {
+	all := NewIndex()
+	all.Add("/lib/modules/k", handIndex(), nil)
+	drivers := NewIndex()
+	drivers.Add("/lib/modules/k", handIndex(), func(s *bootindex.Set) bool { return s.Driver == "nvidia" })
+	odd := NewIndex()
+	odd.Add("/lib/modules/k", &bootindex.Index{Sets: []bootindex.Set{{ID: "x", Modules: []bootindex.Module{
+		{Name: "a", Aliases: []string{"acpi*:QEMU0002:*"}},
+		{Name: "b", Aliases: []string{"*"}},
+	}}}}, nil)
+	tests := []struct {
+		name string
+		ix   *Index
+		want []string
+	}{
+		{"kernel and driver sets", all, []string{"pci", "virtio"}},
+		{"driver sets only", drivers, []string{"pci"}},
+		{"no ':' counts as any", odd, []string{"*", "acpi*"}},
+		{"empty", NewIndex(), []string{}},
+	}
+	for _, tt := range tests {
+		if got := tt.ix.AliasKinds(); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: AliasKinds() = %q, want %q", tt.name, got, tt.want)
 		}
 	}
 }
