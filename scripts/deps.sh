@@ -45,7 +45,7 @@ packages=(
   dkms kmod make gcc libc6-dev bc    # module builds and the modprobe/depmod oracle
   patch                              # recipes' patches (applied to a copy of the DKMS source)
   dwarves                            # pahole: 6.12 headers build BTF for modules
-  cpio zstd xz-utils gzip e2fsprogs  # archives and root disks
+  cpio zstd lz4 xz-utils gzip e2fsprogs  # archives and root disks
   initramfs-tools-core busybox       # the baseline benchmarks compare against
   dpkg-dev                           # dpkg -x / apt-get download helpers
   mmdebstrap                         # image rootfs, without a VM or loop mounts

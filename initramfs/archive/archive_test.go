@@ -226,6 +226,8 @@ func TestParseCompression(t *testing.T) {
 		{"zstd", Zstd, false},
 		{"ZSTD", Zstd, false},
 		{"gzip", Gzip, false},
+		{"lz4", LZ4, false},
+		{"LZ4", LZ4, false},
 		{"none", None, false},
 		{"xz", "", true},
 		{"zst", "", true},

@@ -49,7 +49,7 @@ func decompress(t *testing.T, data []byte, c Compression) []byte {
 	if c == None {
 		return data
 	}
-	tool := map[Compression]string{Zstd: "zstd", Gzip: "gzip"}[c]
+	tool := map[Compression]string{Zstd: "zstd", LZ4: "lz4", Gzip: "gzip"}[c]
 	f := filepath.Join(t.TempDir(), "initrd"+c.Ext())
 	if err := os.WriteFile(f, data, 0o644); err != nil {
 		t.Fatal(err)

@@ -20,7 +20,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata/golden.cpio")
 
-var compressions = []Compression{Zstd, Gzip, None}
+var compressions = []Compression{Zstd, LZ4, Gzip, None}
 
 func TestEncodeDeterministic(t *testing.T) {
 	steps := fixtureSteps(t, t.TempDir())
@@ -50,7 +50,7 @@ func TestEncodeDeterministic(t *testing.T) {
 	}
 }
 
-// TestEncodeRealTools checks every compression with the real zstd/gzip (-t and -d)
+// TestEncodeRealTools checks every compression with the real zstd/lz4/gzip (-t and -d)
 // and GNU cpio, which must reproduce files, modes (setuid, setgid and sticky
 // included), symlinks, owners and mtimes.
 func TestEncodeRealTools(t *testing.T) {

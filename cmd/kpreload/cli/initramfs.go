@@ -94,7 +94,7 @@ the uncompressed initramfs, which the kernel decompresses before /init runs.`,
 	f.StringVar(&o.FirmwareDir, "firmware-dir", "/lib/firmware", "where declared firmware is taken from")
 	f.StringVar(&o.Init, "init", "", "the static /init binary (default: kpreload-init beside this executable)")
 	f.StringVar(&o.Shell, "debug-shell", "", "a static shell (e.g. /bin/busybox) to include as /bin/sh for kpreload.debug")
-	f.StringVar(&comp, "compression", "zstd", "zstd, gzip or none")
+	f.StringVar(&comp, "compression", "zstd", "zstd, lz4 (larger, faster to unpack), gzip or none")
 	f.StringVarP(&out, "output", "o", "", "where to write the initramfs")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return c
