@@ -77,6 +77,7 @@ func (b *Boot) drivers(early <-chan earlyResult) {
 	}
 	if driverSets > 0 || req.Source != instance.SourceDefault {
 		d := b.decide(req, reqErrs, sets)
+		b.printDecision(d)
 		if driverSets == 0 {
 			b.warnf("the instance request (%s) asks for a driver, but no driver sets are cached for kernel %s", req.Source, b.release)
 		}
@@ -123,10 +124,14 @@ func (b *Boot) decide(req instance.Request, reqErrs []error, sets []selection.Se
 	}
 	b.decision = d
 	b.rep.Selection = &d.Selection
+	return d
+}
+
+// printDecision writes the decision's lines to the console.
+func (b *Boot) printDecision(d *selection.Decision) {
 	for _, l := range d.Lines() {
 		fmt.Fprintln(b.console, l)
 	}
-	return d
 }
 
 func chosenList(d *selection.Decision) string {

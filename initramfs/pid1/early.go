@@ -125,8 +125,14 @@ func (b *Boot) startEarly() <-chan earlyResult {
 			res.modules = ld.Load(resolve, want)
 		}
 	}()
+	// The console (a serial port under QEMU) is slow to write to: the
+	// decision is printed once its loads have started.
+	b.printDecision(d)
 	return out
 }
+
+// fwCfgModule is the kernel module that shows QEMU's fw_cfg in sysfs.
+const fwCfgModule = "qemu_fw_cfg"
 
 // loadFwCfg loads qemu_fw_cfg when its device (ACPI QEMU0002, as QEMU
 // presents it on x86) is there, so an instance request QEMU hands over
@@ -143,8 +149,10 @@ func (b *Boot) loadFwCfg() {
 		if err != nil {
 			continue
 		}
-		for _, n := range b.index.Match(strings.TrimSpace(string(alias))) {
-			if n == "qemu_fw_cfg" && !b.attempted[n] {
+		// Only qemu_fw_cfg's own aliases are tried: matching against every
+		// module of the index costs more than the lookup by name.
+		for _, c := range b.index.ByName(fwCfgModule) {
+			if n := fwCfgModule; c.Matches(strings.TrimSpace(string(alias))) && !b.attempted[n] {
 				b.attempted[n] = true
 				b.ld.Phase = "initramfs"
 				b.load([]string{n})

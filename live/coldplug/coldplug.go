@@ -71,6 +71,16 @@ type Candidate struct {
 	File string
 }
 
+// Matches reports whether one of the candidate module's alias patterns matches the modalias.
+func (c Candidate) Matches(alias string) bool {
+	for _, pat := range c.Module.Aliases {
+		if modalias.Match(pat, alias) {
+			return true
+		}
+	}
+	return false
+}
+
 // Index is one or more boot index sets prepared for matching.
 type Index struct {
 	byName map[string][]Candidate
@@ -113,12 +123,9 @@ func (ix *Index) Match(alias string) []string {
 		if seen[c.Module.Name] {
 			continue
 		}
-		for _, pat := range c.Module.Aliases {
-			if modalias.Match(pat, alias) {
-				seen[c.Module.Name] = true
-				names = append(names, c.Module.Name)
-				break
-			}
+		if c.Matches(alias) {
+			seen[c.Module.Name] = true
+			names = append(names, c.Module.Name)
 		}
 	}
 	return names

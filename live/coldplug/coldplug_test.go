@@ -357,3 +357,28 @@ func modprobeResolve(t *testing.T, modprobe, root, kver, alias string) []string 
 	}
 	return strings.Fields(out.String())
 }
+
+func TestCandidateMatches(t *testing.T) {
+	ix := NewIndex()
+	ix.Add("/lib/modules/k", handIndex(), nil)
+	tests := []struct {
+		name, alias string
+		want        bool
+	}{
+		{"virtio_pci", virtioBlk, true},
+		{"virtio_pci", h200, false},
+		{"nvidia", h200, true},      // both sets' nvidia match a 3D controller
+		{"nvidia_uvm", h200, false}, // no aliases at all
+	}
+	for _, tt := range tests {
+		cands := ix.ByName(tt.name)
+		if len(cands) == 0 {
+			t.Fatalf("ByName(%q): no candidates", tt.name)
+		}
+		for _, c := range cands {
+			if got := c.Matches(tt.alias); got != tt.want {
+				t.Errorf("%s (%s).Matches(%q) = %v, want %v", tt.name, c.File, tt.alias, got, tt.want)
+			}
+		}
+	}
+}
