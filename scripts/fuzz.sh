@@ -30,6 +30,7 @@ targets=(
 	"./initramfs/kcmdline FuzzParse"
 	"./kmodcache/modinfo FuzzParse"
 	"./kmodcache/modinfo FuzzDecompress"
+	"./gpu/pci FuzzParseModalias"
 )
 
 logdir=$(mktemp -d /tmp/kpreload-fuzz.XXXXXX)
