@@ -82,9 +82,9 @@ func (b *Boot) startEarly() <-chan earlyResult {
 	// sets load; otherwise one whole scan serves both.
 	var devs []coldplug.Device
 	var scanErr error
-	switch kinds := match.AliasKinds(); {
-	case len(kinds) == 0:
-	case len(kinds) == 1 && kinds[0] == "pci":
+	switch {
+	case len(match.AliasKinds()) == 0: // nothing to match
+	case scanBus(match) == "pci":
 		devs, scanErr = coldplug.ScanBus("/sys", "pci")
 	default:
 		devs, scanErr = coldplug.Scan("/sys")

@@ -289,12 +289,14 @@ func (b *Boot) coldplug(phase, key string, match *coldplug.Index) {
 		seen = map[string]bool{}
 		b.seen[key] = seen
 	}
+	bus := scanBus(match)
 	for round := 1; round <= 8; round++ {
-		devs := b.prescan
-		b.prescan = nil
+		var devs []coldplug.Device
 		var err error
-		if devs == nil {
-			devs, err = coldplug.Scan("/sys")
+		if b.prescan != nil && bus == "*" {
+			devs, b.prescan = b.prescan, nil
+		} else {
+			devs, err = coldplug.ScanBus("/sys", bus)
 		}
 		if err != nil {
 			b.errorf("coldplug scan: %v", err)
@@ -340,6 +342,17 @@ func (b *Boot) coldplug(phase, key string, match *coldplug.Index) {
 		b.load(want)
 	}
 	b.refreshDrivers()
+}
+
+// scanBus returns the bus a coldplug pass needs to scan for match: "pci" when
+// every alias in it is a PCI one (as a GPU driver set's are), else "*" (every
+// bus). A device on another bus cannot match, so it is not read: under
+// emulation a whole scan costs tens of milliseconds.
+func scanBus(match *coldplug.Index) string {
+	if kinds := match.AliasKinds(); len(kinds) == 1 && kinds[0] == "pci" {
+		return "pci"
+	}
+	return "*"
 }
 
 // load loads modules (resolving dependencies against the whole index) and records them.
