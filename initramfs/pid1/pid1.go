@@ -49,7 +49,8 @@ type Boot struct {
 	release string
 	ld      *loader.Loader
 	index   *coldplug.Index
-	// seen holds, per phase, the devices (path and modalias) already matched.
+	// seen holds, per pass, the sysfs paths of the devices already matched:
+	// rescans read only the others (a device's modalias is fixed while it exists).
 	seen map[string]map[string]bool
 	// devIndex maps a device key to its entry in rep.Devices.
 	devIndex map[string]int
@@ -296,7 +297,7 @@ func (b *Boot) coldplug(phase, key string, match *coldplug.Index) {
 		if b.prescan != nil && bus == "*" {
 			devs, b.prescan = b.prescan, nil
 		} else {
-			devs, err = coldplug.ScanBus("/sys", bus)
+			devs, err = coldplug.ScanNew("/sys", bus, seen)
 		}
 		if err != nil {
 			b.errorf("coldplug scan: %v", err)
@@ -306,10 +307,10 @@ func (b *Boot) coldplug(phase, key string, match *coldplug.Index) {
 		fresh := 0
 		for _, d := range devs {
 			key := d.Path + "\x00" + d.Modalias
-			if seen[key] {
+			if seen[d.Path] {
 				continue
 			}
-			seen[key] = true
+			seen[d.Path] = true
 			fresh++
 			names := match.Match(d.Modalias)
 			i, ok := b.devIndex[key]

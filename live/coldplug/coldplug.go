@@ -4,7 +4,9 @@
 package coldplug
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -32,23 +34,45 @@ func Scan(sysRoot string) ([]Device, error) { return ScanBus(sysRoot, "*") }
 // every bus when bus is "*". Reading a modalias costs a few system calls, which
 // add up under emulation: a QEMU guest has dozens of ACPI devices and a handful
 // of PCI ones, and a GPU driver only ever matches the latter.
-func ScanBus(sysRoot, bus string) ([]Device, error) {
-	paths, err := filepath.Glob(filepath.Join(sysRoot, "bus", bus, "devices", "*", "modalias"))
-	if err != nil {
-		return nil, fmt.Errorf("coldplug scan %s: %w", sysRoot, err)
+func ScanBus(sysRoot, bus string) ([]Device, error) { return ScanNew(sysRoot, bus, nil) }
+
+// ScanNew is ScanBus without the devices whose sysfs path (Device.Path) known
+// holds: a device's modalias does not change while it exists, so a rescan after
+// a round of loads reads only the devices those loads created.
+func ScanNew(sysRoot, bus string, known map[string]bool) ([]Device, error) {
+	buses := []string{bus}
+	if bus == "*" {
+		ents, err := os.ReadDir(filepath.Join(sysRoot, "bus"))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("coldplug scan %s: %w", sysRoot, err)
+		}
+		buses = buses[:0]
+		for _, e := range ents {
+			buses = append(buses, e.Name())
+		}
 	}
-	devs := make([]Device, 0, len(paths))
-	for _, p := range paths {
-		b, err := os.ReadFile(p)
+	var devs []Device
+	for _, b := range buses {
+		dir := filepath.Join(sysRoot, "bus", b, "devices")
+		ents, err := os.ReadDir(dir)
 		if err != nil {
-			continue
+			continue // a bus without devices, or one that went away
 		}
-		alias := strings.TrimSpace(string(b))
-		if alias == "" {
-			continue
+		for _, e := range ents {
+			p := filepath.Join(dir, e.Name())
+			if known[p] {
+				continue
+			}
+			raw, err := os.ReadFile(filepath.Join(p, "modalias"))
+			if err != nil {
+				continue // no modalias, or the device vanished during the scan
+			}
+			alias := strings.TrimSpace(string(raw))
+			if alias == "" {
+				continue
+			}
+			devs = append(devs, Device{Path: p, Modalias: alias, Driver: BoundDriver(p)})
 		}
-		dir := filepath.Dir(p)
-		devs = append(devs, Device{Path: dir, Modalias: alias, Driver: BoundDriver(dir)})
 	}
 	sort.Slice(devs, func(i, j int) bool { return devs[i].Path < devs[j].Path })
 	return devs, nil

@@ -136,6 +136,11 @@ func TestScanBuses(t *testing.T) {
 	if len(pciOnly) != 1 || pciOnly[0].Modalias != h200 {
 		t.Errorf("ScanBus(pci) = %v, want the one PCI device with a modalias", pciOnly)
 	}
+	known := map[string]bool{devs[0].Path: true, devs[1].Path: true}
+	fresh, err := ScanNew(root, "*", known)
+	if err != nil || len(fresh) != 1 || fresh[0].Path != devs[2].Path {
+		t.Errorf("ScanNew(known: the first two) = %v, %v; want only %s", fresh, err, devs[2].Path)
+	}
 	if none, err := ScanBus(root, "usb"); err != nil || len(none) != 0 {
 		t.Errorf("ScanBus(usb) = %v, %v; want no devices, no error", none, err)
 	}
