@@ -82,10 +82,10 @@ func (b *Boot) startEarly() <-chan earlyResult {
 	// sets load; otherwise one whole scan serves both.
 	var devs []coldplug.Device
 	var scanErr error
-	switch {
-	case len(match.AliasKinds()) == 0: // nothing to match
-	case scanBus(match) == "pci":
-		devs, scanErr = coldplug.ScanBus("/sys", "pci")
+	switch bus := scanBus(match); bus {
+	case "": // no aliases: nothing to match
+	case "pci":
+		devs, scanErr = coldplug.ScanBus("/sys", bus)
 	default:
 		devs, scanErr = coldplug.Scan("/sys")
 		if scanErr == nil {
@@ -145,17 +145,18 @@ func (b *Boot) loadFwCfg() {
 	}
 	paths, _ := filepath.Glob("/sys/bus/acpi/devices/QEMU0002:*/modalias")
 	for _, p := range paths {
-		alias, err := os.ReadFile(p)
+		raw, err := os.ReadFile(p)
 		if err != nil {
 			continue
 		}
+		alias := strings.TrimSpace(string(raw))
 		// Only qemu_fw_cfg's own aliases are tried: matching against every
 		// module of the index costs more than the lookup by name.
 		for _, c := range b.index.ByName(fwCfgModule) {
-			if n := fwCfgModule; c.Matches(strings.TrimSpace(string(alias))) && !b.attempted[n] {
-				b.attempted[n] = true
+			if c.Matches(alias) && !b.attempted[fwCfgModule] {
+				b.attempted[fwCfgModule] = true
 				b.ld.Phase = "initramfs"
-				b.load([]string{n})
+				b.load([]string{fwCfgModule})
 			}
 		}
 	}

@@ -291,6 +291,10 @@ func (b *Boot) coldplug(phase, key string, match *coldplug.Index) {
 		b.seen[key] = seen
 	}
 	bus := scanBus(match)
+	if bus == "" {
+		// No aliases to match, but the pass still records every device once.
+		bus = "*"
+	}
 	for round := 1; round <= 8; round++ {
 		var devs []coldplug.Device
 		var err error
@@ -346,11 +350,14 @@ func (b *Boot) coldplug(phase, key string, match *coldplug.Index) {
 }
 
 // scanBus returns the bus a coldplug pass needs to scan for match: "pci" when
-// every alias in it is a PCI one (as a GPU driver set's are), else "*" (every
-// bus). A device on another bus cannot match, so it is not read: under
-// emulation a whole scan costs tens of milliseconds.
+// every alias in it is a PCI one (as a GPU driver set's are), "" when it has no
+// aliases, else "*" (every bus). A device on another bus cannot match, so it is
+// not read: under emulation a whole scan costs tens of milliseconds.
 func scanBus(match *coldplug.Index) string {
-	if kinds := match.AliasKinds(); len(kinds) == 1 && kinds[0] == "pci" {
+	switch kinds := match.AliasKinds(); {
+	case len(kinds) == 0:
+		return ""
+	case len(kinds) == 1 && kinds[0] == "pci":
 		return "pci"
 	}
 	return "*"

@@ -24,7 +24,7 @@ func TestScanBus(t *testing.T) {
 		{"NVIDIA's display and 3D controllers", index("pci:v000010DEd*sv*sd*bc03sc00i00*", "pci:v000010DEd*sv*sd*bc03sc02i00*"), "pci"},
 		{"a PCI and an ACPI alias", index("pci:v00001234d000011E8sv*sd*bc*sc*i*", "acpi*:QEMU0002:*"), "*"},
 		{"virtio", index("virtio:d00000002v*"), "*"},
-		{"no aliases", index(), "*"},
+		{"no aliases", index(), ""},
 	}
 	for _, tt := range tests {
 		if got := scanBus(tt.match); got != tt.want {
