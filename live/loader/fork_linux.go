@@ -12,20 +12,20 @@ import (
 )
 
 // forkedFinit runs finit_module(fd, params, flags) in a forked child of this
-// process and waits for it up to timeout: the child's exit status is the
-// errno. A child still inside the kernel at the deadline is left there
+// process, at the scheduling priority nice (0 leaves it as this process's),
+// and waits for it up to timeout: the child's exit status is the errno. A child still inside the kernel at the deadline is left there
 // (errStillLoading); it is a process of its own, so nothing this process
 // does later, exec of the real init included, waits for it.
 //
 // The child is a bare copy of this process that runs two system calls and
 // exits: no exec and no Go runtime start, which under QEMU's TCG costs a
 // tenth of a second per load.
-func forkedFinit(fd int, params string, flags int, timeout time.Duration) error {
+func forkedFinit(fd int, params string, flags, nice int, timeout time.Duration) error {
 	p, err := unix.BytePtrFromString(params)
 	if err != nil {
 		return fmt.Errorf("module parameters: %w", err)
 	}
-	pid, err := forkCall(unix.SYS_FINIT_MODULE, uintptr(fd), uintptr(unsafe.Pointer(p)), uintptr(flags))
+	pid, err := forkCall(nice, unix.SYS_FINIT_MODULE, uintptr(fd), uintptr(unsafe.Pointer(p)), uintptr(flags))
 	runtime.KeepAlive(p)
 	if err != nil {
 		return err
@@ -36,11 +36,12 @@ func forkedFinit(fd int, params string, flags int, timeout time.Duration) error 
 // errForkFailed wraps a failed clone: the caller loads in its own process.
 var errForkFailed = errors.New("fork failed")
 
-// forkCall forks a child that makes the system call trap(a1, a2, a3) and
-// exits with its errno (0 on success). Every signal is blocked on this thread
+// forkCall forks a child that sets its nice value to nice (when not 0; a
+// refusal, EACCES without CAP_SYS_NICE, leaves it as it was), makes the
+// system call trap(a1, a2, a3) and exits with its errno (0 on success). Every signal is blocked on this thread
 // around the fork, so the child, which inherits that mask, never runs a Go
 // signal handler; it runs no Go code beyond the system calls.
-func forkCall(trap, a1, a2, a3 uintptr) (int, error) {
+func forkCall(nice int, trap, a1, a2, a3 uintptr) (int, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var all, old unix.Sigset_t
@@ -50,7 +51,7 @@ func forkCall(trap, a1, a2, a3 uintptr) (int, error) {
 	if _, _, e := syscall.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&all)), uintptr(unsafe.Pointer(&old)), kernelSigsetSize, 0, 0); e != 0 {
 		return 0, fmt.Errorf("%w: block signals: %w", errForkFailed, e)
 	}
-	pid, e := rawForkCall(trap, a1, a2, a3)
+	pid, e := rawForkCall(nice, trap, a1, a2, a3)
 	syscall.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&old)), 0, kernelSigsetSize, 0, 0)
 	if e != 0 {
 		return 0, fmt.Errorf("%w: clone: %w", errForkFailed, e)
@@ -64,13 +65,17 @@ func forkCall(trap, a1, a2, a3 uintptr) (int, error) {
 //
 //go:nosplit
 //go:norace
-func rawForkCall(trap, a1, a2, a3 uintptr) (int, syscall.Errno) {
+func rawForkCall(nice int, trap, a1, a2, a3 uintptr) (int, syscall.Errno) {
 	r1, _, e := syscall.RawSyscall6(unix.SYS_CLONE, uintptr(unix.SIGCHLD), 0, 0, 0, 0, 0)
 	if e != 0 {
 		return 0, e
 	}
 	if r1 != 0 {
 		return int(r1), 0
+	}
+	if nice != 0 {
+		// who 0: the calling thread, the child's only one.
+		syscall.RawSyscall(unix.SYS_SETPRIORITY, unix.PRIO_PROCESS, 0, uintptr(nice))
 	}
 	_, _, e = syscall.RawSyscall(trap, a1, a2, a3)
 	for {

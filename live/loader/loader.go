@@ -79,6 +79,11 @@ type Loader struct {
 	Isolate func(*coldplug.Candidate) bool
 	// Timeout is the deadline of an isolated load; <= 0 means DefaultTimeout.
 	Timeout time.Duration
+	// Nice is the scheduling priority (nice value, -20 to 19) an isolated
+	// load runs at; 0 leaves it at this process's. A negative one lets a
+	// driver set's init, started early, run ahead of the kernel's own
+	// modules loading beside it (/init uses DriverNice).
+	Nice int
 	// FirmwareDirs, when set, are where the kernel's firmware loader looks
 	// (/lib/firmware, ...): a driver-set module's (Isolate) declared firmware
 	// missing from all of them is recorded in its entry (MissingFirmware)
@@ -93,6 +98,13 @@ type Loader struct {
 // goes on without it (kpreload.load_timeout= overrides it). A GPU driver's
 // init, firmware included, takes seconds; a minute means it is not coming.
 const DefaultTimeout = 60 * time.Second
+
+// DriverNice is the nice value /init gives isolated (driver-set) loads by
+// default: the kernel then gives their module init about nine times the CPU
+// share of a load at nice 0, such as the storage modules the first coldplug
+// loads beside it. /init waits for both before it hands over, so the order
+// moves the driver's bind earlier without moving the real init later.
+const DriverNice = -10
 
 // ResultLoading is the result of an isolated load still running at its deadline.
 const ResultLoading = "still loading"
@@ -402,7 +414,7 @@ func (l *Loader) timeout() time.Duration {
 // and waits up to the deadline. When the fork itself fails, the module loads
 // here, without a deadline, rather than not at all.
 func (l *Loader) isolatedFinit(f *os.File, params string, flags int) error {
-	err := forkedFinit(int(f.Fd()), params, flags, l.timeout())
+	err := forkedFinit(int(f.Fd()), params, flags, l.Nice, l.timeout())
 	runtime.KeepAlive(f)
 	if errors.Is(err, errForkFailed) {
 		return l.Kernel.FinitModule(int(f.Fd()), params, flags)
