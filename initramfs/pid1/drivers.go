@@ -114,6 +114,11 @@ func (b *Boot) drivers(early <-chan earlyResult) {
 // the report and prints it on the console.
 func (b *Boot) decide(req instance.Request, reqErrs []error, sets []selection.Set) *selection.Decision {
 	devs, err := pci.Scan("/sys")
+	return b.decideOn(req, reqErrs, sets, devs, err)
+}
+
+// decideOn is decide over PCI devices already scanned (err, the scan's error).
+func (b *Boot) decideOn(req instance.Request, reqErrs []error, sets []selection.Set, devs []pci.Device, err error) *selection.Decision {
 	if err != nil {
 		b.errorf("%v", err)
 	}

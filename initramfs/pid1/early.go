@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/kpreload/kpreload/gpu/instance"
+	"github.com/kpreload/kpreload/gpu/pci"
 	"github.com/kpreload/kpreload/gpu/selection"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/live/coldplug"
@@ -48,7 +49,28 @@ func (b *Boot) startEarly() <-chan earlyResult {
 		b.event("driver decision after the root mount: the initramfs index is not marked complete (the root's cache may hold other sets)")
 		return nil
 	}
-	b.loadFwCfg()
+	// qemu_fw_cfg's load (the kernel's work) runs beside the PCI scans the
+	// decision and the early match need.
+	fwCfgLoaded := b.startFwCfg()
+	var sets []selection.Set
+	for i := range b.initIdx.Sets {
+		sets = append(sets, selection.Set{Set: &b.initIdx.Sets[i], Dir: b.initDir, From: "initramfs"})
+	}
+	pciDevs, pciErr := pci.Scan("/sys")
+	// The devices a driver set matches (PCI GPUs) are there before /init
+	// runs. When every alias of the initramfs's driver sets is a PCI one,
+	// whichever the decision keeps, the PCI bus alone is scanned for the
+	// early match, now, and the first coldplug round scans everything while
+	// the sets load.
+	all := coldplug.NewIndex()
+	all.Add(b.initDir, b.initIdx, func(s *bootindex.Set) bool { return !selection.IsKernelSet(s) })
+	var pciBus []coldplug.Device
+	var pciBusErr error
+	pciBusScanned := scanBus(all) == "pci"
+	if pciBusScanned {
+		pciBus, pciBusErr = coldplug.ScanBus("/sys", "pci")
+	}
+	fwCfgLoaded()
 	files := []instance.File{
 		{Source: instance.SourceFwCfg, Path: instance.FwCfgPath},
 		{Source: instance.SourceImage, Path: InitramfsInstance},
@@ -57,11 +79,7 @@ func (b *Boot) startEarly() <-chan earlyResult {
 	for _, e := range reqErrs {
 		b.errorf("%v", e)
 	}
-	var sets []selection.Set
-	for i := range b.initIdx.Sets {
-		sets = append(sets, selection.Set{Set: &b.initIdx.Sets[i], Dir: b.initDir, From: "initramfs"})
-	}
-	d := b.decide(req, reqErrs, sets)
+	d := b.decideOn(req, reqErrs, sets, pciDevs, pciErr)
 	b.event("driver selection early, before the root (complete initramfs index; request from %s): %s", req.Source, chosenList(d))
 
 	keep := func(s *bootindex.Set) bool { return selection.IsKernelSet(s) || d.Keep(s) }
@@ -73,18 +91,18 @@ func (b *Boot) startEarly() <-chan earlyResult {
 	// storage and filesystem modules meanwhile.
 	ld := &loader.Loader{
 		Release: b.ld.Release, Vermagic: b.ld.Vermagic, SysRoot: b.ld.SysRoot, Now: b.ld.Now, Params: b.ld.Params,
-		VerifyDigest: b.ld.VerifyDigest, SigEnforced: b.ld.SigEnforced, Isolate: b.ld.Isolate, Timeout: b.ld.Timeout,
+		VerifyDigest: b.ld.VerifyDigest, SigEnforced: b.ld.SigEnforced, Isolate: b.ld.Isolate, Timeout: b.ld.Timeout, Nice: b.ld.Nice,
 		Phase: "initramfs-early", FirmwareDirs: b.firmwareDirs(""),
 	}
-	// The devices a driver set matches (PCI GPUs) are there before /init
-	// runs. When every alias of the chosen sets is a PCI one, only the PCI bus
-	// is scanned here, and the first coldplug round scans everything while the
-	// sets load; otherwise one whole scan serves both.
+	// Otherwise one whole scan serves both the early match and the first
+	// coldplug round.
 	var devs []coldplug.Device
 	var scanErr error
-	switch bus := scanBus(match); bus {
-	case "": // no aliases: nothing to match
-	case "pci":
+	switch bus := scanBus(match); {
+	case bus == "": // no aliases: nothing to match
+	case bus == "pci" && pciBusScanned:
+		devs, scanErr = pciBus, pciBusErr
+	case bus == "pci":
 		devs, scanErr = coldplug.ScanBus("/sys", bus)
 	default:
 		devs, scanErr = coldplug.Scan("/sys")
@@ -134,15 +152,42 @@ func (b *Boot) startEarly() <-chan earlyResult {
 // fwCfgModule is the kernel module that shows QEMU's fw_cfg in sysfs.
 const fwCfgModule = "qemu_fw_cfg"
 
-// loadFwCfg loads qemu_fw_cfg when its device (ACPI QEMU0002, as QEMU
-// presents it on x86) is there, so an instance request QEMU hands over
-// through fw_cfg is readable before the first coldplug. It looks at that one
-// device rather than scanning them all, and not at all when the command line
-// carries a request, which wins over fw_cfg's.
-func (b *Boot) loadFwCfg() {
+// startFwCfg starts loading qemu_fw_cfg when its device (ACPI QEMU0002, as
+// QEMU presents it on x86) is there, so an instance request QEMU hands over
+// through fw_cfg is readable before the first coldplug, and returns a
+// function that waits for the load and records it. It looks at that one
+// device rather than scanning them all, and does nothing when the command
+// line carries a request, which wins over fw_cfg's. The caller must not load
+// modules or record anything in the report until it has called the function.
+func (b *Boot) startFwCfg() (wait func()) {
+	nothing := func() {}
 	if _, _, found, err := instance.FromCmdline(b.cmd.Flag); found && err == nil {
-		return
+		return nothing
 	}
+	if b.attempted[fwCfgModule] || !b.fwCfgDevice() {
+		return nothing
+	}
+	b.attempted[fwCfgModule] = true
+	b.ld.Phase = "initramfs"
+	done := make(chan []report.Module, 1)
+	go func() {
+		defer func() {
+			// A panic in a goroutine would end pid 1: record it instead.
+			if r := recover(); r != nil {
+				t := Now()
+				done <- []report.Module{{Name: fwCfgModule, Result: "failed", Reason: fmt.Sprintf("load crashed: %v", r), Start: t, End: t, Phase: "initramfs"}}
+			}
+		}()
+		done <- b.ld.Load(b.index, []string{fwCfgModule})
+	}()
+	return func() { b.record(<-done) }
+}
+
+// fwCfgDevice reports whether QEMU's fw_cfg device is there and
+// qemu_fw_cfg, as the index holds it, matches it. Only qemu_fw_cfg's own
+// aliases are tried: matching against every module of the index costs more
+// than the lookup by name.
+func (b *Boot) fwCfgDevice() bool {
 	paths, _ := filepath.Glob("/sys/bus/acpi/devices/QEMU0002:*/modalias")
 	for _, p := range paths {
 		raw, err := os.ReadFile(p)
@@ -150,16 +195,13 @@ func (b *Boot) loadFwCfg() {
 			continue
 		}
 		alias := strings.TrimSpace(string(raw))
-		// Only qemu_fw_cfg's own aliases are tried: matching against every
-		// module of the index costs more than the lookup by name.
 		for _, c := range b.index.ByName(fwCfgModule) {
-			if c.Matches(alias) && !b.attempted[fwCfgModule] {
-				b.attempted[fwCfgModule] = true
-				b.ld.Phase = "initramfs"
-				b.load([]string{fwCfgModule})
+			if c.Matches(alias) {
+				return true
 			}
 		}
 	}
+	return false
 }
 
 // finishEarly records what the early loads did, checks the root agrees with

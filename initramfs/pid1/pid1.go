@@ -187,8 +187,52 @@ func (b *Boot) loadTimeout() time.Duration {
 	return time.Duration(secs * float64(time.Second))
 }
 
+// loadNice is kpreload.load_nice= (a nice value, -20 to 19) for driver-set
+// loads, else loader.DriverNice; a bad value is a warning and the default.
+func (b *Boot) loadNice() int {
+	v := b.flag("kpreload.load_nice", "")
+	if v == "" {
+		return loader.DriverNice
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < -20 || n > 19 {
+		b.warnf("kpreload.load_nice=%q: want a nice value from -20 to 19; using %d", v, loader.DriverNice)
+		return loader.DriverNice
+	}
+	return n
+}
+
+// indexRead is the outcome of reading the initramfs boot index.
+type indexRead struct {
+	idx *bootindex.Index
+	err error
+}
+
+// readIndex reads the initramfs boot index for release in a goroutine of its
+// own (it needs neither /proc nor /sys), so that decoding it overlaps the
+// mounts; the channel yields its outcome once.
+func readIndex(release string) <-chan indexRead {
+	out := make(chan indexRead, 1)
+	go func() {
+		defer func() {
+			// A panic in a goroutine would end pid 1: make it an error.
+			if r := recover(); r != nil {
+				out <- indexRead{err: fmt.Errorf("boot index: reading it crashed: %v", r)}
+			}
+		}()
+		idx, err := bootindex.Read(filepath.Join("/lib/modules", release, IndexName))
+		out <- indexRead{idx, err}
+	}()
+	return out
+}
+
 // setup mounts the pseudo filesystems, reads the command line and the boot index.
 func (b *Boot) setup() {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err == nil {
+		b.release = unix.ByteSliceToString(u.Release[:])
+	}
+	index := readIndex(b.release)
 	for _, m := range []struct {
 		src, dst, fstype string
 		flags            uintptr
@@ -210,10 +254,6 @@ func (b *Boot) setup() {
 	// Our own parser: u-root's panics on a value that is a lone quote.
 	b.cmd = kcmdline.Read("/proc/cmdline")
 	b.rep.Cmdline = b.cmd.Raw
-	var u unix.Utsname
-	if err := unix.Uname(&u); err == nil {
-		b.release = unix.ByteSliceToString(u.Release[:])
-	}
 	b.rep.Kernel = b.release
 	b.event("kpreload /init started")
 
@@ -230,12 +270,14 @@ func (b *Boot) setup() {
 		// buses) load here.
 		Isolate: func(c *coldplug.Candidate) bool { return !selection.IsKernelSet(c.Set) },
 		Timeout: b.loadTimeout(),
+		Nice:    b.loadNice(),
 	}
 	if b.ld.SigEnforced {
 		b.event("the kernel enforces module signatures: unsigned modules are refused before loading")
 	}
 	dir := filepath.Join("/lib/modules", b.release)
-	idx, err := bootindex.Read(filepath.Join(dir, IndexName))
+	r := <-index
+	idx, err := r.idx, r.err
 	if err != nil {
 		b.errorf("%v: no drivers will be loaded from the initramfs", err)
 		return
@@ -365,7 +407,12 @@ func scanBus(match *coldplug.Index) string {
 
 // load loads modules (resolving dependencies against the whole index) and records them.
 func (b *Boot) load(names []string) {
-	mods := b.ld.Load(b.index, names)
+	b.record(b.ld.Load(b.index, names))
+}
+
+// record adds what a load did to the report: the modules, their missing
+// firmware and the time the last one was ready.
+func (b *Boot) record(mods []report.Module) {
 	b.rep.Modules = append(b.rep.Modules, mods...)
 	for _, m := range mods {
 		b.attempted[m.Name] = true
