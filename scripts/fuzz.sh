@@ -31,6 +31,7 @@ targets=(
 	"./kmodcache/modinfo FuzzParse"
 	"./kmodcache/modinfo FuzzDecompress"
 	"./gpu/pci FuzzParseModalias"
+	"./live/fwcfg FuzzLookup"
 )
 
 logdir=$(mktemp -d /tmp/kpreload-fuzz.XXXXXX)

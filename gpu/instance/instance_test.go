@@ -2,6 +2,9 @@ package instance_test
 
 import (
 	"encoding/base64"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -221,6 +224,16 @@ func flags(kv ...string) func(string) (string, bool) {
 	return func(n string) (string, bool) { v, ok := m[n]; return v, ok }
 }
 
+// reader is a fw_cfg File read by a function that returns data, err.
+func reader(data string, err error) instance.File {
+	return instance.File{Source: instance.SourceFwCfg, Path: "fw_cfg " + instance.FwCfgName, Read: func() ([]byte, error) {
+		if err != nil {
+			return nil, err
+		}
+		return []byte(data), nil
+	}}
+}
+
 func TestFindPrecedence(t *testing.T) {
 	dir := t.TempDir()
 	fw := filepath.Join(dir, "fw_cfg.yaml")
@@ -251,11 +264,14 @@ func TestFindPrecedence(t *testing.T) {
 		{"cmdline driver overrides instance", flags("kpreload.instance", b64, "kpreload.driver", "535"), files, instance.SourceCmdline, instance.Driver{Version: "535", CUDA: "11.0"}, ""},
 		{"fw_cfg next", flags(), files, instance.SourceFwCfg, instance.Driver{Version: "2.0.0"}, ""},
 		{"image after fw_cfg", flags(), files[1:], instance.SourceImage, instance.Driver{Version: "535", Flavor: "open"}, ""},
-		{"missing files skipped", flags(), []instance.File{{instance.SourceFwCfg, filepath.Join(dir, "none")}, files[1]}, instance.SourceImage, instance.Driver{Version: "535", Flavor: "open"}, ""},
+		{"missing files skipped", flags(), []instance.File{{Source: instance.SourceFwCfg, Path: filepath.Join(dir, "none")}, files[1]}, instance.SourceImage, instance.Driver{Version: "535", Flavor: "open"}, ""},
 		{"default", flags(), nil, instance.SourceDefault, instance.Driver{}, ""},
 		{"bad cmdline falls through", flags("kpreload.driver", "newest"), files, instance.SourceFwCfg, instance.Driver{Version: "2.0.0"}, "kpreload.driver=newest"},
 		{"bad base64", flags("kpreload.instance", "!!"), nil, instance.SourceDefault, instance.Driver{}, "not base64"},
-		{"bad file falls through", flags(), []instance.File{{instance.SourceFwCfg, bad}, files[1]}, instance.SourceImage, instance.Driver{Version: "535", Flavor: "open"}, bad + ":3: resources.driver.versoin"},
+		{"reader instead of the path", flags(), []instance.File{reader("resources:\n  driver:\n    version: 3.0.0\n", nil), files[1]}, instance.SourceFwCfg, instance.Driver{Version: "3.0.0"}, ""},
+		{"reader: absent", flags(), []instance.File{reader("", fmt.Errorf("fw_cfg: x: %w", fs.ErrNotExist)), files[1]}, instance.SourceImage, instance.Driver{Version: "535", Flavor: "open"}, ""},
+		{"reader fails", flags(), []instance.File{reader("", errors.New("ioperm: operation not permitted")), files[1]}, instance.SourceImage, instance.Driver{Version: "535", Flavor: "open"}, "from fw_cfg ignored: ioperm"},
+		{"bad file falls through", flags(), []instance.File{{Source: instance.SourceFwCfg, Path: bad}, files[1]}, instance.SourceImage, instance.Driver{Version: "535", Flavor: "open"}, bad + ":3: resources.driver.versoin"},
 	}
 	for _, tt := range tests {
 		got, errs := instance.Find(tt.flag, tt.files)

@@ -52,6 +52,17 @@ type Request struct {
 type File struct {
 	Source string
 	Path   string
+	// Read, when set, reads the file instead of os.ReadFile(Path), which
+	// then only names it; an absent file is an error wrapping fs.ErrNotExist.
+	Read func() ([]byte, error)
+}
+
+// read returns the file's contents.
+func (f File) read() ([]byte, error) {
+	if f.Read != nil {
+		return f.Read()
+	}
+	return os.ReadFile(f.Path)
 }
 
 // FromCmdline reads a request from kernel command line flags (flag returns a
@@ -119,7 +130,7 @@ func Find(flag func(name string) (string, bool), files []File) (req Request, err
 		return Request{Source: SourceCmdline, Origin: origin, Instance: *in}, errs
 	}
 	for _, f := range files {
-		b, err := os.ReadFile(f.Path)
+		b, err := f.read()
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}

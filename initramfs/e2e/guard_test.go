@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/gpu/instance"
+	"github.com/kpreload/kpreload/initramfs/pid1"
 	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/live/report"
 )
@@ -177,17 +178,32 @@ func TestEarlyDecision(t *testing.T) {
 	t.Logf("early: decision, kpreload_edu loaded %.3f-%.3fs, root mounted %.3fs, switch_root %.3fs", edu[0].Start, edu[0].End, b.rep.Root.Mounted, b.rep.SwitchRoot)
 	logTimeline(t, b.rep)
 
-	// A request through fw_cfg: qemu_fw_cfg loads first (found by its ACPI
-	// device alone), then the early decision takes fw_cfg's 2.0.0.
-	fw, fwCon := bootSelect(t, selectBoot{complete: true, instance: "resources:\n  driver:\n    version: 2.0.0\n"})
-	if e := eduEntries(fw.rep); len(e) != 1 || e[0].Result != "loaded" || e[0].Phase != "initramfs-early" || !strings.Contains(fwCon, "kpreload: kpreload-edu 2.0.0 open chosen") {
-		t.Errorf("early decision from fw_cfg: kpreload_edu %+v; want 2.0.0 chosen and loaded early\n%s", e, fwCon)
-	}
-	if m, ok := moduleResult(fw.rep, "qemu_fw_cfg"); !ok || m.Result != "loaded" {
-		t.Errorf("qemu_fw_cfg %+v, want loaded before the early decision", m)
-	}
-	if sel := fw.rep.Selection; sel == nil || sel.Source != instance.SourceFwCfg {
-		t.Errorf("selection %+v, want from fw_cfg", sel)
+	// A request through fw_cfg, read through the device's I/O ports (found
+	// by its ACPI device alone): the early decision takes fw_cfg's 2.0.0
+	// and qemu_fw_cfg loads afterwards, in the first coldplug. With
+	// kpreload.fwcfg=module, qemu_fw_cfg loads first and the request is
+	// read from sysfs, as where the ports are closed (lockdown, not x86).
+	const fwRequest = "resources:\n  driver:\n    version: 2.0.0\n"
+	for _, tc := range []struct {
+		name, append, origin string
+		moduleFirst          bool
+	}{
+		{"ports", "", pid1.FwCfgPortsOrigin, false},
+		{"module", "kpreload.fwcfg=module", instance.FwCfgPath, true},
+	} {
+		fw, fwCon := bootSelect(t, selectBoot{complete: true, instance: fwRequest, append: tc.append})
+		if e := eduEntries(fw.rep); len(e) != 1 || e[0].Result != "loaded" || e[0].Phase != "initramfs-early" || !strings.Contains(fwCon, "kpreload: kpreload-edu 2.0.0 open chosen") {
+			t.Errorf("%s: early decision from fw_cfg: kpreload_edu %+v; want 2.0.0 chosen and loaded early\n%s", tc.name, e, fwCon)
+		}
+		sel := fw.rep.Selection
+		if sel == nil || sel.Source != instance.SourceFwCfg || sel.Origin != tc.origin {
+			t.Fatalf("%s: selection %+v, want from %s", tc.name, sel, tc.origin)
+		}
+		m, ok := moduleResult(fw.rep, "qemu_fw_cfg")
+		if !ok || m.Result != "loaded" || (m.End <= sel.Time) != tc.moduleFirst {
+			t.Errorf("%s: qemu_fw_cfg %+v, selection at %.3f: want it loaded, before the decision: %v", tc.name, m, sel.Time, tc.moduleFirst)
+		}
+		t.Logf("fw_cfg through %s: decision at %.3fs, qemu_fw_cfg loaded %.3f-%.3fs", tc.name, sel.Time, m.Start, m.End)
 	}
 
 	late, _ := bootSelect(t, selectBoot{complete: true, append: "kpreload.driver=1.0.0 kpreload.early=0"})

@@ -2,7 +2,9 @@ package pid1
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"github.com/kpreload/kpreload/gpu/selection"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/live/coldplug"
+	"github.com/kpreload/kpreload/live/fwcfg"
 	"github.com/kpreload/kpreload/live/loader"
 	"github.com/kpreload/kpreload/live/report"
 )
@@ -49,9 +52,7 @@ func (b *Boot) startEarly() <-chan earlyResult {
 		b.event("driver decision after the root mount: the initramfs index is not marked complete (the root's cache may hold other sets)")
 		return nil
 	}
-	// qemu_fw_cfg's load (the kernel's work) runs beside the PCI scans the
-	// decision and the early match need.
-	fwCfgLoaded := b.startFwCfg()
+	fwFile, fwCfgLoaded := b.fwCfgRequest()
 	var sets []selection.Set
 	for i := range b.initIdx.Sets {
 		sets = append(sets, selection.Set{Set: &b.initIdx.Sets[i], Dir: b.initDir, From: "initramfs"})
@@ -71,10 +72,7 @@ func (b *Boot) startEarly() <-chan earlyResult {
 		pciBus, pciBusErr = coldplug.ScanBus("/sys", "pci")
 	}
 	fwCfgLoaded()
-	files := []instance.File{
-		{Source: instance.SourceFwCfg, Path: instance.FwCfgPath},
-		{Source: instance.SourceImage, Path: InitramfsInstance},
-	}
+	files := []instance.File{fwFile, {Source: instance.SourceImage, Path: InitramfsInstance}}
 	req, reqErrs := instance.Find(b.cmd.Flag, files)
 	for _, e := range reqErrs {
 		b.errorf("%v", e)
@@ -152,21 +150,43 @@ func (b *Boot) startEarly() <-chan earlyResult {
 // fwCfgModule is the kernel module that shows QEMU's fw_cfg in sysfs.
 const fwCfgModule = "qemu_fw_cfg"
 
-// startFwCfg starts loading qemu_fw_cfg when its device (ACPI QEMU0002, as
-// QEMU presents it on x86) is there, so an instance request QEMU hands over
-// through fw_cfg is readable before the first coldplug, and returns a
-// function that waits for the load and records it. It looks at that one
-// device rather than scanning them all, and does nothing when the command
-// line carries a request, which wins over fw_cfg's. The caller must not load
-// modules or record anything in the report until it has called the function.
-func (b *Boot) startFwCfg() (wait func()) {
-	nothing := func() {}
+// fwCfgRequest returns where the early decision reads an instance request
+// from QEMU's fw_cfg, and a function to call before that read. Nothing is
+// done when QEMU's fw_cfg device (ACPI QEMU0002, as QEMU presents it on x86)
+// is absent or the command line carries a request, which wins over fw_cfg's.
+// Otherwise the item is read through the device's I/O ports (fwcfg.ReadFile;
+// qemu_fw_cfg then loads in the first coldplug like any other module), and
+// where that cannot be done (not x86, lockdown, kpreload.fwcfg=module)
+// qemu_fw_cfg starts loading now, beside the PCI scans of the decision, and
+// the item is read from sysfs once it has loaded. The caller must not load
+// modules or record anything in the report before calling wait.
+func (b *Boot) fwCfgRequest() (f instance.File, wait func()) {
+	f = instance.File{Source: instance.SourceFwCfg, Path: instance.FwCfgPath}
+	wait = func() {}
 	if _, _, found, err := instance.FromCmdline(b.cmd.Flag); found && err == nil {
-		return nothing
+		return f, wait
 	}
 	if b.attempted[fwCfgModule] || !b.fwCfgDevice() {
-		return nothing
+		return f, wait
 	}
+	if b.flag("kpreload.fwcfg", "") != "module" {
+		data, err := fwcfg.ReadFile(instance.FwCfgName)
+		if err == nil || errors.Is(err, fs.ErrNotExist) {
+			b.event("fw_cfg read through its I/O ports before qemu_fw_cfg loads")
+			return instance.File{Source: instance.SourceFwCfg, Path: FwCfgPortsOrigin,
+				Read: func() ([]byte, error) { return data, err }}, wait
+		}
+		b.event("fw_cfg through its I/O ports: %v; loading qemu_fw_cfg first", err)
+	}
+	return f, b.startFwCfg()
+}
+
+// FwCfgPortsOrigin is the origin a request read through fw_cfg's I/O ports has.
+const FwCfgPortsOrigin = "fw_cfg " + instance.FwCfgName + " (I/O ports)"
+
+// startFwCfg starts loading qemu_fw_cfg and returns a function that waits
+// for the load and records it.
+func (b *Boot) startFwCfg() (wait func()) {
 	b.attempted[fwCfgModule] = true
 	b.ld.Phase = "initramfs"
 	done := make(chan []report.Module, 1)
