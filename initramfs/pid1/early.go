@@ -155,7 +155,8 @@ const fwCfgModule = "qemu_fw_cfg"
 // done when QEMU's fw_cfg device (ACPI QEMU0002, as QEMU presents it on x86)
 // is absent or the command line carries a request, which wins over fw_cfg's.
 // Otherwise the item is read through the device's I/O ports (fwcfg.ReadFile;
-// qemu_fw_cfg then loads in the first coldplug like any other module), and
+// qemu_fw_cfg, needed for nothing else here, is then left to the real
+// system's udev), and
 // where that cannot be done (not x86, lockdown, kpreload.fwcfg=module)
 // qemu_fw_cfg starts loading now, beside the PCI scans of the decision, and
 // the item is read from sysfs once it has loaded. The caller must not load
@@ -172,7 +173,10 @@ func (b *Boot) fwCfgRequest() (f instance.File, wait func()) {
 	if b.flag("kpreload.fwcfg", "") != "module" {
 		data, err := fwcfg.ReadFile(instance.FwCfgName)
 		if err == nil || errors.Is(err, fs.ErrNotExist) {
-			b.event("fw_cfg read through its I/O ports before qemu_fw_cfg loads")
+			// The module was only here for the request: the real system's
+			// udev loads it from the root like any other.
+			b.attempted[fwCfgModule] = true
+			b.event("fw_cfg read through its I/O ports: qemu_fw_cfg is not loaded from the initramfs")
 			return instance.File{Source: instance.SourceFwCfg, Path: FwCfgPortsOrigin,
 				Read: func() ([]byte, error) { return data, err }}, wait
 		}
