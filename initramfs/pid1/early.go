@@ -156,10 +156,9 @@ const fwCfgModule = "qemu_fw_cfg"
 // is absent or the command line carries a request, which wins over fw_cfg's.
 // Otherwise the item is read through the device's I/O ports (fwcfg.ReadFile;
 // qemu_fw_cfg, needed for nothing else here, is then left to the real
-// system's udev), and
-// where that cannot be done (not x86, lockdown, kpreload.fwcfg=module)
-// qemu_fw_cfg starts loading now, beside the PCI scans of the decision, and
-// the item is read from sysfs once it has loaded. The caller must not load
+// system's udev). Where that cannot be done (not x86, lockdown,
+// kpreload.fwcfg=module), qemu_fw_cfg starts loading now, beside the PCI
+// scans of the decision, and the item is read from sysfs once it has loaded. The caller must not load
 // modules or record anything in the report before calling wait.
 func (b *Boot) fwCfgRequest() (f instance.File, wait func()) {
 	f = instance.File{Source: instance.SourceFwCfg, Path: instance.FwCfgPath}
