@@ -205,6 +205,17 @@ func TestEarlyDecision(t *testing.T) {
 		}
 		t.Logf("fw_cfg through %s: decision at %.3fs, qemu_fw_cfg %+v", tc.name, sel.Time, m)
 	}
+	// Bad YAML read through the ports: the request is skipped with its
+	// origin and line, the default is used, and the driver still loads early.
+	bad, badCon := bootSelect(t, selectBoot{complete: true, instance: "resources: [\n"})
+	errs := selectionErrors(bad.rep)
+	if sel := bad.rep.Selection; sel == nil || sel.Source != instance.SourceDefault || !strings.Contains(errs, pid1.FwCfgPortsOrigin) || !strings.Contains(errs, "line 1") {
+		t.Errorf("bad YAML through fw_cfg's ports: selection %+v, errors %q; want the default and an error naming %q and its line", sel, errs, pid1.FwCfgPortsOrigin)
+	}
+	if e := eduEntries(bad.rep); len(e) != 1 || e[0].Result != "loaded" || e[0].Phase != "initramfs-early" || bad.root == nil {
+		t.Errorf("bad YAML through fw_cfg's ports: kpreload_edu %+v, root init ran: %v; want the default loaded early and the boot to go on\n%s", e, bad.root != nil, badCon)
+	}
+	t.Logf("bad YAML through fw_cfg's ports: %s", firstLine(errs, ""))
 
 	late, _ := bootSelect(t, selectBoot{complete: true, append: "kpreload.driver=1.0.0 kpreload.early=0"})
 	if e := eduEntries(late.rep); len(e) != 1 || e[0].Phase != "initramfs" || !strings.Contains(strings.Join(eventTexts(late.rep), "\n"), "kpreload.early=0") {
