@@ -57,20 +57,12 @@ func (b *Boot) startEarly() <-chan earlyResult {
 	for i := range b.initIdx.Sets {
 		sets = append(sets, selection.Set{Set: &b.initIdx.Sets[i], Dir: b.initDir, From: "initramfs"})
 	}
-	pciDevs, pciErr := pci.Scan("/sys")
-	// The devices a driver set matches (PCI GPUs) are there before /init
-	// runs. When every alias of the initramfs's driver sets is a PCI one,
-	// whichever the decision keeps, the PCI bus alone is scanned for the
-	// early match, now, and the first coldplug round scans everything while
-	// the sets load.
-	all := coldplug.NewIndex()
-	all.Add(b.initDir, b.initIdx, func(s *bootindex.Set) bool { return !selection.IsKernelSet(s) })
-	var pciBus []coldplug.Device
-	var pciBusErr error
-	pciBusScanned := scanBus(all) == "pci"
-	if pciBusScanned {
-		pciBus, pciBusErr = coldplug.ScanBus("/sys", "pci")
-	}
+	// One scan of the PCI bus serves the decision and, when every alias of
+	// the chosen sets is a PCI one, the early match: the devices a driver set
+	// matches (PCI GPUs) are there before /init runs, and the first coldplug
+	// round scans everything while the sets load.
+	pciBus, pciBusErr := coldplug.ScanBus("/sys", "pci")
+	pciDevs, pciErr := pciDevices("/sys", pciBus, pciBusErr)
 	fwCfgLoaded()
 	files := []instance.File{fwFile, {Source: instance.SourceImage, Path: InitramfsInstance}}
 	req, reqErrs := instance.Find(b.cmd.Flag, files)
@@ -98,10 +90,8 @@ func (b *Boot) startEarly() <-chan earlyResult {
 	var scanErr error
 	switch bus := scanBus(match); {
 	case bus == "": // no aliases: nothing to match
-	case bus == "pci" && pciBusScanned:
-		devs, scanErr = pciBus, pciBusErr
 	case bus == "pci":
-		devs, scanErr = coldplug.ScanBus("/sys", bus)
+		devs, scanErr = pciBus, pciBusErr
 	default:
 		devs, scanErr = coldplug.Scan("/sys")
 		if scanErr == nil {
@@ -145,6 +135,26 @@ func (b *Boot) startEarly() <-chan earlyResult {
 	// decision is printed once its loads have started.
 	b.printDecision(d)
 	return out
+}
+
+// pciDevices turns a coldplug scan of the PCI bus into the devices the
+// decision takes, their ids parsed from the modaliases already read. Where
+// the scan failed or a modalias does not parse, it reads the bus again with
+// pci.Scan, which falls back to the id files.
+func pciDevices(sysRoot string, bus []coldplug.Device, scanErr error) ([]pci.Device, error) {
+	if scanErr != nil {
+		return pci.Scan(sysRoot)
+	}
+	devs := make([]pci.Device, 0, len(bus))
+	for _, c := range bus {
+		d, err := pci.ParseModalias(c.Modalias)
+		if err != nil {
+			return pci.Scan(sysRoot)
+		}
+		d.Address, d.Driver = filepath.Base(c.Path), c.Driver
+		devs = append(devs, d)
+	}
+	return devs, nil
 }
 
 // fwCfgModule is the kernel module that shows QEMU's fw_cfg in sysfs.
