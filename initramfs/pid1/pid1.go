@@ -378,6 +378,22 @@ func (b *Boot) coldplug(phase, key string, match *coldplug.Index) {
 					want = append(want, n)
 				}
 			}
+			if len(names) == 0 && d.Driver == "" {
+				continue // nothing will bind: no children will come
+			}
+			for _, child := range childAliases(d.Modalias) {
+				var ahead []string
+				for _, n := range match.Match(child) {
+					if !b.attempted[n] {
+						b.attempted[n] = true
+						ahead = append(ahead, n)
+					}
+				}
+				if len(ahead) > 0 {
+					want = append(want, ahead...)
+					b.event("%s will appear below %s: loading %s in the same round", child, filepath.Base(d.Path), strings.Join(ahead, ", "))
+				}
+			}
 		}
 		if fresh == 0 {
 			break
