@@ -17,6 +17,7 @@ import (
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/initramfs/assemble"
+	"github.com/kpreload/kpreload/initramfs/pid1"
 	"github.com/kpreload/kpreload/live/report"
 )
 
@@ -233,6 +234,18 @@ func TestBootSelectsDriverVersion(t *testing.T) {
 	}
 	t.Run("fw_cfg 2.0.0 from the initramfs", func(t *testing.T) {
 		b, con := bootSelect(t, selectBoot{instance: "resources:\n  driver:\n    version: 2.0.0\n    flavor: auto\n"})
+		checkChosen(t, b, con, "2.0.0", instance.SourceFwCfg, "initramfs")
+		// fw_cfg was read through its I/O ports before the first coldplug:
+		// qemu_fw_cfg does not load beside the root's storage modules.
+		if m, ok := moduleResult(b.rep, "qemu_fw_cfg"); ok {
+			t.Errorf("qemu_fw_cfg %+v in the report, want it not loaded (fw_cfg read through its ports)", m)
+		}
+		if b.rep.Selection.Origin != pid1.FwCfgPortsOrigin {
+			t.Errorf("origin %q, want %s", b.rep.Selection.Origin, pid1.FwCfgPortsOrigin)
+		}
+	})
+	t.Run("fw_cfg 2.0.0 through qemu_fw_cfg (kpreload.fwcfg=module)", func(t *testing.T) {
+		b, con := bootSelect(t, selectBoot{append: "kpreload.fwcfg=module", instance: "resources:\n  driver:\n    version: 2.0.0\n"})
 		checkChosen(t, b, con, "2.0.0", instance.SourceFwCfg, "initramfs")
 		// fw_cfg came through qemu_fw_cfg, which coldplug loaded from the kernel's set.
 		if m, ok := moduleResult(b.rep, "qemu_fw_cfg"); !ok || m.Result != "loaded" || m.End > b.rep.Selection.Time {

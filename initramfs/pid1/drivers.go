@@ -27,6 +27,16 @@ func requestFiles() []instance.File {
 	}
 }
 
+// requestFilesRead is requestFiles with fw_cfg's item as read through its
+// I/O ports before the first coldplug, when it was (fwCfgBeforeRoot).
+func (b *Boot) requestFilesRead() []instance.File {
+	files := requestFiles()
+	if b.fwFile != nil {
+		files[0] = *b.fwFile
+	}
+	return files
+}
+
 // drivers chooses, then loads, the driver sets of the initramfs and of the root
 // filesystem's cache. It runs once root is mounted: the root's cache may hold
 // versions the initramfs lacks and /etc/kpreload/instance.yaml is only readable
@@ -71,7 +81,7 @@ func (b *Boot) drivers(early <-chan earlyResult) {
 		}
 	}
 
-	req, reqErrs := instance.Find(b.cmd.Flag, requestFiles())
+	req, reqErrs := instance.Find(b.cmd.Flag, b.requestFilesRead())
 	for _, e := range reqErrs {
 		b.errorf("%v", e)
 	}

@@ -46,10 +46,12 @@ func (b *Boot) startEarly() <-chan earlyResult {
 	}
 	if b.flag("kpreload.early", "1") == "0" {
 		b.event("driver decision after the root mount: kpreload.early=0")
+		b.fwCfgBeforeRoot()
 		return nil
 	}
 	if !b.initIdx.Complete {
 		b.event("driver decision after the root mount: the initramfs index is not marked complete (the root's cache may hold other sets)")
+		b.fwCfgBeforeRoot()
 		return nil
 	}
 	fwFile, fwCfgLoaded := b.fwCfgRequest()
@@ -179,19 +181,51 @@ func (b *Boot) fwCfgRequest() (f instance.File, wait func()) {
 	if b.attempted[fwCfgModule] || !b.fwCfgDevice() {
 		return f, wait
 	}
-	if b.flag("kpreload.fwcfg", "") != "module" {
-		data, err := fwcfg.ReadFile(instance.FwCfgName)
-		if err == nil || errors.Is(err, fs.ErrNotExist) {
-			// The module was only here for the request: the real system's
-			// udev loads it from the root like any other.
-			b.attempted[fwCfgModule] = true
-			b.event("fw_cfg read through its I/O ports: qemu_fw_cfg is not loaded from the initramfs")
-			return instance.File{Source: instance.SourceFwCfg, Path: FwCfgPortsOrigin,
-				Read: func() ([]byte, error) { return data, err }}, wait
-		}
-		b.event("fw_cfg through its I/O ports: %v; loading qemu_fw_cfg first", err)
+	if pf, ok := b.fwCfgPorts(); ok {
+		return pf, wait
 	}
 	return f, b.startFwCfg()
+}
+
+// fwCfgPorts reads the instance request's fw_cfg item through the device's
+// I/O ports (fwcfg.ReadFile) and returns it as the request's fw_cfg file,
+// whose Read hands back what was read; qemu_fw_cfg, needed for nothing else
+// here, is then not loaded from the initramfs (the real system's udev loads
+// it from the root like any other). It returns false, having loaded
+// nothing, where the ports cannot be used (not x86, lockdown) or
+// kpreload.fwcfg=module asks for the module; the event says why.
+func (b *Boot) fwCfgPorts() (instance.File, bool) {
+	if b.flag("kpreload.fwcfg", "") == "module" {
+		return instance.File{}, false
+	}
+	data, err := fwcfg.ReadFile(instance.FwCfgName)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		b.event("fw_cfg through its I/O ports: %v; loading qemu_fw_cfg first", err)
+		return instance.File{}, false
+	}
+	b.attempted[fwCfgModule] = true
+	b.event("fw_cfg read through its I/O ports: qemu_fw_cfg is not loaded from the initramfs")
+	return instance.File{Source: instance.SourceFwCfg, Path: FwCfgPortsOrigin,
+		Read: func() ([]byte, error) { return data, err }}, true
+}
+
+// fwCfgBeforeRoot is the decision-after-the-root path's fw_cfg read: the
+// request's item is read through fw_cfg's I/O ports before the first
+// coldplug, so that qemu_fw_cfg does not load beside the root's storage
+// modules (under emulation a module load costs the CPU they need), and the
+// decision after the root mount reads what was read then (b.fwFile). Where
+// the ports cannot be used, coldplug loads qemu_fw_cfg as before and the
+// decision reads sysfs.
+func (b *Boot) fwCfgBeforeRoot() {
+	if _, _, found, err := instance.FromCmdline(b.cmd.Flag); found && err == nil {
+		return // the command line's request wins: fw_cfg is not read
+	}
+	if b.attempted[fwCfgModule] || !b.fwCfgDevice() {
+		return
+	}
+	if f, ok := b.fwCfgPorts(); ok {
+		b.fwFile = &f
+	}
 }
 
 // FwCfgPortsOrigin is the origin a request read through fw_cfg's I/O ports has.

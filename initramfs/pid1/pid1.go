@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/gpu/selection"
 	"github.com/kpreload/kpreload/initramfs/kcmdline"
 	"github.com/kpreload/kpreload/initramfs/rootfs"
@@ -65,6 +66,10 @@ type Boot struct {
 	// prescan, when set, is a device scan taken just before the first
 	// coldplug (by startEarly), which uses it for its first round.
 	prescan []coldplug.Device
+	// fwFile, when set, is the instance request's fw_cfg item as read
+	// through fw_cfg's I/O ports before the first coldplug, for a decision
+	// taken after the root mount (fwCfgBeforeRoot).
+	fwFile *instance.File
 	// fwRestore puts back the kernel's firmware search path /init changed
 	// (see firmwareFromRoot); nil when it changed nothing.
 	fwRestore func()
