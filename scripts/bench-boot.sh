@@ -5,7 +5,8 @@
 #   scripts/bench-boot.sh [--kernel KVER] [--runs N] [--json] [--keep]
 #
 #   --kernel KVER  kernel to boot (default 6.1.0-56-cloud-amd64; fetched with kernels.sh)
-#   --runs N       boots and initramfs builds per variant (default 3); medians are reported
+#   --runs N       boots and initramfs builds per variant (default 5); medians are reported,
+#                  and each round's ratios (its boots run back to back) beside them
 #   --json         print the result as JSON instead of the markdown table
 #   --keep         keep the work directory (it is always kept when something fails)
 #   --timeout S    give up on one boot after S seconds (default 120; a boot takes ~5-15 s)
@@ -39,12 +40,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
 
 kver=6.1.0-56-cloud-amd64
-runs=3
+runs=5
 json=0
 keep=0
 timeout=120
 retries=1
-usage() { sed -n '2,13s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,14s/^# \{0,1\}//p' "$0"; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --kernel) [ $# -ge 2 ] || die "--kernel needs a value"; kver=$2; shift 2 ;;

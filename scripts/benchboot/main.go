@@ -4,6 +4,7 @@
 //
 //	benchboot sample -variant debian -run 1 -kernel KVER -boot boot.json -console console.log
 //	benchboot report [-json] -samples samples.jsonl -kernel KVER -runs 3 ...
+//	benchboot ab [-json] -samples samples.jsonl -a OLD -b NEW
 //
 // A boot that did not reach the root disk's /sbin/init, or in which the test driver
 // was not bound to QEMU's edu device before it, is refused: a benchmark of a broken
@@ -44,15 +45,17 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: benchboot sample|report [flags]")
+		return errors.New("usage: benchboot sample|report|ab [flags]")
 	}
 	switch args[0] {
 	case "sample":
 		return runSample(args[1:], stdout, stderr)
 	case "report":
 		return runReport(args[1:], stdout)
+	case "ab":
+		return runAB(args[1:], stdout)
 	}
-	return fmt.Errorf("unknown command %q (want sample or report)", args[0])
+	return fmt.Errorf("unknown command %q (want sample, report or ab)", args[0])
 }
 
 // Variant names, in table column order.
@@ -70,6 +73,10 @@ type Sample struct {
 	Kind    string `json:"kind"` // "boot", "build", or "hung" (a boot that timed out and was re-run)
 	Variant string `json:"variant"`
 	Run     int    `json:"run"`
+	// Label names the build of kpreload a boot ran (ab-init.sh's two), "" in bench-boot.sh.
+	Label string `json:"label,omitempty"`
+	// Main is when kpreload's /init reached Go's main (its report's init_start), 0 for Debian.
+	Main float64 `json:"main,omitempty"`
 	// Boot times, seconds since kernel start.
 	InitStart float64 `json:"init_start,omitempty"` // "Run /init as init process"
 	RootReady float64 `json:"root_ready,omitempty"` // virtio_blk's "[vda]" line
@@ -112,6 +119,7 @@ func runSample(args []string, stdout, stderr io.Writer) error {
 	runN := fs.Int("run", 0, "run number")
 	kernel := fs.String("kernel", "", "the kernel release that must have booted")
 	bootFile := fs.String("boot", "", "output of kpreload boot --json")
+	label := fs.String("label", "", "the build of kpreload the boot ran (ab-init.sh)")
 	consoleFile := fs.String("console", "", "the boot's console log")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -135,7 +143,7 @@ func runSample(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%s boot %d is broken (console %s): %w", *variant, *runN, *consoleFile, err)
 	}
-	s.Run = *runN
+	s.Run, s.Label = *runN, *label
 	fmt.Fprintf(stderr, "    %s boot %d: /init %.3f s, vda ready %.3f s, edu bound %.3f s, real init %.2f s (wall %.1f s)\n",
 		s.Variant, s.Run, s.InitStart, s.RootReady, s.EduBound, s.RealInit, s.Wall)
 	return json.NewEncoder(stdout).Encode(s)
@@ -169,6 +177,7 @@ func checkBoot(variant, kernel string, b *bootResult, console []byte) (Sample, e
 		if len(b.Report.Errors) > 0 {
 			return s, fmt.Errorf("kpreload report errors: %q", b.Report.Errors)
 		}
+		s.Main = b.Report.InitStart
 	} else if b.Report != nil {
 		return s, errors.New("a kpreload boot report came back from Debian's initramfs: wrong initrd?")
 	} else if b.Error != "" && !strings.Contains(b.Error, "no boot report came back") {
@@ -260,6 +269,15 @@ type Row struct {
 	Early        float64   `json:"early,omitempty"`
 	EarlySamples []float64 `json:"early_samples,omitempty"`
 	EarlyRatio   float64   `json:"early_ratio,omitempty"`
+	// Rounds are the ratios of each round (run) taken alone, kpreload's boot
+	// over Debian's of the same round, whose boots ran back to back; RoundMedian
+	// is their median. The host's noise moves a round's boots together, so
+	// these show how far it moved the ratio; the verdict stays on Ratio.
+	Rounds      []float64 `json:"round_ratios,omitempty"`
+	RoundMedian float64   `json:"round_ratio_median,omitempty"`
+	// EarlyRounds and EarlyRoundMedian are the same for the early variant.
+	EarlyRounds      []float64 `json:"early_round_ratios,omitempty"`
+	EarlyRoundMedian float64   `json:"early_round_ratio_median,omitempty"`
 	// EarlyTarget is the issue's goal for EarlyRatio, empty when there is none.
 	EarlyTarget string `json:"early_target,omitempty"`
 	EarlyMet    *bool  `json:"early_met,omitempty"`
@@ -369,6 +387,7 @@ var metrics = []metric{
 	{name: "kernel start → initramfs /init runs", unit: "s", kind: "boot", get: func(s Sample) float64 { return s.InitStart }},
 	{name: "kernel start → root disk driver ready (virtio_blk [vda])", unit: "s", kind: "boot", get: func(s Sample) float64 { return s.RootReady }},
 	{name: "kernel start → test driver bound (kpreload_edu)", unit: "s", kind: "boot", target: "≤ 0.5", limit: 0.5, earlyTarget: "≤ 0.45", earlyLimit: 0.45, get: func(s Sample) float64 { return s.EduBound }},
+	{name: "initramfs /init → test driver bound (the initramfs's own part)", unit: "s", kind: "boot", get: func(s Sample) float64 { return s.EduBound - s.InitStart }},
 	{name: "kernel start → real init runs (/sbin/init)", unit: "s", kind: "boot", target: "≤ 0.5", limit: 0.5, get: func(s Sample) float64 { return s.RealInit }},
 	{name: "boot wall clock (QEMU start → power off)", unit: "s", kind: "boot", get: func(s Sample) float64 { return s.Wall }},
 	{name: "initramfs build time (wall clock)", unit: "s", kind: "build", target: "≤ 0.1", limit: 0.1, get: func(s Sample) float64 { return s.Wall }},
@@ -386,6 +405,7 @@ func summarize(m Machine, samples []Sample) (*Result, error) {
 	}
 	for _, mt := range metrics {
 		r := Row{Name: mt.name, Unit: mt.unit, Target: mt.target}
+		byRun := map[string]map[int]float64{debian: {}, kpreload: {}, kpreloadEarly: {}}
 		for _, s := range samples {
 			if s.Kind != mt.kind {
 				continue
@@ -397,6 +417,19 @@ func summarize(m Machine, samples []Sample) (*Result, error) {
 				r.KpreloadSamples = append(r.KpreloadSamples, mt.get(s))
 			case kpreloadEarly:
 				r.EarlySamples = append(r.EarlySamples, mt.get(s))
+			default:
+				continue
+			}
+			byRun[s.Variant][s.Run] = mt.get(s)
+		}
+		if mt.kind == "boot" && (mt.target != "" || mt.earlyTarget != "") {
+			r.Rounds = roundRatios(byRun[kpreload], byRun[debian])
+			r.EarlyRounds = roundRatios(byRun[kpreloadEarly], byRun[debian])
+			if len(r.Rounds) > 0 {
+				r.RoundMedian = median(r.Rounds)
+			}
+			if len(r.EarlyRounds) > 0 {
+				r.EarlyRoundMedian = median(r.EarlyRounds)
 			}
 		}
 		if len(r.DebianSamples) == 0 || len(r.DebianSamples) != len(r.KpreloadSamples) {
@@ -430,6 +463,30 @@ func summarize(m Machine, samples []Sample) (*Result, error) {
 	return res, nil
 }
 
+// roundRatios returns num[run] / den[run] for every run both have, in run order.
+func roundRatios(num, den map[int]float64) []float64 {
+	runs := make([]int, 0, len(num))
+	for run := range num {
+		if d, ok := den[run]; ok && d != 0 {
+			runs = append(runs, run)
+		}
+	}
+	slices.Sort(runs)
+	out := make([]float64, 0, len(runs))
+	for _, run := range runs {
+		out = append(out, num[run]/den[run])
+	}
+	return out
+}
+
+// spread renders round ratios as "median (min–max)".
+func spread(med float64, xs []float64) string {
+	if len(xs) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%.3f (%.3f–%.3f)", med, slices.Min(xs), slices.Max(xs))
+}
+
 // value renders a median with its unit.
 func value(r Row, v float64) string {
 	if r.Unit == "MB" {
@@ -458,6 +515,11 @@ func writeMarkdown(w io.Writer, res *Result) error {
 		fmt.Fprintf(bw, "| %s | %s | %s | %.3f | %s |\n", r.Name, value(r, r.Debian), value(r, r.Kpreload), r.Ratio, target)
 	}
 	fmt.Fprintln(bw)
+	for _, r := range res.Rows {
+		if len(r.Rounds) > 0 {
+			fmt.Fprintf(bw, "Round by round, %s: %s: %s.\n", r.Name, spread(r.RoundMedian, r.Rounds), list(r.Rounds))
+		}
+	}
 	fmt.Fprintf(bw, "Machine: %d host CPUs (nproc), QEMU %s with -accel %s, guest %d vCPUs and %d MiB, kernel %s; load average %s at the start, %s at the end; %d boots and %d builds of each variant, interleaved; whole run %.0f s.\n",
 		m.Nproc, m.QEMU, m.Accel, m.GuestCPUs, m.GuestMemMiB, m.Kernel, m.LoadStart, m.LoadEnd, m.Runs, m.Runs, m.Seconds)
 	fmt.Fprintf(bw, "Debian: %s. kpreload: %s.\n", m.Mkinitramfs, m.Kpreload)
@@ -509,6 +571,13 @@ func writeMarkdownEarly(w io.Writer, res *Result) error {
 		fmt.Fprintf(bw, "| %s | %s | %s | %.3f | %s | %.3f | %s |\n", r.Name, value(r, r.Debian), value(r, r.Kpreload), r.Ratio, value(r, r.Early), r.EarlyRatio, strings.Join(targets, "; "))
 	}
 	fmt.Fprintln(bw)
+	for _, r := range res.Rows {
+		if len(r.Rounds) == 0 {
+			continue
+		}
+		fmt.Fprintf(bw, "Round by round (each round's three boots back to back), %s: after the root %s: %s; early %s: %s.\n",
+			r.Name, spread(r.RoundMedian, r.Rounds), list(r.Rounds), spread(r.EarlyRoundMedian, r.EarlyRounds), list(r.EarlyRounds))
+	}
 	fmt.Fprintf(bw, "Machine: %d host CPUs (nproc), QEMU %s with -accel %s, guest %d vCPUs and %d MiB, kernel %s; load average %s at the start, %s at the end; %d boots and %d builds of each variant, interleaved; whole run %.0f s.\n",
 		m.Nproc, m.QEMU, m.Accel, m.GuestCPUs, m.GuestMemMiB, m.Kernel, m.LoadStart, m.LoadEnd, m.Runs, m.Runs, m.Seconds)
 	fmt.Fprintf(bw, "Debian: %s. kpreload: %s; early: the same initramfs built with --complete.\n", m.Mkinitramfs, m.Kpreload)

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -148,5 +149,65 @@ func TestSummarizeTargets(t *testing.T) {
 	}
 	if _, err := summarize(Machine{}, samples[:3]); err == nil {
 		t.Errorf("summarize(one kpreload boot sample missing) = nil error, want a count mismatch")
+	}
+}
+
+// TestSummarizeRounds checks the round-by-round ratios: each round's kpreload
+// boot over the Debian boot of the same round, whatever order the samples
+// came in, beside the ratio of the medians the verdict is on.
+func TestSummarizeRounds(t *testing.T) {
+	deb := map[int]float64{1: 10, 2: 8, 3: 12}
+	kp := map[int]float64{1: 4, 2: 4, 3: 3}
+	early := map[int]float64{1: 3, 2: 2, 3: 6}
+	var samples []Sample
+	for _, run := range []int{3, 1, 2} {
+		samples = append(samples,
+			Sample{Kind: "boot", Variant: kpreloadEarly, Run: run, InitStart: 2, EduBound: early[run], RealInit: 7},
+			Sample{Kind: "boot", Variant: debian, Run: run, InitStart: 4, EduBound: deb[run], RealInit: 14},
+			Sample{Kind: "boot", Variant: kpreload, Run: run, InitStart: 2, EduBound: kp[run], RealInit: 7},
+			Sample{Kind: "build", Variant: debian, Run: run, Wall: 8, Bytes: 13_000_000},
+			Sample{Kind: "build", Variant: kpreloadEarly, Run: run, Wall: 0.4, Bytes: 4_000_000},
+			Sample{Kind: "build", Variant: kpreload, Run: run, Wall: 0.4, Bytes: 4_000_000})
+	}
+	res, err := summarize(Machine{}, samples)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]Row{}
+	for _, r := range res.Rows {
+		rows[r.Name] = r
+	}
+	bound := rows["kernel start → test driver bound (kpreload_edu)"]
+	if got, want := bound.Rounds, []float64{0.4, 0.5, 0.25}; !slices.Equal(got, want) {
+		t.Errorf("bound round ratios = %v, want %v", got, want)
+	}
+	if got, want := bound.EarlyRounds, []float64{0.3, 0.25, 0.5}; !slices.Equal(got, want) {
+		t.Errorf("bound early round ratios = %v, want %v", got, want)
+	}
+	if bound.RoundMedian != 0.4 || bound.EarlyRoundMedian != 0.3 {
+		t.Errorf("bound round medians = %v, %v, want 0.4, 0.3", bound.RoundMedian, bound.EarlyRoundMedian)
+	}
+	// The verdict is on the ratio of the medians: 4 / 10 and 3 / 10.
+	if bound.Ratio != 0.4 || bound.EarlyRatio != 0.3 {
+		t.Errorf("bound ratios = %v, %v, want 0.4, 0.3", bound.Ratio, bound.EarlyRatio)
+	}
+	own := rows["initramfs /init → test driver bound (the initramfs's own part)"]
+	if own.Debian != 6 || own.Kpreload != 2 || own.Early != 1 {
+		t.Errorf("initramfs's own part = %v, %v, %v, want 6, 2, 1", own.Debian, own.Kpreload, own.Early)
+	}
+	if len(rows["initramfs build time (wall clock)"].Rounds) != 0 {
+		t.Errorf("build rows have round ratios, want none (builds are not boots of one round)")
+	}
+	var out strings.Builder
+	if err := writeMarkdown(&out, res); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"Round by round (each round's three boots back to back), kernel start → test driver bound (kpreload_edu): after the root 0.400 (0.250–0.500): 0.400, 0.500, 0.250; early 0.300 (0.250–0.500): 0.300, 0.250, 0.500.",
+		"| initramfs /init → test driver bound (the initramfs's own part) | 6.000 s | 2.000 s | 0.333 | 1.000 s | 0.167 |  |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, out.String())
+		}
 	}
 }
