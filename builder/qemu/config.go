@@ -111,6 +111,14 @@ type Config struct {
 	FwCfg map[string]string
 	// Machine is the QEMU machine type (default "q35").
 	Machine string
+	// ICount, when above 0, runs TCG with a virtual clock driven by the
+	// instruction count (-icount shift=ICount,sleep=off): each guest
+	// instruction takes 2^ICount ns of guest time and idle time is skipped,
+	// so the guest's timings do not move with the host's load. For A/B
+	// comparisons (scripts/ab-init.sh), not for figures against real time:
+	// a TCG guest's first run of new code (translation) costs nothing there.
+	// It needs Accel "tcg" and one CPU (SMP bring-up stalls under it here).
+	ICount int
 
 	// varsCopy is the per-run copy of the UEFI variable store Run made.
 	varsCopy string
@@ -249,6 +257,14 @@ func Args(c Config, consoleLog, reportLog string) ([]string, error) {
 	if _, ok := RootDevice[c.RootBus]; !ok {
 		return nil, fmt.Errorf("qemu: root bus %q: want virtio, nvme or scsi", c.RootBus)
 	}
+	if c.ICount != 0 {
+		if c.ICount < 0 || c.ICount > 10 {
+			return nil, fmt.Errorf("qemu: icount shift %d: want 1 to 10 (2^N ns per instruction)", c.ICount)
+		}
+		if c.Accel != "tcg" || c.CPUs != 1 {
+			return nil, fmt.Errorf("qemu: icount needs -accel tcg and 1 CPU, have %s and %d CPUs", c.Accel, c.CPUs)
+		}
+	}
 	args := []string{"-machine", c.Machine}
 	switch c.Accel {
 	case "tcg":
@@ -262,6 +278,9 @@ func Args(c Config, consoleLog, reportLog string) ([]string, error) {
 		// parallel, it costs nothing measurable (builder/qemu + initramfs/e2e:
 		// 27.9 + 44.6 s single, 26.1 + 43.9 s multi).
 		args = append(args, "-accel", "tcg,thread=single", "-cpu", "max,tsc-deadline=off")
+		if c.ICount > 0 {
+			args = append(args, "-icount", fmt.Sprintf("shift=%d,sleep=off", c.ICount))
+		}
 	case "kvm":
 		args = append(args, "-accel", "kvm", "-cpu", "host")
 	default:

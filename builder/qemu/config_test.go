@@ -63,6 +63,12 @@ func TestArgs(t *testing.T) {
 				"-fw_cfg", "name=opt/kpreload/a,file=/x", "-fw_cfg", "name=opt/kpreload/instance,file=/y"}),
 		},
 		{
+			name: "icount, one CPU",
+			c:    Config{Kernel: "/k", CPUs: 1, ICount: 3},
+			want: cat(common("1024", "1")[:6], []string{"-icount", "shift=3,sleep=off"}, common("1024", "1")[6:],
+				[]string{"-kernel", "/k", "-append", base}),
+		},
+		{
 			name: "kvm, other machine",
 			c:    Config{Kernel: "/k", Accel: "kvm", Machine: "pc", Timeout: time.Second},
 			want: cat([]string{"-machine", "pc", "-accel", "kvm", "-cpu", "host"}, common("1024", "2")[6:],
@@ -94,6 +100,9 @@ func TestArgsErrors(t *testing.T) {
 		{"empty device", Config{Kernel: "/k", Devices: []string{" "}}, "empty -device"},
 		{"comma in fw_cfg name", Config{Kernel: "/k", FwCfg: map[string]string{"a,b": "/x"}}, "comma"},
 		{"negative memory", Config{Kernel: "/k", Memory: -1}, "negative"},
+		{"icount with two CPUs", Config{Kernel: "/k", ICount: 3}, "1 CPU"},
+		{"icount under kvm", Config{Kernel: "/k", Accel: "kvm", CPUs: 1, ICount: 3}, "-accel tcg"},
+		{"icount shift too large", Config{Kernel: "/k", CPUs: 1, ICount: 11}, "want 1 to 10"},
 	}
 	for _, tt := range tests {
 		_, err := Args(tt.c, "/w/c", "/w/r")

@@ -72,7 +72,12 @@ bootloader, kernel command line from its boot entry (build the image with
 --cmdline "console=ttyS0 kpreload.report=/dev/ttyS1" to get the report back).
 A real systemd guest does not power off: the run ends when the console matches
 --until (default: systemd reaching multi-user.target or graphical.target).
-QEMU boots a copy-on-write overlay, so the image itself is never changed.`,
+QEMU boots a copy-on-write overlay, so the image itself is never changed.
+
+--icount N (with --cpus 1) drives the guest's clock by its instruction count
+instead of the host's: timings no longer move with the host's load, which makes
+two builds of /init comparable in a few boots (scripts/ab-init.sh). They are not
+real time: under plain TCG a guest's first run of new code costs far more.`,
 		Example: `  kpreload boot --kernel vmlinuz --initramfs initrd.img --root-disk root.img --device edu
   kpreload boot --kernel vmlinuz --initramfs initrd.img --root-disk root.img --accel auto --json
   kpreload boot --kernel vmlinuz --initramfs initrd.img --root-disk root.img --device edu --instance instance.yaml
@@ -162,6 +167,7 @@ QEMU boots a copy-on-write overlay, so the image itself is never changed.`,
 	f.DurationVar(&c.Timeout, "timeout", qemu.DefaultTimeout, "give up and kill QEMU after this long")
 	f.IntVar(&c.Memory, "memory", qemu.DefaultMemory, "guest memory in MiB")
 	f.IntVar(&c.CPUs, "cpus", qemu.DefaultCPUs, "virtual CPUs")
+	f.IntVar(&c.ICount, "icount", 0, "N > 0: TCG with a virtual clock of 2^N ns per guest instruction, idle time skipped (-icount shift=N,sleep=off), so timings do not move with the host's load; needs --cpus 1. For A/B comparisons (scripts/ab-init.sh)")
 	f.StringVar(&c.Append, "append", "", "extra kernel command line parameters")
 	f.StringVar(&c.ConsoleLog, "console", "", "write the console log here (default: in the work directory)")
 	f.StringArrayVar(&fwCfg, "fw-cfg", nil, "pass a file through QEMU fw_cfg as opt/NAME, NAME=FILE (repeatable)")
