@@ -36,6 +36,7 @@ top=$(cd "$here/.." && pwd)
 kver=6.1.0-56-cloud-amd64
 boots=5
 icount=3
+wall=0
 json=0
 keep=0
 usage() { sed -n '2,31s/^# \{0,1\}//p' "$0"; }
@@ -46,7 +47,7 @@ while [ $# -gt 0 ]; do
     --boots=*) boots=${1#*=}; shift ;;
     --icount) [ $# -ge 2 ] || die "--icount needs a value"; icount=$2; shift 2 ;;
     --icount=*) icount=${1#*=}; shift ;;
-    --wall) icount=0; shift ;;
+    --wall) wall=1; shift ;;
     --kernel) [ $# -ge 2 ] || die "--kernel needs a value"; kver=$2; shift 2 ;;
     --kernel=*) kver=${1#*=}; shift ;;
     --json) json=1; shift ;;
@@ -58,7 +59,8 @@ while [ $# -gt 0 ]; do
 done
 [ ${#args[@]} = 2 ] || { usage >&2; die "want two builds, A and B (git revisions or directories)"; }
 [[ $boots =~ ^[1-9][0-9]*$ ]] || die "--boots '$boots': want a positive number"
-[[ $icount =~ ^([0-9]|10)$ ]] || die "--icount '$icount': want 1 to 10 (or --wall)"
+[[ $icount =~ ^([1-9]|10)$ ]] || die "--icount '$icount': want 1 to 10 (or --wall for plain TCG)"
+[ "$wall" = 0 ] || icount=0
 [ "$(id -u)" = 0 ] || die "run as root: the test driver is built with dkms"
 [ -x "$top/bin/kpreload" ] || die "$top/bin/kpreload is not built: run make build (it boots QEMU for both builds)"
 
