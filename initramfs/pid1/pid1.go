@@ -383,8 +383,10 @@ func (b *Boot) coldplug(phase, key string, match *coldplug.Index) {
 					want = append(want, n)
 				}
 			}
-			if len(names) == 0 && d.Driver == "" {
-				continue // nothing will bind: no children will come
+			if len(names) == 0 || d.Driver != "" {
+				// Only a device whose driver loads now has children still to come:
+				// a bound one (a built-in virtio_pci) has made them already.
+				continue
 			}
 			for _, child := range childAliases(d.Modalias) {
 				var ahead []string
