@@ -340,11 +340,16 @@ func runReport(args []string, stdout io.Writer) error {
 		return err
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+		return writeJSON(stdout, res)
 	}
 	return writeMarkdown(stdout, res)
+}
+
+// writeJSON prints v as indented JSON, what --json gives.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 func readSamples(path string) ([]Sample, error) {
