@@ -11,8 +11,9 @@
 #                A is the baseline
 #   --boots N    boots per build and decision path (default 5), interleaved
 #   --icount N   the guest's clock runs 2^N ns per instruction and skips idle time
-#                (QEMU -icount shift=N,sleep=off, 1 vCPU; default N=3): the same boot
-#                twice differs by ~0.03 s, whatever the host is doing
+#                (QEMU -icount shift=N,sleep=off, 1 vCPU; default N=3): medians of 5
+#                boots of one build agree within ~0.03 s, whatever the host is doing
+#                (single boots less so: the disk's I/O still completes in host time)
 #   --wall       plain TCG with 2 vCPUs and the host's clock, as bench-boot.sh boots
 #   --kernel K   kernel to boot (default 6.1.0-56-cloud-amd64)
 #   --json       print the result as JSON
@@ -39,7 +40,7 @@ icount=3
 wall=0
 json=0
 keep=0
-usage() { sed -n '2,31s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,32s/^# \{0,1\}//p' "$0"; }
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
