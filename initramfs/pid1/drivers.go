@@ -120,10 +120,16 @@ func (b *Boot) drivers(early <-chan earlyResult) {
 	b.activate()
 }
 
-// decide takes the driver decision over sets for the request, records it in
-// the report and prints it on the console.
+// decide takes the driver decision over sets for the request and records it
+// in the report. Its scan of the PCI bus also serves the first round of the
+// driver sets' coldplug, which follows at once and, their aliases being PCI
+// ones (as a GPU driver's are), scans only that bus.
 func (b *Boot) decide(req instance.Request, reqErrs []error, sets []selection.Set) *selection.Decision {
-	devs, err := pci.Scan("/sys")
+	bus, busErr := coldplug.ScanBus("/sys", "pci")
+	devs, err := pciDevices("/sys", bus, busErr)
+	if busErr == nil {
+		b.prescan, b.prescanBus = bus, "pci"
+	}
 	return b.decideOn(req, reqErrs, sets, devs, err)
 }
 

@@ -97,7 +97,7 @@ func (b *Boot) startEarly() <-chan earlyResult {
 	default:
 		devs, scanErr = coldplug.Scan("/sys")
 		if scanErr == nil {
-			b.prescan = devs
+			b.prescan, b.prescanBus = devs, "*"
 		}
 	}
 	out := make(chan earlyResult, 1)

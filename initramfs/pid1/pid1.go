@@ -63,9 +63,11 @@ type Boot struct {
 	initDir string
 	// decision is the driver selection, nil until taken.
 	decision *selection.Decision
-	// prescan, when set, is a device scan taken just before the first
-	// coldplug (by startEarly), which uses it for its first round.
-	prescan []coldplug.Device
+	// prescan, when set, is a scan of prescanBus ("*" for every bus) taken
+	// just before a coldplug of that bus (by startEarly, or by decide for
+	// the driver sets' PCI-only pass), which uses it for its first round.
+	prescan    []coldplug.Device
+	prescanBus string
 	// fwFile, when set, is the instance request's fw_cfg item as read
 	// through fw_cfg's I/O ports before the first coldplug, for a decision
 	// taken after the root mount (fwCfgBeforeRoot).
@@ -342,10 +344,12 @@ func (b *Boot) coldplug(phase, key string, match *coldplug.Index) {
 		// No aliases to match, but the pass still records every device once.
 		bus = "*"
 	}
+	// A prescan serves only the pass that follows it: a later one rescans.
+	defer func() { b.prescan = nil }()
 	for round := 1; round <= 8; round++ {
 		var devs []coldplug.Device
 		var err error
-		if b.prescan != nil && bus == "*" {
+		if b.prescan != nil && bus == b.prescanBus {
 			devs, b.prescan = b.prescan, nil
 		} else {
 			devs, err = coldplug.ScanNew("/sys", bus, seen)
