@@ -13,14 +13,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// fixtureDir holds the real H200 VM's captures (see its README.md).
-const fixtureDir = "../../../shared/fixtures/h200-gpu-vm"
+// fixtureDir holds the real H200 VM's captures (see its README.md): testdata/h200-gpu-vm
+// at the repository's root.
+const fixtureDir = "../../testdata/h200-gpu-vm"
 
 func readFixture(t *testing.T, name string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(fixtureDir, name))
 	if err != nil {
-		t.Fatalf("fixture: %v (the shared fixtures live beside the repository: ../shared/fixtures)", err)
+		t.Fatalf("fixture: %v (the H200 VM fixture lives in the repository: testdata/h200-gpu-vm)", err)
 	}
 	return string(b)
 }

@@ -11,7 +11,7 @@ import (
 	"testing"
 )
 
-// Seeds copied from the H200 VM fixture (../shared/fixtures/h200-gpu-vm:
+// Seeds copied from the H200 VM fixture (testdata/h200-gpu-vm:
 // proc-devices.txt, proc-driver-nvidia-gpus.txt) and the capability files'
 // format (nv-caps).
 const (

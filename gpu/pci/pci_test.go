@@ -10,7 +10,9 @@ import (
 	"github.com/kpreload/kpreload/gpu/pci/pcitest"
 )
 
-const h200Fixture = "../../../shared/fixtures/h200-gpu-vm/pci-sysfs.txt"
+// h200Fixture is the PCI sysfs capture of the real H200 VM (testdata/h200-gpu-vm
+// at the repository's root).
+const h200Fixture = "../../testdata/h200-gpu-vm/pci-sysfs.txt"
 
 func TestScanH200Fixture(t *testing.T) {
 	root := pcitest.FromFixture(t, h200Fixture)

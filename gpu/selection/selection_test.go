@@ -301,7 +301,7 @@ func realList(t *testing.T, pkgs ...string) []string {
 // naming what would work; CUDA 12.4 accepts 550.163.01.
 func TestDecideH200With550(t *testing.T) {
 	l := realList(t, "nvidia-driver_535.261.03-1", "nvidia-driver_550.163.01-2")
-	devs, err := pci.Scan(pcitest.FromFixture(t, "../../../shared/fixtures/h200-gpu-vm/pci-sysfs.txt"))
+	devs, err := pci.Scan(pcitest.FromFixture(t, filepath.Join(pcitest.H200(t), "pci-sysfs.txt")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +342,7 @@ func TestDecideH200With550(t *testing.T) {
 // so nothing may load, and the refusal says so.
 func TestDecideH200Fixture(t *testing.T) {
 	l535, l470 := realLists(t)
-	devs, err := pci.Scan(pcitest.FromFixture(t, "../../../shared/fixtures/h200-gpu-vm/pci-sysfs.txt"))
+	devs, err := pci.Scan(pcitest.FromFixture(t, filepath.Join(pcitest.H200(t), "pci-sysfs.txt")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +397,7 @@ func TestDecideH200Fixture(t *testing.T) {
 // refused naming what the H200 offers, and neither changes the driver choice.
 func TestDecideMIGAndSharing(t *testing.T) {
 	l := realList(t, "nvidia-driver_550.163.01-2")
-	devs, err := pci.Scan(pcitest.FromFixture(t, "../../../shared/fixtures/h200-gpu-vm/pci-sysfs.txt"))
+	devs, err := pci.Scan(pcitest.FromFixture(t, filepath.Join(pcitest.H200(t), "pci-sysfs.txt")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,9 +21,9 @@ func writeFile(t *testing.T, path, content string) {
 // fixtureRoot rebuilds the H200 VM's PCI sysfs from the fixture (see its README).
 func fixtureRoot(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile("../../../shared/fixtures/h200-gpu-vm/pci-sysfs.txt")
+	b, err := os.ReadFile("../../testdata/h200-gpu-vm/pci-sysfs.txt")
 	if err != nil {
-		t.Fatalf("fixture: %v (the shared fixtures live beside the repository: ../shared/fixtures)", err)
+		t.Fatalf("fixture: %v (the H200 VM fixture lives in the repository: testdata/h200-gpu-vm)", err)
 	}
 	root := t.TempDir()
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {

@@ -14,7 +14,7 @@ import (
 // scan of the PCI bus are the ones pci.Scan reads: on the H200 VM fixture and
 // on this machine, and with a modalias that does not parse (read again).
 func TestPCIDevices(t *testing.T) {
-	fixture := pcitest.FromFixture(t, "../../../shared/fixtures/h200-gpu-vm/pci-sysfs.txt")
+	fixture := pcitest.FromFixture(t, filepath.Join(pcitest.H200(t), "pci-sysfs.txt"))
 	for _, root := range []string{filepath.Join(fixture, "sys"), "/sys"} {
 		want, err := pci.Scan(root)
 		if err != nil {

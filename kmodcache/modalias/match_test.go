@@ -232,14 +232,10 @@ func readLines(t testing.TB, path string) []string {
 // fixtureModaliases returns the PCI modaliases of the captured H200 VM.
 func fixtureModaliases(t testing.TB) []string {
 	t.Helper()
-	dir := os.Getenv("KPRELOAD_FIXTURES")
-	if dir == "" {
-		dir = "../../../shared/fixtures" // shared/ sits beside the repository
-	}
-	path := filepath.Join(dir, "h200-gpu-vm/pci-sysfs.txt")
+	path := "../../testdata/h200-gpu-vm/pci-sysfs.txt" // testdata/ at the repository's root
 	data, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("reading the H200 VM fixture (set KPRELOAD_FIXTURES to the fixtures directory): %v", err)
+		t.Fatalf("reading the H200 VM fixture: %v", err)
 	}
 	var out []string
 	for i, l := range strings.Split(string(data), "\n") {

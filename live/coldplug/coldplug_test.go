@@ -15,7 +15,7 @@ import (
 )
 
 // fixture is the PCI sysfs capture of a real VM with one NVIDIA H200.
-const fixture = "../../../shared/fixtures/h200-gpu-vm/pci-sysfs.txt" // shared/ sits beside the repository
+const fixture = "../../testdata/h200-gpu-vm/pci-sysfs.txt" // testdata/ at the repository's root
 
 // Modaliases of the fixture's devices.
 const (

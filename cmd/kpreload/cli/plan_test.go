@@ -72,7 +72,7 @@ func TestPlanH200Fixture(t *testing.T) {
 		{ID: "a535o", Driver: "nvidia", Version: "535.261.03", Flavor: "open", SupportedGPUs: "l535/supported-gpus.json"},
 		{ID: "a470p", Driver: "nvidia", Version: "470.256.02", Flavor: "proprietary", SupportedGPUs: "l470/supported-gpus.json"},
 	}, map[string]string{"l535/supported-gpus.json": l535, "l470/supported-gpus.json": l470})
-	root := pcitest.FromFixture(t, "../../../../shared/fixtures/h200-gpu-vm/pci-sysfs.txt")
+	root := pcitest.FromFixture(t, filepath.Join(pcitest.H200(t), "pci-sysfs.txt"))
 	inst := filepath.Join(t.TempDir(), "instance.yaml")
 	if err := os.WriteFile(inst, []byte("resources:\n  gpu:\n    type: h200\n    count: 1\n  driver:\n    version: \"535\"\n    cuda: 12.2\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -202,7 +202,7 @@ func TestPlanSharingAndMIG(t *testing.T) {
 	cache := planCache(t, []bootindex.Set{
 		{ID: "a535p", Driver: "nvidia", Version: "535.261.03", Flavor: "proprietary", SupportedGPUs: "l535/supported-gpus.json"},
 	}, map[string]string{"l535/supported-gpus.json": l535})
-	root := pcitest.FromFixture(t, "../../../../shared/fixtures/h200-gpu-vm/pci-sysfs.txt")
+	root := pcitest.FromFixture(t, filepath.Join(pcitest.H200(t), "pci-sysfs.txt"))
 	for _, tc := range []struct {
 		mig  string
 		want []string

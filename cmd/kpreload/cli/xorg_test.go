@@ -7,11 +7,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kpreload/kpreload/gpu/pci/pcitest"
 )
 
 // TestXorgH200 runs the command on a sysfs tree built from the real H200 VM.
 func TestXorgH200(t *testing.T) {
-	b, err := os.ReadFile("../../../../shared/fixtures/h200-gpu-vm/pci-sysfs.txt")
+	b, err := os.ReadFile(filepath.Join(pcitest.H200(t), "pci-sysfs.txt"))
 	if err != nil {
 		t.Fatalf("fixture: %v", err)
 	}

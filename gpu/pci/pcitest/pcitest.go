@@ -1,7 +1,7 @@
 // Package pcitest builds sysfs trees of PCI devices for tests: from a fixture
 // captured on a real machine (one "<address> <file> <contents>" line per sysfs
-// file, as /work/shared/fixtures/h200-gpu-vm/pci-sysfs.txt) or from a list of
-// devices.
+// file, as testdata/h200-gpu-vm/pci-sysfs.txt at the repository's root) or from
+// a list of devices.
 package pcitest
 
 import (
@@ -14,6 +14,32 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/pci"
 )
+
+// H200 returns the directory of the real H200 VM's captures (see its README.md),
+// testdata/h200-gpu-vm under the repository's root: the first directory holding
+// go.mod found walking up from the working directory (a test's package
+// directory).
+func H200(t testing.TB) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for dir := wd; ; {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			fixture := filepath.Join(dir, "testdata", "h200-gpu-vm")
+			if _, err := os.Stat(fixture); err != nil {
+				t.Fatalf("H200 VM fixture: %v", err)
+			}
+			return fixture
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatalf("H200 VM fixture: no go.mod in %s or above it", wd)
+		}
+		dir = parent
+	}
+}
 
 // FromFixture writes the fixture's files under a new temporary root as
 // root/sys/bus/pci/devices/<address>/<file> ("driver" lines become the driver
