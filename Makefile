@@ -38,6 +38,7 @@ demo-initramfs: deps build
 vet:
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod/go.sum are not tidy: run go mod tidy"; $(GO) mod tidy -diff; exit 1; }
 
 # Every test, the real-DKMS and real-QEMU ones included, never from the test cache
 # (-count=1: they depend on kernels, dkms and QEMU outside Go's view). -p 2: two cores.
