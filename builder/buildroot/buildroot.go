@@ -8,10 +8,9 @@
 // A build root is made once with mmdebstrap (minbase plus the build tools)
 // under <cache>/buildroot/<suite>-<key>/ and reused; it is made in a
 // temporary directory and renamed into place, so it is complete or absent.
-// Commands run in it through chroot, inside a private mount namespace
-// (unshare) where the directories they need (the build's work tree, the
-// unpacked kernel) are bind-mounted at the same paths: nothing is mounted on
-// the host and nothing is installed there.
+// dkms runs in it chrooted, inside the build's sandbox (package dkms: a
+// private mount namespace with the build's own dkms tree, sources and
+// kernel): nothing is mounted on the host and nothing is installed there.
 package buildroot
 
 import (
@@ -143,37 +142,6 @@ func Ensure(ctx context.Context, spec Spec, log func(string)) (*Root, error) {
 		return nil, fmt.Errorf("build root: %w", err)
 	}
 	return &Root{Suite: spec.Suite, Dir: dir}, nil
-}
-
-// enterScript runs inside "unshare --mount --propagation private": it
-// mounts /proc, /dev and a fresh /tmp in the root, then bind-mounts each
-// directory given before "--" at the same path inside it (after /tmp, so a
-// work tree under /tmp stays visible), and runs the command after "--"
-// chrooted.
-const enterScript = `set -e
-root=$1; shift
-mount -t proc proc "$root/proc"
-mount --rbind /dev "$root/dev"
-mount -t tmpfs tmpfs "$root/tmp"
-while [ "$1" != -- ]; do
-  mkdir -p "$root$1"
-  mount --rbind "$1" "$root$1"
-  shift
-done
-shift
-exec chroot "$root" "$@"`
-
-// Command returns a command that runs name with args inside the build
-// root, with binds (absolute host directories) visible at the same paths.
-// The mounts live in the command's private mount namespace only.
-func (r *Root) Command(ctx context.Context, binds []string, name string, args ...string) *exec.Cmd {
-	a := []string{"--mount", "--propagation", "private", "--", "/bin/sh", "-c", enterScript, "kpreload-buildroot", r.Dir}
-	for _, b := range binds {
-		a = append(a, b)
-	}
-	a = append(a, "--", name)
-	a = append(a, args...)
-	return exec.CommandContext(ctx, "unshare", a...)
 }
 
 // Has reports whether the build root has the program at path (absolute

@@ -3,7 +3,6 @@ package buildroot
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -28,7 +27,7 @@ func TestKey(t *testing.T) {
 }
 
 // TestTrixieBuildRoot makes (or reuses) the real trixie build root and runs
-// its gcc-14 and a command that sees a bind-mounted host directory.
+// its gcc-14 (dkms runs in it through the dkms package's sandbox, tested there).
 func TestTrixieBuildRoot(t *testing.T) {
 	if testing.Short() {
 		t.Skip("mmdebstrap of a trixie build root (minutes, once): skipped with -short")
@@ -46,19 +45,5 @@ func TestTrixieBuildRoot(t *testing.T) {
 		if !r.Has(prog) {
 			t.Errorf("the build root lacks %s", prog)
 		}
-	}
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "in"), []byte("hello"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := r.Command(ctx, []string{dir}, "/bin/sh", "-c", `cat "$1/in" > "$1/out" && grep -q trixie /etc/os-release`, "sh", dir)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("command in the build root: %v: %s", err, b)
-	}
-	if got, err := os.ReadFile(filepath.Join(dir, "out")); err != nil || string(got) != "hello" {
-		t.Errorf("the bind-mounted directory: out = %q, %v; want hello", got, err)
-	}
-	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil && strings.Contains(string(b), r.Dir) {
-		t.Errorf("the build root's mounts leaked into the host's mount namespace")
 	}
 }

@@ -1,26 +1,27 @@
 // Package dkms runs the real dkms program (dkms 3, a bash script) to build a
-// DKMS package for one kernel, in an isolated tree per build.
+// DKMS package for one kernel, in a sandbox of its own per build.
 //
-// Isolation: every path dkms writes is under BuildRequest.WorkDir. dkms is
-// run with --dkmstree, --sourcetree and --installtree inside WorkDir (the
-// build action never installs, so the install tree stays empty),
-// --kernelsourcedir pointing at unpacked headers, an explicit -k and --arch
-// (so it never looks at rpm or the running kernel), TMPDIR inside WorkDir,
-// and module signing disabled (sign_file points at a path that does not
-// exist, and the MOK key paths are inside WorkDir, so dkms never generates
-// /var/lib/dkms/mok.key). /var/lib/dkms, /usr/src and /lib/modules are not
-// written. dkms still reads a few host files: /etc/dkms/framework.conf,
-// /etc/dkms/<module>*.conf overrides, and /lib/modules/<kver>/modules.dep
-// (to choose a compression suffix; absent for uninstalled kernels, so
-// modules come out as plain .ko).
+// Isolation and reproducibility: dkms runs in a private mount namespace
+// whose /var/lib/dkms, /usr/src, /etc/dkms, /lib/modules and /tmp are the
+// build's own (see sandbox.go): the package source and the unpacked kernel
+// appear at the same fixed paths on every host, dkms reads kpreload's
+// framework.conf and no host override, and finds no modules.dep, so it
+// neither signs nor compresses. It gets an explicit -k and --arch (so it
+// never looks at rpm or the running kernel) and an environment of
+// kpreload's making (PATH, LC_ALL, TMPDIR, the compiler), nothing of the
+// caller's. The same source, headers, compiler and dkms therefore give the
+// same module bytes in any work directory on any host; whatever still comes
+// from outside (compiler, headers, kbuild, dkms version) is in the matrix's
+// cache key. Nothing is mounted or written on the host outside WorkDir.
 //
 // Unpacked Debian headers: linux-headers-<kver>/Makefile is one line,
 // "include /usr/src/linux-headers-<x>-common/Makefile", an absolute path
 // that only exists inside the unpacked tree. Build then gives dkms a small
-// kernel build directory in WorkDir/kernel whose entries are symlinks into
-// the headers and whose Makefile includes the unpacked -common Makefile; the
-// relative scripts/ and tools/ links into ../../lib/linux-kbuild-* keep
-// resolving because the symlinks are absolute.
+// kernel build directory, /usr/src/linux-headers-<kver> in the sandbox
+// (WorkDir/src on the host), whose entries are symlinks into the unpacked
+// kernel as mounted in the sandbox and whose Makefile includes the unpacked
+// -common Makefile; the relative scripts/ and tools/ links into
+// ../../lib/linux-kbuild-* keep resolving because the symlinks are absolute.
 //
 // Compiler: modules must be built with the compiler that built the kernel.
 // Build takes it from CONFIG_CC_VERSION_TEXT (gcc-12 for Debian's 6.1
@@ -65,6 +66,9 @@ type Driver interface {
 	// Build runs one dkms build; see BuildRequest for the inputs and
 	// BuildResult for what comes back. A failed build returns a *BuildError.
 	Build(ctx context.Context, req BuildRequest) (*BuildResult, error)
+	// Version names the dkms that builds on the host (root nil) or in
+	// root, for the cache key: "dkms-3.0.10", "trixie build root: dkms-3.0.10".
+	Version(ctx context.Context, root *buildroot.Root) (string, error)
 }
 
 // BuildRequest is one dkms build: one package source, one kernel.
@@ -91,13 +95,15 @@ type BuildRequest struct {
 	// Output, if set, also receives dkms's own output while it runs (the
 	// compiler's output goes to make.log).
 	Output io.Writer
+	// KernelTree is the kernel source tree the headers were made from
+	// (Debian's linux-headers-<x>-common), inside the same unpacked kernel
+	// as KernelSourceDir; "" means KernelSourceDir. make gets it as SYSSRC
+	// and the kernel build directory as SYSOUT, where NVIDIA's Makefiles
+	// look instead of /lib/modules/<kver>/source and build.
+	KernelTree string
 	// Root, if set, is a build root of the kernel's own Debian suite: dkms,
-	// make and the compiler run there (chrooted, in a private mount
-	// namespace), with WorkDir and Binds visible at the same paths.
+	// make and the compiler run there, chrooted inside the sandbox.
 	Root *buildroot.Root
-	// Binds are further host directories the build reads inside Root, such
-	// as the unpacked kernel holding KernelSourceDir.
-	Binds []string
 }
 
 // BuildResult describes a successful build.
@@ -152,10 +158,11 @@ func (d *DKMS) Build(ctx context.Context, req BuildRequest) (*BuildResult, error
 		out = io.MultiWriter(logFile, req.Output)
 	}
 
-	cmd := exec.CommandContext(ctx, p.dkms, p.args...)
+	root := "/"
 	if req.Root != nil {
-		cmd = req.Root.Command(ctx, append([]string{req.WorkDir}, req.Binds...), p.dkms, p.args...)
+		root = req.Root.Dir
 	}
+	cmd := sandboxCommand(ctx, root, p.mounts, p.dkms, p.args...)
 	cmd.Dir = req.WorkDir
 	cmd.Env = p.env
 	cmd.Stdout = out
@@ -190,6 +197,12 @@ func (d *DKMS) Build(ctx context.Context, req BuildRequest) (*BuildResult, error
 		return nil, fmt.Errorf("dkms build of %s/%s for kernel %s: dkms succeeded but left no module in %s", p.name, p.version, req.Kernel, filepath.Join(base, "module"))
 	}
 	slices.Sort(modules)
+	for _, m := range modules {
+		if !strings.HasSuffix(m, ".ko") {
+			// The sandbox has no modules.dep, so dkms must not have compressed.
+			return nil, fmt.Errorf("dkms build of %s/%s for kernel %s: %s is compressed; kpreload's cells hold plain .ko files", p.name, p.version, req.Kernel, m)
+		}
+	}
 	return &BuildResult{
 		Name:            p.name,
 		Version:         p.version,
@@ -206,10 +219,36 @@ func (d *DKMS) Build(ctx context.Context, req BuildRequest) (*BuildResult, error
 	}, nil
 }
 
+// Version returns "dkms --version" of the dkms Build runs on the host (root
+// nil), or in root prefixed with its suite.
+func (d *DKMS) Version(ctx context.Context, root *buildroot.Root) (string, error) {
+	path := d.Path
+	if path == "" {
+		path = DefaultPath
+	}
+	var out []byte
+	var err error
+	if root != nil {
+		out, err = root.Output(ctx, path, "--version")
+	} else {
+		out, err = exec.CommandContext(ctx, path, "--version").Output()
+	}
+	if err != nil {
+		return "", fmt.Errorf("%s --version (is dkms installed? run scripts/deps.sh): %w", path, err)
+	}
+	v := strings.TrimSpace(string(out))
+	if root != nil {
+		v = root.Suite + " build root: " + v
+	}
+	return v, nil
+}
+
 // plan is a checked, ready-to-run build.
 type plan struct {
 	dkms, name, version, arch string
 	dkmsTree, dkmsLog         string
+	kernelRoot                string
+	mounts                    []mount
 	cc, ccVersion             string
 	headers                   *Headers
 	args, env, warnings       []string
@@ -317,62 +356,59 @@ func (d *DKMS) prepare(req BuildRequest) (*plan, error) {
 	} else if len(entries) > 0 {
 		return nil, fmt.Errorf("dkms build: WorkDir %s is not empty", req.WorkDir)
 	}
-	p.dkmsTree = filepath.Join(req.WorkDir, "dkms")
-	sourceTree := filepath.Join(req.WorkDir, "src")
-	installTree := filepath.Join(req.WorkDir, "install")
-	tmp := filepath.Join(req.WorkDir, "tmp")
-	for _, dir := range []string{p.dkmsTree, sourceTree, installTree, tmp} {
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("dkms build: %w", err)
-		}
+	root := "/"
+	if req.Root != nil {
+		root = req.Root.Dir
 	}
+	if err := layoutSandbox(req.WorkDir); err != nil {
+		return nil, fmt.Errorf("dkms build: %w", err)
+	}
+	p.dkmsTree = filepath.Join(req.WorkDir, "dkms")
 	// dkms finds the source as <sourcetree>/<name>-<version> and copies it
 	// into its build directory as it is (cp -a): the copy made here follows
 	// symbolic links, so a source may share files with another through links
 	// (recipes/testdriver-2), and the source itself is never written.
-	if err := copySource(src, filepath.Join(sourceTree, p.name+"-"+p.version)); err != nil {
+	if err := copySource(src, filepath.Join(req.WorkDir, "src", p.name+"-"+p.version)); err != nil {
 		return nil, fmt.Errorf("dkms build: %w", err)
 	}
-	kernelDir := p.headers.Dir
+	// The unpacked kernel is mounted at SandboxKernel: the whole root the
+	// headers were unpacked in, or the headers directory alone.
+	p.kernelRoot = p.headers.Root
+	if p.kernelRoot == "" {
+		p.kernelRoot = p.headers.Dir
+	}
+	kernelDir, err := inKernel(p.kernelRoot, p.headers.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("dkms build: %w", err)
+	}
 	if p.headers.needsShadow() {
-		kernelDir = filepath.Join(req.WorkDir, "kernel")
-		if err := p.headers.shadow(kernelDir); err != nil {
+		if err := p.headers.shadow(filepath.Join(req.WorkDir, "src", "linux-headers-"+req.Kernel), p.kernelRoot); err != nil {
 			return nil, fmt.Errorf("dkms build: %w", err)
+		}
+		kernelDir = filepath.Join(SandboxSourceTree, "linux-headers-"+req.Kernel)
+	}
+	kernelTree := kernelDir
+	if req.KernelTree != "" {
+		if kernelTree, err = inKernel(p.kernelRoot, req.KernelTree); err != nil {
+			return nil, fmt.Errorf("dkms build: KernelTree: %w", err)
 		}
 	}
 	p.dkmsLog = filepath.Join(req.WorkDir, "dkms.log")
+	if p.mounts, err = sandboxMounts(root, req.WorkDir, p.kernelRoot); err != nil {
+		return nil, fmt.Errorf("dkms build: %w", err)
+	}
 
 	p.args = []string{
 		"build",
 		"-m", p.name, "-v", p.version,
 		"-k", req.Kernel, "--arch", p.arch,
-		"--dkmstree", p.dkmsTree,
-		"--sourcetree", sourceTree,
-		"--installtree", installTree,
+		"--dkmstree", SandboxDKMSTree,
+		"--sourcetree", SandboxSourceTree,
+		"--installtree", "/lib/modules",
 		"--kernelsourcedir", kernelDir,
 		"-j", fmt.Sprint(jobs),
 	}
-	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
-		k, _, _ := strings.Cut(kv, "=")
-		switch k {
-		case "MAKEFLAGS", "MFLAGS", "GNUMAKEFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "LANG", "LANGUAGE", "TMPDIR":
-			return true
-		}
-		return strings.HasPrefix(k, "LC_")
-	})
-	env = append(env,
-		"LC_ALL=C", // English compiler messages, so FirstError finds "error:"
-		"TMPDIR="+tmp,
-		// Never sign and never create keys: dkms reads these (framework
-		// variables) from the environment unless framework.conf sets them.
-		"sign_file="+filepath.Join(req.WorkDir, "signing-disabled", "sign-file"),
-		"mok_signing_key="+filepath.Join(req.WorkDir, "signing-disabled", "mok.key"),
-		"mok_certificate="+filepath.Join(req.WorkDir, "signing-disabled", "mok.pub"),
-	)
-	if p.cc != "" {
-		env = append(env, "MAKEFLAGS=CC="+p.cc)
-	}
-	p.env = append(env, req.Env...)
+	p.env = sandboxEnv(p.cc, append([]string{"SYSSRC=" + kernelTree, "SYSOUT=" + kernelDir}, req.Env...))
 	return p, nil
 }
 

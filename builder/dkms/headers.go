@@ -141,13 +141,20 @@ func (h *Headers) readIncludes() error {
 }
 
 // shadow makes a kernel build directory at dst that make can use in place of
-// h.Dir: every entry of h.Dir is symlinked by absolute path (so relative
-// links inside the unpacked tree keep resolving), and the Makefile is
-// rewritten to include the unpacked files instead of /usr/src/... paths.
-// make takes the object tree from the directory it runs in and the source
-// tree from the included Makefile's own location, so both stay correct.
-func (h *Headers) shadow(dst string) error {
+// h.Dir inside the build's sandbox, where the unpacked kernel kroot (h.Root,
+// or h.Dir itself) is mounted at SandboxKernel: every entry of h.Dir is
+// symlinked by its absolute sandbox path (so relative links inside the
+// unpacked tree keep resolving), and the Makefile is rewritten to include the
+// unpacked files instead of /usr/src/... paths. make takes the object tree
+// from the directory it runs in and the source tree from the included
+// Makefile's own location, so both stay correct, and both are the same
+// paths on every host.
+func (h *Headers) shadow(dst, kroot string) error {
 	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return fmt.Errorf("make kernel build dir: %w", err)
+	}
+	dir, err := inKernel(kroot, h.Dir)
+	if err != nil {
 		return fmt.Errorf("make kernel build dir: %w", err)
 	}
 	entries, err := os.ReadDir(h.Dir)
@@ -158,7 +165,7 @@ func (h *Headers) shadow(dst string) error {
 		if e.Name() == "Makefile" {
 			continue
 		}
-		if err := os.Symlink(filepath.Join(h.Dir, e.Name()), filepath.Join(dst, e.Name())); err != nil {
+		if err := os.Symlink(filepath.Join(dir, e.Name()), filepath.Join(dst, e.Name())); err != nil {
 			return fmt.Errorf("make kernel build dir: %w", err)
 		}
 	}
@@ -170,9 +177,14 @@ func (h *Headers) shadow(dst string) error {
 	for line := range strings.Lines(string(mk)) {
 		if m := includeRE.FindStringSubmatch(strings.TrimRight(line, "\n")); m != nil {
 			for from, to := range h.Includes {
-				if from != to {
-					line = replaceWord(line, from, to)
+				if from == to {
+					continue
 				}
+				in, err := inKernel(kroot, to)
+				if err != nil {
+					return fmt.Errorf("make kernel build dir: %w", err)
+				}
+				line = replaceWord(line, from, in)
 			}
 		}
 		out.WriteString(line)

@@ -42,20 +42,32 @@ func TestInspectHeaders(t *testing.T) {
 			}
 
 			dst := filepath.Join(t.TempDir(), "kernel")
-			if err := h.shadow(dst); err != nil {
+			if err := h.shadow(dst, root); err != nil {
 				t.Fatalf("shadow: %v", err)
 			}
 			mk, err := os.ReadFile(filepath.Join(dst, "Makefile"))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !strings.Contains(string(mk), "include "+root+"/usr/src/linux-headers-") {
-				t.Errorf("shadow Makefile = %q, want an include of the unpacked -common Makefile", mk)
+			if !strings.Contains(string(mk), "include "+SandboxKernel+"/usr/src/linux-headers-") {
+				t.Errorf("shadow Makefile = %q, want an include of the -common Makefile as the sandbox mounts it", mk)
 			}
-			// The relative scripts link into linux-kbuild must resolve through the shadow.
-			for _, rel := range []string{"scripts/mod/modpost", "scripts/basic/fixdep", ".config", "include/generated/utsrelease.h", "Module.symvers"} {
-				if _, err := os.Stat(filepath.Join(dst, rel)); err != nil {
-					t.Errorf("shadow %s does not resolve: %v", rel, err)
+			// Every entry links to the headers as mounted in the sandbox, and
+			// the relative scripts link into linux-kbuild resolves there.
+			for _, rel := range []string{"scripts", ".config", "include", "Module.symvers"} {
+				target, err := os.Readlink(filepath.Join(dst, rel))
+				if err != nil {
+					t.Fatalf("shadow %s: %v", rel, err)
+				}
+				if !strings.HasPrefix(target, SandboxKernel+"/") {
+					t.Errorf("shadow %s -> %s, want a link into %s", rel, target, SandboxKernel)
+				}
+			}
+			for _, rel := range []string{"scripts/mod/modpost", "scripts/basic/fixdep", "include/generated/utsrelease.h"} {
+				target, _ := os.Readlink(filepath.Join(dst, strings.SplitN(rel, "/", 2)[0]))
+				onHost := filepath.Join(root, strings.TrimPrefix(target, SandboxKernel), strings.SplitN(rel, "/", 2)[1])
+				if _, err := os.Stat(onHost); err != nil {
+					t.Errorf("shadow %s does not resolve in the unpacked kernel: %v", rel, err)
 				}
 			}
 		})

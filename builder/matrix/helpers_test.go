@@ -16,6 +16,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/internal/buildtest"
 
+	"github.com/kpreload/kpreload/builder/buildroot"
 	"github.com/kpreload/kpreload/builder/dkms"
 	"github.com/kpreload/kpreload/builder/recipe"
 )
@@ -84,6 +85,11 @@ type fakeDriver struct {
 	mu                           sync.Mutex
 	reqs                         []dkms.BuildRequest
 	barrierMissed                bool
+}
+
+// Version implements dkms.Driver.
+func (f *fakeDriver) Version(ctx context.Context, root *buildroot.Root) (string, error) {
+	return "fake-dkms", nil
 }
 
 // Build implements dkms.Driver.

@@ -41,6 +41,9 @@ type kernel struct {
 	// compiler, or "" when the kernel was not built with gcc; for a build
 	// root, prefixed with its suite.
 	compiler string
+	// dkms is "dkms --version" of the dkms that builds for this kernel (the
+	// host's, or the build root's prefixed with its suite).
+	dkms string
 	// root is the build root of the kernel's suite, or nil to build on the host.
 	root *buildroot.Root
 	// dir is the unpacked kernel (<downloads>/kernels/<release>).
@@ -50,7 +53,7 @@ type kernel struct {
 // prepareKernel makes sure kernel release is unpacked under
 // downloads/kernels/<release> (running script, scripts/kernels.sh, when it is
 // not) and reads what the cache key needs from its headers.
-func prepareKernel(ctx context.Context, release, suite, downloads, script string, root *buildroot.Root) (*kernel, error) {
+func prepareKernel(ctx context.Context, release, suite, downloads, script string, root *buildroot.Root, driver dkms.Driver) (*kernel, error) {
 	kroot := filepath.Join(downloads, "kernels", release)
 	if _, err := os.Stat(filepath.Join(kroot, ".complete")); err != nil {
 		if script == "" {
@@ -99,6 +102,9 @@ func prepareKernel(ctx context.Context, release, suite, downloads, script string
 		return nil, err
 	}
 	k.root = root
+	if k.dkms, err = driver.Version(ctx, root); err != nil {
+		return nil, fmt.Errorf("kernel %s: %w", release, err)
+	}
 	if h.CC != "" && root != nil {
 		out, err := root.Output(ctx, h.CC, "--version")
 		if err != nil {

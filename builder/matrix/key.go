@@ -10,7 +10,14 @@ import (
 
 // KeySchema is the "schema" entry of every cache key Run writes; change it
 // when the meaning of the key or of the build changes, so old sets stop matching.
-const KeySchema = "kpreload-build/1"
+// kpreload-build/2: dkms runs in its sandbox (fixed paths, no host
+// configuration, no compression), so the same key gives the same bytes.
+const KeySchema = "kpreload-build/2"
+
+// ModuleCompression is how cells store modules: plain, uncompressed .ko
+// files (images and initramfs compress as they see fit). It is kpreload's
+// decision, in every key, never the build host's.
+const ModuleCompression = "none"
 
 // cellKey returns the cache key of one cell: every input that decides what
 // the build produces, all known before building.
@@ -35,6 +42,8 @@ func cellKey(r *recipe.Recipe, src *source, k *kernel, x *extras) map[string]str
 		"kernel_config_sha256":  k.config,
 		"kernel_cc":             k.headers.CCVersionText,
 		"compiler":              k.compiler,
+		"dkms":                  k.dkms,
+		"module_compression":    ModuleCompression,
 		// The certificate's digest and the hash: unsigned builds, and builds
 		// signed with another key, never match a signed set.
 		"signing_key": x.signingKey(),

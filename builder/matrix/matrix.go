@@ -428,7 +428,7 @@ func (r *runner) runCell(ctx context.Context, i int, c Cell) Result {
 		res.State, res.Err, res.Duration = StateFailed, err, time.Since(start)
 		var be *dkms.BuildError
 		if errors.As(err, &be) && be.FirstError != "" {
-			res.FirstError = trimWorkPath(be.FirstError, r.tmp)
+			res.FirstError = trimWorkPath(be.FirstError)
 		} else {
 			res.FirstError = err.Error()
 		}
@@ -463,7 +463,7 @@ func (r *runner) runCell(ctx context.Context, i int, c Cell) Result {
 		}
 	}
 	k, err := r.kernels.get(c.Kernel, func() (*kernel, error) {
-		return prepareKernel(ctx, c.Kernel, suite, r.downloads, r.script, root)
+		return prepareKernel(ctx, c.Kernel, suite, r.downloads, r.script, root, r.driver)
 	})
 	if err != nil {
 		return fail(err)
@@ -507,13 +507,10 @@ func (r *runner) runCell(ctx context.Context, i int, c Cell) Result {
 		Kernel:          c.Kernel,
 		KernelSourceDir: k.headersDir,
 		WorkDir:         filepath.Join(work, "dkms"),
+		KernelTree:      k.sourceDir,
 		Jobs:            r.makeJobs,
 		Root:            k.root,
 	}
-	if k.root != nil {
-		req.Binds = []string{k.dir}
-	}
-	req.Env = kernelEnv(req, k)
 	built, err := r.driver.Build(ctx, req)
 	if err != nil {
 		var be *dkms.BuildError
@@ -563,35 +560,12 @@ func (r *runner) runCell(ctx context.Context, i int, c Cell) Result {
 	return res
 }
 
-// kernelEnv tells packages whose Makefile finds the kernel by "uname -r"
-// unless told otherwise where the kernel is. NVIDIA's Makefile reads SYSSRC
-// (the kernel source tree, else /lib/modules/$(KERNEL_UNAME)/source or
-// build) and SYSOUT (the build tree): on an installed Debian system they are
-// linux-headers-<x>-common and linux-headers-<release>. Here SYSSRC is the
-// unpacked -common tree and SYSOUT the kernel build directory dkms.Build
-// gives make: the headers themselves, or WorkDir/kernel when their Makefile
-// includes files by absolute paths that only exist inside the unpacked root
-// (see the dkms package documentation).
-func kernelEnv(req dkms.BuildRequest, k *kernel) []string {
-	out := k.headers.Dir
-	for from, to := range k.headers.Includes {
-		if from != to {
-			out = filepath.Join(req.WorkDir, "kernel")
-			break
-		}
-	}
-	src := k.sourceDir
-	if src == "" {
-		src = out
-	}
-	return []string{"SYSSRC=" + src, "SYSOUT=" + out}
-}
-
-// trimWorkPath shortens compiler messages that name files in the run's
-// temporary build directories ("<tmp>/cell-000/.../build/x.c:1:2: error:")
-// to the path inside the package source ("x.c:1:2: error:").
-func trimWorkPath(line, tmp string) string {
-	i := strings.Index(line, tmp+"/")
+// trimWorkPath shortens compiler messages that name files in the build
+// directory of dkms's tree in the sandbox
+// ("/var/lib/dkms/<name>/<version>/build/x.c:1:2: error:") to the path
+// inside the package source ("x.c:1:2: error:").
+func trimWorkPath(line string) string {
+	i := strings.Index(line, dkms.SandboxDKMSTree+"/")
 	if i < 0 {
 		return line
 	}

@@ -81,10 +81,16 @@ func TestRealMatrix(t *testing.T) {
 		if m.Kernel != kver || m.Driver != "kpreload-edu" || len(m.Modules) != 1 || m.Modules[0].Name != "kpreload_edu" || !strings.HasPrefix(m.Modules[0].Vermagic, kver+" ") {
 			t.Errorf("set of testdriver/%s = kernel %s driver %s modules %+v, want one kpreload_edu module for %s", kver, m.Kernel, m.Driver, m.Modules, kver)
 		}
-		for _, k := range []string{"source_sha256", "headers_package", "module_symvers_sha256", "kernel_config_sha256", "compiler", "kernel_cc"} {
+		for _, k := range []string{"source_sha256", "headers_package", "module_symvers_sha256", "kernel_config_sha256", "compiler", "kernel_cc", "dkms"} {
 			if res.Key[k] == "" || res.Key[k] == "unknown" {
 				t.Errorf("testdriver/%s key %s = %q, want a value", kver, k, res.Key[k])
 			}
+		}
+		if got, want := res.Key["module_compression"], "none"; got != want {
+			t.Errorf("testdriver/%s key module_compression = %q, want %q", kver, got, want)
+		}
+		if m.Modules[0].Compression != "" || m.Modules[0].File != "kpreload_edu.ko" {
+			t.Errorf("set of testdriver/%s stores %s (compression %q), want a plain kpreload_edu.ko", kver, m.Modules[0].File, m.Modules[0].Compression)
 		}
 		if !strings.Contains(res.Key["compiler"], "gcc-12") {
 			t.Errorf("testdriver/%s key compiler = %q, want gcc-12", kver, res.Key["compiler"])
