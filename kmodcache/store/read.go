@@ -309,3 +309,29 @@ func (s *Store) CopySet(ctx context.Context, dst *Store, id string) (string, err
 	}
 	return got, nil
 }
+
+// ResolveKey returns the id of the one set whose cache key's digest
+// (manifest.KeyID, the name under keys/) starts with prefix.
+func (s *Store) ResolveKey(prefix string) (string, error) {
+	if prefix == "" {
+		return "", fmt.Errorf("resolve cache key: empty key")
+	}
+	good, _, err := s.scan()
+	if err != nil {
+		return "", err
+	}
+	var found []string
+	for _, st := range good {
+		if kid := manifest.KeyID(st.m.CacheKey); kid != "" && strings.HasPrefix(kid, prefix) {
+			found = append(found, st.id)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return "", fmt.Errorf("resolve cache key %q: no set has that key: %w", prefix, fs.ErrNotExist)
+	case 1:
+		return found[0], nil
+	default:
+		return "", fmt.Errorf("resolve cache key %q: ambiguous, matches %d sets", prefix, len(found))
+	}
+}

@@ -5,11 +5,15 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/kpreload/kpreload/builder/matrix"
+	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
@@ -164,16 +168,33 @@ func newCacheLsCmd(open func() (*store.Store, error)) *cobra.Command {
 
 func newCacheVerifyCmd(open func() (*store.Store, error)) *cobra.Command {
 	var asJSON, repair bool
+	var rebuild, recipesDir string
+	var recipeRefs []string
 	cmd := &cobra.Command{
-		Use:   "verify [--repair]",
-		Short: "Re-hash every module file and check manifests and boot indexes",
+		Use:   "verify [--repair] | verify --rebuild SET|KEY [--recipe R]... [--json]",
+		Short: "Re-hash every module file and check manifests and boot indexes, or rebuild a set and compare",
 		Long: `Verify re-hashes every module file every manifest references and checks the
 manifests, the boot indexes and the cache keys. It lists each problem and
 exits non-zero if there is any.
 
 --repair first cleans up after interrupted writers (temporary files, stale
 boot indexes, dangling keys, unreferenced objects). It never deletes a set:
-a corrupt or missing module file is fixed by adding its set again.`,
+a corrupt or missing module file is fixed by adding its set again.
+
+--rebuild SET|KEY builds the cell a stored set was made from again, with the
+real dkms into a temporary cache, and compares every module byte for byte
+with the stored one: a team's check of a registry's cells (cache pull them
+first) against its own build. SET is a set id as "cache ls" prints it, KEY
+a cache key digest (the name under the cache's keys/); a prefix of either
+will do. The recipe is the one among --recipe (a file or a name in
+--recipes), else among every recipe in --recipes, that gives the stored key
+for the set's kernel; when none does (another compiler, other headers, a
+changed source), it says which key entries differ. Builds run in dkms's
+sandbox, so the same key gives the same bytes on any host; the exit status
+is non-zero when they differ.
+
+  kpreload cache verify --rebuild 0f5074e78eb6
+  kpreload cache pull --remote oci://registry.example/kpreload && kpreload cache verify --rebuild ae3c39a1 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := open()
@@ -182,6 +203,12 @@ a corrupt or missing module file is fixed by adding its set again.`,
 			}
 			ctx := cacheContext(cmd)
 			w := cmd.OutOrStdout()
+			if rebuild != "" {
+				if repair {
+					return fmt.Errorf("--rebuild and --repair: give one")
+				}
+				return runRebuild(cmd, s, rebuild, recipeRefs, recipesDir, asJSON)
+			}
 			var rep *store.Repaired
 			if repair {
 				if rep, err = s.Repair(ctx); err != nil {
@@ -223,7 +250,51 @@ a corrupt or missing module file is fixed by adding its set again.`,
 	}
 	cmd.Flags().BoolVar(&repair, "repair", false, "clean up after interrupted writers first")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	cmd.Flags().StringVar(&rebuild, "rebuild", "", "rebuild this set (id or cache key digest, or a prefix) and compare it byte for byte")
+	cmd.Flags().StringArrayVar(&recipeRefs, "recipe", nil, "with --rebuild: the recipe (file or name) the set was built from (repeatable; default: every recipe in --recipes)")
+	cmd.Flags().StringVar(&recipesDir, "recipes", "recipes", "with --rebuild: directory of recipes")
 	return cmd
+}
+
+// runRebuild is cache verify --rebuild: matrix.Rebuild, printed.
+func runRebuild(cmd *cobra.Command, s *store.Store, ref string, refs []string, dir string, asJSON bool) error {
+	ctx, stop := signal.NotifyContext(cacheContext(cmd), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var candidates []*recipe.Recipe
+	var err error
+	if len(refs) > 0 {
+		candidates, err = loadRecipes(refs, dir)
+	} else if candidates, err = recipe.LoadDir(dir); err != nil {
+		err = fmt.Errorf("--rebuild looks for the set's recipe in --recipes %s: %w", dir, err)
+	}
+	if err != nil {
+		return err
+	}
+	p := newBuildProgress(cmd.ErrOrStderr())
+	res, err := matrix.Rebuild(ctx, s, ref, candidates, matrix.Options{Progress: p.event})
+	p.stop()
+	if res == nil {
+		return err
+	}
+	w := cmd.OutOrStdout()
+	if asJSON {
+		if jerr := printJSON(w, res); jerr != nil {
+			return jerr
+		}
+		return err
+	}
+	fmt.Fprintf(w, "set %.12s (key %.12s) for %s, rebuilt from %s:\n", res.Set, res.KeyID, res.Kernel, res.Recipe)
+	for _, m := range res.Modules {
+		if m.Identical {
+			fmt.Fprintf(w, "  %-24s identical  sha256 %.12s, %d bytes\n", m.File, m.StoredSHA256, m.StoredSize)
+			continue
+		}
+		fmt.Fprintf(w, "  %-24s DIFFERS    stored sha256 %.12s, %d bytes; rebuilt sha256 %.12s, %d bytes\n", m.File, m.StoredSHA256, m.StoredSize, m.RebuiltSHA256, m.RebuiltSize)
+	}
+	if res.Identical {
+		fmt.Fprintf(w, "ok: the rebuild is identical, byte for byte (set %.12s)\n", res.RebuiltSet)
+	}
+	return err
 }
 
 func newCacheIndexCmd(open func() (*store.Store, error)) *cobra.Command {

@@ -1,0 +1,97 @@
+package matrix
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kpreload/kpreload/internal/testenv"
+
+	"github.com/kpreload/kpreload/builder/dkms"
+	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/kmodcache/manifest"
+	"github.com/kpreload/kpreload/kmodcache/store"
+)
+
+// TestRebuild builds the test driver's 6.1 cell with the real dkms, then
+// rebuilds it by set id and by key digest (identical), rebuilds a forged
+// set stored under the same key (refused: the bytes differ), and asks a
+// recipe whose source changed (refused: another key, naming the entry).
+func TestRebuild(t *testing.T) {
+	requireTools(t)
+	requireKernels(t)
+	kver := testKernels[0]
+	good, err := recipe.Load(filepath.Join(testenv.RepoRoot(t), "recipes", "testdriver.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := recipe.Load(filepath.Join(testenv.RepoRoot(t), "recipes", "testdriver-2.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := filepath.Join(t.TempDir(), "cache")
+	opts := func() Options {
+		return Options{DownloadDir: downloadDir(), TempDir: t.TempDir(), LogDir: t.TempDir(), Driver: dkms.New()}
+	}
+	o := opts()
+	o.Recipes, o.Kernels, o.CacheDir = []*recipe.Recipe{good}, []string{kver}, cache
+	res, err := Run(context.Background(), o)
+	if err != nil || res[0].State != StateOK {
+		t.Fatalf("Run(testdriver, %s) = %+v, %v", kver, res, err)
+	}
+	set := res[0].SetID
+	st, err := store.Open(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, ref := range []string{set[:12], manifest.KeyID(res[0].Key)[:12]} {
+		got, err := Rebuild(context.Background(), st, ref, []*recipe.Recipe{other, good}, opts())
+		if err != nil {
+			t.Fatalf("Rebuild(%s): %v", ref, err)
+		}
+		if !got.Identical || got.RebuiltSet != set || got.Recipe != good.File || len(got.Modules) != 1 || !got.Modules[0].Identical {
+			t.Errorf("Rebuild(%s) = %+v, want identical set %s from %s", ref, got, set, good.File)
+		}
+	}
+
+	// A forged set under the same key: the module with bytes appended.
+	m, err := st.Get(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := filepath.Join(t.TempDir(), m.Modules[0].File)
+	data, err := os.ReadFile(st.ObjectPath(m.Modules[0].SHA256))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(forged, append(data, "forged"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, fid, err := st.AddFiles(context.Background(), store.AddRequest{Driver: m.Driver, Version: m.Version, Flavor: m.Flavor, Files: []string{forged}, CacheKey: m.CacheKey, Replace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Rebuild(context.Background(), st, fid, []*recipe.Recipe{good}, opts())
+	if !errors.Is(err, ErrNotReproduced) || got == nil || got.Identical || got.Modules[0].Identical || got.Modules[0].StoredSize != int64(len(data))+6 {
+		t.Errorf("Rebuild(forged set) = %+v, %v; want ErrNotReproduced with the module differing", got, err)
+	}
+
+	// A recipe whose source changed gives another key: nothing to compare.
+	dir := t.TempDir()
+	copyTree(t, filepath.Dir(good.File), dir)
+	editFile(t, filepath.Join(dir, "testdriver", "kpreload_edu.c"), "edu->id = ioread32(edu->bar0 + EDU_REG_ID);", "edu->id = ioread32(edu->bar0 + EDU_REG_ID); /* changed */")
+	changed, err := recipe.Load(filepath.Join(dir, "testdriver.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Rebuild(context.Background(), st, fid, []*recipe.Recipe{changed}, opts()); err == nil || !strings.Contains(err.Error(), "source_sha256") {
+		t.Errorf("Rebuild(changed source) = %v, want a refusal naming source_sha256", err)
+	}
+	if _, err := Rebuild(context.Background(), st, fid, []*recipe.Recipe{other}, opts()); err == nil || !strings.Contains(err.Error(), "no recipe builds kpreload-edu 1.0.0") {
+		t.Errorf("Rebuild(another version's recipe) = %v, want a refusal naming the driver", err)
+	}
+}
