@@ -96,7 +96,10 @@ func (s *Store) AddFiles(ctx context.Context, req AddRequest) (*manifest.Manifes
 
 // Add stores a set: the module file of each manifest module is read from
 // files[module.File] and must match the module's digest; so is the set's
-// supported-gpus.json, if the manifest has one. It writes the
+// supported-gpus.json, if the manifest has one. Everything the manifest
+// says of a module that the module says of itself (aliases, vermagic,
+// srcversion, dependencies, signature, firmware ...) is read again from the
+// file and must be the same, or nothing is added (checkDerived). It writes the
 // objects, then the manifest, then the cache key, then the kernel's boot
 // index, each atomically, under the writer lock. Adding a set that is already
 // there changes nothing (missing or corrupt objects are rewritten) and gives
@@ -122,6 +125,9 @@ func (s *Store) Add(ctx context.Context, m *manifest.Manifest, files map[string]
 	}
 	if f := m.SupportedGPUs; f != nil && files[f.File] == "" {
 		return "", fmt.Errorf("%s: no source file given for %s", what, f.File)
+	}
+	if err := checkDerived(m, func(mod manifest.Module) string { return files[mod.File] }); err != nil {
+		return "", fmt.Errorf("%s: refused: %w", what, err)
 	}
 
 	unlock, err := s.lock(ctx)

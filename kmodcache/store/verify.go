@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/kpreload/kpreload/kmodcache/manifest"
 )
 
 // Kinds of Problem.
@@ -31,6 +32,9 @@ const (
 	ProblemBadIndex = "bad-index"
 	// ProblemDanglingKey: a cache key that points at a set the cache lacks.
 	ProblemDanglingKey = "dangling-key"
+	// ProblemMetadataMismatch: a manifest says of its modules what their
+	// files do not say of themselves (aliases, srcversion, signature ...).
+	ProblemMetadataMismatch = "metadata-mismatch"
 )
 
 // Problem is one thing Verify found wrong.
@@ -133,6 +137,25 @@ func (s *Store) Verify(ctx context.Context) ([]Problem, error) {
 			probs = append(probs, Problem{Kind: ProblemCorruptObject, Path: path, Sets: r.sets, Modules: r.mods, Detail: fmt.Sprintf("sha256 is %s (%d bytes), want %s (%d bytes)", got, n, sha, r.size)})
 		case n != r.size:
 			probs = append(probs, Problem{Kind: ProblemCorruptObject, Path: path, Sets: r.sets, Modules: r.mods, Detail: fmt.Sprintf("size is %d bytes, manifest says %d", n, r.size)})
+		}
+	}
+
+	// What each intact set says of its modules, read again from them.
+	for _, st := range good {
+		if err := ctx.Err(); err != nil {
+			return probs, fmt.Errorf("verify: %w", err)
+		}
+		intact := true
+		for _, mod := range st.m.Modules {
+			if r := refs[mod.SHA256]; slices.ContainsFunc(probs, func(p Problem) bool { return p.Path == s.ObjectPath(r.sha) }) {
+				intact = false
+			}
+		}
+		if !intact {
+			continue // its missing or corrupt objects are reported already
+		}
+		if err := checkDerived(st.m, func(mod manifest.Module) string { return s.ObjectPath(mod.SHA256) }); err != nil {
+			probs = append(probs, Problem{Kind: ProblemMetadataMismatch, Path: s.ManifestPath(st.id), Sets: []string{st.id}, Detail: err.Error()})
 		}
 	}
 
