@@ -242,9 +242,10 @@ func (a *Archive) VersionsOf(ctx context.Context, names ...string) (map[string][
 // and returns the distinct versions of name in order.
 func parseMadison(out []byte, name string) []string {
 	var versions []string
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		f := strings.Split(sc.Text(), "|")
+	// Every line counts: a bufio.Scanner would stop, silently, at the first
+	// line longer than its 64 KiB limit and drop the versions after it.
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Split(line, "|")
 		if len(f) < 3 || strings.TrimSpace(f[0]) != name {
 			continue
 		}

@@ -93,9 +93,15 @@ func unpackPackage(ctx context.Context, r *recipe.Recipe, downloads, name, versi
 // each patch's name and contents, in order), which is part of the cell's
 // content key. A patch that does not apply fails the recipe, naming it.
 func applyPatches(ctx context.Context, r *recipe.Recipe, dir, sources string) (string, string, error) {
+	// Read the patches through the paths the recipe resolved and checked to
+	// lie inside its directory, never through the names as written.
+	files, err := r.PatchFiles()
+	if err != nil {
+		return "", "", fmt.Errorf("patches: %w", err)
+	}
 	h := sha256.New()
-	for _, p := range r.Patches {
-		data, err := os.ReadFile(r.Path(p))
+	for i, p := range r.Patches {
+		data, err := os.ReadFile(files[i])
 		if err != nil {
 			return "", "", fmt.Errorf("patches: %w", err)
 		}
@@ -119,15 +125,11 @@ func applyPatches(ctx context.Context, r *recipe.Recipe, dir, sources string) (s
 	if out, err := exec.CommandContext(ctx, "cp", "-a", dir, work).CombinedOutput(); err != nil {
 		return "", "", fmt.Errorf("patches: copy %s: %w: %s", dir, err, strings.TrimSpace(string(out)))
 	}
-	for _, p := range r.Patches {
-		file, err := filepath.Abs(r.Path(p))
-		if err != nil {
-			return "", "", fmt.Errorf("patches: %w", err)
-		}
+	for i, file := range files {
 		cmd := exec.CommandContext(ctx, "patch", "-p1", "--forward", "--batch", "--no-backup-if-mismatch", "-i", file)
 		cmd.Dir = work
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return "", "", fmt.Errorf("patch %s does not apply to %s: %w: %s", r.Path(p), dir, err, strings.TrimSpace(string(out)))
+			return "", "", fmt.Errorf("patch %s does not apply to %s: %w: %s", r.Path(r.Patches[i]), dir, err, strings.TrimSpace(string(out)))
 		}
 	}
 	if err := os.Rename(work, dest); err != nil {

@@ -68,8 +68,9 @@ type Recipe struct {
 	// archive.DefaultSuite (bookworm).
 	Suite string `yaml:"suite"`
 	// Patches are patch files (relative to the recipe file, inside its
-	// directory) applied with "patch -p1" to a copy of the DKMS source
-	// before dkms runs, in order. They are part of every cell's content key.
+	// directory once links are followed: see PatchFiles) applied with
+	// "patch -p1" to a copy of the DKMS source before dkms runs, in order.
+	// They are part of every cell's content key.
 	Patches []string `yaml:"patches"`
 
 	// lines maps field paths ("kernels.select[0].newest") to the line where
@@ -110,7 +111,8 @@ type Source struct {
 	// package root, such as "usr/src/nvidia-current-535.261.03".
 	Path string `yaml:"path"`
 	// Dir is a directory holding dkms.conf, relative to the recipe file
-	// (the project's test driver).
+	// (the project's test driver). It, and every link in the tree under it,
+	// must lead inside the recipe's directory once links are followed.
 	Dir string `yaml:"dir"`
 }
 

@@ -346,6 +346,9 @@ func TestSourceDir(t *testing.T) {
 	if err := os.CopyFS(filepath.Join(dir, "testdriver"), os.DirFS(filepath.Join(recipesDir, "testdriver"))); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.Mkdir(filepath.Join(dir, "empty"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	head := "name: td\ndriver: {name: kpreload-edu, version: %s}\nflavor: open\nsource:\n  dir: %s\nmodules: [%s]\nkernels: {releases: [6.1.0-56-cloud-amd64]}\n"
 	tests := []struct {
 		version, srcDir, modules string
@@ -356,7 +359,9 @@ func TestSourceDir(t *testing.T) {
 		{"1.0.0", "testdriver", "kpreload-edu", 0, "", ""},
 		{"2.0.0", "testdriver", "kpreload_edu", 2, "driver.version", `says PACKAGE_VERSION="1.0.0"`},
 		{"1.0.0", "testdriver", "kpreload_edu, nvidia", 6, "modules[1]", `"nvidia" is not built by`},
-		{"1.0.0", "nowhere", "kpreload_edu", 5, "source.dir", "has no dkms.conf"},
+		{"1.0.0", "empty", "kpreload_edu", 5, "source.dir", "has no dkms.conf"},
+		{"1.0.0", "nowhere", "kpreload_edu", 5, "source.dir", `"nowhere": lstat`},
+		{"1.0.0", "../testdriver", "kpreload_edu", 5, "source.dir", `"../testdriver" leads to `},
 		{"1.0.0", "/abs/testdriver", "kpreload_edu", 5, "source.dir", "is absolute"},
 	}
 	for _, tc := range tests {

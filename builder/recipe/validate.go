@@ -103,25 +103,30 @@ func (r *Recipe) Validate() error {
 	return errors.Join(errs...)
 }
 
-// validatePatches checks that every patch is a file inside the recipe's
-// directory, listed once, whose first lines say what it fixes: a patch
-// without provenance is refused.
+// validatePatches checks that every patch is a regular file inside the
+// recipe's directory once links are followed (see PatchFiles), listed once,
+// whose first lines say what it fixes: a patch without provenance is refused.
+// A recipe built in code (no File) gets only the path checks.
 func (r *Recipe) validatePatches() []error {
 	var errs []error
 	for i, p := range r.Patches {
 		f := fmt.Sprintf("patches[%d]", i)
-		if p == "" || filepath.IsAbs(p) || filepath.Clean(p) != p || p == ".." || strings.HasPrefix(p, "../") {
-			errs = append(errs, r.errorf(f, "%q: give a clean path relative to the recipe file, inside its directory", p))
-			continue
-		}
 		if j := slices.Index(r.Patches[:i], p); j >= 0 {
 			errs = append(errs, r.errorf(f, "%s is listed twice (also patches[%d])", p, j))
 			continue
 		}
 		if r.File == "" {
+			if p == "" || filepath.Clean(p) != p || !filepath.IsLocal(p) {
+				errs = append(errs, r.errorf(f, "%q: give a clean path relative to the recipe file, inside its directory", p))
+			}
 			continue
 		}
-		data, err := os.ReadFile(r.Path(p))
+		file, e := r.patchFile(i, p)
+		if e != nil {
+			errs = append(errs, e)
+			continue
+		}
+		data, err := os.ReadFile(file)
 		if err != nil {
 			errs = append(errs, r.errorf(f, "%v", err))
 			continue
@@ -173,6 +178,10 @@ func (r *Recipe) validateSource() []error {
 		}
 		if filepath.IsAbs(s.Dir) {
 			errs = append(errs, r.errorf("source.dir", "%q is absolute; give it relative to the recipe file", s.Dir))
+			break
+		}
+		if e := r.checkSourceTree(); len(e) > 0 {
+			errs = append(errs, e...)
 			break
 		}
 		errs = append(errs, r.checkSourceDir()...)

@@ -161,8 +161,15 @@ func (t *Tree) parseDep(path, data string) error {
 		}
 		head, rest, ok := strings.Cut(line, ":")
 		head = strings.TrimSpace(head)
-		if !ok || head == "" || strings.ContainsAny(head, " \t") {
+		// A path whose module name is empty ("/:", ".ko:") names no module.
+		if !ok || head == "" || strings.ContainsAny(head, " \t") || NormalizeName(head) == "" {
 			return fmt.Errorf("%s:%d: want \"module-path: dependency-paths\", got %q", path, n, line)
+		}
+		deps := strings.Fields(rest)
+		for _, d := range deps {
+			if NormalizeName(d) == "" {
+				return fmt.Errorf("%s:%d: dependency %q is not a module path", path, n, d)
+			}
 		}
 		m := t.entry(head)
 		if m.listed {
@@ -170,7 +177,7 @@ func (t *Tree) parseDep(path, data string) error {
 		}
 		m.listed, m.path, m.idx = true, head, len(t.order)
 		t.order = append(t.order, m)
-		for _, d := range strings.Fields(rest) {
+		for _, d := range deps {
 			m.deps = append(m.deps, t.entry(d).name)
 		}
 		return nil
@@ -220,7 +227,7 @@ func (t *Tree) parseBuiltinModinfo(path string, data string) error {
 		}
 		mod, kv, ok := strings.Cut(rec, ".")
 		key, value, ok2 := strings.Cut(kv, "=")
-		if !ok || !ok2 || mod == "" || key == "" {
+		if !ok || !ok2 || NormalizeName(mod) == "" || key == "" {
 			return fmt.Errorf("%s: entry %d: want \"module.key=value\", got %q", path, n, rec)
 		}
 		if key != "alias" {
@@ -253,7 +260,7 @@ func (t *Tree) parseAliasFile(path, data string) ([]aliasEntry, error) {
 		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
 			return nil
 		}
-		if len(f) != 3 || f[0] != "alias" {
+		if len(f) != 3 || f[0] != "alias" || NormalizeName(f[2]) == "" {
 			return fmt.Errorf("%s:%d: want \"alias PATTERN MODULE\", got %q", path, n, line)
 		}
 		pattern, ok := normalizeAlias(f[1])
