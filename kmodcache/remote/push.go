@@ -43,8 +43,15 @@ const pushAttempts = 3
 // recipe names the recipe it was built from ("" if unknown). A cell the
 // registry already holds as built is left alone (Pushed false); a failure
 // record under the same key is replaced. A push that fails is tried again
-// (pushAttempts in all) unless another pusher completed the cell meanwhile.
+// (pushAttempts in all) unless another pusher completed the cell meanwhile;
+// all of it within the total timeout.
 func (r *Remote) PushSet(ctx context.Context, st *store.Store, id, recipe string) (*PushResult, error) {
+	ctx, end := r.bound(ctx)
+	res, err := r.pushSet(ctx, st, id, recipe)
+	return res, end(err)
+}
+
+func (r *Remote) pushSet(ctx context.Context, st *store.Store, id, recipe string) (*PushResult, error) {
 	var res *PushResult
 	var err error
 	for attempt := 1; ; attempt++ {
@@ -143,6 +150,12 @@ const MaxLogBytes = 256 << 10
 // already holds a record (built or failed) for that key. It is tried again
 // as PushSet is.
 func (r *Remote) PushFailure(ctx context.Context, f Failure) (*PushResult, error) {
+	ctx, end := r.bound(ctx)
+	res, err := r.pushFailure(ctx, f)
+	return res, end(err)
+}
+
+func (r *Remote) pushFailure(ctx context.Context, f Failure) (*PushResult, error) {
 	var res *PushResult
 	var err error
 	for attempt := 1; ; attempt++ {
@@ -244,28 +257,13 @@ func (r *Remote) pushBlob(ctx context.Context, d ocispec.Descriptor, open func()
 // pushManifest uploads the key as the config blob, then the manifest under
 // its tag in one request: the tag appears complete or not at all.
 func (r *Remote) pushManifest(ctx context.Context, what string, key map[string]string, layers []ocispec.Descriptor, ann map[string]string, res *PushResult) (*Record, error) {
-	keyJSON, err := json.Marshal(key) // sorted map keys: the bytes KeyID hashes
+	keyJSON, b, err := cellManifest(key, layers, ann)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	config := ocispec.Descriptor{MediaType: MediaTypeKey, Digest: digest.FromBytes(keyJSON), Size: int64(len(keyJSON))}
 	if err := r.pushBlob(ctx, config, func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(keyJSON)), nil }, res); err != nil {
 		return nil, fmt.Errorf("%s: key: %w", what, err)
-	}
-	if layers == nil {
-		layers = []ocispec.Descriptor{}
-	}
-	m := ocispec.Manifest{
-		Versioned:    specs.Versioned{SchemaVersion: 2},
-		MediaType:    ocispec.MediaTypeImageManifest,
-		ArtifactType: ArtifactType,
-		Config:       config,
-		Layers:       layers,
-		Annotations:  ann,
-	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	stallBeforeManifest(ctx, what)
 	if err := ctx.Err(); err != nil {
@@ -279,6 +277,28 @@ func (r *Remote) pushManifest(ctx context.Context, what string, key map[string]s
 	res.Blobs++
 	res.Bytes += d.Size
 	return r.record(ctx, tag)
+}
+
+// cellManifest returns a cell's key as its config blob and the artifact
+// manifest naming it and layers, annotated with ann.
+func cellManifest(key map[string]string, layers []ocispec.Descriptor, ann map[string]string) (keyJSON, manifestJSON []byte, err error) {
+	keyJSON, err = json.Marshal(key) // sorted map keys: the bytes KeyID hashes
+	if err != nil {
+		return nil, nil, err
+	}
+	if layers == nil {
+		layers = []ocispec.Descriptor{}
+	}
+	m := ocispec.Manifest{
+		Versioned:    specs.Versioned{SchemaVersion: 2},
+		MediaType:    ocispec.MediaTypeImageManifest,
+		ArtifactType: ArtifactType,
+		Config:       ocispec.Descriptor{MediaType: MediaTypeKey, Digest: digest.FromBytes(keyJSON), Size: int64(len(keyJSON))},
+		Layers:       layers,
+		Annotations:  ann,
+	}
+	manifestJSON, err = json.Marshal(m)
+	return keyJSON, manifestJSON, err
 }
 
 // tail returns the last n bytes of a file.

@@ -22,9 +22,21 @@
 // while downloading, then against the set manifest when the store adds it).
 // A push uploads every blob first and the manifest last, by tag, in one
 // request: a push killed midway leaves blobs no tag names, never a tag a pull
-// would take as complete. A pull downloads into a temporary directory and adds
-// the set to the store only when everything verified: a corrupt or truncated
-// blob is refused, naming the cell, and never enters the local cache.
+// would take as complete. A pull downloads into a temporary directory inside
+// the cache (store.TempDir, removed on every exit path; one a killed pull
+// left is removed by the next) and adds the set to the store only when
+// everything verified: a corrupt or truncated blob is refused, naming the
+// cell, and never enters the local cache.
+//
+// Nothing the registry says is trusted: every request has a connect, a
+// first-byte and an idle timeout and every operation a total one (Timeouts);
+// redirects are bounded (Options.MaxRedirects, never to another scheme, never
+// in a loop), and so is the tags/list pagination (Options.MaxTagPages, a page
+// read twice ends the listing); a blob is read up to the size its descriptor
+// declares and no further, a module's descriptor must declare the size the
+// set manifest does, and each blob is downloaded once per pull however many
+// module entries name it. A tag that is not a readable cell is reported by
+// List and skipped (Refusal).
 package remote
 
 import (
@@ -37,13 +49,15 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode"
 
+	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"oras.land/oras-go/v2/errdef"
 	"oras.land/oras-go/v2/registry/remote"
 	"oras.land/oras-go/v2/registry/remote/auth"
 	"oras.land/oras-go/v2/registry/remote/credentials"
-	"oras.land/oras-go/v2/registry/remote/retry"
+	"oras.land/oras-go/v2/registry/remote/errcode"
 
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 )
@@ -87,12 +101,22 @@ type Options struct {
 	// means the standard place ($DOCKER_CONFIG/config.json, else
 	// ~/.docker/config.json), with its credential helpers.
 	DockerConfig string
+	// Timeouts bound every request and operation; zero fields take the
+	// defaults.
+	Timeouts Timeouts
+	// MaxRedirects is how many redirects one request may follow
+	// (DefaultMaxRedirects when 0).
+	MaxRedirects int
+	// MaxTagPages is how many tags/list pages one listing may read
+	// (DefaultMaxTagPages when 0).
+	MaxTagPages int
 }
 
 // Remote is one repository of a registry holding cells.
 type Remote struct {
-	url  string
-	repo *remote.Repository
+	url      string
+	repo     *remote.Repository
+	timeouts Timeouts
 }
 
 // Parse checks a remote URL, oci://HOST[:PORT]/REPO[/...], and returns the
@@ -137,13 +161,48 @@ func Open(raw string, o Options) (*Remote, error) {
 	}
 	header := http.Header{}
 	header.Set("User-Agent", "kpreload")
+	t := o.Timeouts.withDefaults()
+	if o.MaxRedirects <= 0 {
+		o.MaxRedirects = DefaultMaxRedirects
+	}
+	if o.MaxTagPages <= 0 {
+		o.MaxTagPages = DefaultMaxTagPages
+	}
+	repo.TagListMaxPages = o.MaxTagPages
+	repo.MaxMetadataBytes = maxManifestBytes
 	repo.Client = &auth.Client{
-		Client:     retry.DefaultClient,
+		Client:     newHTTPClient(t, o.MaxRedirects),
 		Header:     header,
 		Cache:      auth.NewCache(),
 		Credential: credentials.Credential(store),
 	}
-	return &Remote{url: raw, repo: repo}, nil
+	return &Remote{url: raw, repo: repo, timeouts: t}, nil
+}
+
+// Limits on what the registry sends.
+const (
+	// maxManifestBytes bounds an artifact manifest.
+	maxManifestBytes = 4 << 20
+	// maxKeyBytes bounds a cell's key (its config blob).
+	maxKeyBytes = 1 << 20
+	// maxSetBytes bounds a cell's set manifest.
+	maxSetBytes = 16 << 20
+	// maxLayerBytes bounds one layer (a module file).
+	maxLayerBytes = 4 << 30
+)
+
+// bound limits ctx to one operation's total timeout. end cancels it and
+// returns err, saying so when the total timeout caused it.
+func (r *Remote) bound(ctx context.Context) (_ context.Context, end func(error) error) {
+	cause := fmt.Errorf("%w: the operation took longer than its total timeout, %s", ErrTimeout, r.timeouts.Total)
+	ctx, cancel := context.WithTimeoutCause(ctx, r.timeouts.Total, cause)
+	return ctx, func(err error) error {
+		defer cancel()
+		if err != nil && context.Cause(ctx) == cause && !errors.Is(err, ErrTimeout) {
+			err = fmt.Errorf("%w (%w)", err, cause)
+		}
+		return err
+	}
 }
 
 // String returns the remote's URL.
@@ -194,6 +253,12 @@ func (rec *Record) describe() string {
 // Lookup returns the record tagged with key's id; the error wraps ErrNotFound
 // when there is none.
 func (r *Remote) Lookup(ctx context.Context, key map[string]string) (*Record, error) {
+	ctx, end := r.bound(ctx)
+	rec, err := r.lookup(ctx, key)
+	return rec, end(err)
+}
+
+func (r *Remote) lookup(ctx context.Context, key map[string]string) (*Record, error) {
 	tag := manifest.KeyID(key)
 	if tag == "" {
 		return nil, fmt.Errorf("remote %s: the cell has no cache key", r.url)
@@ -210,63 +275,170 @@ func (r *Remote) record(ctx context.Context, tag string) (*Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("remote %s: resolve key %s: %w", r.url, short(tag), err)
 	}
-	b, err := fetchAll(ctx, r.repo, desc, 4<<20)
-	if err != nil {
-		return nil, fmt.Errorf("remote %s: key %s: manifest: %w", r.url, short(tag), err)
+	if desc.MediaType != ocispec.MediaTypeImageManifest {
+		return nil, fmt.Errorf("remote %s: tag %s is a %q, not an OCI image manifest (a kpreload cell is one)", r.url, short(tag), desc.MediaType)
 	}
-	var m ocispec.Manifest
-	if err := json.Unmarshal(b, &m); err != nil {
+	b, err := fetchAll(ctx, r.repo, desc, maxManifestBytes)
+	if err != nil {
 		return nil, fmt.Errorf("remote %s: key %s: manifest %s: %w", r.url, short(tag), desc.Digest, err)
 	}
-	if m.ArtifactType != ArtifactType {
-		return nil, fmt.Errorf("remote %s: tag %s is a %q artifact, not a kpreload cell (%s)", r.url, short(tag), m.ArtifactType, ArtifactType)
-	}
-	a := m.Annotations
-	rec := &Record{
-		Tag: tag, Digest: desc.Digest.String(), State: a[AnnotationState],
-		Recipe: a[AnnotationRecipe], Kernel: a[AnnotationKernel], Driver: a[AnnotationDriver],
-		Version: a[AnnotationVersion], Flavor: a[AnnotationFlavor], SetID: a[AnnotationSetID],
-		FirstError: a[AnnotationFirstErr], manifest: m,
-	}
-	if t, err := time.Parse(time.RFC3339, a[ocispec.AnnotationCreated]); err == nil {
-		rec.Created = t
-	}
-	for _, l := range m.Layers {
-		rec.Size += l.Size
-	}
-	if a[AnnotationKey] != tag {
-		return nil, fmt.Errorf("remote %s: %s: its manifest names key %q, not its tag", r.url, rec.describe(), a[AnnotationKey])
-	}
-	if rec.State != StateOK && rec.State != StateFailed {
-		return nil, fmt.Errorf("remote %s: %s: unknown state %q", r.url, rec.describe(), rec.State)
+	rec, err := parseRecord(tag, desc.Digest.String(), b)
+	if err != nil {
+		return nil, fmt.Errorf("remote %s: %w", r.url, err)
 	}
 	return rec, nil
 }
 
+// parseRecord decodes b, the artifact manifest (digest dgst) tagged tag, into
+// the cell's record, refusing what is not a well-formed cell.
+func parseRecord(tag, dgst string, b []byte) (*Record, error) {
+	var m ocispec.Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("key %s: manifest %s: %w", short(tag), dgst, err)
+	}
+	if m.ArtifactType != ArtifactType {
+		return nil, fmt.Errorf("tag %s is a %q artifact, not a kpreload cell (%s)", short(tag), m.ArtifactType, ArtifactType)
+	}
+	if m.SchemaVersion != 2 || m.MediaType != ocispec.MediaTypeImageManifest {
+		return nil, fmt.Errorf("tag %s: manifest %s is schema %d %q, want 2 %q", short(tag), dgst, m.SchemaVersion, m.MediaType, ocispec.MediaTypeImageManifest)
+	}
+	a := m.Annotations
+	rec := &Record{
+		Tag: tag, Digest: dgst, State: a[AnnotationState],
+		Recipe: a[AnnotationRecipe], Kernel: a[AnnotationKernel], Driver: a[AnnotationDriver],
+		Version: a[AnnotationVersion], Flavor: a[AnnotationFlavor], SetID: a[AnnotationSetID],
+		FirstError: printable(a[AnnotationFirstErr]), manifest: m,
+	}
+	for _, f := range []struct{ name, v string }{
+		{"recipe", rec.Recipe}, {"kernel", rec.Kernel}, {"driver", rec.Driver}, {"version", rec.Version}, {"flavor", rec.Flavor},
+	} {
+		if len(f.v) > 256 || strings.ContainsFunc(f.v, unicode.IsControl) {
+			return nil, fmt.Errorf("tag %s: the %s annotation %.64q is not a name (at most 256 characters, no control characters)", short(tag), f.name, f.v)
+		}
+	}
+	if t, err := time.Parse(time.RFC3339, a[ocispec.AnnotationCreated]); err == nil {
+		rec.Created = t
+	}
+	if a[AnnotationKey] != tag {
+		return nil, fmt.Errorf("%s: its manifest names key %.80q, not its tag", rec.describe(), a[AnnotationKey])
+	}
+	switch rec.State {
+	case StateOK:
+		if !manifest.IsDigest(rec.SetID) {
+			return nil, fmt.Errorf("%s: set id %.80q is not 64 lowercase hex digits", rec.describe(), rec.SetID)
+		}
+	case StateFailed:
+	default:
+		return nil, fmt.Errorf("%s: unknown state %.80q", rec.describe(), rec.State)
+	}
+	if m.Config.MediaType != MediaTypeKey {
+		return nil, fmt.Errorf("%s: config is a %.80q, want the cell's key (%s)", rec.describe(), m.Config.MediaType, MediaTypeKey)
+	}
+	for i, d := range append([]ocispec.Descriptor{m.Config}, m.Layers...) {
+		if err := d.Digest.Validate(); err != nil || d.Digest.Algorithm() != digest.SHA256 {
+			return nil, fmt.Errorf("%s: descriptor %d: digest %.80q is not a sha256 digest", rec.describe(), i, d.Digest)
+		}
+		if d.Size < 0 || d.Size > maxLayerBytes {
+			return nil, fmt.Errorf("%s: blob %s: size %d outside 0..%d", rec.describe(), d.Digest, d.Size, int64(maxLayerBytes))
+		}
+		if i > 0 {
+			rec.Size += d.Size
+		}
+	}
+	return rec, nil
+}
+
+// printable replaces the control characters of s (a terminal escape, say)
+// with U+FFFD.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return unicode.ReplacementChar
+		}
+		return r
+	}, s)
+}
+
+// Refusal is a tag that looks like a cell's (a key id, 64 hex digits) but is
+// not a readable cell, and why.
+type Refusal struct {
+	// Tag is the tag.
+	Tag string
+	// Err says why it was refused.
+	Err error
+}
+
+// Error says which tag was refused and why.
+func (f *Refusal) Error() string { return fmt.Sprintf("tag %s: %v", short(f.Tag), f.Err) }
+
+// Unwrap returns why the tag was refused.
+func (f *Refusal) Unwrap() error { return f.Err }
+
 // List returns the record of every cell tag in the repository, sorted by
-// cell, kernel and time; tags that are not cells are skipped.
-func (r *Remote) List(ctx context.Context) ([]*Record, error) {
+// cell, kernel and time, and the cell tags (key ids) that are no readable
+// cell (a foreign artifact, a manifest that does not parse, one the registry
+// refuses to serve), each with why; tags that are not key ids are skipped.
+// The listing of the tags and the fetch of each record are each an
+// operation bounded by the total timeout. err is for the listing itself: the
+// tags, or a record the registry could not be reached for (a timeout, a
+// dropped connection), which ends the listing.
+func (r *Remote) List(ctx context.Context) (recs []*Record, refused []*Refusal, err error) {
+	tctx, end := r.bound(ctx)
+	tags, err := r.cellTags(tctx)
+	if err = end(err); err != nil {
+		return nil, nil, err
+	}
+	for _, tag := range tags {
+		rctx, end := r.bound(ctx)
+		rec, err := r.record(rctx, tag)
+		if err = end(err); err != nil {
+			if ctx.Err() != nil || isTransport(err) {
+				return nil, nil, err
+			}
+			refused = append(refused, &Refusal{Tag: tag, Err: err})
+			continue
+		}
+		recs = append(recs, rec)
+	}
+	sortRecords(recs)
+	return recs, refused, nil
+}
+
+// maxCellTags bounds how many cell tags a listing keeps.
+const maxCellTags = 100000
+
+// cellTags lists the repository's tags that are key ids, each once.
+func (r *Remote) cellTags(ctx context.Context) ([]string, error) {
 	var tags []string
-	err := r.repo.Tags(ctx, "", func(ts []string) error {
-		tags = append(tags, ts...)
+	seen := map[string]bool{}
+	err := r.repo.Tags(withTagPages(ctx), "", func(ts []string) error {
+		for _, tag := range ts {
+			if !manifest.IsDigest(tag) || seen[tag] {
+				continue
+			}
+			if len(tags) == maxCellTags {
+				return fmt.Errorf("refused: the registry lists more than %d cell tags", maxCellTags)
+			}
+			seen[tag] = true
+			tags = append(tags, tag)
+		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, errdef.ErrNotFound) {
 		return nil, fmt.Errorf("remote %s: list tags: %w", r.url, err)
 	}
-	var out []*Record
-	for _, tag := range tags {
-		if !manifest.IsDigest(tag) {
-			continue
-		}
-		rec, err := r.record(ctx, tag)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, rec)
-	}
-	sortRecords(out)
-	return out, nil
+	return tags, nil
+}
+
+// isTransport reports whether err is a failure of the registry or of
+// talking to it (a timeout, a refused or dropped connection, a refused
+// redirect, a server error or throttling that outlasted the retries, a
+// cancelled context) rather than something wrong with one artifact.
+func isTransport(err error) bool {
+	var ue *url.Error
+	var er *errcode.ErrorResponse
+	return errors.Is(err, ErrTimeout) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ue) ||
+		(errors.As(err, &er) && (er.StatusCode >= 500 || er.StatusCode == http.StatusTooManyRequests))
 }
 
 // short abbreviates a key id or digest for messages.

@@ -120,12 +120,12 @@ func TestPushPullRoundTrip(t *testing.T) {
 	if probs, err := dst.Verify(ctx); err != nil || len(probs) != 0 {
 		t.Errorf("verify after pull: %v %v", probs, err)
 	}
-	recs, err := r.List(ctx)
+	recs, refused, err := r.List(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(recs) != 1 || recs[0].Tag != manifest.KeyID(key) {
-		t.Errorf("List = %+v, want the one cell", recs)
+	if len(recs) != 1 || recs[0].Tag != manifest.KeyID(key) || len(refused) != 0 {
+		t.Errorf("List = %+v, refused %v; want the one cell", recs, refused)
 	}
 }
 
@@ -246,9 +246,9 @@ func TestConcurrentPushesOfOneCell(t *testing.T) {
 		}
 	}
 	r := openRemote(t, reg)
-	recs, err := r.List(ctx)
-	if err != nil || len(recs) != 1 {
-		t.Fatalf("List after racing pushes = %v, %v; want one cell", recs, err)
+	recs, refused, err := r.List(ctx)
+	if err != nil || len(recs) != 1 || len(refused) != 0 {
+		t.Fatalf("List after racing pushes = %v, refused %v, %v; want one cell", recs, refused, err)
 	}
 	dst, _ := store.Open(t.TempDir())
 	if res, err := r.Pull(ctx, dst, key); err != nil || res.SetID != id {

@@ -160,19 +160,35 @@ func (s *Store) putObject(src, sha string, size int64) error {
 }
 
 // removeTemps deletes the temporary files interrupted writers left in the
-// cache's directories and returns their paths. Call it with the lock held.
+// cache's directories, and the TempDirs of dead processes, and returns their
+// paths. Call it with the lock held.
 func (s *Store) removeTemps() ([]string, error) {
+	var removed []string
+	top, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("clean temporary files: %w", err)
+	}
+	for _, e := range top {
+		if !isTemp(e.Name()) || !e.IsDir() {
+			continue
+		}
+		p := filepath.Join(s.dir, e.Name())
+		if ok, err := removeStaleTempDir(p); err != nil {
+			return removed, err
+		} else if ok {
+			removed = append(removed, p)
+		}
+	}
 	dirs := []string{setsDir, keysDir, indexDir, objectsDir}
 	subs, err := os.ReadDir(filepath.Join(s.dir, objectsDir))
 	if err != nil {
-		return nil, fmt.Errorf("clean temporary files: %w", err)
+		return removed, fmt.Errorf("clean temporary files: %w", err)
 	}
 	for _, e := range subs {
 		if e.IsDir() {
 			dirs = append(dirs, filepath.Join(objectsDir, e.Name()))
 		}
 	}
-	var removed []string
 	for _, d := range dirs {
 		dir := filepath.Join(s.dir, d)
 		ents, err := os.ReadDir(dir)

@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"slices"
 	"strings"
+	"syscall"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -16,17 +20,22 @@ import (
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
 
-// remoteFlags are the flags that name a remote cache.
+// remoteFlags are the flags that name a remote cache and bound the calls to it.
 type remoteFlags struct {
 	url          string
 	plainHTTP    bool
 	dockerConfig string
+	timeouts     remote.Timeouts
 }
 
 func (rf *remoteFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&rf.url, "remote", "", "remote module cache: an OCI registry repository, oci://HOST[:PORT]/REPO")
 	f.BoolVar(&rf.plainHTTP, "plain-http", false, "talk HTTP, not HTTPS, to the --remote registry (a local registry only)")
 	f.StringVar(&rf.dockerConfig, "docker-config", "", "Docker config file with the registry's credentials (default: $DOCKER_CONFIG/config.json, else ~/.docker/config.json)")
+	f.DurationVar(&rf.timeouts.Total, "timeout", remote.DefaultTimeout, "with --remote: the most one registry operation may take (a lookup, the listing, the pull or the push of one cell)")
+	f.DurationVar(&rf.timeouts.Connect, "connect-timeout", remote.DefaultConnectTimeout, "with --remote: the most connecting to the registry may take (TCP and TLS)")
+	f.DurationVar(&rf.timeouts.FirstByte, "first-byte-timeout", remote.DefaultFirstByteTimeout, "with --remote: the most the registry may take to start answering a request")
+	f.DurationVar(&rf.timeouts.Idle, "idle-timeout", remote.DefaultIdleTimeout, "with --remote: the most a download may go without a byte from the registry")
 }
 
 // require is open for commands that cannot do without a remote.
@@ -46,7 +55,22 @@ func (rf *remoteFlags) open() (*remote.Remote, error) {
 		}
 		return nil, nil
 	}
-	return remote.Open(rf.url, remote.Options{PlainHTTP: rf.plainHTTP, DockerConfig: rf.dockerConfig})
+	for _, t := range []struct {
+		flag string
+		d    time.Duration
+	}{{"timeout", rf.timeouts.Total}, {"connect-timeout", rf.timeouts.Connect}, {"first-byte-timeout", rf.timeouts.FirstByte}, {"idle-timeout", rf.timeouts.Idle}} {
+		if t.d <= 0 {
+			return nil, fmt.Errorf("--%s %s: want a positive duration", t.flag, t.d)
+		}
+	}
+	return remote.Open(rf.url, remote.Options{PlainHTTP: rf.plainHTTP, DockerConfig: rf.dockerConfig, Timeouts: rf.timeouts})
+}
+
+// remoteContext is the context of a command that talks to a registry: it
+// ends on SIGINT and SIGTERM, so the command returns through its cleanups
+// (a pull removes its temporary directory) instead of dying midway.
+func remoteContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(cacheContext(cmd), os.Interrupt, syscall.SIGTERM)
 }
 
 func newCachePushCmd(open func() (*store.Store, error)) *cobra.Command {
@@ -65,9 +89,12 @@ uploaded again. Blobs go first and the manifest last, so a push killed midway
 leaves nothing a pull would take as complete.
 
 Credentials come from the Docker config (docker login, oras login, credential
-helpers); --plain-http only for a registry without TLS.`,
+helpers); --plain-http only for a registry without TLS. --timeout bounds the
+push of each cell, --connect-timeout, --first-byte-timeout and --idle-timeout
+each request.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cacheContext(cmd)
+			ctx, stop := remoteContext(cmd)
+			defer stop()
 			rm, err := rf.require("push")
 			if err != nil {
 				return err
@@ -151,10 +178,23 @@ cache. Every blob is checked against its digest while it downloads and the
 set against its manifest: a corrupt or truncated blob is refused with an
 error naming the cell, and nothing of that cell enters the local cache.
 
+Nothing the registry sends is trusted: a blob is read up to the size its
+descriptor declares, a module up to what the cell's set manifest declares,
+each blob once; redirects and tag-list pages are bounded; every request has
+a connect, a first-byte and an idle timeout (--connect-timeout,
+--first-byte-timeout, --idle-timeout) and the pull of each cell a total one
+(--timeout). Downloads go to a temporary directory inside the cache, removed
+however the pull ends (one a killed pull left is removed by the next pull or
+by cache verify --repair). A tag that is not a readable cell (another
+artifact under a key-like tag, a manifest that does not parse) and a cell
+that fails to pull are skipped, the other cells pulled, and the exit status
+is non-zero with a summary naming each refused cell and why.
+
 To pull exactly the cells an image or a build needs (by their content keys),
 use kpreload build --remote ... --pull-only, or kpreload image build --remote.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cacheContext(cmd)
+			ctx, stop := remoteContext(cmd)
+			defer stop()
 			rm, err := rf.require("pull")
 			if err != nil {
 				return err
@@ -163,9 +203,27 @@ use kpreload build --remote ... --pull-only, or kpreload image build --remote.`,
 			if err != nil {
 				return err
 			}
-			recs, err := rm.List(ctx)
+			recs, refusedTags, err := rm.List(ctx)
 			if err != nil {
 				return err
+			}
+			// A tag that is no readable cell is refused when the pull is of the
+			// whole repository or names its key; a pull narrowed by kernel,
+			// driver, version or flavour cannot tell whether it is one of
+			// those, and only warns.
+			var refused []error
+			narrowed := len(kernels) > 0 || driver != "" || version != "" || flavor != ""
+			for _, f := range refusedTags {
+				switch {
+				case len(args) > 0:
+					if slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(f.Tag, a) }) {
+						refused = append(refused, f.Err)
+					}
+				case narrowed:
+					fmt.Fprintf(cmd.ErrOrStderr(), "kpreload: pull: skipped, not a readable cell: %v\n", f.Err)
+				default:
+					refused = append(refused, f.Err)
+				}
 			}
 			var want []*remote.Record
 			for _, rec := range recs {
@@ -178,7 +236,7 @@ use kpreload build --remote ... --pull-only, or kpreload image build --remote.`,
 				}
 				want = append(want, rec)
 			}
-			if len(want) == 0 {
+			if len(want) == 0 && len(refused) == 0 {
 				return fmt.Errorf("pull: %s holds no built cell matching the request (%d records in all; kpreload build --report --remote %s lists them)", rm, len(recs), rm)
 			}
 			type pulled struct {
@@ -186,12 +244,14 @@ use kpreload build --remote ... --pull-only, or kpreload image build --remote.`,
 				LocalSet string `json:"local_set"`
 				Bytes    int64  `json:"bytes"`
 			}
-			var out []pulled
-			var errs []error
+			out := []pulled{}
 			for _, rec := range want {
+				if ctx.Err() != nil {
+					break
+				}
 				res, err := rm.PullRecord(ctx, st, rec)
 				if err != nil {
-					errs = append(errs, err)
+					refused = append(refused, err)
 					continue
 				}
 				out = append(out, pulled{rec, res.SetID, res.Bytes})
@@ -204,7 +264,10 @@ use kpreload build --remote ... --pull-only, or kpreload image build --remote.`,
 					return err
 				}
 			}
-			return errors.Join(errs...)
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("pull from %s: interrupted after %d of %d cells: %w", rm, len(out), len(want), err)
+			}
+			return pullSummary(rm, len(out), refused)
 		},
 	}
 	f := cmd.Flags()
@@ -217,12 +280,26 @@ use kpreload build --remote ... --pull-only, or kpreload image build --remote.`,
 	return cmd
 }
 
+// pullSummary is the error of a pull that refused cells, naming each (the
+// errors do) and why; nil when none was refused.
+func pullSummary(rm *remote.Remote, pulled int, refused []error) error {
+	if len(refused) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "pull from %s: %d cell(s) pulled, %d refused:", rm, pulled, len(refused))
+	for _, err := range refused {
+		fmt.Fprintf(&b, "\n  %v", err)
+	}
+	return errors.New(b.String())
+}
+
 // printRemoteReport prints the matrix the registry holds: one row per cell
 // (recipe, or driver version flavour) and kernel, the newest record of each
 // (older keys counted as superseded), then every failure with its first
 // error. names, if given, keeps only those recipes.
 func printRemoteReport(ctx context.Context, w io.Writer, rm *remote.Remote, names []string, asJSON bool) error {
-	recs, err := rm.List(ctx)
+	recs, refused, err := rm.List(ctx)
 	if err != nil {
 		return err
 	}
@@ -277,6 +354,12 @@ func printRemoteReport(ctx context.Context, w io.Writer, rm *remote.Remote, name
 	for _, rec := range newest {
 		if rec.State == remote.StateFailed {
 			fmt.Fprintf(w, "\nFAILED %s for %s (key %.12s, %s):\n  %s\n", rec.Cell(), rec.Kernel, rec.Tag, rec.Created.Format("2006-01-02 15:04 MST"), rec.FirstError)
+		}
+	}
+	if len(refused) > 0 && len(names) == 0 {
+		fmt.Fprintf(w, "\nREFUSED %d tag(s) that are no readable cell:\n", len(refused))
+		for _, f := range refused {
+			fmt.Fprintf(w, "  %s\n", f.Err)
 		}
 	}
 	return nil
