@@ -25,6 +25,11 @@ func (r *runner) pull(ctx context.Context, res *Result) (done bool, err error) {
 			return true, fmt.Errorf("%s for %s: neither the local cache nor %s holds this cell (key %s); build it with kpreload build --remote %s", res.Recipe.Name, res.Kernel, rm, shortKey(res.Key), rm)
 		}
 		return false, nil
+	case errors.Is(err, remote.ErrUntrusted) && !r.opts.PullOnly:
+		// Unsigned, signed by a key not trusted, or tampered with: never
+		// taken; built here instead (and, with a signing key, pushed over it).
+		res.Remote = "untrusted in the registry"
+		return false, nil
 	case err != nil:
 		return true, fmt.Errorf("%s for %s: %w", res.Recipe.Name, res.Kernel, err)
 	}
@@ -39,7 +44,7 @@ func (r *runner) pull(ctx context.Context, res *Result) (done bool, err error) {
 			res.Recipe.Name, res.Kernel, remote.ErrFailedCell, rec.Created.Format("2006-01-02 15:04 MST"), rm, rec.FirstError)
 		return true, nil
 	}
-	pr, err := rm.PullRecord(ctx, r.store, rec)
+	pr, err := rm.PullRecord(ctx, r.store, rec, true)
 	if err != nil {
 		return true, err
 	}

@@ -86,6 +86,11 @@ func (s *Signer) Sign(keyID, state, subject string) Signature {
 // Public returns the signer's public key.
 func (s *Signer) Public() ed25519.PublicKey { return s.key.Public().(ed25519.PublicKey) }
 
+// Trust returns the trust of the signer's own public key alone.
+func (s *Signer) Trust() *Trust {
+	return &Trust{keys: map[string]ed25519.PublicKey{s.ID: s.Public()}}
+}
+
 // Trust is a set of trusted public keys.
 type Trust struct {
 	keys map[string]ed25519.PublicKey

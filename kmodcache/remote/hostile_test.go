@@ -133,7 +133,7 @@ func (h *hostile) pull(ctx context.Context, r *Remote, dst *store.Store, c *cell
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	res, perr := r.Pull(ctx, dst, c.key)
+	res, perr := r.Pull(ctx, dst, c.key, false)
 	if after := h.tmpFiles(dst.Dir()); !slices.Equal(before, after) {
 		h.t.Errorf("the pull left files in $TMPDIR: %v, was %v", after, before)
 	}
@@ -335,7 +335,7 @@ func TestHostileSilentServer(t *testing.T) {
 	}{
 		{"Lookup", func() error { _, err := r.Lookup(context.Background(), key); return err }},
 		{"List", func() error { _, _, err := r.List(context.Background()); return err }},
-		{"Pull", func() error { _, err := r.Pull(context.Background(), dst, key); return err }},
+		{"Pull", func() error { _, err := r.Pull(context.Background(), dst, key, false); return err }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
@@ -614,7 +614,7 @@ func TestPullTempDir(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := r.Pull(context.Background(), dst, c.key); err != nil {
+	if _, err := r.Pull(context.Background(), dst, c.key, false); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(dead); !errors.Is(err, fs.ErrNotExist) {

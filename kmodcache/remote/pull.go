@@ -32,30 +32,31 @@ type PullResult struct {
 	Bytes int64
 }
 
-// Pull fetches the cell tagged with key's id and adds its set to st
-// (replacing a set of the same kernel, driver, version and flavour built
-// from other inputs). Every blob is verified against its descriptor while it
+// Pull fetches the cell tagged with key's id and adds its set to st. A set
+// of the same kernel, driver, version and flavour already in st (built from
+// other inputs, or built here) is replaced only with replace; without it
+// the pull is refused and st keeps its set. Every blob is verified against its descriptor while it
 // downloads and against the set manifest when the store adds it; nothing
 // enters st unless all of it verified. A key the registry lacks wraps
 // ErrNotFound; a recorded failure wraps ErrFailedCell.
-func (r *Remote) Pull(ctx context.Context, st *store.Store, key map[string]string) (*PullResult, error) {
+func (r *Remote) Pull(ctx context.Context, st *store.Store, key map[string]string, replace bool) (*PullResult, error) {
 	ctx, end := r.bound(ctx)
 	rec, err := r.lookup(ctx, key)
 	if err != nil {
 		return nil, end(err)
 	}
-	res, err := r.pullRecord(ctx, st, rec)
+	res, err := r.pullRecord(ctx, st, rec, replace)
 	return res, end(err)
 }
 
 // PullRecord is Pull for a record from Lookup or List.
-func (r *Remote) PullRecord(ctx context.Context, st *store.Store, rec *Record) (*PullResult, error) {
+func (r *Remote) PullRecord(ctx context.Context, st *store.Store, rec *Record, replace bool) (*PullResult, error) {
 	ctx, end := r.bound(ctx)
-	res, err := r.pullRecord(ctx, st, rec)
+	res, err := r.pullRecord(ctx, st, rec, replace)
 	return res, end(err)
 }
 
-func (r *Remote) pullRecord(ctx context.Context, st *store.Store, rec *Record) (*PullResult, error) {
+func (r *Remote) pullRecord(ctx context.Context, st *store.Store, rec *Record, replace bool) (*PullResult, error) {
 	what := fmt.Sprintf("pull %s from %s", rec.describe(), r.url)
 	if rec.State == StateFailed {
 		return nil, fmt.Errorf("%s: %w: %s", what, ErrFailedCell, rec.FirstError)
@@ -98,7 +99,7 @@ func (r *Remote) pullRecord(ctx context.Context, st *store.Store, rec *Record) (
 			files[f] = dst
 		}
 	}
-	id, err := st.Add(ctx, plan.set, files, true)
+	id, err := st.Add(ctx, plan.set, files, replace)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}

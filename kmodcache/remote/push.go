@@ -82,7 +82,7 @@ func (r *Remote) pushSetOnce(ctx context.Context, st *store.Store, id, recipe st
 	if tag == "" {
 		return nil, fmt.Errorf("%s: the set has no cache key, so no cell can name it (sets built by kpreload build have one)", what)
 	}
-	if rec, err := r.record(ctx, tag); err == nil && rec.State == StateOK {
+	if rec, err := r.readRecord(ctx, tag); err == nil && rec.State == StateOK && r.keeps(rec) {
 		return &PushResult{Record: rec}, nil
 	} else if err != nil && !errors.Is(err, ErrNotFound) {
 		return nil, fmt.Errorf("%s: %w", what, err)
@@ -122,6 +122,7 @@ func (r *Remote) pushSetOnce(ctx context.Context, st *store.Store, id, recipe st
 	}
 	ann := cellAnnotations(tag, StateOK, recipe, m.Kernel, m.Driver, m.Version, m.Flavor)
 	ann[AnnotationSetID] = id
+	r.sign(ann)
 	rec, err := r.pushManifest(ctx, what, m.CacheKey, layers, ann, res)
 	if err != nil {
 		return nil, err
@@ -177,9 +178,9 @@ func (r *Remote) pushFailureOnce(ctx context.Context, f Failure) (*PushResult, e
 	if tag == "" {
 		return nil, fmt.Errorf("%s: the cell has no cache key", what)
 	}
-	if rec, err := r.record(ctx, tag); err == nil {
+	if rec, err := r.readRecord(ctx, tag); err == nil && r.keeps(rec) {
 		return &PushResult{Record: rec}, nil
-	} else if !errors.Is(err, ErrNotFound) {
+	} else if err != nil && !errors.Is(err, ErrNotFound) {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	res := &PushResult{Pushed: true}
@@ -198,12 +199,34 @@ func (r *Remote) pushFailureOnce(ctx context.Context, f Failure) (*PushResult, e
 	ann := cellAnnotations(tag, StateFailed, f.Recipe, f.Kernel, f.Driver, f.Version, f.Flavor)
 	// Annotations are one-line strings for every tool that shows them.
 	ann[AnnotationFirstErr] = strings.Join(strings.Fields(f.FirstError), " ")
+	r.sign(ann)
 	rec, err := r.pushManifest(ctx, what, f.Key, layers, ann, res)
 	if err != nil {
 		return nil, err
 	}
 	res.Record = rec
 	return res, nil
+}
+
+// keeps reports whether a pusher leaves the cell rec alone rather than
+// pushing its own: with trusted keys, when one of them signed it; when it
+// signs, when its own key did; else always. A cell someone without the key
+// put under this key is so replaced by the builders' signed push.
+func (r *Remote) keeps(rec *Record) bool {
+	t := r.trust
+	if t == nil && r.signer != nil {
+		t = r.signer.Trust()
+	}
+	return t == nil || t.Verify(rec.Tag, rec.State, rec.subject, rec.signature) == nil
+}
+
+// sign adds the signer's signature of the cell ann describes to ann.
+func (r *Remote) sign(ann map[string]string) {
+	if r.signer == nil {
+		return
+	}
+	sig := r.signer.Sign(ann[AnnotationKey], ann[AnnotationState], signedSubject(ann[AnnotationState], ann[AnnotationSetID], ann[AnnotationFirstErr]))
+	ann[AnnotationSigner], ann[AnnotationSignature] = sig.KeyID, sig.Value
 }
 
 // cellAnnotations are the annotations every cell manifest carries.
@@ -276,7 +299,7 @@ func (r *Remote) pushManifest(ctx context.Context, what string, key map[string]s
 	}
 	res.Blobs++
 	res.Bytes += d.Size
-	return r.record(ctx, tag)
+	return r.readRecord(ctx, tag)
 }
 
 // cellManifest returns a cell's key as its config blob and the artifact

@@ -41,6 +41,8 @@ package remote
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -59,6 +61,7 @@ import (
 	"oras.land/oras-go/v2/registry/remote/credentials"
 	"oras.land/oras-go/v2/registry/remote/errcode"
 
+	"github.com/kpreload/kpreload/kmodcache/cellsign"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 )
 
@@ -80,6 +83,10 @@ const (
 	AnnotationKey      = annotationPrefix + "key"
 	AnnotationFirstErr = annotationPrefix + "first-error"
 	AnnotationSetID    = annotationPrefix + "set-id"
+	// AnnotationSignature and AnnotationSigner carry a cell's signature
+	// (kmodcache/cellsign) and the id of the key that made it.
+	AnnotationSignature = annotationPrefix + "signature"
+	AnnotationSigner    = annotationPrefix + "signer"
 )
 
 // States a record has.
@@ -92,6 +99,11 @@ const (
 
 // ErrNotFound is wrapped by errors for a key the registry holds no record of.
 var ErrNotFound = errors.New("not in the registry")
+
+// ErrUntrusted is wrapped by errors for a cell whose signature does not
+// verify against Options.Trust (unsigned, signed by another key, or
+// tampered with); the error also wraps cellsign's reason and names the key.
+var ErrUntrusted = errors.New("untrusted cell")
 
 // Options configures Open.
 type Options struct {
@@ -110,6 +122,14 @@ type Options struct {
 	// MaxTagPages is how many tags/list pages one listing may read
 	// (DefaultMaxTagPages when 0).
 	MaxTagPages int
+	// Signer, if set, signs every cell pushed (built sets and failure
+	// records).
+	Signer *cellsign.Signer
+	// Trust, if set, makes every record read (lookups, listings, pulls)
+	// verify against these keys: an unsigned or foreign-signed cell is
+	// refused with ErrUntrusted. Without it cells are taken unsigned, their
+	// blobs and metadata still verified.
+	Trust *cellsign.Trust
 }
 
 // Remote is one repository of a registry holding cells.
@@ -117,6 +137,8 @@ type Remote struct {
 	url      string
 	repo     *remote.Repository
 	timeouts Timeouts
+	signer   *cellsign.Signer
+	trust    *cellsign.Trust
 }
 
 // Parse checks a remote URL, oci://HOST[:PORT]/REPO[/...], and returns the
@@ -176,7 +198,7 @@ func Open(raw string, o Options) (*Remote, error) {
 		Cache:      auth.NewCache(),
 		Credential: credentials.Credential(store),
 	}
-	return &Remote{url: raw, repo: repo, timeouts: t}, nil
+	return &Remote{url: raw, repo: repo, timeouts: t, signer: o.Signer, trust: o.Trust}, nil
 }
 
 // Limits on what the registry sends.
@@ -232,8 +254,24 @@ type Record struct {
 	Created time.Time `json:"created"`
 	// Size is the sum of the layers' sizes.
 	Size int64 `json:"size"`
+	// Signer is the id of the key that signed the cell ("" if unsigned);
+	// with Options.Trust set, every record returned has been verified.
+	Signer string `json:"signer,omitempty"`
 
-	manifest ocispec.Manifest
+	manifest  ocispec.Manifest
+	signature cellsign.Signature
+	subject   string
+}
+
+// signedSubject is what a cell's signature covers besides its key and
+// state: the set id of a built cell, the SHA-256 of the first-error
+// annotation of a failure record.
+func signedSubject(state, setID, firstError string) string {
+	if state == StateOK {
+		return setID
+	}
+	sum := sha256.Sum256([]byte(firstError))
+	return hex.EncodeToString(sum[:])
 }
 
 // Cell names the cell a record describes: the recipe when known, else
@@ -268,6 +306,21 @@ func (r *Remote) lookup(ctx context.Context, key map[string]string) (*Record, er
 
 // record fetches and checks the artifact manifest tagged tag.
 func (r *Remote) record(ctx context.Context, tag string) (*Record, error) {
+	rec, err := r.readRecord(ctx, tag)
+	if err != nil {
+		return nil, err
+	}
+	if r.trust != nil {
+		if err := r.trust.Verify(tag, rec.State, rec.subject, rec.signature); err != nil {
+			return nil, fmt.Errorf("remote %s: %s: %w: %w", r.url, rec.describe(), ErrUntrusted, err)
+		}
+	}
+	return rec, nil
+}
+
+// readRecord reads the record tagged tag, checking its form but not its
+// signature (a pusher reading back what it pushed).
+func (r *Remote) readRecord(ctx context.Context, tag string) (*Record, error) {
 	desc, err := r.repo.Resolve(ctx, tag)
 	if errors.Is(err, errdef.ErrNotFound) {
 		return nil, fmt.Errorf("remote %s: key %s: %w", r.url, short(tag), ErrNotFound)
@@ -308,6 +361,9 @@ func parseRecord(tag, dgst string, b []byte) (*Record, error) {
 		Recipe: a[AnnotationRecipe], Kernel: a[AnnotationKernel], Driver: a[AnnotationDriver],
 		Version: a[AnnotationVersion], Flavor: a[AnnotationFlavor], SetID: a[AnnotationSetID],
 		FirstError: printable(a[AnnotationFirstErr]), manifest: m,
+		Signer:    a[AnnotationSigner],
+		signature: cellsign.Signature{KeyID: a[AnnotationSigner], Value: a[AnnotationSignature]},
+		subject:   signedSubject(a[AnnotationState], a[AnnotationSetID], a[AnnotationFirstErr]),
 	}
 	for _, f := range []struct{ name, v string }{
 		{"recipe", rec.Recipe}, {"kernel", rec.Kernel}, {"driver", rec.Driver}, {"version", rec.Version}, {"flavor", rec.Flavor},

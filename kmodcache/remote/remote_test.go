@@ -107,7 +107,7 @@ func TestPushPullRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pulled, err := r.Pull(ctx, dst, key)
+	pulled, err := r.Pull(ctx, dst, key, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestPullRefusesCorruptBlob(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = r.Pull(ctx, dst, key)
+			_, err = r.Pull(ctx, dst, key, false)
 			if err == nil {
 				t.Fatal("pull of a damaged blob succeeded")
 			}
@@ -211,7 +211,7 @@ func TestFailureRecords(t *testing.T) {
 		t.Errorf("failure record = %+v", res.Record)
 	}
 	dst, _ := store.Open(t.TempDir())
-	if _, err := r.Pull(ctx, dst, key); !errors.Is(err, ErrFailedCell) || !strings.Contains(err.Error(), "too few arguments") {
+	if _, err := r.Pull(ctx, dst, key, false); !errors.Is(err, ErrFailedCell) || !strings.Contains(err.Error(), "too few arguments") {
 		t.Errorf("pull of a failed cell: %v, want ErrFailedCell with the first error", err)
 	}
 	// A later successful build with the same key replaces the failure record;
@@ -251,7 +251,7 @@ func TestConcurrentPushesOfOneCell(t *testing.T) {
 		t.Fatalf("List after racing pushes = %v, refused %v, %v; want one cell", recs, refused, err)
 	}
 	dst, _ := store.Open(t.TempDir())
-	if res, err := r.Pull(ctx, dst, key); err != nil || res.SetID != id {
+	if res, err := r.Pull(ctx, dst, key, false); err != nil || res.SetID != id {
 		t.Errorf("pull after racing pushes: %+v, %v", res, err)
 	}
 }

@@ -50,7 +50,7 @@ The cache directory is --cache, else $KPRELOAD_CACHE_DIR, else ` + store.Default
 	cmd.PersistentFlags().StringVar(&dir, "cache", cacheDefaultDir(), "module cache directory")
 	open := func() (*store.Store, error) { return store.Open(dir) }
 	cmd.AddCommand(newCacheAddCmd(open), newCacheLsCmd(open), newCacheVerifyCmd(open), newCacheIndexCmd(open), newCacheRmCmd(open),
-		newCachePushCmd(open), newCachePullCmd(open))
+		newCachePushCmd(open), newCachePullCmd(open), newCacheKeygenCmd())
 	return cmd
 }
 

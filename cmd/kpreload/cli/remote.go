@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/kpreload/kpreload/kmodcache/cellsign"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
@@ -26,6 +27,8 @@ type remoteFlags struct {
 	plainHTTP    bool
 	dockerConfig string
 	timeouts     remote.Timeouts
+	sign         string
+	trust        []string
 }
 
 func (rf *remoteFlags) register(f *pflag.FlagSet) {
@@ -36,6 +39,8 @@ func (rf *remoteFlags) register(f *pflag.FlagSet) {
 	f.DurationVar(&rf.timeouts.Connect, "connect-timeout", remote.DefaultConnectTimeout, "with --remote: the most connecting to the registry may take (TCP and TLS)")
 	f.DurationVar(&rf.timeouts.FirstByte, "first-byte-timeout", remote.DefaultFirstByteTimeout, "with --remote: the most the registry may take to start answering a request")
 	f.DurationVar(&rf.timeouts.Idle, "idle-timeout", remote.DefaultIdleTimeout, "with --remote: the most a download may go without a byte from the registry")
+	f.StringVar(&rf.sign, "sign", "", "with --remote: sign every cell pushed with this Ed25519 private key (PEM; kpreload cache keygen, or openssl genpkey -algorithm ed25519)")
+	f.StringArrayVar(&rf.trust, "trust", nil, "with --remote: take only cells signed by this Ed25519 public key (PEM; repeatable): unsigned and foreign-signed cells are refused")
 }
 
 // require is open for commands that cannot do without a remote.
@@ -50,8 +55,8 @@ func (rf *remoteFlags) require(what string) (*remote.Remote, error) {
 // open returns the remote the flags name, or nil when --remote is not given.
 func (rf *remoteFlags) open() (*remote.Remote, error) {
 	if rf.url == "" {
-		if rf.plainHTTP {
-			return nil, errors.New("--plain-http needs --remote")
+		if rf.plainHTTP || rf.sign != "" || len(rf.trust) > 0 {
+			return nil, errors.New("--plain-http, --sign and --trust need --remote")
 		}
 		return nil, nil
 	}
@@ -63,7 +68,22 @@ func (rf *remoteFlags) open() (*remote.Remote, error) {
 			return nil, fmt.Errorf("--%s %s: want a positive duration", t.flag, t.d)
 		}
 	}
-	return remote.Open(rf.url, remote.Options{PlainHTTP: rf.plainHTTP, DockerConfig: rf.dockerConfig, Timeouts: rf.timeouts})
+	o := remote.Options{PlainHTTP: rf.plainHTTP, DockerConfig: rf.dockerConfig, Timeouts: rf.timeouts}
+	if rf.sign != "" {
+		s, err := cellsign.LoadSigner(rf.sign)
+		if err != nil {
+			return nil, fmt.Errorf("--sign: %w", err)
+		}
+		o.Signer = s
+	}
+	if len(rf.trust) > 0 {
+		t, err := cellsign.LoadTrust(rf.trust...)
+		if err != nil {
+			return nil, fmt.Errorf("--trust: %w", err)
+		}
+		o.Trust = t
+	}
+	return remote.Open(rf.url, o)
 }
 
 // remoteContext is the context of a command that talks to a registry: it
@@ -166,10 +186,10 @@ func newCachePullCmd(open func() (*store.Store, error)) *cobra.Command {
 		rf                      remoteFlags
 		kernels                 []string
 		driver, version, flavor string
-		asJSON                  bool
+		asJSON, replace         bool
 	)
 	cmd := &cobra.Command{
-		Use:   "pull --remote oci://HOST[:PORT]/REPO [--kernel K]... [--driver D] [--version V] [--flavor F] [KEY...]",
+		Use:   "pull --remote oci://HOST[:PORT]/REPO [--trust KEY.pub]... [--kernel K]... [--driver D] [--version V] [--flavor F] [--replace] [KEY...]",
 		Short: "Pull cells from an OCI registry into the local cache",
 		Long: `Pull downloads the cells the registry repository --remote holds (every built
 cell, those matching --kernel/--driver/--version/--flavor, or the cells
@@ -189,6 +209,15 @@ by cache verify --repair). A tag that is not a readable cell (another
 artifact under a key-like tag, a manifest that does not parse) and a cell
 that fails to pull are skipped, the other cells pulled, and the exit status
 is non-zero with a summary naming each refused cell and why.
+
+A set's metadata is read again from its module files (aliases, srcversion,
+dependencies, signature, firmware ...) and must be what its set.json says.
+With --trust (an Ed25519 public key; repeatable) only cells signed by one of
+those keys (kpreload build --remote --sign, cache push --sign) are taken:
+an unsigned cell, one signed by another key, or one whose set was changed
+after signing is refused, naming the key. A pulled cell never replaces a set
+of the same driver, version and flavour for that kernel already in the local
+cache (built here, say) unless --replace.
 
 To pull exactly the cells an image or a build needs (by their content keys),
 use kpreload build --remote ... --pull-only, or kpreload image build --remote.`,
@@ -249,7 +278,7 @@ use kpreload build --remote ... --pull-only, or kpreload image build --remote.`,
 				if ctx.Err() != nil {
 					break
 				}
-				res, err := rm.PullRecord(ctx, st, rec)
+				res, err := rm.PullRecord(ctx, st, rec, replace)
 				if err != nil {
 					refused = append(refused, err)
 					continue
@@ -277,6 +306,7 @@ use kpreload build --remote ... --pull-only, or kpreload image build --remote.`,
 	f.StringVar(&version, "version", "", "only cells of this driver version")
 	f.StringVar(&flavor, "flavor", "", "only cells of this flavour")
 	f.BoolVar(&asJSON, "json", false, "print what was pulled as JSON")
+	f.BoolVar(&replace, "replace", false, "let a pulled cell replace a local set of the same driver, version and flavour for its kernel")
 	return cmd
 }
 
