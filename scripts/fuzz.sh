@@ -32,6 +32,23 @@ targets=(
 	"./kmodcache/modinfo FuzzDecompress"
 	"./gpu/pci FuzzParseModalias"
 	"./live/fwcfg FuzzLookup"
+	"./kmodcache/remote FuzzParseRecord"
+	"./kmodcache/remote FuzzPlanPull"
+	"./kmodcache/modalias FuzzLoadTree"
+	"./builder/dkms FuzzParseConf"
+	"./builder/dkms FuzzReadSignature"
+	"./builder/dkms FuzzSignatureRoundTrip"
+	"./initramfs/rootfs FuzzParseSpec"
+	"./builder/archive FuzzParseMadison"
+	"./gpu/k8sconfig FuzzFiles"
+	"./gpu/xorg FuzzParseAddress"
+	"./live/report FuzzDecodeRootInit"
+	"./live/report FuzzScan"
+	"./gpu/cdispec FuzzLdcache"
+	"./gpu/cdispec FuzzReadGPUs"
+	"./gpu/cdispec FuzzReadVersion"
+	"./gpu/cdispec FuzzContainerRoot"
+	"./gpu/activate FuzzReadReady"
 )
 
 logdir=$(mktemp -d /tmp/kpreload-fuzz.XXXXXX)

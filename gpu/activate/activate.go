@@ -11,6 +11,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/kpreload/kpreload/live/inroot"
 )
 
 // DriversDir is where images keep each driver version's userspace, unpacked from
@@ -82,9 +84,17 @@ func Unpoint(runDir string) error {
 	return nil
 }
 
-// Target returns where the driver link points, or "" when there is none.
+// Target returns where the driver link points, or "" when there is none; the
+// link is looked up inside runDir (TargetIn(runDir, "/")).
 func Target(runDir string) (string, error) {
-	t, err := os.Readlink(LinkPath(runDir))
+	return TargetIn(runDir, "/")
+}
+
+// TargetIn returns where the driver link <runDir>/kpreload/driver of the
+// system at root points (runDir is a path inside root, the directories on the
+// way resolved inside it), or "" when there is none.
+func TargetIn(root, runDir string) (string, error) {
+	t, err := inroot.Readlink(root, LinkPath(runDir))
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
 	}
@@ -167,20 +177,33 @@ func MarkReady(runDir string, r Ready) error {
 	return nil
 }
 
-// ReadReady reads <runDir>/kpreload/ready; the error wraps fs.ErrNotExist when no
-// driver has been marked ready.
+// ReadReady reads <runDir>/kpreload/ready, resolved inside runDir
+// (ReadReadyIn(runDir, "/")); the error wraps fs.ErrNotExist when no driver has
+// been marked ready.
 func ReadReady(runDir string) (*Ready, error) {
-	path := ReadyPath(runDir)
-	b, err := os.ReadFile(path)
+	return ReadReadyIn(runDir, "/")
+}
+
+// ReadReadyIn reads <runDir>/kpreload/ready of the system at root (runDir is a
+// path inside root): the path is resolved inside root, the record must be a
+// regular file of at most inroot.MaxText bytes. The error names the file and
+// wraps fs.ErrNotExist when no driver has been marked ready.
+func ReadReadyIn(root, runDir string) (*Ready, error) {
+	b, err := inroot.ReadFile(root, ReadyPath(runDir), inroot.MaxText)
 	if err != nil {
 		return nil, fmt.Errorf("ready record: %w", err)
 	}
+	return parseReady(b, filepath.Join(root, ReadyPath(runDir)))
+}
+
+// parseReady decodes a ready record read from file.
+func parseReady(b []byte, file string) (*Ready, error) {
 	var r Ready
 	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("ready record %s: %w", path, err)
+		return nil, fmt.Errorf("ready record %s: %w", file, err)
 	}
 	if r.Format != ReadyFormat {
-		return nil, fmt.Errorf("ready record %s: format %d, want %d", path, r.Format, ReadyFormat)
+		return nil, fmt.Errorf("ready record %s: format %d, want %d", file, r.Format, ReadyFormat)
 	}
 	return &r, nil
 }

@@ -4,15 +4,22 @@
 // GSP firmware, the nvidia-persistenced socket and a createContainer hook that
 // updates the container's linker cache. Generation is a pure function of a root
 // directory (its proc, sys, dev, run, etc, opt and lib trees), so it runs on a live
-// system ("/") and on test trees alike. The spec types and their validation are the
+// system ("/") and on test trees alike. Every file of the root is read through
+// live/inroot: paths and links resolve inside the root, only regular files are
+// read and each read is bounded. The spec types and their validation are the
 // CDI project's own (tags.cncf.io/container-device-interface).
+//
+// The MIG capabilities are not given to every container: /dev/nvidia-caps's
+// MIG configuration node (a root process holding it can reconfigure MIG on
+// the host) and monitoring node are devices of their own,
+// nvidia.com/gpu=mig-config and nvidia.com/gpu=mig-monitor, requested beside
+// the GPUs.
 package cdispec
 
 import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
 	"path/filepath"
 	"sort"
@@ -21,6 +28,7 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/activate"
 	"github.com/kpreload/kpreload/gpu/devnodes"
+	"github.com/kpreload/kpreload/live/inroot"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 )
 
@@ -45,6 +53,18 @@ const ContainerBinDir = "/usr/bin"
 
 // PersistencedSocket is nvidia-persistenced's socket, mounted when it exists.
 const PersistencedSocket = "/run/nvidia-persistenced/socket"
+
+// DeviceMIGConfig and DeviceMIGMonitor name the devices that carry the MIG
+// capabilities (--device nvidia.com/gpu=mig-config): configuring MIG (the node
+// of /proc/driver/nvidia/capabilities/mig/config, nvidia-cap1 as a rule) and
+// monitoring it (mig/monitor, nvidia-cap2). They follow NVIDIA's names for the
+// same grants (NVIDIA_MIG_CONFIG_DEVICES, NVIDIA_MIG_MONITOR_DEVICES,
+// nvidia-container-cli --mig-config/--mig-monitor); no other device, "all"
+// included, brings them.
+const (
+	DeviceMIGConfig  = "mig-config"
+	DeviceMIGMonitor = "mig-monitor"
+)
 
 // Binaries are the driver programs mounted into containers when present, the same
 // list nvidia-ctk mounts.
@@ -87,6 +107,10 @@ type Found struct {
 	GPUs      []GPU
 	// Nodes are the device nodes, shared ones and per GPU.
 	Nodes []devnodes.Node
+	// MIGConfig and MIGMonitor are the paths of the MIG capability nodes (""
+	// when the driver has none), given only by the devices DeviceMIGConfig and
+	// DeviceMIGMonitor.
+	MIGConfig, MIGMonitor string
 	// Libraries and Binaries are host paths mounted into containers.
 	Libraries []string
 	Binaries  []string
@@ -106,19 +130,22 @@ type mount struct{ host, container string }
 
 // Generate reads the system mounted at root and returns its CDI spec and what it
 // found. Paths in the spec are those of the system itself (root is stripped).
+// Every path is resolved inside root (a link never leads out of it) and every
+// file read is a regular file of bounded size (live/inroot); errors name the
+// file.
 func Generate(root string, opts Options) (*specs.Spec, *Found, error) {
 	if opts.HookPath == "" {
 		opts.HookPath = DefaultHookPath
 	}
 	at := func(p string) string { return filepath.Join(root, p) }
-	nodes, err := devnodes.Plan(at("/proc"), "/dev")
+	nodes, err := devnodes.PlanIn(root, "/proc", "/dev")
 	if err != nil {
 		return nil, nil, fmt.Errorf("cdi: %w", err)
 	}
 	if len(nodes) == 0 {
 		return nil, nil, fmt.Errorf("cdi: %w (no nvidia major in %s)", ErrNoDriver, at("/proc/devices"))
 	}
-	gpus, err := readGPUs(at("/proc/driver/nvidia/gpus"))
+	gpus, err := readGPUs(root, "/proc/driver/nvidia/gpus")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -126,8 +153,9 @@ func Generate(root string, opts Options) (*specs.Spec, *Found, error) {
 		return nil, nil, fmt.Errorf("cdi: the NVIDIA driver has no GPUs (%s is empty)", at("/proc/driver/nvidia/gpus"))
 	}
 	found := &Found{GPUs: gpus, Nodes: nodes}
+	found.MIGConfig, found.MIGMonitor = capabilityNode(root, nodes, devnodes.CapMIGConfig), capabilityNode(root, nodes, devnodes.CapMIGMonitor)
 	var libs, bins []mount
-	if _, err := os.Stat(activate.ReadyPath(at(activate.RunDir))); err == nil {
+	if _, err := inroot.Stat(root, activate.ReadyPath(activate.RunDir)); err == nil {
 		libs, bins, err = fromKpreload(root, found)
 		if err != nil {
 			return nil, nil, err
@@ -139,7 +167,7 @@ func Generate(root string, opts Options) (*specs.Spec, *Found, error) {
 		}
 	}
 	found.Firmware = firmwareDir(root, found.Version, found.DriverDir)
-	if fi, err := os.Stat(at(PersistencedSocket)); err == nil && fi.Mode()&fs.ModeSocket != 0 {
+	if fi, err := inroot.Stat(root, PersistencedSocket); err == nil && fi.Mode()&fs.ModeSocket != 0 {
 		found.Socket = PersistencedSocket
 	}
 	for _, l := range libs {
@@ -150,6 +178,26 @@ func Generate(root string, opts Options) (*specs.Spec, *Found, error) {
 	}
 	return build(found, libs, bins, opts), found, nil
 }
+
+// capabilityNode returns the node of a MIG capability among the nodes
+// planned ("" when the driver has none).
+func capabilityNode(root string, nodes []devnodes.Node, capability string) string {
+	minor, err := devnodes.CapabilityIn(root, "/proc", capability)
+	if err != nil {
+		return ""
+	}
+	p := fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", minor)
+	for _, n := range nodes {
+		if n.Path == p {
+			return p
+		}
+	}
+	return ""
+}
+
+// isCapability reports whether a node is one of /dev/nvidia-caps: those are
+// never shared by every device.
+func isCapability(p string) bool { return strings.HasPrefix(p, "/dev/nvidia-caps/") }
 
 // build assembles the spec from what was found.
 func build(f *Found, libs, bins []mount, opts Options) *specs.Spec {
@@ -163,7 +211,7 @@ func build(f *Found, libs, bins []mount, opts Options) *specs.Spec {
 		perGPU[fmt.Sprintf("/dev/nvidia%d", g.Minor)] = true
 	}
 	for _, n := range f.Nodes {
-		if !perGPU[n.Path] {
+		if !perGPU[n.Path] && !isCapability(n.Path) {
 			common.DeviceNodes = append(common.DeviceNodes, node(n))
 		}
 	}
@@ -183,6 +231,11 @@ func build(f *Found, libs, bins []mount, opts Options) *specs.Spec {
 		}
 	}
 	devices = append(devices, specs.Device{Name: "all", ContainerEdits: all})
+	for _, c := range []struct{ name, path string }{{DeviceMIGConfig, f.MIGConfig}, {DeviceMIGMonitor, f.MIGMonitor}} {
+		if n, ok := byPath[c.path]; ok && c.path != "" {
+			devices = append(devices, specs.Device{Name: c.name, ContainerEdits: specs.ContainerEdits{DeviceNodes: []*specs.DeviceNode{node(n)}}})
+		}
+	}
 
 	common.Env = []string{"NVIDIA_VISIBLE_DEVICES=void"}
 	ro := []string{"ro", "nosuid", "nodev", "rbind", "rprivate"}
@@ -223,7 +276,7 @@ func node(n devnodes.Node) *specs.DeviceNode {
 // and /lib/firmware (and their /usr/lib twins); last the driver's userspace.
 func firmwareDir(root, version, driverDir string) string {
 	var bases []string
-	if b, err := os.ReadFile(filepath.Join(root, "sys/module/firmware_class/parameters/path")); err == nil {
+	if b, err := inroot.ReadFile(root, "/sys/module/firmware_class/parameters/path", inroot.MaxAttr); err == nil {
 		if p := strings.TrimSpace(string(b)); path.IsAbs(p) {
 			bases = append(bases, path.Clean(p))
 		}
@@ -234,7 +287,7 @@ func firmwareDir(root, version, driverDir string) string {
 	}
 	for _, b := range bases {
 		dir := path.Join(b, "nvidia", version)
-		if fi, err := os.Stat(filepath.Join(root, dir)); err == nil && fi.IsDir() {
+		if fi, err := inroot.Stat(root, dir); err == nil && fi.IsDir() {
 			return dir
 		}
 	}
@@ -244,7 +297,7 @@ func firmwareDir(root, version, driverDir string) string {
 // fromKpreload reads the activation record and the driver link of a kpreload image.
 func fromKpreload(root string, f *Found) (libs, bins []mount, err error) {
 	f.Source = "kpreload"
-	ready, err := activate.ReadReady(filepath.Join(root, activate.RunDir))
+	ready, err := activate.ReadReadyIn(root, activate.RunDir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("cdi: %w", err)
 	}
@@ -261,7 +314,7 @@ func fromKpreload(root string, f *Found) (libs, bins []mount, err error) {
 	}
 	seen := map[string]bool{}
 	for _, dir := range libDirs {
-		names, err := versioned(filepath.Join(root, dir), f.Version)
+		names, err := versioned(root, dir, f.Version)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -279,7 +332,7 @@ func fromKpreload(root string, f *Found) (libs, bins []mount, err error) {
 	}
 	for _, b := range Binaries {
 		p := path.Join(f.DriverDir, "usr/bin", b)
-		if isFile(filepath.Join(root, p)) {
+		if isFile(root, p) {
 			bins = append(bins, mount{p, path.Join(ContainerBinDir, b)})
 		}
 	}
@@ -292,14 +345,13 @@ func fromKpreload(root string, f *Found) (libs, bins []mount, err error) {
 func driverLibDirs(root, driverDir string) ([]string, error) {
 	base := path.Join(driverDir, "usr/lib/x86_64-linux-gnu")
 	var dirs []string
-	sub, err := filepath.Glob(filepath.Join(root, base, "nvidia", "*"))
+	sub, err := inroot.Glob(root, path.Join(base, "nvidia", "*"))
 	if err != nil {
 		return nil, fmt.Errorf("cdi: %w", err)
 	}
-	sort.Strings(sub)
 	for _, s := range sub {
-		if fi, err := os.Stat(s); err == nil && fi.IsDir() {
-			dirs = append(dirs, path.Join(base, "nvidia", filepath.Base(s)))
+		if fi, err := inroot.Stat(root, s); err == nil && fi.IsDir() {
+			dirs = append(dirs, path.Join(base, "nvidia", path.Base(s)))
 		}
 	}
 	return append(dirs, base, path.Join(driverDir, "usr/lib64")), nil
@@ -310,13 +362,13 @@ func driverLibDirs(root, driverDir string) ([]string, error) {
 // the directories of the linker cache and the usual library directories.
 func fromHost(root string, f *Found) (libs, bins []mount, err error) {
 	f.Source = "host"
-	v, err := ReadVersion(filepath.Join(root, "proc/driver/nvidia/version"))
+	v, err := ReadVersion(root, "/proc/driver/nvidia/version")
 	if err != nil {
 		return nil, nil, err
 	}
 	f.Version = v
 	dirs := append([]string(nil), HostLibDirs...)
-	if entries, err := ReadLdcache(filepath.Join(root, "etc/ld.so.cache")); err == nil {
+	if entries, err := ReadLdcache(root, "/etc/ld.so.cache"); err == nil {
 		for _, e := range entries {
 			dirs = append(dirs, path.Dir(e.Path))
 		}
@@ -331,20 +383,16 @@ func fromHost(root string, f *Found) (libs, bins []mount, err error) {
 			continue
 		}
 		seenDir[dir] = true
-		real, err := filepath.EvalSymlinks(filepath.Join(root, dir))
+		real, err := inroot.EvalSymlinks(root, dir)
 		if err != nil {
 			continue
 		}
-		names, err := versioned(real, v)
+		names, err := versioned(root, real, v)
 		if err != nil {
 			return nil, nil, err
 		}
 		for _, n := range names {
-			rel, err := filepath.Rel(root, filepath.Join(real, n))
-			if err != nil || strings.HasPrefix(rel, "..") {
-				continue // a link out of the root
-			}
-			host := "/" + filepath.ToSlash(rel)
+			host := path.Join(real, n)
 			if seenLib[host] {
 				continue // /lib -> /usr/lib and similar links
 			}
@@ -360,24 +408,21 @@ func fromHost(root string, f *Found) (libs, bins []mount, err error) {
 	sort.Strings(f.LdcacheFolders)
 	for _, b := range Binaries {
 		for _, dir := range HostBinDirs {
-			real, err := filepath.EvalSymlinks(filepath.Join(root, dir, b))
-			if err != nil || !isFile(real) {
+			real, err := inroot.EvalSymlinks(root, path.Join(dir, b))
+			if err != nil || !isFile(root, real) {
 				continue
 			}
-			rel, err := filepath.Rel(root, real)
-			if err != nil || strings.HasPrefix(rel, "..") {
-				continue // a link out of the root
-			}
-			bins = append(bins, mount{"/" + filepath.ToSlash(rel), path.Join(ContainerBinDir, b)})
+			bins = append(bins, mount{real, path.Join(ContainerBinDir, b)})
 			break
 		}
 	}
 	return libs, bins, nil
 }
 
-// versioned lists the regular files (or links to them) in dir named *.so.<version>.
-func versioned(dir, version string) ([]string, error) {
-	ents, err := os.ReadDir(dir)
+// versioned lists the regular files (or links to them) named *.so.<version> in
+// dir, a directory of the tree at root.
+func versioned(root, dir, version string) ([]string, error) {
+	ents, err := inroot.ReadDir(root, dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -386,36 +431,48 @@ func versioned(dir, version string) ([]string, error) {
 	}
 	var names []string
 	for _, e := range ents {
-		if strings.HasSuffix(e.Name(), ".so."+version) && isFile(filepath.Join(dir, e.Name())) {
+		if strings.HasSuffix(e.Name(), ".so."+version) && isFile(root, path.Join(dir, e.Name())) {
 			names = append(names, e.Name())
 		}
 	}
 	return names, nil
 }
 
-func isFile(p string) bool {
-	fi, err := os.Stat(p)
+// isFile reports whether name is a regular file (or a link to one) of the tree at root.
+func isFile(root, name string) bool {
+	fi, err := inroot.Stat(root, name)
 	return err == nil && fi.Mode().IsRegular()
 }
 
-// ReadVersion returns the driver version from /proc/driver/nvidia/version
-// ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build ...").
-func ReadVersion(file string) (string, error) {
-	b, err := os.ReadFile(file)
+// ReadVersion returns the driver version from the file name of the tree at root,
+// /proc/driver/nvidia/version ("NVRM version: NVIDIA UNIX Open Kernel Module for
+// x86_64  580.159.04  Release Build ..."), read inside root and bounded
+// (inroot.MaxText); errors name the file.
+func ReadVersion(root, name string) (string, error) {
+	b, err := inroot.ReadFile(root, name, inroot.MaxText)
 	if err != nil {
 		return "", fmt.Errorf("cdi: driver version: %w", err)
 	}
+	v, ok := parseVersion(b)
+	if !ok {
+		return "", fmt.Errorf("cdi: %s: no driver version on the NVRM line", filepath.Join(root, name))
+	}
+	return v, nil
+}
+
+// parseVersion finds the version on the NVRM line of /proc/driver/nvidia/version.
+func parseVersion(b []byte) (string, bool) {
 	for _, line := range strings.Split(string(b), "\n") {
 		if !strings.HasPrefix(line, "NVRM version:") {
 			continue
 		}
 		for _, w := range strings.Fields(line) {
 			if isVersion(w) {
-				return w, nil
+				return w, true
 			}
 		}
 	}
-	return "", fmt.Errorf("cdi: %s: no driver version on the NVRM line", file)
+	return "", false
 }
 
 // isVersion reports whether w looks like a driver version (digits and dots, at least one dot).
@@ -431,39 +488,50 @@ func isVersion(w string) bool {
 	return true
 }
 
-// readGPUs parses every <dir>/*/information, sorted by minor.
-func readGPUs(dir string) ([]GPU, error) {
-	files, err := filepath.Glob(filepath.Join(dir, "*", "information"))
+// readGPUs parses every <dir>/*/information of the tree at root (each read
+// inside root, at most inroot.MaxText bytes), sorted by minor.
+func readGPUs(root, dir string) ([]GPU, error) {
+	files, err := inroot.Glob(root, path.Join(dir, "*", "information"))
 	if err != nil {
 		return nil, fmt.Errorf("cdi: %w", err)
 	}
 	var gpus []GPU
 	for _, file := range files {
-		b, err := os.ReadFile(file)
+		b, err := inroot.ReadFile(root, file, inroot.MaxText)
 		if err != nil {
 			return nil, fmt.Errorf("cdi: %w", err)
 		}
-		g := GPU{Bus: filepath.Base(filepath.Dir(file))}
-		minor := ""
-		for _, line := range strings.Split(string(b), "\n") {
-			k, v, ok := strings.Cut(line, ":")
-			if !ok {
-				continue
-			}
-			switch strings.TrimSpace(k) {
-			case "GPU UUID":
-				g.UUID = strings.TrimSpace(v)
-			case "Device Minor":
-				minor = strings.TrimSpace(v)
-			}
-		}
-		m, err := strconv.ParseUint(minor, 10, 32)
+		g, err := parseInformation(b, path.Base(path.Dir(file)))
 		if err != nil {
-			return nil, fmt.Errorf("cdi: %s: Device Minor %q: %w", file, minor, err)
+			return nil, fmt.Errorf("cdi: %s: %w", filepath.Join(root, file), err)
 		}
-		g.Minor = uint32(m)
 		gpus = append(gpus, g)
 	}
 	sort.Slice(gpus, func(i, j int) bool { return gpus[i].Minor < gpus[j].Minor })
 	return gpus, nil
+}
+
+// parseInformation reads a GPU's UUID and minor from its
+// /proc/driver/nvidia/gpus/<bus>/information.
+func parseInformation(b []byte, bus string) (GPU, error) {
+	g := GPU{Bus: bus}
+	minor := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		switch strings.TrimSpace(k) {
+		case "GPU UUID":
+			g.UUID = strings.TrimSpace(v)
+		case "Device Minor":
+			minor = strings.TrimSpace(v)
+		}
+	}
+	m, err := strconv.ParseUint(minor, 10, 32)
+	if err != nil {
+		return g, fmt.Errorf("Device Minor %q: %w", minor, err)
+	}
+	g.Minor = uint32(m)
+	return g, nil
 }

@@ -258,9 +258,9 @@ func TestReadVersion(t *testing.T) {
 		{"GCC version: 12\n", ""},
 	}
 	for _, tt := range tests {
-		p := filepath.Join(t.TempDir(), "version")
-		write(t, p, tt.in)
-		got, err := ReadVersion(p)
+		dir := t.TempDir()
+		write(t, filepath.Join(dir, "version"), tt.in)
+		got, err := ReadVersion(dir, "version")
 		if got != tt.want || (err != nil) != (tt.want == "") {
 			t.Errorf("ReadVersion(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
 		}
@@ -347,5 +347,75 @@ func TestRefresh(t *testing.T) {
 				t.Errorf("%s: %v", s.name, err)
 			}
 		}
+	}
+}
+
+// TestGenerateMIGCapabilities: the MIG capability nodes are never shared by
+// every device (a root process holding nvidia-cap1 can reconfigure MIG on the
+// host); each comes only with its own device, mig-config or mig-monitor, and
+// "all" brings neither.
+func TestGenerateMIGCapabilities(t *testing.T) {
+	caps := "proc/driver/nvidia/capabilities/"
+	tests := []struct {
+		name        string
+		files       map[string]string
+		wantDevices []string
+		wantNodes   map[string]string // device -> its nodes
+	}{
+		{"config and monitor", map[string]string{
+			caps + "mig/config":  "DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n",
+			caps + "mig/monitor": "DeviceFileMinor: 2\nDeviceFileMode: 292\nDeviceFileModify: 1\n",
+		}, []string{"0", h200UUID, "all", DeviceMIGConfig, DeviceMIGMonitor},
+			map[string]string{DeviceMIGConfig: "/dev/nvidia-caps/nvidia-cap1", DeviceMIGMonitor: "/dev/nvidia-caps/nvidia-cap2", "all": "/dev/nvidia0"}},
+		{"other minors", map[string]string{
+			caps + "mig/config":  "DeviceFileMinor: 7\nDeviceFileMode: 256\nDeviceFileModify: 1\n",
+			caps + "mig/monitor": "DeviceFileMinor: 3\nDeviceFileMode: 292\nDeviceFileModify: 1\n",
+		}, []string{"0", h200UUID, "all", DeviceMIGConfig, DeviceMIGMonitor},
+			map[string]string{DeviceMIGConfig: "/dev/nvidia-caps/nvidia-cap7", DeviceMIGMonitor: "/dev/nvidia-caps/nvidia-cap3"}},
+		{"monitor only", map[string]string{
+			caps + "mig/monitor": "DeviceFileMinor: 2\nDeviceFileMode: 292\nDeviceFileModify: 1\n",
+		}, []string{"0", h200UUID, "all", DeviceMIGMonitor},
+			map[string]string{DeviceMIGMonitor: "/dev/nvidia-caps/nvidia-cap2"}},
+		{"no MIG capabilities", nil, []string{"0", h200UUID, "all"}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			files := map[string]string{"usr/lib64/libcuda.so." + h200Version: "elf"}
+			for p, c := range tt.files {
+				files[p] = c
+			}
+			spec, found, err := Generate(h200Tree(t, files), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := deviceNames(spec); !reflect.DeepEqual(got, tt.wantDevices) {
+				t.Errorf("devices = %q, want %q", got, tt.wantDevices)
+			}
+			if got, want := nodePaths(spec.ContainerEdits.DeviceNodes), []string{"/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidiactl"}; !reflect.DeepEqual(got, want) {
+				t.Errorf("shared nodes = %q, want %q (no /dev/nvidia-caps)", got, want)
+			}
+			for _, d := range spec.Devices {
+				want, ok := tt.wantNodes[d.Name]
+				if !ok {
+					continue
+				}
+				if got := nodePaths(d.ContainerEdits.DeviceNodes); !reflect.DeepEqual(got, []string{want}) {
+					t.Errorf("device %s nodes = %q, want [%s]", d.Name, got, want)
+				}
+				if n := d.ContainerEdits.DeviceNodes[0]; strings.HasPrefix(want, "/dev/nvidia-caps/") && (n.Major != 241 || n.Type != "c") {
+					t.Errorf("device %s node %+v, want c 241,<minor> (the H200's nvidia-caps major)", d.Name, *n)
+				}
+			}
+			if got, want := found.MIGConfig, tt.wantNodes[DeviceMIGConfig]; got != want {
+				t.Errorf("found.MIGConfig = %q, want %q", got, want)
+			}
+			b, err := Marshal(spec, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Validate(b, false); err != nil {
+				t.Errorf("%v\n%s", err, b)
+			}
+		})
 	}
 }

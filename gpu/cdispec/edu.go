@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
 	"path/filepath"
 	"sort"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/activate"
 	"github.com/kpreload/kpreload/gpu/devnodes"
+	"github.com/kpreload/kpreload/live/inroot"
 )
 
 // kpreload's test driver (recipes/testdriver: kpreload_edu, QEMU's edu
@@ -39,7 +39,7 @@ func GenerateEdu(root string, opts Options) (*specs.Spec, *Found, error) {
 	if opts.HookPath == "" {
 		opts.HookPath = DefaultHookPath
 	}
-	ready, err := activate.ReadReady(filepath.Join(root, activate.RunDir))
+	ready, err := activate.ReadReadyIn(root, activate.RunDir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("cdi: %w", err)
 	}
@@ -59,7 +59,7 @@ func GenerateEdu(root string, opts Options) (*specs.Spec, *Found, error) {
 	}
 	f.Nodes = nodes
 	libDir := path.Join(f.DriverDir, "usr/lib/x86_64-linux-gnu")
-	names, err := versioned(filepath.Join(root, libDir), f.Version)
+	names, err := versioned(root, libDir, f.Version)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -71,13 +71,13 @@ func GenerateEdu(root string, opts Options) (*specs.Spec, *Found, error) {
 		common.Mounts = append(common.Mounts, &specs.Mount{HostPath: host, ContainerPath: path.Join(ContainerLibDir, n), Options: ro})
 	}
 	binDir := path.Join(f.DriverDir, "usr/bin")
-	ents, err := os.ReadDir(filepath.Join(root, binDir))
+	ents, err := inroot.ReadDir(root, binDir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, fmt.Errorf("cdi: %w", err)
 	}
 	for _, e := range ents {
 		host := path.Join(binDir, e.Name())
-		if isFile(filepath.Join(root, host)) {
+		if isFile(root, host) {
 			f.Binaries = append(f.Binaries, host)
 			common.Mounts = append(common.Mounts, &specs.Mount{HostPath: host, ContainerPath: path.Join(ContainerBinDir, e.Name()), Options: ro})
 		}
@@ -98,9 +98,10 @@ func GenerateEdu(root string, opts Options) (*specs.Spec, *Found, error) {
 }
 
 // eduNodes lists /dev/kpreload-edu<N> with the numbers the kernel gave them
-// (/sys/class/misc/kpreload-edu<N>/dev, "major:minor"), in index order.
+// (/sys/class/misc/kpreload-edu<N>/dev, "major:minor"), in index order, read
+// inside root.
 func eduNodes(root string) ([]devnodes.Node, error) {
-	dirs, err := filepath.Glob(filepath.Join(root, "sys/class/misc", eduNodePrefix+"*"))
+	dirs, err := inroot.Glob(root, path.Join("/sys/class/misc", eduNodePrefix+"*"))
 	if err != nil {
 		return nil, fmt.Errorf("cdi: %w", err)
 	}
@@ -110,12 +111,12 @@ func eduNodes(root string) ([]devnodes.Node, error) {
 	}
 	var out []indexed
 	for _, d := range dirs {
-		name := filepath.Base(d)
+		name := path.Base(d)
 		i, err := strconv.Atoi(strings.TrimPrefix(name, eduNodePrefix))
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(d, "dev"))
+		b, err := inroot.ReadFile(root, path.Join(d, "dev"), inroot.MaxAttr)
 		if err != nil {
 			return nil, fmt.Errorf("cdi: %w", err)
 		}
@@ -123,7 +124,7 @@ func eduNodes(root string) ([]devnodes.Node, error) {
 		ma, err1 := strconv.ParseUint(maj, 10, 32)
 		mi, err2 := strconv.ParseUint(min, 10, 32)
 		if !ok || err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("cdi: %s: %q is not major:minor", filepath.Join(d, "dev"), b)
+			return nil, fmt.Errorf("cdi: %s: %q is not major:minor", filepath.Join(root, d, "dev"), b)
 		}
 		out = append(out, indexed{i, devnodes.Node{Path: "/dev/" + name, Major: uint32(ma), Minor: uint32(mi)}})
 	}
@@ -136,9 +137,11 @@ func eduNodes(root string) ([]devnodes.Node, error) {
 }
 
 // activeUserspace resolves the active driver's userspace directory (the
-// target of /run/kpreload/driver, else the record's), as a path of the root.
+// target of /run/kpreload/driver, else the record's), as a path of the root;
+// it is read through inroot like every other path, so a link out of the root
+// leads nowhere.
 func activeUserspace(root string, ready *activate.Ready) (string, error) {
-	target, err := activate.Target(filepath.Join(root, activate.RunDir))
+	target, err := activate.TargetIn(root, activate.RunDir)
 	if err != nil {
 		return "", fmt.Errorf("cdi: %w", err)
 	}
@@ -169,7 +172,7 @@ var specKinds = []struct {
 // driver or version that is not the loaded one. It returns the file written
 // ("" when none).
 func RefreshActive(root string, opts Options) (string, error) {
-	ready, rerr := activate.ReadReady(filepath.Join(root, activate.RunDir))
+	ready, rerr := activate.ReadReadyIn(root, activate.RunDir)
 	written := ""
 	var errs []error
 	for _, k := range specKinds {

@@ -130,7 +130,7 @@ const DefaultSpecFile = "/var/run/cdi/nvidia.yaml"
 // generation fails the file is removed too and the error returned.
 func Refresh(root, file string, opts Options) (bool, error) {
 	target := filepath.Join(root, file)
-	ready, err := activate.ReadReady(filepath.Join(root, activate.RunDir))
+	ready, err := activate.ReadReadyIn(root, activate.RunDir)
 	if errors.Is(err, fs.ErrNotExist) || (err == nil && ready.Driver != "nvidia") {
 		return false, Remove(target) // no driver active, or not NVIDIA's
 	}

@@ -1,7 +1,7 @@
 package cdispec
 
 import (
-	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +12,8 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+
+	"github.com/kpreload/kpreload/live/inroot"
 )
 
 // DefaultLdconfig is the host's ldconfig the hook runs.
@@ -30,36 +32,52 @@ type State struct {
 	Bundle string `json:"bundle"`
 }
 
-// ContainerRoot reads the OCI state from r and returns the container's root
-// filesystem: root.path of <bundle>/config.json, relative to the bundle unless absolute.
+// ContainerRoot reads the OCI state from r (at most inroot.MaxText bytes) and
+// returns the container's root filesystem: root.path of <bundle>/config.json
+// (a regular file of at most inroot.MaxLarge bytes), relative to the bundle
+// unless absolute, cleaned.
 func ContainerRoot(r io.Reader) (string, error) {
+	state, err := io.ReadAll(io.LimitReader(r, inroot.MaxText+1))
+	if err != nil {
+		return "", fmt.Errorf("container state: %w", err)
+	}
+	if len(state) > inroot.MaxText {
+		return "", fmt.Errorf("container state: more than %d bytes on stdin", inroot.MaxText)
+	}
 	var st State
-	if err := json.NewDecoder(r).Decode(&st); err != nil {
+	if err := json.NewDecoder(bytes.NewReader(state)).Decode(&st); err != nil {
 		return "", fmt.Errorf("container state: %w", err)
 	}
 	if st.Bundle == "" {
 		return "", errors.New("container state: no bundle")
 	}
-	b, err := os.ReadFile(filepath.Join(st.Bundle, "config.json"))
+	file := filepath.Join(st.Bundle, "config.json")
+	b, err := inroot.ReadPath(file, inroot.MaxLarge)
 	if err != nil {
 		return "", fmt.Errorf("container state: %w", err)
 	}
+	return rootPath(b, st.Bundle, file)
+}
+
+// rootPath returns the container root named by an OCI config.json (file,
+// in bundle).
+func rootPath(config []byte, bundle, file string) (string, error) {
 	var cfg struct {
 		Root struct {
 			Path string `json:"path"`
 		} `json:"root"`
 	}
-	if err := json.Unmarshal(b, &cfg); err != nil {
-		return "", fmt.Errorf("container spec %s: %w", filepath.Join(st.Bundle, "config.json"), err)
+	if err := json.Unmarshal(config, &cfg); err != nil {
+		return "", fmt.Errorf("container spec %s: %w", file, err)
 	}
 	root := cfg.Root.Path
 	if root == "" {
-		return "", fmt.Errorf("container spec %s: no root.path", filepath.Join(st.Bundle, "config.json"))
+		return "", fmt.Errorf("container spec %s: no root.path", file)
 	}
 	if !filepath.IsAbs(root) {
-		root = filepath.Join(st.Bundle, root)
+		root = filepath.Join(bundle, root)
 	}
-	return root, nil
+	return filepath.Clean(root), nil
 }
 
 // UpdateLdcache is the createContainer hook: it adds the folders (container
@@ -67,8 +85,9 @@ func ContainerRoot(r io.Reader) (string, error) {
 // <root>/etc/ld.so.conf.d/00-kpreload-cdi.conf (creating /etc/ld.so.conf with an
 // include of ld.so.conf.d/*.conf when the image has none), then runs
 // `ldconfig -r <root>` so the cache of the container, not the host's, is rebuilt
-// and libcuda.so.1 resolves. Files are written through os.Root, so links in the
-// container image cannot point the writes outside it.
+// and libcuda.so.1 resolves. Files are written through os.Root and read
+// through live/inroot, so links in the container image cannot point the
+// writes or the reads outside it, and a FIFO in the image cannot hang it.
 func UpdateLdcache(containerRoot, ldconfig string, folders []string) error {
 	if containerRoot == "" || filepath.Clean(containerRoot) == "/" {
 		return fmt.Errorf("update-ldcache: refusing container root %q", containerRoot)
@@ -86,14 +105,14 @@ func UpdateLdcache(containerRoot, ldconfig string, folders []string) error {
 			return fmt.Errorf("update-ldcache: %w", err)
 		}
 	}
-	known := configuredDirs(r)
+	known := configuredDirs(containerRoot)
 	var lines []string
 	for _, d := range folders {
 		d = path.Clean("/" + d)
 		if known[d] {
 			continue
 		}
-		if fi, err := r.Stat(strings.TrimPrefix(d, "/")); err != nil || !fi.IsDir() {
+		if fi, err := inroot.Stat(containerRoot, d); err != nil || !fi.IsDir() {
 			continue // not mounted into this container
 		}
 		known[d] = true
@@ -117,19 +136,19 @@ func UpdateLdcache(containerRoot, ldconfig string, folders []string) error {
 }
 
 // configuredDirs returns the directories listed in the container's ld.so.conf and
-// its ld.so.conf.d/*.conf drop-ins (one level of include, as images use it).
-func configuredDirs(r *os.Root) map[string]bool {
+// its ld.so.conf.d/*.conf drop-ins (one level of include, as images use it);
+// each file is read inside the container's root, at most inroot.MaxText bytes,
+// and one that cannot be read is left out.
+func configuredDirs(containerRoot string) map[string]bool {
 	dirs := map[string]bool{}
 	var read func(name string, depth int)
 	read = func(name string, depth int) {
-		f, err := r.Open(strings.TrimPrefix(name, "/"))
+		b, err := inroot.ReadFile(containerRoot, name, inroot.MaxText)
 		if err != nil {
 			return
 		}
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			line := strings.TrimSpace(sc.Text())
+		for _, line := range strings.Split(string(b), "\n") {
+			line = strings.TrimSpace(line)
 			if i := strings.IndexByte(line, '#'); i >= 0 {
 				line = strings.TrimSpace(line[:i])
 			}
@@ -143,9 +162,9 @@ func configuredDirs(r *os.Root) map[string]bool {
 				if !path.IsAbs(pattern) {
 					pattern = path.Join(path.Dir(name), pattern)
 				}
-				matches, _ := fs.Glob(r.FS(), strings.TrimPrefix(pattern, "/"))
+				matches, _ := inroot.Glob(containerRoot, pattern)
 				for _, m := range matches {
-					read("/"+m, depth+1)
+					read(m, depth+1)
 				}
 			default:
 				dirs[path.Clean(line)] = true

@@ -26,7 +26,7 @@ func TestReadLdcache(t *testing.T) {
 			want = append(want, name+" "+path)
 		}
 	}
-	entries, err := ReadLdcache("/etc/ld.so.cache")
+	entries, err := ReadLdcache("/", "/etc/ld.so.cache")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestUpdateLdcache(t *testing.T) {
 	if !strings.HasSuffix(string(dropin), "\n/usr/local/nvidia/lib64\n") || strings.Contains(string(dropin), "/not/mounted") {
 		t.Errorf("drop-in = %q, want /usr/local/nvidia/lib64 only", dropin)
 	}
-	entries, err := ReadLdcache(filepath.Join(root, "etc/ld.so.cache"))
+	entries, err := ReadLdcache(root, "/etc/ld.so.cache")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"os"
+	"path/filepath"
+
+	"github.com/kpreload/kpreload/live/inroot"
 )
 
 // LdcacheEntry is one library of the linker cache: its soname and path.
@@ -17,17 +19,19 @@ const (
 	newMagic = "glibc-ld.so.cache1.1"
 )
 
-// ReadLdcache parses a glibc linker cache (/etc/ld.so.cache, what `ldconfig -p`
-// prints) in the current format, alone or after an old-format section. The
-// error wraps fs.ErrNotExist when the file does not exist.
-func ReadLdcache(file string) ([]LdcacheEntry, error) {
-	b, err := os.ReadFile(file)
+// ReadLdcache parses the glibc linker cache name of the tree at root
+// (/etc/ld.so.cache, what `ldconfig -p` prints) in the current format, alone
+// or after an old-format section. The file is read inside root, at most
+// inroot.MaxLarge bytes. The error names the file and wraps fs.ErrNotExist
+// when it does not exist.
+func ReadLdcache(root, name string) ([]LdcacheEntry, error) {
+	b, err := inroot.ReadFile(root, name, inroot.MaxLarge)
 	if err != nil {
 		return nil, fmt.Errorf("ld cache: %w", err)
 	}
 	entries, err := parseLdcache(b)
 	if err != nil {
-		return nil, fmt.Errorf("ld cache %s: %w", file, err)
+		return nil, fmt.Errorf("ld cache %s: %w", filepath.Join(root, name), err)
 	}
 	return entries, nil
 }

@@ -7,7 +7,6 @@
 package devnodes
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -18,6 +17,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kpreload/kpreload/live/inroot"
 )
 
 // Node is one character device node to create.
@@ -43,14 +44,60 @@ const CtlMinor = 255
 // for (what nvidia-smi asks it to create): MIG configuration and monitoring.
 // Per-instance capabilities (gpu*/mig/gi*/access) only exist while MIG instances
 // do and are made by the container runtime that hands them out.
-var capabilities = []string{"mig/config", "mig/monitor"}
+var capabilities = []string{CapMIGConfig, CapMIGMonitor}
+
+// CapMIGConfig and CapMIGMonitor name the MIG capabilities under
+// /proc/driver/nvidia/capabilities: configuring MIG (creating and destroying
+// GPU and compute instances, for every GPU) and monitoring it.
+const (
+	CapMIGConfig  = "mig/config"
+	CapMIGMonitor = "mig/monitor"
+)
 
 // Plan returns the nodes the loaded NVIDIA driver needs, reading procDir (usually
 // "/proc") and naming them under devDir (usually "/dev"), sorted by path. With no
 // NVIDIA driver loaded (no "nvidia" major in <procDir>/devices) it returns no nodes
 // and no error. uvm and caps nodes are planned only when their majors are registered.
 func Plan(procDir, devDir string) ([]Node, error) {
-	majors, err := readMajors(filepath.Join(procDir, "devices"))
+	return plan(hostFiles, procDir, devDir)
+}
+
+// PlanIn is Plan for the system at root (procDir is a path inside it): every
+// file is resolved inside root and read up to inroot.MaxText bytes, and
+// errors name files as root joined with their path.
+func PlanIn(root, procDir, devDir string) ([]Node, error) {
+	return plan(rootFiles(root), procDir, devDir)
+}
+
+// CapabilityIn returns the minor number of the capability (CapMIGConfig,
+// CapMIGMonitor) as the driver at root registered it (the node is
+// <devDir>/nvidia-caps/nvidia-cap<minor>); the error wraps fs.ErrNotExist
+// when the driver has no such capability.
+func CapabilityIn(root, procDir, capability string) (uint32, error) {
+	minor, _, err := readCapability(rootFiles(root), filepath.Join(procDir, "driver", "nvidia", "capabilities", capability))
+	return minor, err
+}
+
+// files is how Plan reads: from the host, or inside a root.
+type files struct {
+	read func(name string) ([]byte, error)
+	glob func(pattern string) ([]string, error)
+	// name is the file's name for errors.
+	name func(name string) string
+}
+
+var hostFiles = files{read: os.ReadFile, glob: filepath.Glob, name: func(n string) string { return n }}
+
+func rootFiles(root string) files {
+	return files{
+		read: func(n string) ([]byte, error) { return inroot.ReadFile(root, n, inroot.MaxText) },
+		glob: func(p string) ([]string, error) { return inroot.Glob(root, p) },
+		name: func(n string) string { return filepath.Join(root, n) },
+	}
+}
+
+func plan(fsys files, procDir, devDir string) ([]Node, error) {
+	majors, err := readMajors(fsys, filepath.Join(procDir, "devices"))
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +107,7 @@ func Plan(procDir, devDir string) ([]Node, error) {
 	}
 	ctlMajor, _ := first(majors, "nvidiactl", "nvidia-frontend", "nvidia")
 	nodes := []Node{{Path: filepath.Join(devDir, "nvidiactl"), Major: ctlMajor, Minor: CtlMinor, Mode: 0o666}}
-	minors, err := gpuMinors(filepath.Join(procDir, "driver", "nvidia", "gpus"))
+	minors, err := gpuMinors(fsys, filepath.Join(procDir, "driver", "nvidia", "gpus"))
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +122,7 @@ func Plan(procDir, devDir string) ([]Node, error) {
 	if caps, ok := majors["nvidia-caps"]; ok {
 		for _, c := range capabilities {
 			path := filepath.Join(procDir, "driver", "nvidia", "capabilities", c)
-			minor, mode, err := readCapability(path)
+			minor, mode, err := readCapability(fsys, path)
 			if errors.Is(err, fs.ErrNotExist) {
 				continue // older drivers, or MIG not supported
 			}
@@ -100,17 +147,16 @@ func first(majors map[string]uint32, names ...string) (uint32, bool) {
 }
 
 // readMajors parses the "Character devices:" section of /proc/devices.
-func readMajors(path string) (map[string]uint32, error) {
-	f, err := os.Open(path)
+func readMajors(fsys files, path string) (map[string]uint32, error) {
+	b, err := fsys.read(path)
 	if err != nil {
 		return nil, fmt.Errorf("device majors: %w", err)
 	}
-	defer f.Close()
 	majors := map[string]uint32{}
 	inChar := false
-	sc := bufio.NewScanner(f)
-	for line := 1; sc.Scan(); line++ {
-		text := strings.TrimSpace(sc.Text())
+	for i, text := range strings.Split(string(b), "\n") {
+		line := i + 1
+		text = strings.TrimSpace(text)
 		switch {
 		case text == "Character devices:":
 			inChar = true
@@ -123,31 +169,28 @@ func readMajors(path string) (map[string]uint32, error) {
 		}
 		fields := strings.Fields(text)
 		if len(fields) != 2 {
-			return nil, fmt.Errorf("%s:%d: want \"<major> <name>\", got %q", path, line, text)
+			return nil, fmt.Errorf("%s:%d: want \"<major> <name>\", got %q", fsys.name(path), line, text)
 		}
 		v, err := strconv.ParseUint(fields[0], 10, 32)
 		if err != nil {
-			return nil, fmt.Errorf("%s:%d: major %q: %w", path, line, fields[0], err)
+			return nil, fmt.Errorf("%s:%d: major %q: %w", fsys.name(path), line, fields[0], err)
 		}
 		if _, dup := majors[fields[1]]; !dup {
 			majors[fields[1]] = uint32(v)
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
 	return majors, nil
 }
 
 // gpuMinors reads "Device Minor:" from every <dir>/*/information, sorted.
-func gpuMinors(dir string) ([]uint32, error) {
-	files, err := filepath.Glob(filepath.Join(dir, "*", "information"))
+func gpuMinors(fsys files, dir string) ([]uint32, error) {
+	files, err := fsys.glob(filepath.Join(dir, "*", "information"))
 	if err != nil {
 		return nil, err
 	}
 	var minors []uint32
 	for _, p := range files {
-		v, err := field(p, "Device Minor")
+		v, err := field(fsys, p, "Device Minor")
 		if err != nil {
 			return nil, err
 		}
@@ -158,24 +201,24 @@ func gpuMinors(dir string) ([]uint32, error) {
 }
 
 // readCapability reads a capability file's DeviceFileMinor and DeviceFileMode.
-func readCapability(path string) (uint32, os.FileMode, error) {
-	minor, err := field(path, "DeviceFileMinor")
+func readCapability(fsys files, path string) (uint32, os.FileMode, error) {
+	minor, err := field(fsys, path, "DeviceFileMinor")
 	if err != nil {
 		return 0, 0, err
 	}
-	mode, err := field(path, "DeviceFileMode")
+	mode, err := field(fsys, path, "DeviceFileMode")
 	if err != nil {
 		return 0, 0, err
 	}
 	if mode&^0o777 != 0 {
-		return 0, 0, fmt.Errorf("%s: DeviceFileMode %d is not a permission mode", path, mode)
+		return 0, 0, fmt.Errorf("%s: DeviceFileMode %d is not a permission mode", fsys.name(path), mode)
 	}
 	return minor, os.FileMode(mode), nil
 }
 
 // field returns the decimal value of a "Key: value" line in a procfs file.
-func field(path, key string) (uint32, error) {
-	b, err := os.ReadFile(path)
+func field(fsys files, path, key string) (uint32, error) {
+	b, err := fsys.read(path)
 	if err != nil {
 		return 0, err
 	}
@@ -186,11 +229,11 @@ func field(path, key string) (uint32, error) {
 		}
 		n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
 		if err != nil {
-			return 0, fmt.Errorf("%s: %s %q: %w", path, key, strings.TrimSpace(v), err)
+			return 0, fmt.Errorf("%s: %s %q: %w", fsys.name(path), key, strings.TrimSpace(v), err)
 		}
 		return uint32(n), nil
 	}
-	return 0, fmt.Errorf("%s: no %q line", path, key+":")
+	return 0, fmt.Errorf("%s: no %q line", fsys.name(path), key+":")
 }
 
 // Create makes every node: parent directories (0755) as needed, a character device

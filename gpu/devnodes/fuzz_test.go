@@ -109,7 +109,7 @@ func FuzzPlan(f *testing.F) {
 		put("driver/nvidia/capabilities/mig/config", capConfig)
 		put("driver/nvidia/capabilities/mig/monitor", capMonitor)
 
-		majors, merr := readMajors(filepath.Join(proc, "devices"))
+		majors, merr := readMajors(hostFiles, filepath.Join(proc, "devices"))
 		nodes, err := Plan(proc, dev)
 		if merr != nil {
 			if err == nil {
@@ -128,7 +128,7 @@ func FuzzPlan(f *testing.F) {
 		}
 		again := filepath.Join(root, "devices.again")
 		writeFile(t, again, b.String())
-		if m2, err := readMajors(again); err != nil || !maps.Equal(m2, majors) {
+		if m2, err := readMajors(hostFiles, again); err != nil || !maps.Equal(m2, majors) {
 			t.Fatalf("majors %v written back as\n%s\nre-parse to %v, %v", majors, b.String(), m2, err)
 		}
 

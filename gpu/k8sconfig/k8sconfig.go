@@ -24,6 +24,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 
 	dpv1 "github.com/NVIDIA/k8s-device-plugin/api/config/v1"
@@ -85,6 +86,12 @@ func DevicePlugin(sel *report.Selection) (*dpv1.Config, error) {
 				names = append(names, dpv1.ResourceName("nvidia.com/mig-"+p))
 			}
 		}
+		if len(names) == 0 {
+			// MIG on with no MIG devices planned (all-enabled): the
+			// plugin would advertise nothing to share, and a config
+			// without resources reads back as no sharing at all.
+			return nil, fmt.Errorf("device plugin config: gpu.sharing %s has nothing to share: gpu.mig %s makes no MIG devices (name a layout, such as all-balanced)", r.Sharing, sel.MIG.Request)
+		}
 		rr := dpv1.ReplicatedResources{}
 		for _, n := range names {
 			rr.Resources = append(rr.Resources, dpv1.ReplicatedResource{Name: n, Devices: dpv1.ReplicatedDevices{All: true}, Replicas: r.SharingReplicas})
@@ -132,6 +139,9 @@ func MIGConfig(sel *report.Selection) (*MIGSpec, error) {
 	var entries []MIGConfigSpec
 	seen := map[string]bool{}
 	for _, g := range sel.MIG.GPUs {
+		if err := checkLayout(g); err != nil {
+			return nil, err
+		}
 		if seen[g.ID] {
 			continue
 		}
@@ -151,6 +161,42 @@ func MIGConfig(sel *report.Selection) (*MIGSpec, error) {
 		return nil, errors.New("MIG config: the decision names no GPU")
 	}
 	return &MIGSpec{Version: MIGSpecVersion, MigConfigs: map[string][]MIGConfigSpec{sel.MIG.Request: entries}}, nil
+}
+
+// pciIDRE matches a PCI vendor:device id in hex, such as "10de:2335".
+var pciIDRE = regexp.MustCompile(`^[0-9A-Fa-f]{4}:[0-9A-Fa-f]{4}$`)
+
+// checkLayout refuses a GPU layout gpu/mig could not have planned (the
+// decision is read back from a report file): an id that is not a PCI
+// vendor:device, MIG devices with MIG mode off, MIG on a model the table
+// does not know, or MIG devices of a profile the model does not offer or
+// more of one than fit on a GPU. The MIG manager would refuse such a file,
+// or apply what nobody asked for.
+func checkLayout(g report.SelectionMIGGPU) error {
+	if !pciIDRE.MatchString(g.ID) {
+		return fmt.Errorf("MIG config: GPU %s: id %q is not a PCI vendor:device id", g.Address, g.ID)
+	}
+	switch {
+	case !g.Enabled && len(g.Devices) == 0:
+		return nil
+	case !g.Enabled:
+		return fmt.Errorf("MIG config: GPU %s (%s): MIG devices on a GPU whose MIG mode stays off", g.Address, g.ID)
+	}
+	m, ok := mig.Lookup(g.ID)
+	if !ok {
+		return fmt.Errorf("MIG config: GPU %s (%s) is not a MIG-capable model kpreload knows", g.Address, g.ID)
+	}
+	for _, p := range slices.Sorted(maps.Keys(g.Devices)) {
+		n := g.Devices[p]
+		i := slices.IndexFunc(m.Profiles, func(q mig.Profile) bool { return q.Name == p })
+		switch {
+		case i < 0:
+			return fmt.Errorf("MIG config: GPU %s (%s): the %s has no MIG profile %q", g.Address, g.ID, m.Name, p)
+		case n < 0 || n > m.Profiles[i].Max:
+			return fmt.Errorf("MIG config: GPU %s (%s): %d MIG devices %s, want 0 to %d", g.Address, g.ID, n, p, m.Profiles[i].Max)
+		}
+	}
+	return nil
 }
 
 // MarshalDevicePlugin renders cfg as YAML and reads it back with the device

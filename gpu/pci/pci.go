@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/kpreload/kpreload/live/inroot"
 )
 
 // VendorNVIDIA is NVIDIA's PCI vendor id.
@@ -60,12 +62,51 @@ func DevicesDir(root string) string {
 	return filepath.Join(root, "sys", "bus", "pci", "devices")
 }
 
+// DevicesDirIn is DevicesDir as a path inside root ("/bus/pci/devices" or
+// "/sys/bus/pci/devices"), resolved inside root.
+func DevicesDirIn(root string) string {
+	if st, err := inroot.Stat(root, "/bus/pci"); err == nil && st.IsDir() {
+		return "/bus/pci/devices"
+	}
+	return "/sys/bus/pci/devices"
+}
+
 // Scan reads every PCI device under root (see DevicesDir), sorted by address. A
 // machine without PCI (no devices directory) has no devices and no error; a
 // device whose ids cannot be read is an error naming the file.
 func Scan(root string) ([]Device, error) {
-	dir := DevicesDir(root)
-	ents, err := os.ReadDir(dir)
+	return scan(hostFiles, DevicesDir(root))
+}
+
+// ScanIn is Scan with every path resolved inside root (links and ".." never
+// lead out of it) and every file read bounded (inroot.MaxAttr): for trees a
+// command is given (--sysfs), which may hold anything.
+func ScanIn(root string) ([]Device, error) {
+	return scan(rootFiles(root), DevicesDirIn(root))
+}
+
+// files is how devices are read: from the host, or inside a root.
+type files struct {
+	readDir  func(dir string) ([]fs.DirEntry, error)
+	readFile func(name string) ([]byte, error)
+	readlink func(name string) (string, error)
+	// name is the file's name for errors.
+	name func(name string) string
+}
+
+var hostFiles = files{readDir: os.ReadDir, readFile: os.ReadFile, readlink: os.Readlink, name: func(n string) string { return n }}
+
+func rootFiles(root string) files {
+	return files{
+		readDir:  func(d string) ([]fs.DirEntry, error) { return inroot.ReadDir(root, d) },
+		readFile: func(n string) ([]byte, error) { return inroot.ReadFile(root, n, inroot.MaxAttr) },
+		readlink: func(n string) (string, error) { return inroot.Readlink(root, n) },
+		name:     func(n string) string { return filepath.Join(root, n) },
+	}
+}
+
+func scan(fsys files, dir string) ([]Device, error) {
+	ents, err := fsys.readDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -74,7 +115,7 @@ func Scan(root string) ([]Device, error) {
 	}
 	var devs []Device
 	for _, e := range ents {
-		d, err := Read(filepath.Join(dir, e.Name()))
+		d, err := read(fsys, filepath.Join(dir, e.Name()))
 		if err != nil {
 			return nil, err
 		}
@@ -89,22 +130,26 @@ func Scan(root string) ([]Device, error) {
 // which add up at boot under emulation), else from the vendor, device,
 // subsystem and class files.
 func Read(dir string) (Device, error) {
+	return read(hostFiles, dir)
+}
+
+func read(fsys files, dir string) (Device, error) {
 	d := Device{Address: filepath.Base(dir)}
-	b, err := os.ReadFile(filepath.Join(dir, "modalias"))
+	b, err := fsys.readFile(filepath.Join(dir, "modalias"))
 	if ids, perr := ParseModalias(strings.TrimSpace(string(b))); err == nil && perr == nil {
 		ids.Address = d.Address
 		d = ids
-	} else if err := d.readIDFiles(dir); err != nil {
+	} else if err := d.readIDFiles(fsys, dir); err != nil {
 		return d, err
 	}
-	if target, err := os.Readlink(filepath.Join(dir, "driver")); err == nil {
+	if target, err := fsys.readlink(filepath.Join(dir, "driver")); err == nil {
 		d.Driver = filepath.Base(target)
 	}
 	return d, nil
 }
 
 // readIDFiles sets d's ids from the vendor, device, subsystem and class files.
-func (d *Device) readIDFiles(dir string) error {
+func (d *Device) readIDFiles(fsys files, dir string) error {
 	for _, f := range []struct {
 		name string
 		bits int
@@ -117,13 +162,13 @@ func (d *Device) readIDFiles(dir string) error {
 		{"class", 24, func(v uint64) { d.Class = uint32(v) }},
 	} {
 		p := filepath.Join(dir, f.name)
-		b, err := os.ReadFile(p)
+		b, err := fsys.readFile(p)
 		if err != nil {
 			return fmt.Errorf("pci: %w", err)
 		}
 		v, err := ParseHex(strings.TrimSpace(string(b)), f.bits)
 		if err != nil {
-			return fmt.Errorf("pci: %s: %w", p, err)
+			return fmt.Errorf("pci: %s: %w", fsys.name(p), err)
 		}
 		f.set(v)
 	}

@@ -12,7 +12,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -24,6 +24,7 @@ import (
 	"github.com/kpreload/kpreload/gpu/devnodes"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/live/coldplug"
+	"github.com/kpreload/kpreload/live/inroot"
 	"github.com/kpreload/kpreload/live/loader"
 	"github.com/kpreload/kpreload/live/report"
 	"golang.org/x/sys/unix"
@@ -66,7 +67,9 @@ type Options struct {
 	// Release is the running kernel's release.
 	Release string
 	// SysDir, ProcDir, DevDir and RunDir are where sysfs, procfs, /dev and /run are
-	// ("/sys", "/proc", "/dev", "/run" on a running system).
+	// ("/sys", "/proc", "/dev", "/run" on a running system). Each is a root for
+	// what is read in it: paths and links resolve inside it (live/inroot) and
+	// files are read bounded.
 	SysDir, ProcDir, DevDir, RunDir string
 	// Root is where the root holding DriversDir is mounted ("/").
 	Root string
@@ -383,13 +386,14 @@ func hasModule(set *bootindex.Set, name string) bool {
 	return false
 }
 
+// modDir is the module's directory, a path inside SysDir.
 func (s *switcher) modDir(name string) string {
-	return filepath.Join(s.o.SysDir, "module", coldplug.Normalize(name))
+	return path.Join("/module", coldplug.Normalize(name))
 }
 
 // loaded reports whether a module is loaded (built-in modules have no initstate).
 func (s *switcher) loaded(name string) bool {
-	_, err := os.Stat(filepath.Join(s.modDir(name), "initstate"))
+	_, err := inroot.Stat(s.o.SysDir, path.Join(s.modDir(name), "initstate"))
 	return err == nil
 }
 
@@ -403,7 +407,7 @@ func (s *switcher) anyLoaded(set *bootindex.Set) bool {
 }
 
 func (s *switcher) moduleVersion(name string) string {
-	b, err := os.ReadFile(filepath.Join(s.modDir(name), "version"))
+	b, err := inroot.ReadFile(s.o.SysDir, path.Join(s.modDir(name), "version"), inroot.MaxAttr)
 	if err != nil {
 		return ""
 	}
@@ -526,7 +530,7 @@ func (s *switcher) checkUnused(unload []string) error {
 	}
 	for _, n := range unload {
 		dir := s.modDir(n)
-		holders, _ := os.ReadDir(filepath.Join(dir, "holders"))
+		holders, _ := inroot.ReadDir(s.o.SysDir, path.Join(dir, "holders"))
 		var held []string
 		for _, h := range holders {
 			if !going[coldplug.Normalize(h.Name())] {
@@ -534,13 +538,13 @@ func (s *switcher) checkUnused(unload []string) error {
 			}
 			held = append(held, h.Name())
 		}
-		b, err := os.ReadFile(filepath.Join(dir, "refcnt"))
+		b, err := inroot.ReadFile(s.o.SysDir, path.Join(dir, "refcnt"), inroot.MaxAttr)
 		if err != nil {
 			return &InUseError{Module: n, Reason: fmt.Sprintf("cannot read its reference count (%v): it cannot be unloaded", err)}
 		}
 		refcnt, err := strconv.Atoi(strings.TrimSpace(string(b)))
 		if err != nil {
-			return fmt.Errorf("switch: %s/refcnt: %w", dir, err)
+			return fmt.Errorf("switch: %s: %w", filepath.Join(s.o.SysDir, dir, "refcnt"), err)
 		}
 		if users := refcnt - len(held); users > 0 {
 			why := fmt.Sprintf("%d user(s) besides the driver's own modules", users)
@@ -556,20 +560,20 @@ func (s *switcher) checkUnused(unload []string) error {
 
 // deviceUsers lists processes holding /dev/nvidia* open, as "pid (comm)".
 func (s *switcher) deviceUsers() []string {
-	fds, _ := filepath.Glob(filepath.Join(s.o.ProcDir, "[0-9]*", "fd", "*"))
+	fds, _ := inroot.Glob(s.o.ProcDir, "/[0-9]*/fd/*")
 	seen := map[string]bool{}
 	var out []string
 	for _, fd := range fds {
-		t, err := os.Readlink(fd)
+		t, err := inroot.Readlink(s.o.ProcDir, fd)
 		if err != nil || !strings.HasPrefix(t, filepath.Join(s.o.DevDir, "nvidia")) {
 			continue
 		}
-		pid := filepath.Base(filepath.Dir(filepath.Dir(fd)))
+		pid := path.Base(path.Dir(path.Dir(fd)))
 		if seen[pid] {
 			continue
 		}
 		seen[pid] = true
-		comm, _ := os.ReadFile(filepath.Join(s.o.ProcDir, pid, "comm"))
+		comm, _ := inroot.ReadFile(s.o.ProcDir, path.Join(pid, "comm"), inroot.MaxAttr)
 		out = append(out, fmt.Sprintf("%s (%s)", pid, strings.TrimSpace(string(comm))))
 	}
 	return out
@@ -580,18 +584,18 @@ func (s *switcher) deviceUsers() []string {
 func (s *switcher) bindings(set *bootindex.Set) []Binding {
 	var out []Binding
 	for _, m := range set.Modules {
-		drivers, _ := os.ReadDir(filepath.Join(s.modDir(m.Name), "drivers"))
+		drivers, _ := inroot.ReadDir(s.o.SysDir, path.Join(s.modDir(m.Name), "drivers"))
 		for _, d := range drivers {
 			bus, drv, ok := strings.Cut(d.Name(), ":")
 			if !ok {
 				continue
 			}
-			devs, _ := os.ReadDir(filepath.Join(s.o.SysDir, "bus", bus, "drivers", drv))
+			devs, _ := inroot.ReadDir(s.o.SysDir, path.Join("/bus", bus, "drivers", drv))
 			for _, dev := range devs {
 				if dev.Type()&fs.ModeSymlink == 0 || dev.Name() == "module" {
 					continue
 				}
-				if _, err := os.Stat(filepath.Join(s.o.SysDir, "bus", bus, "devices", dev.Name())); err != nil {
+				if _, err := inroot.Stat(s.o.SysDir, path.Join("/bus", bus, "devices", dev.Name())); err != nil {
 					continue
 				}
 				out = append(out, Binding{Device: dev.Name(), Bus: bus, Driver: drv})
@@ -655,8 +659,7 @@ func (s *switcher) verify(set *bootindex.Set, names []string, before []Binding) 
 	for {
 		var missing []string
 		for _, b := range before {
-			dir := filepath.Join(s.o.SysDir, "bus", b.Bus, "devices", b.Device)
-			if coldplug.BoundDriver(dir) == "" {
+			if t, err := inroot.Readlink(s.o.SysDir, path.Join("/bus", b.Bus, "devices", b.Device, "driver")); err != nil || t == "" {
 				missing = append(missing, b.Device)
 			}
 		}
@@ -720,7 +723,7 @@ func (s *switcher) rollback(cur *bootindex.Set, cause error) error {
 // activate makes device nodes, points the userspace link and writes the record.
 func (s *switcher) activate(set, prev *bootindex.Set) {
 	o := s.o
-	if nodes, err := devnodes.Plan(o.ProcDir, o.DevDir); err != nil {
+	if nodes, err := devnodes.PlanIn(o.ProcDir, "/", o.DevDir); err != nil {
 		s.warnf("device nodes: %v", err)
 	} else if err := devnodes.Create(nodes); err != nil {
 		s.warnf("device nodes: %v", err)

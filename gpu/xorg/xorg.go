@@ -12,11 +12,13 @@ package xorg
 
 import (
 	"fmt"
-	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/kpreload/kpreload/live/inroot"
 )
 
 // VendorNVIDIA is NVIDIA's PCI vendor ID.
@@ -38,37 +40,38 @@ type GPU struct {
 }
 
 // Find returns the display-class NVIDIA devices under <root>/sys/bus/pci/devices,
-// sorted by address.
+// sorted by address. Every path is resolved inside root and every attribute
+// read is bounded (inroot.MaxAttr).
 func Find(root string) ([]GPU, error) {
-	dir := filepath.Join(root, "sys", "bus", "pci", "devices")
-	entries, err := os.ReadDir(dir)
+	dir := "/sys/bus/pci/devices"
+	entries, err := inroot.ReadDir(root, dir)
 	if err != nil {
 		return nil, fmt.Errorf("xorg: PCI devices: %w", err)
 	}
 	var gpus []GPU
 	for _, e := range entries {
-		d := filepath.Join(dir, e.Name())
-		vendor, err := readHex(filepath.Join(d, "vendor"))
+		d := path.Join(dir, e.Name())
+		vendor, err := readHex(root, path.Join(d, "vendor"))
 		if err != nil {
 			return nil, err
 		}
 		if vendor != VendorNVIDIA {
 			continue
 		}
-		class, err := readHex(filepath.Join(d, "class"))
+		class, err := readHex(root, path.Join(d, "class"))
 		if err != nil {
 			return nil, err
 		}
 		if class>>16 != 0x03 {
 			continue
 		}
-		devID, err := readHex(filepath.Join(d, "device"))
+		devID, err := readHex(root, path.Join(d, "device"))
 		if err != nil {
 			return nil, err
 		}
 		g, err := ParseAddress(e.Name())
 		if err != nil {
-			return nil, fmt.Errorf("xorg: %s: %w", d, err)
+			return nil, fmt.Errorf("xorg: %s: %w", filepath.Join(root, d), err)
 		}
 		g.DeviceID, g.Class = devID, class
 		gpus = append(gpus, g)
@@ -106,15 +109,16 @@ func ParseAddress(addr string) (GPU, error) {
 	return g, nil
 }
 
-func readHex(path string) (uint64, error) {
-	b, err := os.ReadFile(path)
+// readHex reads a sysfs hex attribute of the tree at root.
+func readHex(root, name string) (uint64, error) {
+	b, err := inroot.ReadFile(root, name, inroot.MaxAttr)
 	if err != nil {
 		return 0, fmt.Errorf("xorg: %w", err)
 	}
 	s := strings.TrimPrefix(strings.TrimSpace(string(b)), "0x")
 	v, err := strconv.ParseUint(s, 16, 32)
 	if err != nil {
-		return 0, fmt.Errorf("xorg: %s: %q is not hexadecimal", path, strings.TrimSpace(string(b)))
+		return 0, fmt.Errorf("xorg: %s: %q is not hexadecimal", filepath.Join(root, name), strings.TrimSpace(string(b)))
 	}
 	return v, nil
 }

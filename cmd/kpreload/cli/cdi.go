@@ -3,12 +3,12 @@ package cli
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	"github.com/kpreload/kpreload/gpu/activate"
 	"github.com/kpreload/kpreload/gpu/cdispec"
+	"github.com/kpreload/kpreload/live/inroot"
 )
 
 func init() { register(newCDICmd) }
@@ -37,13 +37,16 @@ func newCDIGenerateCmd() *cobra.Command {
 		Long: `generate writes a CDI spec of kind nvidia.com/gpu with one device per GPU,
 named by index (nvidia.com/gpu=0) and by UUID (nvidia.com/gpu=GPU-...), and
 nvidia.com/gpu=all. Every device brings its /dev/nvidia<minor>; the spec-wide
-edits bring /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-uvm-tools and the
-/dev/nvidia-caps nodes, the driver version's libraries (*.so.<version>) and
+edits bring /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-uvm-tools, the driver
+version's libraries (*.so.<version>) and
 binaries (nvidia-smi, nvidia-debugdump, nvidia-persistenced, nvidia-cuda-mps-*)
 mounted read-only, the GSP firmware directory /lib/firmware/nvidia/<version>, the
 nvidia-persistenced socket when it exists, and a createContainer hook
 ("kpreload cdi hook update-ldcache") that rebuilds the container's linker cache
-so libcuda.so.1 resolves.
+so libcuda.so.1 resolves. The MIG capabilities are not shared: their
+/dev/nvidia-caps nodes come only with the devices nvidia.com/gpu=` + cdispec.DeviceMIGConfig + `
+(configure MIG: a root process holding it can change the host's MIG layout)
+and nvidia.com/gpu=` + cdispec.DeviceMIGMonitor + `, requested beside a GPU.
 
 On a kpreload image the driver is the activation record /run/kpreload/ready and
 the userspace behind /run/kpreload/driver; libraries are mounted under
@@ -55,7 +58,10 @@ directories (/usr/lib/x86_64-linux-gnu, /usr/lib64, /usr/local/nvidia/lib64, ...
 mounted at their own paths, as nvidia-ctk does. What was found goes to stderr.
 
 DIR is "/" or a tree holding proc, sys, dev, run, etc (e.g. a fixture); nothing
-is changed there. The spec is validated with the CDI library before it is
+is changed there. Every path is resolved inside DIR (no link or ".." leads out
+of it), only regular files are read and each read is bounded (1 MiB for
+/proc files, 64 KiB for sysfs attributes, 16 MiB for /etc/ld.so.cache); an
+input that breaks these rules is an error naming the file. The spec is validated with the CDI library before it is
 written; with -o it replaces FILE atomically (runtimes read /etc/cdi and
 /var/run/cdi).`,
 		Example: `  kpreload cdi generate -o /var/run/cdi/nvidia.yaml
@@ -67,7 +73,7 @@ written; with -o it replaces FILE atomically (runtimes read /etc/cdi and
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts := cdispec.Options{HookPath: hookPath}
 			if opts.HookPath == "" {
-				if _, err := os.Stat(activate.ReadyPath(filepath.Join(root, activate.RunDir))); err != nil {
+				if _, err := inroot.Stat(root, activate.ReadyPath(activate.RunDir)); err != nil {
 					// Not a kpreload image: the hook runs this binary.
 					if exe, err := os.Executable(); err == nil {
 						opts.HookPath = exe
@@ -163,7 +169,14 @@ func cdiReport(cmd *cobra.Command, f *cdispec.Found) {
 		fmt.Fprintf(w, "cdi: gpu %d: %s /dev/nvidia%d %s\n", i, g.Bus, g.Minor, g.UUID)
 	}
 	for _, n := range f.Nodes {
-		fmt.Fprintf(w, "cdi: node %s\n", n)
+		switch n.Path {
+		case f.MIGConfig:
+			fmt.Fprintf(w, "cdi: node %s (only with %s=%s)\n", n, cdispec.Kind, cdispec.DeviceMIGConfig)
+		case f.MIGMonitor:
+			fmt.Fprintf(w, "cdi: node %s (only with %s=%s)\n", n, cdispec.Kind, cdispec.DeviceMIGMonitor)
+		default:
+			fmt.Fprintf(w, "cdi: node %s\n", n)
+		}
 	}
 	fmt.Fprintf(w, "cdi: %d libraries, binaries %v\n", len(f.Libraries), f.Binaries)
 	fmt.Fprintf(w, "cdi: firmware %q, persistenced socket %q, ld cache folders %v\n", f.Firmware, f.Socket, f.LdcacheFolders)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/gpu/cdispec"
+	"github.com/kpreload/kpreload/live/inroot"
 	"github.com/kpreload/kpreload/live/report"
 )
 
@@ -33,23 +34,26 @@ func refreshCDI(root, file string, opts cdispec.Options) (bool, error) {
 	}
 	var rec *report.CDI
 	if wrote && err == nil {
-		b, rerr := os.ReadFile(filepath.Join(root, file))
+		b, rerr := inroot.ReadFile(root, file, inroot.MaxLarge)
 		if rerr != nil {
 			return wrote, rerr
 		}
 		sum := sha256.Sum256(b)
 		rec = &report.CDI{Path: file, SHA256: hex.EncodeToString(sum[:]), Written: time.Now().UTC().Format(time.RFC3339)}
 	}
-	if rerr := recordCDI(filepath.Join(root, report.Path), rec); rerr != nil {
+	if rerr := recordCDI(root, report.Path, rec); rerr != nil {
 		err = errors.Join(err, rerr)
 	}
 	return wrote, err
 }
 
-// recordCDI sets (or, with nil, drops) the report's "cdi" section, keeping
-// every other field as /init wrote it; the report is replaced atomically.
-func recordCDI(path string, rec *report.CDI) error {
-	b, err := os.ReadFile(path)
+// recordCDI sets (or, with nil, drops) the report's "cdi" section of the
+// report name of the system at root, keeping every other field as /init wrote
+// it; the report is read inside root (a regular file of at most
+// inroot.MaxLarge bytes) and replaced atomically.
+func recordCDI(root, name string, rec *report.CDI) error {
+	path := filepath.Join(root, name)
+	b, err := inroot.ReadFile(root, name, inroot.MaxLarge)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}

@@ -24,7 +24,7 @@ func TestRecordCDI(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := &report.CDI{Path: cdispec.DefaultSpecFile, SHA256: "ab", Written: "2026-11-25T08:00:00Z"}
-	if err := recordCDI(path, rec); err != nil {
+	if err := recordCDI(root, report.Path, rec); err != nil {
 		t.Fatal(err)
 	}
 	var got map[string]json.RawMessage
@@ -59,7 +59,7 @@ func TestRecordCDI(t *testing.T) {
 		t.Errorf("report after a refresh with no driver:\n%s", b)
 	}
 	// A system without a report is not an error.
-	if err := recordCDI(filepath.Join(t.TempDir(), "none.json"), rec); err != nil {
+	if err := recordCDI(t.TempDir(), "none.json", rec); err != nil {
 		t.Errorf("recordCDI without a report: %v", err)
 	}
 }

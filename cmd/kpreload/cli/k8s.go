@@ -2,12 +2,14 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 
 	"github.com/spf13/cobra"
 
 	"github.com/kpreload/kpreload/gpu/k8sconfig"
+	"github.com/kpreload/kpreload/live/inroot"
 	"github.com/kpreload/kpreload/live/report"
 )
 
@@ -46,12 +48,14 @@ itself. kpreload-k8s.service runs this at boot.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var sel *report.Selection
-			b, err := os.ReadFile(reportPath)
+			// The report is a regular file of bounded size (a FIFO or
+			// /dev/zero there is an error, not a hang).
+			b, err := inroot.ReadPath(reportPath, inroot.MaxLarge)
 			switch {
-			case os.IsNotExist(err):
+			case errors.Is(err, fs.ErrNotExist):
 				// No report: not booted by kpreload's /init; nothing was asked.
 			case err != nil:
-				return err
+				return fmt.Errorf("k8s refresh: %w", err)
 			default:
 				var rep report.Report
 				if err := json.Unmarshal(b, &rep); err != nil {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"io/fs"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -17,6 +16,7 @@ import (
 	"github.com/kpreload/kpreload/gpu/pci"
 	"github.com/kpreload/kpreload/gpu/selection"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/kpreload/kpreload/live/inroot"
 	"github.com/kpreload/kpreload/live/report"
 	"github.com/spf13/cobra"
 )
@@ -50,12 +50,13 @@ the "selection" section of the boot report.`,
 			if sysRoot == "" || cacheDir == "" || kernel == "" {
 				return errors.New("--sysfs, --cache and --kernel are required")
 			}
-			devs, err := pci.Scan(sysRoot)
+			// Everything under --sysfs is read inside it, bounded (pci.ScanIn).
+			devs, err := pci.ScanIn(sysRoot)
 			if err != nil {
 				return fmt.Errorf("plan: %w", err)
 			}
-			if _, err := os.Stat(pci.DevicesDir(sysRoot)); err != nil {
-				return fmt.Errorf("plan: --sysfs %s: no PCI devices directory (%s): give a sysfs mount (/sys) or a root holding sys/", sysRoot, pci.DevicesDir(sysRoot))
+			if _, err := inroot.Stat(sysRoot, pci.DevicesDirIn(sysRoot)); err != nil {
+				return fmt.Errorf("plan: --sysfs %s: no PCI devices directory (%s): give a sysfs mount (/sys) or a root holding sys/", sysRoot, filepath.Join(sysRoot, pci.DevicesDirIn(sysRoot)))
 			}
 			idxPath := filepath.Join(cacheDir, "index", kernel+".json")
 			idx, err := bootindex.Read(idxPath)

@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kpreload/kpreload/gpu/pci/pcitest"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
@@ -242,5 +245,57 @@ func TestPlanSharingAndMIG(t *testing.T) {
 				t.Errorf("%s: plan output has %q", tc.mig, w)
 			}
 		}
+	}
+}
+
+// TestPlanHostileSysfs: plan reads --sysfs inside it, only regular files,
+// bounded: a link to the host's /sys, a FIFO or a huge attribute is an error
+// naming the file, never the host's devices or a hang.
+func TestPlanHostileSysfs(t *testing.T) {
+	cache := planCache(t, nil, nil)
+	dev := "sys/bus/pci/devices/0000:00:06.0/"
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, root string)
+		want  string // in stderr, after the root
+	}{
+		{"sys linked to the host's sys", func(t *testing.T, root string) {
+			mustRemake(t, filepath.Join(root, "sys"), func(p string) error { return os.Symlink("/sys", p) })
+		}, "/sys/bus/pci/devices: too many levels of symbolic links"},
+		{"modalias and vendor are FIFOs", func(t *testing.T, root string) {
+			for _, f := range []string{"modalias", "vendor"} {
+				mustRemake(t, filepath.Join(root, dev, f), func(p string) error { return unix.Mkfifo(p, 0o644) })
+			}
+		}, "/" + dev + "vendor: not a regular file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := pcitest.FromFixture(t, filepath.Join(pcitest.H200(t), "pci-sysfs.txt"))
+			tt.setup(t, root)
+			var out, errOut bytes.Buffer
+			done := make(chan int)
+			go func() {
+				done <- Execute([]string{"plan", "--sysfs", root, "--cache", cache, "--kernel", planKernel}, &out, &errOut)
+			}()
+			select {
+			case code := <-done:
+				if want := root + tt.want; code != 1 || !strings.Contains(errOut.String(), want) {
+					t.Errorf("plan: exit %d, stderr %q; want 1 and %q", code, errOut.String(), want)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("plan hung")
+			}
+		})
+	}
+}
+
+// mustRemake replaces p with what mk makes.
+func mustRemake(t *testing.T, p string, mk func(string) error) {
+	t.Helper()
+	if err := os.RemoveAll(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := mk(p); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kpreload/kpreload/gpu/pci/pcitest"
 )
@@ -55,5 +58,53 @@ func TestXorgH200(t *testing.T) {
 	errOut.Reset()
 	if code := Execute([]string{"xorg", "--sysfs", empty}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "no NVIDIA GPU") {
 		t.Errorf("xorg on a machine without GPU: exit %d, %q; want 1 and \"no NVIDIA GPU\"", code, errOut.String())
+	}
+}
+
+// TestXorgHostileSysfs: a FIFO among the attributes is an error naming it,
+// not a hang; a devices directory linked out of the tree is not followed.
+func TestXorgHostileSysfs(t *testing.T) {
+	dev := "sys/bus/pci/devices/0000:41:00.0/"
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, root, outside string)
+		want  string // in stderr, after the root
+	}{
+		{"class is a FIFO", func(t *testing.T, root, outside string) {
+			mustRemake(t, filepath.Join(root, dev, "class"), func(p string) error { return unix.Mkfifo(p, 0o644) })
+		}, "/" + dev + "class: not a regular file"},
+		{"devices linked outside", func(t *testing.T, root, outside string) {
+			mustRemake(t, filepath.Join(root, "sys/bus/pci/devices"), func(p string) error {
+				return os.Symlink(filepath.Join(outside, "sys/bus/pci/devices"), p)
+			})
+		}, "/sys/bus/pci/devices: no such file or directory"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root, outside := t.TempDir(), t.TempDir()
+			for _, r := range []string{root, outside} {
+				for f, v := range map[string]string{"vendor": "0x10de", "device": "0x20b0", "class": "0x030200"} {
+					p := filepath.Join(r, dev, f)
+					if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.WriteFile(p, []byte(v+"\n"), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			tt.setup(t, root, outside)
+			var out, errOut bytes.Buffer
+			done := make(chan int)
+			go func() { done <- Execute([]string{"xorg", "--sysfs", root}, &out, &errOut) }()
+			select {
+			case code := <-done:
+				if want := root + tt.want; code != 1 || !strings.Contains(errOut.String(), want) || strings.Contains(out.String(), "BusID") {
+					t.Errorf("xorg: exit %d, stdout %q, stderr %q; want 1, no configuration and %q", code, out.String(), errOut.String(), want)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("xorg hung")
+			}
+		})
 	}
 }
