@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # bench-dist.sh: the module cache on an OCI registry, measured in one run.
 #
-#   scripts/bench-dist.sh [--keep] [--no-nvidia]
+#   scripts/bench-dist.sh [--keep] [--no-nvidia] [--no-shards] [--baseline REV] [--rounds N]
 #
-#   --keep       keep the work directory (it is always kept when something fails)
-#   --no-nvidia  leave out the NVIDIA cell (a quick run of the shard comparison only)
+#   --keep          keep the work directory (it is always kept when something fails)
+#   --no-nvidia     leave out the NVIDIA cell (a quick run of the shard comparison only)
+#   --no-shards     leave out the shard comparison (the NVIDIA cell and trust only)
+#   --baseline REV  the revision whose push and pull the trust rows compare with
+#                   (default 0f31fb3: the last before signatures and re-derived metadata)
+#   --rounds N      rounds of the trust comparison (default 3; medians)
 #
 # A real registry (Debian's docker-registry, distribution 2.8) runs on a free loopback
 # port with its storage in the work directory.
@@ -19,6 +23,12 @@
 #            second, empty cache from the registry: `kpreload build --pull-only` (the path an
 #            image build or another CI runner takes: the cell's key is computed from the
 #            recipe and headers, then the cell is pulled and verified).
+#   trust:   the NVIDIA cell pushed from the local cache into a fresh repository and pulled
+#            into an empty cache (kpreload cache push / cache pull), by the --baseline build
+#            (no signature, metadata taken from set.json) and by this one with --sign and
+#            --trust (the cell signed; on pull the signature checked and every module's
+#            metadata read again from its file), N rounds alternating, medians; the ratio
+#            of this build's time to the baseline's (goal: at most 1.1).
 # Kernels and sources are fetched first, outside the timings. Progress goes to stderr, a
 # markdown table to stdout.
 set -euo pipefail
@@ -28,10 +38,16 @@ top=$(cd "$here/.." && pwd)
 
 keep=0
 nvidia=1
+shards=1
+baseline=0f31fb3
+rounds=3
 while [ $# -gt 0 ]; do
   case "$1" in
     --keep) keep=1 ;;
     --no-nvidia) nvidia=0 ;;
+    --no-shards) shards=0 ;;
+    --baseline) baseline=$2; shift ;;
+    --rounds) rounds=$2; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
@@ -58,6 +74,12 @@ trap cleanup EXIT
 log "building kpreload"
 (cd "$top" && CGO_ENABLED=0 go build -o "$work/kpreload" ./cmd/kpreload)
 kp="$work/kpreload"
+if [ "$nvidia" = 1 ]; then
+  log "building kpreload at $baseline (the trust rows' baseline)"
+  mkdir -p "$work/base-src"
+  git -C "$top" archive "$baseline" | tar -x -C "$work/base-src"
+  (cd "$work/base-src" && CGO_ENABLED=0 go build -o "$work/kpreload-base" ./cmd/kpreload)
+fi
 
 log "fetching the kernels (not timed)"
 for k in "$k61" "$k612"; do "$here/kernels.sh" "$k" >&2; done
@@ -76,7 +98,7 @@ curl -fs "http://127.0.0.1:$port/v2/" >/dev/null || die "the registry did not st
 log "registry on 127.0.0.1:$port (distribution $("$registry" --version | awk '{print $3}'))"
 
 now() { date +%s.%N; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f\n", b - a }'; }
 kpb() { # kpb CACHE REPO ARGS...: kpreload build against the registry, JSON to a file
   local cache=$1 repo=$2; shift 2
   "$kp" build --recipes "$top/recipes" --cache "$work/$cache" --remote "oci://127.0.0.1:$port/$repo" \
@@ -84,6 +106,7 @@ kpb() { # kpb CACHE REPO ARGS...: kpreload build against the registry, JSON to a
 }
 cells=(testdriver:$k61 testdriver:$k612 testdriver-2)
 
+if [ "$shards" = 1 ]; then
 log "shards: 1 process, 4 cells"
 t=$(now); kpb one bench/one "${cells[@]}" || die "one process failed: $(tail -5 "$work/one.log")"
 one=$(since "$t")
@@ -99,6 +122,7 @@ wait $p2 || die "shard 2/2 failed: $(tail -5 "$work/s2.log")"
 two=$(since "$t")
 built2=$(jq -s '[.[][] | select(.state=="ok")] | length' "$work/s1.json" "$work/s2.json")
 pushed2=$(jq -s '[.[][] | select(.remote=="pushed")] | length' "$work/s1.json" "$work/s2.json")
+fi
 
 if [ "$nvidia" = 1 ]; then
   log "nvidia-535 for $k61: build cold and push (minutes)"
@@ -112,17 +136,40 @@ if [ "$nvidia" = 1 ]; then
   state=$(jq -r '.[0].state' "$work/nvpull.json")
   [ "$state" = pulled ] || die "the pull-only build says $state, not pulled"
   size=$(du -sb "$work/nvpull/objects" | awk '{printf "%.1f MiB", $1/1048576}')
+
+  "$kp" cache keygen "$work/team" >/dev/null
+  rem() { echo --remote "oci://127.0.0.1:$port/$1" --plain-http --docker-config "$work/none.json"; }
+  median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+  : >"$work/t-basepush"; : >"$work/t-push"; : >"$work/t-basepull"; : >"$work/t-pull"
+  for r in $(seq "$rounds"); do
+    log "trust round $r of $rounds: push and pull of the nvidia cell, $baseline and this build"
+    t=$(now); "$work/kpreload-base" cache push --cache "$work/nvbuild" $(rem "trust/base$r") >/dev/null 2>>"$work/trust.log" || die "baseline push failed: $(tail -3 "$work/trust.log")"
+    since "$t" >>"$work/t-basepush"
+    t=$(now); "$kp" cache push --cache "$work/nvbuild" $(rem "trust/signed$r") --sign "$work/team.key" >/dev/null 2>>"$work/trust.log" || die "signed push failed: $(tail -3 "$work/trust.log")"
+    since "$t" >>"$work/t-push"
+    t=$(now); "$work/kpreload-base" cache pull --cache "$work/basepull$r" $(rem "trust/base$r") >/dev/null 2>>"$work/trust.log" || die "baseline pull failed: $(tail -3 "$work/trust.log")"
+    since "$t" >>"$work/t-basepull"
+    t=$(now); "$kp" cache pull --cache "$work/pull$r" $(rem "trust/signed$r") --trust "$work/team.pub" >/dev/null 2>>"$work/trust.log" || die "trusted pull failed: $(tail -3 "$work/trust.log")"
+    since "$t" >>"$work/t-pull"
+    [ -n "$(ls "$work/pull$r/sets")" ] || die "the trusted pull took nothing"
+  done
+  basepush=$(median <"$work/t-basepush"); tpush=$(median <"$work/t-push")
+  basepull=$(median <"$work/t-basepull"); tpull=$(median <"$work/t-pull")
 fi
 
 echo "Distributed build benchmark ($(nproc) CPUs, load average at the end $(cut -d' ' -f1-3 /proc/loadavg)); registry: Debian's docker-registry on loopback"
 echo
 echo "| what | wall time (s) | ratio |"
 echo "| --- | ---: | ---: |"
-echo "| matrix (test driver 2 versions × 2 kernels, 4 cells), 1 process | $one | 1.00 |"
-echo "| the same matrix, 1 process with --jobs 2 | $onej2 | $(awk -v a="$one" -v b="$onej2" 'BEGIN{printf "%.2f× faster", a/b}') |"
-echo "| the same matrix, 2 shard processes at once ($built2 cells built, $pushed2 pushed) | $two | $(awk -v a="$one" -v b="$two" 'BEGIN{printf "%.2f× faster", a/b}') |"
+[ "$shards" = 1 ] && echo "| matrix (test driver 2 versions × 2 kernels, 4 cells), 1 process | $one | 1.00 |"
+[ "$shards" = 1 ] && echo "| the same matrix, 1 process with --jobs 2 | $onej2 | $(awk -v a="$one" -v b="$onej2" 'BEGIN{printf "%.2f× faster", a/b}') |"
+[ "$shards" = 1 ] && echo "| the same matrix, 2 shard processes at once ($built2 cells built, $pushed2 pushed) | $two | $(awk -v a="$one" -v b="$two" 'BEGIN{printf "%.2f× faster", a/b}') |"
 if [ "$nvidia" = 1 ]; then
   echo "| nvidia-535 × $k61: build with dkms (cold) and push | $nvbuild | 1.00 |"
   echo "| nvidia-535 × $k61: pull into an empty cache ($size, key computed, verified) | $nvpull | $(awk -v a="$nvbuild" -v b="$nvpull" 'BEGIN{printf "%.0f× faster", a/b}') |"
+  echo "| cache push of the nvidia cell, $baseline (median of $rounds) | $basepush | 1.00 |"
+  echo "| cache push --sign, this build (median of $rounds) | $tpush | $(awk -v a="$basepush" -v b="$tpush" 'BEGIN{printf "%.2f (goal ≤ 1.1)", b/a}') |"
+  echo "| cache pull of the nvidia cell, $baseline (median of $rounds) | $basepull | 1.00 |"
+  echo "| cache pull --trust, signature and metadata checked, this build (median of $rounds) | $tpull | $(awk -v a="$basepull" -v b="$tpull" 'BEGIN{printf "%.2f (goal ≤ 1.1)", b/a}') |"
 fi
 ok=1
