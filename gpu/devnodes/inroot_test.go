@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kpreload/kpreload/live/inroot"
+	"github.com/kpreload/kpreload/live/inroot/inroottest"
 )
 
 // TestPlanIn: PlanIn plans what Plan plans on a system's own /proc, and
@@ -41,13 +42,13 @@ func TestPlanIn(t *testing.T) {
 		wantCaps int    // /dev/nvidia-caps nodes planned when it succeeds
 	}{
 		{"proc linked to the host's /proc", func(t *testing.T, root, outside string) {
-			replace(t, root, "proc", func(p string) error { return os.Symlink("/proc", p) })
+			inroottest.Remake(t, root, "proc", func(p string) error { return os.Symlink("/proc", p) })
 		}, syscall.ELOOP, "proc/devices", 0},
 		{"devices linked outside", func(t *testing.T, root, outside string) {
-			replace(t, root, "proc/devices", func(p string) error { return os.Symlink(filepath.Join(outside, "devices"), p) })
+			inroottest.Remake(t, root, "proc/devices", func(p string) error { return os.Symlink(filepath.Join(outside, "devices"), p) })
 		}, fs.ErrNotExist, "proc/devices", 0},
 		{"devices is a FIFO", func(t *testing.T, root, outside string) {
-			replace(t, root, "proc/devices", func(p string) error { return unix.Mkfifo(p, 0o644) })
+			inroottest.Remake(t, root, "proc/devices", func(p string) error { return unix.Mkfifo(p, 0o644) })
 		}, inroot.ErrNotRegular, "proc/devices", 0},
 		{"devices of 1.5 GB", func(t *testing.T, root, outside string) {
 			if err := os.Truncate(filepath.Join(root, "proc/devices"), 1500<<20); err != nil {
@@ -57,10 +58,10 @@ func TestPlanIn(t *testing.T) {
 		// A capability that is not there is skipped by design; one linked
 		// out of the root is not there.
 		{"capability linked outside", func(t *testing.T, root, outside string) {
-			replace(t, root, caps+"mig/config", func(p string) error { return os.Symlink(filepath.Join(outside, "config"), p) })
+			inroottest.Remake(t, root, caps+"mig/config", func(p string) error { return os.Symlink(filepath.Join(outside, "config"), p) })
 		}, nil, "", 1},
 		{"capability is a FIFO", func(t *testing.T, root, outside string) {
-			replace(t, root, caps+"mig/monitor", func(p string) error { return unix.Mkfifo(p, 0o644) })
+			inroottest.Remake(t, root, caps+"mig/monitor", func(p string) error { return unix.Mkfifo(p, 0o644) })
 		}, inroot.ErrNotRegular, caps + "mig/monitor", 0},
 	}
 	for _, tt := range tests {
@@ -94,17 +95,5 @@ func TestPlanIn(t *testing.T) {
 				t.Errorf("%d capability nodes, want %d: %v", n, tt.wantCaps, nodes)
 			}
 		})
-	}
-}
-
-// replace makes <root>/<rel> anew with mk.
-func replace(t *testing.T, root, rel string, mk func(string) error) {
-	t.Helper()
-	p := filepath.Join(root, rel)
-	if err := os.RemoveAll(p); err != nil {
-		t.Fatal(err)
-	}
-	if err := mk(p); err != nil {
-		t.Fatal(err)
 	}
 }

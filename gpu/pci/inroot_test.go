@@ -15,6 +15,7 @@ import (
 	"github.com/kpreload/kpreload/gpu/pci"
 	"github.com/kpreload/kpreload/gpu/pci/pcitest"
 	"github.com/kpreload/kpreload/live/inroot"
+	"github.com/kpreload/kpreload/live/inroot/inroottest"
 )
 
 // TestScanInAgreesWithScan: on ordinary trees, the fixture's and this
@@ -43,21 +44,21 @@ func TestScanInHostileRoot(t *testing.T) {
 		wantDevs int
 	}{
 		{"devices directory linked outside", func(t *testing.T, root, outside string) {
-			swap(t, root, "sys/bus/pci/devices", func(p string) error { return os.Symlink(filepath.Join(outside, "sys/bus/pci/devices"), p) })
+			inroottest.Remake(t, root, "sys/bus/pci/devices", func(p string) error { return os.Symlink(filepath.Join(outside, "sys/bus/pci/devices"), p) })
 		}, nil, "", 0},
 		{"sys linked to the host's sys", func(t *testing.T, root, outside string) {
-			swap(t, root, "sys", func(p string) error { return os.Symlink("/sys", p) })
+			inroottest.Remake(t, root, "sys", func(p string) error { return os.Symlink("/sys", p) })
 		}, syscall.ELOOP, "sys/bus/pci/devices", 0},
 		{"device linked outside", func(t *testing.T, root, outside string) {
-			swap(t, root, dev, func(p string) error {
+			inroottest.Remake(t, root, dev, func(p string) error {
 				return os.Symlink(filepath.Join(outside, "sys/bus/pci/devices/0000:00:01.0"), p)
 			})
 		}, fs.ErrNotExist, dev + "vendor", 0},
 		{"modalias is a FIFO: the id files are read", func(t *testing.T, root, outside string) {
-			swap(t, root, dev+"modalias", func(p string) error { return unix.Mkfifo(p, 0o644) })
+			inroottest.Remake(t, root, dev+"modalias", func(p string) error { return unix.Mkfifo(p, 0o644) })
 		}, nil, "", 1},
 		{"vendor is a FIFO", func(t *testing.T, root, outside string) {
-			swap(t, root, dev+"vendor", func(p string) error { return unix.Mkfifo(p, 0o644) })
+			inroottest.Remake(t, root, dev+"vendor", func(p string) error { return unix.Mkfifo(p, 0o644) })
 		}, inroot.ErrNotRegular, dev + "vendor", 0},
 		{"class of 1.5 GB", func(t *testing.T, root, outside string) {
 			if err := os.Truncate(filepath.Join(root, dev, "class"), 1500<<20); err != nil {
@@ -88,17 +89,5 @@ func TestScanInHostileRoot(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// swap makes <root>/<rel> anew with mk.
-func swap(t *testing.T, root, rel string, mk func(string) error) {
-	t.Helper()
-	p := filepath.Join(root, rel)
-	if err := os.RemoveAll(p); err != nil {
-		t.Fatal(err)
-	}
-	if err := mk(p); err != nil {
-		t.Fatal(err)
 	}
 }

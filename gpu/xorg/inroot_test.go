@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kpreload/kpreload/live/inroot"
+	"github.com/kpreload/kpreload/live/inroot/inroottest"
 )
 
 // TestFindHostileRoot: what Find reads stays in the root, is a regular file
@@ -25,16 +26,16 @@ func TestFindHostileRoot(t *testing.T) {
 		wantFile string
 	}{
 		{"sys linked to the host's sys", func(t *testing.T, root, outside string) {
-			remake(t, root, "sys", func(p string) error { return os.Symlink("/sys", p) })
+			inroottest.Remake(t, root, "sys", func(p string) error { return os.Symlink("/sys", p) })
 		}, syscall.ELOOP, "sys/bus/pci/devices"},
 		{"devices linked outside", func(t *testing.T, root, outside string) {
-			remake(t, root, "sys/bus/pci/devices", func(p string) error { return os.Symlink(filepath.Join(outside, "sys/bus/pci/devices"), p) })
+			inroottest.Remake(t, root, "sys/bus/pci/devices", func(p string) error { return os.Symlink(filepath.Join(outside, "sys/bus/pci/devices"), p) })
 		}, fs.ErrNotExist, "sys/bus/pci/devices"},
 		{"vendor linked outside", func(t *testing.T, root, outside string) {
-			remake(t, root, dev+"vendor", func(p string) error { return os.Symlink(filepath.Join(outside, dev, "vendor"), p) })
+			inroottest.Remake(t, root, dev+"vendor", func(p string) error { return os.Symlink(filepath.Join(outside, dev, "vendor"), p) })
 		}, fs.ErrNotExist, dev + "vendor"},
 		{"class is a FIFO", func(t *testing.T, root, outside string) {
-			remake(t, root, dev+"class", func(p string) error { return unix.Mkfifo(p, 0o644) })
+			inroottest.Remake(t, root, dev+"class", func(p string) error { return unix.Mkfifo(p, 0o644) })
 		}, inroot.ErrNotRegular, dev + "class"},
 		{"device of 1.5 GB", func(t *testing.T, root, outside string) {
 			if err := os.Truncate(filepath.Join(root, dev, "device"), 1500<<20); err != nil {
@@ -56,17 +57,5 @@ func TestFindHostileRoot(t *testing.T) {
 				t.Fatalf("Find = %+v, %v; want an error wrapping %v naming %s", gpus, err, tt.wantErr, tt.wantFile)
 			}
 		})
-	}
-}
-
-// remake makes <root>/<rel> anew with mk.
-func remake(t *testing.T, root, rel string, mk func(string) error) {
-	t.Helper()
-	p := filepath.Join(root, rel)
-	if err := os.RemoveAll(p); err != nil {
-		t.Fatal(err)
-	}
-	if err := mk(p); err != nil {
-		t.Fatal(err)
 	}
 }

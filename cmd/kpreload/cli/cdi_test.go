@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kpreload/kpreload/gpu/cdispec"
+	"github.com/kpreload/kpreload/live/inroot/inroottest"
 )
 
 // cdiTree builds a host root from the H200 VM's /proc captures, with the MIG
@@ -58,17 +59,17 @@ func TestCDIGenerateRoot(t *testing.T) {
 	}{
 		{"MIG capabilities on request", func(t *testing.T, root, outside string) {}, ""},
 		{"proc linked to the host's proc", func(t *testing.T, root, outside string) {
-			mustRemake(t, filepath.Join(root, "proc"), func(p string) error { return os.Symlink("/proc", p) })
+			inroottest.Remake(t, "", filepath.Join(root, "proc"), func(p string) error { return os.Symlink("/proc", p) })
 		}, "/proc/devices: too many levels of symbolic links"},
 		{"version is a FIFO", func(t *testing.T, root, outside string) {
-			mustRemake(t, filepath.Join(root, "proc/driver/nvidia/version"), func(p string) error { return unix.Mkfifo(p, 0o644) })
+			inroottest.Remake(t, "", filepath.Join(root, "proc/driver/nvidia/version"), func(p string) error { return unix.Mkfifo(p, 0o644) })
 		}, "/proc/driver/nvidia/version: not a regular file"},
 		{"version linked outside", func(t *testing.T, root, outside string) {
 			host := filepath.Join(outside, "version")
 			if err := os.WriteFile(host, []byte("NVRM version: NVIDIA UNIX x86_64 Kernel Module  999.99.99  (host)\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			mustRemake(t, filepath.Join(root, "proc/driver/nvidia/version"), func(p string) error { return os.Symlink(host, p) })
+			inroottest.Remake(t, "", filepath.Join(root, "proc/driver/nvidia/version"), func(p string) error { return os.Symlink(host, p) })
 		}, "/proc/driver/nvidia/version: no such file or directory"},
 	}
 	for _, tt := range tests {

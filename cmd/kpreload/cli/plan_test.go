@@ -14,6 +14,7 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/pci/pcitest"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/kpreload/kpreload/live/inroot/inroottest"
 	"github.com/kpreload/kpreload/live/report"
 )
 
@@ -260,11 +261,11 @@ func TestPlanHostileSysfs(t *testing.T) {
 		want  string // in stderr, after the root
 	}{
 		{"sys linked to the host's sys", func(t *testing.T, root string) {
-			mustRemake(t, filepath.Join(root, "sys"), func(p string) error { return os.Symlink("/sys", p) })
+			inroottest.Remake(t, "", filepath.Join(root, "sys"), func(p string) error { return os.Symlink("/sys", p) })
 		}, "/sys/bus/pci/devices: too many levels of symbolic links"},
 		{"modalias and vendor are FIFOs", func(t *testing.T, root string) {
 			for _, f := range []string{"modalias", "vendor"} {
-				mustRemake(t, filepath.Join(root, dev, f), func(p string) error { return unix.Mkfifo(p, 0o644) })
+				inroottest.Remake(t, "", filepath.Join(root, dev, f), func(p string) error { return unix.Mkfifo(p, 0o644) })
 			}
 		}, "/" + dev + "vendor: not a regular file"},
 	}
@@ -286,16 +287,5 @@ func TestPlanHostileSysfs(t *testing.T) {
 				t.Fatal("plan hung")
 			}
 		})
-	}
-}
-
-// mustRemake replaces p with what mk makes.
-func mustRemake(t *testing.T, p string, mk func(string) error) {
-	t.Helper()
-	if err := os.RemoveAll(p); err != nil {
-		t.Fatal(err)
-	}
-	if err := mk(p); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kpreload/kpreload/gpu/pci/pcitest"
+	"github.com/kpreload/kpreload/live/inroot/inroottest"
 )
 
 // TestXorgH200 runs the command on a sysfs tree built from the real H200 VM.
@@ -71,10 +72,10 @@ func TestXorgHostileSysfs(t *testing.T) {
 		want  string // in stderr, after the root
 	}{
 		{"class is a FIFO", func(t *testing.T, root, outside string) {
-			mustRemake(t, filepath.Join(root, dev, "class"), func(p string) error { return unix.Mkfifo(p, 0o644) })
+			inroottest.Remake(t, "", filepath.Join(root, dev, "class"), func(p string) error { return unix.Mkfifo(p, 0o644) })
 		}, "/" + dev + "class: not a regular file"},
 		{"devices linked outside", func(t *testing.T, root, outside string) {
-			mustRemake(t, filepath.Join(root, "sys/bus/pci/devices"), func(p string) error {
+			inroottest.Remake(t, "", filepath.Join(root, "sys/bus/pci/devices"), func(p string) error {
 				return os.Symlink(filepath.Join(outside, "sys/bus/pci/devices"), p)
 			})
 		}, "/sys/bus/pci/devices: no such file or directory"},
