@@ -15,6 +15,7 @@ import (
 	"github.com/kpreload/kpreload/builder/image"
 	"github.com/kpreload/kpreload/builder/packer/internal/pkrcfg"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/kmodcache/cellsign"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 )
 
@@ -62,6 +63,13 @@ type Config struct {
 	Remote string `mapstructure:"remote"`
 	// Talk HTTP, not HTTPS, to the `remote` registry: a local registry only.
 	PlainHTTP bool `mapstructure:"plain_http"`
+	// Take only cells from `remote` signed by one of these Ed25519 public keys
+	// (PEM files; `kpreload cache keygen`): unsigned and foreign-signed cells
+	// are refused, naming the key.
+	RemoteTrust []string `mapstructure:"remote_trust"`
+	// Sign the cells `build_missing` pushes to `remote` with this Ed25519
+	// private key (PEM file).
+	RemoteSign string `mapstructure:"remote_sign"`
 	// Put the driver sets into each initramfs too, with a complete index: `/init`
 	// then chooses and loads the drivers while it finds the root (the early
 	// decision) instead of after mounting it. The initramfs grows by the sets;
@@ -179,11 +187,22 @@ func (c *Config) Prepare(raws ...interface{}) ([]string, error) {
 		add(e)
 	}
 	if c.Remote != "" {
-		if c.remote, err2 = remote.Open(c.Remote, remote.Options{PlainHTTP: c.PlainHTTP}); err2 != nil {
+		o := remote.Options{PlainHTTP: c.PlainHTTP}
+		if len(c.RemoteTrust) > 0 {
+			if o.Trust, err2 = cellsign.LoadTrust(c.RemoteTrust...); err2 != nil {
+				add(fmt.Errorf("remote_trust: %w", err2))
+			}
+		}
+		if c.RemoteSign != "" {
+			if o.Signer, err2 = cellsign.LoadSigner(c.RemoteSign); err2 != nil {
+				add(fmt.Errorf("remote_sign: %w", err2))
+			}
+		}
+		if c.remote, err2 = remote.Open(c.Remote, o); err2 != nil {
 			add(fmt.Errorf("remote: %w", err2))
 		}
-	} else if c.PlainHTTP {
-		add(fmt.Errorf("plain_http is set but remote is not"))
+	} else if c.PlainHTTP || len(c.RemoteTrust) > 0 || c.RemoteSign != "" {
+		add(fmt.Errorf("plain_http, remote_trust and remote_sign are set but remote is not"))
 	}
 	if c.InstanceFile != "" {
 		if st, err := os.Stat(c.InstanceFile); err == nil && st.IsDir() {

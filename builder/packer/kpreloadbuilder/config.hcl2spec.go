@@ -28,6 +28,8 @@ type FlatConfig struct {
 	BuildMissing        *bool             `mapstructure:"build_missing" cty:"build_missing" hcl:"build_missing"`
 	Remote              *string           `mapstructure:"remote" cty:"remote" hcl:"remote"`
 	PlainHTTP           *bool             `mapstructure:"plain_http" cty:"plain_http" hcl:"plain_http"`
+	RemoteTrust         []string          `mapstructure:"remote_trust" cty:"remote_trust" hcl:"remote_trust"`
+	RemoteSign          *string           `mapstructure:"remote_sign" cty:"remote_sign" hcl:"remote_sign"`
 	EarlyDrivers        *bool             `mapstructure:"early_drivers" cty:"early_drivers" hcl:"early_drivers"`
 	Packages            []string          `mapstructure:"packages" cty:"packages" hcl:"packages"`
 	InstanceFile        *string           `mapstructure:"instance_file" cty:"instance_file" hcl:"instance_file"`
@@ -74,6 +76,8 @@ func (*FlatConfig) HCL2Spec() map[string]hcldec.Spec {
 		"build_missing":              &hcldec.AttrSpec{Name: "build_missing", Type: cty.Bool, Required: false},
 		"remote":                     &hcldec.AttrSpec{Name: "remote", Type: cty.String, Required: false},
 		"plain_http":                 &hcldec.AttrSpec{Name: "plain_http", Type: cty.Bool, Required: false},
+		"remote_trust":               &hcldec.AttrSpec{Name: "remote_trust", Type: cty.List(cty.String), Required: false},
+		"remote_sign":                &hcldec.AttrSpec{Name: "remote_sign", Type: cty.String, Required: false},
 		"early_drivers":              &hcldec.AttrSpec{Name: "early_drivers", Type: cty.Bool, Required: false},
 		"packages":                   &hcldec.AttrSpec{Name: "packages", Type: cty.List(cty.String), Required: false},
 		"instance_file":              &hcldec.AttrSpec{Name: "instance_file", Type: cty.String, Required: false},

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/packer/internal/pkrcfg"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/kmodcache/cellsign"
 )
 
 // recipesDir is the repository's recipes directory.
@@ -245,6 +246,10 @@ func TestArtifact(t *testing.T) {
 
 func TestPrepareRemote(t *testing.T) {
 	fakeKernels(t, "6.1.0-56-cloud-amd64")
+	keys := filepath.Join(t.TempDir(), "team")
+	if _, err := cellsign.Generate(keys+".key", keys+".pub"); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		set  map[string]interface{}
@@ -252,7 +257,11 @@ func TestPrepareRemote(t *testing.T) {
 	}{
 		{"registry", map[string]interface{}{"remote": "oci://127.0.0.1:5000/kpreload/cells", "plain_http": true}, ""},
 		{"not oci", map[string]interface{}{"remote": "https://registry.example.com/cells"}, "remote: remote \"https://registry.example.com/cells\": want oci://HOST[:PORT]/REPO"},
-		{"plain_http alone", map[string]interface{}{"plain_http": true}, "plain_http is set but remote is not"},
+		{"plain_http alone", map[string]interface{}{"plain_http": true}, "plain_http, remote_trust and remote_sign are set but remote is not"},
+		{"trusted and signing keys", map[string]interface{}{"remote": "oci://127.0.0.1:5000/kpreload/cells", "remote_trust": []string{keys + ".pub"}, "remote_sign": keys + ".key"}, ""},
+		{"a missing trusted key", map[string]interface{}{"remote": "oci://127.0.0.1:5000/kpreload/cells", "remote_trust": []string{keys + ".absent"}}, "remote_trust: trusted key: open"},
+		{"a public key to sign with", map[string]interface{}{"remote": "oci://127.0.0.1:5000/kpreload/cells", "remote_sign": keys + ".pub"}, "remote_sign: signing key"},
+		{"trust without remote", map[string]interface{}{"remote_trust": []string{keys + ".pub"}}, "but remote is not"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			raw := baseRaw(t)
