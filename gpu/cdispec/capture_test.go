@@ -14,7 +14,8 @@ import (
 // The captures in testdata/h100-capture are real: nvidia-ctk 1.20.1 and kpreload
 // on the device machine (H100, NVIDIA open 580.159.04, libraries under
 // /usr/local/nvidia/lib64). This test validates them with the CDI library and
-// holds the differences to the list explained in the README's CDI section.
+// holds the differences to the list explained in docs/containers.md ("Comparison
+// with nvidia-ctk on the real GPU").
 
 // summary is what the comparison looks at in one spec.
 type summary struct {
