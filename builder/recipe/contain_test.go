@@ -120,11 +120,11 @@ func TestContainment(t *testing.T) {
 			text: patchRecipe, arg: "p/a.patch", patches: []string{"patches/real.patch"}},
 		{name: "recipe directory reached through a link", files: map[string]string{"linked": "->recipes", "recipes/p/fix.patch": patch, "recipes/p/link.patch": "->fix.patch"},
 			via: "linked/r.yaml", text: patchRecipe, arg: "p/link.patch", patches: []string{"p/fix.patch"}},
-		{name: "source files linked to a sibling (testdriver-2)", files: map[string]string{"recipes/src/dkms.conf": conf, "recipes/src/td.c": "->../shared/td.c", "recipes/src/Makefile": "->../shared/Makefile", "recipes/shared/td.c": "int x;\n", "recipes/shared/Makefile": "obj-m := td.o\n"},
+		{name: "source files linked to a sibling (testdriver-2)", files: map[string]string{"recipes/src/dkms.conf": conf, "recipes/src/td.c": "->../common/td.c", "recipes/src/Makefile": "->../common/Makefile", "recipes/common/td.c": "int x;\n", "recipes/common/Makefile": "obj-m := td.o\n"},
 			text: sourceRecipe, arg: "src"},
 		{name: "source.dir a link inside", files: map[string]string{"recipes/src-link": "->src", "recipes/src/dkms.conf": conf},
 			text: sourceRecipe, arg: "src-link"},
-		{name: "source subdirectory linked inside", files: map[string]string{"recipes/src/dkms.conf": conf, "recipes/src/sub": "->../shared", "recipes/shared/x.h": "\n"},
+		{name: "source subdirectory linked inside", files: map[string]string{"recipes/src/dkms.conf": conf, "recipes/src/sub": "->../common", "recipes/common/x.h": "\n"},
 			text: sourceRecipe, arg: "src"},
 	}
 	for _, tc := range tests {
