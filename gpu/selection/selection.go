@@ -66,6 +66,18 @@ type Decision struct {
 	chosen []Set
 }
 
+// KernelVermagic returns the running kernel's full vermagic as its own
+// modules in idx (the kernel's set) carry it, or "" when idx has none: the
+// Input.Vermagic /init, plan and switch compare driver sets with.
+func KernelVermagic(idx *bootindex.Index) string {
+	for i := range idx.Sets {
+		if s := &idx.Sets[i]; IsKernelSet(s) && len(s.Modules) > 0 {
+			return s.Modules[0].Vermagic
+		}
+	}
+	return ""
+}
+
 // IsKernelSet reports whether a set is the kernel's own modules, which
 // selection never restricts.
 func IsKernelSet(s *bootindex.Set) bool { return s.ID == "kernel" || s.Driver == "" }

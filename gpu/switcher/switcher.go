@@ -22,6 +22,9 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/activate"
 	"github.com/kpreload/kpreload/gpu/devnodes"
+	"github.com/kpreload/kpreload/gpu/instance"
+	"github.com/kpreload/kpreload/gpu/pci"
+	"github.com/kpreload/kpreload/gpu/selection"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/live/coldplug"
 	"github.com/kpreload/kpreload/live/inroot"
@@ -85,6 +88,17 @@ type Options struct {
 	Ldconfig func() error
 	// Log receives one line per step; nil discards them.
 	Log io.Writer
+	// Request is the instance's request whose rules besides the version and
+	// flavour (the CUDA minimum) the switch keeps too; the zero value has none.
+	Request instance.Request
+	// Devices are the PCI devices the decision checks the target against; nil
+	// means those under SysDir (pci.ScanIn).
+	Devices []pci.Device
+	// Force switches even where the decision refuses the target (as /init
+	// would refuse it at boot); the refusal is kept in Result.Forced.
+	Force bool
+	// DryRun takes the decision, reports it and changes nothing.
+	DryRun bool
 }
 
 // SetRef names one driver set of the boot index.
@@ -142,6 +156,24 @@ type Result struct {
 	// Seconds is how long the switch took.
 	Seconds  float64  `json:"seconds"`
 	Warnings []string `json:"warnings,omitempty"`
+	// Decision is the driver decision the switch took through the same rules
+	// as /init and kpreload plan (gpu/selection), for the target's driver.
+	Decision *report.SelectionDriver `json:"decision,omitempty"`
+	// Forced is the refusal Options.Force overrode ("" when none).
+	Forced string `json:"forced,omitempty"`
+	// DryRun is set when nothing was changed because Options.DryRun asked so.
+	DryRun bool `json:"dry_run,omitempty"`
+}
+
+// RefusedError is returned when the decision refuses the target, as /init
+// would refuse it at boot; nothing was changed.
+type RefusedError struct {
+	// Refusal is the decision's words, the same /init prints.
+	Refusal string
+}
+
+func (e *RefusedError) Error() string {
+	return "switch: refused, as /init would refuse it: " + e.Refusal + " (--force switches anyway)"
 }
 
 // InUseError is returned when a module of the active set cannot be unloaded because
@@ -233,6 +265,15 @@ func (s *switcher) run() error {
 		return err
 	}
 	s.res.From, s.res.To = ref(cur), ref(to)
+	if err := s.decide(idx, to); err != nil {
+		return err
+	}
+	if o.DryRun {
+		s.res.DryRun = true
+		s.res.Unchanged = cur != nil && cur.ID == to.ID
+		s.logf("dry run: %s would be switched to; nothing was changed", ref(to))
+		return nil
+	}
 	if cur != nil && cur.ID == to.ID {
 		s.res.Unchanged = true
 		s.res.Bound = s.bindings(to)
@@ -362,12 +403,8 @@ func (s *switcher) target(idx *bootindex.Index, cur *bootindex.Set) (*bootindex.
 		}
 		return nil, fmt.Errorf("switch: no cached driver set %s for kernel %s; the cache has: %s", want, s.o.Release, strings.Join(avail, ", "))
 	case 1:
-		// The loader checks vermagic and digests again as it loads.
-		for _, m := range cands[0].Modules {
-			if why := loader.CheckVermagic(m.Vermagic, s.o.Release, ""); why != "" {
-				return nil, fmt.Errorf("switch: %s module %s: %s", ref(cands[0]), m.Name, why)
-			}
-		}
+		// Whether it may load is the decision's (decide); the loader checks
+		// vermagic and digests again as it loads.
 		return cands[0], nil
 	}
 	var names []string
@@ -375,6 +412,54 @@ func (s *switcher) target(idx *bootindex.Index, cur *bootindex.Set) (*bootindex.
 		names = append(names, ref(c).String())
 	}
 	return nil, fmt.Errorf("switch: %s matches several cached sets (%s); choose with --driver or --flavor", want, strings.Join(names, ", "))
+}
+
+// decide runs the driver decision /init and plan take (gpu/selection) over
+// the target driver's cached sets, asking for the target's exact version and
+// flavour with the request's other rules, against the PCI devices present
+// and the running kernel's vermagic. A refusal is an error unless Force.
+func (s *switcher) decide(idx *bootindex.Index, to *bootindex.Set) error {
+	req := s.o.Request
+	if req.Source == "" {
+		req.Source, req.Origin = "switch", "kpreload switch "+s.o.Version
+	}
+	drv := &req.Instance.Resources.Driver
+	drv.Version, drv.Flavor = to.Version, to.Flavor
+	if drv.Flavor == "" {
+		drv.Flavor = "auto"
+	}
+	devs := s.o.Devices
+	if devs == nil {
+		var err error
+		if devs, err = pci.ScanIn(s.o.SysDir); err != nil {
+			s.warnf("the decision sees no PCI devices: %v", err)
+		}
+	}
+	in := selection.Input{Kernel: s.o.Release, Vermagic: selection.KernelVermagic(idx), Request: req, Devices: devs}
+	for i := range idx.Sets {
+		if set := &idx.Sets[i]; set.Driver == to.Driver || selection.IsKernelSet(set) {
+			in.Sets = append(in.Sets, selection.Set{Set: set, Dir: s.dir, From: s.o.CacheDir})
+		}
+	}
+	d := selection.Decide(in)
+	dd := d.Driver(to.Driver)
+	if dd == nil {
+		return fmt.Errorf("switch: the decision has no %s driver", to.Driver)
+	}
+	s.res.Decision = dd
+	if dd.Chosen != nil && dd.Chosen.ID == to.ID {
+		return nil
+	}
+	why := dd.Refusal
+	if why == "" {
+		why = fmt.Sprintf("the decision chose %s %s, not %s", dd.Chosen.Version, dd.Chosen.Flavor, ref(to))
+	}
+	if !s.o.Force {
+		return &RefusedError{Refusal: why}
+	}
+	s.res.Forced = why
+	s.warnf("forced past the decision: %s", why)
+	return nil
 }
 
 func hasModule(set *bootindex.Set, name string) bool {

@@ -430,3 +430,92 @@ func TestSwitchBadRequests(t *testing.T) {
 		})
 	}
 }
+
+// TestSwitchDecides checks that a switch takes the decision /init takes: a
+// version the boot would refuse (another kernel's vermagic, below the
+// instance's CUDA minimum) is refused with the decision's words and nothing
+// changes; --force switches anyway and records the refusal; a dry run
+// decides and changes nothing.
+func TestSwitchDecides(t *testing.T) {
+	cuda := func(o *Options) {
+		o.Request.Source, o.Request.Origin = "file", "instance.yaml"
+		o.Request.Instance.Resources.Driver.CUDA = "12.2"
+	}
+	otherKernel := func(e *env) {
+		idx, err := bootindex.Read(filepath.Join(e.o.CacheDir, "index", release+".json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range idx.Sets[1].Modules {
+			idx.Sets[1].Modules[i].Vermagic = "6.12.0-other SMP preempt mod_unload modversions "
+		}
+		if err := bootindex.Write(filepath.Join(e.o.CacheDir, "index", release+".json"), idx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name    string
+		prepare func(e *env)
+		force   bool
+		want    string // the refusal's words ("" when the decision chooses the target)
+		rule    string // the rule that excluded the target
+	}{
+		{"below the instance's CUDA minimum", func(e *env) { cuda(&e.o) }, false, "no nvidia driver will be loaded", "cuda"},
+		{"built for another kernel", otherKernel, false, "no nvidia driver will be loaded", "vermagic"},
+		{"forced past the CUDA minimum", func(e *env) { cuda(&e.o) }, true, "", "cuda"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, true)
+			tt.prepare(e)
+			e.o.Force = tt.force
+			res, err := Switch(e.o)
+			if res.Decision == nil || len(res.Decision.Candidates) != 2 {
+				t.Fatalf("result.Decision = %+v, want the nvidia decision over 2 sets", res.Decision)
+			}
+			var excluded string
+			for _, c := range res.Decision.Candidates {
+				if c.Version == "2.0" {
+					excluded = c.Excluded
+				}
+			}
+			if excluded != tt.rule {
+				t.Errorf("2.0 excluded by %q, want %q", excluded, tt.rule)
+			}
+			if !tt.force {
+				var refused *RefusedError
+				if !errors.As(err, &refused) || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "as /init would refuse it") {
+					t.Fatalf("Switch = %v, want a RefusedError with %q", err, tt.want)
+				}
+				if refused.Refusal != res.Decision.Refusal {
+					t.Errorf("refusal %q, decision's %q: want the same words", refused.Refusal, res.Decision.Refusal)
+				}
+				if len(e.k.calls) != 0 {
+					t.Errorf("kernel calls = %q, want none", e.k.calls)
+				}
+				e.checkActive(t, "1.0", "init", "")
+				return
+			}
+			if err != nil {
+				t.Fatalf("Switch(--force) = %v", err)
+			}
+			if res.Forced == "" || !strings.Contains(res.Forced, "no nvidia driver will be loaded") {
+				t.Errorf("result.Forced = %q, want the refusal that was overridden", res.Forced)
+			}
+			e.checkActive(t, "2.0", "switch", "1.0")
+		})
+	}
+
+	t.Run("dry run", func(t *testing.T) {
+		e := newEnv(t, true)
+		e.o.DryRun = true
+		res, err := Switch(e.o)
+		if err != nil || !res.DryRun || res.Decision.Chosen == nil || res.Decision.Chosen.Version != "2.0" || res.From.Version != "1.0" {
+			t.Fatalf("Switch(dry run) = %+v, %v; want 2.0 chosen over the active 1.0", res, err)
+		}
+		if len(e.k.calls) != 0 {
+			t.Errorf("kernel calls = %q, want none", e.k.calls)
+		}
+		e.checkActive(t, "1.0", "init", "")
+	})
+}

@@ -77,7 +77,8 @@ the "selection" section of the boot report.`,
 				}
 				req = instance.Request{Source: "file", Origin: instFile, Instance: *in}
 			}
-			in := selection.Input{Kernel: kernel, Request: req, Devices: devs}
+			// The kernel's full vermagic from its own modules, as /init compares.
+			in := selection.Input{Kernel: kernel, Vermagic: selection.KernelVermagic(idx), Request: req, Devices: devs}
 			for i := range idx.Sets {
 				in.Sets = append(in.Sets, selection.Set{Set: &idx.Sets[i], Dir: filepath.Dir(idxPath), From: cacheDir})
 			}

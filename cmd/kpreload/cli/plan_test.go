@@ -289,3 +289,32 @@ func TestPlanHostileSysfs(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanVermagic: plan compares the kernel's full vermagic (from the
+// kernel's own set in the index), as /init does, not only its release: a set
+// built for the same release with other options is excluded.
+func TestPlanVermagic(t *testing.T) {
+	cache := planCache(t, []bootindex.Set{{ID: "a1", Driver: "kpreload-edu", Version: "1.0.0", Flavor: "open"}}, nil)
+	ixPath := filepath.Join(cache, "index", planKernel+".json")
+	ix, err := bootindex.Read(ixPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The kernel's own modules say "SMP preempt"; the set's say "SMP".
+	ix.Sets = append(ix.Sets, bootindex.Set{ID: "kernel", Modules: []bootindex.Module{{Name: "virtio_blk", Path: "k/virtio_blk.ko", Vermagic: planKernel + " SMP preempt mod_unload modversions "}}})
+	if err := bootindex.Write(ixPath, ix); err != nil {
+		t.Fatal(err)
+	}
+	root := pcitest.FromFixture(t, filepath.Join(pcitest.H200(t), "pci-sysfs.txt"))
+	var out, errOut bytes.Buffer
+	if code := Execute([]string{"plan", "--sysfs", root, "--cache", cache, "--kernel", planKernel, "--json"}, &out, &errOut); code != 0 {
+		t.Fatalf("plan: exit %d: %s", code, errOut.String())
+	}
+	var sel report.Selection
+	if err := json.Unmarshal(out.Bytes(), &sel); err != nil {
+		t.Fatal(err)
+	}
+	if len(sel.Drivers) != 1 || len(sel.Drivers[0].Candidates) != 1 || sel.Drivers[0].Candidates[0].Excluded != "vermagic" {
+		t.Errorf("plan with a set built with other kernel options: %+v, want it excluded by vermagic", sel.Drivers)
+	}
+}

@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/activate"
 	"github.com/kpreload/kpreload/gpu/cdispec"
+	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/gpu/switcher"
 	"github.com/kpreload/kpreload/kmodcache/store"
 	"github.com/kpreload/kpreload/live/loader"
@@ -22,16 +25,22 @@ func init() { register(newSwitchCmd) }
 func newSwitchCmd() *cobra.Command {
 	var (
 		cacheDir, driver, flavor, kernel string
+		sysfs, instFile                  string
 		bindTimeout                      time.Duration
-		asJSON                           bool
+		asJSON, dryRun, force            bool
 	)
 	cmd := &cobra.Command{
-		Use:   "switch VERSION [--cache DIR] [--driver NAME] [--flavor FLAVOR] [--json]",
+		Use:   "switch VERSION [--cache DIR] [--driver NAME] [--flavor FLAVOR] [--force] [--json] | switch VERSION --dry-run [--sysfs ROOT] [--cache DIR] [--kernel KVER] [--json]",
 		Short: "Change the loaded driver version without rebooting",
 		Long: `switch replaces the active driver with another version cached for the running
 kernel (the root cache's index/<uname -r>.json), without a reboot:
 
-  1. find the active driver set (/run/kpreload/ready, else the modules loaded);
+  1. find the active driver set (/run/kpreload/ready, else the modules loaded)
+     and take the driver decision /init and kpreload plan take, for VERSION:
+     vermagic, the CUDA minimum of the instance (--instance, default the
+     root's /etc/kpreload/instance.yaml), the driver's supported-GPU list and
+     the hardware present; a version /init would refuse is refused with the
+     same words (--force switches anyway, and the result records the refusal);
   2. refuse, changing nothing, if any of its modules is in use: an open device
      file (nvidia-persistenced, a CUDA program, Xorg) or a module outside the set
      that depends on it;
@@ -46,9 +55,14 @@ kernel (the root cache's index/<uname -r>.json), without a reboot:
 
 If the new set fails to load or to bind, it is unloaded and the previous set is
 loaded back (the exit status is non-zero either way). Steps go to stderr; the
-outcome, or with --json the whole record, to stdout. Needs root.`,
+outcome, or with --json the whole record, to stdout. Needs root.
+
+--dry-run takes the decision and prints it, changing nothing; with --sysfs (a
+sysfs mount, a root holding sys/, or a tree built from a capture), --cache and
+--kernel it checks a switch for another machine, as kpreload plan does.`,
 		Example: `  kpreload switch 535.261.03
-  systemctl stop kpreload-persistenced && kpreload switch 470.256.02 --json && systemctl start kpreload-persistenced`,
+  systemctl stop kpreload-persistenced && kpreload switch 470.256.02 --json && systemctl start kpreload-persistenced
+  kpreload switch 550.163.01 --dry-run --sysfs ./h200-capture --cache ./cache --kernel 6.12.117+deb12-cloud-amd64 --json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if kernel == "" {
@@ -58,11 +72,23 @@ outcome, or with --json the whole record, to stdout. Needs root.`,
 				}
 				kernel = unix.ByteSliceToString(u.Release[:])
 			}
+			if sysfs != "" && !dryRun {
+				return errors.New("switch: --sysfs reads another machine's devices: only with --dry-run")
+			}
+			sysDir, runDir := "/sys", activate.RunDir
+			if sysfs != "" {
+				sysDir, runDir = sysfs, "" // a capture: no readiness record of this host
+			}
+			req, err := switchRequest(instFile, sysfs == "")
+			if err != nil {
+				return err
+			}
 			ld := &loader.Loader{Release: kernel, SysRoot: "/sys", VerifyDigest: true, Phase: "switch", Now: switcher.BootTime}
 			opts := switcher.Options{
 				Version: args[0], Driver: driver, Flavor: flavor,
 				CacheDir: cacheDir, Release: kernel,
-				SysDir: "/sys", ProcDir: "/proc", DevDir: "/dev", RunDir: activate.RunDir, Root: "/",
+				SysDir: sysDir, ProcDir: "/proc", DevDir: "/dev", RunDir: runDir, Root: "/",
+				Request: req, Force: force, DryRun: dryRun,
 				DriversDir:  activate.DriversDir,
 				Kernel:      switcher.System{Loader: ld},
 				BindTimeout: bindTimeout,
@@ -70,6 +96,9 @@ outcome, or with --json the whole record, to stdout. Needs root.`,
 				Log:         prefixWriter{w: cmd.ErrOrStderr(), prefix: "kpreload switch: "},
 			}
 			res, err := switcher.Switch(opts)
+			if dryRun {
+				return printSwitchDecision(cmd.OutOrStdout(), res, err, asJSON)
+			}
 			// The CDI spec follows the driver now active (the new one, the old one
 			// after a rollback, or none: then the spec is removed).
 			if _, cerr := refreshCDI("/", "", cdispec.Options{}); cerr != nil {
@@ -112,9 +141,65 @@ outcome, or with --json the whole record, to stdout. Needs root.`,
 	f.StringVar(&flavor, "flavor", "", "flavour (open, proprietary), when VERSION is cached in several")
 	f.DurationVar(&bindTimeout, "bind-timeout", 10*time.Second, "how long to wait for devices to be bound again")
 	f.BoolVar(&asJSON, "json", false, "print the outcome as JSON")
-	f.StringVar(&kernel, "kernel", "", "kernel release to take the sets of (default: the running kernel; for tests)")
-	_ = f.MarkHidden("kernel")
+	f.StringVar(&kernel, "kernel", "", "kernel release to take the sets of (default: the running kernel)")
+	f.BoolVar(&dryRun, "dry-run", false, "take and print the decision, change nothing")
+	f.BoolVar(&force, "force", false, "switch even when the decision refuses VERSION (recorded in the result)")
+	f.StringVar(&sysfs, "sysfs", "", "with --dry-run: the PCI devices of another machine (a sysfs mount, a root holding sys/, a capture)")
+	f.StringVar(&instFile, "instance", "", "instance YAML whose CUDA minimum the switch keeps (default: /etc/kpreload/instance.yaml when it exists)")
 	return cmd
+}
+
+// switchRequest is the request whose rules besides version and flavour a
+// switch keeps: the instance file given, else the image's own when it exists
+// (on this machine only).
+func switchRequest(file string, local bool) (instance.Request, error) {
+	if file == "" && local {
+		if _, err := os.Stat("/" + instance.ImagePath); err == nil {
+			file = "/" + instance.ImagePath
+		}
+	}
+	if file == "" {
+		return instance.Request{}, nil
+	}
+	in, err := instance.ReadFile(file)
+	if err != nil {
+		return instance.Request{}, fmt.Errorf("switch: %w", err)
+	}
+	return instance.Request{Source: "file", Origin: file, Instance: *in}, nil
+}
+
+// printSwitchDecision prints a dry run: the decision for the target driver.
+func printSwitchDecision(w io.Writer, res *switcher.Result, err error, asJSON bool) error {
+	if asJSON && res != nil {
+		if jerr := printJSON(w, res); jerr != nil {
+			return jerr
+		}
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	d := res.Decision
+	fmt.Fprintf(w, "%s: %s %s would be loaded (%s), %s (dry run: nothing changed)\n", d.Driver, d.Chosen.Version, d.Chosen.Flavor, d.Rule, fromText(res))
+	for _, c := range d.Candidates {
+		state := "chosen"
+		if c.Excluded != "" {
+			state = c.Excluded + ": " + c.Reason
+		}
+		fmt.Fprintf(w, "  %-14s %-12s %.12s  %s\n", c.Version, c.Flavor, c.ID, state)
+	}
+	return nil
+}
+
+// fromText says what a dry run would replace.
+func fromText(res *switcher.Result) string {
+	switch {
+	case res.Unchanged:
+		return "already active"
+	case res.From == nil:
+		return "no driver active now"
+	}
+	return "replacing " + res.From.Version
 }
 
 // ldconfig refreshes the linker cache so libraries behind the moved driver link

@@ -3,11 +3,14 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/kpreload/kpreload/gpu/pci/pcitest"
+	"github.com/kpreload/kpreload/gpu/switcher"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 )
 
@@ -41,5 +44,43 @@ func TestSwitchRefusesAbsentVersion(t *testing.T) {
 	code = Execute([]string{"switch"}, &out, &errOut)
 	if code != 1 {
 		t.Errorf("switch without VERSION: exit %d, want 1", code)
+	}
+}
+
+// TestSwitchDryRunH200 checks a switch against the real H200 capture and
+// NVIDIA's real lists without touching anything: switching to 535.261.03 is
+// refused with the words kpreload plan (and /init) use, since 535's list does
+// not name the H200; to a version whose set has no list it is allowed; and
+// plan now compares the kernel's full vermagic, as /init does.
+func TestSwitchDryRunH200(t *testing.T) {
+	l535, _ := planLists(t)
+	cache := planCache(t, []bootindex.Set{
+		{ID: "a535o", Driver: "nvidia", Version: "535.261.03", Flavor: "open", SupportedGPUs: "l535/supported-gpus.json"},
+		{ID: "b999o", Driver: "nvidia", Version: "999.1.2", Flavor: "open"},
+	}, map[string]string{"l535/supported-gpus.json": l535})
+	root := pcitest.FromFixture(t, filepath.Join(pcitest.H200(t), "pci-sysfs.txt"))
+	run := func(args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		code := Execute(append([]string{"switch"}, args...), &out, &errOut)
+		return code, out.String(), errOut.String()
+	}
+
+	code, out, errOut := run("535.261.03", "--dry-run", "--sysfs", root, "--cache", cache, "--kernel", planKernel, "--json")
+	var res switcher.Result
+	if err := json.Unmarshal([]byte(out), &res); code != 1 || err != nil || res.Decision == nil || res.Decision.Chosen != nil {
+		t.Fatalf("switch 535 --dry-run --json: exit %d, %v, %+v; stderr %s", code, err, res, errOut)
+	}
+	want := "GPU 0000:00:06.0 10de:2335 (subsystem 10de:18bf) is not in 535.261.03's supported-gpus.json"
+	if !strings.Contains(res.Decision.Refusal+fmt.Sprint(res.Decision.Candidates), want) || !strings.Contains(errOut, "refused, as /init would refuse it") {
+		t.Errorf("switch 535 --dry-run: decision %+v, stderr %q; want a refusal naming %q", res.Decision, errOut, want)
+	}
+
+	code, out, errOut = run("999.1.2", "--dry-run", "--sysfs", root, "--cache", cache, "--kernel", planKernel)
+	if code != 0 || !strings.Contains(out, "nvidia: 999.1.2 open would be loaded (version 999.1.2), no driver active now (dry run: nothing changed)") {
+		t.Errorf("switch 999.1.2 --dry-run: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+
+	if code, _, errOut = run("999.1.2", "--sysfs", root, "--cache", cache, "--kernel", planKernel); code != 1 || !strings.Contains(errOut, "only with --dry-run") {
+		t.Errorf("switch --sysfs without --dry-run: exit %d, stderr %q; want a refusal", code, errOut)
 	}
 }
