@@ -25,6 +25,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/kpreload/kpreload/internal/fileutil"
+	"github.com/kpreload/kpreload/internal/tail"
 )
 
 // DefaultSuite is the suite recipes and images use when they name none: the
@@ -170,13 +173,13 @@ func (a *Archive) Update(ctx context.Context, force bool) error {
 		changed = false
 	}
 	if changed {
-		if err := writeAtomic(sources, []byte(want)); err != nil {
+		if err := fileutil.WriteAtomic(sources, []byte(want), 0o644, false); err != nil {
 			return fmt.Errorf("archive %s: %w", a.Suite, err)
 		}
 	}
 	status := filepath.Join(a.Dir, "status")
 	if _, err := os.Stat(status); err != nil {
-		if err := writeAtomic(status, nil); err != nil {
+		if err := fileutil.WriteAtomic(status, nil, 0o644, false); err != nil {
 			return fmt.Errorf("archive %s: %w", a.Suite, err)
 		}
 	}
@@ -194,7 +197,7 @@ func (a *Archive) Update(ctx context.Context, force bool) error {
 	if bytes.Contains(out, []byte("Err:")) {
 		return fmt.Errorf("archive %s: apt-get update could not read every source of %s: %s", a.Suite, sources, lastLines(grepLines(out, "Err:"), 5))
 	}
-	if err := writeAtomic(stamp, []byte(time.Now().UTC().Format(time.RFC3339)+"\n")); err != nil {
+	if err := fileutil.WriteAtomic(stamp, []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644, false); err != nil {
 		return fmt.Errorf("archive %s: %w", a.Suite, err)
 	}
 	a.updated = true
@@ -388,37 +391,11 @@ func Extract(ctx context.Context, deb, dir string) error {
 	return nil
 }
 
-// writeAtomic writes data to path through a temporary file and a rename.
-func writeAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
-}
-
-// lastLines returns the last n non-empty lines of out, joined by "; ".
+// lastLines returns the last n non-empty lines of out, trimmed, joined by "; ".
 func lastLines(out []byte, n int) string {
-	var lines []string
-	for _, l := range strings.Split(string(out), "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			lines = append(lines, l)
-		}
-	}
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
+	lines := tail.Lines(string(out), n)
+	for i, l := range lines {
+		lines[i] = strings.TrimSpace(l)
 	}
 	return strings.Join(lines, "; ")
 }

@@ -23,6 +23,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/kpreload/kpreload/internal/tail"
 )
 
 // Packages are what a build root holds beyond mmdebstrap's minbase variant:
@@ -130,7 +132,7 @@ func Ensure(ctx context.Context, spec Spec, log func(string)) (*Root, error) {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("build root for %s: mmdebstrap: %w: %s", spec.Suite, err, lastLines(out.String(), 8))
+		return nil, fmt.Errorf("build root for %s: mmdebstrap: %w: %s", spec.Suite, err, "\n  "+strings.Join(tail.Lines(out.String(), 8), "\n  "))
 	}
 	if err := os.WriteFile(filepath.Join(root, ".complete"), []byte(spec.Key()+"\n"), 0o644); err != nil {
 		return nil, fmt.Errorf("build root: %w", err)
@@ -170,13 +172,4 @@ func (r *Root) Output(ctx context.Context, name string, args ...string) ([]byte,
 		return nil, fmt.Errorf("%s in the %s build root: %w: %s", name, r.Suite, err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	return out, nil
-}
-
-// lastLines returns the last n lines of s, indented.
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return "\n  " + strings.Join(lines, "\n  ")
 }

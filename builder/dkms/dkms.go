@@ -54,6 +54,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kpreload/kpreload/builder/buildroot"
+	"github.com/kpreload/kpreload/internal/fileutil"
 )
 
 // DefaultPath is where Debian's dkms package installs the dkms program.
@@ -505,40 +506,12 @@ func CopyModules(res *BuildResult, dir string) ([]string, error) {
 	var out []string
 	for _, m := range res.Modules {
 		dst := filepath.Join(dir, filepath.Base(m))
-		if err := copyFile(m, dst); err != nil {
+		if err := fileutil.CopyAtomic(m, dst, 0o644, false); err != nil {
 			return nil, fmt.Errorf("copy modules: %w", err)
 		}
 		out = append(out, dst)
 	}
 	return out, nil
-}
-
-func copyFile(src, dst string) (err error) {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err = io.Copy(tmp, in); err != nil {
-		return err
-	}
-	if err = tmp.Chmod(0o644); err != nil {
-		return err
-	}
-	if err = tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), dst)
 }
 
 // copySource copies the tree src to dst, following symbolic links (a link

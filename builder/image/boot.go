@@ -3,6 +3,8 @@ package image
 import (
 	"fmt"
 	"strings"
+
+	"github.com/kpreload/kpreload/kmodcache/bootindex"
 )
 
 // ESP layout: where Build (and the install hook on a running image) put
@@ -82,7 +84,7 @@ version="${1:-}"
 root="${KPRELOAD_ROOT:-}"
 image="${2:-/boot/vmlinuz-$version}"
 kpreload="${KPRELOAD_BIN:-$root/usr/bin/kpreload}"
-cache="$root/var/lib/kpreload/cache"
+cache="$root/` + ImageCacheDir + `"
 esp="$root/boot/efi"
 
 if [ -z "$version" ]; then
@@ -95,8 +97,8 @@ case "$image" in
 *) image="$root$image" ;;
 esac
 
-if [ ! -f "$cache/index/$version.json" ]; then
-	cached=$(ls "$cache/index" 2>/dev/null | sed -n 's/\.json$//p' | tr '\n' ' ')
+if [ ! -f "$cache/` + bootindex.IndexDir + `/$version.json" ]; then
+	cached=$(ls "$cache/` + bootindex.IndexDir + `" 2>/dev/null | sed -n 's/\.json$//p' | tr '\n' ' ')
 	echo "kpreload: WARNING: the module cache has no driver cell for kernel $version." >&2
 	echo "kpreload: WARNING: it will boot, but kpreload will load no GPU driver for it." >&2
 	echo "kpreload: WARNING: kernels the cache holds: ${cached:-none}" >&2

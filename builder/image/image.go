@@ -25,6 +25,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
@@ -59,7 +60,7 @@ const (
 const (
 	// ImageCacheDir is the module cache subset for the image's kernels; /init's
 	// root cache phase reads index/<release>.json there before switch_root.
-	ImageCacheDir = "var/lib/kpreload/cache"
+	ImageCacheDir = bootindex.RootCacheDir
 	// ImageEarlyDrivers, when present in an image, says its initramfs images
 	// carry the driver sets and a complete index (Options.EarlyDrivers): the
 	// kernel install hook builds them that way too.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kpreload/kpreload/internal/fileutil"
 	"github.com/kpreload/kpreload/internal/testenv"
 
 	"github.com/kpreload/kpreload/builder/internal/buildtest"
@@ -148,7 +149,7 @@ func (f *fakeDriver) Build(ctx context.Context, req dkms.BuildRequest) (*dkms.Bu
 		}
 		suffix := strings.TrimPrefix(filepath.Base(found[0]), name)
 		dst := filepath.Join(req.WorkDir, "module", "renamed-"+name+suffix)
-		if err := copyFile(found[0], dst); err != nil {
+		if err := fileutil.CopyFile(found[0], dst, 0o644); err != nil {
 			return nil, err
 		}
 		mods = append(mods, dst)

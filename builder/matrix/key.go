@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/kpreload/kpreload/builder/recipe"
-	"github.com/kpreload/kpreload/kmodcache/manifest"
+	"github.com/kpreload/kpreload/kmodcache/modname"
 )
 
 // KeySchema is the "schema" entry of every cache key Run writes; change it
@@ -24,7 +24,7 @@ const ModuleCompression = "none"
 func cellKey(r *recipe.Recipe, src *source, k *kernel, x *extras) map[string]string {
 	mods := make([]string, len(r.Modules))
 	for i, m := range r.Modules {
-		mods[i] = manifest.NormalizeName(m)
+		mods[i] = modname.Normalize(m)
 	}
 	slices.Sort(mods)
 	key := map[string]string{

@@ -30,8 +30,9 @@ import (
 	"github.com/kpreload/kpreload/builder/buildroot"
 	"github.com/kpreload/kpreload/builder/dkms"
 	"github.com/kpreload/kpreload/builder/recipe"
-	"github.com/kpreload/kpreload/kmodcache/manifest"
+	"github.com/kpreload/kpreload/internal/fileutil"
 	"github.com/kpreload/kpreload/kmodcache/modinfo"
+	"github.com/kpreload/kpreload/kmodcache/modname"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
@@ -592,7 +593,7 @@ func (r *runner) keepLog(c Cell, log string) string {
 		return log
 	}
 	dst := filepath.Join(r.logDir, c.Recipe.Name+"_"+c.Kernel+".log")
-	if err := copyFile(log, dst); err != nil {
+	if err := fileutil.CopyFile(log, dst, 0o644); err != nil {
 		return log
 	}
 	return dst
@@ -619,7 +620,7 @@ func selectModules(built, want []string, dir string) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read built module: %w", err)
 		}
-		for _, n := range []string{manifest.NormalizeName(base[:i]), manifest.NormalizeName(info.Name)} {
+		for _, n := range []string{modname.Normalize(base[:i]), modname.Normalize(info.Name)} {
 			if _, dup := byName[n]; !dup {
 				byName[n] = f
 			}
@@ -631,13 +632,13 @@ func selectModules(built, want []string, dir string) ([]string, error) {
 	}
 	var out, missing []string
 	for _, w := range want {
-		f, ok := byName[manifest.NormalizeName(w)]
+		f, ok := byName[modname.Normalize(w)]
 		if !ok {
 			missing = append(missing, w)
 			continue
 		}
 		dst := filepath.Join(dir, w+f.suffix)
-		if err := copyFile(f.path, dst); err != nil {
+		if err := fileutil.CopyFile(f.path, dst, 0o644); err != nil {
 			return nil, fmt.Errorf("select modules: %w", err)
 		}
 		out = append(out, dst)

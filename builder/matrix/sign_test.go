@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kpreload/kpreload/internal/fileutil"
 	"github.com/kpreload/kpreload/internal/testenv"
 
 	"github.com/kpreload/kpreload/builder/dkms"
@@ -123,7 +124,7 @@ func TestRealSigning(t *testing.T) {
 	// kmod's modinfo (built with libcrypto) is the oracle for the same
 	// fields; it takes a path only when it ends in .ko.
 	ko := filepath.Join(dir, "kpreload_edu.ko")
-	if err := copyFile(obj, ko); err != nil {
+	if err := fileutil.CopyFile(obj, ko, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	for field, want := range map[string]string{"signer": cn, "sig_key": serial, "sig_hashalgo": "sha256"} {

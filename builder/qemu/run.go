@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kpreload/kpreload/internal/fileutil"
 	"github.com/kpreload/kpreload/live/report"
 )
 
@@ -102,7 +103,7 @@ func (r *Runner) Run(ctx context.Context, c Config) (*Result, error) {
 		}
 		c.OVMFCode, c.OVMFVars = code, vars
 		c.varsCopy = filepath.Join(filepath.Dir(c.ConsoleLog), "OVMF_VARS.fd")
-		if err := copyFile(vars, c.varsCopy); err != nil {
+		if err := fileutil.CopyFile(vars, c.varsCopy, 0o644); err != nil {
 			return nil, fmt.Errorf("qemu: copy the UEFI variable store: %w", err)
 		}
 	}
@@ -199,24 +200,6 @@ func watchUntil(re *regexp.Regexp, consoleLog string, stop func()) (end func()) 
 		}
 	}()
 	return func() { close(done); <-finished }
-}
-
-// copyFile copies src to dst (created or truncated, mode 0644).
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 // logPaths fills in the console and report log paths.

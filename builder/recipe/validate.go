@@ -12,6 +12,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/dkms"
+	"github.com/kpreload/kpreload/kmodcache/modname"
 )
 
 var (
@@ -210,16 +211,11 @@ func (r *Recipe) checkSourceDir() []error {
 		built = append(built, m.BuiltName)
 	}
 	for i, m := range r.Modules {
-		if !slices.ContainsFunc(built, func(b string) bool { return sameModule(b, m) }) {
+		if !slices.ContainsFunc(built, func(b string) bool { return modname.Same(b, m) }) {
 			errs = append(errs, r.errorf(fmt.Sprintf("modules[%d]", i), "%q is not built by %s (it builds %s)", m, conf, strings.Join(built, ", ")))
 		}
 	}
 	return errs
-}
-
-// sameModule compares module names as the kernel does: "-" and "_" are equal.
-func sameModule(a, b string) bool {
-	return strings.ReplaceAll(a, "-", "_") == strings.ReplaceAll(b, "-", "_")
 }
 
 func (r *Recipe) validateModules() []error {
@@ -232,7 +228,7 @@ func (r *Recipe) validateModules() []error {
 		if !moduleNameRE.MatchString(m) {
 			errs = append(errs, r.errorf(field, "%q is not a module name (letters, digits, '_' and '-', no .ko)", m))
 		}
-		if j := slices.IndexFunc(r.Modules[:i], func(p string) bool { return sameModule(p, m) }); j >= 0 {
+		if j := slices.IndexFunc(r.Modules[:i], func(p string) bool { return modname.Same(p, m) }); j >= 0 {
 			errs = append(errs, r.errorf(field, "%q is listed twice (also modules[%d])", m, j))
 		}
 	}

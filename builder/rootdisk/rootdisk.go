@@ -7,13 +7,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 
+	"github.com/kpreload/kpreload/internal/fileutil"
 	"golang.org/x/sys/unix"
 )
 
@@ -172,7 +172,11 @@ func Stage(dir string, o Options) error {
 		return fmt.Errorf("rootdisk: stage /tmp: %w", err)
 	}
 	if !o.NoInit {
-		if err := copyFile(o.Init, filepath.Join(dir, "sbin/init"), 0o755); err != nil {
+		initPath := filepath.Join(dir, "sbin/init")
+		if err := fileutil.CopyFile(o.Init, initPath, 0o755); err != nil {
+			return fmt.Errorf("rootdisk: install init: %w", err)
+		}
+		if err := os.Chmod(initPath, 0o755); err != nil {
 			return fmt.Errorf("rootdisk: install init: %w", err)
 		}
 	}
@@ -219,32 +223,15 @@ func copyTree(src, dst string) error {
 			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
 				return err
 			}
-			return copyFile(p, target, info.Mode().Perm())
+			if err := fileutil.CopyFile(p, target, info.Mode().Perm()); err != nil {
+				return err
+			}
+			// The exact mode, whatever the umask.
+			return os.Chmod(target, info.Mode().Perm())
 		default:
 			return fmt.Errorf("%s: unsupported file type %s", p, info.Mode().Type())
 		}
 	})
-}
-
-// copyFile copies one regular file, creating dst with mode perm.
-func copyFile(src, dst string, perm fs.FileMode) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	if err := out.Close(); err != nil {
-		return err
-	}
-	return os.Chmod(dst, perm)
 }
 
 // pinTimes sets every staged entry's access and modification times to fixedTime, so

@@ -32,6 +32,10 @@ const FwCfgPath = "/sys/firmware/qemu_fw_cfg/by_name/" + FwCfgName + "/raw"
 // ImagePath is the instance YAML baked into an image, relative to its root.
 const ImagePath = "etc/kpreload/instance.yaml"
 
+// InitramfsPath is where an initramfs carries a copy of the image's instance
+// YAML (kpreload initramfs --instance), for /init's early decision.
+const InitramfsPath = "/" + ImagePath
+
 // Kernel command line flags.
 const (
 	FlagInstance = "kpreload.instance"

@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kpreload/kpreload/gpu/mig"
+	"github.com/kpreload/kpreload/internal/fileutil"
 	"github.com/kpreload/kpreload/live/report"
 )
 
@@ -304,37 +305,13 @@ func Refresh(root string, sel *report.Selection) (written, removed []string, err
 			}
 			continue
 		}
-		if err := writeAtomic(path, b); err != nil {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return written, removed, err
+		}
+		if err := fileutil.WriteAtomic(path, b, 0o644, true); err != nil {
 			return written, removed, err
 		}
 		written = append(written, path)
 	}
 	return written, removed, nil
-}
-
-func writeAtomic(path string, b []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }

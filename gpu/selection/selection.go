@@ -19,6 +19,7 @@ import (
 	"github.com/kpreload/kpreload/gpu/pci"
 	"github.com/kpreload/kpreload/gpu/supported"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/kpreload/kpreload/kmodcache/modinfo"
 	"github.com/kpreload/kpreload/live/report"
 )
 
@@ -71,7 +72,7 @@ type Decision struct {
 // Input.Vermagic /init, plan and switch compare driver sets with.
 func KernelVermagic(idx *bootindex.Index) string {
 	for i := range idx.Sets {
-		if s := &idx.Sets[i]; IsKernelSet(s) && len(s.Modules) > 0 {
+		if s := &idx.Sets[i]; s.ID == bootindex.KernelSetID && len(s.Modules) > 0 {
 			return s.Modules[0].Vermagic
 		}
 	}
@@ -80,7 +81,7 @@ func KernelVermagic(idx *bootindex.Index) string {
 
 // IsKernelSet reports whether a set is the kernel's own modules, which
 // selection never restricts.
-func IsKernelSet(s *bootindex.Set) bool { return s.ID == "kernel" || s.Driver == "" }
+func IsKernelSet(s *bootindex.Set) bool { return s.ID == bootindex.KernelSetID || s.Driver == "" }
 
 // Keep reports whether a set may be loaded: the kernel's own sets always, a
 // driver set only when it is the chosen one of its driver. It fits
@@ -446,25 +447,12 @@ func otherBoards(l *supported.List, g pci.Device) string {
 // vermagicMismatch says why a set cannot load on the running kernel, or "".
 func vermagicMismatch(s *bootindex.Set, kernel, vermagic string) string {
 	for _, m := range s.Modules {
-		if vermagic != "" {
-			if m.Vermagic != vermagic {
-				return fmt.Sprintf("module %s has vermagic %q, running kernel %q", m.Name, m.Vermagic, vermagic)
-			}
-			continue
-		}
-		if f := strings.Fields(m.Vermagic); len(f) == 0 || f[0] != kernel {
-			return fmt.Sprintf("module %s built for kernel %q, running %s", m.Name, firstWord(m.Vermagic), kernel)
+		if why := modinfo.CheckVermagic(m.Vermagic, kernel, vermagic); why != "" {
+			return fmt.Sprintf("module %s: %s", m.Name, why)
 		}
 	}
 	if len(s.Modules) == 0 {
 		return "set has no modules"
-	}
-	return ""
-}
-
-func firstWord(s string) string {
-	if f := strings.Fields(s); len(f) > 0 {
-		return f[0]
 	}
 	return ""
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/kpreload/kpreload/gpu/pci"
 	"github.com/kpreload/kpreload/gpu/selection"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/kpreload/kpreload/kmodcache/modname"
 	"github.com/kpreload/kpreload/live/coldplug"
 	"github.com/kpreload/kpreload/live/inroot"
 	"github.com/kpreload/kpreload/live/loader"
@@ -247,7 +248,7 @@ func (s *switcher) run() error {
 	if o.Kernel == nil {
 		return errors.New("switch: no kernel interface")
 	}
-	indexPath := filepath.Join(o.CacheDir, "index", o.Release+".json")
+	indexPath := bootindex.Path(o.CacheDir, o.Release)
 	idx, err := bootindex.Read(indexPath)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -337,7 +338,7 @@ func (s *switcher) current(idx *bootindex.Index) (*bootindex.Set, error) {
 	var found []*bootindex.Set
 	for i := range idx.Sets {
 		set := &idx.Sets[i]
-		if set.ID == "kernel" || set.Driver == "" || !s.anyLoaded(set) {
+		if selection.IsKernelSet(set) || !s.anyLoaded(set) {
 			continue
 		}
 		ok := true
@@ -464,7 +465,7 @@ func (s *switcher) decide(idx *bootindex.Index, to *bootindex.Set) error {
 
 func hasModule(set *bootindex.Set, name string) bool {
 	for _, m := range set.Modules {
-		if coldplug.Normalize(m.Name) == coldplug.Normalize(name) {
+		if modname.Same(m.Name, name) {
 			return true
 		}
 	}
@@ -473,7 +474,7 @@ func hasModule(set *bootindex.Set, name string) bool {
 
 // modDir is the module's directory, a path inside SysDir.
 func (s *switcher) modDir(name string) string {
-	return path.Join("/module", coldplug.Normalize(name))
+	return path.Join("/module", modname.Normalize(name))
 }
 
 // loaded reports whether a module is loaded (built-in modules have no initstate).
@@ -505,10 +506,10 @@ func loadOrder(set *bootindex.Set) []string {
 	deps := map[string][]string{}
 	var names []string
 	for _, m := range set.Modules {
-		n := coldplug.Normalize(m.Name)
+		n := modname.Normalize(m.Name)
 		names = append(names, n)
 		for _, d := range m.Depends {
-			deps[n] = append(deps[n], coldplug.Normalize(d))
+			deps[n] = append(deps[n], modname.Normalize(d))
 		}
 	}
 	sort.Strings(names)
@@ -557,10 +558,10 @@ func unloadOrder(set *bootindex.Set) []string {
 	deps := map[string][]string{}
 	var names []string
 	for _, m := range set.Modules {
-		n := coldplug.Normalize(m.Name)
+		n := modname.Normalize(m.Name)
 		names = append(names, n)
 		for _, d := range m.Depends {
-			d = coldplug.Normalize(d)
+			d = modname.Normalize(d)
 			if d != n && !slices.Contains(deps[n], d) {
 				deps[n] = append(deps[n], d)
 				users[d]++
@@ -618,7 +619,7 @@ func (s *switcher) checkUnused(unload []string) error {
 		holders, _ := inroot.ReadDir(s.o.SysDir, path.Join(dir, "holders"))
 		var held []string
 		for _, h := range holders {
-			if !going[coldplug.Normalize(h.Name())] {
+			if !going[modname.Normalize(h.Name())] {
 				return &InUseError{Module: n, Reason: fmt.Sprintf("module %s, which is not part of the driver set, depends on it; unload it first", h.Name())}
 			}
 			held = append(held, h.Name())

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/activate"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/kpreload/kpreload/kmodcache/modname"
 	"github.com/kpreload/kpreload/live/coldplug"
 	"github.com/kpreload/kpreload/live/report"
 	"golang.org/x/sys/unix"
@@ -73,7 +74,7 @@ func (k *fakeKernel) insert(name, version string, deps []string) {
 		}
 	}
 	for _, d := range deps {
-		d = coldplug.Normalize(d)
+		d = modname.Normalize(d)
 		if err := os.Symlink("../../"+name, filepath.Join(k.mod(d), "holders", name)); err != nil {
 			k.t.Fatal(err)
 		}
@@ -132,7 +133,7 @@ func (k *fakeKernel) Load(ix *coldplug.Index, names []string) []report.Module {
 	var out []report.Module
 	var visit func(name string) bool
 	visit = func(name string) bool {
-		name = coldplug.Normalize(name)
+		name = modname.Normalize(name)
 		if k.isLoaded(name) {
 			return true
 		}

@@ -18,8 +18,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/initramfs/archive"
-	"github.com/kpreload/kpreload/initramfs/pid1"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/modalias"
@@ -100,7 +100,7 @@ type Options struct {
 	// drivers before the root is mounted.
 	Complete bool
 	// Instance, when set, is the image's instance YAML, copied to
-	// pid1.InitramfsInstance so an early decision sees the image's request.
+	// instance.InitramfsPath so an early decision sees the image's request.
 	Instance string
 	// Filesystems, when set, are the only root filesystems (keys of
 	// Filesystems) whose modules are included; nil includes them all. An
@@ -159,7 +159,7 @@ func Build(o Options, w io.Writer) (*Result, error) {
 	// usr/default_cpio_list (dev, dev/console c 5 1, root) and this archive over
 	// it, and /init mounts devtmpfs on /dev and reopens /dev/console itself.
 	if o.Instance != "" {
-		if err := a.AddFileFrom(strings.TrimPrefix(pid1.InitramfsInstance, "/"), 0o644, o.Instance); err != nil {
+		if err := a.AddFileFrom(strings.TrimPrefix(instance.InitramfsPath, "/"), 0o644, o.Instance); err != nil {
 			return nil, fmt.Errorf("instance file: %w", err)
 		}
 	}
@@ -250,7 +250,7 @@ func Build(o Options, w io.Writer) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := a.AddFile(path.Join(modRoot, pid1.IndexName), 0o644, ixData); err != nil {
+	if err := a.AddFile(path.Join(modRoot, bootindex.InitramfsName), 0o644, ixData); err != nil {
 		return nil, err
 	}
 	h := sha256.New()
@@ -342,7 +342,7 @@ func kernelSet(tree *modalias.Tree, o Options) (*bootindex.Set, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kernel %s: %w", o.Kernel, err)
 	}
-	set := &bootindex.Set{ID: "kernel", Dir: "."}
+	set := &bootindex.Set{ID: bootindex.KernelSetID, Dir: "."}
 	var mods []bootindex.Module
 	for _, m := range order {
 		if m.Builtin {
@@ -429,7 +429,7 @@ type cacheSet struct {
 
 // cacheSets reads the cache's boot index for the kernel.
 func cacheSets(cacheDir, kernel string) ([]cacheSet, error) {
-	p := filepath.Join(cacheDir, "index", kernel+".json")
+	p := bootindex.Path(cacheDir, kernel)
 	ix, err := bootindex.Read(p)
 	if err != nil {
 		return nil, fmt.Errorf("cache %s has no modules for kernel %s: %w", cacheDir, kernel, err)

@@ -51,7 +51,7 @@ func (b *Boot) drivers(early <-chan earlyResult) {
 		b.finishEarly(<-early)
 		return
 	}
-	rootPath := filepath.Join(NewRoot, RootCacheIndex, b.release+".json")
+	rootPath := bootindex.Path(filepath.Join(NewRoot, bootindex.RootCacheDir), b.release)
 	rootIdx, err := bootindex.Read(rootPath)
 	if err != nil {
 		rootIdx = nil

@@ -19,10 +19,6 @@ import (
 	"github.com/kpreload/kpreload/live/report"
 )
 
-// InitramfsInstance is where an initramfs carries a copy of the image's
-// /etc/kpreload/instance.yaml (kpreload initramfs --instance).
-const InitramfsInstance = "/etc/kpreload/instance.yaml"
-
 // earlyResult is what the early driver loads did while the root was found.
 type earlyResult struct {
 	modules []report.Module
@@ -66,7 +62,7 @@ func (b *Boot) startEarly() <-chan earlyResult {
 	pciBus, pciBusErr := coldplug.ScanBus("/sys", "pci")
 	pciDevs, pciErr := pciDevices("/sys", pciBus, pciBusErr)
 	fwCfgLoaded()
-	files := []instance.File{fwFile, {Source: instance.SourceImage, Path: InitramfsInstance}}
+	files := []instance.File{fwFile, {Source: instance.SourceImage, Path: instance.InitramfsPath}}
 	req, reqErrs := instance.Find(b.cmd.Flag, files)
 	for _, e := range reqErrs {
 		b.errorf("%v", e)
@@ -298,7 +294,7 @@ func (b *Boot) finishEarly(res earlyResult) {
 	}
 	b.event("early driver loads joined: %d modules", len(res.modules))
 
-	rootPath := filepath.Join(NewRoot, RootCacheIndex, b.release+".json")
+	rootPath := bootindex.Path(filepath.Join(NewRoot, bootindex.RootCacheDir), b.release)
 	if rootIdx, err := bootindex.Read(rootPath); err == nil {
 		have := map[string]bool{}
 		for _, s := range b.initIdx.Sets {
@@ -311,7 +307,7 @@ func (b *Boot) finishEarly(res earlyResult) {
 		}
 	}
 	if root, err := os.ReadFile(filepath.Join(NewRoot, instance.ImagePath)); err == nil {
-		if copy, cerr := os.ReadFile(InitramfsInstance); cerr != nil || !bytes.Equal(root, copy) {
+		if copy, cerr := os.ReadFile(instance.InitramfsPath); cerr != nil || !bytes.Equal(root, copy) {
 			b.warnf("the root's %s differs from the initramfs's copy the early decision used: regenerate the initramfs", instance.ImagePath)
 		}
 	}

@@ -25,19 +25,13 @@ import (
 	"github.com/kpreload/kpreload/initramfs/kcmdline"
 	"github.com/kpreload/kpreload/initramfs/rootfs"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/kpreload/kpreload/kmodcache/modname"
 	"github.com/kpreload/kpreload/live/coldplug"
 	"github.com/kpreload/kpreload/live/loader"
 	"github.com/kpreload/kpreload/live/report"
 	"github.com/u-root/u-root/pkg/mount"
 	"golang.org/x/sys/unix"
 )
-
-// IndexName is the boot index file inside the initramfs, under /lib/modules/<release>/.
-const IndexName = "kpreload.index.json"
-
-// RootCacheIndex is where the root filesystem's module cache keeps boot indexes
-// (relative to the mounted root), one file per kernel release.
-const RootCacheIndex = "var/lib/kpreload/cache/index"
 
 // NewRoot is where the root filesystem is mounted before switch_root.
 const NewRoot = "/newroot"
@@ -227,7 +221,7 @@ func readIndex(release string) <-chan indexRead {
 				out <- indexRead{err: fmt.Errorf("boot index: reading it crashed: %v", r)}
 			}
 		}()
-		idx, err := bootindex.Read(filepath.Join("/lib/modules", release, IndexName))
+		idx, err := bootindex.Read(filepath.Join("/lib/modules", release, bootindex.InitramfsName))
 		out <- indexRead{idx, err}
 	}()
 	return out
@@ -292,20 +286,10 @@ func (b *Boot) setup() {
 	if idx.Kernel != b.release {
 		b.errorf("boot index is for kernel %s, running %s", idx.Kernel, b.release)
 	}
-	b.ld.Vermagic = kernelVermagic(idx)
+	b.ld.Vermagic = selection.KernelVermagic(idx)
 	b.initIdx, b.initDir = idx, dir
 	b.index.Add(dir, idx, func(s *bootindex.Set) bool { return selection.IsKernelSet(s) })
 	b.event("boot index read: %d sets", len(idx.Sets))
-}
-
-// kernelVermagic returns the full vermagic of the kernel's own modules in an index.
-func kernelVermagic(idx *bootindex.Index) string {
-	for _, s := range idx.Sets {
-		if s.ID == "kernel" && len(s.Modules) > 0 {
-			return s.Modules[0].Vermagic
-		}
-	}
-	return ""
 }
 
 // flagOK returns a kernel command line flag's value and whether it is set
@@ -465,7 +449,7 @@ func (b *Boot) requested(phase string) {
 	b.ld.Phase = phase
 	var want []string
 	for _, n := range strings.Split(v, ",") {
-		n = coldplug.Normalize(strings.TrimSpace(n))
+		n = modname.Normalize(strings.TrimSpace(n))
 		if n == "" || b.attempted[n] || len(b.index.ByName(n)) == 0 {
 			continue
 		}
@@ -475,7 +459,7 @@ func (b *Boot) requested(phase string) {
 	if len(want) == 0 {
 		if phase == "rootfs" {
 			for _, n := range strings.Split(v, ",") {
-				if n = coldplug.Normalize(strings.TrimSpace(n)); n != "" && !b.attempted[n] {
+				if n = modname.Normalize(strings.TrimSpace(n)); n != "" && !b.attempted[n] {
 					b.warnf("kpreload.load: module %s is in no cached set for %s", n, b.release)
 				}
 			}

@@ -14,6 +14,23 @@ import (
 // FormatVersion is the current index format; readers refuse other versions.
 const FormatVersion = 1
 
+// Names shared by the cache, the initramfs and /init.
+const (
+	// KernelSetID is the ID of the set of the kernel's own modules.
+	KernelSetID = "kernel"
+	// IndexDir is the directory of a module cache that holds its boot indexes.
+	IndexDir = "index"
+	// InitramfsName is the boot index file inside an initramfs, under /lib/modules/<release>/.
+	InitramfsName = "kpreload.index.json"
+	// RootCacheDir is the module cache of a root filesystem (an image's), relative to its root.
+	RootCacheDir = "var/lib/kpreload/cache"
+)
+
+// Path returns the boot index file of a kernel release in a module cache directory.
+func Path(cacheDir, kernel string) string {
+	return filepath.Join(cacheDir, IndexDir, kernel+".json")
+}
+
 // Index lists the module sets available for one kernel release.
 type Index struct {
 	Format int `json:"format"`
@@ -30,7 +47,7 @@ type Index struct {
 // Set is a group of modules that are loaded together: the kernel's own boot-critical
 // modules, or one driver version built for this kernel.
 type Set struct {
-	// ID is the content address of the set's manifest (sha256 hex), or "kernel" for the kernel's own modules.
+	// ID is the content address of the set's manifest (sha256 hex), or KernelSetID for the kernel's own modules.
 	ID string `json:"id"`
 	// Driver, Version and Flavor name the driver ("nvidia", "535.261.03", "open"); empty for kernel modules.
 	Driver  string `json:"driver,omitempty"`

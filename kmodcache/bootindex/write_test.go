@@ -34,3 +34,15 @@ func TestWriteRead(t *testing.T) {
 		t.Errorf("Write(into a missing directory) = nil error, want one")
 	}
 }
+
+func TestPath(t *testing.T) {
+	for _, tt := range []struct{ cache, kernel, want string }{
+		{"/var/lib/kpreload/cache", "6.1.0-56-cloud-amd64", "/var/lib/kpreload/cache/index/6.1.0-56-cloud-amd64.json"},
+		{"/newroot/" + RootCacheDir, "6.12.117+deb12-cloud-amd64", "/newroot/var/lib/kpreload/cache/index/6.12.117+deb12-cloud-amd64.json"},
+		{"cache/", "k", "cache/index/k.json"},
+	} {
+		if got := Path(tt.cache, tt.kernel); got != tt.want {
+			t.Errorf("Path(%q, %q) = %q, want %q", tt.cache, tt.kernel, got, tt.want)
+		}
+	}
+}

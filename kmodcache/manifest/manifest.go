@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/kpreload/kpreload/kmodcache/modinfo"
+	"github.com/kpreload/kpreload/kmodcache/modname"
 )
 
 // FormatVersion is the manifest format this package writes; Unmarshal refuses others.
@@ -176,11 +177,11 @@ func Build(driver, version, flavor string, modules []Module, cacheKey map[string
 	}
 	inSet := map[string]bool{}
 	for _, mod := range m.Modules {
-		inSet[NormalizeName(mod.Name)] = true
+		inSet[modname.Normalize(mod.Name)] = true
 	}
 	for _, mod := range m.Modules {
 		for _, d := range mod.Depends {
-			if !inSet[NormalizeName(d)] {
+			if !inSet[modname.Normalize(d)] {
 				m.External = append(m.External, d)
 			}
 		}
@@ -192,10 +193,6 @@ func Build(driver, version, flavor string, modules []Module, cacheKey map[string
 	}
 	return m, nil
 }
-
-// NormalizeName turns a module name into the form the kernel compares: dashes
-// become underscores.
-func NormalizeName(name string) string { return strings.ReplaceAll(name, "-", "_") }
 
 // Canonicalize puts the manifest in canonical order: modules sorted by name,
 // list fields sorted and free of duplicates (Softdeps keep file order), empty

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/kpreload/kpreload/kmodcache/modinfo"
+	"github.com/kpreload/kpreload/kmodcache/modname"
 )
 
 // maxModuleName is the longest module name the kernel accepts
@@ -46,10 +49,10 @@ func (m *Manifest) Validate() error {
 	case !validRelease(m.Kernel):
 		add("kernel release %q is not a valid release name (no spaces, slashes or leading dot)", m.Kernel)
 	}
-	if f := strings.Fields(m.Vermagic); len(f) == 0 {
+	if r := modinfo.VermagicRelease(m.Vermagic); r == "" {
 		add("vermagic is empty")
-	} else if f[0] != m.Kernel {
-		add("vermagic %q is for kernel %q, set is for %q", m.Vermagic, f[0], m.Kernel)
+	} else if r != m.Kernel {
+		add("vermagic %q is for kernel %q, set is for %q", m.Vermagic, r, m.Kernel)
 	}
 	if strings.TrimSpace(m.Driver) == "" {
 		add("driver name is empty")
@@ -81,7 +84,7 @@ func (m *Manifest) Validate() error {
 		case !validModuleName(mod.Name):
 			add("module name %q is not a kernel module name ([A-Za-z0-9_-], at most %d characters)", mod.Name, maxModuleName)
 		}
-		if n := NormalizeName(mod.Name); mod.Name != "" {
+		if n := modname.Normalize(mod.Name); mod.Name != "" {
 			if _, dup := names[n]; dup {
 				add("module %s appears more than once", mod.Name)
 			}
@@ -109,9 +112,9 @@ func (m *Manifest) Validate() error {
 			add("module %s compression %q is not one of \"\", xz, zstd, gzip", label, mod.Compression)
 		}
 		if mod.Vermagic != m.Vermagic {
-			kernel := "(none)"
-			if f := strings.Fields(mod.Vermagic); len(f) > 0 {
-				kernel = f[0]
+			kernel := modinfo.VermagicRelease(mod.Vermagic)
+			if kernel == "" {
+				kernel = "(none)"
 			}
 			add("module %s has vermagic %q (kernel %s), set has %q", label, mod.Vermagic, kernel, m.Vermagic)
 		}
@@ -124,7 +127,7 @@ func (m *Manifest) Validate() error {
 
 	external := map[string]bool{}
 	for _, e := range m.External {
-		n := NormalizeName(e)
+		n := modname.Normalize(e)
 		external[n] = true
 		if _, in := names[n]; in {
 			add("module %s is listed as external but is part of the set", e)
@@ -132,7 +135,7 @@ func (m *Manifest) Validate() error {
 	}
 	for _, mod := range m.Modules {
 		for _, d := range mod.Depends {
-			n := NormalizeName(d)
+			n := modname.Normalize(d)
 			if _, in := names[n]; !in && !external[n] {
 				add("module %s depends on %s, which is neither in the set nor listed as external", mod.Name, d)
 			}
@@ -178,9 +181,9 @@ func (m *Manifest) label() string {
 func (m *Manifest) dependencyCycle() []string {
 	deps := map[string][]string{}
 	for _, mod := range m.Modules {
-		n := NormalizeName(mod.Name)
+		n := modname.Normalize(mod.Name)
 		for _, d := range mod.Depends {
-			deps[n] = append(deps[n], NormalizeName(d))
+			deps[n] = append(deps[n], modname.Normalize(d))
 		}
 	}
 	const (
@@ -214,7 +217,7 @@ func (m *Manifest) dependencyCycle() []string {
 		return nil
 	}
 	for _, mod := range m.Modules {
-		if c := visit(NormalizeName(mod.Name)); c != nil {
+		if c := visit(modname.Normalize(mod.Name)); c != nil {
 			return c
 		}
 	}
@@ -224,7 +227,7 @@ func (m *Manifest) dependencyCycle() []string {
 // has reports whether the set holds a module of that (normalized) name.
 func (m *Manifest) has(name string) bool {
 	for _, mod := range m.Modules {
-		if NormalizeName(mod.Name) == name {
+		if modname.Normalize(mod.Name) == name {
 			return true
 		}
 	}

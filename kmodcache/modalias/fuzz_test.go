@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kpreload/kpreload/kmodcache/modname"
 )
 
 // FuzzLoadTree checks the readers of a module tree's text indexes
@@ -78,7 +80,7 @@ func checkTree(t *testing.T, tree *Tree) {
 		all = append(all, e.module)
 	}
 	for _, n := range all {
-		if n == "" || NormalizeName(n) != n {
+		if n == "" || modname.FromPath(n) != n {
 			t.Fatalf("the tree holds a module named %q (want a non-empty name, normalised)", n)
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/kpreload/kpreload/kmodcache/modname"
 )
 
 // The real kmod, run as an oracle for tests: modprobe against a module tree that is
@@ -86,7 +88,7 @@ func ModprobeShowDepends(root, kver, name string) ([]Module, error) {
 		switch {
 		case len(f) == 0:
 		case f[0] == "insmod" && len(f) >= 2:
-			mods = append(mods, Module{Name: NormalizeName(f[1]), Path: strings.TrimPrefix(strings.TrimPrefix(f[1], raw), clean)})
+			mods = append(mods, Module{Name: modname.FromPath(f[1]), Path: strings.TrimPrefix(strings.TrimPrefix(f[1], raw), clean)})
 		case f[0] == "builtin" && len(f) == 2:
 			mods = append(mods, Module{Name: f[1], Builtin: true})
 		default:

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/kpreload/kpreload/kmodcache/modname"
 )
 
 // LoadOrder returns the modules to insert, in order, so that the named modules
@@ -19,7 +21,7 @@ import (
 func (t *Tree) LoadOrder(names ...string) ([]Module, error) {
 	refs := make([]modRef, 0, len(names))
 	for _, n := range names {
-		name := NormalizeName(n)
+		name := modname.FromPath(n)
 		if _, ok := t.Module(name); !ok {
 			return nil, t.unknownModule(n)
 		}
@@ -105,7 +107,7 @@ func (p *prober) withSoftdeps(name string) {
 
 // unknownModule explains that name is not in the tree and suggests close names.
 func (t *Tree) unknownModule(name string) error {
-	want := NormalizeName(name)
+	want := modname.FromPath(name)
 	type cand struct {
 		name string
 		dist int

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/kpreload/kpreload/kmodcache/modname"
 )
 
 // Module is one kernel module of a tree.
@@ -125,18 +127,6 @@ func LoadTree(modulesDir string) (*Tree, error) {
 // Dir returns the modules directory the tree was loaded from.
 func (t *Tree) Dir() string { return t.dir }
 
-// NormalizeName returns a module name the way kmod spells it: the base name of a
-// path up to its first '.', with every '-' replaced by '_'.
-func NormalizeName(name string) string {
-	if i := strings.LastIndexByte(name, '/'); i >= 0 {
-		name = name[i+1:]
-	}
-	if i := strings.IndexByte(name, '.'); i >= 0 {
-		name = name[:i]
-	}
-	return strings.ReplaceAll(name, "-", "_")
-}
-
 // lines calls f for each line of data with its 1-based number, without the newline.
 func lines(data string, f func(n int, line string) error) error {
 	for n := 1; len(data) > 0; n++ {
@@ -162,12 +152,12 @@ func (t *Tree) parseDep(path, data string) error {
 		head, rest, ok := strings.Cut(line, ":")
 		head = strings.TrimSpace(head)
 		// A path whose module name is empty ("/:", ".ko:") names no module.
-		if !ok || head == "" || strings.ContainsAny(head, " \t") || NormalizeName(head) == "" {
+		if !ok || head == "" || strings.ContainsAny(head, " \t") || modname.FromPath(head) == "" {
 			return fmt.Errorf("%s:%d: want \"module-path: dependency-paths\", got %q", path, n, line)
 		}
 		deps := strings.Fields(rest)
 		for _, d := range deps {
-			if NormalizeName(d) == "" {
+			if modname.FromPath(d) == "" {
 				return fmt.Errorf("%s:%d: dependency %q is not a module path", path, n, d)
 			}
 		}
@@ -186,7 +176,7 @@ func (t *Tree) parseDep(path, data string) error {
 
 // entry returns the module for a modules.dep path, creating it when new.
 func (t *Tree) entry(path string) *modEntry {
-	name := NormalizeName(path)
+	name := modname.FromPath(path)
 	m := t.mods[name]
 	if m == nil {
 		m = &modEntry{name: name, path: path, idx: -1}
@@ -202,7 +192,7 @@ func (t *Tree) parseBuiltin(path, data string) error {
 		if line == "" {
 			return nil
 		}
-		name := NormalizeName(line)
+		name := modname.FromPath(line)
 		if name == "" || strings.ContainsAny(line, " \t") {
 			return fmt.Errorf("%s:%d: want a module path, got %q", path, n, line)
 		}
@@ -227,13 +217,13 @@ func (t *Tree) parseBuiltinModinfo(path string, data string) error {
 		}
 		mod, kv, ok := strings.Cut(rec, ".")
 		key, value, ok2 := strings.Cut(kv, "=")
-		if !ok || !ok2 || NormalizeName(mod) == "" || key == "" {
+		if !ok || !ok2 || modname.FromPath(mod) == "" || key == "" {
 			return fmt.Errorf("%s: entry %d: want \"module.key=value\", got %q", path, n, rec)
 		}
 		if key != "alias" {
 			continue // parameters of built-in code that is no module appear here too
 		}
-		mod = NormalizeName(mod)
+		mod = modname.FromPath(mod)
 		t.inKernel[mod] = true
 		// depmod skips (with a warning) aliases with unbalanced brackets.
 		if pattern, ok := normalizeAlias(value); ok {
@@ -260,14 +250,14 @@ func (t *Tree) parseAliasFile(path, data string) ([]aliasEntry, error) {
 		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
 			return nil
 		}
-		if len(f) != 3 || f[0] != "alias" || NormalizeName(f[2]) == "" {
+		if len(f) != 3 || f[0] != "alias" || modname.FromPath(f[2]) == "" {
 			return fmt.Errorf("%s:%d: want \"alias PATTERN MODULE\", got %q", path, n, line)
 		}
 		pattern, ok := normalizeAlias(f[1])
 		if !ok {
 			return nil // depmod leaves aliases with unbalanced brackets out of the index
 		}
-		mod := NormalizeName(f[2])
+		mod := modname.FromPath(f[2])
 		prio := -1
 		if m := t.mods[mod]; m != nil && m.listed {
 			prio = m.idx
@@ -371,7 +361,7 @@ func (t *Tree) loadSymbols() []aliasEntry {
 // Module returns the module called name (normalised first): a loadable module with
 // its path, or a built-in one.
 func (t *Tree) Module(name string) (Module, bool) {
-	name = NormalizeName(name)
+	name = modname.FromPath(name)
 	if m := t.mods[name]; m != nil {
 		return Module{Name: m.name, Path: m.path}, true
 	}
@@ -383,7 +373,7 @@ func (t *Tree) Module(name string) (Module, bool) {
 
 // Builtin reports whether the module called name is compiled into the kernel.
 func (t *Tree) Builtin(name string) bool {
-	name = NormalizeName(name)
+	name = modname.FromPath(name)
 	return t.mods[name] == nil && t.inKernel[name]
 }
 
@@ -408,7 +398,7 @@ func (t *Tree) Names() []string {
 // the file's order. depmod lists every dependency, direct or not, so this is the
 // whole closure; insert them in reverse order (LoadOrder does).
 func (t *Tree) Deps(name string) []string {
-	if m := t.mods[NormalizeName(name)]; m != nil {
+	if m := t.mods[modname.FromPath(name)]; m != nil {
 		return append([]string(nil), m.deps...)
 	}
 	return nil
@@ -417,7 +407,7 @@ func (t *Tree) Deps(name string) []string {
 // Softdeps returns the soft dependencies modprobe applies to the module called
 // name: those of the first softdep line whose pattern matches it, unresolved.
 func (t *Tree) Softdeps(name string) (pre, post []string) {
-	name = NormalizeName(name)
+	name = modname.FromPath(name)
 	for _, sd := range t.softdeps {
 		if Match(sd.name, name) {
 			return append([]string(nil), sd.pre...), append([]string(nil), sd.post...)

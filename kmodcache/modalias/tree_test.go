@@ -201,20 +201,6 @@ func TestNormalizeAlias(t *testing.T) {
 	}
 }
 
-func TestNormalizeName(t *testing.T) {
-	cases := []struct{ in, want string }{
-		{"kernel/drivers/block/virtio_blk.ko", "virtio_blk"},
-		{"kernel/arch/x86/crypto/crc32-pclmul.ko.xz", "crc32_pclmul"},
-		{"nvme-core", "nvme_core"},
-		{"/abs/path/8250_pci.ko.zst", "8250_pci"},
-	}
-	for _, c := range cases {
-		if got := NormalizeName(c.in); got != c.want {
-			t.Errorf("NormalizeName(%q) = %q, want %q", c.in, got, c.want)
-		}
-	}
-}
-
 func TestSubtreeLess(t *testing.T) {
 	// kmod's walk: children in byte order, a node's own values after them.
 	cases := []struct {

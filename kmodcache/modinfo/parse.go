@@ -8,8 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
+
+	"github.com/kpreload/kpreload/kmodcache/modname"
 )
 
 // SignatureMagic ends every module that carries an appended signature
@@ -112,7 +113,7 @@ func parseAt(name string, r io.ReaderAt, size int64) (*Info, error) {
 	if info.Name == "" {
 		// Kernels before 5.3 did not write name= into .modinfo; kmod then
 		// names the module after its file.
-		info.Name = nameFromPath(name)
+		info.Name = modname.FromPath(name)
 	}
 
 	vers, err := sectionBytes(f, r, size, "__versions")
@@ -282,14 +283,4 @@ func parseVersions(b []byte, class elf.Class, order binary.ByteOrder) ([]Symbol,
 		syms = append(syms, Symbol{Name: string(raw[:n]), CRC: crc})
 	}
 	return syms, nil
-}
-
-// nameFromPath derives a module name from its file name the way kmod does:
-// the base name up to the first dot, with dashes turned into underscores.
-func nameFromPath(path string) string {
-	base := filepath.Base(path)
-	if i := strings.IndexByte(base, '.'); i >= 0 {
-		base = base[:i]
-	}
-	return strings.ReplaceAll(base, "-", "_")
 }

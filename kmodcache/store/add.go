@@ -12,9 +12,11 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kpreload/kpreload/internal/fileutil"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/modinfo"
+	"github.com/kpreload/kpreload/kmodcache/modname"
 )
 
 // AddRequest describes a set of module files to add to the cache.
@@ -252,13 +254,13 @@ func (s *Store) dropSetLocked(id string) error {
 			}
 		}
 	}
-	if err := syncDir(dir); err != nil {
+	if err := fileutil.SyncDir(dir); err != nil {
 		return err
 	}
 	if err := os.Remove(s.ManifestPath(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("drop manifest: %w", err)
 	}
-	return syncDir(filepath.Join(s.dir, setsDir))
+	return fileutil.SyncDir(filepath.Join(s.dir, setsDir))
 }
 
 // recoverLocked cleans up after writers that were killed: it removes their
@@ -307,7 +309,7 @@ func (s *Store) syncIndexes() ([]string, error) {
 		if len(ix.Sets) == 0 {
 			if err := os.Remove(path); err == nil {
 				changed = append(changed, path)
-				if err := syncDir(filepath.Dir(path)); err != nil {
+				if err := fileutil.SyncDir(filepath.Dir(path)); err != nil {
 					return changed, err
 				}
 			} else if !errors.Is(err, fs.ErrNotExist) {
@@ -392,12 +394,12 @@ func (s *Store) collectGarbage() ([]string, error) {
 			removed = append(removed, p)
 		}
 		if len(removed) > n {
-			if err := syncDir(dir); err != nil {
+			if err := fileutil.SyncDir(dir); err != nil {
 				return removed, err
 			}
 			// Drop the fan-out directory once empty; a later putObject makes it again.
 			if err := os.Remove(dir); err == nil {
-				if err := syncDir(root); err != nil {
+				if err := fileutil.SyncDir(root); err != nil {
 					return removed, err
 				}
 			}
@@ -425,7 +427,7 @@ func checkExternal(m *manifest.Manifest, tree string) error {
 	}
 	var missing []string
 	for _, e := range m.External {
-		if !have[manifest.NormalizeName(e)] {
+		if !have[modname.Normalize(e)] {
 			missing = append(missing, e)
 		}
 	}
@@ -457,7 +459,7 @@ func treeModules(path string) ([]string, error) {
 		if i := strings.IndexByte(base, '.'); i >= 0 {
 			base = base[:i]
 		}
-		names = append(names, manifest.NormalizeName(base))
+		names = append(names, modname.Normalize(base))
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)

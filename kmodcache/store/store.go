@@ -29,6 +29,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/kpreload/kpreload/internal/fileutil"
+	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"golang.org/x/sys/unix"
 )
 
@@ -37,9 +39,9 @@ const (
 	objectsDir = "objects/sha256"
 	setsDir    = "sets"
 	keysDir    = "keys"
-	indexDir   = "index"
+	indexDir   = bootindex.IndexDir
 	lockName   = ".lock"
-	tmpPrefix  = ".tmp-"
+	tmpPrefix  = fileutil.TempPrefix
 	// IndexSetDir is the Dir of every set in a boot index: the object
 	// directory, relative to the index directory.
 	IndexSetDir = "../" + objectsDir
@@ -47,7 +49,7 @@ const (
 
 // DefaultDir is the cache directory used when neither a flag nor
 // $KPRELOAD_CACHE_DIR names one.
-const DefaultDir = "/var/lib/kpreload/cache"
+const DefaultDir = "/" + bootindex.RootCacheDir
 
 // Store is a module cache directory.
 type Store struct {
@@ -93,7 +95,7 @@ func (s *Store) ManifestPath(id string) string {
 
 // IndexPath returns where the boot index of a kernel release is stored.
 func (s *Store) IndexPath(kernel string) string {
-	return filepath.Join(s.dir, indexDir, kernel+".json")
+	return bootindex.Path(s.dir, kernel)
 }
 
 // keyPath returns where the set id for a cache key digest is stored.

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kpreload/kpreload/internal/fileutil"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 )
@@ -298,7 +299,7 @@ func (s *Store) Repair(ctx context.Context) (*Repaired, error) {
 		r.Keys = append(r.Keys, p.Path)
 	}
 	if len(kp) > 0 {
-		if err := syncDir(filepath.Join(s.dir, keysDir)); err != nil {
+		if err := fileutil.SyncDir(filepath.Join(s.dir, keysDir)); err != nil {
 			return r, fmt.Errorf("repair: %w", err)
 		}
 	}

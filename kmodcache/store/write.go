@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/kpreload/kpreload/internal/fileutil"
 )
 
 // hook, when set (by tests), is called at named points of a write so a test can
@@ -30,55 +32,18 @@ func isTemp(name string) bool { return strings.HasPrefix(name, tmpPrefix) }
 // into place, then dir synced. stage names the test hook called between the
 // write and the rename (stage+"-temp").
 func writeAtomic(dir, name string, data []byte, perm os.FileMode, stage string) error {
-	f, err := os.CreateTemp(dir, tmpPrefix+"*")
+	path := filepath.Join(dir, name)
+	f, err := fileutil.CreateTemp(path)
 	if err != nil {
-		return fmt.Errorf("write %s: %w", filepath.Join(dir, name), err)
+		return fmt.Errorf("write %s: %w", path, err)
 	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
+	defer f.Abort()
 	if _, err := f.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", tmp, err)
+		return fmt.Errorf("write %s: %w", f.Name(), err)
 	}
 	at(stage + "-temp")
-	if err := finish(f, perm); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-		return fmt.Errorf("write %s: %w", filepath.Join(dir, name), err)
-	}
-	ok = true
-	return syncDir(dir)
-}
-
-// finish syncs, sets the mode of and closes a temporary file.
-func finish(f *os.File, perm os.FileMode) error {
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", f.Name(), err)
-	}
-	if err := f.Chmod(perm); err != nil {
-		return fmt.Errorf("chmod %s: %w", f.Name(), err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", f.Name(), err)
-	}
-	return nil
-}
-
-// syncDir makes a directory's entries (renames, removals) durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync directory: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
+	if err := f.Commit(perm, true); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
 }
@@ -113,7 +78,7 @@ func (s *Store) putObject(src, sha string, size int64) error {
 		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("object %s: %w", sha, err)
 		}
-		if err := syncDir(filepath.Dir(dir)); err != nil {
+		if err := fileutil.SyncDir(filepath.Dir(dir)); err != nil {
 			return fmt.Errorf("object %s: %w", sha, err)
 		}
 	}
@@ -122,18 +87,11 @@ func (s *Store) putObject(src, sha string, size int64) error {
 		return fmt.Errorf("object %s: %w", sha, err)
 	}
 	defer in.Close()
-	f, err := os.CreateTemp(dir, tmpPrefix+"*")
+	f, err := fileutil.CreateTemp(dst)
 	if err != nil {
 		return fmt.Errorf("object %s: %w", sha, err)
 	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
+	defer f.Abort()
 	h := sha256.New()
 	w := io.MultiWriter(f, h)
 	// Copy in two halves so a test can kill the writer with half a file written.
@@ -149,14 +107,10 @@ func (s *Store) putObject(src, sha string, size int64) error {
 	if got := hex.EncodeToString(h.Sum(nil)); got != sha || n1+n2 != size {
 		return fmt.Errorf("copy %s into the cache: file changed while adding: sha256 %s (%d bytes), want %s (%d bytes)", src, got, n1+n2, sha, size)
 	}
-	if err := finish(f, 0o444); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, dst); err != nil {
+	if err := f.Commit(0o444, true); err != nil {
 		return fmt.Errorf("object %s: %w", sha, err)
 	}
-	ok = true
-	return syncDir(dir)
+	return nil
 }
 
 // removeTemps deletes the temporary files interrupted writers left in the
@@ -207,7 +161,7 @@ func (s *Store) removeTemps() ([]string, error) {
 			removed = append(removed, p)
 		}
 		if len(removed) > n {
-			if err := syncDir(dir); err != nil {
+			if err := fileutil.SyncDir(dir); err != nil {
 				return removed, err
 			}
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/modalias"
+	"github.com/kpreload/kpreload/kmodcache/modname"
 )
 
 // Device is a device seen in sysfs with its modalias.
@@ -127,7 +128,7 @@ func (ix *Index) Add(dir string, idx *bootindex.Index, keep func(*bootindex.Set)
 			m := &s.Modules[mi]
 			c := Candidate{Set: s, Module: m, File: filepath.Join(dir, s.Dir, m.Path)}
 			ix.all = append(ix.all, c)
-			name := Normalize(m.Name)
+			name := modname.Normalize(m.Name)
 			ix.byName[name] = append(ix.byName[name], c)
 		}
 	}
@@ -135,7 +136,7 @@ func (ix *Index) Add(dir string, idx *bootindex.Index, keep func(*bootindex.Set)
 
 // ByName returns every candidate module with that name (normalised the kmod way), in index order.
 func (ix *Index) ByName(name string) []Candidate {
-	return ix.byName[Normalize(name)]
+	return ix.byName[modname.Normalize(name)]
 }
 
 // Match returns the names of the modules whose alias patterns match the modalias,
@@ -176,6 +177,3 @@ func (ix *Index) AliasKinds() []string {
 	sort.Strings(kinds)
 	return kinds
 }
-
-// Normalize turns a module name into the kernel's form ('-' becomes '_').
-func Normalize(name string) string { return strings.ReplaceAll(name, "-", "_") }

@@ -253,21 +253,6 @@ func TestByName(t *testing.T) {
 	}
 }
 
-func TestNormalize(t *testing.T) {
-	tests := []struct{ in, want string }{
-		{"nvidia-drm", "nvidia_drm"},
-		{"virtio_pci", "virtio_pci"},
-		{"a-b-c", "a_b_c"},
-		{"", ""},
-		{"-", "_"},
-	}
-	for _, tt := range tests {
-		if got := Normalize(tt.in); got != tt.want {
-			t.Errorf("Normalize(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
-}
-
 // TestMatchAgainstModprobe builds an index from a real kernel's modules.alias and
 // checks Match names the same modules as the real `modprobe -R` for the fixture's
 // devices and the virtio devices virtio_pci creates.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/kmodcache/modinfo"
+	"github.com/kpreload/kpreload/kmodcache/modname"
 	"github.com/kpreload/kpreload/live/coldplug"
 	"github.com/kpreload/kpreload/live/report"
 	"golang.org/x/sys/unix"
@@ -148,7 +149,7 @@ func (l *Loader) Load(idx *coldplug.Index, names []string) []report.Module {
 	var order []*node
 	var visit func(name string, stack []string) *node
 	visit = func(name string, stack []string) *node {
-		name = coldplug.Normalize(name)
+		name = modname.Normalize(name)
 		if n, ok := nodes[name]; ok {
 			if !n.planning {
 				return n
@@ -206,7 +207,7 @@ func (l *Loader) Load(idx *coldplug.Index, names []string) []report.Module {
 		}
 		for _, d := range n.cand.Module.SoftPre {
 			// A soft dependency is best effort: only follow it when it can be had.
-			if d = coldplug.Normalize(d); l.present(d) || len(idx.ByName(d)) > 0 {
+			if d = modname.Normalize(d); l.present(d) || len(idx.ByName(d)) > 0 {
 				n.soft = append(n.soft, visit(d, append(stack, name)))
 			}
 		}
@@ -281,25 +282,9 @@ func (l *Loader) present(name string) bool {
 	return err == nil
 }
 
-// CheckVermagic returns why a module with vermagic vm cannot load on a kernel with
-// the given release and full vermagic (which may be empty), or "" if it can.
-func CheckVermagic(vm, release, kernelVermagic string) string {
-	f := strings.Fields(vm)
-	if len(f) == 0 {
-		return "module has no vermagic"
-	}
-	if f[0] != release {
-		return fmt.Sprintf("vermagic mismatch: built for kernel %s, running %s", f[0], release)
-	}
-	if kernelVermagic != "" && strings.Join(f, " ") != strings.Join(strings.Fields(kernelVermagic), " ") {
-		return fmt.Sprintf("vermagic mismatch: module %q, kernel %q", strings.TrimSpace(vm), strings.TrimSpace(kernelVermagic))
-	}
-	return ""
-}
-
 // check returns why a candidate must not be loaded, or "".
 func (l *Loader) check(c *coldplug.Candidate) string {
-	if why := CheckVermagic(c.Module.Vermagic, l.Release, l.Vermagic); why != "" {
+	if why := modinfo.CheckVermagic(c.Module.Vermagic, l.Release, l.Vermagic); why != "" {
 		return why
 	}
 	if l.SigEnforced && c.Module.Unsigned {
@@ -312,7 +297,7 @@ func (l *Loader) check(c *coldplug.Candidate) string {
 const moduleInitCompressedFile = 4
 
 func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
-	name := coldplug.Normalize(c.Module.Name)
+	name := modname.Normalize(c.Module.Name)
 	m := l.entry(name, c, "", "", "")
 	finish := func(result, reason string, err error) (report.Module, bool) {
 		m.End = l.Now()

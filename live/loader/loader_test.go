@@ -160,30 +160,6 @@ func TestLoadFailedDependencyNotAttempted(t *testing.T) {
 	}
 }
 
-func TestCheckVermagic(t *testing.T) {
-	tests := []struct {
-		vm, release, kernel string
-		want                string // substring of the refusal; "" means accepted
-	}{
-		{vermagic61, kver61, "", ""},
-		{vermagic61, kver61, vermagic61, ""},
-		{strings.TrimSpace(vermagic61), kver61, vermagic61 + "  ", ""}, // whitespace is not significant
-		{kver612 + " SMP preempt mod_unload modversions ", kver61, "", "built for kernel " + kver612 + ", running " + kver61},
-		{kver612 + " SMP preempt mod_unload modversions ", kver61, vermagic61, "built for kernel " + kver612},
-		{kver61 + " SMP preempt mod_unload ", kver61, vermagic61, "vermagic mismatch: module"}, // no modversions
-		{kver61 + " SMP mod_unload modversions ", kver61, vermagic61, "vermagic mismatch: module"},
-		{kver61 + " SMP preempt mod_unload ", kver61, "", ""}, // release only when the full vermagic is unknown
-		{"", kver61, vermagic61, "module has no vermagic"},
-		{"   ", kver61, "", "module has no vermagic"},
-	}
-	for _, tt := range tests {
-		got := CheckVermagic(tt.vm, tt.release, tt.kernel)
-		if (tt.want == "") != (got == "") || !strings.Contains(got, tt.want) {
-			t.Errorf("CheckVermagic(%q, %q, %q) = %q, want %q", tt.vm, tt.release, tt.kernel, got, tt.want)
-		}
-	}
-}
-
 // TestCheckVermagicRealModules compares vermagic strings read from real Debian
 // kernels' modules: two modules of one kernel agree; a 6.12 module is refused on 6.1.
 func TestCheckVermagicRealModules(t *testing.T) {
@@ -209,7 +185,7 @@ func TestCheckVermagicRealModules(t *testing.T) {
 		{"6.1 module on 6.12", blk61, kver612, input612, true},
 	}
 	for _, tt := range tests {
-		got := CheckVermagic(tt.vm, tt.release, tt.kernel)
+		got := modinfo.CheckVermagic(tt.vm, tt.release, tt.kernel)
 		if (got != "") != tt.refused {
 			t.Errorf("%s: CheckVermagic(%q, %q, %q) = %q, want refused=%v", tt.name, tt.vm, tt.release, tt.kernel, got, tt.refused)
 		}

@@ -58,7 +58,7 @@ the "selection" section of the boot report.`,
 			if _, err := inroot.Stat(sysRoot, pci.DevicesDirIn(sysRoot)); err != nil {
 				return fmt.Errorf("plan: --sysfs %s: no PCI devices directory (%s): give a sysfs mount (/sys) or a root holding sys/", sysRoot, filepath.Join(sysRoot, pci.DevicesDirIn(sysRoot)))
 			}
-			idxPath := filepath.Join(cacheDir, "index", kernel+".json")
+			idxPath := bootindex.Path(cacheDir, kernel)
 			idx, err := bootindex.Read(idxPath)
 			if err != nil {
 				if errors.Is(err, fs.ErrNotExist) {
@@ -106,7 +106,7 @@ the "selection" section of the boot report.`,
 
 // cachedKernels lists the kernels a cache has boot indexes for.
 func cachedKernels(dir string) []string {
-	m, _ := filepath.Glob(filepath.Join(dir, "index", "*.json"))
+	m, _ := filepath.Glob(filepath.Join(dir, bootindex.IndexDir, "*.json"))
 	var out []string
 	for _, p := range m {
 		out = append(out, strings.TrimSuffix(filepath.Base(p), ".json"))

@@ -1,14 +1,13 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	"github.com/kpreload/kpreload/gpu/xorg"
+	"github.com/kpreload/kpreload/internal/fileutil"
 )
 
 func init() { register(newXorgCmd) }
@@ -53,7 +52,7 @@ is an error when there is no NVIDIA GPU.`,
 			}
 			conf := xorg.Config(gpus)
 			if out != "" {
-				if err := writeAtomic(out, []byte(conf)); err != nil {
+				if err := fileutil.WriteAtomic(out, []byte(conf), 0o644, false); err != nil {
 					return fmt.Errorf("xorg: %w", err)
 				}
 			}
@@ -76,20 +75,4 @@ is an error when there is no NVIDIA GPU.`,
 	f.StringVarP(&out, "output", "o", "", "file to write (default: stdout)")
 	f.BoolVar(&asJSON, "json", false, "print the GPUs and the configuration as JSON")
 	return cmd
-}
-
-// writeAtomic replaces path with data through a temporary file in its directory.
-func writeAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, ".kpreload-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	_, werr := f.Write(data)
-	cerr := f.Close()
-	if err := errors.Join(werr, cerr, os.Chmod(f.Name(), 0o644)); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }

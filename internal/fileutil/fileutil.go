@@ -1,0 +1,132 @@
+// Package fileutil copies and writes files, in place or atomically: through a
+// temporary file in the destination's directory that is renamed into place, so
+// a reader (or a crash) sees the old file or the new one, never half of one.
+package fileutil
+
+import (
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// TempPrefix starts the name of every temporary file this package makes.
+const TempPrefix = ".tmp-"
+
+// Temp is a temporary file beside its destination, renamed into place by Commit.
+type Temp struct {
+	*os.File
+	dst       string
+	committed bool
+}
+
+// CreateTemp creates a temporary file for dst in dst's directory, named
+// TempPrefix, dst's base name, "-" and a random suffix.
+func CreateTemp(dst string) (*Temp, error) {
+	f, err := os.CreateTemp(filepath.Dir(dst), TempPrefix+filepath.Base(dst)+"-*")
+	if err != nil {
+		return nil, err
+	}
+	return &Temp{File: f, dst: dst}, nil
+}
+
+// Commit sets the temporary file's mode to perm, closes it and renames it to
+// its destination; with sync it also syncs the file before the rename and the
+// directory after it.
+func (t *Temp) Commit(perm fs.FileMode, sync bool) error {
+	if err := t.Chmod(perm); err != nil {
+		return err
+	}
+	if sync {
+		if err := t.Sync(); err != nil {
+			return err
+		}
+	}
+	if err := t.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(t.Name(), t.dst); err != nil {
+		return err
+	}
+	t.committed = true
+	if sync {
+		return SyncDir(filepath.Dir(t.dst))
+	}
+	return nil
+}
+
+// Abort closes and removes the temporary file unless Commit renamed it; it is
+// meant to be deferred right after CreateTemp.
+func (t *Temp) Abort() {
+	if t.committed {
+		return
+	}
+	t.Close()
+	os.Remove(t.Name())
+}
+
+// SyncDir syncs a directory, making its entries (renames, removals) durable.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync directory: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// WriteAtomic replaces path with data through a temporary file (see Commit for
+// perm and sync); path's directory must exist.
+func WriteAtomic(path string, data []byte, perm fs.FileMode, sync bool) error {
+	t, err := CreateTemp(path)
+	if err != nil {
+		return err
+	}
+	defer t.Abort()
+	if _, err := t.Write(data); err != nil {
+		return err
+	}
+	return t.Commit(perm, sync)
+}
+
+// CopyAtomic replaces dst with a copy of src through a temporary file (see
+// Commit for perm and sync); dst's directory must exist.
+func CopyAtomic(src, dst string, perm fs.FileMode, sync bool) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	t, err := CreateTemp(dst)
+	if err != nil {
+		return err
+	}
+	defer t.Abort()
+	if _, err := io.Copy(t, in); err != nil {
+		return fmt.Errorf("copy %s: %w", src, err)
+	}
+	return t.Commit(perm, sync)
+}
+
+// CopyFile copies src to dst in place: dst is truncated, or created with mode
+// perm (less the umask).
+func CopyFile(src, dst string, perm fs.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
