@@ -809,28 +809,6 @@ func (s *switcher) rollback(cur *bootindex.Set, cause error) error {
 // activate makes device nodes, points the userspace link and writes the record.
 func (s *switcher) activate(set, prev *bootindex.Set) {
 	o := s.o
-	if nodes, err := devnodes.PlanIn(o.ProcDir, "/", o.DevDir); err != nil {
-		s.warnf("device nodes: %v", err)
-	} else if err := devnodes.Create(nodes); err != nil {
-		s.warnf("device nodes: %v", err)
-	} else {
-		s.res.DeviceNodes = nil
-		for _, n := range nodes {
-			s.res.DeviceNodes = append(s.res.DeviceNodes, n.Path)
-		}
-	}
-	s.res.Userspace = ""
-	if err := activate.Point(o.RunDir, o.Root, o.DriversDir, set.Version); err != nil {
-		s.warnf("%v", err)
-	} else {
-		s.res.Userspace = filepath.Join(o.DriversDir, set.Version)
-		s.logf("%s -> %s", activate.LinkPath(o.RunDir), s.res.Userspace)
-		if o.Ldconfig != nil {
-			if err := o.Ldconfig(); err != nil {
-				s.warnf("ldconfig: %v", err)
-			}
-		}
-	}
 	var loaded []string
 	for _, n := range loadOrder(set) {
 		if s.loaded(n) {
@@ -838,11 +816,20 @@ func (s *switcher) activate(set, prev *bootindex.Set) {
 		}
 	}
 	r := activate.Ready{Driver: set.Driver, Version: set.Version, Flavor: set.Flavor, Set: set.ID, Kernel: o.Release,
-		Time: o.Now(), Modules: loaded, Userspace: s.res.Userspace, DeviceNodes: s.res.DeviceNodes, By: "switch"}
+		Time: o.Now(), Modules: loaded, By: "switch"}
 	if prev != nil {
 		r.Previous = prev.Version
 	}
-	if err := activate.MarkReady(o.RunDir, r); err != nil {
+	r, _, problems := activate.Publish(activate.Publication{
+		Ready: r, RunDir: o.RunDir, Root: o.Root, DriversDir: o.DriversDir,
+		PlanNodes: func() ([]devnodes.Node, error) { return devnodes.PlanIn(o.ProcDir, "/", o.DevDir) },
+		Ldconfig:  o.Ldconfig,
+	})
+	for _, err := range problems {
 		s.warnf("%v", err)
+	}
+	s.res.DeviceNodes, s.res.Userspace = r.DeviceNodes, r.Userspace
+	if r.Userspace != "" {
+		s.logf("%s -> %s", activate.LinkPath(o.RunDir), r.Userspace)
 	}
 }

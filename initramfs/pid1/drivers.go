@@ -210,35 +210,21 @@ func (b *Boot) activate() {
 		return
 	}
 	c := active.Chosen
-	ready := activate.Ready{Driver: active.Driver, Version: c.Version, Flavor: c.Flavor, Set: c.ID, Kernel: b.release,
-		Modules: loaded[c.ID], By: "init"}
-	if selection.IsNVIDIA(active.Driver) {
-		nodes, err := devnodes.Plan("/proc", "/dev")
-		if err == nil {
-			err = devnodes.Create(nodes)
-		}
-		if err != nil {
-			b.warnf("%s %s: device nodes: %v", active.Driver, c.Version, err)
-		} else {
-			for _, n := range nodes {
-				ready.DeviceNodes = append(ready.DeviceNodes, n.Path)
-			}
-			active.DeviceNodes = ready.DeviceNodes
-		}
-	}
-	if err := activate.Point(activate.RunDir, NewRoot, activate.DriversDir, c.Version); err != nil {
+	ready, marked, problems := activate.Publish(activate.Publication{
+		Ready: activate.Ready{Driver: active.Driver, Version: c.Version, Flavor: c.Flavor, Set: c.ID, Kernel: b.release,
+			Modules: loaded[c.ID], By: "init", Time: Now()},
+		RunDir: activate.RunDir, Root: NewRoot, DriversDir: activate.DriversDir,
+		PlanNodes: func() ([]devnodes.Node, error) { return devnodes.Plan("/proc", "/dev") },
+	})
+	for _, err := range problems {
 		if errors.Is(err, activate.ErrNoUserspace) && !selection.IsNVIDIA(active.Driver) {
 			b.event("%s %s: no userspace in the image (%s/%s): %s not made", active.Driver, c.Version, activate.DriversDir, c.Version, activate.LinkPath(activate.RunDir))
-		} else {
-			b.warnf("%s %s: userspace: %v", active.Driver, c.Version, err)
+			continue
 		}
-	} else {
-		ready.Userspace = filepath.Join(activate.DriversDir, c.Version)
-		active.Userspace = ready.Userspace
-	}
-	ready.Time = Now()
-	if err := activate.MarkReady(activate.RunDir, ready); err != nil {
 		b.warnf("%s %s: %v", active.Driver, c.Version, err)
+	}
+	active.DeviceNodes, active.Userspace = ready.DeviceNodes, ready.Userspace
+	if !marked {
 		return
 	}
 	active.Active = true
