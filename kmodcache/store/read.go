@@ -172,13 +172,19 @@ func (s *Store) Resolve(prefix string) (string, error) {
 			found = append(found, id)
 		}
 	}
+	return onlyOne("resolve set", prefix, "no such set", found)
+}
+
+// onlyOne returns the one id of found, or an error saying (what, prefix)
+// that none matched (wrapping fs.ErrNotExist) or that several did.
+func onlyOne(what, prefix, none string, found []string) (string, error) {
 	switch len(found) {
 	case 0:
-		return "", fmt.Errorf("resolve set %q: no such set: %w", prefix, fs.ErrNotExist)
+		return "", fmt.Errorf("%s %q: %s: %w", what, prefix, none, fs.ErrNotExist)
 	case 1:
 		return found[0], nil
 	default:
-		return "", fmt.Errorf("resolve set %q: ambiguous, matches %d sets", prefix, len(found))
+		return "", fmt.Errorf("%s %q: ambiguous, matches %d sets", what, prefix, len(found))
 	}
 }
 
@@ -326,12 +332,5 @@ func (s *Store) ResolveKey(prefix string) (string, error) {
 			found = append(found, st.id)
 		}
 	}
-	switch len(found) {
-	case 0:
-		return "", fmt.Errorf("resolve cache key %q: no set has that key: %w", prefix, fs.ErrNotExist)
-	case 1:
-		return found[0], nil
-	default:
-		return "", fmt.Errorf("resolve cache key %q: ambiguous, matches %d sets", prefix, len(found))
-	}
+	return onlyOne("resolve cache key", prefix, "no set has that key", found)
 }
