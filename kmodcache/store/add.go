@@ -89,7 +89,8 @@ func (s *Store) AddFiles(ctx context.Context, req AddRequest) (*manifest.Manifes
 			return nil, "", fmt.Errorf("add %s %s: %w", req.Driver, req.Version, err)
 		}
 	}
-	id, err := s.Add(ctx, m, files, req.Replace)
+	// m was just built from the files themselves: nothing to re-derive.
+	id, err := s.add(ctx, m, files, req.Replace, false)
 	if err != nil {
 		return nil, "", err
 	}
@@ -109,6 +110,12 @@ func (s *Store) AddFiles(ctx context.Context, req AddRequest) (*manifest.Manifes
 // and flavor are removed once the new one is in place; without it they make
 // Add fail.
 func (s *Store) Add(ctx context.Context, m *manifest.Manifest, files map[string]string, replace bool) (string, error) {
+	return s.add(ctx, m, files, replace, true)
+}
+
+// add is Add; rederive re-reads the modules' metadata (checkDerived), which
+// AddFiles, whose manifest comes from the files, need not.
+func (s *Store) add(ctx context.Context, m *manifest.Manifest, files map[string]string, replace, rederive bool) (string, error) {
 	m = m.Clone()
 	m.Canonicalize()
 	if err := m.Validate(); err != nil {
@@ -128,8 +135,10 @@ func (s *Store) Add(ctx context.Context, m *manifest.Manifest, files map[string]
 	if f := m.SupportedGPUs; f != nil && files[f.File] == "" {
 		return "", fmt.Errorf("%s: no source file given for %s", what, f.File)
 	}
-	if err := checkDerived(m, func(mod manifest.Module) string { return files[mod.File] }); err != nil {
-		return "", fmt.Errorf("%s: refused: %w", what, err)
+	if rederive {
+		if err := checkDerived(m, func(mod manifest.Module) string { return files[mod.File] }); err != nil {
+			return "", fmt.Errorf("%s: refused: %w", what, err)
+		}
 	}
 
 	unlock, err := s.lock(ctx)
