@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"os/exec"
@@ -15,6 +16,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/kpreload/kpreload/builder/install"
 )
 
 // build implements Build.
@@ -111,7 +114,7 @@ func build(ctx context.Context, o Options) (*Manifest, error) {
 	if err := os.MkdirAll(espDir, 0o755); err != nil {
 		return nil, err
 	}
-	esp, err := espFiles(espDir, root, o.Kernels, m.Cmdline)
+	esp, err := espFiles(ctx, espDir, root, o.Kernels, m.Cmdline)
 	if err != nil {
 		return nil, fmt.Errorf("image: ESP: %w", err)
 	}
@@ -167,35 +170,38 @@ func build(ctx context.Context, o Options) (*Manifest, error) {
 	return m, nil
 }
 
-// espFiles lays out the ESP's files in dir (the loader configuration) and
-// returns every file to copy onto the ESP: systemd-boot, loader.conf, one entry
-// per kernel, and each kernel's image and kpreload initramfs from root.
-func espFiles(dir, root string, kernels []string, cmdline string) ([]espFile, error) {
-	files := []espFile{
-		{SystemdBootEFI, espBootloader},
-		{SystemdBootEFI, espSystemdBoot},
-	}
-	conf := filepath.Join(dir, "loader.conf")
-	if err := os.WriteFile(conf, []byte(LoaderConf(kernels[0])), 0o644); err != nil {
-		return nil, err
-	}
-	files = append(files, espFile{conf, espLoaderConf})
+// espFiles lays out the ESP in dir through builder/install (the same door the
+// kernel hooks use on the running image: loader.conf, one entry, image and
+// kpreload initramfs per kernel, the first kernel the default) and returns
+// every file to copy onto the ESP, systemd-boot's binaries included.
+func espFiles(ctx context.Context, dir, root string, kernels []string, cmdline string) ([]espFile, error) {
 	for _, k := range kernels {
-		vmlinuz := filepath.Join(root, "boot", "vmlinuz-"+k)
-		if _, err := os.Stat(vmlinuz); err != nil {
+		if _, err := os.Stat(filepath.Join(root, install.KernelImagePath(k))); err != nil {
 			return nil, fmt.Errorf("kernel %s: %w (did linux-image-%s install?)", k, err, k)
 		}
-		entry := filepath.Join(dir, EntryName(k))
-		if err := os.WriteFile(entry, []byte(LoaderEntry(k, cmdline)), 0o644); err != nil {
-			return nil, err
-		}
-		files = append(files,
-			espFile{entry, EntryPath(k)},
-			espFile{vmlinuz, ESPKernelPath(k)},
-			espFile{filepath.Join(root, ImageInitramfsDir, "initrd.img-"+k), ESPInitrdPath(k)},
-		)
 	}
-	return files, nil
+	if err := os.MkdirAll(filepath.Join(dir, install.ESPEntriesDir), 0o755); err != nil {
+		return nil, err
+	}
+	if _, err := install.Install(ctx, install.Options{
+		Root: root, ESP: dir, Bootloader: install.SystemdBoot, Kernels: kernels,
+		Default: kernels[0], Cmdline: cmdline, SkipInitramfs: true,
+	}); err != nil {
+		return nil, err
+	}
+	files := []espFile{
+		{SystemdBootEFI, install.ESPBootloader},
+		{SystemdBootEFI, install.ESPSystemdBoot},
+	}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		files = append(files, espFile{p, filepath.ToSlash(rel)})
+		return err
+	})
+	return files, err
 }
 
 // kernelPackages returns the installed version of each kernel's linux-image

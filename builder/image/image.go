@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kpreload/kpreload/builder/install"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -25,7 +26,6 @@ import (
 
 	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/recipe"
-	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
@@ -56,36 +56,37 @@ const (
 	FormatQCOW2 = "qcow2"
 )
 
-// Paths inside an image (and inside a Stage root), relative to its root.
+// Paths inside an image (and inside a Stage root), relative to its root: the
+// same as builder/install's, which makes the root boot them.
 const (
 	// ImageCacheDir is the module cache subset for the image's kernels; /init's
 	// root cache phase reads index/<release>.json there before switch_root.
-	ImageCacheDir = bootindex.RootCacheDir
+	ImageCacheDir = install.CacheDir
 	// ImageEarlyDrivers, when present in an image, says its initramfs images
 	// carry the driver sets and a complete index (Options.EarlyDrivers): the
 	// kernel install hook builds them that way too.
-	ImageEarlyDrivers = "etc/kpreload/early-drivers"
+	ImageEarlyDrivers = install.EarlyDrivers
 	// ImageDriversDir holds each driver version's userspace, unpacked with dpkg -x,
 	// as <version>/ (side by side, so /init can choose the version at boot).
 	ImageDriversDir = "opt/kpreload/drivers"
 	// ImageKpreload is the kpreload CLI (static), used by the kernel install hook.
-	ImageKpreload = "usr/bin/kpreload"
+	ImageKpreload = install.Kpreload
 	// ImageInit is the static /init every kpreload initramfs carries.
-	ImageInit = "usr/lib/kpreload/kpreload-init"
+	ImageInit = install.Init
 	// ImageInstance is the instance YAML baked into the image, if any.
-	ImageInstance = "etc/kpreload/instance.yaml"
-	// ImageCmdline is the kernel command line the install hook puts into new loader
-	// entries (root=UUID=... and Options.Cmdline), one line.
-	ImageCmdline = "etc/kpreload/cmdline"
-	// ImagePostinstHook regenerates the kpreload initramfs for a newly installed kernel.
-	ImagePostinstHook = "etc/kernel/postinst.d/zz-kpreload"
-	// ImagePostrmHook removes a removed kernel's files and loader entry from the ESP.
-	ImagePostrmHook = "etc/kernel/postrm.d/zz-kpreload"
+	ImageInstance = install.Instance
+	// ImageCmdline is the kernel command line of systemd-boot entries
+	// (root=UUID=... and Options.Cmdline), one line.
+	ImageCmdline = install.Cmdline
+	// ImagePostinstHook makes the kpreload initramfs and boot entry of a newly installed kernel.
+	ImagePostinstHook = install.PostinstHook
+	// ImagePostrmHook removes a removed kernel's initramfs and boot entry.
+	ImagePostrmHook = install.PostrmHook
 	// ImageInitramfsDir holds the kpreload initramfs of each kernel as
-	// initrd.img-<release> (Stage writes them here; Build also copies them onto the ESP).
-	ImageInitramfsDir = "boot/kpreload"
+	// initrd.img-<release>.
+	ImageInitramfsDir = install.InitramfsDir
 	// ImageESPMount is where the image mounts its EFI system partition (fstab).
-	ImageESPMount = "boot/efi"
+	ImageESPMount = install.ESPMount
 )
 
 // Progress receives one human-readable line per long step ("rootfs: mmdebstrap

@@ -120,18 +120,9 @@ func TestFatClusterSectors(t *testing.T) {
 	}
 }
 
-func TestLoaderEntry(t *testing.T) {
-	got := LoaderEntry("6.1.0-56-cloud-amd64", ImageCmdlineFor("u-u-i-d", " console=ttyS0 "))
-	want := "title Debian GNU/Linux 6.1.0-56-cloud-amd64 (kpreload)\n" +
-		"version 6.1.0-56-cloud-amd64\n" +
-		"linux /kpreload/6.1.0-56-cloud-amd64/vmlinuz\n" +
-		"initrd /kpreload/6.1.0-56-cloud-amd64/initrd.img\n" +
-		"options root=UUID=u-u-i-d rw console=ttyS0\n"
-	if got != want {
-		t.Errorf("LoaderEntry =\n%s\nwant\n%s", got, want)
-	}
-	if got, want := LoaderConf("6.1.0-56-cloud-amd64"), "default kpreload-6.1.0-56-cloud-amd64.conf\n"; !strings.HasPrefix(got, want) {
-		t.Errorf("LoaderConf = %q, want it to start with %q", got, want)
+func TestImageCmdlineFor(t *testing.T) {
+	if got, want := ImageCmdlineFor("u-u-i-d", " console=ttyS0 "), "root=UUID=u-u-i-d rw console=ttyS0"; got != want {
+		t.Errorf("ImageCmdlineFor = %q, want %q", got, want)
 	}
 	if got, want := ImageCmdlineFor("x", ""), "root=UUID=x rw"; got != want {
 		t.Errorf("ImageCmdlineFor = %q, want %q", got, want)

@@ -4,18 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kpreload/kpreload/builder/install"
 	"io/fs"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/kpreload/kpreload/builder/image/rootfiles"
 	"github.com/kpreload/kpreload/builder/recipe"
-	"github.com/kpreload/kpreload/initramfs/archive"
-	"github.com/kpreload/kpreload/initramfs/assemble"
 	"github.com/kpreload/kpreload/internal/fileutil"
 	"github.com/kpreload/kpreload/internal/tail"
 	"github.com/kpreload/kpreload/kmodcache/remote"
@@ -154,10 +152,9 @@ func Stage(ctx context.Context, o StageOptions, root string) (*StageResult, erro
 			return nil, fmt.Errorf("stage: %w", err)
 		}
 	}
-	if err := writeFile(filepath.Join(root, ImagePostinstHook), []byte(PostinstHook), 0o755); err != nil {
-		return nil, fmt.Errorf("stage: %w", err)
-	}
-	if err := writeFile(filepath.Join(root, ImagePostrmHook), []byte(PostrmHook), 0o755); err != nil {
+	// The kernel hooks; the boot loader's part comes when the root is
+	// installed (install.Install, on the build host or on the target).
+	if err := install.WriteHooks(root, ""); err != nil {
 		return nil, fmt.Errorf("stage: %w", err)
 	}
 	if o.EarlyDrivers {
@@ -169,48 +166,35 @@ func Stage(ctx context.Context, o StageOptions, root string) (*StageResult, erro
 	if o.NoInitramfs {
 		return res, nil
 	}
-	for _, k := range o.Kernels {
-		mods := ""
-		if o.ModulesDir != nil {
-			mods = o.ModulesDir(k)
-		}
-		if mods == "" {
-			mods = filepath.Join(root, "lib", "modules", k)
+	iopts := install.Options{
+		Root: root,
+		ModulesDir: func(k string) string {
+			if o.ModulesDir != nil {
+				if m := o.ModulesDir(k); m != "" {
+					return m
+				}
+			}
+			mods := filepath.Join(root, "lib", "modules", k)
 			if _, err := os.Stat(filepath.Join(mods, "modules.dep")); err != nil {
 				mods = filepath.Join(o.DownloadDir, "kernels", k, "lib", "modules", k)
 			}
-		}
-		out := filepath.Join(root, ImageInitramfsDir, "initrd.img-"+k)
+			return mods
+		},
+		// The image's root is ext4 (disk.go): its initramfs needs no other.
+		Filesystems: []string{"ext4"},
+	}
+	for _, k := range o.Kernels {
 		if o.EarlyDrivers {
 			o.Progress.say("stage: kpreload initramfs for %s, with the driver sets and a complete index (early decision)", k)
 		} else {
 			o.Progress.say("stage: kpreload initramfs for %s", k)
 		}
-		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-			return nil, fmt.Errorf("stage: %w", err)
-		}
-		ao := assemble.Options{
-			Kernel:      k,
-			ModulesDir:  mods,
-			Init:        o.InitBinary,
-			FirmwareDir: filepath.Join(root, "lib", "firmware"),
-			Compression: archive.Zstd,
-			// The image's root is ext4 (disk.go): its initramfs needs no other.
-			Filesystems: []string{"ext4"},
-		}
-		if o.EarlyDrivers {
-			// The image's cache subset is the root's cache: the index is complete.
-			ao.CacheDir, ao.Complete = filepath.Join(root, ImageCacheDir), true
-			if o.Instance != "" {
-				ao.Instance = o.Instance
-			}
-		}
-		r, err := assemble.WriteFile(ao, out)
+		r, err := install.BuildInitramfs(iopts, k)
 		if err != nil {
-			return nil, fmt.Errorf("stage: initramfs for %s: %w (the kernel's modules are read from %s: install linux-image-%s into the root or run scripts/kernels.sh %s)", k, err, mods, k, k)
+			return nil, fmt.Errorf("stage: %w (install linux-image-%s into the root or run scripts/kernels.sh %s)", err, k, k)
 		}
 		res.Initramfs = append(res.Initramfs, Initramfs{
-			Kernel: k, Path: "/" + path.Join(ImageInitramfsDir, "initrd.img-"+k), Size: r.Size, SHA256: r.SHA256, Modules: len(r.Modules),
+			Kernel: k, Path: "/" + install.InitramfsPath(k), Size: r.Size, SHA256: r.SHA256, Modules: len(r.Modules),
 		})
 	}
 	return res, nil

@@ -1,0 +1,189 @@
+package install
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// GrubScriptText is /etc/grub.d/09_kpreload. grub-mkconfig runs it before
+// Debian's 10_linux, so kpreload's entries come first and GRUB_DEFAULT=0 (the
+// default) boots the first of them. The shell only gathers what GRUB's own
+// library knows (how to reach /boot, its path on its filesystem); the entries
+// are written by `kpreload kernel-hook grub-entries`.
+const GrubScriptText = `#!/bin/sh
+# kpreload: GRUB menu entries booting kpreload's initramfs, written before
+# Debian's 10_linux so that the default entry boots it. The distribution's
+# initramfs stays bootable as its own entry. Installed by "kpreload install";
+# "kpreload kernel-hook grub-entries --help" says what it prints.
+set -e
+[ -x /usr/bin/kpreload ] || exit 0
+prefix="/usr"
+exec_prefix="/usr"
+datarootdir="/usr/share"
+. "$pkgdatadir/grub-mkconfig_lib"
+KPRELOAD_GRUB_PREPARE="$(prepare_grub_to_access_device ${GRUB_DEVICE_BOOT} | grub_add_tab)"
+KPRELOAD_GRUB_BOOT_PATH="$(make_system_path_relative_to_its_root /boot)"
+export KPRELOAD_GRUB_PREPARE KPRELOAD_GRUB_BOOT_PATH
+exec /usr/bin/kpreload kernel-hook grub-entries
+`
+
+// GrubEnv is what grub-mkconfig tells its scripts, as GrubEntries needs it.
+type GrubEnv struct {
+	// Prepare are the GRUB commands that reach /boot's filesystem
+	// (prepare_grub_to_access_device), one tab-indented command a line.
+	Prepare string
+	// BootPath is /boot's path on its own filesystem ("/boot", or "" when
+	// /boot is a filesystem of its own).
+	BootPath string
+	// Device and DeviceUUID are the root filesystem's device and UUID.
+	Device, DeviceUUID string
+	// DisableUUID is GRUB_DISABLE_LINUX_UUID=true: root= names the device.
+	DisableUUID bool
+	// Cmdline and CmdlineDefault are GRUB_CMDLINE_LINUX and GRUB_CMDLINE_LINUX_DEFAULT.
+	Cmdline, CmdlineDefault string
+	// Distributor is GRUB_DISTRIBUTOR ("Debian").
+	Distributor string
+}
+
+// GrubEnvFromEnviron reads GrubEnv from the environment grub-mkconfig gives
+// /etc/grub.d scripts (and the two variables GrubScriptText adds).
+func GrubEnvFromEnviron(getenv func(string) string) GrubEnv {
+	return GrubEnv{
+		Prepare:        getenv("KPRELOAD_GRUB_PREPARE"),
+		BootPath:       getenv("KPRELOAD_GRUB_BOOT_PATH"),
+		Device:         getenv("GRUB_DEVICE"),
+		DeviceUUID:     getenv("GRUB_DEVICE_UUID"),
+		DisableUUID:    getenv("GRUB_DISABLE_LINUX_UUID") == "true",
+		Cmdline:        getenv("GRUB_CMDLINE_LINUX"),
+		CmdlineDefault: getenv("GRUB_CMDLINE_LINUX_DEFAULT"),
+		Distributor:    getenv("GRUB_DISTRIBUTOR"),
+	}
+}
+
+// GrubEntryID is the menu entry id (GRUB_DEFAULT may name it) of a kernel's
+// kpreload entry.
+func GrubEntryID(kernel string) string { return "kpreload-" + kernel }
+
+// GrubEntries writes the GRUB menu entries of root's kernels: kpreload's
+// entry for the default kernel (DefaultKernel) first, then kpreload's entries
+// of the other bootable kernels, newest first, then the default kernel with
+// the distribution's initramfs, as a way back. Nothing is written when no
+// kernel has a kpreload initramfs.
+func GrubEntries(w io.Writer, root string, env GrubEnv) error {
+	kernels, err := Kernels(root)
+	if err != nil {
+		return err
+	}
+	st, err := ReadSettings(root)
+	if err != nil {
+		return err
+	}
+	def := DefaultKernel(kernels, st.NewestFirst())
+	if def == "" {
+		return nil
+	}
+	osName := strings.TrimSpace(env.Distributor)
+	if osName == "" {
+		osName = "Debian"
+	}
+	osName += " GNU/Linux"
+	rootArg := "root=UUID=" + env.DeviceUUID
+	if env.DeviceUUID == "" || env.DisableUUID {
+		rootArg = "root=" + env.Device
+	}
+	args := strings.Join(strings.Fields(rootArg+" ro "+env.Cmdline+" "+env.CmdlineDefault), " ")
+	var b bytes.Buffer
+	entry := func(k, title, id, initrd string) {
+		fmt.Fprintf(&b, "menuentry '%s, with Linux %s (%s)' --class debian --class gnu-linux --class gnu --class os $menuentry_id_option '%s' {\n", osName, k, title, id)
+		b.WriteString("\tinsmod gzio\n")
+		if p := strings.TrimRight(env.Prepare, "\n"); p != "" {
+			b.WriteString(p + "\n")
+		}
+		fmt.Fprintf(&b, "\techo\t'Loading Linux %s (%s) ...'\n", k, title)
+		fmt.Fprintf(&b, "\tlinux\t%s/vmlinuz-%s %s\n", env.BootPath, k, args)
+		fmt.Fprintf(&b, "\tinitrd\t%s/%s\n", env.BootPath, initrd)
+		b.WriteString("}\n")
+	}
+	fmt.Fprintf(&b, "# kpreload: default %s (%s)\n", def, st.Describe())
+	order := []string{def}
+	for _, k := range kernels {
+		if k.Bootable() && k.Release != def {
+			order = append(order, k.Release)
+		}
+	}
+	for _, k := range order {
+		entry(k, "kpreload", GrubEntryID(k), strings.TrimPrefix(InitramfsPath(k), "boot/"))
+	}
+	if kernelState(root, def).DistInitramfs {
+		entry(def, "distribution initramfs", "kpreload-distribution-"+def, "initrd.img-"+def)
+	}
+	_, err = w.Write(b.Bytes())
+	return err
+}
+
+// UpdateGrub runs update-grub in root (grub-mkconfig -o /boot/grub/grub.cfg
+// where the root has no update-grub), through chroot when root is not "/".
+// The root needs /dev, /proc and /sys (grub-probe reads them).
+func UpdateGrub(ctx context.Context, root string, log io.Writer) error {
+	argv := []string{"update-grub"}
+	if _, err := os.Stat(filepath.Join(root, "usr/sbin/update-grub")); err != nil {
+		argv = []string{"grub-mkconfig", "-o", "/" + GrubConfig}
+	}
+	if filepath.Clean(root) != "/" {
+		argv = append([]string{"chroot", root}, argv...)
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(&out, log), io.MultiWriter(&out, log)
+	cmd.Env = append(os.Environ(), "PATH=/usr/sbin:/usr/bin:/sbin:/bin")
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s: %w (grub.cfg was left as it was)", strings.Join(argv, " "), err)
+	}
+	return nil
+}
+
+// CheckGrubConfig reads root's grub.cfg and says whether its default entry
+// boots kpreload's initramfs of kernel: the first menu entry must be
+// kpreload's for kernel and the default must be that entry.
+func CheckGrubConfig(root, kernel string) error {
+	p := filepath.Join(root, GrubConfig)
+	f, err := os.Open(p)
+	if err != nil {
+		return fmt.Errorf("read GRUB's configuration: %w", err)
+	}
+	defer f.Close()
+	id := GrubEntryID(kernel)
+	def, first := "", ""
+	sc := bufio.NewScanner(io.LimitReader(f, 16<<20))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		// 00_header sets the default twice: to a one-time next_entry if
+		// there is one, else to GRUB_DEFAULT. The second is the one that lasts.
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "set default="); ok && !strings.Contains(v, "next_entry") && def == "" {
+			def = strings.Trim(v, `"`)
+		}
+		if first == "" && (strings.HasPrefix(l, "menuentry ") || strings.HasPrefix(l, "submenu ")) {
+			first = l
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("read %s: %w", p, err)
+	}
+	switch {
+	case first == "":
+		return fmt.Errorf("%s has no menu entry", p)
+	case !strings.Contains(first, "'"+id+"'"):
+		return fmt.Errorf("%s: the first menu entry is not kpreload's for %s (is /%s executable? it is: %q)", p, kernel, GrubScript, first)
+	case def != "0" && def != id:
+		return fmt.Errorf("%s: the default entry is %q, not kpreload's: set GRUB_DEFAULT=0 (or %s) in /etc/default/grub and run update-grub", p, def, id)
+	}
+	return nil
+}

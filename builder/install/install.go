@@ -1,0 +1,307 @@
+package install
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/kpreload/kpreload/initramfs/archive"
+	"github.com/kpreload/kpreload/initramfs/assemble"
+	"github.com/kpreload/kpreload/internal/fileutil"
+)
+
+// Options says which root to make boot kpreload, and how.
+type Options struct {
+	// Root is the root filesystem ("/" for the running system).
+	Root string
+	// Kernels are the kernels to build a kpreload initramfs for; none means
+	// every kernel the root holds with its modules.
+	Kernels []string
+	// Bootloader is the root's boot loader; "" detects it (Detect).
+	Bootloader Bootloader
+	// ESP is the EFI system partition as a host path (default Root/boot/efi).
+	ESP string
+	// Cmdline is the kernel command line of systemd-boot entries (default:
+	// Root/etc/kpreload/cmdline, else /proc/cmdline when Root is "/").
+	// GRUB entries use GRUB_CMDLINE_LINUX from /etc/default/grub.
+	Cmdline string
+	// Default names the default kernel instead of the settings' policy.
+	Default string
+	// ModulesDir returns a kernel's module tree (nil: Root/lib/modules/<release>).
+	ModulesDir func(release string) string
+	// Filesystems limits the initramfs to these root filesystems' modules (nil: all).
+	Filesystems []string
+	// SkipInitramfs keeps the kpreload initramfs images already in the root.
+	SkipInitramfs bool
+	// UpdateGrub regenerates grub.cfg (nil: UpdateGrub, through chroot when
+	// Root is not "/").
+	UpdateGrub func(ctx context.Context, root string, log io.Writer) error
+	// Log receives one line per step (nil: discarded).
+	Log io.Writer
+}
+
+// Result says what Install or a kernel hook left in the root.
+type Result struct {
+	// Bootloader is the boot loader that was set up.
+	Bootloader Bootloader `json:"bootloader"`
+	// Default is the kernel the default boot entry boots with kpreload.
+	Default string `json:"default"`
+	// Kernels are the root's kernels after the change, newest first.
+	Kernels []Kernel `json:"kernels"`
+	// Warnings are things a user must know (a kernel without driver cells).
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+func (o *Options) defaults() error {
+	if o.Root == "" {
+		o.Root = "/"
+	}
+	if o.ESP == "" {
+		o.ESP = filepath.Join(o.Root, ESPMount)
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if o.UpdateGrub == nil {
+		o.UpdateGrub = UpdateGrub
+	}
+	if fi, err := os.Stat(o.Root); err != nil || !fi.IsDir() {
+		return fmt.Errorf("root %s is not a directory", o.Root)
+	}
+	return nil
+}
+
+func (o *Options) logf(format string, a ...any) { fmt.Fprintf(o.Log, "kpreload: "+format+"\n", a...) }
+
+// Install makes o.Root boot kpreload: it finds the boot loader (and fails,
+// saying what it looked for, when there is none), writes the kernel hooks
+// (and GRUB's script), builds the kpreload initramfs of each kernel and
+// points the boot loader's default entry at the default kernel's. It fails
+// when the boot would not use kpreload afterwards.
+func Install(ctx context.Context, o Options) (*Result, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	bl, err := o.bootloader()
+	if err != nil {
+		return nil, err
+	}
+	if err := WriteHooks(o.Root, bl); err != nil {
+		return nil, err
+	}
+	kernels := o.Kernels
+	if len(kernels) == 0 {
+		all, err := Kernels(o.Root)
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range all {
+			if k.Modules {
+				kernels = append(kernels, k.Release)
+			}
+		}
+		if len(kernels) == 0 {
+			return nil, fmt.Errorf("%s holds no kernel (no lib/modules/<release>/modules.dep): install a linux-image package first", o.Root)
+		}
+	}
+	if !o.SkipInitramfs {
+		for _, k := range kernels {
+			if _, err := o.buildInitramfs(k); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return o.sync(ctx, bl)
+}
+
+// KernelAdded is the postinst hook: it builds the kpreload initramfs of a
+// newly installed kernel and updates the boot loader. image is the kernel
+// image's path as the kernel package passes it (unused: the image is
+// boot/vmlinuz-<release>).
+func KernelAdded(ctx context.Context, o Options, release string) (*Result, error) {
+	if err := CheckRelease(release); err != nil {
+		return nil, err
+	}
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	bl, err := o.bootloader()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := o.buildInitramfs(release); err != nil {
+		return nil, err
+	}
+	return o.sync(ctx, bl)
+}
+
+// KernelRemoved is the postrm hook: it deletes a removed kernel's kpreload
+// initramfs and updates the boot loader (the default moves to another kernel
+// when it was the removed one's).
+func KernelRemoved(ctx context.Context, o Options, release string) (*Result, error) {
+	if err := CheckRelease(release); err != nil {
+		return nil, err
+	}
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	bl, err := o.bootloader()
+	if err != nil {
+		return nil, err
+	}
+	p := filepath.Join(o.Root, InitramfsPath(release))
+	if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+		return nil, fmt.Errorf("remove %s: %w", p, err)
+	}
+	o.logf("removed the kpreload initramfs of %s", release)
+	return o.sync(ctx, bl)
+}
+
+func (o *Options) bootloader() (Bootloader, error) {
+	if o.Bootloader != "" {
+		return o.Bootloader, nil
+	}
+	return Detect(o.Root, o.ESP)
+}
+
+// BuildInitramfs writes release's kpreload initramfs into o.Root
+// (atomically: a failed build leaves the previous one) from the kernel's
+// module tree and the root's /init, firmware and, when the root asks for the
+// early decision (EarlyDrivers), its module cache and instance file.
+func BuildInitramfs(o Options, release string) (*assemble.Result, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	return o.buildInitramfs(release)
+}
+
+func (o *Options) buildInitramfs(release string) (*assemble.Result, error) {
+	if err := CheckRelease(release); err != nil {
+		return nil, err
+	}
+	mods := filepath.Join(o.Root, "lib/modules", release)
+	if o.ModulesDir != nil {
+		mods = o.ModulesDir(release)
+	}
+	if _, err := os.Stat(filepath.Join(mods, "modules.dep")); err != nil {
+		return nil, fmt.Errorf("kernel %s: no module tree at %s (%w): install linux-image-%s first", release, mods, err, release)
+	}
+	initBin := filepath.Join(o.Root, Init)
+	if _, err := os.Stat(initBin); err != nil {
+		return nil, fmt.Errorf("kpreload's /init is not in the root (%w): stage kpreload into it first (kpreload image build, or the Packer provisioner)", err)
+	}
+	ao := assemble.Options{
+		Kernel:      release,
+		ModulesDir:  mods,
+		Init:        initBin,
+		FirmwareDir: filepath.Join(o.Root, "lib/firmware"),
+		Compression: archive.Zstd,
+		Filesystems: o.Filesystems,
+	}
+	if _, err := os.Stat(filepath.Join(o.Root, EarlyDrivers)); err == nil {
+		ao.CacheDir, ao.Complete = filepath.Join(o.Root, CacheDir), true
+		if _, err := os.Stat(filepath.Join(o.Root, Instance)); err == nil {
+			ao.Instance = filepath.Join(o.Root, Instance)
+		}
+	}
+	out := filepath.Join(o.Root, InitramfsPath(release))
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return nil, fmt.Errorf("kpreload initramfs: %w", err)
+	}
+	r, err := assemble.WriteFile(ao, out)
+	if err != nil {
+		return nil, fmt.Errorf("kpreload initramfs of %s: %w", release, err)
+	}
+	o.logf("built /%s (%d bytes, %d modules)", InitramfsPath(release), r.Size, len(r.Modules))
+	return r, nil
+}
+
+// sync points the boot loader at the root's kernels as they are now.
+func (o *Options) sync(ctx context.Context, bl Bootloader) (*Result, error) {
+	kernels, err := Kernels(o.Root)
+	if err != nil {
+		return nil, err
+	}
+	st, err := ReadSettings(o.Root)
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{Bootloader: bl, Kernels: kernels, Default: o.Default}
+	if res.Default == "" {
+		res.Default = DefaultKernel(kernels, st.NewestFirst())
+	}
+	for _, k := range kernels {
+		if k.Bootable() && len(k.Drivers) == 0 {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("the module cache has no driver cell for kernel %s: kpreload boots it without a GPU driver", k.Release))
+		}
+		if k.Image && k.Modules && !k.Initramfs {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("kernel %s has no kpreload initramfs: it boots only with the distribution's", k.Release))
+		}
+	}
+	if res.Default == "" {
+		return nil, fmt.Errorf("no kernel in %s has both its image (/boot/vmlinuz-<release>) and a kpreload initramfs: nothing to boot kpreload with", o.Root)
+	}
+	if err := CheckRelease(res.Default); err != nil {
+		return nil, err
+	}
+	switch bl {
+	case GRUB:
+		if err := o.UpdateGrub(ctx, o.Root, o.Log); err != nil {
+			return nil, fmt.Errorf("GRUB: %w", err)
+		}
+		if err := CheckGrubConfig(o.Root, res.Default); err != nil {
+			return nil, fmt.Errorf("GRUB: %w", err)
+		}
+	case SystemdBoot:
+		cmdline, err := entryCmdline(o.Root, o.Cmdline)
+		if err != nil {
+			return nil, err
+		}
+		if err := syncSystemdBoot(o.Root, o.ESP, kernels, res.Default, cmdline); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("unknown bootloader %q", bl)
+	}
+	for _, w := range res.Warnings {
+		o.logf("WARNING: %s", w)
+	}
+	o.logf("%s boots kernel %s with kpreload by default (%s)", bl, res.Default, st.Describe())
+	return res, nil
+}
+
+// Hook scripts: the kernel packages run them; they only hand over to Go.
+const (
+	postinstText = `#!/bin/sh
+# kpreload: build the kpreload initramfs of a newly installed kernel and update
+# the boot loader. Run by Debian's kernel packages as: zz-kpreload <release> [<image>].
+# Nothing is compiled: the drivers come precompiled from the module cache.
+[ -x /usr/bin/kpreload ] || exit 0
+exec /usr/bin/kpreload kernel-hook postinst "$@"
+`
+	postrmText = `#!/bin/sh
+# kpreload: remove a removed kernel's kpreload initramfs and boot entry.
+[ -x /usr/bin/kpreload ] || exit 0
+exec /usr/bin/kpreload kernel-hook postrm "$@"
+`
+)
+
+// WriteHooks writes the kernel hooks into root, and GRUB's script when bl is GRUB.
+func WriteHooks(root string, bl Bootloader) error {
+	files := map[string]string{PostinstHook: postinstText, PostrmHook: postrmText}
+	if bl == GRUB {
+		files[GrubScript] = GrubScriptText
+	}
+	for p, text := range files {
+		dst := filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return fmt.Errorf("kernel hooks: %w", err)
+		}
+		if err := fileutil.WriteAtomic(dst, []byte(text), 0o755, true); err != nil {
+			return fmt.Errorf("kernel hooks: %w", err)
+		}
+	}
+	return nil
+}

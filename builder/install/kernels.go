@@ -1,0 +1,187 @@
+package install
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/kpreload/kpreload/kmodcache/bootindex"
+)
+
+// CheckRelease refuses a kernel release that could not be a file name in
+// /boot: empty, too long, or holding anything but letters, digits and ".+-_~".
+// Every path this package makes from a release goes through it first.
+func CheckRelease(release string) error {
+	if release == "" {
+		return fmt.Errorf("no kernel release given")
+	}
+	if len(release) > 128 {
+		return fmt.Errorf("kernel release %.20q… is %d bytes long (at most 128)", release, len(release))
+	}
+	if release == "." || release == ".." || release[0] == '-' {
+		return fmt.Errorf("kernel release %q is not a kernel release", release)
+	}
+	for _, r := range release {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(".+-_~", r)
+		if !ok {
+			return fmt.Errorf("kernel release %q holds %q: only letters, digits and .+-_~ are allowed", release, r)
+		}
+	}
+	return nil
+}
+
+// Kernel is what a root holds for one kernel release.
+type Kernel struct {
+	// Release is the kernel release (uname -r).
+	Release string `json:"release"`
+	// Image is true when boot/vmlinuz-<release> exists.
+	Image bool `json:"image"`
+	// Modules is true when lib/modules/<release>/modules.dep exists.
+	Modules bool `json:"modules"`
+	// Initramfs is true when kpreload's initramfs for the kernel exists.
+	Initramfs bool `json:"kpreload_initramfs"`
+	// DistInitramfs is true when the distribution's boot/initrd.img-<release> exists.
+	DistInitramfs bool `json:"distribution_initramfs"`
+	// Drivers are the driver sets the root's module cache holds for the kernel,
+	// as "driver version".
+	Drivers []string `json:"drivers,omitempty"`
+}
+
+// Bootable reports whether kpreload can boot the kernel: its image and
+// kpreload's initramfs are both there.
+func (k Kernel) Bootable() bool { return k.Image && k.Initramfs }
+
+// Kernels lists the kernels a root holds (an image in boot/ or a module
+// tree in lib/modules/), newest first (as sort -V orders releases).
+func Kernels(root string) ([]Kernel, error) {
+	seen := map[string]bool{}
+	add := func(name string) {
+		if CheckRelease(name) == nil {
+			seen[name] = true
+		}
+	}
+	boot, err := os.ReadDir(filepath.Join(root, "boot"))
+	if err != nil && !os.IsNotExist(err) {
+		return nil, fmt.Errorf("list kernels: %w", err)
+	}
+	for _, e := range boot {
+		if r, ok := strings.CutPrefix(e.Name(), "vmlinuz-"); ok {
+			add(r)
+		}
+	}
+	mods, err := os.ReadDir(filepath.Join(root, "lib", "modules"))
+	if err != nil && !os.IsNotExist(err) {
+		return nil, fmt.Errorf("list kernels: %w", err)
+	}
+	for _, e := range mods {
+		if e.IsDir() {
+			add(e.Name())
+		}
+	}
+	var out []Kernel
+	for r := range seen {
+		out = append(out, kernelState(root, r))
+	}
+	slices.SortFunc(out, func(a, b Kernel) int { return CompareReleases(b.Release, a.Release) })
+	return out, nil
+}
+
+// kernelState reads what root holds for one kernel.
+func kernelState(root, release string) Kernel {
+	exists := func(p string) bool { _, err := os.Stat(filepath.Join(root, p)); return err == nil }
+	k := Kernel{
+		Release:       release,
+		Image:         exists(KernelImagePath(release)),
+		Modules:       exists(filepath.Join("lib/modules", release, "modules.dep")),
+		Initramfs:     exists(InitramfsPath(release)),
+		DistInitramfs: exists("boot/initrd.img-" + release),
+	}
+	if ix, err := bootindex.Read(bootindex.Path(filepath.Join(root, CacheDir), release)); err == nil {
+		for _, s := range ix.Sets {
+			if s.ID == bootindex.KernelSetID {
+				continue
+			}
+			k.Drivers = append(k.Drivers, s.Driver+" "+s.Version)
+		}
+	}
+	return k
+}
+
+// DefaultKernel picks the kernel kpreload boots by default: the newest
+// bootable kernel whose driver cells the root's cache holds, else (newest
+// set, or no kernel has cells) the newest bootable kernel. kernels must be
+// newest first, as Kernels returns them; "" when none is bootable.
+func DefaultKernel(kernels []Kernel, newest bool) string {
+	if !newest {
+		for _, k := range kernels {
+			if k.Bootable() && len(k.Drivers) > 0 {
+				return k.Release
+			}
+		}
+	}
+	for _, k := range kernels {
+		if k.Bootable() {
+			return k.Release
+		}
+	}
+	return ""
+}
+
+// CompareReleases orders kernel releases as sort -V (and GRUB's
+// version_sort) does: runs of digits compare as numbers, everything else
+// byte by byte, '~' before anything.
+func CompareReleases(a, b string) int {
+	for a != "" || b != "" {
+		da, ra := leadingDigits(a)
+		db, rb := leadingDigits(b)
+		if da != "" || db != "" {
+			if c := compareNumbers(da, db); c != 0 {
+				return c
+			}
+			a, b = ra, rb
+			continue
+		}
+		ca, cb := byteOf(a), byteOf(b)
+		if ca != cb {
+			return ca - cb
+		}
+		a, b = a[1:], b[1:]
+	}
+	return 0
+}
+
+func leadingDigits(s string) (digits, rest string) {
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	return s[:i], s[i:]
+}
+
+func compareNumbers(a, b string) int {
+	a, b = strings.TrimLeft(a, "0"), strings.TrimLeft(b, "0")
+	if len(a) != len(b) {
+		return len(a) - len(b)
+	}
+	return strings.Compare(a, b)
+}
+
+// byteOf weighs the first byte of s as Debian versions do: '~' before
+// everything (the end of the string included), then the end, then letters,
+// then other characters.
+func byteOf(s string) int {
+	if s == "" {
+		return 0
+	}
+	c := int(s[0])
+	switch {
+	case c == '~':
+		return -1
+	case c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z':
+		return c
+	default:
+		return c + 256
+	}
+}

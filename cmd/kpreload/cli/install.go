@@ -1,0 +1,216 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kpreload/kpreload/builder/install"
+)
+
+func init() {
+	register(newInstallCmd)
+	register(newKernelHookCmd)
+	register(newStatusCmd)
+}
+
+// installFlags are the flags install and kernel-hook share.
+type installFlags struct {
+	root, esp, bootloader, cmdline string
+	asJSON                         bool
+}
+
+func (f *installFlags) add(c *cobra.Command) {
+	fl := c.Flags()
+	fl.StringVar(&f.root, "root", "/", "the root filesystem to change (a mounted image, or / for this system)")
+	fl.StringVar(&f.esp, "esp", "", "the EFI system partition (default ROOT/boot/efi)")
+	fl.StringVar(&f.bootloader, "bootloader", "auto", "grub, systemd-boot or auto (detect)")
+	fl.StringVar(&f.cmdline, "cmdline", "", "systemd-boot entries' kernel command line (default ROOT/etc/kpreload/cmdline, else /proc/cmdline); GRUB uses GRUB_CMDLINE_LINUX")
+	fl.BoolVar(&f.asJSON, "json", false, "print the result as JSON")
+}
+
+func (f *installFlags) options(log io.Writer) (install.Options, error) {
+	bl, err := install.ParseBootloader(f.bootloader)
+	if err != nil {
+		return install.Options{}, err
+	}
+	return install.Options{Root: f.root, ESP: f.esp, Bootloader: bl, Cmdline: f.cmdline, Log: log}, nil
+}
+
+func (f *installFlags) print(cmd *cobra.Command, res *install.Result) error {
+	if f.asJSON {
+		return printJSON(cmd.OutOrStdout(), res)
+	}
+	return nil
+}
+
+func newInstallCmd() *cobra.Command {
+	var (
+		f       installFlags
+		kernels []string
+		def     string
+	)
+	c := &cobra.Command{
+		Use:   "install [--root DIR] [--kernel KVER]...",
+		Short: "Make a root filesystem boot kpreload's initramfs (boot loader, kernel hooks)",
+		Long: `Make a root that already holds kpreload's files (the binary, /init, the module
+cache: "kpreload image build" and the Packer provisioner put them there) boot
+kpreload. It:
+
+  - finds the root's boot loader: GRUB (grub-mkconfig/update-grub in the root) or
+    systemd-boot (loader/ on the EFI system partition), and fails, naming what it
+    looked for, when there is neither;
+  - writes the kernel hooks (/etc/kernel/postinst.d/zz-kpreload, postrm.d) that
+    keep kpreload's initramfs and boot entry up to date through kernel updates,
+    and for GRUB /etc/grub.d/09_kpreload, whose entries come before Debian's;
+  - builds each kernel's kpreload initramfs into /boot/kpreload from the root's
+    own modules and module cache (nothing is compiled);
+  - makes the default boot entry boot kpreload's initramfs of the newest kernel
+    whose driver cells the cache holds (/etc/kpreload/boot.yaml "default: newest"
+    picks the newest kernel instead), and keeps the distribution's initramfs
+    bootable as its own entry.
+
+It fails when the boot would not use kpreload afterwards. On a root other than
+/, GRUB's update-grub runs through chroot: /dev, /proc and /sys must be mounted
+in it.`,
+		Example: `  sudo kpreload install                       # this system, every installed kernel
+  sudo kpreload install --kernel 6.1.0-56-cloud-amd64
+  sudo kpreload install --root /mnt/image --esp /mnt/image/boot/efi`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o, err := f.options(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			o.Kernels, o.Default = kernels, def
+			res, err := install.Install(cmd.Context(), o)
+			if err != nil {
+				return fmt.Errorf("install into %s: %w", f.root, err)
+			}
+			return f.print(cmd, res)
+		},
+	}
+	f.add(c)
+	c.Flags().StringSliceVar(&kernels, "kernel", nil, "build the kpreload initramfs of this kernel (repeatable; default: every kernel the root has)")
+	c.Flags().StringVar(&def, "default", "", "boot this kernel by default (default: the newest with driver cells)")
+	return c
+}
+
+func newKernelHookCmd() *cobra.Command {
+	var f installFlags
+	c := &cobra.Command{
+		Use:   "kernel-hook postinst|postrm KVER [IMAGE] | grub-entries",
+		Short: "What the kernel packages and grub-mkconfig run (installed by kpreload install)",
+		Long: `Debian's kernel packages run /etc/kernel/postinst.d/zz-kpreload and
+postrm.d/zz-kpreload after installing or removing a kernel; both hand over to
+
+  kpreload kernel-hook postinst KVER [IMAGE]   build KVER's kpreload initramfs, update the boot loader
+  kpreload kernel-hook postrm KVER [IMAGE]     drop KVER's kpreload initramfs, update the boot loader
+
+A kernel whose driver cells the module cache lacks still gets its initramfs and
+entry, but the default stays on the newest kernel that has them, and the output
+says so (see "kpreload status").
+
+  kpreload kernel-hook grub-entries
+
+prints the GRUB menu entries of the kernels that have a kpreload initramfs. It is
+run by /etc/grub.d/09_kpreload inside grub-mkconfig, whose environment
+(GRUB_DEVICE_UUID, GRUB_CMDLINE_LINUX, ...) it reads.`,
+		Args: cobra.RangeArgs(1, 3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if args[0] == "grub-entries" {
+				if len(args) != 1 {
+					return fmt.Errorf("grub-entries takes no arguments")
+				}
+				return install.GrubEntries(cmd.OutOrStdout(), f.root, install.GrubEnvFromEnviron(os.Getenv))
+			}
+			if len(args) < 2 {
+				return fmt.Errorf("%s needs the kernel release: kernel-hook %s KVER [IMAGE]", args[0], args[0])
+			}
+			o, err := f.options(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			var res *install.Result
+			switch args[0] {
+			case "postinst":
+				res, err = install.KernelAdded(cmd.Context(), o, args[1])
+			case "postrm":
+				res, err = install.KernelRemoved(cmd.Context(), o, args[1])
+			default:
+				return fmt.Errorf("unknown hook %q: postinst, postrm or grub-entries", args[0])
+			}
+			if err != nil {
+				return fmt.Errorf("kernel %s hook for %s: %w", args[0], args[1], err)
+			}
+			return f.print(cmd, res)
+		},
+	}
+	f.add(c)
+	return c
+}
+
+func newStatusCmd() *cobra.Command {
+	var (
+		root   string
+		asJSON bool
+	)
+	c := &cobra.Command{
+		Use:   "status [--root DIR]",
+		Short: "Show a root's kernels, their driver sets and which one boots by default",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			kernels, err := install.Kernels(root)
+			if err != nil {
+				return err
+			}
+			st, err := install.ReadSettings(root)
+			if err != nil {
+				return err
+			}
+			def := install.DefaultKernel(kernels, st.NewestFirst())
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), struct {
+					Default string           `json:"default"`
+					Policy  string           `json:"policy"`
+					Kernels []install.Kernel `json:"kernels"`
+				}{def, st.Default, kernels})
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "default: %s (%s)\n", orNone(def), st.Describe())
+			for _, k := range kernels {
+				mark := " "
+				if k.Release == def {
+					mark = "*"
+				}
+				var what []string
+				if !k.Image {
+					what = append(what, "no image")
+				}
+				if !k.Initramfs {
+					what = append(what, "no kpreload initramfs")
+				}
+				drivers := "no driver cells"
+				if len(k.Drivers) > 0 {
+					drivers = strings.Join(k.Drivers, ", ")
+				}
+				what = append(what, drivers)
+				fmt.Fprintf(w, "%s %s: %s\n", mark, k.Release, strings.Join(what, "; "))
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&root, "root", "/", "the root filesystem to read")
+	c.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	return c
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
