@@ -121,6 +121,14 @@ func TestProvisionerOverSSH(t *testing.T) {
 	if b, err := exec.Command("cp", "-a", modules, filepath.Join(target, "lib", "modules", testKernel)).CombinedOutput(); err != nil {
 		t.Fatalf("copy the kernel's modules into the target root: %v\n%s", err, b)
 	}
+	// The target boots systemd-boot (its ESP at /boot/efi has loader/), so
+	// kpreload install can make it boot kpreload.
+	if err := os.MkdirAll(filepath.Join(target, "boot/efi/loader"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := exec.Command("cp", filepath.Join(modules, "../../../boot/vmlinuz-"+testKernel), filepath.Join(target, "boot")).CombinedOutput(); err != nil {
+		t.Fatalf("copy the kernel image into the target root: %v\n%s", err, b)
+	}
 	staging := filepath.Join(t.TempDir(), "staging")
 	tmpl := filepath.Join(t.TempDir(), "provision.pkr.hcl")
 	if err := os.WriteFile(tmpl, []byte(fmt.Sprintf(`
@@ -142,6 +150,7 @@ build {
     recipes_dir              = %q
     cache_dir                = %q
     instance_file            = %q
+    kernel_cmdline           = "root=UUID=0b0e0f0a-1111-4222-8333-444444444444 rw console=ttyS0"
     target_root              = %q
     remote_staging_directory = %q
   }
@@ -161,13 +170,13 @@ build {
 			t.Log(strings.TrimSpace(l))
 		}
 	}
-	for _, want := range []string{"Staging kpreload for kernels", "upload kpreload.tar.gz", "kpreload: built", "kpreload installed on the target"} {
+	for _, want := range []string{"Staging kpreload for kernels", "upload kpreload.tar.gz", "kpreload: built", "systemd-boot boots kernel " + testKernel + " with kpreload by default", "kpreload installed on the target"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("packer output lacks %q:\n%s", want, lastLines(out, 40))
 		}
 	}
 	for _, f := range []string{image.ImageKpreload, image.ImageInstance, image.ImagePostinstHook, "etc/ld.so.cache",
-		image.ImageInitramfsDir + "/initrd.img-" + testKernel} {
+		image.ImageInitramfsDir + "/initrd.img-" + testKernel, "boot/efi/loader/entries/kpreload-" + testKernel + ".conf"} {
 		if _, err := os.Stat(filepath.Join(target, f)); err != nil {
 			t.Errorf("target root lacks /%s: %v", f, err)
 		}

@@ -100,17 +100,26 @@ func TestProvisionInstallsIntoRoot(t *testing.T) {
 	if err := exec.Command("cp", "-a", kernelModules, filepath.Join(target, "lib", "modules", testKernel)).Run(); err != nil {
 		t.Fatalf("copy the kernel's modules into the target: %v", err)
 	}
+	// The target boots systemd-boot: its ESP, mounted at /boot/efi, has loader/.
+	if err := os.MkdirAll(filepath.Join(target, "boot/efi/loader"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec.Command("cp", filepath.Join(kernelModules, "../../../boot/vmlinuz-"+testKernel), filepath.Join(target, "boot")).Run(); err != nil {
+		t.Fatalf("copy the kernel image into the target: %v", err)
+	}
 	staging := filepath.Join(t.TempDir(), "staging")
+	cache := filepath.Join(t.TempDir(), "cache")
 
 	p := &Provisioner{}
 	if err := p.Prepare(map[string]interface{}{
 		"kernels":                  []string{testKernel},
 		"recipes":                  []string{"testdriver"},
 		"recipes_dir":              recipesDir,
-		"cache_dir":                filepath.Join(t.TempDir(), "cache"),
+		"cache_dir":                cache,
 		"kpreload_binary":          kpreload,
 		"init_binary":              initBin,
 		"instance_file":            "../../../images/instance-example.yaml",
+		"kernel_cmdline":           "root=UUID=0b0e0f0a-1111-4222-8333-444444444444 rw console=ttyS0",
 		"target_root":              target,
 		"remote_staging_directory": staging,
 	}); err != nil {
@@ -125,6 +134,7 @@ func TestProvisionInstallsIntoRoot(t *testing.T) {
 		image.ImageKpreload, image.ImageInit, image.ImageInstance, image.ImagePostinstHook,
 		"etc/ld.so.conf.d/kpreload.conf", "etc/ld.so.cache",
 		image.ImageInitramfsDir + "/initrd.img-" + testKernel,
+		"boot/efi/loader/entries/kpreload-" + testKernel + ".conf", "boot/efi/kpreload/" + testKernel + "/initrd.img",
 	} {
 		if _, err := os.Stat(filepath.Join(target, f)); err != nil {
 			t.Errorf("target lacks /%s: %v", f, err)
@@ -153,7 +163,27 @@ func TestProvisionInstallsIntoRoot(t *testing.T) {
 	var out strings.Builder
 	ui := &packersdk.BasicUi{Writer: &out, ErrorWriter: &out}
 	err = p2.Provision(ctx, ui, localComm{}, nil)
-	if err == nil || !strings.Contains(out.String(), "kernel 6.12.117+deb12-cloud-amd64 is not installed on the target") {
+	if err == nil || !strings.Contains(out.String(), "install linux-image-6.12.117+deb12-cloud-amd64 first") {
 		t.Errorf("Provision for an absent kernel = %v, output:\n%s\nwant a failure saying the kernel is not installed", err, out.String())
+	}
+
+	// A target kpreload cannot make boot (no GRUB, no systemd-boot) fails the
+	// build, saying what was looked for.
+	bare := t.TempDir()
+	if err := exec.Command("cp", "-a", filepath.Join(target, "lib"), bare).Run(); err != nil {
+		t.Fatal(err)
+	}
+	p3 := &Provisioner{}
+	if err := p3.Prepare(map[string]interface{}{
+		"kernels": []string{testKernel}, "recipes": []string{"testdriver"}, "recipes_dir": recipesDir,
+		"cache_dir": cache, "kpreload_binary": kpreload, "init_binary": initBin,
+		"target_root": bare, "remote_staging_directory": staging,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	err = p3.Provision(ctx, ui, localComm{}, nil)
+	if err == nil || !strings.Contains(out.String(), "no boot loader found in "+bare) || !strings.Contains(out.String(), "usr/sbin/grub-mkconfig") {
+		t.Errorf("Provision into a root without a boot loader = %v, output:\n%s\nwant a failure naming what was looked for", err, out.String())
 	}
 }

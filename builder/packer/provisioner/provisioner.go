@@ -6,10 +6,12 @@
 // stages kpreload's files locally with builder/image (the module cache subset
 // for the image's kernels, each driver version's userspace, firmware, the
 // kpreload binaries, the kernel install hooks, an instance YAML), uploads them
-// as one archive through the communicator and installs them on the target:
-// unpack, ldconfig, enable the systemd units staged, and run the kernel install
-// hook for every kernel, which builds the kpreload initramfs from the target's
-// own module tree and adds the boot entry where the target boots systemd-boot.
+// as one archive through the communicator (as the communicator's user, so a
+// non-root ssh_username with use_sudo works) and installs them on the target:
+// unpack, ldconfig, enable the systemd units staged, and `kpreload install`
+// (builder/install), which builds each kernel's kpreload initramfs from the
+// target's own module tree and makes the target's GRUB or systemd-boot boot
+// it, failing the build when it cannot.
 package provisioner
 
 import (
@@ -65,9 +67,10 @@ type Config struct {
 	BuildMissing config.Trilean `mapstructure:"build_missing"`
 	// An instance YAML file installed as `/etc/kpreload/instance.yaml`.
 	InstanceFile string `mapstructure:"instance_file"`
-	// The kernel command line the install hook gives boot entries it writes
-	// (`/etc/kpreload/cmdline`); without it the hook uses the target's
-	// running command line.
+	// The kernel command line of systemd-boot entries kpreload writes
+	// (`/etc/kpreload/cmdline`); without it they take the target's running
+	// command line. GRUB entries use GRUB_CMDLINE_LINUX from
+	// `/etc/default/grub`.
 	KernelCmdline string `mapstructure:"kernel_cmdline"`
 	// A static build of the kpreload CLI (runs on the target). Defaults to
 	// `kpreload` next to the plugin binary, else `bin/kpreload`.
@@ -76,8 +79,8 @@ type Config struct {
 	// plugin binary, else `bin/kpreload-init`.
 	InitBinary string `mapstructure:"init_binary"`
 	// The target's root directory everything is installed under. Defaults to
-	// `/`; another directory suits chroot-style builders (the install hook,
-	// `ldconfig -r` and `systemctl --root` then work on that tree).
+	// `/`; another directory suits chroot-style builders (`kpreload install
+	// --root`, `ldconfig -r` and `systemctl --root` then work on that tree).
 	TargetRoot string `mapstructure:"target_root"`
 	// The directory on the target the archive is uploaded to; it is removed
 	// afterwards. Defaults to `/tmp/kpreload-provision`.
@@ -85,8 +88,10 @@ type Config struct {
 	// Run the install commands through `sudo -n` (for a non-root
 	// communicator user). Defaults to false.
 	UseSudo bool `mapstructure:"use_sudo"`
-	// Do not run the kernel install hook (no kpreload initramfs or boot entry
-	// is made on the target; the files are still installed). Defaults to false.
+	// Only unpack kpreload's files: do not run `kpreload install` on the
+	// target, so no kpreload initramfs is built and the boot loader is left
+	// as it is. Defaults to false: the install makes the target's GRUB or
+	// systemd-boot boot kpreload, and fails the build when it cannot.
 	SkipKernelHook bool `mapstructure:"skip_kernel_hook"`
 
 	ctx     interpolate.Context
@@ -250,7 +255,10 @@ func (p *Provisioner) Provision(ctx context.Context, ui packersdk.Ui, comm packe
 	if err != nil {
 		return fmt.Errorf("kpreload provisioner: %w", err)
 	}
-	if err := p.run(ctx, ui, comm, "mkdir -p '"+c.RemoteStagingDir+"'"); err != nil {
+	// The staging directory belongs to the communicator's user (no sudo), so
+	// that the upload, which runs as that user, can write into it; only the
+	// install runs through sudo.
+	if err := p.runAs(ctx, ui, comm, StagingScript(c.RemoteStagingDir), false); err != nil {
 		return fmt.Errorf("kpreload provisioner: make the remote staging directory: %w", err)
 	}
 	remote := path.Join(c.RemoteStagingDir, ArchiveName)
@@ -269,8 +277,13 @@ func (p *Provisioner) Provision(ctx context.Context, ui packersdk.Ui, comm packe
 // run runs a shell command on the target (through sudo -n when configured),
 // streaming its output to the UI; a non-zero exit status is an error.
 func (p *Provisioner) run(ctx context.Context, ui packersdk.Ui, comm packersdk.Communicator, script string) error {
+	return p.runAs(ctx, ui, comm, script, p.config.UseSudo)
+}
+
+// runAs runs a shell command on the target, through sudo -n when sudo is set.
+func (p *Provisioner) runAs(ctx context.Context, ui packersdk.Ui, comm packersdk.Communicator, script string, sudo bool) error {
 	cmd := "sh -c " + shellQuote(script)
-	if p.config.UseSudo {
+	if sudo {
 		cmd = "sudo -n " + cmd
 	}
 	rc := &packersdk.RemoteCmd{Command: cmd}
@@ -283,16 +296,27 @@ func (p *Provisioner) run(ctx context.Context, ui packersdk.Ui, comm packersdk.C
 	return nil
 }
 
+// StagingScript makes the upload directory as the communicator's user and
+// checks that it can write there (a directory left by an earlier run as
+// another user would make the upload fail with "Permission denied").
+func StagingScript(staging string) string {
+	q := shellQuote(staging)
+	return "set -eu\nmkdir -p " + q + "\nchmod 700 " + q + "\n" +
+		"[ -w " + q + " ] || { echo \"kpreload: the staging directory \"" + q + "\" is not writable by $(id -un): remove it or set remote_staging_directory\" >&2; exit 2; }\n"
+}
+
 // InstallScript is the shell script the provisioner runs on the target: it
 // unpacks the uploaded archive into root, runs ldconfig, enables the staged
-// systemd units and, when hook is set, checks that each kernel is installed and
-// runs the kernel install hook for it. Every failure names what to do.
-func InstallScript(root, staging string, units, kernels []string, hook bool) string {
+// systemd units and, when boot is set, runs "kpreload install" for the
+// kernels, which makes the root's boot loader boot kpreload and fails when
+// it cannot. Every failure names what to do.
+func InstallScript(root, staging string, units, kernels []string, boot bool) string {
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
 	w("set -eu")
 	w("root=%s", shellQuote(root))
 	w("staging=%s", shellQuote(staging))
+	w(`trap 'rm -rf "$staging"' EXIT`)
 	w(`[ -d "$root" ] || { echo "kpreload: target root $root does not exist" >&2; exit 2; }`)
 	w(`command -v tar >/dev/null || { echo "kpreload: the target has no tar" >&2; exit 2; }`)
 	w(`tar -xzf "$staging/%s" -C "$root" --no-overwrite-dir`, ArchiveName)
@@ -307,15 +331,13 @@ func InstallScript(root, staging string, units, kernels []string, hook bool) str
 		w(`  if [ "$root" = / ]; then systemctl enable %s; else systemctl --root="$root" enable %s; fi`, strings.Join(quoted, " "), strings.Join(quoted, " "))
 		w(`else echo "kpreload: warning: no systemctl on the target: units %s not enabled" >&2; fi`, strings.Join(units, " "))
 	}
-	if hook {
-		w(`if [ "$root" = / ]; then hookroot=; else hookroot="$root"; fi`)
+	if boot {
+		args := []string{`"$root/` + image.ImageKpreload + `"`, "install", `--root "$root"`}
 		for _, k := range kernels {
-			w("k=%s", shellQuote(k))
-			w(`[ -d "$root/lib/modules/$k" ] || { echo "kpreload: kernel $k is not installed on the target (no $root/lib/modules/$k): install linux-image-$k before this provisioner, or remove it from kernels" >&2; exit 3; }`)
-			w(`KPRELOAD_ROOT="$hookroot" "$root/%s" "$k" "/boot/vmlinuz-$k"`, image.ImagePostinstHook)
+			args = append(args, "--kernel", shellQuote(k))
 		}
+		w("%s", strings.Join(args, " "))
 	}
-	w(`rm -rf "$staging"`)
 	w(`echo "kpreload: install done"`)
 	return b.String()
 }

@@ -107,7 +107,7 @@ func fakeStage(t *testing.T, got *image.StageOptions) func(context.Context, imag
 		*got = o
 		for p, data := range map[string]string{
 			image.ImageKpreload:                                    "kpreload",
-			image.ImagePostinstHook:                                image.PostinstHook,
+			image.ImagePostinstHook:                                "#!/bin/sh\n",
 			"lib/systemd/system/kpreload-drivers.target":           "[Unit]\n",
 			"lib/systemd/system/kpreload-persistenced.service":     "[Unit]\n",
 			"lib/systemd/system/getty@.service":                    "[Unit]\n",
@@ -182,15 +182,21 @@ func TestProvisionMockCommunicator(t *testing.T) {
 	if got, want := len(comm.cmds), 2; got != want {
 		t.Fatalf("%d remote commands, want %d: %q", got, want, comm.cmds)
 	}
-	if !strings.HasPrefix(comm.cmds[0], "sudo -n sh -c ") || !strings.Contains(comm.cmds[0], "mkdir -p") {
-		t.Errorf("first command = %q, want mkdir of the staging dir through sudo", comm.cmds[0])
+	// The staging directory is made as the communicator's user, so that the
+	// upload (which runs as that user) can write into it; the install goes
+	// through sudo.
+	if strings.HasPrefix(comm.cmds[0], "sudo") || !strings.Contains(comm.cmds[0], "mkdir -p") || !strings.Contains(comm.cmds[0], "is not writable by") {
+		t.Errorf("first command = %q, want mkdir of the staging dir without sudo, and a writability check", comm.cmds[0])
 	}
 	install := comm.cmds[1]
+	if !strings.HasPrefix(install, "sudo -n sh -c ") {
+		t.Errorf("install command = %q, want it through sudo -n", install)
+	}
 	for _, want := range []string{
 		"tar -xzf", "ldconfig -r",
 		`enable '\''kpreload-drivers.target'\'' '\''kpreload-persistenced.service'\''`,
-		"install linux-image-$k before this provisioner",
-		image.ImagePostinstHook,
+		`"$root/usr/bin/kpreload" install --root "$root" --kernel '\''` + testKernel + `'\''`,
+		`trap '\''rm -rf "$staging"'\'' EXIT`,
 	} {
 		if !strings.Contains(install, want) {
 			t.Errorf("install command lacks %q:\n%s", want, install)
@@ -223,7 +229,7 @@ func TestProvisionRemoteFailure(t *testing.T) {
 
 func TestInstallScriptSkipHook(t *testing.T) {
 	s := InstallScript("/", "/tmp/x", nil, []string{testKernel}, false)
-	if strings.Contains(s, "postinst.d") || strings.Contains(s, "systemctl") {
+	if strings.Contains(s, `kpreload" install`) || strings.Contains(s, "systemctl") {
 		t.Errorf("script without hook and units runs them:\n%s", s)
 	}
 	if !strings.Contains(s, "ldconfig") || !strings.Contains(s, `rm -rf "$staging"`) {
