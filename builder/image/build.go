@@ -32,7 +32,7 @@ func build(ctx context.Context, o Options) (*Manifest, error) {
 			return nil, fmt.Errorf("image: %s is missing (install the image tools with scripts/deps.sh: mmdebstrap fdisk dosfstools mtools e2fsprogs qemu-utils): %w", tool, err)
 		}
 	}
-	if _, err := os.Stat(SystemdBootEFI); err != nil {
+	if _, err := os.Stat(SystemdBootEFI); err != nil && o.Bootloader == install.SystemdBoot {
 		return nil, fmt.Errorf("image: systemd-boot is missing (install systemd-boot-efi with scripts/deps.sh): %w", err)
 	}
 	// Fail on unknown kernels and missing cells before the slow steps.
@@ -59,7 +59,7 @@ func build(ctx context.Context, o Options) (*Manifest, error) {
 	defer os.RemoveAll(outTmp)
 
 	m := &Manifest{
-		Name: o.Name, Suite: o.Suite, Kernels: slices.Clone(o.Kernels), BuiltWith: o.BuiltWith,
+		Name: o.Name, Suite: o.Suite, Kernels: slices.Clone(o.Kernels), BuiltWith: o.BuiltWith, Bootloader: o.Bootloader,
 		RootUUID: newUUID(), DiskGUID: newUUID(),
 	}
 	espVol := newVolumeID()
@@ -109,14 +109,22 @@ func build(ctx context.Context, o Options) (*Manifest, error) {
 		}
 	}
 
-	// 3. ESP contents: systemd-boot, its configuration, kernels and initramfs images.
+	// 3. The boot loader: its files on the ESP (and, for GRUB, core.img for
+	// the BIOS boot partition), made through builder/install as the kernel
+	// hooks do on the running image.
 	espDir := filepath.Join(work, "esp")
 	if err := os.MkdirAll(espDir, 0o755); err != nil {
 		return nil, err
 	}
-	esp, err := espFiles(ctx, espDir, root, o.Kernels, m.Cmdline)
+	var esp []espFile
+	coreImg := ""
+	if o.Bootloader == install.GRUB {
+		esp, coreImg, err = grubFiles(ctx, work, root, m.RootUUID, o.Cmdline)
+	} else {
+		esp, err = espFiles(ctx, espDir, root, o.Kernels, m.Cmdline)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("image: ESP: %w", err)
+		return nil, fmt.Errorf("image: %s: %w", o.Bootloader, err)
 	}
 
 	// 4. The disk.
@@ -124,10 +132,19 @@ func build(ctx context.Context, o Options) (*Manifest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("image: %w", err)
 	}
+	if o.Bootloader == install.GRUB {
+		layout = layout.WithBIOSBoot(newUUID())
+	}
 	raw := filepath.Join(outTmp, o.Name+"."+FormatRaw)
 	o.Progress.say("disk: %d MiB GPT (ESP %d MiB, root ext4), mkfs.ext4 -d", o.SizeMB, o.ESPSizeMB)
 	if err := writeDisk(ctx, raw, layout, espVol, esp, root, m.RootUUID); err != nil {
 		return nil, fmt.Errorf("image: disk: %w", err)
+	}
+	if coreImg != "" {
+		o.Progress.say("disk: GRUB's boot.img in the MBR, core.img in the BIOS boot partition")
+		if err := biosSetup(raw, layout, filepath.Join(root, "usr/lib/grub/i386-pc/boot.img"), coreImg); err != nil {
+			return nil, fmt.Errorf("image: disk: %w", err)
+		}
 	}
 	var outputs []string // temporary paths, in Files order
 	for _, f := range o.Formats {
@@ -202,6 +219,28 @@ func espFiles(ctx context.Context, dir, root string, kernels []string, cmdline s
 		return err
 	})
 	return files, err
+}
+
+// grubFiles sets up GRUB in root: /etc/default/grub, GRUB's images and
+// modules, and grub.cfg through builder/install (whose /etc/grub.d script
+// puts kpreload's entries first); it returns the ESP's files (GRUB's UEFI
+// image as the removable-media loader) and core.img for the BIOS boot
+// partition.
+func grubFiles(ctx context.Context, work, root, rootUUID, cmdline string) ([]espFile, string, error) {
+	if err := writeFile(filepath.Join(root, "etc/default/grub"), []byte(defaultGrub(cmdline)), 0o644); err != nil {
+		return nil, "", err
+	}
+	efi, core, err := grubImages(ctx, root, rootUUID, work)
+	if err != nil {
+		return nil, "", err
+	}
+	if _, err := install.Install(ctx, install.Options{
+		Root: root, Bootloader: install.GRUB, SkipInitramfs: true,
+		UpdateGrub: buildRootUpdateGrub(rootUUID),
+	}); err != nil {
+		return nil, "", err
+	}
+	return []espFile{{efi, install.ESPBootloader}}, core, nil
 }
 
 // kernelPackages returns the installed version of each kernel's linux-image

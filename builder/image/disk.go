@@ -22,6 +22,9 @@ const (
 	// TypeRootX86_64 is a Linux x86-64 root partition (Discoverable Partitions
 	// Specification), so systemd's gpt-auto-generator recognizes it too.
 	TypeRootX86_64 = "4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709"
+	// TypeBIOSBoot is GRUB's BIOS boot partition, where core.img is embedded
+	// on a GPT disk booted by BIOS.
+	TypeBIOSBoot = "21686148-6449-6E6F-744E-656564454649"
 )
 
 // SectorSize is the disk's logical sector size.
@@ -54,6 +57,19 @@ type Layout struct {
 	DiskGUID string
 	// ESP and Root are the partitions.
 	ESP, Root Partition
+	// BIOSBoot, when set, is GRUB's BIOS boot partition (partition 3, first on the disk).
+	BIOSBoot *Partition
+}
+
+// WithBIOSBoot returns l with a 1 MiB BIOS boot partition at 1 MiB, as
+// partition 3 (the ESP and root keep numbers 1 and 2), the others moved up by
+// 1 MiB and the root 1 MiB smaller.
+func (l Layout) WithBIOSBoot(uuid string) Layout {
+	l.BIOSBoot = &Partition{Offset: mib, Size: mib, Type: TypeBIOSBoot, UUID: uuid, Name: "BIOS boot"}
+	l.ESP.Offset += mib
+	l.Root.Offset += mib
+	l.Root.Size -= mib
+	return l
 }
 
 // NewLayout lays out a disk of sizeMB MiB with an ESP of espMB MiB and the
@@ -73,7 +89,11 @@ func NewLayout(sizeMB, espMB int, diskGUID, espUUID, rootUUID string) (Layout, e
 func (l Layout) SfdiskScript() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "label: gpt\nlabel-id: %s\nunit: sectors\nsector-size: %d\nfirst-lba: %d\n\n", l.DiskGUID, SectorSize, mib/SectorSize)
-	for _, p := range []Partition{l.ESP, l.Root} {
+	parts := []Partition{l.ESP, l.Root}
+	if l.BIOSBoot != nil {
+		parts = append(parts, *l.BIOSBoot)
+	}
+	for _, p := range parts {
 		fmt.Fprintf(&b, "start=%d, size=%d, type=%s, uuid=%s, name=%q\n", p.Offset/SectorSize, p.Size/SectorSize, p.Type, p.UUID, p.Name)
 	}
 	return b.String()

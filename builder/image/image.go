@@ -148,8 +148,12 @@ type Options struct {
 	// Instance, if set, is an instance YAML file baked in at ImageInstance.
 	Instance string
 	// Cmdline is added to every loader entry's kernel command line after
-	// "root=UUID=<root> rw".
+	// "root=UUID=<root> rw" (systemd-boot), or is GRUB_CMDLINE_LINUX (GRUB).
 	Cmdline string
+	// Bootloader is the image's boot loader: install.SystemdBoot (the default:
+	// UEFI only) or install.GRUB (BIOS and UEFI from one disk, as Debian's
+	// cloud images do: a BIOS boot partition and GRUB's UEFI image on the ESP).
+	Bootloader install.Bootloader
 	// SizeMB is the whole disk's size in MiB (default DefaultSizeMB).
 	SizeMB int
 	// ESPSizeMB is the EFI system partition's size in MiB (default DefaultESPSizeMB).
@@ -194,6 +198,8 @@ type Manifest struct {
 	Suite string `json:"suite"`
 	// Kernels are the installed kernel releases, the default boot entry first.
 	Kernels []string `json:"kernels"`
+	// Bootloader is the image's boot loader (grub or systemd-boot).
+	Bootloader install.Bootloader `json:"bootloader"`
 	// KernelPackages maps each kernel release to its linux-image package version.
 	KernelPackages map[string]string `json:"kernel_packages,omitempty"`
 	// Drivers are the module cache sets the image carries, one per recipe and kernel.
@@ -311,6 +317,9 @@ func (o Options) withDefaults() Options {
 	if o.BuiltWith == "" {
 		o.BuiltWith = Version()
 	}
+	if o.Bootloader == "" {
+		o.Bootloader = install.SystemdBoot
+	}
 	return o
 }
 
@@ -341,6 +350,9 @@ func (o Options) Validate() error {
 	}
 	if len(o.Kernels) == 0 {
 		bad("no kernels: name at least one kernel release, such as 6.1.0-56-cloud-amd64")
+	}
+	if o.Bootloader != install.SystemdBoot && o.Bootloader != install.GRUB {
+		bad("bootloader %q: want %s or %s", o.Bootloader, install.GRUB, install.SystemdBoot)
 	}
 	seen := map[string]bool{}
 	for _, k := range o.Kernels {

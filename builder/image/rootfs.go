@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/kpreload/kpreload/builder/install"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,6 +62,9 @@ func rootfsSpec(o Options, date string) RootfsSpec {
 		pkgs = append(pkgs, "linux-image-"+k)
 	}
 	pkgs = append(pkgs, o.Packages...)
+	if o.Bootloader == install.GRUB {
+		pkgs = append(pkgs, GrubPackages...)
+	}
 	return RootfsSpec{
 		Suite: o.Suite,
 		Sources: []string{

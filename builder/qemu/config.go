@@ -37,6 +37,9 @@ const (
 	// FirmwareUEFI boots Config.RootDisk through OVMF (UEFI firmware on pflash) and
 	// the disk's own bootloader: no -kernel, -initrd or -append.
 	FirmwareUEFI = "uefi"
+	// FirmwareBIOS boots Config.RootDisk through SeaBIOS and the disk's own
+	// boot code in its MBR (GRUB): no -kernel, -initrd or -append.
+	FirmwareBIOS = "bios"
 )
 
 // OVMF firmware files (package ovmf) tried in order when Config.OVMFCode is empty:
@@ -62,7 +65,8 @@ type Config struct {
 	// RootDisk is a raw (or .qcow2) disk image attached on RootBus; empty attaches none.
 	// With FirmwareUEFI it is the disk the firmware boots from (required).
 	RootDisk string
-	// Firmware is FirmwareDirect (default) or FirmwareUEFI. With FirmwareUEFI the
+	// Firmware is FirmwareDirect (default), FirmwareUEFI or FirmwareBIOS. With
+	// FirmwareUEFI or FirmwareBIOS the
 	// kernel command line comes from the disk's bootloader, so Append is refused and
 	// the harness's own parameters (console=ttyS0 kpreload.report=/dev/ttyS1) must be
 	// in the image's boot entry.
@@ -82,6 +86,9 @@ type Config struct {
 	// Snapshot boots the root disk through a temporary copy-on-write overlay:
 	// what the guest writes is dropped and the disk file is never changed.
 	Snapshot bool
+	// Drives are more disk images (raw, or .qcow2) attached read-only on
+	// virtio after the root disk: a seed, a package to install.
+	Drives []string
 	// RootBus is how the root disk is attached: "virtio" (default, /dev/vda), "nvme"
 	// (/dev/nvme0n1) or "scsi" (virtio-scsi, /dev/sda).
 	RootBus string
@@ -227,26 +234,27 @@ func Args(c Config, consoleLog, reportLog string) ([]string, error) {
 		if c.Kernel == "" {
 			return nil, errors.New("qemu: no kernel given")
 		}
-	case FirmwareUEFI:
-		uefi = true
+	case FirmwareUEFI, FirmwareBIOS:
+		uefi = c.Firmware == FirmwareUEFI
 		switch {
 		case c.Kernel != "" || c.Initramfs != "":
-			return nil, errors.New("qemu: UEFI boot takes the kernel and initramfs from the disk's bootloader: leave Kernel and Initramfs empty")
+			return nil, fmt.Errorf("qemu: %s boot takes the kernel and initramfs from the disk's bootloader: leave Kernel and Initramfs empty", c.Firmware)
 		case strings.TrimSpace(c.Append) != "":
-			return nil, errors.New("qemu: UEFI boot takes the kernel command line from the disk's boot entry: put the parameters there, not in Append")
+			return nil, fmt.Errorf("qemu: %s boot takes the kernel command line from the disk's boot entry: put the parameters there, not in Append", c.Firmware)
 		case c.RootDisk == "":
-			return nil, errors.New("qemu: UEFI boot needs a disk image to boot (RootDisk)")
+			return nil, fmt.Errorf("qemu: %s boot needs a disk image to boot (RootDisk)", c.Firmware)
+		case !uefi:
 		case c.OVMFCode == "":
 			return nil, errors.New("qemu: UEFI boot needs the OVMF firmware code image (OVMFCode; see FindOVMF)")
 		}
 		if c.varsCopy == "" {
 			c.varsCopy = c.OVMFVars
 		}
-		if c.varsCopy == "" {
+		if uefi && c.varsCopy == "" {
 			return nil, errors.New("qemu: UEFI boot needs a UEFI variable store (OVMFVars)")
 		}
 	default:
-		return nil, fmt.Errorf("qemu: firmware %q: want %q (direct kernel boot) or %q", c.Firmware, FirmwareDirect, FirmwareUEFI)
+		return nil, fmt.Errorf("qemu: firmware %q: want %q (direct kernel boot), %q or %q", c.Firmware, FirmwareDirect, FirmwareUEFI, FirmwareBIOS)
 	}
 	if consoleLog == "" || reportLog == "" {
 		return nil, errors.New("qemu: console and report log paths are required")
@@ -300,7 +308,7 @@ func Args(c Config, consoleLog, reportLog string) ([]string, error) {
 			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+optEscape(c.OVMFCode),
 			"-drive", "if=pflash,format=raw,unit=1,file="+optEscape(c.varsCopy),
 		)
-	} else {
+	} else if c.Firmware == FirmwareDirect {
 		args = append(args, "-kernel", c.Kernel)
 		if c.Initramfs != "" {
 			args = append(args, "-initrd", c.Initramfs)
@@ -328,6 +336,14 @@ func Args(c Config, consoleLog, reportLog string) ([]string, error) {
 		case "scsi":
 			args = append(args, "-device", "virtio-scsi-pci,id=scsi0", "-device", "scsi-hd,bus=scsi0.0,drive=root")
 		}
+	}
+	for i, d := range c.Drives {
+		format := "raw"
+		if strings.HasSuffix(d, ".qcow2") {
+			format = "qcow2"
+		}
+		id := fmt.Sprintf("drive%d", i)
+		args = append(args, "-drive", "if=none,id="+id+",readonly=on,format="+format+",file="+optEscape(d), "-device", "virtio-blk-pci,drive="+id)
 	}
 	for _, d := range c.Devices {
 		if d = strings.TrimSpace(d); d == "" {

@@ -48,6 +48,8 @@ func newBootCmd() *cobra.Command {
 		asJSON   bool
 		image    string
 		until    string
+		firmware string
+		persist  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "boot (--kernel FILE [--initramfs FILE] [--root-disk FILE] | --image DISK)",
@@ -70,9 +72,14 @@ after coldplug has loaded qemu_fw_cfg, unless the kernel command line
 qcow2) the way a cloud VM does: UEFI firmware (OVMF) and the disk's own
 bootloader, kernel command line from its boot entry (build the image with
 --cmdline "console=ttyS0 kpreload.report=/dev/ttyS1" to get the report back).
+--firmware bios boots it through SeaBIOS and the boot code in its MBR instead
+(images built with --bootloader grub boot either way).
 A real systemd guest does not power off: the run ends when the console matches
 --until (default: systemd reaching multi-user.target or graphical.target).
-QEMU boots a copy-on-write overlay, so the image itself is never changed.
+QEMU boots a copy-on-write overlay, so the image itself is never changed;
+--persist boots the image itself, keeping what the guest writes (to boot, change
+and boot the same disk again). --drive FILE attaches another disk on virtio,
+read-only (a seed, a package to install).
 
 --icount N (with --cpus 1) drives the guest's clock by its instruction count
 instead of the host's: timings no longer move with the host's load, which makes
@@ -91,12 +98,19 @@ real time: under plain TCG a guest's first run of new code costs far more.`,
 				if _, err := os.Stat(image); err != nil {
 					return fmt.Errorf("--image: %w", err)
 				}
-				c.Firmware, c.RootDisk, c.Snapshot = qemu.FirmwareUEFI, image, true
+				switch firmware {
+				case qemu.FirmwareUEFI, qemu.FirmwareBIOS:
+				default:
+					return fmt.Errorf("--firmware %q: want uefi or bios", firmware)
+				}
+				c.Firmware, c.RootDisk, c.Snapshot = firmware, image, !persist
 				if until == "" {
 					until = defaultUntil
 				}
 			} else if c.Kernel == "" {
 				return errors.New("--kernel (or --image) is required")
+			} else if persist || cmd.Flags().Changed("firmware") {
+				return errors.New("--persist and --firmware go with --image")
 			}
 			if until != "" {
 				re, err := regexp.Compile(until)
@@ -172,7 +186,10 @@ real time: under plain TCG a guest's first run of new code costs far more.`,
 	f.StringVar(&c.ConsoleLog, "console", "", "write the console log here (default: in the work directory)")
 	f.StringArrayVar(&fwCfg, "fw-cfg", nil, "pass a file through QEMU fw_cfg as opt/NAME, NAME=FILE (repeatable)")
 	f.StringVar(&instFile, "instance", "", "instance YAML (driver version, cuda, flavour) for /init, passed through fw_cfg as "+instance.FwCfgName)
-	f.StringVar(&image, "image", "", "disk image to boot through UEFI firmware and its own bootloader (raw or qcow2)")
+	f.StringVar(&image, "image", "", "disk image to boot through its firmware and its own bootloader (raw or qcow2)")
+	f.StringVar(&firmware, "firmware", qemu.FirmwareUEFI, "with --image: uefi (OVMF) or bios (SeaBIOS)")
+	f.BoolVar(&persist, "persist", false, "with --image: boot the image itself, keeping what the guest writes (default: a throwaway overlay)")
+	f.StringArrayVar(&c.Drives, "drive", nil, "attach this disk image (raw or .qcow2) on virtio, read-only, after the root disk (repeatable)")
 	f.StringVar(&until, "until", "", "end the run when the console matches this regular expression (default with --image: systemd's default target)")
 	f.StringVar(&workDir, "work-dir", "", "directory for the logs (default: a new temporary directory)")
 	f.BoolVar(&asJSON, "json", false, "print the report, root-init record and timings as JSON")

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"github.com/kpreload/kpreload/builder/install"
 	"os"
 	"os/signal"
 	"strings"
@@ -37,6 +38,7 @@ func newImageBuildCmd() *cobra.Command {
 		addFiles   []string
 		recipesDir string
 		asJSON     bool
+		bootloader string
 	)
 	c := &cobra.Command{
 		Use:   "build --name NAME --kernel KVER... [--recipe R]... [flags]",
@@ -108,6 +110,11 @@ whole manifest) to stdout.`,
 			if o.InitBinary == "" {
 				o.InitBinary = defaultInit()
 			}
+			bl, err := install.ParseBootloader(bootloader)
+			if err != nil {
+				return err
+			}
+			o.Bootloader = bl
 			errw := cmd.ErrOrStderr()
 			start := time.Now()
 			o.Progress = func(msg string) {
@@ -147,6 +154,7 @@ whole manifest) to stdout.`,
 	f.StringVar(&o.OutDir, "out", ".", "output directory")
 	f.StringVar(&o.Instance, "instance", "", "instance YAML file to bake in at /"+image.ImageInstance)
 	f.StringVar(&o.Cmdline, "cmdline", "", "extra kernel command line for the boot entries")
+	f.StringVar(&bootloader, "bootloader", string(install.SystemdBoot), "systemd-boot (UEFI) or grub (one disk that boots under BIOS and UEFI, as Debian's cloud images)")
 	f.StringArrayVar(&o.Packages, "package", nil, "extra Debian package to install (repeatable)")
 	f.StringArrayVar(&addFiles, "add", nil, "extra file DEST=SRC: copy the host file SRC to the absolute path DEST in the image (repeatable)")
 	f.StringArrayVar(&o.Enable, "enable", nil, "systemd unit to enable in the image, e.g. one --add brought (repeatable)")
