@@ -82,24 +82,26 @@ func build(ctx context.Context, o Options) (*Manifest, error) {
 		return nil, fmt.Errorf("image: %w", err)
 	}
 
-	// 2. Everything kpreload-specific.
-	res, err := Stage(ctx, StageOptions{
-		Kernels: o.Kernels, Recipes: o.Recipes, CacheDir: o.CacheDir, DownloadDir: o.DownloadDir,
-		Lister: o.Lister, KpreloadBinary: o.KpreloadBinary, InitBinary: o.InitBinary,
-		Instance: o.Instance, Cmdline: m.Cmdline, Progress: o.Progress, EarlyDrivers: o.EarlyDrivers,
-		// BuildMissing already ran above; Stage finds the cells in the cache.
-	}, root)
-	if err != nil {
-		return nil, fmt.Errorf("image: %w", err)
+	// 2. Everything kpreload-specific (nothing in a plain image).
+	if !o.Plain {
+		res, err := Stage(ctx, StageOptions{
+			Kernels: o.Kernels, Recipes: o.Recipes, CacheDir: o.CacheDir, DownloadDir: o.DownloadDir,
+			Lister: o.Lister, KpreloadBinary: o.KpreloadBinary, InitBinary: o.InitBinary,
+			Instance: o.Instance, Cmdline: m.Cmdline, Progress: o.Progress, EarlyDrivers: o.EarlyDrivers,
+			// BuildMissing already ran above; Stage finds the cells in the cache.
+		}, root)
+		if err != nil {
+			return nil, fmt.Errorf("image: %w", err)
+		}
+		m.Drivers, m.Userspace, m.Firmware, m.Initramfs = res.Drivers, res.Userspace, res.Firmware, res.Initramfs
 	}
-	m.Drivers, m.Userspace, m.Firmware, m.Initramfs = res.Drivers, res.Userspace, res.Firmware, res.Initramfs
 	if m.Drivers == nil {
 		m.Drivers = []Driver{}
 	}
 	if err := addFiles(root, o.Files); err != nil {
 		return nil, fmt.Errorf("image: %w", err)
 	}
-	if err := configureRoot(ctx, root, m.RootUUID, m.ESPUUID, o.EmptyRootPassword); err != nil {
+	if err := configureRoot(ctx, root, m.RootUUID, m.ESPUUID, o.EmptyRootPassword, !o.Plain); err != nil {
 		return nil, fmt.Errorf("image: configure root: %w", err)
 	}
 	if len(o.Enable) > 0 {
@@ -119,7 +121,7 @@ func build(ctx context.Context, o Options) (*Manifest, error) {
 	var esp []espFile
 	coreImg := ""
 	if o.Bootloader == install.GRUB {
-		esp, coreImg, err = grubFiles(ctx, work, root, m.RootUUID, o.Cmdline)
+		esp, coreImg, err = grubFiles(ctx, work, root, m.RootUUID, o.Cmdline, !o.Plain)
 	} else {
 		esp, err = espFiles(ctx, espDir, root, o.Kernels, m.Cmdline)
 	}
@@ -226,7 +228,7 @@ func espFiles(ctx context.Context, dir, root string, kernels []string, cmdline s
 // puts kpreload's entries first); it returns the ESP's files (GRUB's UEFI
 // image as the removable-media loader) and core.img for the BIOS boot
 // partition.
-func grubFiles(ctx context.Context, work, root, rootUUID, cmdline string) ([]espFile, string, error) {
+func grubFiles(ctx context.Context, work, root, rootUUID, cmdline string, kpreload bool) ([]espFile, string, error) {
 	if err := writeFile(filepath.Join(root, "etc/default/grub"), []byte(defaultGrub(cmdline)), 0o644); err != nil {
 		return nil, "", err
 	}
@@ -234,10 +236,14 @@ func grubFiles(ctx context.Context, work, root, rootUUID, cmdline string) ([]esp
 	if err != nil {
 		return nil, "", err
 	}
-	if _, err := install.Install(ctx, install.Options{
-		Root: root, Bootloader: install.GRUB, SkipInitramfs: true,
-		UpdateGrub: buildRootUpdateGrub(rootUUID),
-	}); err != nil {
+	update := buildRootUpdateGrub(rootUUID)
+	if !kpreload {
+		// A plain image: GRUB's own entries, the distribution's initramfs.
+		err = update(ctx, root, io.Discard)
+	} else {
+		_, err = install.Install(ctx, install.Options{Root: root, Bootloader: install.GRUB, SkipInitramfs: true, UpdateGrub: update})
+	}
+	if err != nil {
 		return nil, "", err
 	}
 	return []espFile{{efi, install.ESPBootloader}}, core, nil

@@ -211,8 +211,9 @@ func fatClusterSectors(size int64) int {
 
 // configureRoot makes the root tree bootable as an image: fstab (root and ESP
 // by UUID), the ESP mount point, hostname, networking by DHCP through
-// systemd-networkd, and optionally an empty root password.
-func configureRoot(ctx context.Context, root, rootUUID, espUUID string, emptyRootPassword bool) error {
+// systemd-networkd, kpreload's units as their presets say (when the image
+// carries kpreload), and optionally an empty root password.
+func configureRoot(ctx context.Context, root, rootUUID, espUUID string, emptyRootPassword, kpreload bool) error {
 	fstab := fmt.Sprintf("# kpreload image: root and EFI system partition by filesystem UUID\nUUID=%s / ext4 errors=remount-ro 0 1\nUUID=%s /%s vfat umask=0077 0 1\n", rootUUID, espUUID, ImageESPMount)
 	files := map[string]string{
 		"etc/fstab":    fstab,
@@ -231,6 +232,9 @@ func configureRoot(ctx context.Context, root, rootUUID, espUUID string, emptyRoo
 	if err := run(ctx, nil, "systemctl", "--root="+root, "enable", "systemd-networkd.service"); err != nil {
 		return fmt.Errorf("enable systemd-networkd: %w", err)
 	}
+	if !kpreload {
+		return setRootPassword(root, emptyRootPassword)
+	}
 	// kpreload's own units (rootfiles) are enabled as their preset file says.
 	units, err := fs.Glob(rootfiles.FS, "files/usr/lib/systemd/system/kpreload-*")
 	if err != nil {
@@ -242,12 +246,15 @@ func configureRoot(ctx context.Context, root, rootUUID, espUUID string, emptyRoo
 	if err := run(ctx, nil, "systemctl", append([]string{"--root=" + root, "preset"}, units...)...); err != nil {
 		return fmt.Errorf("preset kpreload units: %w", err)
 	}
-	if emptyRootPassword {
-		if err := setEmptyRootPassword(filepath.Join(root, "etc", "shadow")); err != nil {
-			return err
-		}
+	return setRootPassword(root, emptyRootPassword)
+}
+
+// setRootPassword clears root's password when empty is set.
+func setRootPassword(root string, empty bool) error {
+	if !empty {
+		return nil
 	}
-	return nil
+	return setEmptyRootPassword(filepath.Join(root, "etc", "shadow"))
 }
 
 // setEmptyRootPassword clears root's password in a shadow file, so root logs

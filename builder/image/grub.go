@@ -76,6 +76,21 @@ func buildRootUpdateGrub(rootUUID string) func(context.Context, string, io.Write
 			"usr/sbin/grub-probe":    fmt.Sprintf(grubProbeShim, rootUUID),
 			"usr/bin/grub-mkrelpath": grubMkrelpathShim,
 		}
+		// 10_linux names the root by UUID only where /dev/disk/by-uuid has
+		// it, as udev makes it: a link to the device grub-probe names.
+		dev := filepath.Join(root, "dev/kpreload-root")
+		if err := os.WriteFile(dev, nil, 0o600); err != nil {
+			return fmt.Errorf("GRUB: %w", err)
+		}
+		defer os.Remove(dev)
+		byUUID := filepath.Join(root, "dev/disk/by-uuid", rootUUID)
+		if err := os.MkdirAll(filepath.Dir(byUUID), 0o755); err != nil {
+			return fmt.Errorf("GRUB: %w", err)
+		}
+		if err := os.Symlink("../../kpreload-root", byUUID); err != nil {
+			return fmt.Errorf("GRUB: %w", err)
+		}
+		defer os.RemoveAll(filepath.Join(root, "dev/disk"))
 		for p, text := range shims {
 			real := filepath.Join(root, p)
 			if err := os.Rename(real, real+".kpreload-real"); err != nil {

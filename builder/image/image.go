@@ -16,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/kpreload/kpreload/builder/install"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -25,6 +24,7 @@ import (
 	"strings"
 
 	"github.com/kpreload/kpreload/builder/archive"
+	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/store"
@@ -154,6 +154,12 @@ type Options struct {
 	// UEFI only) or install.GRUB (BIOS and UEFI from one disk, as Debian's
 	// cloud images do: a BIOS boot partition and GRUB's UEFI image on the ESP).
 	Bootloader install.Bootloader
+	// Plain makes an image without kpreload, as Debian's cloud images are:
+	// GRUB, initramfs-tools and the distribution's own initramfs, no module
+	// cache, no recipes. It is the base image another builder starts from
+	// before the Packer provisioner installs kpreload (and what the
+	// provisioner's end-to-end test starts from).
+	Plain bool
 	// SizeMB is the whole disk's size in MiB (default DefaultSizeMB).
 	SizeMB int
 	// ESPSizeMB is the EFI system partition's size in MiB (default DefaultESPSizeMB).
@@ -386,10 +392,21 @@ func (o Options) Validate() error {
 	if o.SizeMB < o.ESPSizeMB+512 {
 		bad("disk size %d MiB: want at least the ESP (%d MiB) + 512 MiB for the root filesystem", o.SizeMB, o.ESPSizeMB)
 	}
+	if o.Plain {
+		if len(o.Recipes) > 0 || o.Instance != "" || o.EarlyDrivers || o.Remote != nil {
+			bad("a plain image carries no kpreload: no recipes, instance, early drivers or remote")
+		}
+		if o.Bootloader != install.GRUB {
+			bad("a plain image boots with GRUB, as Debian's cloud images: pass the grub bootloader")
+		}
+	}
 	for _, p := range []struct{ what, path string }{
 		{"kpreload binary (static: `make build` makes bin/kpreload)", o.KpreloadBinary},
 		{"/init binary (bin/kpreload-init from `make build`)", o.InitBinary},
 	} {
+		if o.Plain {
+			break
+		}
 		if p.path == "" {
 			bad("no %s given", p.what)
 		} else if st, err := os.Stat(p.path); err != nil {

@@ -6,12 +6,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"github.com/kpreload/kpreload/builder/install"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/kpreload/kpreload/builder/install"
 )
 
 // BasePackages are installed into every image on top of mmdebstrap's minbase
@@ -52,6 +53,9 @@ type RootfsSpec struct {
 	Packages []string
 	// Date is the UTC day (YYYY-MM-DD) the archive was read.
 	Date string
+	// DistributionInitramfs leaves out the stand-in initramfs tool: the
+	// packages bring initramfs-tools (a plain image).
+	DistributionInitramfs bool
 }
 
 // rootfsSpec returns the spec of o's root filesystem, read on day date.
@@ -65,8 +69,12 @@ func rootfsSpec(o Options, date string) RootfsSpec {
 	if o.Bootloader == install.GRUB {
 		pkgs = append(pkgs, GrubPackages...)
 	}
+	if o.Plain {
+		pkgs = append(pkgs, "initramfs-tools")
+	}
 	return RootfsSpec{
-		Suite: o.Suite,
+		DistributionInitramfs: o.Plain,
+		Suite:                 o.Suite,
 		Sources: []string{
 			fmt.Sprintf("deb %s %s %s", o.Mirror, o.Suite, comps),
 			fmt.Sprintf("deb %s %s-updates %s", o.Mirror, o.Suite, comps),
@@ -96,7 +104,11 @@ func RootfsKey(s RootfsSpec) string {
 	for _, p := range s.Packages {
 		fmt.Fprintf(h, "package %s\n", p)
 	}
-	fmt.Fprintf(h, "tool %s\ndate %s\n", initramfsToolControl, s.Date)
+	if s.DistributionInitramfs {
+		fmt.Fprintf(h, "tool initramfs-tools\ndate %s\n", s.Date)
+	} else {
+		fmt.Fprintf(h, "tool %s\ndate %s\n", initramfsToolControl, s.Date)
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 
@@ -118,16 +130,19 @@ func rootfsTarball(ctx context.Context, spec RootfsSpec, cacheDir, work string, 
 	if _, err := exec.LookPath("mmdebstrap"); err != nil {
 		return "", info, fmt.Errorf("rootfs: mmdebstrap is missing (install it with scripts/deps.sh): %w", err)
 	}
-	toolDir := filepath.Join(work, "deb")
-	if err := os.MkdirAll(filepath.Join(toolDir, "pkg", "DEBIAN"), 0o755); err != nil {
-		return "", info, err
-	}
-	if err := os.WriteFile(filepath.Join(toolDir, "pkg", "DEBIAN", "control"), []byte(initramfsToolControl), 0o644); err != nil {
-		return "", info, err
-	}
-	deb := filepath.Join(toolDir, "kpreload-initramfs-tool.deb")
-	if out, err := exec.CommandContext(ctx, "dpkg-deb", "--root-owner-group", "--build", filepath.Join(toolDir, "pkg"), deb).CombinedOutput(); err != nil {
-		return "", info, fmt.Errorf("rootfs: build kpreload-initramfs-tool: %w: %s", err, bytes.TrimSpace(out))
+	deb := ""
+	if !spec.DistributionInitramfs {
+		toolDir := filepath.Join(work, "deb")
+		if err := os.MkdirAll(filepath.Join(toolDir, "pkg", "DEBIAN"), 0o755); err != nil {
+			return "", info, err
+		}
+		if err := os.WriteFile(filepath.Join(toolDir, "pkg", "DEBIAN", "control"), []byte(initramfsToolControl), 0o644); err != nil {
+			return "", info, err
+		}
+		deb = filepath.Join(toolDir, "kpreload-initramfs-tool.deb")
+		if out, err := exec.CommandContext(ctx, "dpkg-deb", "--root-owner-group", "--build", filepath.Join(toolDir, "pkg"), deb).CombinedOutput(); err != nil {
+			return "", info, fmt.Errorf("rootfs: build kpreload-initramfs-tool: %w: %s", err, bytes.TrimSpace(out))
+		}
 	}
 	out := filepath.Join(work, "rootfs.tar")
 	if cached != "" {
@@ -192,17 +207,22 @@ func pruneRootfsCache(dir, keep string) {
 // the packages and the stand-in initramfs tool (copied into the chroot, where
 // apt's dpkg can see it, and removed again), written as a tarball to out.
 func mmdebstrapArgs(spec RootfsSpec, deb, out string) []string {
-	debDir := filepath.Dir(deb)
-	include := append(append([]string{}, spec.Packages...), deb)
-	args := []string{
-		"--variant=minbase",
-		"--include=" + strings.Join(include, ","),
-		"--setup-hook=mkdir -p \"$1" + debDir + "\" && cp " + shellQuote(deb) + " \"$1" + debDir + "/\"",
-		"--customize-hook=rm -rf \"$1" + debDir + "\"",
+	include := append([]string{}, spec.Packages...)
+	var hooks []string
+	if deb != "" {
+		debDir := filepath.Dir(deb)
+		include = append(include, deb)
+		hooks = []string{
+			"--setup-hook=mkdir -p \"$1" + debDir + "\" && cp " + shellQuote(deb) + " \"$1" + debDir + "/\"",
+			"--customize-hook=rm -rf \"$1" + debDir + "\"",
+		}
+	}
+	args := append([]string{"--variant=minbase", "--include=" + strings.Join(include, ",")}, hooks...)
+	args = append(args,
 		// No apt lists and .debs in the image: apt update on first use.
 		"--customize-hook=rm -rf \"$1\"/var/lib/apt/lists/* \"$1\"/var/cache/apt/*.bin",
 		spec.Suite, out,
-	}
+	)
 	return append(args, spec.Sources...)
 }
 

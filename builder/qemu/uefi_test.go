@@ -63,9 +63,48 @@ func TestArgsUEFI(t *testing.T) {
 		{"no disk", func(c *Config) { c.RootDisk = "" }, "RootDisk"},
 		{"no code", func(c *Config) { c.OVMFCode = "" }, "OVMFCode"},
 		{"no vars", func(c *Config) { c.OVMFVars = "" }, "OVMFVars"},
-		{"firmware", func(c *Config) { c.Firmware = "bios" }, `firmware "bios"`},
+		{"firmware", func(c *Config) { c.Firmware = "coreboot" }, `firmware "coreboot"`},
 	} {
 		c := Config{Firmware: FirmwareUEFI, RootDisk: "/img/ci.qcow2", OVMFCode: "/fw/CODE.fd", OVMFVars: "/fw/VARS.fd"}
+		bad.edit(&c)
+		if _, err := Args(c, "/w/c", "/w/r"); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s: err = %v, want it to mention %q", bad.name, err, bad.want)
+		}
+	}
+}
+
+// TestArgsBIOS checks a disk boot through SeaBIOS: no pflash, no -kernel,
+// the root disk and extra read-only drives on virtio.
+func TestArgsBIOS(t *testing.T) {
+	c := Config{Firmware: FirmwareBIOS, RootDisk: "/img/grub.raw", Drives: []string{"/img/seed.raw", "/img/debs.qcow2"}}
+	args, err := Args(c, "/w/console.log", "/w/report.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	joined := strings.Join(args, " ")
+	for _, want := range []string{
+		"-drive if=none,id=root,format=raw,file=/img/grub.raw -device virtio-blk-pci,drive=root",
+		"-drive if=none,id=drive0,readonly=on,format=raw,file=/img/seed.raw -device virtio-blk-pci,drive=drive0",
+		"-drive if=none,id=drive1,readonly=on,format=qcow2,file=/img/debs.qcow2 -device virtio-blk-pci,drive=drive1",
+	} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("args lack %q:\n%s", want, joined)
+		}
+	}
+	for _, not := range []string{"-kernel", "-append", "pflash"} {
+		if strings.Contains(joined, not) {
+			t.Errorf("BIOS args hold %s:\n%s", not, joined)
+		}
+	}
+	for _, bad := range []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"kernel", func(c *Config) { c.Kernel = "/vmlinuz" }, "leave Kernel and Initramfs empty"},
+		{"no disk", func(c *Config) { c.RootDisk = "" }, "RootDisk"},
+	} {
+		c := c
 		bad.edit(&c)
 		if _, err := Args(c, "/w/c", "/w/r"); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%s: err = %v, want it to mention %q", bad.name, err, bad.want)

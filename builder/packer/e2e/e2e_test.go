@@ -13,7 +13,6 @@ import (
 
 	"github.com/kpreload/kpreload/builder/image"
 	"github.com/kpreload/kpreload/builder/qemu"
-	"github.com/kpreload/kpreload/live/report"
 )
 
 // templates are the templates shipped in images/, relative to the repository root.
@@ -157,39 +156,7 @@ func buildAndBootCITestdriver(t *testing.T, suite, kernel, welcome string) {
 	if !res.UntilMatched {
 		t.Fatalf("systemd did not reach its default target; console %s", res.Console)
 	}
-	rep := res.Report
-	if rep == nil {
-		t.Fatalf("no kpreload report on the report channel; warnings %v; console %s", res.Warnings, res.Console)
-	}
-	t.Logf("report: %s", rep.Summary())
-	if rep.Kernel != kernel || !strings.Contains(rep.Cmdline, "root=UUID="+m.RootUUID) {
-		t.Errorf("report kernel %q cmdline %q: want %s booted by the image's loader entry", rep.Kernel, rep.Cmdline, kernel)
-	}
-	if rep.SwitchRoot <= 0 {
-		t.Errorf("report switch_root = %v, want the time /init handed over to /sbin/init", rep.SwitchRoot)
-	}
-	var edu *report.Module
-	for i, mod := range rep.Modules {
-		if mod.Name == "kpreload_edu" && mod.Result == "loaded" {
-			edu = &rep.Modules[i]
-		}
-	}
-	if edu == nil || edu.End <= 0 || edu.End > rep.SwitchRoot {
-		t.Errorf("kpreload_edu = %+v, want loaded before switch_root at %.3f; modules %+v", edu, rep.SwitchRoot, rep.Modules)
-	}
-	bound := false
-	for _, d := range rep.Devices {
-		if strings.HasPrefix(d.Modalias, "pci:v00001234d000011E8") && d.Driver == "kpreload_edu" {
-			bound = true
-		}
-	}
-	if !bound {
-		t.Errorf("edu device not bound to kpreload_edu in the report: %+v", rep.Devices)
-	}
-	probe, ok := qemu.Find(res.Kernel, "bound, id 0x010000ed")
-	if !ok || probe.Time > rep.SwitchRoot {
-		t.Errorf("test driver probe line %+v (found %v): want it logged before switch_root at %.3f", probe, ok, rep.SwitchRoot)
-	}
+	checkDriverBound(t, res, kernel, "root=UUID="+m.RootUUID)
 	console, err := os.ReadFile(res.Console)
 	if err != nil {
 		t.Fatal(err)

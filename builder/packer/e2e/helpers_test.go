@@ -12,6 +12,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kpreload/kpreload/builder/qemu"
+	"github.com/kpreload/kpreload/live/report"
 )
 
 // PackerVersion is the Packer release the tests run (scripts/packer.sh's default).
@@ -150,4 +153,44 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// checkDriverBound checks a boot of a kpreload image: kpreload's report came
+// back for kernel with cmdline in its command line, and the test driver was
+// loaded and bound to QEMU's edu device before switch_root.
+func checkDriverBound(t *testing.T, res *qemu.Result, kernel, cmdline string) {
+	t.Helper()
+	rep := res.Report
+	if rep == nil {
+		t.Fatalf("no kpreload report on the report channel; warnings %v; console %s", res.Warnings, res.Console)
+	}
+	t.Logf("report: %s", rep.Summary())
+	if rep.Kernel != kernel || !strings.Contains(rep.Cmdline, cmdline) {
+		t.Errorf("report kernel %q cmdline %q: want %s booted by the image's boot entry (%s)", rep.Kernel, rep.Cmdline, kernel, cmdline)
+	}
+	if rep.SwitchRoot <= 0 {
+		t.Errorf("report switch_root = %v, want the time /init handed over to /sbin/init", rep.SwitchRoot)
+	}
+	var edu *report.Module
+	for i, mod := range rep.Modules {
+		if mod.Name == "kpreload_edu" && mod.Result == "loaded" {
+			edu = &rep.Modules[i]
+		}
+	}
+	if edu == nil || edu.End <= 0 || edu.End > rep.SwitchRoot {
+		t.Errorf("kpreload_edu = %+v, want loaded before switch_root at %.3f; modules %+v", edu, rep.SwitchRoot, rep.Modules)
+	}
+	bound := false
+	for _, d := range rep.Devices {
+		if strings.HasPrefix(d.Modalias, "pci:v00001234d000011E8") && d.Driver == "kpreload_edu" {
+			bound = true
+		}
+	}
+	if !bound {
+		t.Errorf("edu device not bound to kpreload_edu in the report: %+v", rep.Devices)
+	}
+	probe, ok := qemu.Find(res.Kernel, "bound, id 0x010000ed")
+	if !ok || probe.Time > rep.SwitchRoot {
+		t.Errorf("test driver probe line %+v (found %v): want it logged before switch_root at %.3f", probe, ok, rep.SwitchRoot)
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/packer-plugin-sdk/template/interpolate"
 
 	"github.com/kpreload/kpreload/builder/image"
+	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/packer/internal/pkrcfg"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/kmodcache/cellsign"
@@ -77,6 +78,11 @@ type Config struct {
 	EarlyDrivers bool `mapstructure:"early_drivers"`
 	// Extra Debian packages to install into the image (`name` or `name=version`).
 	Packages []string `mapstructure:"packages"`
+	// The image's boot loader: `systemd-boot` (UEFI only) or `grub` (one disk
+	// that boots under BIOS and UEFI, as Debian's cloud images: a BIOS boot
+	// partition and GRUB's UEFI image, kpreload's entries first in
+	// `grub.cfg`). Defaults to `systemd-boot`.
+	Bootloader string `mapstructure:"bootloader"`
 	// An instance YAML file baked into the image as `/etc/kpreload/instance.yaml`:
 	// the driver request `/init` uses when the kernel command line and QEMU's
 	// fw_cfg carry none.
@@ -122,6 +128,8 @@ type Config struct {
 	recipes []*recipe.Recipe
 	// remote is the opened Remote, or nil.
 	remote *remote.Remote
+	// bootloader is Bootloader, parsed.
+	bootloader install.Bootloader
 	// sizeMB and espMB are DiskSize and ESPSize in MiB (0: image's default).
 	sizeMB, espMB int
 }
@@ -204,6 +212,9 @@ func (c *Config) Prepare(raws ...interface{}) ([]string, error) {
 	} else if c.PlainHTTP || len(c.RemoteTrust) > 0 || c.RemoteSign != "" {
 		add(fmt.Errorf("plain_http, remote_trust and remote_sign are set but remote is not"))
 	}
+	if c.bootloader, err2 = install.ParseBootloader(c.Bootloader); err2 != nil {
+		add(fmt.Errorf("bootloader: %w", err2))
+	}
 	if c.InstanceFile != "" {
 		if st, err := os.Stat(c.InstanceFile); err == nil && st.IsDir() {
 			add(fmt.Errorf("instance_file: %s is a directory, want an instance YAML file", c.InstanceFile))
@@ -244,6 +255,7 @@ func (c *Config) Options() image.Options {
 		BuildMissing:   c.BuildMissing.True() || c.BuildMissing == config.TriUnset,
 		Remote:         c.remote,
 		EarlyDrivers:   c.EarlyDrivers,
+		Bootloader:     c.bootloader,
 		DownloadDir:    c.DownloadDir,
 		Packages:       c.Packages,
 		Instance:       c.InstanceFile,

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"github.com/kpreload/kpreload/builder/install"
 	"os"
 	"os/signal"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kpreload/kpreload/builder/image"
+	"github.com/kpreload/kpreload/builder/install"
 )
 
 func init() { register(newImageCmd) }
@@ -154,6 +154,7 @@ whole manifest) to stdout.`,
 	f.StringVar(&o.OutDir, "out", ".", "output directory")
 	f.StringVar(&o.Instance, "instance", "", "instance YAML file to bake in at /"+image.ImageInstance)
 	f.StringVar(&o.Cmdline, "cmdline", "", "extra kernel command line for the boot entries")
+	f.BoolVar(&o.Plain, "plain", false, "an image without kpreload, like Debian's cloud images (GRUB, initramfs-tools): a base for the Packer provisioner; needs --bootloader grub")
 	f.StringVar(&bootloader, "bootloader", string(install.SystemdBoot), "systemd-boot (UEFI) or grub (one disk that boots under BIOS and UEFI, as Debian's cloud images)")
 	f.StringArrayVar(&o.Packages, "package", nil, "extra Debian package to install (repeatable)")
 	f.StringArrayVar(&addFiles, "add", nil, "extra file DEST=SRC: copy the host file SRC to the absolute path DEST in the image (repeatable)")
