@@ -27,7 +27,14 @@ if [ ! -e /var/lib/kpreload-test-updated ]; then
 	fi
 fi
 echo "kpreload-test: first entry: $(grep -m1 '^menuentry ' /boot/grub/grub.cfg | cut -d"'" -f2)"
-echo "kpreload-test: kpreload-ready $(systemctl is-active kpreload-ready.service)"
+state=$(systemctl is-active kpreload-ready.service)
+echo "kpreload-test: kpreload-ready $state"
+if [ "$state" != active ]; then
+	# No driver at boot: kpreload switch brings one up, and readiness follows.
+	kpreload switch 1.0.0 >/dev/null 2>&1 && echo "kpreload-test: switch ok" || echo "kpreload-test: switch FAILED"
+	sleep 2
+	echo "kpreload-test: after switch kpreload-ready $(systemctl is-active kpreload-ready.service)"
+fi
 echo "kpreload-test: done"
 `
 
@@ -54,7 +61,9 @@ var grubStepDone = regexp.MustCompile(`kpreload-test: done`)
 // default, the test driver is bound before the real init, kpreload-ready is
 // active. The first boot (kept, --persist) runs the image's real update-grub;
 // the second boot, through the other firmware, proves the regenerated
-// grub.cfg still boots kpreload.
+// grub.cfg still boots kpreload. A third boot asks for a version the cache
+// lacks, so no driver is ready at boot: kpreload switch then brings the test
+// driver up, and kpreload-ready follows (active).
 func TestGRUBImageBIOSAndUEFI(t *testing.T) {
 	if testing.Short() {
 		t.Skip("mmdebstrap and two TCG boots; -short")
@@ -95,6 +104,29 @@ func TestGRUBImageBIOSAndUEFI(t *testing.T) {
 		t.Fatalf("manifest bootloader %q, files %+v: want grub and one raw disk", m.Bootloader, m.Files)
 	}
 	disk := m.Files[0].Path
+	absent := filepath.Join(dir, "absent.yaml")
+	if err := os.WriteFile(absent, []byte("resources:\n  driver:\n    version: \"2.0.0\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := qemu.Config{
+		Firmware: qemu.FirmwareBIOS, RootDisk: disk, Snapshot: true, Devices: []string{"edu"}, Until: grubStepDone,
+		Timeout: 300 * time.Second, FwCfg: map[string]string{"kpreload/instance.yaml": absent},
+	}
+	defer func() {
+		if t.Failed() {
+			return
+		}
+		res, err := (&qemu.Runner{WorkDir: t.TempDir()}).Run(ctx, cfg)
+		if err != nil {
+			t.Fatalf("boot with no driver ready: %v", err)
+		}
+		console, _ := os.ReadFile(res.Console)
+		for _, want := range []string{"kpreload-test: kpreload-ready failed", "kpreload-test: switch ok", "kpreload-test: after switch kpreload-ready active"} {
+			if !strings.Contains(string(console), want) {
+				t.Errorf("boot with no driver ready, then kpreload switch: console lacks %q (%s)", want, res.Console)
+			}
+		}
+	}()
 	for i, fw := range []string{qemu.FirmwareBIOS, qemu.FirmwareUEFI} {
 		cfg := qemu.Config{
 			Firmware: fw, RootDisk: disk, Snapshot: i > 0, // the first boot keeps update-grub's work
