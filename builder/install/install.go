@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/kpreload/kpreload/initramfs/archive"
 	"github.com/kpreload/kpreload/initramfs/assemble"
@@ -218,8 +219,21 @@ func (o *Options) buildInitramfs(release string) (*assemble.Result, error) {
 	return r, nil
 }
 
+// removeStaleTemps deletes what an earlier run killed mid-write left in dir:
+// temporary files (fileutil's ".tmp-" and assemble's ".initrd.img-" names),
+// never renamed into place, never read by a boot loader.
+func removeStaleTemps(dir string) {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if n := e.Name(); e.Type().IsRegular() && (strings.HasPrefix(n, fileutil.TempPrefix) || strings.HasPrefix(n, ".initrd.img-")) {
+			os.Remove(filepath.Join(dir, n))
+		}
+	}
+}
+
 // sync points the boot loader at the root's kernels as they are now.
 func (o *Options) sync(ctx context.Context, bl Bootloader) (*Result, error) {
+	removeStaleTemps(filepath.Join(o.Root, InitramfsDir))
 	kernels, err := Kernels(o.Root)
 	if err != nil {
 		return nil, err

@@ -108,7 +108,14 @@ func syncSystemdBoot(root, esp string, kernels []Kernel, def, cmdline string) er
 	if err := fileutil.WriteAtomic(conf, []byte(text), 0o644, true); err != nil {
 		return fmt.Errorf("systemd-boot: %w", err)
 	}
-	// Only after the new default is in place: drop what a removed kernel left.
+	// Only after the new default is in place: drop what a removed kernel
+	// left, and what a killed run left half-written.
+	for _, d := range []string{"loader", ESPEntriesDir} {
+		removeStaleTemps(filepath.Join(esp, d))
+	}
+	for _, k := range kernels {
+		removeStaleTemps(filepath.Join(esp, espKernelsDir, k.Release))
+	}
 	entries, _ := os.ReadDir(filepath.Join(esp, ESPEntriesDir))
 	for _, e := range entries {
 		n := e.Name()
