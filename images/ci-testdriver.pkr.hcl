@@ -49,6 +49,12 @@ variable "rootfs_cache_dir" {
   description = "Where mmdebstrap tarballs are kept between builds; empty: /var/cache/kpreload/rootfs, off: never."
 }
 
+variable "bootloader" {
+  type        = string
+  default     = "systemd-boot"
+  description = "The image's boot loader: systemd-boot (UEFI) or grub (BIOS and UEFI from one disk)."
+}
+
 variable "extra_cmdline" {
   type        = string
   default     = ""
@@ -66,6 +72,7 @@ source "kpreload" "ci-testdriver" {
   rootfs_cache_dir = var.rootfs_cache_dir
   instance_file    = "${path.root}/instance-ci.yaml"
   kernel_cmdline   = trimspace("console=ttyS0 panic=-1 kpreload.report=/dev/ttyS1 ${var.extra_cmdline}")
+  bootloader       = var.bootloader
   disk_size        = "1536M"
   esp_size         = "128M"
   formats          = ["raw", "qcow2"]

@@ -26,6 +26,12 @@
 #             initramfs modules file, so Debian's initramfs loads it before /sbin/init too.
 #             mkinitramfs runs in a private mount namespace over the unpacked kernel, as in
 #             scripts/bench-boot.sh: nothing on the host changes.
+#   grub bios, grub uefi: the same template with bootloader = "grub" (one disk for BIOS and
+#             UEFI, kpreload's entry first in grub.cfg), booted through SeaBIOS and through
+#             OVMF; ratios are to the systemd-boot image's boot of the same run.
+# Install per kernel: what the kernel packages run when a kernel arrives, on the same kernel:
+#   `kpreload kernel-hook postinst` (the kpreload initramfs and the boot entry, here
+#   systemd-boot's on a scratch root) against Debian's mkinitramfs (update-initramfs's work).
 # Both images get systemd.log_target=kmsg printk.devkmsg=on so that systemd's "Reached target"
 # lands in the kernel log with a timestamp. Needs root; installs Packer with scripts/packer.sh.
 set -euo pipefail
@@ -85,13 +91,13 @@ bi="$work/benchimage"
 
 extra="systemd.log_target=kmsg printk.devkmsg=on"
 out="$work/out"
-build() { # build NAME: one packer build into $out (forced), timed
-  local name=$1 lg="$work/logs/build-$1.log" s
+build() { # build NAME LABEL [BOOTLOADER [OUT]]: one packer build (forced), timed
+  local name=$1 lg="$work/logs/build-$1.log" s bl=${3:-systemd-boot} o=${4:-$out}
   s=$(now)
   (cd "$top" && PACKER_PLUGIN_PATH="$work/plugins" CHECKPOINT_DISABLE=1 TMPDIR="$work/tmp" \
     "$packer" build -force -color=false \
-    -var "output_directory=$out" -var "cache_dir=$work/cache" -var "rootfs_cache_dir=$work/rootfs" \
-    -var "kernel=$kver" -var "extra_cmdline=$extra" images/ci-testdriver.pkr.hcl) >"$lg" 2>&1 ||
+    -var "output_directory=$o" -var "cache_dir=$work/cache" -var "rootfs_cache_dir=$work/rootfs" \
+    -var "bootloader=$bl" -var "kernel=$kver" -var "extra_cmdline=$extra" images/ci-testdriver.pkr.hcl) >"$lg" 2>&1 ||
     fail "packer build ($name) failed" "$lg"
   secs=$(seconds "$s" "$(now)")
   printf '{"kind":"build","name":"%s","seconds":%s}\n' "$2" "$secs" >>"$samples"
@@ -102,6 +108,9 @@ build cold "cold (empty caches)"
 for i in $(seq 1 "$runs"); do
   build "warm-$i" "warm (caches kept)"
 done
+log "packer build of the GRUB image (bootloader = grub, caches kept)"
+build grub "warm, GRUB (caches kept)" grub "$work/out-grub"
+grub_qcow2="$work/out-grub/ci-testdriver.qcow2"
 raw="$out/ci-testdriver.raw"
 qcow2="$out/ci-testdriver.qcow2"
 manifest="$out/ci-testdriver.manifest.json"
@@ -120,11 +129,29 @@ echo "MODULES=most" >>"$work/debian/conf/initramfs.conf"
 echo "kpreload_edu" >>"$work/debian/conf/modules"
 TMPDIR="$work/tmp" in_debian_ns mkinitramfs -d "$work/debian/conf" -o "$work/debian.img" "$kver" >"$work/logs/mkinitramfs.log" 2>&1 ||
   fail "mkinitramfs failed" "$work/logs/mkinitramfs.log"
+
+log "install per kernel: kpreload kernel-hook postinst against mkinitramfs"
+hr="$work/hookroot"
+mkdir -p "$hr/boot/efi/loader" "$hr/lib/modules" "$hr/usr/lib/kpreload" "$hr/etc/kpreload"
+cp "$vmlinuz" "$hr/boot/"
+ln -s "$ktree/lib/modules/$kver" "$hr/lib/modules/$kver"
+cp "$work/plugins/kpreload-init" "$hr/usr/lib/kpreload/kpreload-init"
+echo "root=UUID=$uuid rw" >"$hr/etc/kpreload/cmdline"
+for i in $(seq 1 "$runs"); do
+  s=$(now)
+  "$work/plugins/kpreload" kernel-hook postinst --root "$hr" "$kver" >"$work/logs/hook-$i.log" 2>&1 || fail "kernel hook failed" "$work/logs/hook-$i.log"
+  printf '{"kind":"install","name":"kpreload kernel-hook postinst","seconds":%s}\n' "$(seconds "$s" "$(now)")" >>"$samples"
+  s=$(now)
+  TMPDIR="$work/tmp" in_debian_ns mkinitramfs -d "$work/debian/conf" -o "$work/tmp/mkinitramfs-$i.img" "$kver" >"$work/logs/mkinitramfs-$i.log" 2>&1 ||
+    fail "mkinitramfs failed" "$work/logs/mkinitramfs-$i.log"
+  printf '{"kind":"install","name":"Debian mkinitramfs (MODULES=most)","seconds":%s}\n' "$(seconds "$s" "$(now)")" >>"$samples"
+  rm -f "$work/tmp/mkinitramfs-$i.img"
+done
 lsinitramfs "$work/debian.img" >"$work/logs/debian-contents.txt"
 grep -q 'updates/dkms/kpreload_edu.ko$' "$work/logs/debian-contents.txt" || die "Debian's initrd lacks the test driver"
 
 for i in $(seq 1 "$runs"); do
-  for v in kpreload debian; do
+  for v in kpreload debian grub-bios grub-uefi; do
     d="$work/boots/$v-$i"
     mkdir -p "$d"
     qemu-img create -q -f qcow2 -F qcow2 -b "$qcow2" "$d/disk.qcow2"
@@ -135,6 +162,11 @@ for i in $(seq 1 "$runs"); do
       debian) "$bi" boot -name "Debian initramfs-tools (same disk)" -disk "$d/disk.qcow2" -kernel "$vmlinuz" -initrd "$work/debian.img" \
         -append "root=UUID=$uuid rw $extra" -timeout "${timeout}s" -work "$d" >>"$samples" 2>"$d/stderr" ||
         fail "Debian boot $i failed" "$d/stderr" ;;
+      grub-bios|grub-uefi)
+        rm -f "$d/disk.qcow2"
+        qemu-img create -q -f qcow2 -F qcow2 -b "$grub_qcow2" "$d/disk.qcow2"
+        "$bi" boot -name "kpreload, GRUB image (${v#grub-})" -firmware "${v#grub-}" -disk "$d/disk.qcow2" -timeout "${timeout}s" -work "$d" >>"$samples" 2>"$d/stderr" ||
+        fail "GRUB ${v#grub-} boot $i failed" "$d/stderr" ;;
     esac
     rm -f "$d/disk.qcow2"
   done

@@ -31,11 +31,11 @@ func hookRoot(t *testing.T) string {
 		"boot/vmlinuz-" + testKernel: string(vmlinuz), Init: string(init), Cmdline: "root=UUID=x rw\n",
 		"boot/vmlinuz-" + older: "old kernel", InitramfsPath(older): "old initramfs",
 		CacheDir + "/index/" + older + ".json": index(older, true),
-		"boot/efi/loader/loader.conf":         LoaderConf(older),
-		"boot/efi/" + EntryPath(older):        LoaderEntry(older, "root=UUID=x rw"),
-		"boot/efi/" + ESPKernelPath(older):    "old kernel",
-		"boot/efi/" + ESPInitrdPath(older):    "old initramfs",
-		"lib/modules/":                        "",
+		"boot/efi/loader/loader.conf":          LoaderConf(older),
+		"boot/efi/" + EntryPath(older):         LoaderEntry(older, "root=UUID=x rw"),
+		"boot/efi/" + ESPKernelPath(older):     "old kernel",
+		"boot/efi/" + ESPInitrdPath(older):     "old initramfs",
+		"lib/modules/":                         "",
 	})
 	if err := os.Symlink(filepath.Join(ktree, "lib/modules", testKernel), filepath.Join(root, "lib/modules", testKernel)); err != nil {
 		t.Fatal(err)

@@ -78,7 +78,8 @@ var defaultTarget = regexp.MustCompile(`Reached target .*(Multi-User System|Grap
 func boot(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("boot", flag.ContinueOnError)
 	name := fs.String("name", "", "variant name")
-	disk := fs.String("disk", "", "disk image (booted through OVMF unless -kernel is given)")
+	disk := fs.String("disk", "", "disk image (booted through its firmware unless -kernel is given)")
+	firmware := fs.String("firmware", qemu.FirmwareUEFI, "the disk's firmware: uefi (OVMF) or bios (SeaBIOS)")
 	kernel := fs.String("kernel", "", "boot this kernel directly (with -initrd and -append)")
 	initrd := fs.String("initrd", "", "initramfs for -kernel")
 	appendArgs := fs.String("append", "", "kernel command line additions for -kernel")
@@ -96,7 +97,7 @@ func boot(args []string, out io.Writer) error {
 	if *kernel != "" {
 		c.Kernel, c.Initramfs, c.Append = *kernel, *initrd, *appendArgs
 	} else {
-		c.Firmware = qemu.FirmwareUEFI
+		c.Firmware = *firmware
 	}
 	if *inst != "" {
 		c.FwCfg = map[string]string{instance.FwCfgName: *inst}
@@ -137,9 +138,12 @@ func boot(args []string, out io.Writer) error {
 	if !*human {
 		return json.NewEncoder(out).Encode(s)
 	}
-	how := "UEFI through the image's bootloader"
-	if c.Firmware != qemu.FirmwareUEFI {
-		how = "direct kernel boot"
+	how := "direct kernel boot"
+	switch c.Firmware {
+	case qemu.FirmwareUEFI:
+		how = "UEFI through the image's bootloader"
+	case qemu.FirmwareBIOS:
+		how = "BIOS through the image's bootloader"
 	}
 	fmt.Fprintf(out, "boot %s (%s, %s, QEMU ran %.1fs):\n", *name, res.Accel, how, s.Wall)
 	fmt.Fprintf(out, "  %7.2fs  kernel started\n", 0.0)
@@ -211,8 +215,9 @@ func table(path string, out io.Writer) error {
 	}
 	defer f.Close()
 	builds := map[string][]float64{}
+	installs := map[string][]float64{}
 	sizes := map[string]int64{}
-	var sizeOrder, buildOrder, bootOrder []string
+	var sizeOrder, buildOrder, installOrder, bootOrder []string
 	type series struct{ bound, init, target, wall []float64 }
 	boots := map[string]*series{}
 	sc := bufio.NewScanner(f)
@@ -227,6 +232,11 @@ func table(path string, out io.Writer) error {
 				buildOrder = append(buildOrder, s.Name)
 			}
 			builds[s.Name] = append(builds[s.Name], s.Seconds)
+		case "install":
+			if _, ok := installs[s.Name]; !ok {
+				installOrder = append(installOrder, s.Name)
+			}
+			installs[s.Name] = append(installs[s.Name], s.Seconds)
 		case "size":
 			if _, ok := sizes[s.Name]; !ok {
 				sizeOrder = append(sizeOrder, s.Name)
@@ -259,6 +269,16 @@ func table(path string, out io.Writer) error {
 			fmt.Fprintf(out, "\n%s / %s: %.1fx\n", buildOrder[0], buildOrder[1], a/b)
 		}
 	}
+	if len(installOrder) > 0 {
+		fmt.Fprintln(out, "\n| install per kernel | runs | median s | each run s |")
+		fmt.Fprintln(out, "| --- | ---: | ---: | --- |")
+		for _, n := range installOrder {
+			fmt.Fprintf(out, "| %s | %d | %.2f | %s |\n", n, len(installs[n]), median(installs[n]), list(installs[n]))
+		}
+		if len(installOrder) >= 2 {
+			fmt.Fprintf(out, "\n%s / %s: %.2f\n", installOrder[0], installOrder[1], ratio(median(installs[installOrder[0]]), median(installs[installOrder[1]])))
+		}
+	}
 	fmt.Fprintln(out, "\n| file | bytes | MiB |")
 	fmt.Fprintln(out, "| --- | ---: | ---: |")
 	for _, n := range sizeOrder {
@@ -272,9 +292,13 @@ func table(path string, out io.Writer) error {
 		fmt.Fprintf(out, "| %s | %d | %.2f | %.2f | %.2f | %.1f |\n", n, len(b.bound), median(b.bound), median(b.init), median(b.target), median(b.wall))
 	}
 	if len(bootOrder) >= 2 {
-		a, b := boots[bootOrder[0]], boots[bootOrder[1]]
-		fmt.Fprintf(out, "\nratios %s / %s: driver bound %.2f, default target %.2f\n", bootOrder[1], bootOrder[0],
-			ratio(median(b.bound), median(a.bound)), ratio(median(b.target), median(a.target)))
+		fmt.Fprintln(out)
+		a := boots[bootOrder[0]]
+		for _, n := range bootOrder[1:] {
+			b := boots[n]
+			fmt.Fprintf(out, "ratios %s / %s: driver bound %.2f, default target %.2f\n", n, bootOrder[0],
+				ratio(median(b.bound), median(a.bound)), ratio(median(b.target), median(a.target)))
+		}
 	}
 	return nil
 }
