@@ -53,6 +53,8 @@ type Result struct {
 	Kernels []Kernel `json:"kernels"`
 	// Warnings are things a user must know (a kernel without driver cells).
 	Warnings []string `json:"warnings,omitempty"`
+	// Pulled are the cells the kernel hook pulled from the root's registry.
+	Pulled []string `json:"pulled,omitempty"`
 }
 
 func (o *Options) defaults() error {
@@ -132,10 +134,32 @@ func KernelAdded(ctx context.Context, o Options, release string) (*Result, error
 	if err != nil {
 		return nil, err
 	}
+	// A kernel the cache has no cell for: pull its cells from the root's
+	// registry, if it names one, before its initramfs is built.
+	var pulled, warnings []string
+	if len(kernelState(o.Root, release).Drivers) == 0 {
+		cfg, err := ReadRemoteConfig(o.Root)
+		if err != nil {
+			warnings = append(warnings, err.Error())
+		} else if cfg != nil {
+			pulled, warnings = o.pullCells(ctx, cfg, release)
+		}
+	}
+	for _, p := range pulled {
+		o.logf("pulled %s for %s", p, release)
+	}
+	for _, w := range warnings {
+		o.logf("WARNING: %s", w)
+	}
 	if _, err := o.buildInitramfs(release); err != nil {
 		return nil, err
 	}
-	return o.sync(ctx, bl)
+	res, err := o.sync(ctx, bl)
+	if res != nil {
+		res.Pulled = pulled
+		res.Warnings = append(warnings, res.Warnings...)
+	}
+	return res, err
 }
 
 // KernelRemoved is the postrm hook: it deletes a removed kernel's kpreload

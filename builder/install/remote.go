@@ -1,0 +1,198 @@
+package install
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/kpreload/kpreload/kmodcache/cellsign"
+	"github.com/kpreload/kpreload/kmodcache/remote"
+	"github.com/kpreload/kpreload/kmodcache/store"
+)
+
+// RemoteFile is a root's registry configuration, relative to the root: where
+// the kernel hook pulls the driver cells of a newly installed kernel from.
+const RemoteFile = "etc/kpreload/remote.yaml"
+
+// DefaultPullTimeout bounds the kernel hook's whole pull.
+const DefaultPullTimeout = 5 * time.Minute
+
+// RemoteConfig is RemoteFile:
+//
+//	remote: oci://registry.example.com/gpu/kpreload-cells
+//	plain_http: false                          # a registry on plain HTTP
+//	credentials: /etc/kpreload/registry.json   # Docker config.json style
+//	trust: [/etc/kpreload/keys/builders.pub]   # cells must be signed by one of these
+//	timeout: 5m                                # the whole pull
+//
+// Paths are inside the root. Without trust keys nothing is pulled unless
+// allow_unsigned is true: the hook's pull decides what the kernel loads.
+type RemoteConfig struct {
+	Remote        string   `yaml:"remote"`
+	PlainHTTP     bool     `yaml:"plain_http"`
+	Credentials   string   `yaml:"credentials"`
+	Trust         []string `yaml:"trust"`
+	Timeout       string   `yaml:"timeout"`
+	AllowUnsigned bool     `yaml:"allow_unsigned"`
+
+	timeout time.Duration
+}
+
+// ParseRemoteConfig reads and checks a RemoteConfig.
+func ParseRemoteConfig(b []byte) (*RemoteConfig, error) {
+	var c RemoteConfig
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	if _, err := remote.Parse(c.Remote); err != nil {
+		return nil, err
+	}
+	if len(c.Trust) == 0 && !c.AllowUnsigned {
+		return nil, fmt.Errorf("no trust keys: list the builders' public keys under trust (or set allow_unsigned: true to take unsigned cells)")
+	}
+	for _, p := range append(append([]string{}, c.Trust...), c.Credentials) {
+		if p != "" && !filepath.IsAbs(p) {
+			return nil, fmt.Errorf("%q: want an absolute path inside the root", p)
+		}
+	}
+	c.timeout = DefaultPullTimeout
+	if c.Timeout != "" {
+		d, err := time.ParseDuration(c.Timeout)
+		if err != nil || d <= 0 || d > time.Hour {
+			return nil, fmt.Errorf("timeout %q: want a duration up to 1h, such as 5m", c.Timeout)
+		}
+		c.timeout = d
+	}
+	return &c, nil
+}
+
+// ReadRemoteConfig reads root's RemoteFile; (nil, nil) when there is none.
+func ReadRemoteConfig(root string) (*RemoteConfig, error) {
+	p := filepath.Join(root, RemoteFile)
+	f, err := os.Open(p)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("remote configuration: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
+	if err != nil {
+		return nil, fmt.Errorf("remote configuration %s: %w", p, err)
+	}
+	c, err := ParseRemoteConfig(b)
+	if err != nil {
+		return nil, fmt.Errorf("remote configuration %s: %w", p, err)
+	}
+	return c, nil
+}
+
+// driverKey names a driver set regardless of its kernel.
+type driverKey struct{ driver, version, flavor string }
+
+// pullCells pulls, from the root's registry, the cells of kernel for every
+// driver the root's cache holds for its other kernels: found by the
+// registry's listing, each verified as build --pull-only verifies (the
+// signature against the trusted keys, every blob's digest, every module's
+// metadata re-derived) before it enters the root's cache. It returns what it
+// pulled; a cell it could not use is a warning, not an error: the kernel
+// still gets its boot entry, without the driver.
+func (o *Options) pullCells(ctx context.Context, cfg *RemoteConfig, kernel string) (pulled, warnings []string) {
+	cache := filepath.Join(o.Root, CacheDir)
+	want := map[driverKey]bool{}
+	idx, _ := filepath.Glob(filepath.Join(cache, bootindex.IndexDir, "*.json"))
+	for _, p := range idx {
+		ix, err := bootindex.Read(p)
+		if err != nil || ix.Kernel == kernel {
+			continue
+		}
+		for _, s := range ix.Sets {
+			if s.ID != bootindex.KernelSetID {
+				want[driverKey{s.Driver, s.Version, s.Flavor}] = true
+			}
+		}
+	}
+	if len(want) == 0 {
+		return nil, nil
+	}
+	warn := func(format string, a ...any) []string {
+		return []string{fmt.Sprintf("registry %s: ", cfg.Remote) + fmt.Sprintf(format, a...)}
+	}
+	ro := remote.Options{PlainHTTP: cfg.PlainHTTP}
+	if cfg.Credentials != "" {
+		ro.DockerConfig = filepath.Join(o.Root, cfg.Credentials)
+	}
+	if len(cfg.Trust) > 0 {
+		paths := make([]string, len(cfg.Trust))
+		for i, p := range cfg.Trust {
+			paths[i] = filepath.Join(o.Root, p)
+		}
+		t, err := cellsign.LoadTrust(paths...)
+		if err != nil {
+			return nil, warn("trusted keys: %v", err)
+		}
+		ro.Trust = t
+	}
+	r, err := remote.Open(cfg.Remote, ro)
+	if err != nil {
+		return nil, warn("%v", err)
+	}
+	st, err := store.Open(cache)
+	if err != nil {
+		return nil, warn("the root's cache: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
+	defer cancel()
+	o.logf("looking for the driver cells of %s in %s", kernel, cfg.Remote)
+	recs, refused, err := r.List(ctx)
+	if err != nil {
+		return nil, warn("list the cells: %v", err)
+	}
+	for i, f := range refused {
+		if i == 3 {
+			warnings = append(warnings, warn("%d more cells refused", len(refused)-i)...)
+			break
+		}
+		warnings = append(warnings, warn("refused %v", f)...)
+	}
+	found := map[driverKey]bool{}
+	for _, rec := range recs {
+		k := driverKey{rec.Driver, rec.Version, rec.Flavor}
+		if rec.Kernel != kernel || rec.State != remote.StateOK || !want[k] || found[k] {
+			continue
+		}
+		res, err := r.PullRecord(ctx, st, rec, false)
+		if err != nil {
+			warnings = append(warnings, warn("pull %s %s for %s: %v", rec.Driver, rec.Version, kernel, err)...)
+			continue
+		}
+		found[k] = true
+		signer := "unsigned"
+		if rec.Signer != "" {
+			signer = "signed by " + rec.Signer
+		}
+		pulled = append(pulled, fmt.Sprintf("%s %s %s (set %.12s, %s)", rec.Driver, rec.Version, rec.Flavor, res.SetID, signer))
+	}
+	var missing []string
+	for k := range want {
+		if !found[k] {
+			missing = append(missing, strings.TrimSpace(k.driver+" "+k.version+" "+k.flavor))
+		}
+	}
+	if len(missing) > 0 {
+		warnings = append(warnings, warn("no usable cell for %s of %s", kernel, strings.Join(missing, ", "))...)
+	}
+	return pulled, warnings
+}

@@ -1,0 +1,144 @@
+package install
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kpreload/kpreload/builder/matrix"
+	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/kpreload/kpreload/kmodcache/cellsign"
+	"github.com/kpreload/kpreload/kmodcache/remote"
+	"github.com/kpreload/kpreload/kmodcache/store"
+)
+
+func TestParseRemoteConfig(t *testing.T) {
+	for _, c := range []struct{ text, want string }{
+		{"remote: oci://r.example/cells\ntrust: [/etc/kpreload/keys/a.pub]\n", ""},
+		{"remote: oci://r.example/cells\nallow_unsigned: true\ntimeout: 30s\n", ""},
+		{"remote: oci://r.example/cells\n", "no trust keys"},
+		{"remote: https://r.example/cells\ntrust: [/k.pub]\n", "oci://"},
+		{"remote: oci://r.example/cells\ntrust: [keys/a.pub]\n", "absolute path"},
+		{"remote: oci://r.example/cells\ntrust: [/k.pub]\ntimeout: 3h\n", "up to 1h"},
+		{"remote: oci://r.example/cells\ntrust: [/k.pub]\nregistry: x\n", "registry"},
+	} {
+		_, err := ParseRemoteConfig([]byte(c.text))
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("ParseRemoteConfig(%q) = %v, want %q", c.text, err, c.want)
+		}
+	}
+}
+
+// TestKernelHookPullsFromRegistry: the test driver built by the real dkms
+// for 6.1 and 6.12 and pushed, signed, to a real registry; a root that holds
+// only the 6.1 cell gets the 6.12 kernel. With its remote.yaml trusting the
+// builder's key, the hook pulls the 6.12 cell (verified) and 6.12 becomes
+// the default; trusting another key, or trusting none, the cell is refused
+// with a warning and the default stays on 6.1.
+func TestKernelHookPullsFromRegistry(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real dkms builds and a registry; -short")
+	}
+	const newer = "6.12.117+deb12-cloud-amd64"
+	ctx := context.Background()
+	keys := t.TempDir()
+	signer, err := cellsign.Generate(filepath.Join(keys, "builder.key"), filepath.Join(keys, "builder.pub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cellsign.Generate(filepath.Join(keys, "other.key"), filepath.Join(keys, "other.pub")); err != nil {
+		t.Fatal(err)
+	}
+	reg := testenv.StartRegistry(t)
+	url := "oci://" + reg.Addr + "/cells"
+	rm, err := remote.Open(url, remote.Options{PlainHTTP: true, DockerConfig: filepath.Join(t.TempDir(), "none.json"), Signer: signer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := recipe.Load(filepath.Join(testenv.RepoRoot(t), "recipes", "testdriver.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.KernelTree(t, testKernel)
+	ktree := testenv.KernelTree(t, newer)
+	built := t.TempDir()
+	res, err := matrix.Run(ctx, matrix.Options{Recipes: []*recipe.Recipe{r}, Kernels: []string{testKernel, newer}, CacheDir: built, Remote: rm})
+	if err != nil || len(res) != 2 {
+		t.Fatalf("build and push: %+v, %v", res, err)
+	}
+	oldSet := ""
+	for _, c := range res {
+		if c.Kernel == testKernel {
+			oldSet = c.SetID
+		}
+	}
+	vmlinuz, err := os.ReadFile(filepath.Join(ktree, "boot", "vmlinuz-"+newer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	init, err := os.ReadFile(testInit(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := os.ReadFile(filepath.Join(keys, "builder.pub"))
+	other, _ := os.ReadFile(filepath.Join(keys, "other.pub"))
+
+	for _, c := range []struct {
+		name, config string
+		pulled       bool
+		warn         string
+	}{
+		{"trusted", "remote: " + url + "\nplain_http: true\ntrust: [/etc/kpreload/keys/builder.pub]\n", true, ""},
+		{"foreign key", "remote: " + url + "\nplain_http: true\ntrust: [/etc/kpreload/keys/other.pub]\n", false, "refused"},
+		{"no trust", "remote: " + url + "\nplain_http: true\n", false, "no trust keys"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			root := fakeRoot(t, map[string]string{
+				"boot/vmlinuz-" + newer: string(vmlinuz), Init: string(init), Cmdline: "root=UUID=x rw\n",
+				"boot/vmlinuz-" + testKernel: "6.1 kernel", InitramfsPath(testKernel): "6.1 initramfs",
+				"boot/efi/loader/": "", "lib/modules/": "",
+				"etc/kpreload/keys/builder.pub": string(pub), "etc/kpreload/keys/other.pub": string(other),
+				RemoteFile: c.config,
+			})
+			if err := os.Symlink(filepath.Join(ktree, "lib/modules", newer), filepath.Join(root, "lib/modules", newer)); err != nil {
+				t.Fatal(err)
+			}
+			from, err := store.Open(built)
+			if err != nil {
+				t.Fatal(err)
+			}
+			to, err := store.Open(filepath.Join(root, CacheDir))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := from.CopySet(ctx, to, oldSet); err != nil {
+				t.Fatal(err)
+			}
+			var log bytes.Buffer
+			got, err := KernelAdded(ctx, Options{Root: root, Log: &log}, newer)
+			if err != nil {
+				t.Fatalf("postinst: %v\n%s", err, log.String())
+			}
+			t.Logf("hook output:\n%s", log.String())
+			ix, _ := bootindex.Read(bootindex.Path(filepath.Join(root, CacheDir), newer))
+			has := ix != nil && len(ix.Sets) > 0
+			if c.pulled {
+				if len(got.Pulled) != 1 || !strings.Contains(got.Pulled[0], "signed by") || got.Default != newer || !has {
+					t.Errorf("pulled %v, default %s, 6.12 index %+v: want the signed 6.12 cell pulled and 6.12 the default", got.Pulled, got.Default, ix)
+				}
+				return
+			}
+			if len(got.Pulled) != 0 || got.Default != testKernel || has {
+				t.Errorf("pulled %v, default %s, 6.12 index %+v: want nothing pulled and the default on %s", got.Pulled, got.Default, ix, testKernel)
+			}
+			if !strings.Contains(strings.Join(got.Warnings, "\n"), c.warn) || !strings.Contains(log.String(), c.warn) {
+				t.Errorf("warnings %q, output %q: want them to say %q", got.Warnings, log.String(), c.warn)
+			}
+		})
+	}
+}
