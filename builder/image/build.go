@@ -88,6 +88,7 @@ func build(ctx context.Context, o Options) (*Manifest, error) {
 			Kernels: o.Kernels, Recipes: o.Recipes, CacheDir: o.CacheDir, DownloadDir: o.DownloadDir,
 			Lister: o.Lister, KpreloadBinary: o.KpreloadBinary, InitBinary: o.InitBinary,
 			Instance: o.Instance, Cmdline: m.Cmdline, Progress: o.Progress, EarlyDrivers: o.EarlyDrivers,
+			RemoteConfig: o.RemoteConfig,
 			// BuildMissing already ran above; Stage finds the cells in the cache.
 		}, root)
 		if err != nil {

@@ -154,6 +154,9 @@ type Options struct {
 	// UEFI only) or install.GRUB (BIOS and UEFI from one disk, as Debian's
 	// cloud images do: a BIOS boot partition and GRUB's UEFI image on the ESP).
 	Bootloader install.Bootloader
+	// RemoteConfig, if set, is a registry configuration file for the kernel
+	// hook (StageOptions.RemoteConfig).
+	RemoteConfig string
 	// Plain makes an image without kpreload, as Debian's cloud images are:
 	// GRUB, initramfs-tools and the distribution's own initramfs, no module
 	// cache, no recipes. It is the base image another builder starts from
@@ -393,7 +396,7 @@ func (o Options) Validate() error {
 		bad("disk size %d MiB: want at least the ESP (%d MiB) + 512 MiB for the root filesystem", o.SizeMB, o.ESPSizeMB)
 	}
 	if o.Plain {
-		if len(o.Recipes) > 0 || o.Instance != "" || o.EarlyDrivers || o.Remote != nil {
+		if len(o.Recipes) > 0 || o.Instance != "" || o.EarlyDrivers || o.Remote != nil || o.RemoteConfig != "" {
 			bad("a plain image carries no kpreload: no recipes, instance, early drivers or remote")
 		}
 		if o.Bootloader != install.GRUB {
@@ -418,6 +421,11 @@ func (o Options) Validate() error {
 	if o.Instance != "" {
 		if _, err := os.Stat(o.Instance); err != nil {
 			bad("instance file: %w", err)
+		}
+	}
+	if o.RemoteConfig != "" {
+		if _, err := os.Stat(o.RemoteConfig); err != nil {
+			bad("remote configuration: %w", err)
 		}
 	}
 	if strings.ContainsAny(o.Cmdline, "\n\r") {

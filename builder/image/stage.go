@@ -54,6 +54,11 @@ type StageOptions struct {
 	InitBinary string
 	// Instance, if set, is an instance YAML file put at ImageInstance.
 	Instance string
+	// RemoteConfig, if set, is a registry configuration file (see
+	// install.RemoteConfig) put at /etc/kpreload/remote.yaml with the trusted
+	// keys and credentials it names: the kernel hook pulls new kernels'
+	// cells from there.
+	RemoteConfig string
 	// Cmdline, if set, is written to ImageCmdline: the kernel command line the
 	// install hook gives new loader entries (Build writes "root=UUID=<root> rw"
 	// and Options.Cmdline). When the image has none, the hook uses the running
@@ -149,6 +154,11 @@ func Stage(ctx context.Context, o StageOptions, root string) (*StageResult, erro
 	}
 	if o.Cmdline != "" {
 		if err := writeFile(filepath.Join(root, ImageCmdline), []byte(strings.TrimSpace(o.Cmdline)+"\n"), 0o644); err != nil {
+			return nil, fmt.Errorf("stage: %w", err)
+		}
+	}
+	if o.RemoteConfig != "" {
+		if err := install.StageRemoteConfig(o.RemoteConfig, root); err != nil {
 			return nil, fmt.Errorf("stage: %w", err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/kpreload/kpreload/internal/fileutil"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/cellsign"
 	"github.com/kpreload/kpreload/kmodcache/remote"
@@ -38,11 +39,11 @@ const DefaultPullTimeout = 5 * time.Minute
 // allow_unsigned is true: the hook's pull decides what the kernel loads.
 type RemoteConfig struct {
 	Remote        string   `yaml:"remote"`
-	PlainHTTP     bool     `yaml:"plain_http"`
-	Credentials   string   `yaml:"credentials"`
-	Trust         []string `yaml:"trust"`
-	Timeout       string   `yaml:"timeout"`
-	AllowUnsigned bool     `yaml:"allow_unsigned"`
+	PlainHTTP     bool     `yaml:"plain_http,omitempty"`
+	Credentials   string   `yaml:"credentials,omitempty"`
+	Trust         []string `yaml:"trust,omitempty"`
+	Timeout       string   `yaml:"timeout,omitempty"`
+	AllowUnsigned bool     `yaml:"allow_unsigned,omitempty"`
 
 	timeout time.Duration
 }
@@ -195,4 +196,59 @@ func (o *Options) pullCells(ctx context.Context, cfg *RemoteConfig, kernel strin
 		warnings = append(warnings, warn("no usable cell for %s of %s", kernel, strings.Join(missing, ", "))...)
 	}
 	return pulled, warnings
+}
+
+// StageRemoteConfig puts the registry configuration file src (whose trust
+// keys and credentials are paths on this machine) into root: the keys under
+// /etc/kpreload/keys/, the credentials as /etc/kpreload/registry-auth.json
+// (mode 0600), and RemoteFile naming them inside the root.
+func StageRemoteConfig(src, root string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return fmt.Errorf("remote configuration: %w", err)
+	}
+	var c RemoteConfig
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return fmt.Errorf("remote configuration %s: %w", src, err)
+	}
+	base := filepath.Dir(src)
+	host := func(p string) string {
+		if filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(base, p)
+	}
+	put := func(from, to string, mode os.FileMode) error {
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(to)), 0o755); err != nil {
+			return err
+		}
+		return fileutil.CopyAtomic(host(from), filepath.Join(root, to), mode, false)
+	}
+	for i, k := range c.Trust {
+		to := "etc/kpreload/keys/" + filepath.Base(k)
+		if err := put(k, to, 0o644); err != nil {
+			return fmt.Errorf("remote configuration %s: trusted key: %w", src, err)
+		}
+		c.Trust[i] = "/" + to
+	}
+	if c.Credentials != "" {
+		if err := put(c.Credentials, "etc/kpreload/registry-auth.json", 0o600); err != nil {
+			return fmt.Errorf("remote configuration %s: credentials: %w", src, err)
+		}
+		c.Credentials = "/etc/kpreload/registry-auth.json"
+	}
+	out, err := yaml.Marshal(&c)
+	if err != nil {
+		return err
+	}
+	out = append([]byte("# kpreload: where the kernel hook pulls the driver cells of new kernels from (see kpreload kernel-hook --help)\n"), out...)
+	if _, err := ParseRemoteConfig(out); err != nil {
+		return fmt.Errorf("remote configuration %s: %w", src, err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, filepath.Dir(RemoteFile)), 0o755); err != nil {
+		return err
+	}
+	return fileutil.WriteAtomic(filepath.Join(root, RemoteFile), out, 0o644, false)
 }

@@ -142,3 +142,43 @@ func TestKernelHookPullsFromRegistry(t *testing.T) {
 		})
 	}
 }
+
+// TestStageRemoteConfig: the keys and credentials a configuration names on
+// the build machine go into the root, and the staged configuration names
+// them there.
+func TestStageRemoteConfig(t *testing.T) {
+	src := t.TempDir()
+	for name, text := range map[string]string{
+		"team.pub":    "-----BEGIN PUBLIC KEY-----\n",
+		"auth.json":   `{"auths":{}}`,
+		"remote.yaml": "remote: oci://r.example/cells\ntrust: [team.pub]\ncredentials: " + filepath.Join(src, "auth.json") + "\n",
+	} {
+		if err := os.WriteFile(filepath.Join(src, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root := t.TempDir()
+	if err := StageRemoteConfig(filepath.Join(src, "remote.yaml"), root); err != nil {
+		t.Fatal(err)
+	}
+	c, err := ReadRemoteConfig(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(c.Trust, ","), "/etc/kpreload/keys/team.pub"; got != want || c.Credentials != "/etc/kpreload/registry-auth.json" {
+		t.Errorf("staged trust %q credentials %q, want %q and /etc/kpreload/registry-auth.json", got, c.Credentials, want)
+	}
+	if fi, err := os.Stat(filepath.Join(root, "etc/kpreload/registry-auth.json")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("staged credentials: %v, mode %v; want mode 0600", err, fi)
+	}
+	if _, err := os.Stat(filepath.Join(root, "etc/kpreload/keys/team.pub")); err != nil {
+		t.Errorf("staged key: %v", err)
+	}
+	// A key that is not there fails the staging, naming it.
+	if err := os.WriteFile(filepath.Join(src, "bad.yaml"), []byte("remote: oci://r.example/cells\ntrust: [gone.pub]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := StageRemoteConfig(filepath.Join(src, "bad.yaml"), t.TempDir()); err == nil || !strings.Contains(err.Error(), "gone.pub") {
+		t.Errorf("staging a configuration with a missing key: %v, want an error naming it", err)
+	}
+}

@@ -78,6 +78,12 @@ type Config struct {
 	EarlyDrivers bool `mapstructure:"early_drivers"`
 	// Extra Debian packages to install into the image (`name` or `name=version`).
 	Packages []string `mapstructure:"packages"`
+	// A registry configuration file for the image's kernel hook (`remote`,
+	// `plain_http`, `credentials`, `trust`, `timeout`): baked in at
+	// `/etc/kpreload/remote.yaml` with the keys and credentials it names, so
+	// that a kernel installed later gets its driver cells from the registry,
+	// verified against the trusted keys.
+	RemoteConfig string `mapstructure:"remote_config"`
 	// The image's boot loader: `systemd-boot` (UEFI only) or `grub` (one disk
 	// that boots under BIOS and UEFI, as Debian's cloud images: a BIOS boot
 	// partition and GRUB's UEFI image, kpreload's entries first in
@@ -256,6 +262,7 @@ func (c *Config) Options() image.Options {
 		Remote:         c.remote,
 		EarlyDrivers:   c.EarlyDrivers,
 		Bootloader:     c.bootloader,
+		RemoteConfig:   c.RemoteConfig,
 		DownloadDir:    c.DownloadDir,
 		Packages:       c.Packages,
 		Instance:       c.InstanceFile,

@@ -32,6 +32,7 @@ type FlatConfig struct {
 	RemoteSign          *string           `mapstructure:"remote_sign" cty:"remote_sign" hcl:"remote_sign"`
 	EarlyDrivers        *bool             `mapstructure:"early_drivers" cty:"early_drivers" hcl:"early_drivers"`
 	Packages            []string          `mapstructure:"packages" cty:"packages" hcl:"packages"`
+	RemoteConfig        *string           `mapstructure:"remote_config" cty:"remote_config" hcl:"remote_config"`
 	Bootloader          *string           `mapstructure:"bootloader" cty:"bootloader" hcl:"bootloader"`
 	InstanceFile        *string           `mapstructure:"instance_file" cty:"instance_file" hcl:"instance_file"`
 	KernelCmdline       *string           `mapstructure:"kernel_cmdline" cty:"kernel_cmdline" hcl:"kernel_cmdline"`
@@ -81,6 +82,7 @@ func (*FlatConfig) HCL2Spec() map[string]hcldec.Spec {
 		"remote_sign":                &hcldec.AttrSpec{Name: "remote_sign", Type: cty.String, Required: false},
 		"early_drivers":              &hcldec.AttrSpec{Name: "early_drivers", Type: cty.Bool, Required: false},
 		"packages":                   &hcldec.AttrSpec{Name: "packages", Type: cty.List(cty.String), Required: false},
+		"remote_config":              &hcldec.AttrSpec{Name: "remote_config", Type: cty.String, Required: false},
 		"bootloader":                 &hcldec.AttrSpec{Name: "bootloader", Type: cty.String, Required: false},
 		"instance_file":              &hcldec.AttrSpec{Name: "instance_file", Type: cty.String, Required: false},
 		"kernel_cmdline":             &hcldec.AttrSpec{Name: "kernel_cmdline", Type: cty.String, Required: false},

@@ -67,6 +67,10 @@ type Config struct {
 	BuildMissing config.Trilean `mapstructure:"build_missing"`
 	// An instance YAML file installed as `/etc/kpreload/instance.yaml`.
 	InstanceFile string `mapstructure:"instance_file"`
+	// A registry configuration file for the target's kernel hook (`remote`,
+	// `plain_http`, `credentials`, `trust`, `timeout`): installed at
+	// `/etc/kpreload/remote.yaml` with the keys and credentials it names.
+	RemoteConfig string `mapstructure:"remote_config"`
 	// The kernel command line of systemd-boot entries kpreload writes
 	// (`/etc/kpreload/cmdline`); without it they take the target's running
 	// command line. GRUB entries use GRUB_CMDLINE_LINUX from
@@ -230,6 +234,7 @@ func (p *Provisioner) Provision(ctx context.Context, ui packersdk.Ui, comm packe
 		KpreloadBinary: c.KpreloadBinary,
 		InitBinary:     c.InitBinary,
 		Instance:       c.InstanceFile,
+		RemoteConfig:   c.RemoteConfig,
 		Cmdline:        c.KernelCmdline,
 		NoInitramfs:    true, // the hook builds it on the target, from the target's modules
 		Progress:       progress,

@@ -25,6 +25,7 @@ type FlatConfig struct {
 	DownloadDir         *string           `mapstructure:"download_dir" cty:"download_dir" hcl:"download_dir"`
 	BuildMissing        *bool             `mapstructure:"build_missing" cty:"build_missing" hcl:"build_missing"`
 	InstanceFile        *string           `mapstructure:"instance_file" cty:"instance_file" hcl:"instance_file"`
+	RemoteConfig        *string           `mapstructure:"remote_config" cty:"remote_config" hcl:"remote_config"`
 	KernelCmdline       *string           `mapstructure:"kernel_cmdline" cty:"kernel_cmdline" hcl:"kernel_cmdline"`
 	KpreloadBinary      *string           `mapstructure:"kpreload_binary" cty:"kpreload_binary" hcl:"kpreload_binary"`
 	InitBinary          *string           `mapstructure:"init_binary" cty:"init_binary" hcl:"init_binary"`
@@ -61,6 +62,7 @@ func (*FlatConfig) HCL2Spec() map[string]hcldec.Spec {
 		"download_dir":               &hcldec.AttrSpec{Name: "download_dir", Type: cty.String, Required: false},
 		"build_missing":              &hcldec.AttrSpec{Name: "build_missing", Type: cty.Bool, Required: false},
 		"instance_file":              &hcldec.AttrSpec{Name: "instance_file", Type: cty.String, Required: false},
+		"remote_config":              &hcldec.AttrSpec{Name: "remote_config", Type: cty.String, Required: false},
 		"kernel_cmdline":             &hcldec.AttrSpec{Name: "kernel_cmdline", Type: cty.String, Required: false},
 		"kpreload_binary":            &hcldec.AttrSpec{Name: "kpreload_binary", Type: cty.String, Required: false},
 		"init_binary":                &hcldec.AttrSpec{Name: "init_binary", Type: cty.String, Required: false},

@@ -153,6 +153,7 @@ whole manifest) to stdout.`,
 	rf.register(f) // --remote: pull the cells the image needs; with --build-missing, push what was built
 	f.StringVar(&o.OutDir, "out", ".", "output directory")
 	f.StringVar(&o.Instance, "instance", "", "instance YAML file to bake in at /"+image.ImageInstance)
+	f.StringVar(&o.RemoteConfig, "remote-config", "", "registry configuration (remote, plain_http, credentials, trust, timeout) for the kernel hook, baked in at /"+install.RemoteFile+" with the keys and credentials it names")
 	f.StringVar(&o.Cmdline, "cmdline", "", "extra kernel command line for the boot entries")
 	f.BoolVar(&o.Plain, "plain", false, "an image without kpreload, like Debian's cloud images (GRUB, initramfs-tools): a base for the Packer provisioner; needs --bootloader grub")
 	f.StringVar(&bootloader, "bootloader", string(install.SystemdBoot), "systemd-boot (UEFI) or grub (one disk that boots under BIOS and UEFI, as Debian's cloud images)")
