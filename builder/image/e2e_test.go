@@ -261,22 +261,22 @@ func TestBuildAndBootImage(t *testing.T) {
 		t.Fatalf("UEFI boot: %v", err)
 	}
 	t.Logf("booted to %q in %s", res.UntilMatch, res.Duration.Round(time.Second))
-	checkImageBoot(t, res, m, "root=UUID="+m.RootUUID)
+	checkImageBoot(t, res, testKernel, "root=UUID="+m.RootUUID)
 }
 
-// checkImageBoot checks a boot of image m: kpreload's report came back for
-// the image's kernel with cmdline in its command line, the root was mounted
+// checkImageBoot checks a boot of an image: kpreload's report came back for
+// kernel with cmdline in its command line, the root was mounted
 // from /dev/vda2, the test driver was loaded from the image's cache and bound
 // before the real init ran, and systemd reached kpreload-drivers.target.
-func checkImageBoot(t *testing.T, res *qemu.Result, m *Manifest, cmdline string) {
+func checkImageBoot(t *testing.T, res *qemu.Result, kernel, cmdline string) {
 	t.Helper()
 	rep := res.Report
 	if rep == nil {
 		t.Fatalf("no kpreload report on the report channel; warnings %v; console %s", res.Warnings, res.Console)
 	}
 	t.Logf("report: %s", rep.Summary())
-	if rep.Kernel != testKernel || !strings.Contains(rep.Cmdline, cmdline) {
-		t.Errorf("report kernel %q cmdline %q: want %s booted by the boot entry (%s)", rep.Kernel, rep.Cmdline, testKernel, cmdline)
+	if rep.Kernel != kernel || !strings.Contains(rep.Cmdline, cmdline) {
+		t.Errorf("report kernel %q cmdline %q: want %s booted by the boot entry (%s)", rep.Kernel, rep.Cmdline, kernel, cmdline)
 	}
 	if rep.Root.FSType != "ext4" || rep.Root.Device != "/dev/vda2" || rep.Root.Mounted <= 0 {
 		t.Errorf("root = %+v, want ext4 on /dev/vda2 mounted", rep.Root)

@@ -131,7 +131,8 @@ func (o *Options) pullCells(ctx context.Context, cfg *RemoteConfig, kernel strin
 	warn := func(format string, a ...any) []string {
 		return []string{fmt.Sprintf("registry %s: ", cfg.Remote) + fmt.Sprintf(format, a...)}
 	}
-	ro := remote.Options{PlainHTTP: cfg.PlainHTTP}
+	// Credentials only from the configuration (a hook runs with no home).
+	ro := remote.Options{PlainHTTP: cfg.PlainHTTP, DockerConfig: filepath.Join(o.Root, "etc/kpreload/registry-auth.json")}
 	if cfg.Credentials != "" {
 		ro.DockerConfig = filepath.Join(o.Root, cfg.Credentials)
 	}

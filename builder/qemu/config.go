@@ -86,6 +86,12 @@ type Config struct {
 	// Snapshot boots the root disk through a temporary copy-on-write overlay:
 	// what the guest writes is dropped and the disk file is never changed.
 	Snapshot bool
+	// GuestForwards give the guest a network (QEMU's user-mode network on
+	// virtio-net, restrict=on: nothing reaches the host or beyond) whose only
+	// way out are these forwards, each "tcp:GUESTADDR:PORT-tcp:127.0.0.1:PORT"
+	// (a connection to GUESTADDR:PORT in the guest reaches the host's
+	// 127.0.0.1:PORT), such as a registry on the host's loopback.
+	GuestForwards []string
 	// Drives are more disk images (raw, or .qcow2) attached read-only on
 	// virtio after the root disk: a seed, a package to install.
 	Drives []string
@@ -336,6 +342,16 @@ func Args(c Config, consoleLog, reportLog string) ([]string, error) {
 		case "scsi":
 			args = append(args, "-device", "virtio-scsi-pci,id=scsi0", "-device", "scsi-hd,bus=scsi0.0,drive=root")
 		}
+	}
+	if len(c.GuestForwards) > 0 {
+		netdev := "user,id=net0,restrict=on"
+		for _, f := range c.GuestForwards {
+			if strings.ContainsAny(f, ", ") || !strings.HasPrefix(f, "tcp:") {
+				return nil, fmt.Errorf("qemu: guest forward %q: want tcp:GUESTADDR:PORT-tcp:127.0.0.1:PORT", f)
+			}
+			netdev += ",guestfwd=" + f
+		}
+		args = append(args, "-netdev", netdev, "-device", "virtio-net-pci,netdev=net0")
 	}
 	for i, d := range c.Drives {
 		format := "raw"

@@ -175,6 +175,10 @@ func Open(raw string, o Options) (*Remote, error) {
 	var store credentials.Store
 	if o.DockerConfig != "" {
 		store, err = credentials.NewStore(o.DockerConfig, credentials.StoreOptions{})
+	} else if os.Getenv("DOCKER_CONFIG") == "" && os.Getenv("HOME") == "" {
+		// A system service or a kernel hook: no home, so no Docker
+		// configuration to read; the registry is asked anonymously.
+		store = credentials.NewMemoryStore()
 	} else {
 		store, err = credentials.NewStoreFromDocker(credentials.StoreOptions{})
 	}

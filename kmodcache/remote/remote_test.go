@@ -255,3 +255,13 @@ func TestConcurrentPushesOfOneCell(t *testing.T) {
 		t.Errorf("pull after racing pushes: %+v, %v", res, err)
 	}
 }
+
+// TestOpenWithoutHome: a system service or a kernel hook has no $HOME and no
+// $DOCKER_CONFIG; the remote still opens, asking the registry anonymously.
+func TestOpenWithoutHome(t *testing.T) {
+	t.Setenv("HOME", "")
+	t.Setenv("DOCKER_CONFIG", "")
+	if _, err := Open("oci://127.0.0.1:5000/cells", Options{PlainHTTP: true}); err != nil {
+		t.Errorf("Open without a home: %v", err)
+	}
+}
