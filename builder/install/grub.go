@@ -150,8 +150,9 @@ func UpdateGrub(ctx context.Context, root string, log io.Writer) error {
 }
 
 // CheckGrubConfig reads root's grub.cfg and says whether its default entry
-// boots kpreload's initramfs of kernel: the first menu entry must be
-// kpreload's for kernel and the default must be that entry.
+// boots kpreload's initramfs: the first menu entry must be kpreload's for
+// kernel, and the default that entry (0) or another of kpreload's entries
+// (GRUB_DEFAULT=kpreload-KVER pins one).
 func CheckGrubConfig(root, kernel string) error {
 	p := filepath.Join(root, GrubConfig)
 	f, err := os.Open(p)
@@ -182,7 +183,7 @@ func CheckGrubConfig(root, kernel string) error {
 		return fmt.Errorf("%s has no menu entry", p)
 	case !strings.Contains(first, "'"+id+"'"):
 		return fmt.Errorf("%s: the first menu entry is not kpreload's for %s (is /%s executable? it is: %q)", p, kernel, GrubScript, first)
-	case def != "0" && def != id:
+	case def != "0" && (!strings.HasPrefix(def, "kpreload-") || strings.HasPrefix(def, "kpreload-distribution-")):
 		return fmt.Errorf("%s: the default entry is %q, not kpreload's: set GRUB_DEFAULT=0 (or %s) in /etc/default/grub and run update-grub", p, def, id)
 	}
 	return nil

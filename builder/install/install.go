@@ -28,7 +28,8 @@ type Options struct {
 	// Root/etc/kpreload/cmdline, else /proc/cmdline when Root is "/").
 	// GRUB entries use GRUB_CMDLINE_LINUX from /etc/default/grub.
 	Cmdline string
-	// Default names the default kernel instead of the settings' policy.
+	// Default names the default kernel instead of the settings' policy
+	// (systemd-boot; GRUB's default follows the policy and GRUB_DEFAULT).
 	Default string
 	// ModulesDir returns a kernel's module tree (nil: Root/lib/modules/<release>).
 	ModulesDir func(release string) string
@@ -185,10 +186,17 @@ func KernelRemoved(ctx context.Context, o Options, release string) (*Result, err
 }
 
 func (o *Options) bootloader() (Bootloader, error) {
-	if o.Bootloader != "" {
-		return o.Bootloader, nil
+	bl := o.Bootloader
+	if bl == "" {
+		var err error
+		if bl, err = Detect(o.Root, o.ESP); err != nil {
+			return "", err
+		}
 	}
-	return Detect(o.Root, o.ESP)
+	if bl == GRUB && o.Default != "" {
+		return "", fmt.Errorf("a default kernel cannot be named for GRUB: its first entry is the newest kernel with driver cells (%s default: newest picks the newest); set GRUB_DEFAULT=%s in /etc/default/grub to pin one", SettingsFile, GrubEntryID(o.Default))
+	}
+	return bl, nil
 }
 
 // BuildInitramfs writes release's kpreload initramfs into o.Root

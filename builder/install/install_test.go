@@ -194,6 +194,7 @@ func TestCheckGrubConfig(t *testing.T) {
 		{"theirs first", header + theirs + ours, "first menu entry is not kpreload's"},
 		{"default saved", strings.ReplaceAll(header, `"0"`, `"${saved_entry}"`) + ours, "set GRUB_DEFAULT=0"},
 		{"default names ours", strings.ReplaceAll(header, `"0"`, `"kpreload-`+k+`"`) + ours, ""},
+		{"default names the way back", strings.ReplaceAll(header, `"0"`, `"kpreload-distribution-`+k+`"`) + ours, "set GRUB_DEFAULT=0"},
 		{"no entries", header, "no menu entry"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
