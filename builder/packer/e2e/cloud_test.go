@@ -43,8 +43,43 @@ WantedBy=multi-user.target
 `
 )
 
+// What packages do to a provisioned image, run at each boot once kpreload is
+// installed (not during the Packer build's own boot): the first time,
+// update-initramfs -u -k all (firmware and cryptsetup packages trigger it)
+// and update-grub; every time, the menu and kpreload-ready's state.
+const (
+	updatesSrc = `#!/bin/sh
+say() { echo "kpreload-test: $*"; }
+if [ ! -e /var/lib/kpreload-test-updates ]; then
+	update-initramfs -u -k all >/tmp/u.log 2>&1 && say "update-initramfs ok" || say "update-initramfs FAILED"
+	update-grub >/tmp/g.log 2>&1 && say "update-grub ok" || say "update-grub FAILED"
+	touch /var/lib/kpreload-test-updates
+	sync
+fi
+grep -o "^menuentry '[^']*'" /boot/grub/grub.cfg | cut -d"'" -f2 | sed 's/^/kpreload-test: entry: /'
+say "kpreload-ready $(systemctl is-active kpreload-ready.service)"
+say done
+`
+	updatesUnit = `[Unit]
+Description=kpreload test: what packages do to a provisioned image
+ConditionPathExists=/usr/bin/kpreload
+After=kpreload-drivers.target
+
+[Service]
+Type=oneshot
+ExecStart=/usr/local/sbin/kpreload-test-updates
+StandardOutput=journal+console
+
+[Install]
+WantedBy=multi-user.target
+`
+)
+
 // kpreloadReady is systemd reaching kpreload-drivers.target.
 var kpreloadReady = regexp.MustCompile(`Reached target .*kpreload-dr.*GPU drivers loaded and ready`)
+
+// updatesDone is the updates step's last line.
+var updatesDone = regexp.MustCompile(`kpreload-test: done`)
 
 // TestProvisionerCloudBuilder is the path of every amazon-ebs, googlecompute
 // and azure-arm user, with Packer's QEMU builder: a base image made like
@@ -53,8 +88,11 @@ var kpreloadReady = regexp.MustCompile(`Reached target .*kpreload-dr.*GPU driver
 // the non-root user; provisioner "kpreload" with use_sudo uploads the test
 // driver's cells and runs kpreload install, which makes the VM's own GRUB
 // boot kpreload's initramfs (the VM's real update-grub and grub-probe). The
-// output disk then boots under SeaBIOS and OVMF with the driver bound before
-// switch_root and kpreload-drivers.target reached.
+// output disk then boots under SeaBIOS, where it runs update-initramfs -u -k
+// all and update-grub as packages do (kept), and under OVMF: both times with
+// kpreload's entry first and the default, the distribution's initramfs one
+// entry away, the driver bound before switch_root and kpreload-drivers.target
+// reached.
 func TestProvisionerCloudBuilder(t *testing.T) {
 	if testing.Short() {
 		t.Skip("mmdebstrap, a packer build with the QEMU builder and two TCG boots; -short")
@@ -70,6 +108,8 @@ func TestProvisionerCloudBuilder(t *testing.T) {
 		"/usr/local/share/kpreload-test/authorized_keys":      key + ".pub",
 		"/usr/local/sbin/kpreload-test-make-user":             write(t, dir, "make-user", makeUserSrc, 0o755),
 		"/etc/systemd/system/kpreload-test-make-user.service": write(t, dir, "make-user.service", makeUserUnit, 0o644),
+		"/usr/local/sbin/kpreload-test-updates":               write(t, dir, "updates", updatesSrc, 0o755),
+		"/etc/systemd/system/kpreload-test-updates.service":   write(t, dir, "updates.service", updatesUnit, 0o644),
 	}
 
 	// The base image: no kpreload in it.
@@ -78,7 +118,7 @@ func TestProvisionerCloudBuilder(t *testing.T) {
 	base, err := image.Build(ctx, image.Options{
 		Name: "base", OutDir: filepath.Join(dir, "base"), Kernels: []string{testKernel},
 		Plain: true, Bootloader: install.GRUB, Packages: []string{"openssh-server", "sudo"},
-		Files: files, Enable: []string{"kpreload-test-make-user.service"},
+		Files: files, Enable: []string{"kpreload-test-make-user.service", "kpreload-test-updates.service"},
 		Cmdline: cmdline, SizeMB: 2048, ESPSizeMB: 64, Formats: []string{image.FormatQCOW2},
 		TempDir:  t.TempDir(),
 		Progress: func(msg string) { t.Logf("[%6.1fs] base: %s", time.Since(start).Seconds(), msg) },
@@ -149,11 +189,14 @@ build {
 		}
 	}
 
+	// The first boot keeps what it does: update-initramfs -u -k all and
+	// update-grub, as packages run them. Both boots must still start
+	// kpreload's initramfs by default, with the distribution's one entry away.
 	disk := filepath.Join(out, "gpu.qcow2")
-	for _, fw := range []string{qemu.FirmwareBIOS, qemu.FirmwareUEFI} {
+	for i, fw := range []string{qemu.FirmwareBIOS, qemu.FirmwareUEFI} {
 		res, err := (&qemu.Runner{WorkDir: t.TempDir()}).Run(ctx, qemu.Config{
-			Firmware: fw, RootDisk: disk, Snapshot: true,
-			Devices: []string{"edu"}, Until: kpreloadReady, Timeout: 300 * time.Second,
+			Firmware: fw, RootDisk: disk, Snapshot: i > 0,
+			Devices: []string{"edu"}, Until: updatesDone, Timeout: 420 * time.Second,
 		})
 		if err != nil {
 			t.Fatalf("%s boot of the provisioned image: %v", fw, err)
@@ -161,8 +204,25 @@ build {
 		t.Logf("%s: reached %q in %s", fw, res.UntilMatch, res.Duration.Round(time.Second))
 		checkDriverBound(t, res, testKernel, "root=UUID="+base.RootUUID+" ro "+cmdline)
 		c, _ := os.ReadFile(res.Console)
-		if want := "Booting `Debian GNU/Linux, with Linux " + testKernel + " (kpreload)'"; !strings.Contains(string(c), want) {
-			t.Errorf("%s boot: GRUB did not boot kpreload's entry by default (console lacks %q; %s)", fw, want, res.Console)
+		wants := []string{
+			"Booting `Debian GNU/Linux, with Linux " + testKernel + " (kpreload)'",
+			"kpreload-test: entry: Debian GNU/Linux, with Linux " + testKernel + " (distribution initramfs)",
+			"kpreload-test: kpreload-ready active",
+		}
+		if i == 0 {
+			wants = append(wants, "kpreload-test: update-initramfs ok", "kpreload-test: update-grub ok")
+		}
+		if !kpreloadReady.Match(c) {
+			t.Errorf("%s boot: systemd did not reach kpreload-drivers.target (%s)", fw, res.Console)
+		}
+		for _, want := range wants {
+			if !strings.Contains(string(c), want) {
+				t.Errorf("%s boot: console lacks %q (%s)", fw, want, res.Console)
+			}
+		}
+		entries := regexp.MustCompile(`kpreload-test: entry: (.*)`).FindAllStringSubmatch(string(c), -1)
+		if len(entries) == 0 || !strings.HasSuffix(strings.TrimSpace(entries[0][1]), "(kpreload)") {
+			t.Errorf("%s boot: grub.cfg's first entry is %v, want kpreload's", fw, entries)
 		}
 	}
 }
