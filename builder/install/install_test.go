@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -134,6 +135,16 @@ func TestDefaultKernel(t *testing.T) {
 	}
 	if got, want := DefaultKernel(kernels, true), newer; got != want {
 		t.Errorf("default (newest) = %q, want %q", got, want)
+	}
+	// A module tree that is a link (an unpacked kernel elsewhere) counts too.
+	if err := os.MkdirAll(filepath.Join(root, "lib/modules"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(t.TempDir(), filepath.Join(root, "lib/modules/6.14.0-linked")); err != nil {
+		t.Fatal(err)
+	}
+	if kernels, _ = Kernels(root); !slices.ContainsFunc(kernels, func(k Kernel) bool { return k.Release == "6.14.0-linked" }) {
+		t.Errorf("kernels %+v lack the linked module tree 6.14.0-linked", kernels)
 	}
 }
 

@@ -76,7 +76,7 @@ func Kernels(root string) ([]Kernel, error) {
 		return nil, fmt.Errorf("list kernels: %w", err)
 	}
 	for _, e := range mods {
-		if e.IsDir() {
+		if e.IsDir() || e.Type()&os.ModeSymlink != 0 {
 			add(e.Name())
 		}
 	}
