@@ -23,7 +23,6 @@ import (
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/kmodcache/store"
-	"github.com/kpreload/kpreload/live/report"
 )
 
 var (
@@ -281,24 +280,7 @@ func checkImageBoot(t *testing.T, res *qemu.Result, kernel, cmdline string) {
 	if rep.Root.FSType != "ext4" || rep.Root.Device != "/dev/vda2" || rep.Root.Mounted <= 0 {
 		t.Errorf("root = %+v, want ext4 on /dev/vda2 mounted", rep.Root)
 	}
-	var edu *report.Module
-	for i, mod := range rep.Modules {
-		if mod.Name == "kpreload_edu" && mod.Result == "loaded" {
-			edu = &rep.Modules[i]
-		}
-	}
-	if edu == nil || edu.Phase != "rootfs" || edu.End <= 0 || edu.End > rep.SwitchRoot {
-		t.Errorf("kpreload_edu = %+v, want loaded from the image's cache (phase rootfs) before switch_root at %.3f; modules %+v", edu, rep.SwitchRoot, rep.Modules)
-	}
-	bound := false
-	for _, d := range rep.Devices {
-		if strings.HasPrefix(d.Modalias, "pci:v00001234d000011E8") && d.Driver == "kpreload_edu" {
-			bound = true
-		}
-	}
-	if !bound {
-		t.Errorf("edu device not bound to kpreload_edu in the report: %+v", rep.Devices)
-	}
+	testenv.CheckEduLoaded(t, rep, "rootfs")
 	// The probe's kernel line and systemd's first line carry the same (printk) clock:
 	// the driver was bound before the real init ran. (The report's own times come
 	// from another clock, which drifts from printk's under TCG.)

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/qemu"
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/internal/testenv"
 )
 
 // PackerVersion is the Packer release the tests run (scripts/packer.sh's default).
@@ -171,24 +171,7 @@ func checkDriverBound(t *testing.T, res *qemu.Result, kernel, cmdline string) {
 	if rep.SwitchRoot <= 0 {
 		t.Errorf("report switch_root = %v, want the time /init handed over to /sbin/init", rep.SwitchRoot)
 	}
-	var edu *report.Module
-	for i, mod := range rep.Modules {
-		if mod.Name == "kpreload_edu" && mod.Result == "loaded" {
-			edu = &rep.Modules[i]
-		}
-	}
-	if edu == nil || edu.End <= 0 || edu.End > rep.SwitchRoot {
-		t.Errorf("kpreload_edu = %+v, want loaded before switch_root at %.3f; modules %+v", edu, rep.SwitchRoot, rep.Modules)
-	}
-	bound := false
-	for _, d := range rep.Devices {
-		if strings.HasPrefix(d.Modalias, "pci:v00001234d000011E8") && d.Driver == "kpreload_edu" {
-			bound = true
-		}
-	}
-	if !bound {
-		t.Errorf("edu device not bound to kpreload_edu in the report: %+v", rep.Devices)
-	}
+	testenv.CheckEduLoaded(t, rep, "")
 	probe, ok := qemu.Find(res.Kernel, "bound, id 0x010000ed")
 	if !ok || probe.Time > rep.SwitchRoot {
 		t.Errorf("test driver probe line %+v (found %v): want it logged before switch_root at %.3f", probe, ok, rep.SwitchRoot)
