@@ -14,6 +14,7 @@ import (
 	"github.com/kpreload/kpreload/builder/dkms"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/kmodcache/modinfo"
+	"github.com/kpreload/kpreload/kmodcache/modsig"
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
 
@@ -110,7 +111,7 @@ func TestRealSigning(t *testing.T) {
 	if !info.Signed || info.Name != "kpreload_edu" {
 		t.Errorf("modinfo of the cached module: name %q signed %v, want kpreload_edu signed", info.Name, info.Signed)
 	}
-	sig, err := dkms.ReadSignature(obj)
+	sig, err := modsig.ReadFile(obj)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,6 +82,10 @@ type Module struct {
 	// Unsigned is true when the module is known to carry no signature (the
 	// cache's manifest says so); false means signed, or not known.
 	Unsigned bool `json:"unsigned,omitempty"`
+	// Signer and SigKey name the certificate the module is signed with
+	// (the manifest's, as modinfo prints them); empty when unsigned or unknown.
+	Signer string `json:"signer,omitempty"`
+	SigKey string `json:"sig_key,omitempty"`
 }
 
 // Read loads an index file and checks its format and kernel.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kpreload/kpreload/kmodcache/modinfo"
 	"github.com/kpreload/kpreload/kmodcache/modname"
+	"github.com/kpreload/kpreload/kmodcache/modsig"
 )
 
 // FormatVersion is the manifest format this package writes; Unmarshal refuses others.
@@ -88,13 +89,19 @@ type Module struct {
 	Firmware []string `json:"firmware,omitempty"`
 	// Signed reports whether a module signature is appended to the ELF image.
 	Signed bool `json:"signed"`
+	// Signer and SigKey name the certificate a PKCS#7 signature was made
+	// with, as kmod's modinfo prints them (signer, sig_key): the issuer's
+	// common name and the serial number (or the subject key identifier).
+	// A boot under Secure Boot checks the kernel's keyrings for it.
+	Signer string `json:"signer,omitempty"`
+	SigKey string `json:"sig_key,omitempty"`
 }
 
 // ModuleFromInfo makes the manifest entry for a module file from what the file
 // says about itself (info), its file name inside the set and the digest and
 // size of the file as stored.
 func ModuleFromInfo(info *modinfo.Info, file, sha256Hex string, size int64) Module {
-	return Module{
+	m := Module{
 		Name:        info.Name,
 		File:        file,
 		SHA256:      sha256Hex,
@@ -110,6 +117,10 @@ func ModuleFromInfo(info *modinfo.Info, file, sha256Hex string, size int64) Modu
 		Firmware:    slices.Clone(info.Firmware),
 		Signed:      info.Signed,
 	}
+	if sig, err := modsig.ParsePKCS7(info.SigPKCS7); info.SigPKCS7 != nil && err == nil {
+		m.Signer, m.SigKey = sig.Signer, sig.SigKey
+	}
+	return m
 }
 
 // SoftPre returns the modules the module's softdeps ask to load before it (the

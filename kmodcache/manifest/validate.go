@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -28,6 +29,9 @@ func (e *ValidationError) Error() string {
 
 // compressions are the Compression values a module may carry.
 var compressions = []string{"", "xz", "zstd", "gzip"}
+
+// sigKeyRE is a sig_key as modinfo prints it.
+var sigKeyRE = regexp.MustCompile(`^[0-9A-F]{2}(:[0-9A-F]{2})*$`)
 
 // Validate checks that the manifest describes a loadable set: format, kernel
 // and driver present and well formed, every module's vermagic equal to the
@@ -107,6 +111,12 @@ func (m *Manifest) Validate() error {
 		}
 		if mod.ELFSize <= 0 {
 			add("module %s ELF size %d is not positive", label, mod.ELFSize)
+		}
+		if !mod.Signed && (mod.Signer != "" || mod.SigKey != "") {
+			add("module %s is unsigned but names a signer (%q, %q)", label, mod.Signer, mod.SigKey)
+		}
+		if mod.SigKey != "" && !sigKeyRE.MatchString(mod.SigKey) {
+			add("module %s sig_key %q is not upper-case hex pairs joined by ':'", label, mod.SigKey)
 		}
 		if !slices.Contains(compressions, mod.Compression) {
 			add("module %s compression %q is not one of \"\", xz, zstd, gzip", label, mod.Compression)

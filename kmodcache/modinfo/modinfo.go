@@ -35,6 +35,9 @@ type Info struct {
 	Versions []Symbol `json:"versions,omitempty"`
 	// Signed reports whether a module signature ("~Module signature appended~") follows the ELF image.
 	Signed bool `json:"signed"`
+	// SigPKCS7 is the PKCS#7 blob of a PKCS#7 signature (kmodcache/modsig
+	// reads its signer), nil when the module has none.
+	SigPKCS7 []byte `json:"-"`
 	// Fields holds every .modinfo key with all its values, in file order.
 	Fields map[string][]string `json:"fields,omitempty"`
 	// Keys lists the distinct .modinfo keys in order of first appearance, so

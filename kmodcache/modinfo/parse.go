@@ -101,6 +101,11 @@ func parseAt(name string, r io.ReaderAt, size int64) (*Info, error) {
 		Size:   size,
 		Signed: signed,
 	}
+	if signed {
+		if info.SigPKCS7, err = sigBlob(r, size, trailer); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
 
 	mi, err := sectionBytes(f, r, size, ".modinfo")
 	if err != nil {
@@ -160,6 +165,21 @@ func checkSignature(trailer []byte, size int64) (bool, error) {
 		return false, fmt.Errorf("malformed module signature: reserved fields of struct module_signature are not zero (% x)", ms[:8])
 	}
 	return true, nil
+}
+
+// sigBlob returns the PKCS#7 blob of a signed image whose trailer
+// checkSignature accepted, or nil for a signature of another kind.
+func sigBlob(r io.ReaderAt, size int64, trailer []byte) ([]byte, error) {
+	ms := trailer[len(trailer)-len(SignatureMagic)-sigInfoSize : len(trailer)-len(SignatureMagic)]
+	if ms[2] != pkeyIDPKCS7 {
+		return nil, nil
+	}
+	n := int64(binary.BigEndian.Uint32(ms[8:]))
+	blob := make([]byte, n)
+	if _, err := r.ReadAt(blob, size-int64(len(SignatureMagic))-sigInfoSize-n); err != nil {
+		return nil, fmt.Errorf("module signature: %w", err)
+	}
+	return blob, nil
 }
 
 // allZero reports whether every byte of b is zero.

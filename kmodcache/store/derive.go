@@ -75,6 +75,8 @@ func derivedDiff(got, want *manifest.Manifest) string {
 		field(p+"softdeps", g.Softdeps, w.Softdeps)
 		field(p+"firmware", g.Firmware, w.Firmware)
 		field(p+"signed", g.Signed, w.Signed)
+		field(p+"signer", g.Signer, w.Signer)
+		field(p+"sig_key", g.SigKey, w.SigKey)
 		field(p+"compression", g.Compression, w.Compression)
 		field(p+"elf_size", g.ELFSize, w.ELFSize)
 	}

@@ -30,7 +30,13 @@ func TestAddRefusesForgedMetadata(t *testing.T) {
 		{"an alias more", "aliases", func(m *manifest.Manifest) {
 			m.Modules[0].Aliases = append(m.Modules[0].Aliases, "pci:v000010DEd*sv*sd*bc*sc*i*")
 		}},
-		{"signature", "signed", func(m *manifest.Manifest) { m.Modules[0].Signed = !m.Modules[0].Signed }},
+		{"signature", "signed", func(m *manifest.Manifest) {
+			m.Modules[0].Signed = !m.Modules[0].Signed
+			m.Modules[0].Signer, m.Modules[0].SigKey = "", ""
+		}},
+		{"signer", "signer", func(m *manifest.Manifest) {
+			m.Modules[0].Signed, m.Modules[0].Signer, m.Modules[0].SigKey = true, "a key the module was not signed with", "01:02"
+		}},
 		{"no dependencies", "depends", func(m *manifest.Manifest) {
 			for i := range m.Modules {
 				if len(m.Modules[i].Depends) > 0 {

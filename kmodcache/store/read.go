@@ -286,6 +286,8 @@ func buildIndex(kernel string, sets []set) *bootindex.Index {
 				SoftPre:     mod.SoftPre(),
 				Firmware:    slices.Clone(mod.Firmware),
 				Unsigned:    !mod.Signed,
+				Signer:      mod.Signer,
+				SigKey:      mod.SigKey,
 			})
 		}
 		ix.Sets = append(ix.Sets, bs)
