@@ -21,11 +21,13 @@ import (
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/modinfo"
 	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/live/secureboot"
 )
 
 // Rules that exclude a candidate set, as recorded in report.SelectionCandidate.Excluded.
 const (
 	RuleVermagic  = "vermagic"
+	RuleSignature = "signature"
 	RuleVersion   = "version"
 	RuleCUDA      = "cuda"
 	RuleList      = "supported-gpus"
@@ -56,6 +58,10 @@ type Input struct {
 	Sets []Set
 	// Devices are the PCI devices present.
 	Devices []pci.Device
+	// Signatures is what the running kernel enforces about module
+	// signatures; nil means nothing is checked (the loader and the kernel
+	// still are).
+	Signatures *secureboot.State
 	// ReadList reads a supported-gpus.json; nil means supported.ReadFile.
 	ReadList func(path string) (*supported.List, error)
 }
@@ -236,9 +242,12 @@ func (d *Decision) decideDriver(in Input, name string, cs []*cand, requested boo
 	minDriver := cuda.Driver
 	unchecked := false
 	for _, c := range cs {
-		// Rules no request can change: vermagic, then hardware.
+		// Rules no request can change: vermagic, signatures, then hardware.
 		if why := vermagicMismatch(c.Set.Set, in.Kernel, in.Vermagic); why != "" {
 			c.exclude(RuleVermagic, why)
+		}
+		if why := in.Signatures.Refusal(signatureModules(c.Set.Set)); why != "" {
+			c.exclude(RuleSignature, why)
 		}
 		if c.list != nil {
 			for _, g := range gpus {
@@ -324,6 +333,15 @@ func (d *Decision) decideDriver(in Input, name string, cs []*cand, requested boo
 	return dd
 }
 
+// signatureModules is what secureboot.State.Refusal needs of a set's modules.
+func signatureModules(s *bootindex.Set) []secureboot.Module {
+	mods := make([]secureboot.Module, 0, len(s.Modules))
+	for _, m := range s.Modules {
+		mods = append(mods, secureboot.Module{Name: m.Name, Unsigned: m.Unsigned, Signer: m.Signer, SigKey: m.SigKey})
+	}
+	return mods
+}
+
 // refusal explains why no set of a driver may load: what was asked, what the
 // cache holds and why each was excluded, and what would work.
 func refusal(in Input, name string, cs []*cand, want, flavor string, cuda instance.CUDARequirement, gpus []pci.Device) string {
@@ -357,6 +375,11 @@ func refusal(in Input, name string, cs []*cand, want, flavor string, cuda instan
 	}
 	if len(works) > 0 {
 		fmt.Fprintf(&b, "; would work on this machine: %s (e.g. kpreload.driver=%s)", strings.Join(works, ", "), strings.Fields(works[0])[0])
+		return b.String()
+	}
+	// Nothing would. Signatures first: the kernel would refuse every set.
+	if slices.ContainsFunc(cs, func(c *cand) bool { return c.rep.Excluded == RuleSignature }) {
+		fmt.Fprintf(&b, "; nothing cached would work while the kernel enforces module signatures: sign the driver's modules (a recipe's signing: key) and enroll that certificate as a Machine Owner Key")
 		return b.String()
 	}
 	// Nothing would: say which GPUs no cached version supports.

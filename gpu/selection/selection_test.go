@@ -16,6 +16,7 @@ import (
 	"github.com/kpreload/kpreload/gpu/selection"
 	"github.com/kpreload/kpreload/gpu/supported"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/kpreload/kpreload/live/secureboot"
 )
 
 const kver = "6.1.0-56-cloud-amd64"
@@ -431,5 +432,66 @@ func TestDecideMIGAndSharing(t *testing.T) {
 		if d.Request.Sharing != "time-slicing" || d.Request.SharingReplicas != 4 || d.Request.MIG != tt.mig {
 			t.Errorf("%s: request %+v", tt.mig, d.Request)
 		}
+	}
+}
+
+// TestDecideSignatures: where the kernel enforces module signatures (Secure
+// Boot), an unsigned set, or one signed by a key no keyring holds, is
+// excluded before any request rule, so an older signed version is chosen;
+// with nothing enforced every set qualifies.
+func TestDecideSignatures(t *testing.T) {
+	signed := func(s selection.Set, signer string) selection.Set {
+		c := *s.Set
+		c.Modules = []bootindex.Module{c.Modules[0]}
+		c.Modules[0].Signer, c.Modules[0].SigKey = signer, "1A:2B"
+		s.Set = &c
+		return s
+	}
+	unsigned := func(s selection.Set) selection.Set {
+		c := *s.Set
+		c.Modules = []bootindex.Module{c.Modules[0]}
+		c.Modules[0].Unsigned = true
+		s.Set = &c
+		return s
+	}
+	sb := &secureboot.State{SecureBoot: secureboot.Enabled, Lockdown: "integrity", Enforced: true,
+		Keys: []secureboot.Key{{Subject: "Debian Secure Boot CA", ID: "6ccece7e"}, {Subject: "image key", ID: "99"}}}
+	off := &secureboot.State{SecureBoot: secureboot.Disabled, Lockdown: "none"}
+	e1, e2u, e1x := signed(edu1, "image key"), unsigned(edu2), signed(edu1, "a stranger")
+	tests := []struct {
+		name    string
+		sig     *secureboot.State
+		sets    []selection.Set
+		chosen  string
+		exclude map[string]string
+		refusal string
+	}{
+		{"secure boot: the unsigned newer set is refused", sb, []selection.Set{e1, e2u}, "1.0.0",
+			map[string]string{e2u.Set.ID: selection.RuleSignature}, ""},
+		{"secure boot: a key not enrolled", sb, []selection.Set{e1x, e2u}, "",
+			map[string]string{e1x.Set.ID: selection.RuleSignature, e2u.Set.ID: selection.RuleSignature},
+			`signed by "a stranger" (sig_key 1A:2B), which no kernel keyring holds, and Secure Boot is on (lockdown integrity): enroll that certificate as a Machine Owner Key with ` + "`mokutil --import /usr/share/kpreload/module-keys/1a2b.der`"},
+		{"no secure boot", off, []selection.Set{e1x, e2u}, "2.0.0", map[string]string{e1x.Set.ID: selection.RuleNotChosen}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := selection.Decide(selection.Input{Kernel: kver, Request: req("", "", ""), Sets: tt.sets, Devices: []pci.Device{edu}, Signatures: tt.sig})
+			dd := d.Driver("kpreload-edu")
+			got := ""
+			if dd.Chosen != nil {
+				got = dd.Chosen.Version
+			}
+			if got != tt.chosen {
+				t.Errorf("chosen %q, want %q (refusal %q)", got, tt.chosen, dd.Refusal)
+			}
+			for _, c := range dd.Candidates {
+				if want := tt.exclude[c.ID]; c.Excluded != want {
+					t.Errorf("set %s excluded by %q (%s), want %q", c.ID, c.Excluded, c.Reason, want)
+				}
+			}
+			if !strings.Contains(dd.Refusal, tt.refusal) {
+				t.Errorf("refusal %q, want it to contain %q", dd.Refusal, tt.refusal)
+			}
+		})
 	}
 }

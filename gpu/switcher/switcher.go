@@ -31,6 +31,7 @@ import (
 	"github.com/kpreload/kpreload/live/inroot"
 	"github.com/kpreload/kpreload/live/loader"
 	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/live/secureboot"
 	"golang.org/x/sys/unix"
 )
 
@@ -436,7 +437,9 @@ func (s *switcher) decide(idx *bootindex.Index, to *bootindex.Set) error {
 			s.warnf("the decision sees no PCI devices: %v", err)
 		}
 	}
-	in := selection.Input{Kernel: s.o.Release, Vermagic: selection.KernelVermagic(idx), Request: req, Devices: devs}
+	// What the kernel enforces about signatures, as /init reads it.
+	sig := secureboot.Read(s.o.SysDir, s.o.ProcDir, "")
+	in := selection.Input{Kernel: s.o.Release, Vermagic: selection.KernelVermagic(idx), Request: req, Devices: devs, Signatures: &sig}
 	for i := range idx.Sets {
 		if set := &idx.Sets[i]; set.Driver == to.Driver || selection.IsKernelSet(set) {
 			in.Sets = append(in.Sets, selection.Set{Set: set, Dir: s.dir, From: s.o.CacheDir})

@@ -75,36 +75,59 @@ func TestLoadDeadline(t *testing.T) {
 }
 
 // TestSignatureEnforcement boots with module.sig_enforce=1: the unsigned test
-// driver is refused by /init before the kernel is called, with that reason; the
-// same driver signed with a recipe key the kernel does not trust is handed to
-// the kernel, which refuses it (EKEYREJECTED); both boots reach /sbin/init
-// (the kernel's own, Debian-signed modules load).
+// driver, and the same driver signed with a recipe key no kernel keyring
+// holds, are refused by the driver decision, before the kernel is called,
+// with the reason and (for the key) the command that enrolls it; both boots
+// reach /sbin/init (the kernel's own, Debian-signed modules load), and the
+// report records what the kernel enforces.
 func TestSignatureEnforcement(t *testing.T) {
 	if testing.Short() {
 		t.Skip("QEMU boots; -short")
 	}
-	t.Run("unsigned", func(t *testing.T) {
-		b, con := bootSelect(t, selectBoot{onRoot: true, append: "module.sig_enforce=1 kpreload.driver=1.0.0"})
-		edu := eduEntries(b.rep)
-		if len(edu) == 0 || edu[0].Result != "refused" || !strings.Contains(edu[0].Reason, "unsigned module, and the kernel enforces module signatures") {
-			t.Fatalf("kpreload_edu entries %+v, want refused as unsigned", edu)
+	check := func(t *testing.T, b booted, con string, wantReason string) {
+		t.Helper()
+		if sb := b.rep.SecureBoot; sb == nil || !sb.Enforced || !sb.SigEnforce || len(sb.Keys) == 0 {
+			t.Errorf("report secure_boot = %+v, want sig_enforce, enforced and the kernel's certificates", sb)
+		}
+		if edu := eduEntries(b.rep); len(edu) != 0 {
+			t.Errorf("kpreload_edu entries %+v, want none: the set must be refused before the loader", edu)
+		}
+		var d *report.SelectionDriver
+		if b.rep.Selection != nil {
+			for i := range b.rep.Selection.Drivers {
+				if b.rep.Selection.Drivers[i].Driver == "kpreload-edu" {
+					d = &b.rep.Selection.Drivers[i]
+				}
+			}
+		}
+		if d == nil || d.Chosen != nil || len(d.Candidates) == 0 || !strings.Contains(d.Refusal, "while the kernel enforces module signatures") {
+			t.Fatalf("selection of kpreload-edu %+v, want every set excluded by the signature rule (%q)", d, wantReason)
+		}
+		for _, c := range d.Candidates {
+			if c.Excluded != "signature" || !strings.Contains(c.Reason, wantReason) {
+				t.Errorf("kpreload-edu %s excluded by %q (%s), want the signature rule (%q)", c.Version, c.Excluded, c.Reason, wantReason)
+			}
 		}
 		if _, seen := kmsgTime(b.root, "kpreload_edu"); seen {
 			t.Errorf("the kernel log mentions kpreload_edu: it was handed to the kernel")
 		}
+		if !strings.Contains(con, "no kpreload-edu driver will be loaded") {
+			t.Errorf("the console does not show the refusal")
+		}
+	}
+	t.Run("unsigned", func(t *testing.T) {
+		b, con := bootSelect(t, selectBoot{onRoot: true, append: "module.sig_enforce=1 kpreload.driver=1.0.0"})
+		check(t, b, con, "module kpreload_edu is unsigned, and module.sig_enforce=1")
 		if !strings.Contains(con, "enforces module signatures") && !strings.Contains(strings.Join(eventTexts(b.rep), "\n"), "enforces module signatures") {
 			t.Errorf("neither the console nor the report's events say signatures are enforced")
 		}
 	})
 	t.Run("untrusted key", func(t *testing.T) {
 		cache := signedCache(t)
-		b, _ := bootSelect(t, selectBoot{onRoot: true, cache: cache, append: "module.sig_enforce=1"})
-		edu := eduEntries(b.rep)
-		if len(edu) != 1 || edu[0].Result != "failed" || edu[0].Errno != "EKEYREJECTED" {
-			t.Fatalf("kpreload_edu entries %+v, want failed with the kernel's EKEYREJECTED", edu)
-		}
-		if _, seen := kmsgTime(b.root, "bound, id"); seen {
-			t.Errorf("the signed-but-untrusted driver bound the device")
+		b, con := bootSelect(t, selectBoot{onRoot: true, cache: cache, append: "module.sig_enforce=1"})
+		check(t, b, con, `is signed by "kpreload e2e untrusted"`)
+		if !strings.Contains(con, "mokutil --import /usr/share/kpreload/module-keys/") {
+			t.Errorf("the console does not name the command that enrolls the key")
 		}
 	})
 }

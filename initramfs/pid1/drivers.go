@@ -138,7 +138,7 @@ func (b *Boot) decideOn(req instance.Request, reqErrs []error, sets []selection.
 	if err != nil {
 		b.errorf("%v", err)
 	}
-	d := selection.Decide(selection.Input{Kernel: b.release, Vermagic: b.ld.Vermagic, Request: req, Sets: sets, Devices: devs})
+	d := selection.Decide(selection.Input{Kernel: b.release, Vermagic: b.ld.Vermagic, Request: req, Sets: sets, Devices: devs, Signatures: &b.sb})
 	d.Time = Now()
 	for _, e := range reqErrs {
 		d.Errors = append(d.Errors, e.Error())

@@ -29,6 +29,7 @@ import (
 	"github.com/kpreload/kpreload/live/coldplug"
 	"github.com/kpreload/kpreload/live/loader"
 	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/live/secureboot"
 	"github.com/u-root/u-root/pkg/mount"
 	"golang.org/x/sys/unix"
 )
@@ -44,6 +45,8 @@ type Boot struct {
 	release string
 	ld      *loader.Loader
 	index   *coldplug.Index
+	// sb is what the kernel enforces about module signatures.
+	sb secureboot.State
 	// seen holds, per pass, the sysfs paths of the devices already matched:
 	// rescans read only the others (a device's modalias is fixed while it exists).
 	seen map[string]map[string]bool
@@ -159,20 +162,6 @@ func (b *Boot) firmwareFromRoot() []string {
 	return dirs(rootFW)
 }
 
-// sigEnforced reports whether the kernel refuses unsigned modules: its
-// module.sig_enforce parameter (the command line's, or CONFIG_MODULE_SIG_FORCE)
-// or a lockdown= mode on the command line.
-func (b *Boot) sigEnforced() bool {
-	if v, err := os.ReadFile("/sys/module/module/parameters/sig_enforce"); err == nil && strings.TrimSpace(string(v)) == "Y" {
-		return true
-	}
-	switch b.flag("lockdown", "") {
-	case "integrity", "confidentiality":
-		return true
-	}
-	return false
-}
-
 // loadTimeout is kpreload.load_timeout= (seconds, decimals allowed), else
 // the loader's default; a bad value is a warning and the default.
 func (b *Boot) loadTimeout() time.Duration {
@@ -243,6 +232,8 @@ func (b *Boot) setup() {
 		{"sysfs", "/sys", "sysfs", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
 		{"devtmpfs", "/dev", "devtmpfs", unix.MS_NOSUID, "mode=0755"},
 		{"tmpfs", "/run", "tmpfs", unix.MS_NOSUID | unix.MS_NODEV, "mode=0755"},
+		// The kernel's lockdown mode (secureboot.Read).
+		{"securityfs", "/sys/kernel/security", "securityfs", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
 	} {
 		_ = os.MkdirAll(m.dst, 0o755)
 		if err := unix.Mount(m.src, m.dst, m.fstype, m.flags, m.data); err != nil && err != unix.EBUSY {
@@ -258,6 +249,13 @@ func (b *Boot) setup() {
 	b.rep.Kernel = b.release
 	b.event("kpreload /init started")
 
+	b.sb = secureboot.Read("/sys", "/proc", b.flag("lockdown", ""))
+	b.rep.SecureBoot = &b.sb
+	if b.sb.Enforced || b.sb.SecureBoot == secureboot.Enabled {
+		fmt.Fprintf(b.console, "kpreload: %s\n", b.sb.Summary())
+	}
+	b.event("%s", b.sb.Summary())
+
 	b.index = coldplug.NewIndex()
 	b.ld = &loader.Loader{
 		Release:      b.release,
@@ -265,7 +263,7 @@ func (b *Boot) setup() {
 		Now:          Now,
 		Params:       b.cmd.FlagsForModule,
 		VerifyDigest: b.flag("kpreload.verify", "1") != "0",
-		SigEnforced:  b.sigEnforced(),
+		SigEnforced:  b.sb.Enforced,
 		// Driver sets (GPU drivers, the test driver) load in a helper
 		// process under a deadline; the kernel's own modules (storage,
 		// buses) load here.

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/kpreload/kpreload/live/secureboot"
 )
 
 // Path is where /init writes the report; it survives switch_root with /run.
@@ -39,6 +41,9 @@ type Report struct {
 	DriversReady float64 `json:"drivers_ready"`
 	// SwitchRoot is when /init called switch_root.
 	SwitchRoot float64 `json:"switch_root"`
+	// SecureBoot is what the kernel enforces about module signatures (Secure
+	// Boot, lockdown, the certificates on its keyrings); nil when not read.
+	SecureBoot *secureboot.State `json:"secure_boot,omitempty"`
 	// Selection records the GPU driver version decision; nil when no driver set was cached.
 	Selection *Selection `json:"selection,omitempty"`
 	Warnings  []string   `json:"warnings,omitempty"`

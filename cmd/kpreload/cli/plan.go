@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -18,6 +19,7 @@ import (
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/live/inroot"
 	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/live/secureboot"
 	"github.com/spf13/cobra"
 )
 
@@ -38,7 +40,9 @@ module cache --cache holds for kernel --kernel, and the instance request in
 --instance (default: the latest cached version, flavour auto).
 
 For every driver it lists each cached set with the rule that excluded it
-(vermagic, version, cuda, supported-gpus, hardware, flavor, not-chosen) and the
+(vermagic, signature, version, cuda, supported-gpus, hardware, flavor,
+not-chosen; signature: under Secure Boot or module.sig_enforce=1, a set that is
+unsigned or signed by a certificate no kernel keyring holds) and the
 chosen set, or a refusal that says which GPU, which version was asked, what the
 cache holds and what would work. A refusal is a decision, not an error: the exit
 status is 0 unless the inputs cannot be read. --json prints the same structure as
@@ -78,7 +82,15 @@ the "selection" section of the boot report.`,
 				req = instance.Request{Source: "file", Origin: instFile, Instance: *in}
 			}
 			// The kernel's full vermagic from its own modules, as /init compares.
-			in := selection.Input{Kernel: kernel, Vermagic: selection.KernelVermagic(idx), Request: req, Devices: devs}
+			// What the kernel under --sysfs enforces about module signatures
+			// (Secure Boot, lockdown), as /init reads it: a root such as /
+			// holds sys/ and proc/; a sysfs mount, its procfs beside it.
+			sbSys, sbProc := sysRoot, filepath.Join(filepath.Dir(filepath.Clean(sysRoot)), "proc")
+			if fi, err := os.Stat(filepath.Join(sysRoot, "sys")); err == nil && fi.IsDir() {
+				sbSys, sbProc = filepath.Join(sysRoot, "sys"), filepath.Join(sysRoot, "proc")
+			}
+			sig := secureboot.Read(sbSys, sbProc, "")
+			in := selection.Input{Kernel: kernel, Vermagic: selection.KernelVermagic(idx), Request: req, Devices: devs, Signatures: &sig}
 			for i := range idx.Sets {
 				in.Sets = append(in.Sets, selection.Set{Set: &idx.Sets[i], Dir: filepath.Dir(idxPath), From: cacheDir})
 			}
