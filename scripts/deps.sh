@@ -45,12 +45,13 @@ packages=(
   dkms kmod make gcc libc6-dev bc    # module builds and the modprobe/depmod oracle
   patch                              # recipes' patches (applied to a copy of the DKMS source)
   dwarves                            # pahole: 6.12 headers build BTF for modules
-  cpio zstd lz4 xz-utils gzip e2fsprogs  # archives and root disks
+  cpio zstd lz4 xz-utils gzip tar e2fsprogs  # archives and root disks; GCE image tarballs (GNU tar -S, gzip)
   initramfs-tools-core busybox       # the baseline benchmarks compare against
   dpkg-dev                           # dpkg -x / apt-get download helpers
   mmdebstrap                         # image rootfs, without a VM or loop mounts
   systemd-boot-efi dosfstools mtools fdisk  # UEFI ESP: systemd-boot, mkfs.vfat, mcopy, sfdisk
   openssl                            # module signing keys
+  sbsigntool python3-virt-firmware   # Secure Boot: sbverify of boot binaries, OVMF variable stores with a MOK (virt-fw-vars, bookworm-backports)
   openssh-server jq                  # the Packer provisioner's SSH test; benchmark scripts
   docker-registry                    # a real OCI registry (distribution 2.8) for the remote cache tests
 )

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -38,6 +39,18 @@ func build(ctx context.Context, o Options) (*Manifest, error) {
 	// Fail on unknown kernels and missing cells before the slow steps.
 	if err := CheckKernels(o.Kernels, o.Recipes, o.Lister, o.BuildMissing, o.Suite); err != nil {
 		return nil, fmt.Errorf("image: %w", err)
+	}
+	var moduleKey *x509.Certificate
+	if o.SecureBoot {
+		cert, path, unsigned, err := moduleCert(o.Recipes)
+		if err != nil {
+			return nil, fmt.Errorf("image: secure boot: %w", err)
+		}
+		if len(unsigned) > 0 {
+			o.Progress.say("secure boot: WARNING: recipes %s sign nothing: their modules will be refused at boot while Secure Boot is on", strings.Join(unsigned, ", "))
+		}
+		o.Progress.say("secure boot: module key %q (%s)", cert.Subject.CommonName, path)
+		moduleKey = cert
 	}
 	// With BuildMissing the missing cells are built here; Stage then finds them all.
 	if _, err := resolveCells(ctx, o.CacheDir, o.DownloadDir, o.Recipes, o.Kernels, o.BuildMissing, o.Remote, o.Lister, o.Progress); err != nil {
@@ -99,6 +112,13 @@ func build(ctx context.Context, o Options) (*Manifest, error) {
 	if m.Drivers == nil {
 		m.Drivers = []Driver{}
 	}
+	if o.SecureBoot {
+		for _, k := range o.Kernels {
+			if err := checkSignedKernel(filepath.Join(root, install.KernelImagePath(k))); err != nil {
+				return nil, fmt.Errorf("image: secure boot: %w", err)
+			}
+		}
+	}
 	if err := addFiles(root, o.Files); err != nil {
 		return nil, fmt.Errorf("image: %w", err)
 	}
@@ -123,6 +143,10 @@ func build(ctx context.Context, o Options) (*Manifest, error) {
 	coreImg := ""
 	if o.Bootloader == install.GRUB {
 		esp, coreImg, err = grubFiles(ctx, work, root, m.RootUUID, o.Cmdline, !o.Plain)
+		if err == nil && moduleKey != nil {
+			m.SecureBoot = true
+			m.ModuleKey, err = secureBootFiles(ctx, root, outTmp, o.OutDir, o.Name, moduleKey)
+		}
 	} else {
 		esp, err = espFiles(ctx, espDir, root, o.Kernels, m.Cmdline)
 	}
@@ -149,22 +173,20 @@ func build(ctx context.Context, o Options) (*Manifest, error) {
 			return nil, fmt.Errorf("image: disk: %w", err)
 		}
 	}
+	// The formats (formats.go), each made from the raw disk.
+	m.BootFirmware = bootFirmware(o.Bootloader)
 	var outputs []string // temporary paths, in Files order
 	for _, f := range o.Formats {
-		p := raw
-		if f == FormatQCOW2 {
-			p = filepath.Join(outTmp, o.Name+"."+FormatQCOW2)
-			o.Progress.say("disk: qemu-img convert to qcow2")
-			if err := run(ctx, nil, "qemu-img", "convert", "-f", "raw", "-O", "qcow2", raw, p); err != nil {
-				return nil, fmt.Errorf("image: %w", err)
-			}
+		p, virtual, err := writeFormat(ctx, raw, f, outTmp, o.Name, o.Progress)
+		if err != nil {
+			return nil, fmt.Errorf("image: disk: %w", err)
 		}
 		o.Progress.say("disk: sha256 of %s", filepath.Base(p))
 		size, sum, err := digest(p)
 		if err != nil {
 			return nil, fmt.Errorf("image: %w", err)
 		}
-		m.Files = append(m.Files, File{Path: OutputPath(o.OutDir, o.Name, f), Format: f, Size: size, SHA256: sum})
+		m.Files = append(m.Files, File{Path: OutputPath(o.OutDir, o.Name, f), Format: f, Size: size, SHA256: sum, VirtualSize: virtual})
 		outputs = append(outputs, p)
 	}
 	m.Created = time.Now().UTC().Format(time.RFC3339)
@@ -181,6 +203,13 @@ func build(ctx context.Context, o Options) (*Manifest, error) {
 	for i, f := range m.Files {
 		if err := os.Rename(outputs[i], f.Path); err != nil {
 			return nil, fmt.Errorf("image: %w", err)
+		}
+	}
+	if k := m.ModuleKey; k != nil {
+		for _, p := range k.files() {
+			if err := os.Rename(filepath.Join(outTmp, filepath.Base(p)), p); err != nil {
+				return nil, fmt.Errorf("image: %w", err)
+			}
 		}
 	}
 	if err := os.Rename(manifestTmp, OutputPath(o.OutDir, o.Name, "manifest.json")); err != nil {
@@ -233,7 +262,7 @@ func grubFiles(ctx context.Context, work, root, rootUUID, cmdline string, kprelo
 	if err := writeFile(filepath.Join(root, "etc/default/grub"), []byte(defaultGrub(cmdline)), 0o644); err != nil {
 		return nil, "", err
 	}
-	efi, core, err := grubImages(ctx, root, rootUUID, work)
+	core, err := grubImages(ctx, root, rootUUID, work)
 	if err != nil {
 		return nil, "", err
 	}
@@ -247,7 +276,8 @@ func grubFiles(ctx context.Context, work, root, rootUUID, cmdline string, kprelo
 	if err != nil {
 		return nil, "", err
 	}
-	return []espFile{{efi, install.ESPBootloader}}, core, nil
+	esp, err := shimESP(root, work, rootUUID)
+	return esp, core, err
 }
 
 // kernelPackages returns the installed version of each kernel's linux-image

@@ -1,8 +1,8 @@
 package image
 
 // Real end-to-end tests: the test driver built by the real dkms into a module
-// cache, a Debian bookworm image made by mmdebstrap from the archive, and a
-// QEMU (TCG) boot of its qcow2 through OVMF and systemd-boot with -device edu.
+// cache, a Debian bookworm image made by mmdebstrap from the archive, and QEMU
+// (TCG) boots of its VMDK and VHD through OVMF and systemd-boot with -device edu.
 // A cold build takes a few minutes (mmdebstrap); -short skips them.
 
 import (
@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -178,10 +179,14 @@ func TestBuildFailsEarly(t *testing.T) {
 // defaultTarget is what systemd prints when it reaches the image's default target.
 var defaultTarget = regexp.MustCompile(`Reached target .*(Multi-User System|Graphical Interface)`)
 
-// TestBuildAndBootImage builds a small image with the test driver and boots its
-// qcow2 in QEMU through OVMF and systemd-boot: the kpreload initramfs from the ESP
-// mounts the root by UUID, loads the test driver from the root's cache before
-// switch_root, and systemd reaches its default target.
+// TestBuildAndBootImage builds a small image with the test driver as the
+// clouds import it, a streamOptimized VMDK (EC2, VMware) and a fixed VHD
+// (Azure), and boots each file in QEMU through OVMF and systemd-boot: the
+// kpreload initramfs from the ESP mounts the root by UUID, loads the test
+// driver from the root's cache before switch_root, and systemd reaches
+// kpreload-drivers.target (and, from the VMDK, its default target). The other
+// formats are checked on a small disk by TestWriteFormats; the qcow2 boots in
+// TestPodmanCDI and the Packer tests.
 func TestBuildAndBootImage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("mmdebstrap and a UEFI boot under TCG; -short")
@@ -200,6 +205,7 @@ func TestBuildAndBootImage(t *testing.T) {
 	m, err := Build(ctx, Options{
 		Name: "ci", OutDir: out, Kernels: []string{testKernel}, Recipes: recipes, CacheDir: cache,
 		BuildMissing: true, Instance: instance, SizeMB: 1536, ESPSizeMB: 128,
+		Formats:        []string{FormatVMDK, FormatVHD},
 		Cmdline:        "console=ttyS0 panic=-1 kpreload.report=" + qemu.ReportDevice,
 		KpreloadBinary: kpreload, InitBinary: initBin, TempDir: t.TempDir(),
 		Progress: func(msg string) { t.Logf("[%6.1fs] %s", time.Since(start).Seconds(), msg) },
@@ -215,7 +221,7 @@ func TestBuildAndBootImage(t *testing.T) {
 	for _, e := range ents {
 		names = append(names, e.Name())
 	}
-	if got, want := strings.Join(names, " "), "ci.manifest.json ci.qcow2 ci.raw"; got != want {
+	if got, want := strings.Join(names, " "), "ci.manifest.json ci.vhd ci.vmdk"; got != want {
 		t.Errorf("output directory holds %q, want %q", got, want)
 	}
 	read, err := ReadManifest(filepath.Join(out, "ci.manifest.json"))
@@ -230,37 +236,54 @@ func TestBuildAndBootImage(t *testing.T) {
 		if err != nil || size != f.Size || sum != f.SHA256 {
 			t.Errorf("%s: size %d sha256 %s (err %v), manifest says %d %s", f.Path, size, sum, err, f.Size, f.SHA256)
 		}
+		if f.VirtualSize != 1536*mib {
+			t.Errorf("%s: virtual size %d, want the disk's %d", f.Path, f.VirtualSize, 1536*mib)
+		}
+	}
+	if got, want := strings.Join(read.BootFirmware, " "), "uefi"; got != want {
+		t.Errorf("manifest boot firmware %q, want %q (systemd-boot)", got, want)
 	}
 	if m.KernelPackages[testKernel] == "" || !strings.Contains(m.Cmdline, "root=UUID="+m.RootUUID) {
 		t.Errorf("manifest kernel packages %v, cmdline %q: want the kernel's version and root=UUID", m.KernelPackages, m.Cmdline)
 	}
 
-	// Boot the qcow2 through its bootloader.
-	var qcow2 string
-	for _, f := range m.Files {
-		if f.Format == FormatQCOW2 {
-			qcow2 = f.Path
+	// Boot each file through its bootloader, QEMU told its format, through a
+	// temporary overlay (QEMU writes a streamOptimized VMDK only sequentially).
+	// The VHD's boot ends at kpreload-drivers.target, the VMDK's goes on to
+	// the default target.
+	for _, b := range []struct {
+		format string
+		until  *regexp.Regexp
+	}{
+		{FormatVMDK, defaultTarget},
+		{FormatVHD, driversReady},
+	} {
+		format, _ := QEMUFormat(b.format)
+		cfg := qemu.Config{
+			Firmware:       qemu.FirmwareUEFI,
+			RootDisk:       OutputPath(out, "ci", b.format),
+			RootDiskFormat: format,
+			Snapshot:       true,
+			Devices:        []string{"edu"},
+			Until:          b.until,
+			Timeout:        300 * time.Second,
 		}
+		res, err := (&qemu.Runner{WorkDir: t.TempDir()}).Run(ctx, cfg)
+		if err != nil && res != nil && res.TimedOut {
+			// TCG guests on this busy shared host now and then hang for good (as the boot
+			// benchmark notes); one hung boot is retried, the reason kept in the log.
+			t.Logf("first boot of the %s hung (%v); booting again", b.format, err)
+			res, err = (&qemu.Runner{WorkDir: t.TempDir()}).Run(ctx, cfg)
+		}
+		if err != nil {
+			t.Fatalf("UEFI boot of the %s: %v", b.format, err)
+		}
+		if !slices.Contains(res.Args, "if=none,id=root,format="+format+",file="+cfg.RootDisk+",snapshot=on") {
+			t.Errorf("QEMU's arguments %q lack the %s root disk with format=%s", res.Args, b.format, format)
+		}
+		t.Logf("%s: booted to %q in %s", b.format, res.UntilMatch, res.Duration.Round(time.Second))
+		checkImageBoot(t, res, testKernel, "root=UUID="+m.RootUUID)
 	}
-	cfg := qemu.Config{
-		Firmware: qemu.FirmwareUEFI,
-		RootDisk: qcow2,
-		Devices:  []string{"edu"},
-		Until:    defaultTarget,
-		Timeout:  300 * time.Second,
-	}
-	res, err := (&qemu.Runner{WorkDir: t.TempDir()}).Run(ctx, cfg)
-	if err != nil && res != nil && res.TimedOut {
-		// TCG guests on this busy shared host now and then hang for good (as the boot
-		// benchmark notes); one hung boot is retried, the reason kept in the log.
-		t.Logf("first boot hung (%v); booting again", err)
-		res, err = (&qemu.Runner{WorkDir: t.TempDir()}).Run(ctx, cfg)
-	}
-	if err != nil {
-		t.Fatalf("UEFI boot: %v", err)
-	}
-	t.Logf("booted to %q in %s", res.UntilMatch, res.Duration.Round(time.Second))
-	checkImageBoot(t, res, testKernel, "root=UUID="+m.RootUUID)
 }
 
 // checkImageBoot checks a boot of an image: kpreload's report came back for

@@ -111,54 +111,49 @@ func grubEarlyConfig(rootUUID string) string {
 	return "search.fs_uuid " + rootUUID + " root\nset prefix=($root)/boot/grub\n"
 }
 
-// grubImages makes GRUB's boot images with the root's own grub-mkimage
-// (chroot): the UEFI one (EFI/BOOT/BOOTX64.EFI, the removable-media path
-// firmware boots with no NVRAM entry) and the BIOS core.img, both reading
-// /boot/grub of the root filesystem; and copies GRUB's modules to
-// /boot/grub/<platform>/ as grub-install does. It returns the images' host
-// paths, in outDir.
-func grubImages(ctx context.Context, root, rootUUID, outDir string) (efi, core string, err error) {
+// grubImages makes GRUB's BIOS core.img with the root's own grub-mkimage
+// (chroot), reading /boot/grub of the root filesystem, and copies GRUB's
+// BIOS and UEFI modules to /boot/grub/<platform>/ as grub-install does. It
+// returns core.img's host path, in outDir. (The UEFI path is Debian's signed
+// shim and GRUB, shimESP, which carries its modules built in.)
+func grubImages(ctx context.Context, root, rootUUID, outDir string) (core string, err error) {
 	dir := filepath.Join(root, grubBuildDir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", "", err
+		return "", err
 	}
 	defer os.RemoveAll(dir)
 	if err := os.WriteFile(filepath.Join(dir, "early.cfg"), []byte(grubEarlyConfig(rootUUID)), 0o644); err != nil {
-		return "", "", err
+		return "", err
 	}
-	for _, p := range []struct {
-		format, out string
-		mods        []string
-	}{
-		{"x86_64-efi", "BOOTX64.EFI", []string{"part_gpt", "ext2", "search_fs_uuid"}},
-		{"i386-pc", "core.img", []string{"biosdisk", "part_gpt", "ext2", "search_fs_uuid"}},
-	} {
-		lib := filepath.Join("usr/lib/grub", p.format)
-		args := append([]string{root, "grub-mkimage", "-O", p.format, "-d", "/" + lib, "-p", "/boot/grub",
-			"-c", "/" + grubBuildDir + "/early.cfg", "-o", "/" + grubBuildDir + "/" + p.out}, p.mods...)
-		if err := run(ctx, nil, "chroot", args...); err != nil {
-			return "", "", fmt.Errorf("GRUB %s image: %w", p.format, err)
-		}
-		if err := fileutil.CopyFile(filepath.Join(dir, p.out), filepath.Join(outDir, p.out), 0o644); err != nil {
-			return "", "", err
-		}
+	args := []string{root, "grub-mkimage", "-O", "i386-pc", "-d", "/usr/lib/grub/i386-pc", "-p", "/boot/grub",
+		"-c", "/" + grubBuildDir + "/early.cfg", "-o", "/" + grubBuildDir + "/core.img",
+		"biosdisk", "part_gpt", "ext2", "search_fs_uuid"}
+	if err := run(ctx, nil, "chroot", args...); err != nil {
+		return "", fmt.Errorf("GRUB i386-pc image: %w", err)
+	}
+	core = filepath.Join(outDir, "core.img")
+	if err := fileutil.CopyFile(filepath.Join(dir, "core.img"), core, 0o644); err != nil {
+		return "", err
+	}
+	for _, format := range []string{"i386-pc", "x86_64-efi"} {
+		lib := filepath.Join("usr/lib/grub", format)
 		mods, _ := filepath.Glob(filepath.Join(root, lib, "*.mod"))
 		lists, _ := filepath.Glob(filepath.Join(root, lib, "*.lst"))
 		mods = append(mods, lists...)
 		if len(mods) == 0 {
-			return "", "", fmt.Errorf("GRUB %s: no modules in /%s (is %s in the image?)", p.format, lib, strings.Join(GrubPackages, ", "))
+			return "", fmt.Errorf("GRUB %s: no modules in /%s (is %s in the image?)", format, lib, strings.Join(GrubPackages, ", "))
 		}
-		dst := filepath.Join(root, "boot/grub", p.format)
+		dst := filepath.Join(root, "boot/grub", format)
 		if err := os.MkdirAll(dst, 0o755); err != nil {
-			return "", "", err
+			return "", err
 		}
 		for _, m := range mods {
 			if err := fileutil.CopyFile(m, filepath.Join(dst, filepath.Base(m)), 0o644); err != nil {
-				return "", "", err
+				return "", err
 			}
 		}
 	}
-	return filepath.Join(outDir, "BOOTX64.EFI"), filepath.Join(outDir, "core.img"), nil
+	return core, nil
 }
 
 // Offsets in GRUB's boot.img and diskboot.img (grub 2.06 include/grub/i386/pc/boot.h).

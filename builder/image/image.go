@@ -4,8 +4,9 @@
 // driver version's userspace side by side, firmware, the kpreload binaries, the
 // kernel install hook, the kpreload initramfs per kernel), an EFI system
 // partition with systemd-boot and one loader entry per kernel, and a GPT disk
-// (sfdisk on the image file, mkfs.ext4 -d, mkfs.vfat + mtools) written as raw and
-// qcow2 with a manifest of what went in.
+// (sfdisk on the image file, mkfs.ext4 -d, mkfs.vfat + mtools) written in the
+// formats the clouds import (raw, qcow2, VHD, VMDK, GCE's tar.gz; formats.go)
+// with a manifest of what went in.
 //
 // Build makes a whole image; Stage fills a directory tree (a staging directory
 // for another builder's image, as the Packer provisioner uses it, or the root
@@ -48,14 +49,6 @@ const (
 	DefaultRootfsCacheDir = "/var/cache/kpreload/rootfs"
 )
 
-// Formats an image can be written in.
-const (
-	// FormatRaw is the plain disk image (<Name>.raw).
-	FormatRaw = "raw"
-	// FormatQCOW2 is QEMU's copy-on-write format (<Name>.qcow2, qemu-img convert).
-	FormatQCOW2 = "qcow2"
-)
-
 // Paths inside an image (and inside a Stage root), relative to its root: the
 // same as builder/install's, which makes the root boot them.
 const (
@@ -96,7 +89,7 @@ type Progress func(msg string)
 // Options describes one image for Build.
 type Options struct {
 	// Name is the image's name: the output files are <OutDir>/<Name>.raw,
-	// <Name>.qcow2 and <Name>.manifest.json. Letters, digits, '.', '_' and '-'.
+	// <Name>.qcow2 (by Formats: FormatFile) and <Name>.manifest.json. Letters, digits, '.', '_' and '-'.
 	Name string
 	// OutDir is where the outputs are written (created if missing).
 	OutDir string
@@ -173,8 +166,17 @@ type Options struct {
 	// InitBinary is the static /init (bin/kpreload-init), put at ImageInit and into
 	// every initramfs. Required.
 	InitBinary string
-	// Formats are the disk formats to write: FormatRaw and/or FormatQCOW2
-	// (default both).
+	// SecureBoot makes an image that boots with UEFI Secure Boot on (GRUB
+	// only; its UEFI path is always Debian's signed shim and GRUB): the
+	// kernels must be Debian's signed ones and the recipes sign their
+	// modules with one certificate, which the build writes beside the image
+	// (<Name>.module-key.der and .pem, for the clouds' UEFI variables) and
+	// enrolls as a MOK in <Name>.ovmf-vars.fd (for QEMU), and puts in the
+	// image for mokutil --import.
+	SecureBoot bool
+	// Formats are the disk formats to write, each once: FormatRaw,
+	// FormatQCOW2, FormatVHD, FormatVMDK, FormatGCE (default FormatRaw and
+	// FormatQCOW2). The files are named by FormatFile.
 	Formats []string
 	// RootfsCacheDir keeps mmdebstrap tarballs between builds (default
 	// DefaultRootfsCacheDir); "off" always runs mmdebstrap. See RootfsKey for
@@ -209,6 +211,18 @@ type Manifest struct {
 	Kernels []string `json:"kernels"`
 	// Bootloader is the image's boot loader (grub or systemd-boot).
 	Bootloader install.Bootloader `json:"bootloader"`
+	// BootFirmware is what the image boots under: BootUEFI alone
+	// (systemd-boot), or BootBIOS and BootUEFI (GRUB). It is what a cloud's
+	// import asks: GCE's UEFI_COMPATIBLE guest OS feature, EC2's --boot-mode,
+	// Azure's generation 2 (UEFI) or 1 (BIOS).
+	BootFirmware []string `json:"boot_firmware"`
+	// SecureBoot says the image is Secure Boot capable: its boot chain is
+	// signed so that it boots with UEFI Secure Boot on (GCE's Shielded VM,
+	// EC2's UEFI Secure Boot, Azure's Trusted Launch). False unless set.
+	SecureBoot bool `json:"secure_boot"`
+	// ModuleKey is the certificate the driver modules are signed with and
+	// the files written for it; only with SecureBoot.
+	ModuleKey *ModuleKey `json:"module_key,omitempty"`
 	// KernelPackages maps each kernel release to its linux-image package version.
 	KernelPackages map[string]string `json:"kernel_packages,omitempty"`
 	// Drivers are the module cache sets the image carries, one per recipe and kernel.
@@ -240,10 +254,13 @@ type Manifest struct {
 type File struct {
 	// Path is the file's path as written (OutDir joined with its name).
 	Path string `json:"path"`
-	// Format is FormatRaw or FormatQCOW2.
+	// Format is one of FormatNames (FormatRaw, FormatQCOW2, ...).
 	Format string `json:"format"`
 	// Size is the file's size in bytes.
 	Size int64 `json:"size"`
+	// VirtualSize is the size in bytes of the disk the file holds: the raw
+	// disk's, or that grown to a whole GiB for FormatGCE.
+	VirtualSize int64 `json:"virtual_size"`
 	// SHA256 is the hex digest of the file.
 	SHA256 string `json:"sha256"`
 }
@@ -363,6 +380,12 @@ func (o Options) Validate() error {
 	if o.Bootloader != install.SystemdBoot && o.Bootloader != install.GRUB {
 		bad("bootloader %q: want %s or %s", o.Bootloader, install.GRUB, install.SystemdBoot)
 	}
+	if o.SecureBoot && o.Bootloader != install.GRUB {
+		bad("secure boot needs the grub bootloader: it boots through Debian's signed shim and GRUB (Debian's systemd-boot is not signed)")
+	}
+	if o.SecureBoot && o.Plain {
+		bad("secure boot and plain: a plain image has no driver modules to sign")
+	}
 	seen := map[string]bool{}
 	for _, k := range o.Kernels {
 		if !kernelRelease.MatchString(k) {
@@ -384,11 +407,7 @@ func (o Options) Validate() error {
 		}
 		names[r.Name] = true
 	}
-	for _, f := range o.Formats {
-		if f != FormatRaw && f != FormatQCOW2 {
-			bad("format %q: want %s or %s", f, FormatRaw, FormatQCOW2)
-		}
-	}
+	errs = append(errs, formatProblems(o.Formats)...)
 	if o.ESPSizeMB < 64 {
 		bad("ESP size %d MiB: want at least 64 MiB", o.ESPSizeMB)
 	}
@@ -487,10 +506,10 @@ func Version() string {
 	return rev + dirty
 }
 
-// OutputPath is where Build writes an image file of the given format (or
-// "manifest.json") for opts.
+// OutputPath is where Build writes an image file of the given format
+// (FormatFile), or name.<format> for anything else ("manifest.json").
 func OutputPath(outDir, name, format string) string {
-	return filepath.Join(outDir, name+"."+format)
+	return filepath.Join(outDir, FormatFile(name, format))
 }
 
 // say calls p if it is set.

@@ -68,6 +68,7 @@ func rootfsSpec(o Options, date string) RootfsSpec {
 	pkgs = append(pkgs, o.Packages...)
 	if o.Bootloader == install.GRUB {
 		pkgs = append(pkgs, GrubPackages...)
+		pkgs = append(pkgs, SecureBootPackages...)
 	}
 	if o.Plain {
 		pkgs = append(pkgs, "initramfs-tools")

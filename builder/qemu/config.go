@@ -40,12 +40,20 @@ const (
 	// FirmwareBIOS boots Config.RootDisk through SeaBIOS and the disk's own
 	// boot code in its MBR (GRUB): no -kernel, -initrd or -append.
 	FirmwareBIOS = "bios"
+	// FirmwareUEFISecure boots Config.RootDisk through OVMF built for Secure
+	// Boot (OVMF_CODE_4M.secboot.fd: q35 with SMM, its variable store on
+	// secure pflash). OVMFVars is the variable store: default
+	// OVMF_VARS_4M.ms.fd (Microsoft's keys enrolled, Secure Boot on), or a
+	// store with the image's module key as a MOK (kpreload image build
+	// --secure-boot writes <name>.ovmf-vars.fd).
+	FirmwareUEFISecure = "uefi-secure"
 )
 
 // OVMF firmware files (package ovmf) tried in order when Config.OVMFCode is empty:
 // the 4 MiB build first, with its matching variable store template.
 var ovmfPairs = [][2]string{
 	{"/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_VARS_4M.fd"},
+	{SecureBootCode, SecureBootVars},
 	{"/usr/share/OVMF/OVMF_CODE.fd", "/usr/share/OVMF/OVMF_VARS.fd"},
 }
 
@@ -65,6 +73,10 @@ type Config struct {
 	// RootDisk is a raw (or .qcow2) disk image attached on RootBus; empty attaches none.
 	// With FirmwareUEFI it is the disk the firmware boots from (required).
 	RootDisk string
+	// RootDiskFormat is RootDisk's format as QEMU's block drivers name it:
+	// "raw", "qcow2", "vmdk" or "vpc" (VHD). Empty takes it from the file's
+	// name (DiskFormat). QEMU is always told the format: it never probes.
+	RootDiskFormat string
 	// Firmware is FirmwareDirect (default), FirmwareUEFI or FirmwareBIOS. With
 	// FirmwareUEFI or FirmwareBIOS the
 	// kernel command line comes from the disk's bootloader, so Append is refused and
@@ -92,8 +104,8 @@ type Config struct {
 	// (a connection to GUESTADDR:PORT in the guest reaches the host's
 	// 127.0.0.1:PORT), such as a registry on the host's loopback.
 	GuestForwards []string
-	// Drives are more disk images (raw, or .qcow2) attached read-only on
-	// virtio after the root disk: a seed, a package to install.
+	// Drives are more disk images (raw, or by name as DiskFormat says) attached
+	// read-only on virtio after the root disk: a seed, a package to install.
 	Drives []string
 	// RootBus is how the root disk is attached: "virtio" (default, /dev/vda), "nvme"
 	// (/dev/nvme0n1) or "scsi" (virtio-scsi, /dev/sda).
@@ -136,6 +148,13 @@ type Config struct {
 	// varsCopy is the per-run copy of the UEFI variable store Run made.
 	varsCopy string
 }
+
+// Secure Boot firmware (package ovmf): the code built with SMM and Secure
+// Boot, and the variable store with Microsoft's keys enrolled.
+const (
+	SecureBootCode = "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd"
+	SecureBootVars = "/usr/share/OVMF/OVMF_VARS_4M.ms.fd"
+)
 
 // FindOVMF returns the OVMF code image and variable store template to use: code
 // and vars when given, else the first installed pair of /usr/share/OVMF.
@@ -240,8 +259,8 @@ func Args(c Config, consoleLog, reportLog string) ([]string, error) {
 		if c.Kernel == "" {
 			return nil, errors.New("qemu: no kernel given")
 		}
-	case FirmwareUEFI, FirmwareBIOS:
-		uefi = c.Firmware == FirmwareUEFI
+	case FirmwareUEFI, FirmwareBIOS, FirmwareUEFISecure:
+		uefi = c.Firmware != FirmwareBIOS
 		switch {
 		case c.Kernel != "" || c.Initramfs != "":
 			return nil, fmt.Errorf("qemu: %s boot takes the kernel and initramfs from the disk's bootloader: leave Kernel and Initramfs empty", c.Firmware)
@@ -260,7 +279,7 @@ func Args(c Config, consoleLog, reportLog string) ([]string, error) {
 			return nil, errors.New("qemu: UEFI boot needs a UEFI variable store (OVMFVars)")
 		}
 	default:
-		return nil, fmt.Errorf("qemu: firmware %q: want %q (direct kernel boot), %q or %q", c.Firmware, FirmwareDirect, FirmwareUEFI, FirmwareBIOS)
+		return nil, fmt.Errorf("qemu: firmware %q: want %q (direct kernel boot), %q, %q or %q", c.Firmware, FirmwareDirect, FirmwareUEFI, FirmwareUEFISecure, FirmwareBIOS)
 	}
 	if consoleLog == "" || reportLog == "" {
 		return nil, errors.New("qemu: console and report log paths are required")
@@ -279,7 +298,12 @@ func Args(c Config, consoleLog, reportLog string) ([]string, error) {
 			return nil, fmt.Errorf("qemu: icount needs -accel tcg and 1 CPU, have %s and %d CPUs", c.Accel, c.CPUs)
 		}
 	}
-	args := []string{"-machine", c.Machine}
+	machine := c.Machine
+	if c.Firmware == FirmwareUEFISecure {
+		// Secure Boot OVMF keeps its variables in SMM-protected flash.
+		machine += ",smm=on"
+	}
+	args := []string{"-machine", machine}
 	switch c.Accel {
 	case "tcg":
 		// No TSC-deadline timer under TCG: vCPU TSCs drift apart there ("Marking TSC
@@ -309,6 +333,9 @@ func Args(c Config, consoleLog, reportLog string) ([]string, error) {
 		"-serial", "file:"+consoleLog,
 		"-serial", "file:"+reportLog,
 	)
+	if c.Firmware == FirmwareUEFISecure {
+		args = append(args, "-global", "driver=cfi.pflash01,property=secure,value=on")
+	}
 	if uefi {
 		args = append(args,
 			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+optEscape(c.OVMFCode),
@@ -325,9 +352,12 @@ func Args(c Config, consoleLog, reportLog string) ([]string, error) {
 		args = append(args, "-device", "pcie-root-port,id="+HotplugBus+",chassis=1,slot=1")
 	}
 	if c.RootDisk != "" {
-		format := "raw"
-		if strings.HasSuffix(c.RootDisk, ".qcow2") {
-			format = "qcow2"
+		format := c.RootDiskFormat
+		if format == "" {
+			format = DiskFormat(c.RootDisk)
+		}
+		if !slices.Contains(diskFormats, format) {
+			return nil, fmt.Errorf("qemu: root disk format %q: want one of %s", format, strings.Join(diskFormats, ", "))
 		}
 		drive := "if=none,id=root,format=" + format + ",file=" + optEscape(c.RootDisk)
 		if c.Snapshot {
@@ -354,10 +384,7 @@ func Args(c Config, consoleLog, reportLog string) ([]string, error) {
 		args = append(args, "-netdev", netdev, "-device", "virtio-net-pci,netdev=net0")
 	}
 	for i, d := range c.Drives {
-		format := "raw"
-		if strings.HasSuffix(d, ".qcow2") {
-			format = "qcow2"
-		}
+		format := DiskFormat(d)
 		id := fmt.Sprintf("drive%d", i)
 		args = append(args, "-drive", "if=none,id="+id+",readonly=on,format="+format+",file="+optEscape(d), "-device", "virtio-blk-pci,drive="+id)
 	}
@@ -378,6 +405,23 @@ func Args(c Config, consoleLog, reportLog string) ([]string, error) {
 		args = append(args, "-fw_cfg", "name="+item+",file="+optEscape(c.FwCfg[name]))
 	}
 	return args, nil
+}
+
+// diskFormats are the disk formats a Config may name (QEMU's block drivers).
+var diskFormats = []string{"raw", "qcow2", "vmdk", "vpc"}
+
+// DiskFormat is the format of a disk image file by its name: qcow2 for
+// .qcow2, vmdk for .vmdk, vpc for .vhd, raw otherwise.
+func DiskFormat(path string) string {
+	switch {
+	case strings.HasSuffix(path, ".qcow2"):
+		return "qcow2"
+	case strings.HasSuffix(path, ".vmdk"):
+		return "vmdk"
+	case strings.HasSuffix(path, ".vhd"):
+		return "vpc"
+	}
+	return "raw"
 }
 
 // optEscape doubles commas, QEMU's escape inside a key=value option list.

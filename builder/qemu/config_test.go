@@ -57,6 +57,18 @@ func TestArgs(t *testing.T) {
 				"-device", "virtio-scsi-pci,id=scsi0", "-device", "scsi-hd,bus=scsi0.0,drive=root"}),
 		},
 		{
+			name: "vmdk root by its name, snapshot",
+			c:    Config{Kernel: "/k", RootDisk: "/d.vmdk", Snapshot: true},
+			want: cat(common("1024", "2"), []string{"-kernel", "/k", "-append", base + " root=/dev/vda",
+				"-drive", "if=none,id=root,format=vmdk,file=/d.vmdk,snapshot=on", "-device", "virtio-blk-pci,drive=root"}),
+		},
+		{
+			name: "vhd root with its format given",
+			c:    Config{Kernel: "/k", RootDisk: "/azure.img", RootDiskFormat: "vpc"},
+			want: cat(common("1024", "2"), []string{"-kernel", "/k", "-append", base + " root=/dev/vda",
+				"-drive", "if=none,id=root,format=vpc,file=/azure.img", "-device", "virtio-blk-pci,drive=root"}),
+		},
+		{
 			name: "fw_cfg sorted, opt/ prefix added once",
 			c:    Config{Kernel: "/k", FwCfg: map[string]string{"opt/kpreload/instance": "/y", "kpreload/a": "/x"}},
 			want: cat(common("1024", "2"), []string{"-kernel", "/k", "-append", base,
@@ -95,6 +107,7 @@ func TestArgsErrors(t *testing.T) {
 	}{
 		{"no kernel", Config{}, "no kernel"},
 		{"bad bus", Config{Kernel: "/k", RootDisk: "/d", RootBus: "ide"}, `root bus "ide"`},
+		{"bad disk format", Config{Kernel: "/k", RootDisk: "/d.vhd", RootDiskFormat: "vhd"}, `root disk format "vhd": want one of raw, qcow2, vmdk, vpc`},
 		{"auto unresolved", Config{Kernel: "/k", Accel: "auto"}, `accelerator "auto"`},
 		{"bad accel", Config{Kernel: "/k", Accel: "hvf"}, `accelerator "hvf"`},
 		{"empty device", Config{Kernel: "/k", Devices: []string{" "}}, "empty -device"},

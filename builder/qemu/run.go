@@ -96,7 +96,10 @@ func (r *Runner) Run(ctx context.Context, c Config) (*Result, error) {
 		return nil, err
 	}
 	res.Console, res.ReportLog = c.ConsoleLog, c.ReportLog
-	if c.Firmware == FirmwareUEFI {
+	if c.Firmware == FirmwareUEFISecure && c.OVMFCode == "" {
+		c.OVMFCode = SecureBootCode
+	}
+	if c.Firmware == FirmwareUEFI || c.Firmware == FirmwareUEFISecure {
 		code, vars, err := FindOVMF(c.OVMFCode, c.OVMFVars)
 		if err != nil {
 			return nil, err

@@ -89,6 +89,13 @@ type Config struct {
 	// partition and GRUB's UEFI image, kpreload's entries first in
 	// `grub.cfg`). Defaults to `systemd-boot`.
 	Bootloader string `mapstructure:"bootloader"`
+	// Build an image that boots with UEFI Secure Boot on (needs `bootloader =
+	// "grub"`): Debian's signed shim, GRUB and kernel, the drivers' modules
+	// signed by the recipes' one signing certificate, which is written beside
+	// the image as `<name>.module-key.der` and `.pem` (the clouds' UEFI
+	// signature data) and enrolled as a MOK in `<name>.ovmf-vars.fd` (for
+	// QEMU).
+	SecureBoot bool `mapstructure:"secure_boot"`
 	// An instance YAML file baked into the image as `/etc/kpreload/instance.yaml`:
 	// the driver request `/init` uses when the kernel command line and QEMU's
 	// fw_cfg carry none.
@@ -102,7 +109,12 @@ type Config struct {
 	// The EFI system partition's size, in the same units as `disk_size`.
 	// Defaults to 256 MiB.
 	ESPSize string `mapstructure:"esp_size"`
-	// The disk formats to write: `raw` and/or `qcow2`. Defaults to both.
+	// The disk formats to write, each once: `raw` (`<name>.raw`), `qcow2`
+	// (`<name>.qcow2`), `vhd` (`<name>.vhd`, a fixed VHD of a whole number of
+	// MiB, for Azure), `vmdk` (`<name>.vmdk`, streamOptimized, for EC2's
+	// import-image and VMware) and `gce` (`<name>.tar.gz`: `disk.raw`, grown to
+	// a whole GiB, in a sparse GNU tar, gzip'd, for GCE's image import).
+	// Defaults to `raw` and `qcow2`. Every file is in the artifact.
 	Formats []string `mapstructure:"formats"`
 	// The Debian release the root filesystem is made from: `bookworm` (Debian
 	// 12) or `trixie` (Debian 13; the recipes' packages still come from each
@@ -262,6 +274,7 @@ func (c *Config) Options() image.Options {
 		Remote:         c.remote,
 		EarlyDrivers:   c.EarlyDrivers,
 		Bootloader:     c.bootloader,
+		SecureBoot:     c.SecureBoot,
 		RemoteConfig:   c.RemoteConfig,
 		DownloadDir:    c.DownloadDir,
 		Packages:       c.Packages,

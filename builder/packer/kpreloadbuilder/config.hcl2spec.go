@@ -34,6 +34,7 @@ type FlatConfig struct {
 	Packages            []string          `mapstructure:"packages" cty:"packages" hcl:"packages"`
 	RemoteConfig        *string           `mapstructure:"remote_config" cty:"remote_config" hcl:"remote_config"`
 	Bootloader          *string           `mapstructure:"bootloader" cty:"bootloader" hcl:"bootloader"`
+	SecureBoot          *bool             `mapstructure:"secure_boot" cty:"secure_boot" hcl:"secure_boot"`
 	InstanceFile        *string           `mapstructure:"instance_file" cty:"instance_file" hcl:"instance_file"`
 	KernelCmdline       *string           `mapstructure:"kernel_cmdline" cty:"kernel_cmdline" hcl:"kernel_cmdline"`
 	DiskSize            *string           `mapstructure:"disk_size" cty:"disk_size" hcl:"disk_size"`
@@ -84,6 +85,7 @@ func (*FlatConfig) HCL2Spec() map[string]hcldec.Spec {
 		"packages":                   &hcldec.AttrSpec{Name: "packages", Type: cty.List(cty.String), Required: false},
 		"remote_config":              &hcldec.AttrSpec{Name: "remote_config", Type: cty.String, Required: false},
 		"bootloader":                 &hcldec.AttrSpec{Name: "bootloader", Type: cty.String, Required: false},
+		"secure_boot":                &hcldec.AttrSpec{Name: "secure_boot", Type: cty.Bool, Required: false},
 		"instance_file":              &hcldec.AttrSpec{Name: "instance_file", Type: cty.String, Required: false},
 		"kernel_cmdline":             &hcldec.AttrSpec{Name: "kernel_cmdline", Type: cty.String, Required: false},
 		"disk_size":                  &hcldec.AttrSpec{Name: "disk_size", Type: cty.String, Required: false},

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kpreload/kpreload/builder/image"
 	"github.com/kpreload/kpreload/builder/packer/internal/pkrcfg"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/kmodcache/cellsign"
@@ -148,7 +149,7 @@ func TestPrepareAllProblems(t *testing.T) {
 	raw["recipes"] = []string{"nosuch", "testdriver"}
 	raw["kernels"] = []string{"6.1.0-99-cloud-amd64"}
 	raw["disk_size"] = "4Q"
-	raw["formats"] = []string{"vmdk"}
+	raw["formats"] = []string{"vmdk", "vpc"}
 	raw["instance_file"] = filepath.Join(t.TempDir(), "missing.yaml")
 	var c Config
 	_, err := c.Prepare(raw)
@@ -163,7 +164,7 @@ func TestPrepareAllProblems(t *testing.T) {
 		"releases 6.1.0-56-cloud-amd64, 6.12.117+deb12-cloud-amd64, 6.12.118+deb13-cloud-amd64",
 		"already exists: remove it or run packer build with -force",
 		`disk_size "4Q"`,
-		`format "vmdk"`,
+		`format "vpc": want one of raw, qcow2, vhd, vmdk, gce`,
 		"instance file",
 	} {
 		if !strings.Contains(msg, want) {
@@ -221,18 +222,43 @@ func TestPrepareMissingBinaries(t *testing.T) {
 
 func TestArtifact(t *testing.T) {
 	dir := t.TempDir()
-	a := &Artifact{Name: "ci", Disks: map[string]string{"raw": filepath.Join(dir, "ci.raw"), "qcow2": filepath.Join(dir, "ci.qcow2")},
-		ManifestPath: filepath.Join(dir, "ci.manifest.json"), order: []string{filepath.Join(dir, "ci.raw"), filepath.Join(dir, "ci.qcow2")}}
+	// Every format, in the order asked: each file is in Files() for
+	// post-processors, and in State by its format's name.
+	m := &image.Manifest{Name: "ci", Kernels: []string{"6.1.0-56-cloud-amd64"}, BootFirmware: []string{"bios", "uefi"}}
+	var want []string
+	for _, f := range []string{"vmdk", "raw", "gce", "qcow2", "vhd"} {
+		p := image.OutputPath(dir, "ci", f)
+		m.Files = append(m.Files, image.File{Path: p, Format: f})
+		want = append(want, p)
+	}
+	a := newArtifact(m, filepath.Join(dir, "ci.manifest.json"))
+	want = append(want, a.ManifestPath)
 	for _, f := range a.Files() {
 		if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got, want := a.Files(), []string{a.Disks["raw"], a.Disks["qcow2"], a.ManifestPath}; !slices.Equal(got, want) {
+	if got := a.Files(); !slices.Equal(got, want) {
 		t.Errorf("Files() = %q, want %q", got, want)
 	}
-	if got, want := a.State("qcow2"), a.Disks["qcow2"]; got != want {
-		t.Errorf("State(qcow2) = %v, want %v", got, want)
+	for _, c := range []struct {
+		key  string
+		want string
+	}{
+		{"raw", "ci.raw"}, {"qcow2", "ci.qcow2"}, {"vhd", "ci.vhd"}, {"vmdk", "ci.vmdk"}, {"gce", "ci.tar.gz"}, {"manifest", "ci.manifest.json"},
+	} {
+		if got := a.State(c.key); got != filepath.Join(dir, c.want) {
+			t.Errorf("State(%s) = %v, want %s", c.key, got, filepath.Join(dir, c.want))
+		}
+	}
+	if got, ok := a.State("boot_firmware").([]string); !ok || !slices.Equal(got, []string{"bios", "uefi"}) {
+		t.Errorf("State(boot_firmware) = %v, want [bios uefi]", a.State("boot_firmware"))
+	}
+	if got := a.State("secure_boot"); got != false {
+		t.Errorf("State(secure_boot) = %v, want false", got)
+	}
+	if s := a.String(); !strings.Contains(s, "ci.tar.gz") || !strings.Contains(s, "boots under bios and uefi") {
+		t.Errorf("String() = %q, want every file and the firmware", s)
 	}
 	if err := a.Destroy(); err != nil {
 		t.Fatalf("Destroy: %v", err)

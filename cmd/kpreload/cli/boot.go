@@ -49,6 +49,7 @@ func newBootCmd() *cobra.Command {
 		image    string
 		until    string
 		firmware string
+		vars     string
 		persist  bool
 	)
 	cmd := &cobra.Command{
@@ -73,7 +74,10 @@ qcow2) the way a cloud VM does: UEFI firmware (OVMF) and the disk's own
 bootloader, kernel command line from its boot entry (build the image with
 --cmdline "console=ttyS0 kpreload.report=/dev/ttyS1" to get the report back).
 --firmware bios boots it through SeaBIOS and the boot code in its MBR instead
-(images built with --bootloader grub boot either way).
+(images built with --bootloader grub boot either way). --firmware uefi-secure
+boots with UEFI Secure Boot on (OVMF's Secure Boot build, Microsoft's keys);
+--vars FILE gives the variable store, such as the <name>.ovmf-vars.fd of an image
+built with --secure-boot, which also holds the image's module key as a MOK.
 A real systemd guest does not power off: the run ends when the console matches
 --until (default: systemd reaching multi-user.target or graphical.target).
 QEMU boots a copy-on-write overlay, so the image itself is never changed;
@@ -99,9 +103,24 @@ real time: under plain TCG a guest's first run of new code costs far more.`,
 					return fmt.Errorf("--image: %w", err)
 				}
 				switch firmware {
-				case qemu.FirmwareUEFI, qemu.FirmwareBIOS:
+				case qemu.FirmwareUEFI, qemu.FirmwareBIOS, qemu.FirmwareUEFISecure:
 				default:
-					return fmt.Errorf("--firmware %q: want uefi or bios", firmware)
+					return fmt.Errorf("--firmware %q: want uefi, uefi-secure or bios", firmware)
+				}
+				if vars != "" {
+					if firmware == qemu.FirmwareBIOS {
+						return errors.New("--vars is a UEFI variable store: it goes with --firmware uefi or uefi-secure")
+					}
+					if _, err := os.Stat(vars); err != nil {
+						return fmt.Errorf("--vars: %w", err)
+					}
+					c.OVMFVars = vars
+					if firmware == qemu.FirmwareUEFI {
+						// A store made for Secure Boot firmware fits only its code.
+						c.OVMFCode, c.OVMFVars = "/usr/share/OVMF/OVMF_CODE_4M.fd", vars
+					}
+				} else if firmware == qemu.FirmwareUEFISecure {
+					c.OVMFVars = qemu.SecureBootVars
 				}
 				c.Firmware, c.RootDisk, c.Snapshot = firmware, image, !persist
 				if until == "" {
@@ -109,8 +128,8 @@ real time: under plain TCG a guest's first run of new code costs far more.`,
 				}
 			} else if c.Kernel == "" {
 				return errors.New("--kernel (or --image) is required")
-			} else if persist || cmd.Flags().Changed("firmware") {
-				return errors.New("--persist and --firmware go with --image")
+			} else if persist || cmd.Flags().Changed("firmware") || vars != "" {
+				return errors.New("--persist, --firmware and --vars go with --image")
 			}
 			if until != "" {
 				re, err := regexp.Compile(until)
@@ -187,7 +206,8 @@ real time: under plain TCG a guest's first run of new code costs far more.`,
 	f.StringArrayVar(&fwCfg, "fw-cfg", nil, "pass a file through QEMU fw_cfg as opt/NAME, NAME=FILE (repeatable)")
 	f.StringVar(&instFile, "instance", "", "instance YAML (driver version, cuda, flavour) for /init, passed through fw_cfg as "+instance.FwCfgName)
 	f.StringVar(&image, "image", "", "disk image to boot through its firmware and its own bootloader (raw or qcow2)")
-	f.StringVar(&firmware, "firmware", qemu.FirmwareUEFI, "with --image: uefi (OVMF) or bios (SeaBIOS)")
+	f.StringVar(&firmware, "firmware", qemu.FirmwareUEFI, "with --image: uefi (OVMF), uefi-secure (OVMF with Secure Boot on: q35, SMM, secure pflash) or bios (SeaBIOS)")
+	f.StringVar(&vars, "vars", "", "with --firmware uefi or uefi-secure: the UEFI variable store to boot with (a copy is used), such as the <name>.ovmf-vars.fd that image build --secure-boot writes (the module key enrolled as a MOK); default for uefi-secure: OVMF_VARS_4M.ms.fd, Microsoft's keys only")
 	f.BoolVar(&persist, "persist", false, "with --image: boot the image itself, keeping what the guest writes (default: a throwaway overlay)")
 	f.StringArrayVar(&c.Drives, "drive", nil, "attach this disk image (raw or .qcow2) on virtio, read-only, after the root disk (repeatable)")
 	f.StringVar(&until, "until", "", "end the run when the console matches this regular expression (default with --image: systemd's default target)")

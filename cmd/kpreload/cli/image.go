@@ -42,8 +42,9 @@ func newImageBuildCmd() *cobra.Command {
 	)
 	c := &cobra.Command{
 		Use:   "build --name NAME --kernel KVER... [--recipe R]... [flags]",
-		Short: "Build a bootable disk image (raw, qcow2) with precompiled drivers",
-		Long: `Build makes OUT/NAME.raw, OUT/NAME.qcow2 and OUT/NAME.manifest.json:
+		Short: "Build a bootable disk image (raw, qcow2, vhd, vmdk, gce) with precompiled drivers",
+		Long: `Build makes OUT/NAME.raw, OUT/NAME.qcow2 (or the --format list) and
+OUT/NAME.manifest.json:
 
   - a Debian root filesystem made by mmdebstrap (minbase, systemd, udev, the
     linux-image-KVER packages; kpreload stands in for initramfs-tools), cached
@@ -62,10 +63,22 @@ func newImageBuildCmd() *cobra.Command {
     cell for them.
 
 The disk is built without mounting anything (sfdisk on the file, mkfs.vfat +
-mtools, mkfs.ext4 -d), so it works in containers and CI. Outputs appear only
-when complete. Progress goes to stderr; the manifest summary (or --json, the
+mtools, mkfs.ext4 -d), so it works in containers and CI, and written in each
+--format the clouds import:
+
+  raw    NAME.raw      the disk itself
+  qcow2  NAME.qcow2    QEMU, OpenStack
+  vhd    NAME.vhd      Azure: fixed VHD, a whole number of MiB
+  vmdk   NAME.vmdk     EC2 import-image, VMware: streamOptimized
+  gce    NAME.tar.gz   GCE: disk.raw (grown to a whole GiB) in a sparse GNU tar, gzip'd
+
+The manifest says which firmware the image boots under (boot_firmware: uefi
+for systemd-boot, bios and uefi for GRUB) and whether it boots with Secure
+Boot on (secure_boot), what each cloud's import asks. Outputs appear only when
+complete. Progress goes to stderr; the manifest summary (or --json, the
 whole manifest) to stdout.`,
 		Example: `  kpreload image build --name ci --kernel 6.1.0-56-cloud-amd64 --recipe testdriver --build-missing --out out/images
+  kpreload image build --name gpu --kernel 6.1.0-56-cloud-amd64 --recipe nvidia-535 --format vmdk,vhd,gce
   kpreload image build --name gpu --kernel 6.1.0-56-cloud-amd64 --recipe nvidia-535 \
       --instance images/instance.yaml --cmdline "console=ttyS0" --json`,
 		Args: cobra.NoArgs,
@@ -77,6 +90,9 @@ whole manifest) to stdout.`,
 			}
 			if len(o.Kernels) == 0 {
 				return fmt.Errorf("--kernel is required (a kernel release such as 6.1.0-56-cloud-amd64; repeatable)")
+			}
+			if err := image.CheckFormats(o.Formats); err != nil {
+				return fmt.Errorf("--format: %w", err)
 			}
 			rm, err := rf.open()
 			if err != nil {
@@ -140,11 +156,12 @@ whole manifest) to stdout.`,
 				fmt.Fprintf(out, "  driver %s %s %s for %s: set %s\n", d.Driver, d.Version, d.Flavor, d.Kernel, d.SetID[:16])
 			}
 			fmt.Fprintf(out, "  cmdline %s\n", m.Cmdline)
+			fmt.Fprintf(out, "  boots under %s (secure boot: %v)\n", strings.Join(m.BootFirmware, " and "), m.SecureBoot)
 			return nil
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&o.Name, "name", "", "image name: output files are OUT/NAME.{raw,qcow2,manifest.json}")
+	f.StringVar(&o.Name, "name", "", "image name: output files are OUT/NAME.{raw,qcow2,vhd,vmdk,tar.gz,manifest.json}")
 	f.StringArrayVar(&o.Kernels, "kernel", nil, "kernel release to install (linux-image-KVER; repeatable, the first boots by default)")
 	f.StringArrayVar(&recipeArgs, "recipe", nil, "driver recipe the image carries: a file, or a name in --recipes (repeatable)")
 	f.StringVar(&recipesDir, "recipes", "recipes", "directory of recipes for --recipe names")
@@ -156,6 +173,7 @@ whole manifest) to stdout.`,
 	f.StringVar(&o.RemoteConfig, "remote-config", "", "registry configuration (remote, plain_http, credentials, trust, timeout) for the kernel hook, baked in at /"+install.RemoteFile+" with the keys and credentials it names")
 	f.StringVar(&o.Cmdline, "cmdline", "", "extra kernel command line for the boot entries")
 	f.BoolVar(&o.Plain, "plain", false, "an image without kpreload, like Debian's cloud images (GRUB, initramfs-tools): a base for the Packer provisioner; needs --bootloader grub")
+	f.BoolVar(&o.SecureBoot, "secure-boot", false, "boot with UEFI Secure Boot on (needs --bootloader grub): Debian's signed shim, GRUB and kernel; the recipes' one module signing certificate is written beside the image (NAME.module-key.der/.pem) and enrolled as a MOK in NAME.ovmf-vars.fd for kpreload boot --firmware uefi-secure --vars")
 	f.StringVar(&bootloader, "bootloader", string(install.SystemdBoot), "systemd-boot (UEFI) or grub (one disk that boots under BIOS and UEFI, as Debian's cloud images)")
 	f.StringArrayVar(&o.Packages, "package", nil, "extra Debian package to install (repeatable)")
 	f.StringArrayVar(&addFiles, "add", nil, "extra file DEST=SRC: copy the host file SRC to the absolute path DEST in the image (repeatable)")
@@ -164,7 +182,7 @@ whole manifest) to stdout.`,
 	f.StringVar(&o.Suite, "suite", image.DefaultSuite, "Debian release")
 	f.StringVar(&o.Mirror, "mirror", image.DefaultMirror, "Debian archive")
 	f.IntVar(&o.SizeMB, "size", image.DefaultSizeMB, "disk size in MiB")
-	f.StringSliceVar(&o.Formats, "format", []string{image.FormatRaw, image.FormatQCOW2}, "disk formats to write: raw, qcow2")
+	f.StringSliceVar(&o.Formats, "format", []string{image.FormatRaw, image.FormatQCOW2}, "disk formats to write, comma-separated: "+strings.Join(image.FormatNames(), ", ")+" (gce: NAME.tar.gz)")
 	f.StringVar(&o.KpreloadBinary, "kpreload-binary", "", "static kpreload binary to install in the image (default: this executable)")
 	f.StringVar(&o.InitBinary, "init", "", "the static /init binary (default: kpreload-init beside this executable)")
 	f.StringVar(&o.RootfsCacheDir, "rootfs-cache", image.DefaultRootfsCacheDir, `where mmdebstrap tarballs are kept for the day ("off": always run mmdebstrap)`)

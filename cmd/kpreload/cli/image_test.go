@@ -20,7 +20,8 @@ func TestImageBuildHelp(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("image build --help: exit %d", code)
 	}
-	for _, want := range []string{"--name", "--kernel", "--recipe", "--cache", "--out", "--instance", "--cmdline", "--json", "--build-missing", "mmdebstrap", "zz-kpreload", "Example"} {
+	for _, want := range []string{"--name", "--kernel", "--recipe", "--cache", "--out", "--instance", "--cmdline", "--json", "--build-missing", "mmdebstrap", "zz-kpreload", "Example",
+		"--format", "raw, qcow2, vhd, vmdk, gce", "NAME.tar.gz", "streamOptimized", "boot_firmware", "secure_boot"} {
 		if !strings.Contains(out, want) && !strings.Contains(out, strings.TrimPrefix(want, "--")) {
 			t.Errorf("help lacks %q", want)
 		}
@@ -47,7 +48,10 @@ func TestImageBuildBadArgs(t *testing.T) {
 		{"no name", []string{"--kernel", "6.1.0-56-cloud-amd64"}, []string{"--name is required"}},
 		{"no kernel", []string{"--name", "x"}, []string{"--kernel is required"}},
 		{"unknown recipe", []string{"--name", "x", "--kernel", "6.1.0-56-cloud-amd64", "--recipe", "nope"}, []string{"recipe nope", "testdriver"}},
-		{"bad format", []string{"--name", "x", "--kernel", "6.1.0-56-cloud-amd64", "--format", "vmdk"}, []string{`format "vmdk"`}},
+		// Before anything else (the recipe is not even looked up): every valid name listed.
+		{"bad format", []string{"--name", "x", "--kernel", "6.1.0-56-cloud-amd64", "--recipe", "nope", "--format", "vmdk,vpc"},
+			[]string{`--format: format "vpc": want one of raw, qcow2, vhd, vmdk, gce`}},
+		{"format twice", []string{"--name", "x", "--kernel", "6.1.0-56-cloud-amd64", "--format", "gce", "--format", "gce"}, []string{"format gce given twice"}},
 		// The real apt archive: an unknown kernel lists what is available.
 		{"unknown kernel", []string{"--name", "x", "--kernel", "6.1.0-999-cloud-amd64"}, []string{"unknown kernel 6.1.0-999-cloud-amd64", "available:", "6.1.0-56-cloud-amd64"}},
 		// An empty cache: the missing cell is named with what the cache holds.

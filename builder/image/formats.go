@@ -1,0 +1,241 @@
+package image
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/kpreload/kpreload/builder/install"
+)
+
+// Formats an image can be written in (Options.Formats, `--format`). Every
+// one is made from the raw disk by qemu-img or GNU tar; diskFormats says how.
+const (
+	// FormatRaw is the plain disk image (<Name>.raw).
+	FormatRaw = "raw"
+	// FormatQCOW2 is QEMU's copy-on-write format (<Name>.qcow2).
+	FormatQCOW2 = "qcow2"
+	// FormatVHD is a fixed VHD whose virtual size is a whole number of MiB
+	// (<Name>.vhd), what Azure imports.
+	FormatVHD = "vhd"
+	// FormatVMDK is a streamOptimized VMDK (<Name>.vmdk), what EC2's
+	// import-image and VMware take.
+	FormatVMDK = "vmdk"
+	// FormatGCE is GCE's image import format (<Name>.tar.gz): disk.raw, grown
+	// to a whole number of GiB, in a gzip'd sparse GNU tar.
+	FormatGCE = "gce"
+)
+
+// gib is one GiB in bytes.
+const gib = 1 << 30
+
+// diskFormat is one output format: its file and how it is made from the raw
+// disk. The table below is the one place formats are decided.
+type diskFormat struct {
+	// name is the format's name in Options.Formats.
+	name string
+	// ext is the file's extension: <Name>.<ext>.
+	ext string
+	// qemu is QEMU's block driver for the file ("" when QEMU cannot boot it as is).
+	qemu string
+	// align, when above 0, is what the virtual disk size must be a whole
+	// multiple of: a raw disk of another size is grown first (growDisk).
+	align int64
+	// how says how it is made, for progress lines.
+	how string
+	// make writes out from raw (nil: the raw disk itself); scratch is an empty
+	// directory on the output's filesystem, removed afterwards.
+	make func(ctx context.Context, raw, out, scratch string) error
+}
+
+// diskFormats are the formats, in the order FormatNames lists them.
+var diskFormats = []diskFormat{
+	{FormatRaw, "raw", "raw", 0, "the raw disk", nil},
+	{FormatQCOW2, "qcow2", "qcow2", 0, "qemu-img convert -O qcow2", qemuImg("qcow2")},
+	{FormatVHD, "vhd", "vpc", mib, "qemu-img convert -O vpc -o subformat=fixed,force_size=on", qemuImg("vpc", "subformat=fixed,force_size=on")},
+	{FormatVMDK, "vmdk", "vmdk", 0, "qemu-img convert -O vmdk -o subformat=streamOptimized", qemuImg("vmdk", "subformat=streamOptimized")},
+	{FormatGCE, "tar.gz", "", gib, "tar --format=gnu -Sczf of disk.raw", gceTarball},
+}
+
+// lookupFormat returns the format called name.
+func lookupFormat(name string) (diskFormat, bool) {
+	for _, f := range diskFormats {
+		if f.name == name {
+			return f, true
+		}
+	}
+	return diskFormat{}, false
+}
+
+// FormatNames lists the formats an image can be written in.
+func FormatNames() []string {
+	names := make([]string, len(diskFormats))
+	for i, f := range diskFormats {
+		names[i] = f.name
+	}
+	return names
+}
+
+// CheckFormats checks format names (Options.Formats): each known, none twice.
+// An unknown name's error lists the valid ones.
+func CheckFormats(names []string) error {
+	return errors.Join(formatProblems(names)...)
+}
+
+// formatProblems is CheckFormats' problems, one error each.
+func formatProblems(names []string) []error {
+	var errs []error
+	seen := map[string]bool{}
+	for _, n := range names {
+		if _, ok := lookupFormat(n); !ok {
+			errs = append(errs, fmt.Errorf("format %q: want one of %s", n, strings.Join(FormatNames(), ", ")))
+		} else if seen[n] {
+			errs = append(errs, fmt.Errorf("format %s given twice", n))
+		}
+		seen[n] = true
+	}
+	return errs
+}
+
+// FormatFile is the file name of an image called name in format (such as
+// "ci.vmdk", or "ci.tar.gz" for FormatGCE).
+func FormatFile(name, format string) string {
+	if f, ok := lookupFormat(format); ok {
+		format = f.ext
+	}
+	return name + "." + format
+}
+
+// QEMUFormat is QEMU's block driver for a file of format (the format= of its
+// -drive: "vpc" for FormatVHD), and false for formats QEMU cannot boot as
+// they are (FormatGCE) or unknown ones.
+func QEMUFormat(format string) (string, bool) {
+	f, ok := lookupFormat(format)
+	return f.qemu, ok && f.qemu != ""
+}
+
+// Firmware an image boots under (Manifest.BootFirmware).
+const (
+	BootUEFI = "uefi"
+	BootBIOS = "bios"
+)
+
+// bootFirmware is the firmware an image with bootloader b boots under:
+// systemd-boot is a UEFI program; GRUB's image has a BIOS boot partition and
+// GRUB's UEFI image on the ESP.
+func bootFirmware(b install.Bootloader) []string {
+	if b == install.GRUB {
+		return []string{BootBIOS, BootUEFI}
+	}
+	return []string{BootUEFI}
+}
+
+// writeFormat writes the raw disk raw in format into dir as FormatFile(name,
+// format) and returns the file's path and the virtual disk size it holds.
+// FormatRaw returns raw itself (which must be that file already).
+func writeFormat(ctx context.Context, raw, format, dir, name string, progress Progress) (string, int64, error) {
+	f, ok := lookupFormat(format)
+	if !ok {
+		return "", 0, CheckFormats([]string{format})
+	}
+	st, err := os.Stat(raw)
+	if err != nil {
+		return "", 0, err
+	}
+	size := st.Size()
+	if f.make == nil {
+		return raw, size, nil
+	}
+	scratch, err := os.MkdirTemp(dir, ".scratch-")
+	if err != nil {
+		return "", 0, err
+	}
+	defer os.RemoveAll(scratch)
+	src := raw
+	if f.align > 0 && size%f.align != 0 {
+		grown := (size + f.align - 1) / f.align * f.align
+		progress.say("disk: %s wants a whole number of %s: growing a copy of the disk from %d to %d bytes", format, unitName(f.align), size, grown)
+		src = filepath.Join(scratch, "disk.raw")
+		if err := growDisk(ctx, raw, src, grown); err != nil {
+			return "", 0, fmt.Errorf("%s: %w", format, err)
+		}
+		size = grown
+	}
+	out := filepath.Join(dir, FormatFile(name, format))
+	progress.say("disk: %s (%s)", format, f.how)
+	if err := f.make(ctx, src, out, scratch); err != nil {
+		os.Remove(out)
+		return "", 0, fmt.Errorf("%s: %w", format, err)
+	}
+	return out, size, nil
+}
+
+// unitName names align for messages.
+func unitName(align int64) string {
+	switch align {
+	case gib:
+		return "GiB"
+	case mib:
+		return "MiB"
+	}
+	return fmt.Sprintf("%d bytes", align)
+}
+
+// qemuImg makes a format with qemu-img convert -O format [-o options].
+func qemuImg(format string, options ...string) func(context.Context, string, string, string) error {
+	return func(ctx context.Context, raw, out, _ string) error {
+		args := []string{"convert", "-f", "raw", "-O", format}
+		for _, o := range options {
+			args = append(args, "-o", o)
+		}
+		return run(ctx, nil, "qemu-img", append(args, raw, out)...)
+	}
+}
+
+// gceTarball writes GCE's import format: the raw disk as disk.raw (a hard
+// link to raw, or raw itself when growDisk made it there), alone in a gzip'd
+// GNU tar with its holes recorded (-S), so the archive never holds the
+// unallocated space.
+func gceTarball(ctx context.Context, raw, out, scratch string) error {
+	disk := filepath.Join(scratch, "disk.raw")
+	if raw != disk {
+		if err := os.Link(raw, disk); err != nil {
+			if err := run(ctx, nil, "cp", "--sparse=always", "--reflink=auto", raw, disk); err != nil {
+				return err
+			}
+		}
+	}
+	abs, err := filepath.Abs(out)
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, "tar", "--format=gnu", "--owner=0", "--group=0", "--numeric-owner", "-Sczf", abs, "disk.raw")
+	cmd.Dir = scratch
+	if o, err := cmd.CombinedOutput(); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("tar: %w", ctx.Err())
+		}
+		return fmt.Errorf("tar --format=gnu -Sczf %s disk.raw: %w: %s", abs, err, strings.TrimSpace(string(o)))
+	}
+	return nil
+}
+
+// growDisk writes a sparse copy of the GPT disk raw to out, grown to size
+// bytes, with its backup GPT moved to the new end (sfdisk --relocate): the
+// partitions are unchanged and the new space is free at the end of the disk.
+func growDisk(ctx context.Context, raw, out string, size int64) error {
+	if err := run(ctx, nil, "cp", "--sparse=always", "--reflink=auto", raw, out); err != nil {
+		return err
+	}
+	if err := os.Truncate(out, size); err != nil {
+		return err
+	}
+	if err := run(ctx, nil, "sfdisk", "--quiet", "--no-reread", "--no-tell-kernel", "--relocate", "gpt-bak-std", out); err != nil {
+		return fmt.Errorf("move the backup GPT to the end of the grown disk (is it a GPT disk?): %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,227 @@
+package image
+
+import (
+	"context"
+	"crypto/x509"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kpreload/kpreload/builder/install"
+	"github.com/kpreload/kpreload/builder/matrix"
+	"github.com/kpreload/kpreload/builder/qemu"
+	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/live/secureboot"
+)
+
+// signedTestRecipe writes a copy of the test driver's recipe that signs its
+// modules with a new key, and returns it with the certificate's path.
+func signedTestRecipe(t *testing.T, cn string) (*recipe.Recipe, string) {
+	t.Helper()
+	dir := t.TempDir()
+	key, cert := filepath.Join(dir, "key.pem"), filepath.Join(dir, "cert.pem")
+	if out, err := exec.Command("openssl", "req", "-new", "-x509", "-newkey", "rsa:2048", "-nodes", "-sha256", "-days", "2",
+		"-subj", "/CN="+cn, "-keyout", key, "-out", cert).CombinedOutput(); err != nil {
+		t.Fatalf("openssl: %v\n%s", err, out)
+	}
+	repo := testenv.RepoRoot(t)
+	yml, err := os.ReadFile(filepath.Join(repo, "recipes", "testdriver.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := strings.Replace(string(yml), "name: testdriver\n", "name: testdriver-signed\nsigning:\n  key: "+key+"\n  cert: "+cert+"\n", 1)
+	for _, d := range []string{"testdriver", "testdriver-userspace"} {
+		if out, err := exec.Command("cp", "-rL", filepath.Join(repo, "recipes", d), filepath.Join(dir, d)).CombinedOutput(); err != nil {
+			t.Fatalf("copy %s: %v\n%s", d, err, out)
+		}
+	}
+	p := filepath.Join(dir, "testdriver-signed.yaml")
+	if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := recipe.Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, cert
+}
+
+// selectionOf returns the report's decision for a driver, or nil.
+func selectionOf(rep *report.Report, driver string) *report.SelectionDriver {
+	if rep == nil || rep.Selection == nil {
+		return nil
+	}
+	for i := range rep.Selection.Drivers {
+		if rep.Selection.Drivers[i].Driver == driver {
+			return &rep.Selection.Drivers[i]
+		}
+	}
+	return nil
+}
+
+// TestSecureBootImage builds a GRUB image with --secure-boot from a cache
+// holding the test driver 1.0.0 signed by a recipe key and 2.0.0 unsigned,
+// and boots it twice with UEFI Secure Boot on (OVMF's Secure Boot firmware,
+// SMM, secure pflash) through Debian's signed shim, GRUB and kernel:
+//
+//  1. With the image's <name>.ovmf-vars.fd (the module key enrolled as a
+//     MOK): the report records Secure Boot and lockdown; the unsigned 2.0.0
+//     is refused by the decision, before the kernel is called, and the signed
+//     1.0.0, asked through fw_cfg (which /init reads through qemu_fw_cfg,
+//     lockdown closing the I/O ports), loads and binds before the real init.
+//  2. With Microsoft's keys only: the boot reaches its default target, no
+//     driver loads, and the console and report name the missing certificate
+//     and the mokutil command that enrolls it.
+func TestSecureBootImage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("mmdebstrap, two dkms builds and two TCG boots; -short")
+	}
+	testenv.KernelTree(t, testKernel)
+	kpreload, initBin := binaries(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	start := time.Now()
+	progress := func(msg string) { t.Logf("[%6.1fs] %s", time.Since(start).Seconds(), msg) }
+
+	signed, certPath := signedTestRecipe(t, "kpreload e2e module key")
+	unsigned, err := recipe.Load(filepath.Join(testenv.RepoRoot(t), "recipes", "testdriver-2.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recipes := []*recipe.Recipe{signed, unsigned}
+	cache := t.TempDir()
+	if _, err := matrix.Run(ctx, matrix.Options{Recipes: recipes, Kernels: []string{testKernel}, CacheDir: cache}); err != nil {
+		t.Fatalf("build the signed and the unsigned test driver: %v", err)
+	}
+	dir := t.TempDir()
+	want11 := filepath.Join(dir, "v1.yaml")
+	if err := os.WriteFile(want11, []byte("resources:\n  driver:\n    version: \"1\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	cmdline := "console=ttyS0 panic=-1 kpreload.report=" + qemu.ReportDevice
+	m, err := Build(ctx, Options{
+		Name: "sb", OutDir: out, Kernels: []string{testKernel}, Recipes: recipes, CacheDir: cache,
+		Bootloader: install.GRUB, SecureBoot: true, SizeMB: 1536, ESPSizeMB: 64, Formats: []string{FormatRaw},
+		Cmdline: cmdline, KpreloadBinary: kpreload, InitBinary: initBin, TempDir: t.TempDir(), Progress: progress,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := m.ModuleKey
+	if !m.SecureBoot || k == nil {
+		t.Fatalf("manifest secure_boot %v, module_key %+v: want both", m.SecureBoot, k)
+	}
+	cert, err := readCertificate(certPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := os.ReadFile(k.DER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := x509.ParseCertificate(der); err != nil || !got.Equal(cert) || k.Subject != "kpreload e2e module key" {
+		t.Errorf("%s: %v, subject %q: want the recipe's certificate in DER", k.DER, err, k.Subject)
+	}
+	if pemCert, err := readCertificate(k.PEM); err != nil || !pemCert.Equal(cert) {
+		t.Errorf("%s: %v: want the recipe's certificate in PEM", k.PEM, err)
+	}
+	if k.InImage != secureboot.KeyFile(k.SigKey) {
+		t.Errorf("module key in the image at %s, want %s", k.InImage, secureboot.KeyFile(k.SigKey))
+	}
+	// The variable store holds the certificate as a MOK (virt-fw-vars reads it back).
+	if b, err := exec.Command("virt-fw-vars", "--input", k.OVMFVars, "--print").CombinedOutput(); err != nil || !strings.Contains(string(b), "MokList") {
+		t.Errorf("virt-fw-vars --print %s: %v; want a MokList:\n%s", k.OVMFVars, err, b)
+	}
+
+	boot := func(name, vars string, fwcfg map[string]string) (*qemu.Result, string) {
+		t.Helper()
+		res, err := (&qemu.Runner{WorkDir: t.TempDir()}).Run(ctx, qemu.Config{
+			Firmware: qemu.FirmwareUEFISecure, OVMFVars: vars, RootDisk: m.Files[0].Path, Snapshot: true,
+			Devices: []string{"edu"}, FwCfg: fwcfg, Until: defaultTarget, Timeout: 420 * time.Second,
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		t.Logf("%s: booted to %q in %s", name, res.UntilMatch, res.Duration.Round(time.Second))
+		console, _ := os.ReadFile(res.Console)
+		for _, l := range strings.Split(string(console), "\n") {
+			if strings.Contains(l, "Secure boot") || strings.Contains(l, "locked down") || strings.Contains(l, "MokListRT") ||
+				strings.Contains(l, "kpreload: ") || strings.Contains(l, "kpreload-edu") {
+				t.Logf("%s: console: %s", name, strings.TrimSpace(l))
+			}
+		}
+		for _, want := range []string{"Secure boot enabled", "Kernel is locked down"} {
+			if !strings.Contains(string(console), want) {
+				t.Errorf("%s: console lacks the kernel's %q (%s)", name, want, res.Console)
+			}
+		}
+		if res.Report == nil {
+			t.Fatalf("%s: no report; console %s", name, res.Console)
+		}
+		sb := res.Report.SecureBoot
+		if sb == nil || sb.SecureBoot != secureboot.Enabled || sb.Lockdown != "integrity" || !sb.Enforced || len(sb.Keys) == 0 {
+			t.Errorf("%s: report secure_boot %+v, want enabled, lockdown integrity, enforced, the keyrings' certificates", name, sb)
+		}
+		return res, string(console)
+	}
+
+	// 1. The module key enrolled.
+	res, _ := boot("boot 1 (MOK enrolled)", k.OVMFVars, map[string]string{"kpreload/instance.yaml": want11})
+	checkImageBoot(t, res, testKernel, "root=UUID="+m.RootUUID+" ro "+cmdline)
+	d := selectionOf(res.Report, "kpreload-edu")
+	if d == nil || d.Chosen == nil || d.Chosen.Version != "1.0.0" {
+		t.Fatalf("boot 1: kpreload-edu decision %+v, want 1.0.0 chosen", d)
+	}
+	if res.Report.Selection.Source != "fw_cfg" {
+		t.Errorf("boot 1: request from %q, want fw_cfg (read through qemu_fw_cfg under lockdown)", res.Report.Selection.Source)
+	}
+	for _, c := range d.Candidates {
+		if c.Version == "2.0.0" && (c.Excluded != "signature" || !strings.Contains(c.Reason, "is unsigned, and Secure Boot is on (lockdown integrity)")) {
+			t.Errorf("boot 1: 2.0.0 excluded by %q (%s), want the signature rule", c.Excluded, c.Reason)
+		}
+	}
+	for _, mod := range res.Report.Modules {
+		if mod.Name == "kpreload_edu" && mod.Result != "loaded" {
+			t.Errorf("boot 1: a kpreload_edu was handed to the loader and %s: %+v", mod.Result, mod)
+		}
+	}
+	if !strings.Contains(strings.Join(eventsOf(res.Report), "\n"), "fw_cfg through its I/O ports") {
+		t.Errorf("boot 1: the report does not say fw_cfg's I/O ports were closed: %v", eventsOf(res.Report))
+	}
+
+	// 2. Microsoft's keys only: the module key is not enrolled.
+	res, console := boot("boot 2 (no MOK)", qemu.SecureBootVars, nil)
+	d = selectionOf(res.Report, "kpreload-edu")
+	if d == nil || d.Chosen != nil {
+		t.Fatalf("boot 2: kpreload-edu decision %+v, want a refusal", d)
+	}
+	enroll := "mokutil --import " + k.InImage
+	for _, c := range d.Candidates {
+		if c.Version == "1.0.0" && (c.Excluded != "signature" || !strings.Contains(c.Reason, `signed by "kpreload e2e module key"`) || !strings.Contains(c.Reason, enroll)) {
+			t.Errorf("boot 2: 1.0.0 excluded by %q (%s), want the signature rule naming the key and %q", c.Excluded, c.Reason, enroll)
+		}
+	}
+	if !strings.Contains(console, enroll) {
+		t.Errorf("boot 2: the console does not name %q", enroll)
+	}
+	for _, mod := range res.Report.Modules {
+		if mod.Name == "kpreload_edu" {
+			t.Errorf("boot 2: kpreload_edu was handed to the loader: %+v", mod)
+		}
+	}
+}
+
+// eventsOf returns the texts of a report's events.
+func eventsOf(rep *report.Report) []string {
+	var out []string
+	for _, e := range rep.Events {
+		out = append(out, e.What)
+	}
+	return out
+}
