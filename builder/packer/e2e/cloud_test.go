@@ -43,6 +43,20 @@ WantedBy=multi-user.target
 `
 )
 
+// initramfsConf is the base image's /etc/initramfs-tools/conf.d/ file:
+// MODULES=dep, as many cloud images and their users set, so that
+// update-initramfs in the guest packs the modules this VM uses rather than
+// initramfs.conf's MODULES=most (every storage and filesystem driver: 256 s
+// under TCG against 60 s with dep, the initrd 15.9 MB against 6.4 MB). It comes with the test's other files,
+// after mmdebstrap: the base image's own initramfs, which boots the Packer
+// build, is the one made at mmdebstrap time with MODULES=most (a MODULES=dep
+// one made in the build chroot would be sized for the build host). Only the
+// provisioned disk's first boot runs mkinitramfs with it, in the guest, where
+// "dep" sees the VM's own root device and modules.
+const initramfsConf = `# kpreload test: the modules this machine needs (see cloud_test.go)
+MODULES=dep
+`
+
 // What packages do to a provisioned image, run at each boot once kpreload is
 // installed (not during the Packer build's own boot): the first time,
 // update-initramfs -u -k all (firmware and cryptsetup packages trigger it)
@@ -50,9 +64,13 @@ WantedBy=multi-user.target
 const (
 	updatesSrc = `#!/bin/sh
 say() { echo "kpreload-test: $*"; }
+since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1fs", b - a }'; }
 if [ ! -e /var/lib/kpreload-test-updates ]; then
-	update-initramfs -u -k all >/tmp/u.log 2>&1 && say "update-initramfs ok" || say "update-initramfs FAILED"
-	update-grub >/tmp/g.log 2>&1 && say "update-grub ok" || say "update-grub FAILED"
+	t0=$(date +%s.%N)
+	update-initramfs -u -k all >/tmp/u.log 2>&1 && say "update-initramfs ok in $(since $t0)" || say "update-initramfs FAILED"
+	t0=$(date +%s.%N)
+	update-grub >/tmp/g.log 2>&1 && say "update-grub ok in $(since $t0)" || say "update-grub FAILED"
+	ls -l /boot/initrd.img-* | sed 's/^/kpreload-test: /'
 	touch /var/lib/kpreload-test-updates
 	sync
 fi
@@ -110,6 +128,7 @@ func TestProvisionerCloudBuilder(t *testing.T) {
 		"/etc/systemd/system/kpreload-test-make-user.service": write(t, dir, "make-user.service", makeUserUnit, 0o644),
 		"/usr/local/sbin/kpreload-test-updates":               write(t, dir, "updates", updatesSrc, 0o755),
 		"/etc/systemd/system/kpreload-test-updates.service":   write(t, dir, "updates.service", updatesUnit, 0o644),
+		"/etc/initramfs-tools/conf.d/kpreload-test.conf":      write(t, dir, "initramfs.conf", initramfsConf, 0o644),
 	}
 
 	// The base image: no kpreload in it.
@@ -204,6 +223,11 @@ build {
 		t.Logf("%s: reached %q in %s", fw, res.UntilMatch, res.Duration.Round(time.Second))
 		checkDriverBound(t, res, testKernel, "root=UUID="+base.RootUUID+" ro "+cmdline)
 		c, _ := os.ReadFile(res.Console)
+		for _, l := range strings.Split(string(c), "\n") {
+			if j := strings.Index(l, "kpreload-test: "); j >= 0 {
+				t.Logf("%s: %s", fw, strings.TrimSpace(l[j:]))
+			}
+		}
 		wants := []string{
 			"Booting `Debian GNU/Linux, with Linux " + testKernel + " (kpreload)'",
 			"kpreload-test: entry: Debian GNU/Linux, with Linux " + testKernel + " (distribution initramfs)",
