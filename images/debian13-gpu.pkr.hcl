@@ -49,7 +49,10 @@ source "kpreload" "debian13-gpu" {
   instance_file    = "${path.root}/instance-gpu-550.yaml"
   kernel_cmdline   = var.kernel_cmdline
   disk_size        = "8G"
-  packages         = ["openssh-server", "ca-certificates"]
+  packages         = ["ca-certificates"]
+  # cloud-init (NoCloud, ConfigDrive, EC2, GCE, Azure, OpenStack): the default user and its
+  # SSH key from the metadata, the root grown to the disk; host keys made per instance.
+  cloud_init = true
 }
 
 build {

@@ -125,6 +125,14 @@ func build(ctx context.Context, o Options) (*Manifest, error) {
 	if err := configureRoot(ctx, root, m.RootUUID, m.ESPUUID, o.EmptyRootPassword, !o.Plain); err != nil {
 		return nil, fmt.Errorf("image: configure root: %w", err)
 	}
+	if err := resetIdentity(ctx, root); err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	if o.CloudInit {
+		if err := configureCloudInit(root); err != nil {
+			return nil, fmt.Errorf("image: %w", err)
+		}
+	}
 	if len(o.Enable) > 0 {
 		o.Progress.say("rootfs: enabling %s", strings.Join(o.Enable, ", "))
 		if err := run(ctx, nil, "systemctl", append([]string{"--root=" + root, "enable"}, o.Enable...)...); err != nil {

@@ -166,6 +166,12 @@ type Options struct {
 	// InitBinary is the static /init (bin/kpreload-init), put at ImageInit and into
 	// every initramfs. Required.
 	InitBinary string
+	// CloudInit adds Debian's cloud-init with the datasources clouds use
+	// (NoCloud, ConfigDrive, EC2, GCE, Azure, OpenStack): the default user
+	// and its SSH key from the instance's metadata, the root partition grown
+	// to the disk. Every image, with or without it, carries no SSH host keys
+	// and no machine-id: each instance makes its own at first boot.
+	CloudInit bool
 	// SecureBoot makes an image that boots with UEFI Secure Boot on (GRUB
 	// only; its UEFI path is always Debian's signed shim and GRUB): the
 	// kernels must be Debian's signed ones and the recipes sign their

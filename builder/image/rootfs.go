@@ -66,6 +66,9 @@ func rootfsSpec(o Options, date string) RootfsSpec {
 		pkgs = append(pkgs, "linux-image-"+k)
 	}
 	pkgs = append(pkgs, o.Packages...)
+	if o.CloudInit {
+		pkgs = append(pkgs, CloudInitPackages...)
+	}
 	if o.Bootloader == install.GRUB {
 		pkgs = append(pkgs, GrubPackages...)
 		pkgs = append(pkgs, SecureBootPackages...)

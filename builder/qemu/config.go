@@ -6,6 +6,7 @@
 package qemu
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -104,6 +105,14 @@ type Config struct {
 	// (a connection to GUESTADDR:PORT in the guest reaches the host's
 	// 127.0.0.1:PORT), such as a registry on the host's loopback.
 	GuestForwards []string
+	// HostForwards give the guest the same network and forward host ports
+	// to it, each "tcp:127.0.0.1:HOSTPORT-:GUESTPORT" (QEMU's hostfwd), such
+	// as ssh to the guest's port 22 from the host's loopback.
+	HostForwards []string
+	// AtUntil, when set, runs once the console matches Until, while the
+	// machine still runs (ssh into it, say); the run ends when it returns,
+	// and its error is the run's.
+	AtUntil func(ctx context.Context) error
 	// Drives are more disk images (raw, or by name as DiskFormat says) attached
 	// read-only on virtio after the root disk: a seed, a package to install.
 	Drives []string
@@ -373,13 +382,19 @@ func Args(c Config, consoleLog, reportLog string) ([]string, error) {
 			args = append(args, "-device", "virtio-scsi-pci,id=scsi0", "-device", "scsi-hd,bus=scsi0.0,drive=root")
 		}
 	}
-	if len(c.GuestForwards) > 0 {
+	if len(c.GuestForwards) > 0 || len(c.HostForwards) > 0 {
 		netdev := "user,id=net0,restrict=on"
 		for _, f := range c.GuestForwards {
 			if strings.ContainsAny(f, ", ") || !strings.HasPrefix(f, "tcp:") {
 				return nil, fmt.Errorf("qemu: guest forward %q: want tcp:GUESTADDR:PORT-tcp:127.0.0.1:PORT", f)
 			}
 			netdev += ",guestfwd=" + f
+		}
+		for _, f := range c.HostForwards {
+			if strings.ContainsAny(f, ", ") || !strings.HasPrefix(f, "tcp:127.0.0.1:") {
+				return nil, fmt.Errorf("qemu: host forward %q: want tcp:127.0.0.1:HOSTPORT-:GUESTPORT", f)
+			}
+			netdev += ",hostfwd=" + f
 		}
 		args = append(args, "-netdev", netdev, "-device", "virtio-net-pci,netdev=net0")
 	}

@@ -139,7 +139,13 @@ func (r *Runner) Run(ctx context.Context, c Config) (*Result, error) {
 	qemuCtx, stopQEMU := context.WithCancel(runCtx)
 	defer stopQEMU()
 	stop := r.startProgress()
-	stopWatch := watchUntil(c.Until, c.ConsoleLog, stopQEMU)
+	var atErr error
+	stopWatch := watchUntil(c.Until, c.ConsoleLog, func() {
+		if c.AtUntil != nil {
+			atErr = c.AtUntil(runCtx)
+		}
+		stopQEMU()
+	})
 	start := time.Now()
 	code, runErr := drv.Run(qemuCtx, args)
 	res.Duration = time.Since(start)
@@ -174,6 +180,8 @@ func (r *Runner) Run(ctx context.Context, c Config) (*Result, error) {
 		return res, fmt.Errorf("qemu: kernel panicked: %s; last console lines:\n%s", res.PanicLine, tail(console, 20))
 	case c.Until != nil && !res.UntilMatched:
 		return res, fmt.Errorf("qemu: the machine stopped before the console showed %q; last console lines:\n%s", c.Until, tail(console, 20))
+	case atErr != nil:
+		return res, fmt.Errorf("qemu: while the machine ran: %w", atErr)
 	}
 	return res, nil
 }

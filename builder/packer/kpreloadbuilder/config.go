@@ -96,6 +96,11 @@ type Config struct {
 	// signature data) and enrolled as a MOK in `<name>.ovmf-vars.fd` (for
 	// QEMU).
 	SecureBoot bool `mapstructure:"secure_boot"`
+	// Add Debian's cloud-init with the datasources clouds use (NoCloud,
+	// ConfigDrive, EC2, GCE, Azure, OpenStack): the default user and its SSH
+	// key from the instance's metadata, the root partition grown to the
+	// disk. No image carries SSH host keys or a machine-id either way.
+	CloudInit bool `mapstructure:"cloud_init"`
 	// An instance YAML file baked into the image as `/etc/kpreload/instance.yaml`:
 	// the driver request `/init` uses when the kernel command line and QEMU's
 	// fw_cfg carry none.
@@ -275,6 +280,7 @@ func (c *Config) Options() image.Options {
 		EarlyDrivers:   c.EarlyDrivers,
 		Bootloader:     c.bootloader,
 		SecureBoot:     c.SecureBoot,
+		CloudInit:      c.CloudInit,
 		RemoteConfig:   c.RemoteConfig,
 		DownloadDir:    c.DownloadDir,
 		Packages:       c.Packages,

@@ -35,6 +35,7 @@ type FlatConfig struct {
 	RemoteConfig        *string           `mapstructure:"remote_config" cty:"remote_config" hcl:"remote_config"`
 	Bootloader          *string           `mapstructure:"bootloader" cty:"bootloader" hcl:"bootloader"`
 	SecureBoot          *bool             `mapstructure:"secure_boot" cty:"secure_boot" hcl:"secure_boot"`
+	CloudInit           *bool             `mapstructure:"cloud_init" cty:"cloud_init" hcl:"cloud_init"`
 	InstanceFile        *string           `mapstructure:"instance_file" cty:"instance_file" hcl:"instance_file"`
 	KernelCmdline       *string           `mapstructure:"kernel_cmdline" cty:"kernel_cmdline" hcl:"kernel_cmdline"`
 	DiskSize            *string           `mapstructure:"disk_size" cty:"disk_size" hcl:"disk_size"`
@@ -86,6 +87,7 @@ func (*FlatConfig) HCL2Spec() map[string]hcldec.Spec {
 		"remote_config":              &hcldec.AttrSpec{Name: "remote_config", Type: cty.String, Required: false},
 		"bootloader":                 &hcldec.AttrSpec{Name: "bootloader", Type: cty.String, Required: false},
 		"secure_boot":                &hcldec.AttrSpec{Name: "secure_boot", Type: cty.Bool, Required: false},
+		"cloud_init":                 &hcldec.AttrSpec{Name: "cloud_init", Type: cty.Bool, Required: false},
 		"instance_file":              &hcldec.AttrSpec{Name: "instance_file", Type: cty.String, Required: false},
 		"kernel_cmdline":             &hcldec.AttrSpec{Name: "kernel_cmdline", Type: cty.String, Required: false},
 		"disk_size":                  &hcldec.AttrSpec{Name: "disk_size", Type: cty.String, Required: false},
