@@ -22,6 +22,7 @@ targets=(
 	"./gpu/instance FuzzParse"
 	"./gpu/instance FuzzFromCmdline"
 	"./gpu/instance FuzzFind"
+	"./gpu/instance FuzzParseUserData"
 	"./kmodcache/bootindex FuzzRead"
 	"./gpu/devnodes FuzzPlan"
 	"./gpu/supported FuzzParse"

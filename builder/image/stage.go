@@ -190,8 +190,9 @@ func Stage(ctx context.Context, o StageOptions, root string) (*StageResult, erro
 			}
 			return mods
 		},
-		// The image's root is ext4 (disk.go): its initramfs needs no other.
-		Filesystems: []string{"ext4"},
+		// The image's root is ext4 (disk.go); vfat and iso9660 are the
+		// filesystems of cloud-init seeds, whose user-data /init reads.
+		Filesystems: []string{"ext4", "vfat", "iso9660"},
 	}
 	for _, k := range o.Kernels {
 		if o.EarlyDrivers {

@@ -328,3 +328,32 @@ func FuzzFind(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseUserData checks the reader of a seed's user-data (a disk anyone
+// who launches the instance writes): no panic; an error names the file; a
+// request is found only in a plain #cloud-config document, and the same
+// request under kpreload: as instance.Parse reads on its own.
+func FuzzParseUserData(f *testing.F) {
+	for _, s := range []string{
+		"#cloud-config\nkpreload:\n  resources:\n    driver:\n      version: \"2.0.0\"\n",
+		"#cloud-config\nusers: [default]\n", "Content-Type: multipart/mixed\n", "#cloud-config\nkpreload: [\n",
+		"#cloud-config\nkpreload:\n  resources: {gpu: {count: 2, type: h100}}\n", "", "#cloud-config",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		in, found, err := instance.ParseUserData("user-data", data)
+		if err != nil {
+			if in != nil || !strings.HasPrefix(err.Error(), "user-data") {
+				t.Fatalf("ParseUserData = %+v, %v: want no instance and an error naming the file", in, err)
+			}
+			return
+		}
+		if found != (in != nil) {
+			t.Fatalf("found %v with instance %+v", found, in)
+		}
+		if found && !strings.HasPrefix(strings.TrimPrefix(string(data), "\xef\xbb\xbf"), "#cloud-config") {
+			t.Fatalf("a request found in user-data that is not #cloud-config: %q", data)
+		}
+	})
+}

@@ -123,20 +123,25 @@ func Parse(name string, data []byte) (*Instance, error) {
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		return &Instance{}, nil // empty document: all defaults
+	}
+	return parseNode(name, doc.Content[0], "")
+}
+
+// parseNode parses an instance from the YAML node root; errors name name and
+// the node's line, and field paths start with prefix ("" or "kpreload").
+func parseNode(name string, root *yaml.Node, prefix string) (*Instance, error) {
 	p := &parser{name: name}
 	var (
 		cudaNode *yaml.Node
 		cudaPath string
 	)
 	in := &Instance{}
-	if doc.Kind == 0 || len(doc.Content) == 0 {
-		return in, nil // empty document: all defaults
-	}
-	root := doc.Content[0]
 	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
 		return in, nil
 	}
-	p.mapping(root, "", map[string]func(*yaml.Node, string){
+	p.mapping(root, prefix, map[string]func(*yaml.Node, string){
 		"resources": func(n *yaml.Node, path string) {
 			p.mapping(n, path, map[string]func(*yaml.Node, string){
 				"gpu": func(n *yaml.Node, path string) {

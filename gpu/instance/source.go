@@ -17,6 +17,14 @@ const (
 	SourceCmdline = "cmdline"
 	// SourceFwCfg is QEMU's fw_cfg item opt/kpreload/instance.yaml (kpreload boot --instance).
 	SourceFwCfg = "fw_cfg"
+	// SourceSeed is the kpreload: key of the #cloud-config user-data on a
+	// cloud-init seed disk (NoCloud's CIDATA, OpenStack's config-2), read by
+	// /init before the root is used.
+	SourceSeed = "seed"
+	// SourceUserData is the kpreload: key of the user-data cloud-init read
+	// (from a seed or a cloud's metadata service), applied after boot by
+	// kpreload-user-data.service where /init could not read it.
+	SourceUserData = "user-data"
 	// SourceImage is /etc/kpreload/instance.yaml on the root filesystem.
 	SourceImage = "image"
 	// SourceDefault is the image's default: the latest cached version, flavour auto.
@@ -50,6 +58,10 @@ type Request struct {
 	// Origin says exactly where: the flags or the file read.
 	Origin   string   `json:"origin,omitempty"`
 	Instance Instance `json:"instance"`
+	// Notes say why sources before this one gave no request, where that is
+	// worth knowing (user-data only cloud-init can read, a seed without a
+	// kpreload key).
+	Notes []string `json:"notes,omitempty"`
 }
 
 // File is a place an instance YAML may be, for Find.
@@ -59,6 +71,9 @@ type File struct {
 	// Read, when set, reads the file instead of os.ReadFile(Path), which
 	// then only names it; an absent file is an error wrapping fs.ErrNotExist.
 	Read func() ([]byte, error)
+	// UserData says the file is cloud-init user-data: the request is its
+	// #cloud-config document's kpreload key (ParseUserData).
+	UserData bool
 }
 
 // read returns the file's contents.
@@ -126,6 +141,7 @@ func decodeBase64(s string) ([]byte, error) {
 // is present but invalid is skipped with an error in errs (the request it
 // carried cannot be honoured; the next source is used), so boot goes on.
 func Find(flag func(name string) (string, bool), files []File) (req Request, errs []error) {
+	var notes []string
 	in, origin, found, err := FromCmdline(flag)
 	switch {
 	case err != nil:
@@ -142,12 +158,26 @@ func Find(flag func(name string) (string, bool), files []File) (req Request, err
 			errs = append(errs, fmt.Errorf("instance request from %s ignored: %w", f.Source, err))
 			continue
 		}
-		in, err := Parse(f.Path, b)
+		var in *Instance
+		if f.UserData {
+			var found bool
+			in, found, err = ParseUserData(f.Path, b)
+			switch {
+			case errors.Is(err, ErrNotCloudConfig):
+				notes = append(notes, fmt.Sprintf("%s: user-data is %v: a request in it is applied after boot, once cloud-init has read it (kpreload-user-data.service)", f.Source, err))
+				continue
+			case err == nil && !found:
+				notes = append(notes, fmt.Sprintf("%s: %s has no %s: key", f.Source, f.Path, UserDataKey))
+				continue
+			}
+		} else {
+			in, err = Parse(f.Path, b)
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("instance request from %s ignored: %w", f.Source, err))
 			continue
 		}
-		return Request{Source: f.Source, Origin: f.Path, Instance: *in}, errs
+		return Request{Source: f.Source, Origin: f.Path, Instance: *in, Notes: notes}, errs
 	}
-	return Request{Source: SourceDefault, Origin: "no instance request found: latest cached version, flavour auto"}, errs
+	return Request{Source: SourceDefault, Origin: "no instance request found: latest cached version, flavour auto", Notes: notes}, errs
 }

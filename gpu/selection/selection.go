@@ -132,6 +132,7 @@ func Decide(in Input) *Decision {
 	gpuReq := in.Request.Instance.Resources.GPU
 	d := &Decision{keep: map[string]bool{}}
 	d.Source, d.Origin, d.Kernel = in.Request.Source, in.Request.Origin, in.Kernel
+	d.Notes = slices.Clone(in.Request.Notes)
 	d.Request = report.SelectionRequest{Version: drv.WantVersion(), CUDA: drv.CUDA, CUDACompat: drv.CUDACompat, Flavor: drv.WantFlavor(), GPUType: gpuReq.Type, GPUCount: gpuReq.Count, MIG: gpuReq.MIG}
 	if sh := gpuReq.Sharing; sh != nil {
 		d.Request.Sharing, d.Request.SharingReplicas = sh.Strategy, sh.Replicas
@@ -537,6 +538,9 @@ func (d *Decision) Lines() []string {
 		} else {
 			out = append(out, fmt.Sprintf("kpreload: %s (request from %s)", dd.Refusal, src))
 		}
+	}
+	for _, n := range d.Notes {
+		out = append(out, "kpreload: note: "+n)
 	}
 	if r := d.Request; r.Sharing != "" {
 		out = append(out, fmt.Sprintf("kpreload: GPU sharing for Kubernetes: %s, %d replicas per GPU (NVIDIA device plugin config)", r.Sharing, r.SharingReplicas))

@@ -59,7 +59,7 @@ var Filesystems = map[string][]string{
 	"ext4":    {"kernel/fs/ext4/ext4.ko"},
 	"xfs":     {"kernel/fs/xfs/xfs.ko"},
 	"btrfs":   {"kernel/fs/btrfs/btrfs.ko"},
-	"vfat":    {"kernel/fs/fat/vfat.ko", "kernel/fs/nls/nls_cp437.ko", "kernel/fs/nls/nls_ascii.ko"},
+	"vfat":    {"kernel/fs/fat/vfat.ko", "kernel/fs/nls/nls_cp437.ko", "kernel/fs/nls/nls_ascii.ko", "kernel/fs/nls/nls_utf8.ko"},
 	"iso9660": {"kernel/fs/isofs/isofs.ko"},
 }
 

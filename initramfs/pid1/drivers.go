@@ -19,10 +19,12 @@ import (
 
 // requestFiles are the places, after the kernel command line, where an instance
 // request can be: QEMU fw_cfg (qemu_fw_cfg was loaded by the first coldplug,
-// through its ACPI modalias QEMU0002), then the file baked into the image.
-func requestFiles() []instance.File {
+// through its ACPI modalias QEMU0002), a cloud-init seed disk's user-data,
+// then the file baked into the image.
+func (b *Boot) requestFiles() []instance.File {
 	return []instance.File{
 		{Source: instance.SourceFwCfg, Path: instance.FwCfgPath},
+		b.seedFile(),
 		{Source: instance.SourceImage, Path: filepath.Join(NewRoot, instance.ImagePath)},
 	}
 }
@@ -30,7 +32,7 @@ func requestFiles() []instance.File {
 // requestFilesRead is requestFiles with fw_cfg's item as read through its
 // I/O ports before the first coldplug, when it was (fwCfgBeforeRoot).
 func (b *Boot) requestFilesRead() []instance.File {
-	files := requestFiles()
+	files := b.requestFiles()
 	if b.fwFile != nil {
 		files[0] = *b.fwFile
 	}

@@ -138,7 +138,8 @@ func fsType(r io.ReaderAt) (string, error) {
 	return "", errors.New("unknown filesystem (not ext2/3/4, xfs, btrfs, vfat or iso9660)")
 }
 
-// Label reads the filesystem label of an ext2/3/4 or xfs filesystem on dev.
+// Label reads the filesystem label of an ext2/3/4, xfs or vfat filesystem,
+// or the volume id of an iso9660 one, on dev.
 func Label(dev string) (string, error) {
 	f, err := os.Open(dev)
 	if err != nil {
@@ -154,11 +155,22 @@ func label(r io.ReaderAt) (string, error) {
 		return "", err
 	}
 	var off, n int64
+	trim := "\x00"
 	switch t {
 	case "ext4":
 		off, n = 1024+120, 16
 	case "xfs":
 		off, n = 108, 12
+	case "vfat":
+		// The boot sector's BS_VolLab: after the FAT32 extended BPB when
+		// "FAT32   " names the type there, else after FAT12/16's.
+		off, n, trim = 0x2b, 11, " \x00"
+		if b := make([]byte, 8); func() bool { _, err := r.ReadAt(b, 0x52); return err == nil }() && string(b) == "FAT32   " {
+			off = 0x47
+		}
+	case "iso9660":
+		// The primary volume descriptor's volume identifier.
+		off, n, trim = 0x8000+40, 32, " \x00"
 	default:
 		return "", fmt.Errorf("labels of %s are not read", t)
 	}
@@ -166,7 +178,7 @@ func label(r io.ReaderAt) (string, error) {
 	if _, err := r.ReadAt(b, off); err != nil {
 		return "", err
 	}
-	return string(bytes.TrimRight(b, "\x00")), nil
+	return string(bytes.TrimRight(b, trim)), nil
 }
 
 // Options are the mount choices from the kernel command line.

@@ -176,7 +176,13 @@ func TestFSTypeAndLabel(t *testing.T) {
 	if _, err := exec.LookPath("mkfs.vfat"); err == nil {
 		p = sparse("vfat", 8<<20)
 		run(t, "mkfs.vfat", "-n", "VFATLBL", p)
-		imgs = append(imgs, image{"vfat", p, "vfat", "", "labels of vfat are not read"})
+		imgs = append(imgs, image{"vfat (FAT16)", p, "vfat", "VFATLBL", ""})
+		p = sparse("vfat-seed", 2<<20)
+		run(t, "mkfs.vfat", "-n", "CIDATA", p)
+		imgs = append(imgs, image{"a NoCloud seed (FAT12)", p, "vfat", "CIDATA", ""})
+		p = sparse("vfat32", 64<<20)
+		run(t, "mkfs.vfat", "-F", "32", "-n", "CONFIG-2", p)
+		imgs = append(imgs, image{"vfat (FAT32)", p, "vfat", "CONFIG-2", ""})
 	} else {
 		t.Logf("mkfs.vfat not installed: vfat not covered (optional)")
 	}
@@ -338,4 +344,23 @@ func findErr(s Spec) (string, bool) {
 		return "", false
 	}
 	return err.Error(), true
+}
+
+// TestISO9660Label reads the volume id of a primary volume descriptor (an
+// OpenStack config drive is labelled config-2), built by hand: no ISO tool
+// is a dependency.
+func TestISO9660Label(t *testing.T) {
+	img := make([]byte, 0x8800)
+	pvd := img[0x8000:]
+	pvd[0] = 1
+	copy(pvd[1:], "CD001")
+	pvd[6] = 1
+	copy(pvd[40:72], fmt.Sprintf("%-32s", "config-2"))
+	r := bytes.NewReader(img)
+	if got, err := fsType(r); err != nil || got != "iso9660" {
+		t.Fatalf("fsType = %q, %v; want iso9660", got, err)
+	}
+	if got, err := label(r); err != nil || got != "config-2" {
+		t.Errorf("label = %q, %v; want config-2", got, err)
+	}
 }

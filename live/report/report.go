@@ -52,6 +52,27 @@ type Report struct {
 	// userspace is reachable (kpreload-cdi.service, then every kpreload
 	// switch); nil while none exists. /init never writes it.
 	CDI *CDI `json:"cdi,omitempty"`
+	// UserData records the instance request cloud-init's user-data carried,
+	// as kpreload-user-data.service applied it after boot; nil until then.
+	UserData *UserData `json:"user_data,omitempty"`
+}
+
+// UserData is what kpreload user-data apply did with the request in the
+// user-data cloud-init read (from a seed or a cloud's metadata service).
+type UserData struct {
+	// Origin is the file read (cloud-init's cloud-config.txt).
+	Origin string `json:"origin"`
+	// Action is none (no request, or one that yields to /init's source),
+	// unchanged (the driver it picks is active), switched, or failed.
+	Action string `json:"action"`
+	// Reason says why, in words.
+	Reason string `json:"reason"`
+	// Driver, From and To name the driver and the versions switched between.
+	Driver string `json:"driver,omitempty"`
+	From   string `json:"from,omitempty"`
+	To     string `json:"to,omitempty"`
+	// Time is when it was applied (RFC 3339).
+	Time string `json:"time"`
 }
 
 // CDI records a CDI spec file: where it is and its SHA-256.

@@ -5,10 +5,14 @@ package report
 // with the rule that excluded it, and what was chosen. `kpreload plan` prints
 // the same structure.
 type Selection struct {
-	// Source is where the request came from: cmdline, fw_cfg, image or default.
+	// Source is where the request came from: cmdline, fw_cfg, seed, image,
+	// default, or (applied after boot) user-data.
 	Source string `json:"source"`
 	// Origin says exactly where (the flags, the file).
-	Origin  string           `json:"origin,omitempty"`
+	Origin string `json:"origin,omitempty"`
+	// Notes say why sources tried before Source gave no request, where worth
+	// knowing (user-data only cloud-init can read).
+	Notes   []string         `json:"notes,omitempty"`
 	Request SelectionRequest `json:"request"`
 	// Kernel is the running kernel release the sets must be built for.
 	Kernel string `json:"kernel"`

@@ -48,30 +48,40 @@ func refreshCDI(root, file string, opts cdispec.Options) (bool, error) {
 }
 
 // recordCDI sets (or, with nil, drops) the report's "cdi" section of the
-// report name of the system at root, keeping every other field as /init wrote
-// it; the report is read inside root (a regular file of at most
-// inroot.MaxLarge bytes) and replaced atomically.
+// report name of the system at root (recordSection).
 func recordCDI(root, name string, rec *report.CDI) error {
+	if rec == nil {
+		return recordSection(root, name, "cdi", nil)
+	}
+	return recordSection(root, name, "cdi", rec)
+}
+
+// recordSection sets (or, with nil, drops) one top-level section of the
+// report name of the system at root, keeping every other field as /init
+// wrote it; the report is read inside root (a regular file of at most
+// inroot.MaxLarge bytes) and replaced atomically. A system without a report
+// (not booted by kpreload's /init) is left alone.
+func recordSection(root, name, key string, value any) error {
 	path := filepath.Join(root, name)
 	b, err := inroot.ReadFile(root, name, inroot.MaxLarge)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("record the CDI spec in the report: %w", err)
+		return fmt.Errorf("record %s in the report: %w", key, err)
 	}
 	var doc map[string]json.RawMessage
 	if err := json.Unmarshal(b, &doc); err != nil {
-		return fmt.Errorf("record the CDI spec in the report %s: %w", path, err)
+		return fmt.Errorf("record %s in the report %s: %w", key, path, err)
 	}
-	if rec == nil {
-		delete(doc, "cdi")
+	if value == nil {
+		delete(doc, key)
 	} else {
-		raw, err := json.Marshal(rec)
+		raw, err := json.Marshal(value)
 		if err != nil {
 			return err
 		}
-		doc["cdi"] = raw
+		doc[key] = raw
 	}
 	out, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {
@@ -79,7 +89,7 @@ func recordCDI(root, name string, rec *report.CDI) error {
 	}
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, append(out, '\n'), 0o644); err != nil {
-		return fmt.Errorf("record the CDI spec in the report: %w", err)
+		return fmt.Errorf("record %s in the report: %w", key, err)
 	}
 	return os.Rename(tmp, path)
 }

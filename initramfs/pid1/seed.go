@@ -1,0 +1,73 @@
+package pid1
+
+import (
+	"fmt"
+	"io/fs"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kpreload/kpreload/gpu/instance"
+	"github.com/kpreload/kpreload/initramfs/seed"
+)
+
+// SeedMount is where /init mounts a cloud-init seed, read-only, while it
+// reads its user-data.
+const SeedMount = "/run/kpreload/seed"
+
+// seedFile is the instance request file of a cloud-init seed disk (NoCloud's
+// CIDATA, OpenStack's config-2): the kpreload key of its #cloud-config
+// user-data. Its devices are looked for now, among the block devices the
+// root's mount found; the seed is mounted only when the sources before it
+// (the command line, fw_cfg) carry no request. An absent seed is no source.
+func (b *Boot) seedFile() instance.File {
+	seeds := seed.Find("/sys", "/dev")
+	f := instance.File{Source: instance.SourceSeed, Path: "no cloud-init seed", UserData: true,
+		Read: func() ([]byte, error) { return nil, fs.ErrNotExist }}
+	if len(seeds) == 0 {
+		return f
+	}
+	s := seeds[0]
+	if len(seeds) > 1 {
+		b.warnf("%d cloud-init seeds (%v): reading %s", len(seeds), seeds, s)
+	}
+	f.Path = s.String() + " " + s.UserData()
+	f.Read = func() ([]byte, error) {
+		// The seed's filesystem (MODULE_ALIAS_FS fs-vfat, fs-iso9660) and,
+		// for vfat, the code pages it asks the kernel for by request_module,
+		// which has no modprobe to call in the initramfs.
+		names := b.index.Match("fs-" + s.FSType)
+		if s.FSType == "vfat" {
+			for _, n := range seedNLS {
+				if len(b.index.ByName(n)) > 0 {
+					names = append(names, n)
+				}
+			}
+		}
+		if len(names) > 0 {
+			b.ld.Phase = "initramfs"
+			b.load(names)
+		}
+		data, err := seed.Read(s, SeedMount, sysMounter{}, instance.MaxUserData)
+		if err == nil {
+			b.event("%s: user-data read (%d bytes)", s, len(data))
+		}
+		return data, err
+	}
+	return f
+}
+
+// seedNLS are the code pages a vfat mount loads: the default codepage (437)
+// and I/O character sets (ascii, utf8) of Debian's kernels.
+var seedNLS = []string{"nls_cp437", "nls_ascii", "nls_utf8"}
+
+// sysMounter mounts a seed read-only, without devices, setuid or exec.
+type sysMounter struct{}
+
+func (sysMounter) Mount(dev, dir, fstype string) error {
+	if err := unix.Mount(dev, dir, fstype, unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mount %s (%s) on %s: %w", dev, fstype, dir, err)
+	}
+	return nil
+}
+
+func (sysMounter) Unmount(dir string) error { return unix.Unmount(dir, 0) }
