@@ -175,7 +175,7 @@ func applyUserData(log io.Writer, cloudConfig, cacheDir string) userDataOutcome 
 		CacheDir: cacheDir, Release: kernel,
 		SysDir: "/sys", ProcDir: "/proc", DevDir: "/dev", RunDir: activate.RunDir, Root: "/",
 		Request: req, DriversDir: activate.DriversDir,
-		Kernel:  switcher.System{Loader: ld}, BindTimeout: 10 * time.Second, Ldconfig: ldconfig,
+		Kernel: switcher.System{Loader: ld}, BindTimeout: 10 * time.Second, Ldconfig: ldconfig,
 		Log: prefixWriter{w: log, prefix: "kpreload user-data: "},
 	})
 	if _, cerr := refreshCDI("/", "", cdispec.Options{}); cerr != nil {
