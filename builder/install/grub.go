@@ -188,3 +188,46 @@ func CheckGrubConfig(root, kernel string) error {
 	}
 	return nil
 }
+
+// DistributionGrubHook returns the hook of grub2-common that regenerates
+// grub.cfg after kpreload's own in the kernel packages' run-parts
+// (/etc/kernel/<phase>.d/zz-update-grub sorts after zz-kpreload), or "" when
+// it will not run. It runs, as its own code says, when update-grub is
+// installed, the system is not a container, the package's maintainer-script
+// mode (DEB_MAINT_PARAMS, read through env) is empty or "configure" after
+// an install, empty or "remove" after a removal, and grub.cfg exists. Only
+// then may kpreload's hook leave grub.cfg to it.
+func DistributionGrubHook(root, phase string, env func(string) string) string {
+	hook := filepath.Join("/etc/kernel", phase+".d", "zz-update-grub")
+	if fi, err := os.Stat(filepath.Join(root, hook)); err != nil || fi.Mode()&0o111 == 0 {
+		return ""
+	}
+	if _, err := os.Stat(filepath.Join(root, "usr/sbin/update-grub")); err != nil {
+		return ""
+	}
+	if _, err := os.Stat(filepath.Join(root, GrubConfig)); err != nil {
+		return ""
+	}
+	// As zz-update-grub asks: systemd-detect-virt --container (on this
+	// system), else systemd's marker of a container.
+	if root == "/" {
+		if p, err := exec.LookPath("systemd-detect-virt"); err == nil && exec.Command(p, "--quiet", "--container").Run() == nil {
+			return ""
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, "run/systemd/container")); err == nil {
+		return ""
+	}
+	mode := ""
+	if f := strings.Fields(env("DEB_MAINT_PARAMS")); len(f) > 0 {
+		mode = strings.Trim(f[0], "'")
+	}
+	switch {
+	case mode == "":
+	case phase == "postinst" && mode == "configure":
+	case phase == "postrm" && mode == "remove":
+	default:
+		return ""
+	}
+	return hook
+}

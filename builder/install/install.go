@@ -40,6 +40,10 @@ type Options struct {
 	// UpdateGrub regenerates grub.cfg (nil: UpdateGrub, through chroot when
 	// Root is not "/").
 	UpdateGrub func(ctx context.Context, root string, log io.Writer) error
+	// GrubRegeneratedBy, when set, is the hook that regenerates grub.cfg
+	// right after this one (DistributionGrubHook): grub.cfg is left to it,
+	// so that a kernel update runs grub-mkconfig once, not twice.
+	GrubRegeneratedBy string
 	// Log receives one line per step (nil: discarded).
 	Log io.Writer
 }
@@ -294,6 +298,10 @@ func (o *Options) sync(ctx context.Context, bl Bootloader) (*Result, error) {
 	}
 	switch bl {
 	case GRUB:
+		if o.GrubRegeneratedBy != "" {
+			o.logf("grub.cfg is regenerated next by %s", o.GrubRegeneratedBy)
+			break
+		}
 		if err := o.UpdateGrub(ctx, o.Root, o.Log); err != nil {
 			return nil, fmt.Errorf("GRUB: %w", err)
 		}
@@ -332,13 +340,37 @@ exec /usr/bin/kpreload kernel-hook postinst "$@"
 [ -x /usr/bin/kpreload ] || exit 0
 exec /usr/bin/kpreload kernel-hook postrm "$@"
 `
+	kernelInstallText = `#!/bin/sh
+# kpreload: kernel-install plugin (kernel-install add|remove KVER ENTRY_DIR [IMAGE]):
+# the kernel's kpreload initramfs and boot entry, as the kernel packages' hooks
+# make them, after kernel-install's own entry (the distribution's initramfs).
+[ -x /usr/bin/kpreload ] || exit 0
+case "$1" in
+add) exec /usr/bin/kpreload kernel-hook postinst "$2" ;;
+remove) exec /usr/bin/kpreload kernel-hook postrm "$2" ;;
+esac
+exit 0
+`
 )
 
-// WriteHooks writes the kernel hooks into root, and GRUB's script when bl is GRUB.
+// UsesKernelInstall reports whether root has systemd's kernel-install.
+func UsesKernelInstall(root string) bool {
+	fi, err := os.Stat(filepath.Join(root, KernelInstallBinary))
+	return err == nil && fi.Mode()&0o111 != 0
+}
+
+// WriteHooks writes the kernel hooks into root, GRUB's script when bl is
+// GRUB, and the kernel-install plugin when the root has kernel-install: a
+// kernel that arrives through kernel-install (Debian's systemd-boot hands
+// kernels to it; so do dracut and ukify users, by hand or by package) gets
+// its kpreload initramfs and entry as the kernel packages' hooks give them.
 func WriteHooks(root string, bl Bootloader) error {
 	files := map[string]string{PostinstHook: postinstText, PostrmHook: postrmText}
 	if bl == GRUB {
 		files[GrubScript] = GrubScriptText
+	}
+	if UsesKernelInstall(root) {
+		files[KernelInstallPlugin] = kernelInstallText
 	}
 	for p, text := range files {
 		dst := filepath.Join(root, p)

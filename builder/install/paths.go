@@ -29,6 +29,11 @@ const (
 	PostinstHook = "etc/kernel/postinst.d/zz-kpreload"
 	// PostrmHook is run by Debian's kernel packages after a kernel is removed.
 	PostrmHook = "etc/kernel/postrm.d/zz-kpreload"
+	// KernelInstallPlugin is run by systemd's kernel-install (add, remove)
+	// after its own plugins, where the root has kernel-install.
+	KernelInstallPlugin = "etc/kernel/install.d/95-kpreload.install"
+	// KernelInstallBinary is systemd's kernel-install.
+	KernelInstallBinary = "usr/bin/kernel-install"
 	// GrubScript is the grub-mkconfig script that writes kpreload's menu
 	// entries first (09 sorts before Debian's 10_linux).
 	GrubScript = "etc/grub.d/09_kpreload"

@@ -134,6 +134,11 @@ run by /etc/grub.d/09_kpreload inside grub-mkconfig, whose environment
 			if err != nil {
 				return err
 			}
+			if o.Root == "/" || o.Root == "" {
+				// Run by the kernel packages: leave grub.cfg to grub2-common's
+				// own hook where it runs next, so it is made once.
+				o.GrubRegeneratedBy = install.DistributionGrubHook("/", args[0], os.Getenv)
+			}
 			var res *install.Result
 			switch args[0] {
 			case "postinst":
