@@ -105,15 +105,7 @@ const guestReport = `echo user=$(id -un); echo size=$(df -B1 --output=size / | t
 //     kpreload-user-data.service switches to 2.0.0, and the report says both.
 //     This instance's SSH host keys differ from the first's.
 func TestCloudInitImage(t *testing.T) {
-	if testing.Short() {
-		t.Skip("mmdebstrap and two TCG boots with cloud-init; -short")
-	}
-	testenv.KernelTree(t, testKernel)
-	kpreload, initBin := binaries(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
-	defer cancel()
-	start := time.Now()
-	progress := func(msg string) { t.Logf("[%6.1fs] %s", time.Since(start).Seconds(), msg) }
+	ctx, kpreload, initBin, progress := e2eStart(t, "mmdebstrap and two TCG boots with cloud-init", 40*time.Minute)
 	var recipes []*recipe.Recipe
 	for _, name := range []string{"testdriver.yaml", "testdriver-2.yaml"} {
 		r, err := recipe.Load(filepath.Join(testenv.RepoRoot(t), "recipes", name))

@@ -1,12 +1,14 @@
 package image
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/kpreload/kpreload/internal/testenv"
 )
@@ -52,4 +54,20 @@ func binaries(t testing.TB) (kpreload, initBin string) {
 		t.Fatal(binErr)
 	}
 	return filepath.Join(binDir, "kpreload"), filepath.Join(binDir, "kpreload-init")
+}
+
+// e2eStart begins an end-to-end test: skipped under -short (saying why), the
+// test kernel's tree present, the static binaries built; it returns a context
+// bounded by limit and a progress logger timed from now.
+func e2eStart(t *testing.T, why string, limit time.Duration) (ctx context.Context, kpreload, initBin string, progress Progress) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(why + "; -short")
+	}
+	testenv.KernelTree(t, testKernel)
+	kpreload, initBin = binaries(t)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	t.Cleanup(cancel)
+	start := time.Now()
+	return ctx, kpreload, initBin, func(msg string) { t.Logf("[%6.1fs] %s", time.Since(start).Seconds(), msg) }
 }

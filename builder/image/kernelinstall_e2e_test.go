@@ -1,7 +1,6 @@
 package image
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/install"
-	"github.com/kpreload/kpreload/internal/testenv"
 )
 
 // TestKernelInstallPlugin: in a root made like a kpreload image (mmdebstrap,
@@ -20,15 +18,8 @@ import (
 // kpreload's kernel-install plugin, after kernel-install's own entry, and stays
 // the default. kernel-install runs in the root (chroot, with its own /proc).
 func TestKernelInstallPlugin(t *testing.T) {
-	if testing.Short() {
-		t.Skip("mmdebstrap (or the day's rootfs tarball) and a chroot; -short")
-	}
-	testenv.KernelTree(t, testKernel)
+	ctx, kpreload, initBin, progress := e2eStart(t, "mmdebstrap (or the day's rootfs tarball) and a chroot", 20*time.Minute)
 	cache, recipes := testCache(t)
-	kpreload, initBin := binaries(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	progress := Progress(func(msg string) { t.Log(msg) })
 	o := Options{Name: "ki", Kernels: []string{testKernel}, Recipes: recipes, CacheDir: cache}.withDefaults()
 	work := t.TempDir()
 	tarball, _, err := rootfsTarball(ctx, rootfsSpec(o, time.Now().UTC().Format("2006-01-02")), o.RootfsCacheDir, work, progress)

@@ -1,7 +1,6 @@
 package image
 
 import (
-	"context"
 	"crypto/x509"
 	"os"
 	"os/exec"
@@ -78,15 +77,7 @@ func selectionOf(rep *report.Report, driver string) *report.SelectionDriver {
 //     driver loads, and the console and report name the missing certificate
 //     and the mokutil command that enrolls it.
 func TestSecureBootImage(t *testing.T) {
-	if testing.Short() {
-		t.Skip("mmdebstrap, two dkms builds and two TCG boots; -short")
-	}
-	testenv.KernelTree(t, testKernel)
-	kpreload, initBin := binaries(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
-	defer cancel()
-	start := time.Now()
-	progress := func(msg string) { t.Logf("[%6.1fs] %s", time.Since(start).Seconds(), msg) }
+	ctx, kpreload, initBin, progress := e2eStart(t, "mmdebstrap, two dkms builds and two TCG boots", 40*time.Minute)
 
 	signed, certPath := signedTestRecipe(t, "kpreload e2e module key")
 	unsigned, err := recipe.Load(filepath.Join(testenv.RepoRoot(t), "recipes", "testdriver-2.yaml"))
