@@ -55,6 +55,24 @@ variable "bootloader" {
   description = "The image's boot loader: systemd-boot (UEFI) or grub (BIOS and UEFI from one disk)."
 }
 
+variable "secure_boot" {
+  type        = bool
+  default     = false
+  description = "Build for UEFI Secure Boot (needs bootloader = grub and a recipes_dir whose testdriver recipe signs its modules; scripts/bench-image.sh makes one)."
+}
+
+variable "cloud_init" {
+  type        = bool
+  default     = false
+  description = "Add Debian's cloud-init (NoCloud and the clouds' datasources)."
+}
+
+variable "recipes_dir" {
+  type        = string
+  default     = ""
+  description = "Where the testdriver recipe is looked up; empty: the repository's recipes/."
+}
+
 variable "extra_cmdline" {
   type        = string
   default     = ""
@@ -67,12 +85,14 @@ source "kpreload" "ci-testdriver" {
   suite            = var.suite
   kernels          = [local.kernel]
   recipes          = ["testdriver"]
-  recipes_dir      = "${path.root}/../recipes"
+  recipes_dir      = var.recipes_dir != "" ? var.recipes_dir : "${path.root}/../recipes"
   cache_dir        = var.cache_dir
   rootfs_cache_dir = var.rootfs_cache_dir
   instance_file    = "${path.root}/instance-ci.yaml"
   kernel_cmdline   = trimspace("console=ttyS0 panic=-1 kpreload.report=/dev/ttyS1 ${var.extra_cmdline}")
   bootloader       = var.bootloader
+  secure_boot      = var.secure_boot
+  cloud_init       = var.cloud_init
   disk_size        = "1536M"
   esp_size         = "128M"
   formats          = ["raw", "qcow2"]

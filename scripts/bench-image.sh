@@ -2,7 +2,8 @@
 # bench-image.sh: `packer build` of images/ci-testdriver.pkr.hcl with the real Packer and the
 # kpreload plugin, cold and warm, the image's size, and its boot timeline (kernel start ->
 # test driver bound -> default target) against the same disk booted with Debian's own
-# initramfs, measured in one run under QEMU TCG with -device edu.
+# initramfs and against the template's GRUB, Secure Boot and cloud-init (NoCloud seed)
+# images, measured in one run under QEMU TCG with -device edu.
 #
 #   scripts/bench-image.sh [--runs N] [--kernel KVER] [--keep] [--timeout S]
 #
@@ -15,7 +16,9 @@
 #   cold: empty module cache (the real dkms builds the test driver) and empty rootfs cache
 #         (mmdebstrap runs against the Debian archive);
 #   warm: the same template again with -force into the same output directory, both caches
-#         kept (what a CI rebuild of an unchanged image costs).
+#         kept (what a CI rebuild of an unchanged image costs);
+#   then one build each of the GRUB, Secure Boot and cloud-init images booted below (the
+#         template's bootloader, secure_boot, recipes_dir and cloud_init variables).
 # Boots (every boot on a fresh qcow2 overlay of the warm build's image, QEMU TCG, 2 vCPUs,
 # 1 GiB, -device edu; times are the kernel's printk clock, so firmware does not count):
 #   kpreload: the image as built, through OVMF and its systemd-boot entry; kpreload's /init
@@ -29,6 +32,18 @@
 #   grub bios, grub uefi: the same template with bootloader = "grub" (one disk for BIOS and
 #             UEFI, kpreload's entry first in grub.cfg), booted through SeaBIOS and through
 #             OVMF; ratios are to the systemd-boot image's boot of the same run.
+#   grub secure boot: the same template with bootloader = "grub", secure_boot = true and
+#             recipes_dir = a copy of recipes/testdriver* whose recipe signs the module
+#             (`signing:` with a key made here by openssl; a new cell, built by dkms), booted
+#             through OVMF's Secure Boot firmware (q35 smm=on, secure pflash,
+#             OVMF_CODE_4M.secboot.fd) with a copy of the build's <name>.ovmf-vars.fd
+#             (Microsoft's keys, the module key as a MOK); the boot must report Secure Boot on.
+#   nocloud:  the same template with cloud_init = true (systemd-boot), booted through OVMF
+#             with a NoCloud seed on virtio (vfat labelled CIDATA: a #cloud-config whose
+#             kpreload: key asks for the test driver 1.0.0, and meta-data instance-id:
+#             bench-N) and a user-mode network (restrict=on; without one cloud-init waits
+#             for systemd-networkd-wait-online); /init must take the request from the seed.
+#             Ratios of both are to the systemd-boot image's boot of the same run.
 # Install per kernel: what the kernel packages run when a kernel arrives, on the same kernel:
 #   `kpreload kernel-hook postinst` (the kpreload initramfs and the boot entry, here
 #   systemd-boot's on a scratch root) against Debian's mkinitramfs (update-initramfs's work).
@@ -43,7 +58,7 @@ kver=6.1.0-56-cloud-amd64
 runs=3
 keep=0
 timeout=480
-usage() { sed -n '2,11s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,13s/^# \{0,1\}//p' "$0"; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) [ $# -ge 2 ] || die "--runs needs a value"; runs=$2; shift 2 ;;
@@ -59,6 +74,9 @@ done
 
 # mkinitramfs and its dependencies (lib.sh), jq for the manifest.
 ensure_packages "${MKINITRAMFS_PACKAGES[@]}" jq
+# The Secure Boot and NoCloud variants: the module key, the OVMF variable store with a MOK
+# (virt-fw-vars, bookworm-backports), the Secure Boot firmware, the seed disk.
+ensure_packages openssl python3-virt-firmware ovmf dosfstools mtools
 
 packer=$("$here/packer.sh" | tail -n1)
 "$here/kernels.sh" "$kver"
@@ -91,16 +109,17 @@ bi="$work/benchimage"
 
 extra="systemd.log_target=kmsg printk.devkmsg=on"
 out="$work/out"
-build() { # build NAME LABEL [BOOTLOADER [OUT]]: one packer build (forced), timed
-  local name=$1 lg="$work/logs/build-$1.log" s bl=${3:-systemd-boot} o=${4:-$out}
+build() { # build NAME LABEL [BOOTLOADER [OUT [-var K=V]...]]: one packer build (forced), timed
+  local name=$1 label=$2 lg="$work/logs/build-$1.log" s bl=${3:-systemd-boot} o=${4:-$out}
+  shift $(($# < 4 ? $# : 4))
   s=$(now)
   (cd "$top" && PACKER_PLUGIN_PATH="$work/plugins" CHECKPOINT_DISABLE=1 TMPDIR="$work/tmp" \
     "$packer" build -force -color=false \
     -var "output_directory=$o" -var "cache_dir=$work/cache" -var "rootfs_cache_dir=$work/rootfs" \
-    -var "bootloader=$bl" -var "kernel=$kver" -var "extra_cmdline=$extra" images/ci-testdriver.pkr.hcl) >"$lg" 2>&1 ||
+    -var "bootloader=$bl" -var "kernel=$kver" -var "extra_cmdline=$extra" "$@" images/ci-testdriver.pkr.hcl) >"$lg" 2>&1 ||
     fail "packer build ($name) failed" "$lg"
   secs=$(seconds "$s" "$(now)")
-  printf '{"kind":"build","name":"%s","seconds":%s}\n' "$2" "$secs" >>"$samples"
+  printf '{"kind":"build","name":"%s","seconds":%s}\n' "$label" "$secs" >>"$samples"
   log "packer build $name: $secs s"
 }
 log "packer build, cold (empty module cache and rootfs cache)"
@@ -111,6 +130,31 @@ done
 log "packer build of the GRUB image (bootloader = grub, caches kept)"
 build grub "warm, GRUB (caches kept)" grub "$work/out-grub"
 grub_qcow2="$work/out-grub/ci-testdriver.qcow2"
+
+log "packer build of the Secure Boot image (grub, secure_boot = true, a signed copy of the test driver's recipe)"
+sr="$work/signed-recipes"
+mkdir -p "$sr" "$work/signing"
+openssl req -new -x509 -newkey rsa:2048 -nodes -sha256 -days 2 -subj /CN=kpreload-bench \
+  -keyout "$work/signing/key.pem" -out "$work/signing/cert.pem" >"$work/logs/openssl.log" 2>&1 ||
+  fail "openssl req failed" "$work/logs/openssl.log"
+cp -r "$top/recipes/testdriver.yaml" "$top/recipes/testdriver" "$top/recipes/testdriver-userspace" "$sr/"
+printf 'signing:\n  key: %s\n  cert: %s\n' "$work/signing/key.pem" "$work/signing/cert.pem" >>"$sr/testdriver.yaml"
+build grub-sb "GRUB, Secure Boot (signed cell built, caches kept)" grub "$work/out-grub-sb" \
+  -var secure_boot=true -var "recipes_dir=$sr"
+sb_qcow2="$work/out-grub-sb/ci-testdriver.qcow2"
+sb_vars="$work/out-grub-sb/ci-testdriver.ovmf-vars.fd"
+[ -f "$sb_vars" ] || die "the Secure Boot build wrote no $sb_vars"
+
+log "packer build of the cloud-init image (cloud_init = true, systemd-boot)"
+build cloud "warm, cloud-init (caches kept)" systemd-boot "$work/out-cloud" -var cloud_init=true
+cloud_qcow2="$work/out-cloud/ci-testdriver.qcow2"
+seed() { # seed DIR N: a NoCloud seed asking for the test driver 1.0.0, DIR/seed.img
+  printf '#cloud-config\nkpreload:\n  resources:\n    driver:\n      version: "1.0.0"\n' >"$1/user-data"
+  printf 'instance-id: bench-%s\n' "$2" >"$1/meta-data"
+  rm -f "$1/seed.img"
+  { mkfs.vfat -n CIDATA -C "$1/seed.img" 2048 && mcopy -i "$1/seed.img" "$1/user-data" "$1/meta-data" ::; } >"$1/seed.log" 2>&1 ||
+    fail "making the NoCloud seed failed" "$1/seed.log"
+}
 raw="$out/ci-testdriver.raw"
 qcow2="$out/ci-testdriver.qcow2"
 manifest="$out/ci-testdriver.manifest.json"
@@ -151,7 +195,7 @@ lsinitramfs "$work/debian.img" >"$work/logs/debian-contents.txt"
 grep -q 'updates/dkms/kpreload_edu.ko$' "$work/logs/debian-contents.txt" || die "Debian's initrd lacks the test driver"
 
 for i in $(seq 1 "$runs"); do
-  for v in kpreload debian grub-bios grub-uefi; do
+  for v in kpreload debian grub-bios grub-uefi grub-secure nocloud; do
     d="$work/boots/$v-$i"
     mkdir -p "$d"
     qemu-img create -q -f qcow2 -F qcow2 -b "$qcow2" "$d/disk.qcow2"
@@ -167,6 +211,19 @@ for i in $(seq 1 "$runs"); do
         qemu-img create -q -f qcow2 -F qcow2 -b "$grub_qcow2" "$d/disk.qcow2"
         "$bi" boot -name "kpreload, GRUB image (${v#grub-})" -firmware "${v#grub-}" -disk "$d/disk.qcow2" -timeout "${timeout}s" -work "$d" >>"$samples" 2>"$d/stderr" ||
         fail "GRUB ${v#grub-} boot $i failed" "$d/stderr" ;;
+      grub-secure)
+        rm -f "$d/disk.qcow2"
+        qemu-img create -q -f qcow2 -F qcow2 -b "$sb_qcow2" "$d/disk.qcow2"
+        "$bi" boot -name "kpreload, GRUB image, Secure Boot (uefi-secure)" -firmware uefi-secure -vars "$sb_vars" \
+          -disk "$d/disk.qcow2" -timeout "${timeout}s" -work "$d" >>"$samples" 2>"$d/stderr" ||
+          fail "GRUB Secure Boot boot $i failed" "$d/stderr" ;;
+      nocloud)
+        rm -f "$d/disk.qcow2"
+        qemu-img create -q -f qcow2 -F qcow2 -b "$cloud_qcow2" "$d/disk.qcow2"
+        seed "$d" "$i"
+        "$bi" boot -name "kpreload, cloud-init image, NoCloud seed (UEFI)" -drive "$d/seed.img" -net -want-source seed \
+          -disk "$d/disk.qcow2" -timeout "${timeout}s" -work "$d" >>"$samples" 2>"$d/stderr" ||
+          fail "NoCloud boot $i failed" "$d/stderr" ;;
     esac
     rm -f "$d/disk.qcow2"
   done

@@ -3,11 +3,18 @@
 // prints the boot timeline in kernel time as one JSON line (boot), and turns
 // the collected samples into the benchmark's markdown table (table).
 //
-//	benchimage boot -name kpreload -disk IMG.qcow2 [-kernel K -initrd I -append A] [-instance FILE] [-human] [-timeout 480s] [-work DIR]
+//	benchimage boot -name kpreload -disk IMG.qcow2 [-firmware uefi|uefi-secure|bios] [-vars FILE]
+//	    [-kernel K -initrd I -append A] [-drive FILE]... [-net] [-want-source S]
+//	    [-instance FILE] [-human] [-timeout 480s] [-work DIR]
 //
 // With -instance the instance YAML goes to /init through QEMU fw_cfg; with
 // -human the timeline and /init's report summary are printed for people
-// (scripts/demo-image.sh) instead of the JSON line.
+// (scripts/demo-image.sh) instead of the JSON line. -firmware uefi-secure
+// boots OVMF's Secure Boot build with the variable store -vars (an image's
+// <name>.ovmf-vars.fd) and requires the report to say Secure Boot was on;
+// -drive attaches a read-only disk on virtio (a NoCloud seed); -net gives the
+// guest QEMU's user-mode network (restrict=on); -want-source requires /init's
+// driver request to have come from that source (seed, fw_cfg, image, ...).
 //
 //	benchimage table SAMPLES.jsonl
 package main
@@ -20,6 +27,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"regexp"
 	"slices"
@@ -29,6 +37,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/gpu/instance"
+	"github.com/kpreload/kpreload/live/secureboot"
 )
 
 func main() {
@@ -79,7 +88,12 @@ func boot(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("boot", flag.ContinueOnError)
 	name := fs.String("name", "", "variant name")
 	disk := fs.String("disk", "", "disk image (booted through its firmware unless -kernel is given)")
-	firmware := fs.String("firmware", qemu.FirmwareUEFI, "the disk's firmware: uefi (OVMF) or bios (SeaBIOS)")
+	firmware := fs.String("firmware", qemu.FirmwareUEFI, "the disk's firmware: uefi (OVMF), uefi-secure (OVMF with Secure Boot) or bios (SeaBIOS)")
+	vars := fs.String("vars", "", "the OVMF variable store to boot with a copy of (uefi-secure: the image's <name>.ovmf-vars.fd)")
+	var drives multiFlag
+	fs.Var(&drives, "drive", "a disk attached read-only on virtio after the root disk, such as a NoCloud seed (repeatable)")
+	network := fs.Bool("net", false, "give the guest QEMU's user-mode network (restrict=on)")
+	wantSource := fs.String("want-source", "", "require /init's driver request to have come from this source (seed, fw_cfg, image, ...)")
 	kernel := fs.String("kernel", "", "boot this kernel directly (with -initrd and -append)")
 	initrd := fs.String("initrd", "", "initramfs for -kernel")
 	appendArgs := fs.String("append", "", "kernel command line additions for -kernel")
@@ -93,11 +107,21 @@ func boot(args []string, out io.Writer) error {
 	if *name == "" || *disk == "" {
 		return errors.New("boot: -name and -disk are required")
 	}
-	c := qemu.Config{RootDisk: *disk, Devices: []string{"edu"}, Until: defaultTarget, Timeout: *timeout}
+	c := qemu.Config{RootDisk: *disk, Devices: []string{"edu"}, Until: defaultTarget, Timeout: *timeout, Drives: drives}
 	if *kernel != "" {
 		c.Kernel, c.Initramfs, c.Append = *kernel, *initrd, *appendArgs
 	} else {
-		c.Firmware = *firmware
+		c.Firmware, c.OVMFVars = *firmware, *vars
+	}
+	if *network {
+		// qemu.Config makes its user-mode network (restrict=on: nothing
+		// leaves the host) only for forwards: one to the guest's ssh port
+		// from a free loopback port, which nothing uses.
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		c.HostForwards = []string{fmt.Sprintf("tcp:127.0.0.1:%d-:22", port)}
 	}
 	if *inst != "" {
 		c.FwCfg = map[string]string{instance.FwCfgName: *inst}
@@ -108,6 +132,20 @@ func boot(args []string, out io.Writer) error {
 	}
 	if !res.UntilMatched {
 		return fmt.Errorf("boot %s: systemd did not reach its default target (console %s)", *name, res.Console)
+	}
+	if *firmware == qemu.FirmwareUEFISecure && *kernel == "" && !*human {
+		if rep := res.Report; rep == nil || rep.SecureBoot == nil || rep.SecureBoot.SecureBoot != secureboot.Enabled {
+			return fmt.Errorf("boot %s: the report does not say Secure Boot was on (console %s)", *name, res.Console)
+		}
+	}
+	if *wantSource != "" {
+		if rep := res.Report; rep == nil || rep.Selection == nil || rep.Selection.Source != *wantSource {
+			got := "no report"
+			if rep != nil && rep.Selection != nil {
+				got = rep.Selection.Source + " " + rep.Selection.Origin
+			}
+			return fmt.Errorf("boot %s: /init's driver request came from %s, want %s (console %s)", *name, got, *wantSource, res.Console)
+		}
 	}
 	s := Sample{Kind: "boot", Name: *name, Wall: res.Duration.Seconds()}
 	bound, ok := qemu.Find(res.Kernel, "bound, id 0x010000ed")
@@ -142,6 +180,8 @@ func boot(args []string, out io.Writer) error {
 	switch c.Firmware {
 	case qemu.FirmwareUEFI:
 		how = "UEFI through the image's bootloader"
+	case qemu.FirmwareUEFISecure:
+		how = "UEFI Secure Boot through the image's bootloader"
 	case qemu.FirmwareBIOS:
 		how = "BIOS through the image's bootloader"
 	}
@@ -168,6 +208,22 @@ func boot(args []string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "console log: %s\n", res.Console)
 	return nil
+}
+
+// multiFlag is a repeatable string flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// freePort returns a TCP port free on the host's loopback.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func orNone(v []string) string {
