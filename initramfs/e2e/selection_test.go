@@ -75,6 +75,8 @@ type selectBoot struct {
 	cache string
 	// complete marks the initramfs index complete (the early decision).
 	complete bool
+	// drives are more disks on virtio after the root (a cloud-init seed).
+	drives []string
 }
 
 func bootSelect(t *testing.T, c selectBoot) (booted, string) {
@@ -128,6 +130,7 @@ func bootSelect(t *testing.T, c selectBoot) (booted, string) {
 		Append:     strings.TrimSpace("root=UUID=" + rootUUID + " " + c.append),
 		Timeout:    4 * time.Minute,
 		ConsoleLog: filepath.Join(dir, "console.log"),
+		Drives:     c.drives,
 	}
 	if c.instance != "" {
 		f := filepath.Join(dir, "instance.yaml")

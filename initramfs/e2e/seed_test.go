@@ -1,0 +1,93 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// seedDisk writes a NoCloud seed (vfat labelled CIDATA) holding user-data;
+// broken, it is a seed whose filesystem cannot be mounted (its boot sector's
+// bytes-per-sector zeroed), as a truncated or garbled seed is.
+func seedDisk(t *testing.T, userData string, broken bool) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, text := range map[string]string{"user-data": userData, "meta-data": "instance-id: kpreload-e2e\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seed := filepath.Join(dir, "seed.img")
+	for _, c := range [][]string{
+		{"mkfs.vfat", "-n", "CIDATA", "-C", seed, "2048"},
+		{"mcopy", "-i", seed, filepath.Join(dir, "user-data"), filepath.Join(dir, "meta-data"), "::"},
+	} {
+		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", c, err, out)
+		}
+	}
+	if broken {
+		f, err := os.OpenFile(seed, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt([]byte{0, 0}, 0x0b); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	return seed
+}
+
+// TestSeedRequests: /init reads the instance request in a cloud-init seed's
+// user-data (a kpreload: key of #cloud-config) between fw_cfg and the image's
+// file; a seed that is broken, asks with a wrong field, or holds user-data
+// only cloud-init reads leaves the boot to the next source, with the fault
+// and where it is in the report.
+func TestSeedRequests(t *testing.T) {
+	if testing.Short() {
+		t.Skip("QEMU boots; -short")
+	}
+	const ask1 = "#cloud-config\nkpreload:\n  resources:\n    driver:\n      version: \"1.0.0\"\n"
+	const origin = "NoCloud seed /dev/vdb (CIDATA) user-data"
+	tests := []struct {
+		name    string
+		c       selectBoot
+		version string // chosen
+		source  string
+		want    string // in the report's errors or notes
+	}{
+		{"the seed's request", selectBoot{drives: []string{seedDisk(t, ask1, false)}}, "1.0.0", "seed", ""},
+		{"fw_cfg before the seed", selectBoot{drives: []string{seedDisk(t, ask1, false)},
+			instance: "resources:\n  driver:\n    version: \"2.0.0\"\n"}, "2.0.0", "fw_cfg", ""},
+		{"a wrong field, with its line", selectBoot{drives: []string{seedDisk(t, "#cloud-config\nkpreload:\n  resources:\n    driver:\n      verison: \"1\"\n", false)}},
+			"2.0.0", "default", origin + ":5: kpreload.resources.driver.verison: unknown field"},
+		{"a seed that does not mount", selectBoot{drives: []string{seedDisk(t, ask1, true)}}, "2.0.0", "default",
+			"instance request from seed ignored: NoCloud seed /dev/vdb (CIDATA): mount:"},
+		{"MIME multipart: left to cloud-init", selectBoot{drives: []string{seedDisk(t, "Content-Type: multipart/mixed; boundary=x\n\n--x--\n", false)}},
+			"2.0.0", "default", "seed: user-data is " + origin + ": not a plain #cloud-config document"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, con := bootSelect(t, tt.c)
+			if len(b.rep.Errors) == 0 {
+				checkChosen(t, b, con, tt.version, tt.source, "initramfs")
+			} else if d := b.rep.Selection; d == nil || d.Source != tt.source || len(d.Drivers) != 1 || d.Drivers[0].Chosen == nil ||
+				d.Drivers[0].Chosen.Version != tt.version || !d.Drivers[0].Active {
+				t.Errorf("selection %+v: want %s from %s, active", d, tt.version, tt.source)
+			}
+			if tt.source == "seed" && b.rep.Selection.Origin != origin {
+				t.Errorf("origin %q, want %q", b.rep.Selection.Origin, origin)
+			}
+			said := strings.Join(append(append(b.rep.Errors, b.rep.Selection.Errors...), b.rep.Selection.Notes...), "\n")
+			if tt.want != "" && !strings.Contains(said, tt.want) {
+				t.Errorf("report errors and notes:\n%s\nwant %q", said, tt.want)
+			}
+			if b.root == nil || b.root.Start <= 0 {
+				t.Errorf("the real init did not run")
+			}
+		})
+	}
+}
