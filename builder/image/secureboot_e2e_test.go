@@ -65,8 +65,9 @@ func selectionOf(rep *report.Report, driver string) *report.SelectionDriver {
 
 // TestSecureBootImage builds a GRUB image with --secure-boot from a cache
 // holding the test driver 1.0.0 signed by a recipe key and 2.0.0 unsigned,
-// and boots it twice with UEFI Secure Boot on (OVMF's Secure Boot firmware,
-// SMM, secure pflash) through Debian's signed shim, GRUB and kernel:
+// and boots it with UEFI Secure Boot on (OVMF's Secure Boot firmware, SMM,
+// secure pflash) through Debian's signed shim, GRUB and kernel, twice, then
+// once with Secure Boot off:
 //
 //  1. With the image's <name>.ovmf-vars.fd (the module key enrolled as a
 //     MOK): the report records Secure Boot and lockdown; the unsigned 2.0.0
@@ -76,6 +77,8 @@ func selectionOf(rep *report.Report, driver string) *report.SelectionDriver {
 //  2. With Microsoft's keys only: the boot reaches its default target, no
 //     driver loads, and the console and report name the missing certificate
 //     and the mokutil command that enrolls it.
+//  3. Plain OVMF, Secure Boot off: the report says so, nothing is enforced
+//     and the newest version, the unsigned 2.0.0, loads.
 func TestSecureBootImage(t *testing.T) {
 	ctx, kpreload, initBin, progress := e2eStart(t, "mmdebstrap, two dkms builds and two TCG boots", 40*time.Minute)
 
@@ -130,10 +133,10 @@ func TestSecureBootImage(t *testing.T) {
 		t.Errorf("virt-fw-vars --print %s: %v; want a MokList:\n%s", k.OVMFVars, err, b)
 	}
 
-	boot := func(name, vars string, fwcfg map[string]string) (*qemu.Result, string) {
+	boot := func(name, firmware, vars string, fwcfg map[string]string) (*qemu.Result, string) {
 		t.Helper()
 		res, err := (&qemu.Runner{WorkDir: t.TempDir()}).Run(ctx, qemu.Config{
-			Firmware: qemu.FirmwareUEFISecure, OVMFVars: vars, RootDisk: m.Files[0].Path, Snapshot: true,
+			Firmware: firmware, OVMFVars: vars, RootDisk: m.Files[0].Path, Snapshot: true,
 			Devices: []string{"edu"}, FwCfg: fwcfg, Until: defaultTarget, Timeout: 420 * time.Second,
 		})
 		if err != nil {
@@ -147,15 +150,21 @@ func TestSecureBootImage(t *testing.T) {
 				t.Logf("%s: console: %s", name, strings.TrimSpace(l))
 			}
 		}
+		if res.Report == nil {
+			t.Fatalf("%s: no report; console %s", name, res.Console)
+		}
+		sb := res.Report.SecureBoot
+		if firmware != qemu.FirmwareUEFISecure {
+			if sb == nil || sb.SecureBoot != secureboot.Disabled || sb.Enforced {
+				t.Errorf("%s: report secure_boot %+v, want disabled, nothing enforced", name, sb)
+			}
+			return res, string(console)
+		}
 		for _, want := range []string{"Secure boot enabled", "Kernel is locked down"} {
 			if !strings.Contains(string(console), want) {
 				t.Errorf("%s: console lacks the kernel's %q (%s)", name, want, res.Console)
 			}
 		}
-		if res.Report == nil {
-			t.Fatalf("%s: no report; console %s", name, res.Console)
-		}
-		sb := res.Report.SecureBoot
 		if sb == nil || sb.SecureBoot != secureboot.Enabled || sb.Lockdown != "integrity" || !sb.Enforced || len(sb.Keys) == 0 {
 			t.Errorf("%s: report secure_boot %+v, want enabled, lockdown integrity, enforced, the keyrings' certificates", name, sb)
 		}
@@ -163,7 +172,7 @@ func TestSecureBootImage(t *testing.T) {
 	}
 
 	// 1. The module key enrolled.
-	res, _ := boot("boot 1 (MOK enrolled)", k.OVMFVars, map[string]string{"kpreload/instance.yaml": want11})
+	res, _ := boot("boot 1 (MOK enrolled)", qemu.FirmwareUEFISecure, k.OVMFVars, map[string]string{"kpreload/instance.yaml": want11})
 	checkImageBoot(t, res, testKernel, "root=UUID="+m.RootUUID+" ro "+cmdline)
 	d := selectionOf(res.Report, "kpreload-edu")
 	if d == nil || d.Chosen == nil || d.Chosen.Version != "1.0.0" {
@@ -187,7 +196,7 @@ func TestSecureBootImage(t *testing.T) {
 	}
 
 	// 2. Microsoft's keys only: the module key is not enrolled.
-	res, console := boot("boot 2 (no MOK)", qemu.SecureBootVars, nil)
+	res, console := boot("boot 2 (no MOK)", qemu.FirmwareUEFISecure, qemu.SecureBootVars, nil)
 	d = selectionOf(res.Report, "kpreload-edu")
 	if d == nil || d.Chosen != nil {
 		t.Fatalf("boot 2: kpreload-edu decision %+v, want a refusal", d)
@@ -205,6 +214,14 @@ func TestSecureBootImage(t *testing.T) {
 		if mod.Name == "kpreload_edu" {
 			t.Errorf("boot 2: kpreload_edu was handed to the loader: %+v", mod)
 		}
+	}
+
+	// 3. The same image where Secure Boot is off (plain OVMF): nothing is
+	// enforced, so the newest version, the unsigned 2.0.0, loads.
+	res, _ = boot("boot 3 (Secure Boot off)", qemu.FirmwareUEFI, "", nil)
+	checkImageBoot(t, res, testKernel, "root=UUID="+m.RootUUID+" ro "+cmdline)
+	if d := selectionOf(res.Report, "kpreload-edu"); d == nil || d.Chosen == nil || d.Chosen.Version != "2.0.0" {
+		t.Errorf("boot 3: kpreload-edu decision %+v, want 2.0.0 (nothing enforced)", d)
 	}
 }
 
