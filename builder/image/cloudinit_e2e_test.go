@@ -22,32 +22,6 @@ import (
 	"github.com/kpreload/kpreload/live/report"
 )
 
-// nocloudSeed writes a NoCloud seed as clouds' tools make it for QEMU: a
-// vfat disk labelled CIDATA holding user-data and meta-data (the cloud
-// kernel has no AHCI, so the seed goes on virtio, not a CD-ROM).
-func nocloudSeed(t *testing.T, userData, instanceID string) string {
-	t.Helper()
-	dir := t.TempDir()
-	for name, text := range map[string]string{
-		"user-data": userData,
-		"meta-data": "instance-id: " + instanceID + "\nlocal-hostname: kpreload-test\n",
-	} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	seed := filepath.Join(dir, "seed.img")
-	for _, c := range [][]string{
-		{"mkfs.vfat", "-n", "CIDATA", "-C", seed, "2048"},
-		{"mcopy", "-i", seed, filepath.Join(dir, "user-data"), filepath.Join(dir, "meta-data"), "::"},
-	} {
-		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%s: %v\n%s", strings.Join(c, " "), err, out)
-		}
-	}
-	return seed
-}
-
 // freePort returns a TCP port free on the host's loopback.
 func freePort(t *testing.T) int {
 	t.Helper()
@@ -163,7 +137,7 @@ func TestCloudInitImage(t *testing.T) {
 		var said map[string]string
 		res, err := (&qemu.Runner{WorkDir: t.TempDir()}).Run(ctx, qemu.Config{
 			Firmware: qemu.FirmwareUEFI, RootDisk: rootDisk, Snapshot: true,
-			Drives:       []string{nocloudSeed(t, userData, instanceID)},
+			Drives:       []string{testenv.NoCloudSeed(t, userData, instanceID)},
 			HostForwards: []string{fmt.Sprintf("tcp:127.0.0.1:%d-:22", port)},
 			Devices:      []string{"edu"}, Until: cloudInitDone, Timeout: 600 * time.Second,
 			AtUntil: func(ctx context.Context) error {

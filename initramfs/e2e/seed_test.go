@@ -2,41 +2,27 @@ package e2e
 
 import (
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kpreload/kpreload/internal/testenv"
 )
 
-// seedDisk writes a NoCloud seed (vfat labelled CIDATA) holding user-data;
-// broken, it is a seed whose filesystem cannot be mounted (its boot sector's
-// bytes-per-sector zeroed), as a truncated or garbled seed is.
+// seedDisk writes a NoCloud seed holding user-data; broken, it is a seed
+// whose filesystem cannot be mounted (its boot sector's bytes-per-sector
+// zeroed), as a truncated or garbled seed is.
 func seedDisk(t *testing.T, userData string, broken bool) string {
 	t.Helper()
-	dir := t.TempDir()
-	for name, text := range map[string]string{"user-data": userData, "meta-data": "instance-id: kpreload-e2e\n"} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	seed := filepath.Join(dir, "seed.img")
-	for _, c := range [][]string{
-		{"mkfs.vfat", "-n", "CIDATA", "-C", seed, "2048"},
-		{"mcopy", "-i", seed, filepath.Join(dir, "user-data"), filepath.Join(dir, "meta-data"), "::"},
-	} {
-		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%v: %v\n%s", c, err, out)
-		}
-	}
+	seed := testenv.NoCloudSeed(t, userData, "kpreload-e2e")
 	if broken {
 		f, err := os.OpenFile(seed, os.O_WRONLY, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer f.Close()
 		if _, err := f.WriteAt([]byte{0, 0}, 0x0b); err != nil {
 			t.Fatal(err)
 		}
-		f.Close()
 	}
 	return seed
 }

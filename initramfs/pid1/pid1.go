@@ -232,8 +232,6 @@ func (b *Boot) setup() {
 		{"sysfs", "/sys", "sysfs", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
 		{"devtmpfs", "/dev", "devtmpfs", unix.MS_NOSUID, "mode=0755"},
 		{"tmpfs", "/run", "tmpfs", unix.MS_NOSUID | unix.MS_NODEV, "mode=0755"},
-		// The kernel's lockdown mode (secureboot.Read).
-		{"securityfs", "/sys/kernel/security", "securityfs", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
 	} {
 		_ = os.MkdirAll(m.dst, 0o755)
 		if err := unix.Mount(m.src, m.dst, m.fstype, m.flags, m.data); err != nil && err != unix.EBUSY {
@@ -242,6 +240,11 @@ func (b *Boot) setup() {
 	}
 	if f, err := os.OpenFile("/dev/console", os.O_WRONLY, 0); err == nil {
 		b.console = f
+	}
+	// securityfs shows the kernel's lockdown mode (secureboot.Read); a
+	// kernel without it leaves the mode unknown, which is no error.
+	if err := unix.Mount("securityfs", "/sys/kernel/security", "securityfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil && err != unix.EBUSY {
+		b.event("securityfs: %v: the lockdown mode is read from the command line", err)
 	}
 	// Our own parser: u-root's panics on a value that is a lone quote.
 	b.cmd = kcmdline.Read("/proc/cmdline")
