@@ -186,7 +186,7 @@ func KernelRemoved(ctx context.Context, o Options, release string) (*Result, err
 		return nil, fmt.Errorf("remove %s: %w", p, err)
 	}
 	o.logf("removed the kpreload initramfs of %s", release)
-	return o.sync(ctx, bl)
+	return o.syncAfter(ctx, bl, true)
 }
 
 func (o *Options) bootloader() (Bootloader, error) {
@@ -269,6 +269,13 @@ func removeStaleTemps(dir string) {
 
 // sync points the boot loader at the root's kernels as they are now.
 func (o *Options) sync(ctx context.Context, bl Bootloader) (*Result, error) {
+	return o.syncAfter(ctx, bl, false)
+}
+
+// syncAfter is sync; after a removal, a root left with no kernel that boots
+// with kpreload is no error (the kernel packages' postrm must not fail): its
+// kpreload entries go, the distribution's stay, and a warning says so.
+func (o *Options) syncAfter(ctx context.Context, bl Bootloader, removal bool) (*Result, error) {
 	removeStaleTemps(filepath.Join(o.Root, InitramfsDir))
 	kernels, err := Kernels(o.Root)
 	if err != nil {
@@ -290,11 +297,15 @@ func (o *Options) sync(ctx context.Context, bl Bootloader) (*Result, error) {
 			res.Warnings = append(res.Warnings, fmt.Sprintf("kernel %s has no kpreload initramfs: it boots only with the distribution's", k.Release))
 		}
 	}
-	if res.Default == "" {
+	switch {
+	case res.Default == "" && !removal:
 		return nil, fmt.Errorf("no kernel in %s has both its image (/boot/vmlinuz-<release>) and a kpreload initramfs: nothing to boot kpreload with", o.Root)
-	}
-	if err := CheckRelease(res.Default); err != nil {
-		return nil, err
+	case res.Default == "":
+		res.Warnings = append(res.Warnings, fmt.Sprintf("no kernel in %s boots with kpreload any more: kpreload's entries are removed, the distribution's own stay", o.Root))
+	default:
+		if err := CheckRelease(res.Default); err != nil {
+			return nil, err
+		}
 	}
 	switch bl {
 	case GRUB:
@@ -305,13 +316,18 @@ func (o *Options) sync(ctx context.Context, bl Bootloader) (*Result, error) {
 		if err := o.UpdateGrub(ctx, o.Root, o.Log); err != nil {
 			return nil, fmt.Errorf("GRUB: %w", err)
 		}
+		if res.Default == "" {
+			break
+		}
 		if err := CheckGrubConfig(o.Root, res.Default); err != nil {
 			return nil, fmt.Errorf("GRUB: %w", err)
 		}
 	case SystemdBoot:
-		cmdline, err := entryCmdline(o.Root, o.Cmdline)
-		if err != nil {
-			return nil, err
+		cmdline := "" // no kernel left: no entry is written
+		if res.Default != "" {
+			if cmdline, err = entryCmdline(o.Root, o.Cmdline); err != nil {
+				return nil, err
+			}
 		}
 		if err := syncSystemdBoot(o.Root, o.ESP, kernels, res.Default, cmdline); err != nil {
 			return nil, err
@@ -321,6 +337,9 @@ func (o *Options) sync(ctx context.Context, bl Bootloader) (*Result, error) {
 	}
 	for _, w := range res.Warnings {
 		o.logf("WARNING: %s", w)
+	}
+	if res.Default == "" {
+		return res, nil
 	}
 	o.logf("%s boots kernel %s with kpreload by default (%s)", bl, res.Default, st.Describe())
 	return res, nil

@@ -375,3 +375,50 @@ func TestHookScriptsParse(t *testing.T) {
 		}
 	}
 }
+
+// TestLastKernelRemoved: removing the last kernel that boots with kpreload is
+// no error for the kernel package's postrm (dpkg would be left half-done):
+// kpreload's entries go, a warning says so, the distribution's stay.
+func TestLastKernelRemoved(t *testing.T) {
+	const k = "6.1.0-56-cloud-amd64"
+	for _, bl := range []Bootloader{SystemdBoot, GRUB} {
+		t.Run(string(bl), func(t *testing.T) {
+			files := map[string]string{
+				InitramfsPath(k):                        "initramfs",
+				"boot/efi/loader/loader.conf":           "default " + EntryName(k) + "\ntimeout 0\n",
+				"boot/efi/" + EntryPath(k):              "title kpreload\n",
+				"boot/efi/loader/entries/debian-k.conf": "title the distribution's\n",
+				CacheDir + "/index/":                    "",
+				"lib/modules/":                          "",
+			}
+			root := fakeRoot(t, files)
+			var log bytes.Buffer
+			grubRuns := 0
+			o := Options{Root: root, Bootloader: bl, Log: &log,
+				UpdateGrub: func(context.Context, string, io.Writer) error { grubRuns++; return nil }}
+			res, err := KernelRemoved(context.Background(), o, k)
+			if err != nil {
+				t.Fatalf("postrm of the last kernel: %v\n%s", err, log.String())
+			}
+			if res.Default != "" || !strings.Contains(strings.Join(res.Warnings, "\n"), "no kernel in "+root+" boots with kpreload any more") {
+				t.Errorf("result %+v, want no default and the warning", res)
+			}
+			if _, err := os.Stat(filepath.Join(root, InitramfsPath(k))); !os.IsNotExist(err) {
+				t.Errorf("the kpreload initramfs is still there: %v", err)
+			}
+			switch bl {
+			case SystemdBoot:
+				if _, err := os.Stat(filepath.Join(root, "boot/efi", EntryPath(k))); !os.IsNotExist(err) {
+					t.Errorf("kpreload's entry is still there: %v", err)
+				}
+				if _, err := os.Stat(filepath.Join(root, "boot/efi/loader/entries/debian-k.conf")); err != nil {
+					t.Errorf("the distribution's entry is gone: %v", err)
+				}
+			case GRUB:
+				if grubRuns != 1 {
+					t.Errorf("update-grub ran %d times, want once (09_kpreload then lists nothing)", grubRuns)
+				}
+			}
+		})
+	}
+}

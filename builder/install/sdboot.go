@@ -100,13 +100,17 @@ func syncSystemdBoot(root, esp string, kernels []Kernel, def, cmdline string) er
 			return fmt.Errorf("systemd-boot: entry of %s: %w", k.Release, err)
 		}
 	}
-	conf := filepath.Join(esp, ESPLoaderConf)
-	text := LoaderConf(def)
-	if b, err := os.ReadFile(conf); err == nil {
-		text = withDefault(string(b), EntryName(def))
-	}
-	if err := fileutil.WriteAtomic(conf, []byte(text), 0o644, true); err != nil {
-		return fmt.Errorf("systemd-boot: %w", err)
+	// With no kernel left to boot with kpreload (def ""), loader.conf is
+	// left as it is: systemd-boot falls back to the first entry there is.
+	if def != "" {
+		conf := filepath.Join(esp, ESPLoaderConf)
+		text := LoaderConf(def)
+		if b, err := os.ReadFile(conf); err == nil {
+			text = withDefault(string(b), EntryName(def))
+		}
+		if err := fileutil.WriteAtomic(conf, []byte(text), 0o644, true); err != nil {
+			return fmt.Errorf("systemd-boot: %w", err)
+		}
 	}
 	// Only after the new default is in place: drop what a removed kernel
 	// left, and what a killed run left half-written.
