@@ -20,9 +20,21 @@ const SeedMount = "/run/kpreload/seed"
 // root's mount found; the seed is mounted only when the sources before it
 // (the command line, fw_cfg) carry no request. An absent seed is no source.
 func (b *Boot) seedFile() instance.File {
-	seeds := seed.Find("/sys", "/dev")
 	f := instance.File{Source: instance.SourceSeed, Path: "no cloud-init seed", UserData: true,
 		Read: func() ([]byte, error) { return nil, fs.ErrNotExist }}
+	// A valid request on the command line, or from fw_cfg's ports, comes
+	// first (instance.Find): the block devices are not read for a seed then.
+	if _, _, found, err := instance.FromCmdline(b.cmd.Flag); found && err == nil {
+		return f
+	}
+	if b.fwFile != nil && b.fwFile.Read != nil {
+		if data, err := b.fwFile.Read(); err == nil {
+			if _, perr := instance.Parse(b.fwFile.Path, data); perr == nil {
+				return f // fw_cfg's valid request wins (a bad one falls through to the seed)
+			}
+		}
+	}
+	seeds := seed.Find("/sys", "/dev")
 	if len(seeds) == 0 {
 		return f
 	}
