@@ -1,5 +1,6 @@
 // Package archive is kpreload's one door to Debian's archive: it downloads
-// pinned packages, unpacks them without installing anything, answers which
+// pinned packages, unpacks them without installing anything, fetches and
+// unpacks whole kernels (FetchKernel: image, headers, kbuild), answers which
 // versions a suite carries and lists its kernels, for any suite (bookworm,
 // trixie, sid, experimental, ...).
 //

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -13,10 +12,10 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/internal/fileutil"
-	"github.com/kpreload/kpreload/internal/testenv"
 
 	"github.com/kpreload/kpreload/builder/internal/buildtest"
 
+	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/buildroot"
 	"github.com/kpreload/kpreload/builder/dkms"
 	"github.com/kpreload/kpreload/builder/recipe"
@@ -25,7 +24,7 @@ import (
 // testKernels are the kernels of scripts/lib.sh's default matrix.
 var testKernels = []string{"6.1.0-56-cloud-amd64", "6.12.117+deb12-cloud-amd64"}
 
-// downloadDir is where scripts/kernels.sh unpacks kernels.
+// downloadDir is where kernels are unpacked (builder/archive, scripts/kernels.sh).
 func downloadDir() string {
 	if c := os.Getenv("KPRELOAD_CACHE"); c != "" {
 		return c
@@ -33,17 +32,17 @@ func downloadDir() string {
 	return DefaultDownloadDir
 }
 
-// requireKernels makes sure the test kernels are unpacked, running
-// scripts/kernels.sh (idempotent) for missing ones.
+// requireKernels makes sure the test kernels are unpacked, fetching missing
+// ones as the matrix does (archive.FetchKernel: kept when already there).
 func requireKernels(t *testing.T) {
 	t.Helper()
 	for _, kver := range testKernels {
-		if _, err := os.Stat(filepath.Join(downloadDir(), "kernels", kver, ".complete")); err == nil {
-			continue
+		a, err := archive.New(archive.KernelSuite(kver), downloadDir())
+		if err != nil {
+			t.Fatal(err)
 		}
-		script := filepath.Join(testenv.RepoRoot(t), "scripts", "kernels.sh")
-		if out, err := exec.Command(script, kver).CombinedOutput(); err != nil {
-			t.Fatalf("%s %s: %v\n%s", script, kver, err, out)
+		if _, err := a.FetchKernel(context.Background(), kver, downloadDir(), nil); err != nil {
+			t.Fatalf("fetch kernel %s: %v", kver, err)
 		}
 	}
 }

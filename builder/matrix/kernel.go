@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
-	"time"
 
 	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/buildroot"
@@ -51,17 +49,12 @@ type kernel struct {
 }
 
 // prepareKernel makes sure kernel release is unpacked under
-// downloads/kernels/<release> (running script, scripts/kernels.sh, when it is
-// not) and reads what the cache key needs from its headers.
-func prepareKernel(ctx context.Context, release, suite, downloads, script string, root *buildroot.Root, driver dkms.Driver) (*kernel, error) {
-	kroot := filepath.Join(downloads, "kernels", release)
-	if _, err := os.Stat(filepath.Join(kroot, ".complete")); err != nil {
-		if script == "" {
-			return nil, fmt.Errorf("kernel %s is not unpacked in %s and no kernels.sh script is known: run scripts/kernels.sh %s", release, kroot, release)
-		}
-		if err := runKernelsScript(ctx, script, release, suite, downloads); err != nil {
-			return nil, err
-		}
+// downloads/kernels/<release> (fetching it from arc, the archive of its
+// suite, when it is not) and reads what the cache key needs from its headers.
+func prepareKernel(ctx context.Context, release string, arc *archive.Archive, downloads string, root *buildroot.Root, driver dkms.Driver) (*kernel, error) {
+	kroot, err := arc.FetchKernel(ctx, release, downloads, nil)
+	if err != nil {
+		return nil, fmt.Errorf("fetch kernel %s: %w", release, err)
 	}
 	k := &kernel{headersDir: filepath.Join(kroot, "usr", "src", "linux-headers-"+release), dir: kroot}
 	h, err := dkms.InspectHeaders(k.headersDir)
@@ -86,7 +79,7 @@ func prepareKernel(ctx context.Context, release, suite, downloads, script string
 		// Bookworm's link is absolute (/usr/src/linux-headers-<x>-common);
 		// trixie's is relative to /usr/lib/modules/<release>
 		// (../../../src/...), where merged-/usr puts the modules and from
-		// where scripts/kernels.sh moved them to lib/modules.
+		// where archive.FetchKernel moved them to lib/modules.
 		bases := []string{""}
 		if !filepath.IsAbs(target) {
 			bases = []string{filepath.Join("/lib/modules", release), filepath.Join("/usr/lib/modules", release)}
@@ -118,31 +111,6 @@ func prepareKernel(ctx context.Context, release, suite, downloads, script string
 		}
 	}
 	return k, nil
-}
-
-// runKernelsScript runs "script [--suite S] release" with KPRELOAD_CACHE=downloads
-// (--suite for suites other than the default). On
-// cancellation the script's process group gets SIGTERM, so its EXIT trap
-// removes its temporary tree.
-func runKernelsScript(ctx context.Context, script, release, suite, downloads string) error {
-	args := []string{release}
-	if suite != "" && suite != archive.DefaultSuite {
-		args = []string{"--suite", suite, release}
-	}
-	cmd := exec.CommandContext(ctx, script, args...)
-	cmd.Env = append(os.Environ(), "KPRELOAD_CACHE="+downloads)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
-	cmd.WaitDelay = 30 * time.Second
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return fmt.Errorf("fetch kernel %s: %w", release, ctxErr)
-		}
-		return fmt.Errorf("fetch kernel %s: %s %s: %w: %s", release, script, release, err, strings.TrimSpace(out.String()))
-	}
-	return nil
 }
 
 // headersPackageVersion returns the Version field of the linux-headers .deb
@@ -197,7 +165,7 @@ func checkKernels(cells []Cell, downloads string, lister recipe.KernelLister, su
 		if slices.Contains(missing, c.Kernel) {
 			continue
 		}
-		if exists(filepath.Join(downloads, "kernels", c.Kernel, ".complete")) {
+		if archive.KernelUnpacked(downloads, c.Kernel) {
 			continue
 		}
 		missing = append(missing, c.Kernel)
@@ -241,7 +209,7 @@ func unpacked(downloads string) []string {
 	ents, _ := os.ReadDir(filepath.Join(downloads, "kernels"))
 	var out []string
 	for _, e := range ents {
-		if exists(filepath.Join(downloads, "kernels", e.Name(), ".complete")) {
+		if archive.KernelUnpacked(downloads, e.Name()) {
 			out = append(out, e.Name())
 		}
 	}

@@ -1,17 +1,21 @@
 // Package matrix builds driver recipes for a matrix of kernels with dkms and
 // adds the results to the module cache.
 //
-// Each (recipe, kernel) pair is a Cell. Before building a cell, Run computes
-// its cache key from everything that decides the result (driver, source
-// tree digest, dkms.conf, kernel release, headers package version,
+// Each (recipe, kernel) pair is a Cell. Before building a cell, Run prepares
+// its inputs (the DKMS source, the kernel, fetched and unpacked through
+// builder/archive when missing, a build root for another suite's kernel) and
+// computes its cache key from everything that decides the result (driver,
+// source tree digest, dkms.conf, kernel release, headers package version,
 // Module.symvers and .config digests, the kernel's compiler and the host's
-// compiler version) and asks the store: a hit is "cached" and compiles
-// nothing. Misses are built with the dkms Driver, in parallel, each in its
-// own work directory under one temporary directory that Run removes when it
-// returns (also when ctx is cancelled). Only the recipe's modules are kept
-// and added to the store under the key; the store writes atomically, so an
-// interrupted run leaves the cache as it was. A failed cell never stops the
-// others.
+// compiler version). It then asks the two-level cache (kmodcache/tiered: the
+// local store, then Options.Remote): a hit is "cached" or "pulled" and
+// compiles nothing. Misses are built with the dkms Driver, in parallel, each
+// in its own work directory under one temporary directory that Run removes
+// when it returns (also when ctx is cancelled); the recipe's modules, signed
+// when it asks, are put into the cache under the key (the store, then the
+// registry), and a compile failure is recorded there. The store writes
+// atomically, so an interrupted run leaves the cache as it was. A failed
+// cell never stops the others.
 package matrix
 
 import (
@@ -35,6 +39,7 @@ import (
 	"github.com/kpreload/kpreload/kmodcache/modname"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/store"
+	"github.com/kpreload/kpreload/kmodcache/tiered"
 )
 
 // States of a cell, as Event.State and Result.State.
@@ -96,9 +101,10 @@ type Result struct {
 	Duration time.Duration
 	// Err is the failure (StateFailed) or nil.
 	Err error
-	// Remote says what happened on Options.Remote: "pulled", "pushed",
-	// "present" (it already held the cell), "recorded failure", "known
-	// failure" (it records this key as failed), "absent"; "" without a remote.
+	// Remote says what happened on Options.Remote, in kmodcache/tiered's
+	// words: "pulled", "pushed", "present" (it already held the cell),
+	// "recorded failure", "known failure" (it records this key as failed),
+	// "absent", ...; "" without a remote.
 	Remote string
 	// PushErr is why a push to Options.Remote failed, or nil.
 	PushErr error
@@ -143,18 +149,15 @@ type Options struct {
 	// CacheDir is the module cache directory (see kmodcache/store).
 	CacheDir string
 	// DownloadDir holds downloaded .debs (debs/), unpacked package sources
-	// (sources/) and kernels (kernels/<release>/, see scripts/kernels.sh);
-	// "" means $KPRELOAD_CACHE, else DefaultDownloadDir.
+	// (sources/) and kernels (kernels/<release>/, fetched and unpacked by
+	// builder/archive when missing); "" means $KPRELOAD_CACHE, else
+	// DefaultDownloadDir.
 	DownloadDir string
 	// LogDir keeps the build log of every cell built; "" means DownloadDir/logs.
 	LogDir string
 	// TempDir is where the run's temporary work directory is made; "" means
 	// os.TempDir().
 	TempDir string
-	// KernelsScript is run as "KernelsScript <release>" for kernels missing
-	// from DownloadDir; "" means the scripts/kernels.sh next to the first
-	// recipe's recipes/ directory, if there is one.
-	KernelsScript string
 	// Jobs is how many cells build at once; 0 means one per two CPUs (at
 	// least one). Each dkms build gets make -j CPUs/cells.
 	Jobs int
@@ -283,17 +286,16 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	if err := checkKernels(cells, r.downloads, lister, suites); err != nil {
 		return nil, fmt.Errorf("build: %w", err)
 	}
-	if r.store, err = store.Open(opts.CacheDir); err != nil {
+	local, err := store.Open(opts.CacheDir)
+	if err != nil {
 		return nil, fmt.Errorf("build: %w", err)
 	}
+	r.cache = tiered.New(local, tiered.Options{Remote: opts.Remote, PullOnly: opts.PullOnly, RetryFailed: opts.RetryFailed})
 	if r.driver == nil {
 		r.driver = dkms.New()
 	}
 	if r.logDir = opts.LogDir; r.logDir == "" {
 		r.logDir = filepath.Join(r.downloads, "logs")
-	}
-	if r.script = opts.KernelsScript; r.script == "" {
-		r.script = defaultKernelsScript(opts.Recipes)
 	}
 	workers, makeJobs := parallelism(opts.Jobs, len(cells), runtime.NumCPU())
 	r.makeJobs = makeJobs
@@ -363,28 +365,12 @@ func parallelism(jobs, cells, cpus int) (workers, makeJobs int) {
 	return workers, max(1, cpus/workers)
 }
 
-// defaultKernelsScript returns ../scripts/kernels.sh relative to the
-// directory of the first recipe loaded from a file, if it exists.
-func defaultKernelsScript(recipes []*recipe.Recipe) string {
-	for _, r := range recipes {
-		if r.File == "" {
-			continue
-		}
-		script, err := filepath.Abs(filepath.Join(filepath.Dir(r.File), "..", "scripts", "kernels.sh"))
-		if err == nil && exists(script) {
-			return script
-		}
-	}
-	return ""
-}
-
 // runner holds one Run's shared state.
 type runner struct {
 	opts                   Options
-	store                  *store.Store
+	cache                  *tiered.Cache
 	driver                 dkms.Driver
 	downloads, logDir, tmp string
-	script                 string
 	suites                 map[string]string
 	makeJobs               int
 	progressMu             sync.Mutex
@@ -392,6 +378,7 @@ type runner struct {
 	extras                 onceMap[*extras]
 	kernels                onceMap[*kernel]
 	roots                  onceMap[*buildroot.Root]
+	archives               onceMap[*archive.Archive]
 	recipeIDsMu            sync.Mutex
 	recipeIDs              map[*recipe.Recipe]string
 }
@@ -421,144 +408,212 @@ func (r *runner) recipeID(rc *recipe.Recipe) string {
 	return id
 }
 
-// runCell prepares, looks up and if needed builds and stores one cell.
+// inputs is what a cell is built from, prepared: the DKMS source, the
+// recipe's extras (signing key, supported-gpus.json), the unpacked kernel
+// and, for a kernel of another suite, that suite's build root.
+type inputs struct {
+	src    *source
+	extras *extras
+	kernel *kernel
+	root   *buildroot.Root
+}
+
+// runCell runs one cell through the cache protocol: its inputs, its key,
+// the cache's Get; on a miss a dkms build, signed, and the cache's Put. A
+// compile failure goes to the cache's Fail.
 func (r *runner) runCell(ctx context.Context, i int, c Cell) Result {
 	start := time.Now()
 	res := Result{Cell: c}
+	done := func(state string) Result {
+		res.State, res.Duration = state, time.Since(start)
+		return res
+	}
 	fail := func(err error) Result {
 		res.State, res.Err, res.Duration = StateFailed, err, time.Since(start)
-		var be *dkms.BuildError
-		if errors.As(err, &be) && be.FirstError != "" {
-			res.FirstError = trimWorkPath(be.FirstError)
-		} else {
-			res.FirstError = err.Error()
-		}
+		res.FirstError = firstError(err)
 		return res
 	}
 	if err := ctx.Err(); err != nil {
 		return fail(err)
 	}
 	r.emit(Event{Cell: c, Index: i, State: StatePreparing, Time: time.Now()})
-	rid := r.recipeID(c.Recipe)
-	src, err := r.sources.get(rid, func() (*source, error) {
-		return prepareSource(ctx, c.Recipe, r.downloads)
-	})
+	in, err := r.prepare(ctx, c)
 	if err != nil {
 		return fail(err)
 	}
-	x, err := r.extras.get(rid, func() (*extras, error) {
-		return prepareExtras(ctx, c.Recipe, r.downloads, filepath.Join(r.tmp, "recipe-"+strings.ReplaceAll(rid, ":", "-")))
-	})
-	if err != nil {
+	res.SourceDir, res.KernelDir = in.src.dir, in.kernel.dir
+	if in.root != nil {
+		res.BuildRoot = in.root.Dir
+	}
+	res.Key = cellKey(c.Recipe, in.src, in.kernel, in.extras)
+	cell := cacheCell(c, res.Key)
+
+	got, err := r.cache.Get(ctx, cell)
+	res.note(got)
+	switch {
+	case err != nil:
 		return fail(err)
-	}
-	suite := r.suites[c.Kernel]
-	var root *buildroot.Root
-	if suite != "" && suite != archive.DefaultSuite {
-		// The kernel's own suite builds it: its compiler and kbuild tools.
-		root, err = r.roots.get(suite, func() (*buildroot.Root, error) {
-			return buildroot.Ensure(ctx, buildroot.Spec{Suite: suite, Cache: r.downloads}, nil)
-		})
-		if err != nil {
-			return fail(err)
-		}
-	}
-	k, err := r.kernels.get(c.Kernel, func() (*kernel, error) {
-		return prepareKernel(ctx, c.Kernel, suite, r.downloads, r.script, root, r.driver)
-	})
-	if err != nil {
-		return fail(err)
-	}
-	res.SourceDir, res.KernelDir = src.dir, k.dir
-	if root != nil {
-		res.BuildRoot = root.Dir
-	}
-	res.Key = cellKey(c.Recipe, src, k, x)
-	id, ok, err := r.store.Lookup(res.Key)
-	if err != nil {
-		return fail(err)
-	}
-	if ok {
-		res.State, res.SetID = StateCached, id
-		if !r.opts.FetchOnly {
-			r.push(ctx, &res)
-		}
-		res.Duration = time.Since(start)
-		return res
-	}
-	if r.opts.FetchOnly {
-		res.State, res.Duration = StateFetched, time.Since(start)
-		return res
-	}
-	if r.opts.Remote != nil {
-		done, err := r.pull(ctx, &res)
-		if err != nil {
-			return fail(err)
-		}
-		if done {
-			res.Duration = time.Since(start)
-			return res
-		}
+	case got.Pulled:
+		return done(StatePulled)
+	case got.SetID != "":
+		return done(StateCached)
+	case r.opts.FetchOnly:
+		return done(StateFetched)
 	}
 
 	r.emit(Event{Cell: c, Index: i, State: StateBuilding, Time: time.Now()})
-	work := filepath.Join(r.tmp, fmt.Sprintf("cell-%03d", i))
-	req := dkms.BuildRequest{
-		SourceDir:       src.dir,
-		Kernel:          c.Kernel,
-		KernelSourceDir: k.headersDir,
-		WorkDir:         filepath.Join(work, "dkms"),
-		KernelTree:      k.sourceDir,
-		Jobs:            r.makeJobs,
-		Root:            k.root,
-	}
-	built, err := r.driver.Build(ctx, req)
-	if err != nil {
-		var be *dkms.BuildError
-		if errors.As(err, &be) {
-			res.LogPath = r.keepLog(c, be.LogPath)
-			if errors.Is(err, dkms.ErrBuildExclusive) {
-				res.State, res.Duration = StateSkipped, time.Since(start)
-				return res
-			}
-			if ctx.Err() == nil {
-				// A compile failure: recorded, so nobody rebuilds it with this key.
-				res = fail(err)
-				r.recordFailure(ctx, &res)
-				return res
-			}
-		}
+	files, err := r.build(ctx, i, c, in, &res)
+	switch {
+	case errors.Is(err, dkms.ErrBuildExclusive):
+		return done(StateSkipped)
+	case compileFailed(ctx, err):
+		// Recorded, so nobody rebuilds it with this key.
+		res.note(r.cache.Fail(ctx, cell, firstError(err), res.LogPath))
+		return fail(err)
+	case err != nil:
 		return fail(err)
 	}
-	res.LogPath = r.keepLog(c, built.LogPath)
-	files, err := selectModules(built.Modules, c.Recipe.Modules, filepath.Join(work, "keep"))
-	if err != nil {
+	if err := sign(ctx, in, files); err != nil {
 		return fail(fmt.Errorf("%s for %s: %w", c.Recipe.Name, c.Kernel, err))
 	}
-	if x.signCert != "" {
-		// Signed before the set enters the cache: the cache holds, and the
-		// manifest digests, exactly the bytes the kernel will verify.
-		if err := signModules(ctx, x, k, files); err != nil {
-			return fail(fmt.Errorf("%s for %s: %w", c.Recipe.Name, c.Kernel, err))
-		}
-	}
-	_, id, err = r.store.AddFiles(ctx, store.AddRequest{
-		Driver:        c.Recipe.Driver.Name,
-		Version:       c.Recipe.Driver.Version,
-		Flavor:        c.Recipe.Flavor,
+	got, err = r.cache.Put(ctx, cell, store.AddRequest{
 		Files:         files,
-		SupportedGPUs: x.gpus,
-		CacheKey:      res.Key,
-		KernelTree:    k.modulesTree,
+		SupportedGPUs: in.extras.gpus,
+		KernelTree:    in.kernel.modulesTree,
 		Replace:       true, // a rebuild from changed inputs supersedes the old set
 	})
 	if err != nil {
 		return fail(err)
 	}
-	res.State, res.SetID = StateOK, id
-	r.push(ctx, &res)
-	res.Duration = time.Since(start)
-	return res
+	res.note(got)
+	return done(StateOK)
+}
+
+// build runs dkms for cell c (the i-th) and returns the recipe's modules,
+// copied out of the build; the build log is kept in res.LogPath, also when
+// dkms fails.
+func (r *runner) build(ctx context.Context, i int, c Cell, in *inputs, res *Result) ([]string, error) {
+	work := filepath.Join(r.tmp, fmt.Sprintf("cell-%03d", i))
+	built, err := r.driver.Build(ctx, dkms.BuildRequest{
+		SourceDir:       in.src.dir,
+		Kernel:          c.Kernel,
+		KernelSourceDir: in.kernel.headersDir,
+		WorkDir:         filepath.Join(work, "dkms"),
+		KernelTree:      in.kernel.sourceDir,
+		Jobs:            r.makeJobs,
+		Root:            in.kernel.root,
+	})
+	if err != nil {
+		var be *dkms.BuildError
+		if errors.As(err, &be) {
+			res.LogPath = r.keepLog(c, be.LogPath)
+		}
+		return nil, err
+	}
+	res.LogPath = r.keepLog(c, built.LogPath)
+	files, err := selectModules(built.Modules, c.Recipe.Modules, filepath.Join(work, "keep"))
+	if err != nil {
+		return nil, fmt.Errorf("%s for %s: %w", c.Recipe.Name, c.Kernel, err)
+	}
+	return files, nil
+}
+
+// compileFailed reports whether err is dkms failing to compile, for the
+// inputs' sake rather than a cancelled run's: a result the same key always
+// gives.
+func compileFailed(ctx context.Context, err error) bool {
+	var be *dkms.BuildError
+	return errors.As(err, &be) && !errors.Is(err, dkms.ErrBuildExclusive) && ctx.Err() == nil
+}
+
+// sign signs the built modules when the recipe has a signing key, before
+// the set enters the cache: the cache holds, and the manifest digests,
+// exactly the bytes the kernel will verify.
+func sign(ctx context.Context, in *inputs, files []string) error {
+	if in.extras.signCert == "" {
+		return nil
+	}
+	return signModules(ctx, in.extras, in.kernel, files)
+}
+
+// prepare fetches and inspects what cell c builds from, each input once per
+// run however many cells share it.
+func (r *runner) prepare(ctx context.Context, c Cell) (*inputs, error) {
+	in := &inputs{}
+	rid := r.recipeID(c.Recipe)
+	var err error
+	in.src, err = r.sources.get(rid, func() (*source, error) {
+		return prepareSource(ctx, c.Recipe, r.downloads)
+	})
+	if err != nil {
+		return nil, err
+	}
+	in.extras, err = r.extras.get(rid, func() (*extras, error) {
+		return prepareExtras(ctx, c.Recipe, r.downloads, filepath.Join(r.tmp, "recipe-"+strings.ReplaceAll(rid, ":", "-")))
+	})
+	if err != nil {
+		return nil, err
+	}
+	suite := r.suites[c.Kernel]
+	if suite != "" && suite != archive.DefaultSuite {
+		// The kernel's own suite builds it: its compiler and kbuild tools.
+		in.root, err = r.roots.get(suite, func() (*buildroot.Root, error) {
+			return buildroot.Ensure(ctx, buildroot.Spec{Suite: suite, Cache: r.downloads}, nil)
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	in.kernel, err = r.kernels.get(c.Kernel, func() (*kernel, error) {
+		arc, err := r.archives.get(suite, func() (*archive.Archive, error) {
+			return archive.New(suite, r.downloads)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("kernel %s: %w", c.Kernel, err)
+		}
+		return prepareKernel(ctx, c.Kernel, arc, r.downloads, in.root, r.driver)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+// cacheCell names cell c with key for the cache.
+func cacheCell(c Cell, key map[string]string) tiered.Cell {
+	rc := c.Recipe
+	return tiered.Cell{
+		Key: key, Recipe: rc.Name, Kernel: c.Kernel,
+		Driver: rc.Driver.Name, Version: rc.Driver.Version, Flavor: rc.Flavor,
+	}
+}
+
+// note takes what the cache says of the registry into res: its set, what
+// happened there and a failed push.
+func (res *Result) note(e tiered.Entry) {
+	if e.SetID != "" {
+		res.SetID = e.SetID
+	}
+	if e.Remote != "" {
+		res.Remote = e.Remote
+	}
+	if e.PushErr != nil {
+		res.PushErr = e.PushErr
+	}
+}
+
+// firstError is the line a failed cell shows: the compiler's first error
+// line, the first error line the registry recorded, or the error's text.
+func firstError(err error) string {
+	var be *dkms.BuildError
+	if errors.As(err, &be) && be.FirstError != "" {
+		return trimWorkPath(be.FirstError)
+	}
+	var fe *tiered.FailedError
+	if errors.As(err, &fe) {
+		return fe.FirstError
+	}
+	return err.Error()
 }
 
 // trimWorkPath shortens compiler messages that name files in the build
