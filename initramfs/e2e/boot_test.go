@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kpreload/kpreload/internal/testenv"
-
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/initramfs/assemble"
+	"github.com/kpreload/kpreload/internal/modprobetest"
+	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/modalias"
 	"github.com/kpreload/kpreload/kmodcache/store"
 	"github.com/kpreload/kpreload/live/report"
@@ -249,7 +249,7 @@ func checkAgainstModprobe(t *testing.T, kver string, rep *report.Report) {
 			continue
 		}
 		seen[d.Modalias] = true
-		want, err := modalias.ModprobeResolve(root, kver, d.Modalias)
+		want, err := modprobetest.Resolve(root, kver, d.Modalias)
 		if err != nil {
 			t.Fatalf("modprobe -R %s: %v", d.Modalias, err)
 		}

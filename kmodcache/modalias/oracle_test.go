@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/kpreload/kpreload/internal/modprobetest"
 )
 
 // kernelTree is one unpacked kernel: ROOT/lib/modules/KVER.
@@ -90,7 +92,7 @@ func checkResolveAgainstModprobe(t *testing.T, k kernelTree, tree *Tree, modalia
 	wants := make([][]string, len(modaliases))
 	errs := make([]error, len(modaliases))
 	parallel(len(modaliases), func(i int) {
-		wants[i], errs[i] = ModprobeResolve(k.root, k.kver, modaliases[i])
+		wants[i], errs[i] = modprobetest.Resolve(k.root, k.kver, modaliases[i])
 	})
 	matched := 0
 	for i, a := range modaliases {
@@ -122,7 +124,7 @@ func checkLoadOrderAgainstModprobe(t *testing.T, k kernelTree, tree *Tree, looku
 	wants := make([][]Module, len(lookups))
 	errs := make([]error, len(lookups))
 	parallel(len(lookups), func(i int) {
-		wants[i], errs[i] = ModprobeShowDepends(k.root, k.kver, lookups[i])
+		wants[i], errs[i] = modprobeShowDepends(k.root, k.kver, lookups[i])
 	})
 	for i, name := range lookups {
 		if errs[i] != nil {
@@ -216,7 +218,7 @@ func TestLoadOrderSeveralNames(t *testing.T) {
 		names := []string{"virtio_blk", "virtio_net", "nvme", "nfsd", "virtio_scsi"}
 		var want []Module
 		for _, n := range names {
-			mods, err := ModprobeShowDepends(k.root, k.kver, n)
+			mods, err := modprobeShowDepends(k.root, k.kver, n)
 			if err != nil {
 				t.Fatalf("kernel %s: %v", k.kver, err)
 			}
@@ -293,4 +295,17 @@ func ExampleTree_Resolve() {
 	// virtio_ring kernel/drivers/virtio/virtio_ring.ko
 	// virtio kernel/drivers/virtio/virtio.ko
 	// virtio_blk kernel/drivers/block/virtio_blk.ko
+}
+
+// modprobeShowDepends is modprobetest.ShowDepends as this package's Modules.
+func modprobeShowDepends(root, kver, name string) ([]Module, error) {
+	steps, err := modprobetest.ShowDepends(root, kver, name)
+	if err != nil {
+		return nil, err
+	}
+	mods := make([]Module, 0, len(steps))
+	for _, s := range steps {
+		mods = append(mods, Module{Name: s.Name, Path: s.Path, Builtin: s.Builtin})
+	}
+	return mods, nil
 }

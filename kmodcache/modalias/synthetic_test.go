@@ -170,7 +170,7 @@ func TestSyntheticTreeMatchesModprobe(t *testing.T) {
 	many := []string{"theta", "zeta", "iota", "bi_two"}
 	var want []Module
 	for _, n := range many {
-		m, err := ModprobeShowDepends(st.root, st.kver, n)
+		m, err := modprobeShowDepends(st.root, st.kver, n)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,7 @@
-package modalias
+// Package modprobetest runs the real kmod as an oracle for tests: what
+// `modprobe -R` and `modprobe --show-depends` say for a module tree that is
+// not the running kernel's. Only tests import it.
+package modprobetest
 
 import (
 	"bytes"
@@ -56,11 +59,12 @@ func runModprobe(root, kver string, args ...string) (out string, notFound bool, 
 	return stdout.String(), false, nil
 }
 
-// ModprobeResolve runs the real `modprobe -R MODALIAS` against the module tree
+// Resolve runs the real `modprobe -R MODALIAS` against the module tree
 // ROOT/lib/modules/KVER (root is the directory holding lib/modules) and returns
 // the module names it prints, in order; none (and no error) when nothing matches.
-// The host's modprobe.d configuration is left out, as Resolve leaves it out.
-func ModprobeResolve(root, kver, modalias string) ([]string, error) {
+// The host's modprobe.d configuration is left out, as modalias.Tree.Resolve
+// leaves it out.
+func Resolve(root, kver, modalias string) ([]string, error) {
 	out, notFound, err := runModprobe(root, kver, "-R", "--", modalias)
 	if err != nil || notFound {
 		return nil, err
@@ -68,11 +72,21 @@ func ModprobeResolve(root, kver, modalias string) ([]string, error) {
 	return strings.Fields(out), nil
 }
 
-// ModprobeShowDepends runs the real `modprobe --show-depends NAME` against the
+// Module is one line of `modprobe --show-depends`.
+type Module struct {
+	// Name is the module name, normalised ('-' becomes '_').
+	Name string
+	// Path is the module file relative to the modules directory; "" when built in.
+	Path string
+	// Builtin is true for a "builtin NAME" line.
+	Builtin bool
+}
+
+// ShowDepends runs the real `modprobe --show-depends NAME` against the
 // module tree ROOT/lib/modules/KVER and returns what it would insert, in its
 // order and with its repetitions: "insmod PATH" lines as modules with Path made
 // relative to the modules directory, "builtin NAME" lines as built-in modules.
-func ModprobeShowDepends(root, kver, name string) ([]Module, error) {
+func ShowDepends(root, kver, name string) ([]Module, error) {
 	out, notFound, err := runModprobe(root, kver, "--show-depends", "--", name)
 	if err != nil {
 		return nil, err
