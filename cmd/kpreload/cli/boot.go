@@ -254,6 +254,8 @@ func printBootSummary(w io.Writer, res *qemu.Result) {
 	}
 	ending := "powered off"
 	switch {
+	case res.UntilMatched:
+		ending = fmt.Sprintf("stopped when the console showed %q", res.UntilMatch)
 	case res.TimedOut:
 		ending = "timed out"
 	case res.Panicked:
@@ -281,6 +283,7 @@ func printBootSummary(w io.Writer, res *qemu.Result) {
 		}
 		fmt.Fprintf(w, "  real init ran at %.3f s (root %s, %s)\n", ri.Start, dev, ri.Root.FSType)
 	}
+	printSystemdMilestones(w, res)
 	if rep := res.Report; rep != nil {
 		printSelection(w, rep.Selection)
 		printModuleTimeline(w, rep)
@@ -312,6 +315,24 @@ func printBootSummary(w io.Writer, res *qemu.Result) {
 		fmt.Fprintf(w, "  warning: %s\n", warn)
 	}
 	fmt.Fprintf(w, "  console: %s\n", res.Console)
+}
+
+// printSystemdMilestones writes when an image's systemd started and reached
+// the line --until waited for, in kernel time, where the console has them
+// with the kernel's timestamps (systemd.log_target=kmsg on the image's
+// command line).
+func printSystemdMilestones(w io.Writer, res *qemu.Result) {
+	if l, ok := qemu.Find(res.Kernel, "running in system mode"); ok {
+		fmt.Fprintf(w, "  systemd (/sbin/init) started at %.3f s\n", l.Time)
+	}
+	if !res.UntilMatched {
+		return
+	}
+	if l, ok := qemu.Find(res.Kernel, res.UntilMatch); ok {
+		fmt.Fprintf(w, "  %q at %.3f s\n", res.UntilMatch, l.Time)
+	} else {
+		fmt.Fprintf(w, "  %q: no kernel timestamp (add systemd.log_target=kmsg to the image's command line)\n", res.UntilMatch)
+	}
 }
 
 // listOrNone joins names with commas, or says "none".

@@ -86,6 +86,38 @@ func TestPrintBootSummary(t *testing.T) {
 	}
 }
 
+// TestPrintBootSummaryImage checks an image boot's summary: it ended at
+// --until's match, and systemd's milestones are given in kernel time when
+// the console has them, or it says how to get them.
+func TestPrintBootSummaryImage(t *testing.T) {
+	target := "Reached target multi-user.target - Multi-User System"
+	tests := []struct {
+		name   string
+		kernel []qemu.KernelLine
+		wants  []string
+	}{
+		{"kmsg timestamps", []qemu.KernelLine{{Time: 4.5, Text: "systemd[1]: systemd 252 running in system mode (+PAM)"}, {Time: 13.6, Text: "systemd[1]: " + target}}, []string{
+			"under tcg: stopped when the console showed \"Reached target multi-user.target - Multi-User System\" after 19.5s (wall)\n",
+			"  systemd (/sbin/init) started at 4.500 s\n",
+			"  \"" + target + "\" at 13.600 s\n",
+		}},
+		{"no timestamps", nil, []string{
+			"  \"" + target + "\": no kernel timestamp (add systemd.log_target=kmsg to the image's command line)\n",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b bytes.Buffer
+			printBootSummary(&b, &qemu.Result{Accel: "tcg", Duration: 19500 * time.Millisecond, Kernel: tt.kernel, UntilMatched: true, UntilMatch: target})
+			for _, want := range tt.wants {
+				if got := b.String(); !strings.Contains(got, want) {
+					t.Errorf("summary lacks %q; got:\n%s", want, got)
+				}
+			}
+		})
+	}
+}
+
 func TestBootRequiresKernel(t *testing.T) {
 	var out, errOut bytes.Buffer
 	if code := Execute([]string{"boot"}, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), "--kernel (or --image) is required") {
