@@ -184,8 +184,10 @@ func TestGRUBImageBIOSAndUEFI(t *testing.T) {
 	if m.Bootloader != install.GRUB || len(m.Files) != 1 {
 		t.Fatalf("manifest bootloader %q, files %+v: want grub and one raw disk", m.Bootloader, m.Files)
 	}
-	absent := filepath.Join(dir, "absent.yaml")
-	if err := os.WriteFile(absent, []byte("resources:\n  driver:\n    version: \"2.0.0\"\n"), 0o644); err != nil {
+	// A cached version in a flavour the cache lacks: refused at boot (a
+	// version the image lacks altogether would go on with the default).
+	refused := filepath.Join(dir, "refused.yaml")
+	if err := os.WriteFile(refused, []byte("resources:\n  driver:\n    version: \"1.0.0\"\n    flavor: proprietary\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	entry := func(k string) string { return "Debian GNU/Linux, with Linux " + k + " (kpreload)" }
@@ -219,7 +221,7 @@ func TestGRUBImageBIOSAndUEFI(t *testing.T) {
 			"kpreload-test: after removal entry: " + entry(newKernel),
 		}, []string{"kpreload-test: after removal entry: " + entry(testKernel)}},
 		{qemu.FirmwareBIOS, "", func(c *qemu.Config) {
-			c.FwCfg = map[string]string{"kpreload/instance.yaml": absent}
+			c.FwCfg = map[string]string{"kpreload/instance.yaml": refused}
 		}, []string{
 			"kpreload-test: running " + newKernel + ", kpreload-ready failed",
 			"kpreload-test: switch ok", "kpreload-test: after switch kpreload-ready active",

@@ -119,6 +119,12 @@ func ReadFile(path string) (*Instance, error) {
 // YAML came from). Every problem found is reported, one per line, as
 // "name:line: field.path: what is wrong".
 func Parse(name string, data []byte) (*Instance, error) {
+	return parse(name, data, nil)
+}
+
+// parse is Parse that also sets *versionLine (when not nil) to the line of
+// resources.driver.version, or 0 when the YAML does not give one.
+func parse(name string, data []byte, versionLine *int) (*Instance, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -126,12 +132,14 @@ func Parse(name string, data []byte) (*Instance, error) {
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		return &Instance{}, nil // empty document: all defaults
 	}
-	return parseNode(name, doc.Content[0], "")
+	return parseNode(name, doc.Content[0], "", versionLine)
 }
 
 // parseNode parses an instance from the YAML node root; errors name name and
 // the node's line, and field paths start with prefix ("" or "kpreload").
-func parseNode(name string, root *yaml.Node, prefix string) (*Instance, error) {
+// *versionLine, when versionLine is not nil, is set to the line of
+// resources.driver.version.
+func parseNode(name string, root *yaml.Node, prefix string, versionLine *int) (*Instance, error) {
 	p := &parser{name: name}
 	var (
 		cudaNode *yaml.Node
@@ -224,6 +232,9 @@ func parseNode(name string, root *yaml.Node, prefix string) (*Instance, error) {
 								}
 							}
 							in.Resources.Driver.Version = v
+							if versionLine != nil && v != "" {
+								*versionLine = n.Line
+							}
 						},
 						"cuda": func(n *yaml.Node, path string) {
 							// cuda: 11.0 is a YAML float; its text keeps the ".0".

@@ -58,6 +58,9 @@ type Request struct {
 	// Origin says exactly where: the flags or the file read.
 	Origin   string   `json:"origin,omitempty"`
 	Instance Instance `json:"instance"`
+	// VersionAt says where the driver version was asked: "file:line" for a
+	// file, the flag for the command line; "" when no version was given.
+	VersionAt string `json:"version_at,omitempty"`
 	// Notes say why sources before this one gave no request, where that is
 	// worth knowing (user-data only cloud-init can read, a seed without a
 	// kpreload key).
@@ -136,6 +139,25 @@ func decodeBase64(s string) ([]byte, error) {
 	return nil, err
 }
 
+// ReadRequest reads the instance YAML at path as a request from source
+// (plan's --instance): unlike Find, a missing or invalid file is an error.
+func ReadRequest(source, path string) (Request, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Request{}, fmt.Errorf("instance: %w", err)
+	}
+	var line int
+	in, err := parse(path, b, &line)
+	if err != nil {
+		return Request{}, err
+	}
+	req := Request{Source: source, Origin: path, Instance: *in}
+	if line > 0 {
+		req.VersionAt = fmt.Sprintf("%s:%d", path, line)
+	}
+	return req, nil
+}
+
 // Find returns the first request found: the kernel command line, then each
 // file in order (missing files are skipped), then the default. A source that
 // is present but invalid is skipped with an error in errs (the request it
@@ -147,7 +169,13 @@ func Find(flag func(name string) (string, bool), files []File) (req Request, err
 	case err != nil:
 		errs = append(errs, fmt.Errorf("instance request from the kernel command line ignored: %w", err))
 	case found:
-		return Request{Source: SourceCmdline, Origin: origin, Instance: *in}, errs
+		req := Request{Source: SourceCmdline, Origin: origin, Instance: *in}
+		if v, ok := flag(FlagDriver); ok {
+			req.VersionAt = FlagDriver + "=" + v
+		} else if in.Resources.Driver.Version != "" {
+			req.VersionAt = FlagInstance
+		}
+		return req, errs
 	}
 	for _, f := range files {
 		b, err := f.read()
@@ -158,10 +186,13 @@ func Find(flag func(name string) (string, bool), files []File) (req Request, err
 			errs = append(errs, fmt.Errorf("instance request from %s ignored: %w", f.Source, err))
 			continue
 		}
-		var in *Instance
+		var (
+			in          *Instance
+			versionLine int
+		)
 		if f.UserData {
 			var found bool
-			in, found, err = ParseUserData(f.Path, b)
+			in, found, err = parseUserData(f.Path, b, &versionLine)
 			switch {
 			case errors.Is(err, ErrNotCloudConfig):
 				notes = append(notes, fmt.Sprintf("%s: user-data is %v: a request in it is applied after boot, once cloud-init has read it (kpreload-user-data.service)", f.Source, err))
@@ -171,13 +202,17 @@ func Find(flag func(name string) (string, bool), files []File) (req Request, err
 				continue
 			}
 		} else {
-			in, err = Parse(f.Path, b)
+			in, err = parse(f.Path, b, &versionLine)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("instance request from %s ignored: %w", f.Source, err))
 			continue
 		}
-		return Request{Source: f.Source, Origin: f.Path, Instance: *in, Notes: notes}, errs
+		req := Request{Source: f.Source, Origin: f.Path, Instance: *in, Notes: notes}
+		if versionLine > 0 {
+			req.VersionAt = fmt.Sprintf("%s:%d", f.Path, versionLine)
+		}
+		return req, errs
 	}
 	return Request{Source: SourceDefault, Origin: "no instance request found: latest cached version, flavour auto", Notes: notes}, errs
 }

@@ -33,6 +33,12 @@ var ErrNotCloudConfig = errors.New("not a plain #cloud-config document")
 // without a kpreload key; err wraps ErrNotCloudConfig when data is not a
 // plain #cloud-config document at all.
 func ParseUserData(name string, data []byte) (in *Instance, found bool, err error) {
+	return parseUserData(name, data, nil)
+}
+
+// parseUserData is ParseUserData that also sets *versionLine (when not nil)
+// to the line of kpreload.resources.driver.version, or 0.
+func parseUserData(name string, data []byte, versionLine *int) (in *Instance, found bool, err error) {
 	if len(data) > MaxUserData {
 		return nil, false, fmt.Errorf("%s: %d bytes, more than the %d read", name, len(data), MaxUserData)
 	}
@@ -67,7 +73,7 @@ func ParseUserData(name string, data []byte) (in *Instance, found bool, err erro
 	if node == nil {
 		return nil, false, nil
 	}
-	in, err = parseNode(name, node, UserDataKey)
+	in, err = parseNode(name, node, UserDataKey, versionLine)
 	if err != nil {
 		return nil, true, err
 	}

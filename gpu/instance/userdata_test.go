@@ -70,17 +70,20 @@ func TestFindUserData(t *testing.T) {
 		wantSource string
 		wantNote   string
 		wantErr    string
+		// wantAt is where the chosen request's version was written.
+		wantAt string
 	}{
-		{"seed request", "#cloud-config\nkpreload:\n  resources:\n    driver:\n      version: \"2.0.0\"\n", SourceSeed, "", ""},
-		{"MIME seed", "Content-Type: multipart/mixed\n", SourceImage, "seed: user-data is seed-file: not a plain #cloud-config document", ""},
-		{"no key", "#cloud-config\n{}\n", SourceImage, "seed: seed-file has no kpreload: key", ""},
-		{"wrong field", "#cloud-config\nkpreload:\n  resource: {}\n", SourceImage, "", "instance request from seed ignored: seed-file:3: kpreload.resource: unknown field"},
+		{"seed request", "#cloud-config\nkpreload:\n  resources:\n    driver:\n      version: \"2.0.0\"\n", SourceSeed, "", "", "seed-file:5"},
+		{"seed without a version", "#cloud-config\nkpreload:\n  resources:\n    driver:\n      flavor: open\n", SourceSeed, "", "", ""},
+		{"MIME seed", "Content-Type: multipart/mixed\n", SourceImage, "seed: user-data is seed-file: not a plain #cloud-config document", "", "image-file:3"},
+		{"no key", "#cloud-config\n{}\n", SourceImage, "seed: seed-file has no kpreload: key", "", "image-file:3"},
+		{"wrong field", "#cloud-config\nkpreload:\n  resource: {}\n", SourceImage, "", "instance request from seed ignored: seed-file:3: kpreload.resource: unknown field", "image-file:3"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			req, errs := Find(noFlags, []File{file(SourceSeed, tt.seed, true), image})
-			if req.Source != tt.wantSource {
-				t.Errorf("source %q, want %q", req.Source, tt.wantSource)
+			if req.Source != tt.wantSource || req.VersionAt != tt.wantAt {
+				t.Errorf("source %q, version at %q; want %q, %q", req.Source, req.VersionAt, tt.wantSource, tt.wantAt)
 			}
 			if notes := strings.Join(req.Notes, "\n"); !strings.Contains(notes, tt.wantNote) || (tt.wantNote == "") != (notes == "") {
 				t.Errorf("notes %q, want %q", notes, tt.wantNote)

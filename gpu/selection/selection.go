@@ -232,12 +232,19 @@ func (c *cand) exclude(rule, reason string) {
 func (d *Decision) decideDriver(in Input, name string, cs []*cand, requested bool, gpus []pci.Device) report.SelectionDriver {
 	drv := in.Request.Instance.Resources.Driver
 	want, flavor := drv.WantVersion(), drv.WantFlavor()
-	if !requested {
+	fallback := ""
+	if requested {
+		fallback = absentVersion(in.Request, want, cs)
+	}
+	if !requested || fallback != "" {
 		want, flavor = instance.Latest, instance.FlavorAuto
 	}
-	dd := report.SelectionDriver{Driver: name, Requested: requested, Rule: versionRule(want), Candidates: []report.SelectionCandidate{}}
+	dd := report.SelectionDriver{Driver: name, Requested: requested, Rule: versionRule(want), Fallback: fallback, Candidates: []report.SelectionCandidate{}}
+	if fallback != "" {
+		d.Warnings = append(d.Warnings, name+": "+fallback)
+	}
 	var cuda instance.CUDARequirement
-	if requested && drv.CUDA != "" && IsNVIDIA(name) {
+	if requested && fallback == "" && drv.CUDA != "" && IsNVIDIA(name) {
 		cuda, _ = instance.CUDAMinimum(drv.CUDA, drv.CUDACompat)
 	}
 	minDriver := cuda.Driver
@@ -332,6 +339,37 @@ func (d *Decision) decideDriver(in Input, name string, cs []*cand, requested boo
 	}
 	dd.Refusal = refusal(in, name, cs, want, flavor, cuda, gpus)
 	return dd
+}
+
+// absentVersion returns, when the request asks for a version (or branch)
+// that none of a driver's cached sets has, what the report and console say:
+// the request cannot be honoured on this image, so the driver goes on with
+// the default (the latest qualifying version, flavour auto, no CUDA minimum),
+// as it does for a request that cannot be read. "" when a set has the
+// version: the other rules then decide, and refuse with their reasons.
+func absentVersion(req instance.Request, want string, cs []*cand) string {
+	if want == instance.Latest || len(cs) == 0 {
+		return ""
+	}
+	var held []string
+	for _, c := range cs {
+		if matchVersion(want, c.rep.Version) {
+			return ""
+		}
+		if !slices.Contains(held, c.rep.Version) {
+			held = append(held, c.rep.Version)
+		}
+	}
+	slices.SortFunc(held, func(a, b string) int { return instance.CompareVersions(b, a) })
+	at := req.VersionAt
+	if at == "" {
+		at = req.Origin
+	}
+	where := req.Source
+	if at != "" {
+		where += " " + at
+	}
+	return fmt.Sprintf("asked %s (%s), which this image does not hold (it holds %s): going on with the default, the latest qualifying version, flavour auto", versionRule(want), where, strings.Join(held, ", "))
 }
 
 // signatureModules is what secureboot.State.Refusal needs of a set's modules.

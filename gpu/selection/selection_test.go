@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -88,6 +89,12 @@ func req(version, cuda, flavor string) instance.Request {
 		Driver: instance.Driver{Version: version, CUDA: cuda, Flavor: flavor}}}}
 }
 
+// at sets where the request's version was written.
+func at(r instance.Request, versionAt string) instance.Request {
+	r.VersionAt = versionAt
+	return r
+}
+
 // edu1 and edu2 are the test driver's two versions.
 var (
 	edu1 = set("kpreload-edu", "1.0.0", "open", "")
@@ -109,6 +116,9 @@ func TestDecide(t *testing.T) {
 		chosen  string            // "version flavor", "" for a refusal
 		exclude map[string]string // set ID -> rule
 		refusal []string          // substrings of the refusal
+		// fallback is the start of the driver's Fallback (the request's
+		// version is not cached); "" when the request applied.
+		fallback string
 	}{
 		{name: "latest picks the newest test driver", req: req("", "", ""), sets: []selection.Set{edu1, edu2}, devs: []pci.Device{edu},
 			driver: "kpreload-edu", chosen: "2.0.0 open", exclude: map[string]string{edu1.Set.ID: selection.RuleNotChosen}},
@@ -116,9 +126,15 @@ func TestDecide(t *testing.T) {
 			driver: "kpreload-edu", chosen: "1.0.0 open", exclude: map[string]string{edu2.Set.ID: selection.RuleVersion}},
 		{name: "branch of the test driver", req: req("2", "", ""), sets: []selection.Set{edu1, edu2},
 			driver: "kpreload-edu", chosen: "2.0.0 open"},
-		{name: "absent version refused with what would work", req: req("3.0.0", "", ""), sets: []selection.Set{edu1, edu2}, devs: []pci.Device{edu},
-			driver: "kpreload-edu", exclude: map[string]string{edu1.Set.ID: selection.RuleVersion, edu2.Set.ID: selection.RuleVersion},
-			refusal: []string{"no kpreload-edu driver will be loaded: asked version 3.0.0", "the cache holds 1.0.0 open (version: asked version 3.0.0); 2.0.0 open", "would work on this machine: 2.0.0 open, 1.0.0 open (e.g. kpreload.driver=2.0.0)"}},
+		{name: "absent version goes on with the default", req: at(req("3.0.0", "", "open"), "/run/kpreload/seed/user-data:4"), sets: []selection.Set{edu1, edu2}, devs: []pci.Device{edu},
+			driver: "kpreload-edu", chosen: "2.0.0 open", exclude: map[string]string{edu1.Set.ID: selection.RuleNotChosen},
+			fallback: "asked version 3.0.0 (fw_cfg /run/kpreload/seed/user-data:4), which this image does not hold (it holds 2.0.0, 1.0.0): going on with the default, the latest qualifying version, flavour auto"},
+		{name: "absent branch drops the request's CUDA minimum too", req: req("550", "12.4", ""), sets: []selection.Set{nv470, nv535}, devs: []pci.Device{v100},
+			driver: "nvidia", chosen: "535.261.03 proprietary", exclude: map[string]string{nv470.Set.ID: selection.RuleNotChosen},
+			fallback: "asked branch 550 (fw_cfg), which this image does not hold (it holds 535.261.03, 470.256.02)"},
+		{name: "cached version that cannot load is refused, not replaced", req: req("535", "", "open"), sets: []selection.Set{nv535o, nv535}, devs: []pci.Device{v100},
+			driver: "nvidia", exclude: map[string]string{nv535o.Set.ID: selection.RuleHardware, nv535.Set.ID: selection.RuleFlavor},
+			refusal: []string{"no nvidia driver will be loaded: asked branch 535", "would work on this machine: 535.261.03 proprietary"}},
 		{name: "explicit flavour the test driver lacks", req: req("", "", "proprietary"), sets: []selection.Set{edu1, edu2},
 			driver: "kpreload-edu", exclude: map[string]string{edu1.Set.ID: selection.RuleFlavor}, refusal: []string{"asked flavour proprietary, set is open"}},
 		{name: "vermagic of another kernel", req: req("", "", ""), sets: []selection.Set{edu1, withVermagic(set("kpreload-edu", "2.0.0", "open", ""), "6.12.117+deb12-cloud-amd64 SMP")},
@@ -201,6 +217,12 @@ func TestDecide(t *testing.T) {
 				if !found {
 					t.Errorf("set %s not among the candidates %+v", id, dd.Candidates)
 				}
+			}
+			if !strings.HasPrefix(dd.Fallback, tt.fallback) || (dd.Fallback == "") != (tt.fallback == "") {
+				t.Errorf("fallback %q, want it to start with %q", dd.Fallback, tt.fallback)
+			}
+			if tt.fallback != "" && !slices.Contains(d.Warnings, tt.driver+": "+dd.Fallback) {
+				t.Errorf("warnings %q lack the fallback", d.Warnings)
 			}
 			for _, r := range tt.refusal {
 				if !strings.Contains(dd.Refusal, r) {

@@ -343,10 +343,11 @@ func TestFaultCampaign(t *testing.T) {
 		}},
 		{name: "instance asks for an absent version", append: "kpreload.driver=3.0.0", check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
 			sel := res.Report.Selection
-			if sel == nil || len(sel.Drivers) != 1 || sel.Drivers[0].Chosen != nil || !strings.Contains(sel.Drivers[0].Refusal, "would work on this machine: 2.0.0") {
-				t.Fatalf("selection %+v, want a refusal saying what would work", sel)
+			want := "asked version 3.0.0 (cmdline kpreload.driver=3.0.0), which this image does not hold (it holds 2.0.0, 1.0.0): going on with the default"
+			if sel == nil || len(sel.Drivers) != 1 || sel.Drivers[0].Chosen == nil || sel.Drivers[0].Chosen.Version != "2.0.0" || !strings.HasPrefix(sel.Drivers[0].Fallback, want) {
+				t.Fatalf("selection %+v, want the default 2.0.0 chosen and a fallback starting %q", sel, want)
 			}
-			return "nothing loaded, " + reachedInit(t, res), sel.Drivers[0].Refusal
+			return "the default 2.0.0 loaded, " + reachedInit(t, res), sel.Drivers[0].Fallback
 		}},
 		{name: "root disk appears only after 10 s", lateRoot: true, check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
 			r := res.Report.Root

@@ -81,7 +81,10 @@ type SelectionDriver struct {
 	// other drivers get the newest version that passes every other rule.
 	Requested bool `json:"requested"`
 	// Rule is the version rule applied: "exact 535.261.03", "branch 535", "latest".
-	Rule       string               `json:"rule"`
+	Rule string `json:"rule"`
+	// Fallback says why the request's version was not applied: the image
+	// holds no set of it, so the default rule (latest, flavour auto) was.
+	Fallback   string               `json:"fallback,omitempty"`
 	Candidates []SelectionCandidate `json:"candidates"`
 	// Chosen is the set allowed to load; nil when none qualifies.
 	Chosen *SelectionCandidate `json:"chosen,omitempty"`

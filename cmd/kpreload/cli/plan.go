@@ -75,11 +75,9 @@ the "selection" section of the boot report.`,
 			}
 			req := instance.Request{Source: instance.SourceDefault, Origin: "no --instance: latest cached version, flavour auto"}
 			if instFile != "" {
-				in, err := instance.ReadFile(instFile)
-				if err != nil {
+				if req, err = instance.ReadRequest("file", instFile); err != nil {
 					return fmt.Errorf("plan: %w", err)
 				}
-				req = instance.Request{Source: "file", Origin: instFile, Instance: *in}
 			}
 			// The kernel's full vermagic from its own modules, as /init compares.
 			// What the kernel under --sysfs enforces about module signatures

@@ -144,10 +144,12 @@ func TestPlanTestDriverVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	for _, tt := range []struct{ yaml, chosen, refusal string }{
-		{"", "2.0.0", ""},
-		{"resources:\n  driver:\n    version: 1.0.0\n", "1.0.0", ""},
-		{"resources:\n  driver:\n    version: 3.0.0\n", "", "would work on this machine: 2.0.0 open, 1.0.0 open (e.g. kpreload.driver=2.0.0)"},
+	for _, tt := range []struct{ yaml, chosen, refusal, fallback string }{
+		{"", "2.0.0", "", ""},
+		{"resources:\n  driver:\n    version: 1.0.0\n", "1.0.0", "", ""},
+		// A version the cache lacks: the default, as /init does, and why.
+		{"resources:\n  driver:\n    version: 3.0.0\n", "2.0.0", "", "asked version 3.0.0 (file i.yaml:3), which this image does not hold (it holds 2.0.0, 1.0.0): going on with the default"},
+		{"resources:\n  driver:\n    version: 1.0.0\n    flavor: proprietary\n", "", "would work on this machine: 2.0.0 open, 1.0.0 open (e.g. kpreload.driver=2.0.0)", ""},
 	} {
 		args := []string{"plan", "--sysfs", root, "--cache", cache, "--kernel", planKernel, "--json"}
 		if tt.yaml != "" {
@@ -171,6 +173,9 @@ func TestPlanTestDriverVersions(t *testing.T) {
 		}
 		if got != tt.chosen || !strings.Contains(sel.Drivers[0].Refusal, tt.refusal) {
 			t.Errorf("plan %q: chosen %q, refusal %q; want %q, %q", tt.yaml, got, sel.Drivers[0].Refusal, tt.chosen, tt.refusal)
+		}
+		if fb := strings.ReplaceAll(sel.Drivers[0].Fallback, dir+"/", ""); !strings.HasPrefix(fb, tt.fallback) || (fb == "") != (tt.fallback == "") {
+			t.Errorf("plan %q: fallback %q, want %q", tt.yaml, fb, tt.fallback)
 		}
 	}
 }

@@ -163,10 +163,15 @@ func applyUserData(log io.Writer, cloudConfig, cacheDir string) userDataOutcome 
 		return done("failed", want.Refusal, err)
 	}
 	rec.To = want.Chosen.Version
+	// A version the image lacks goes on with the default, as at boot: say so.
+	fault := ""
+	if want.Fallback != "" {
+		fault = want.Fallback + "; "
+	}
 	if ready, err := activate.ReadReady(activate.RunDir); err == nil && ready.Driver == want.Driver {
 		rec.From = ready.Version
 		if ready.Set == want.Chosen.ID {
-			return done("unchanged", fmt.Sprintf("%s %s, which the user-data asks for, is active", want.Driver, ready.Version), nil)
+			return done("unchanged", fmt.Sprintf("%s%s %s, which the user-data asks for, is active", fault, want.Driver, ready.Version), nil)
 		}
 	}
 	ld := &loader.Loader{Release: kernel, SysRoot: "/sys", VerifyDigest: true, Phase: "switch", Now: switcher.BootTime}
@@ -185,12 +190,12 @@ func applyUserData(log io.Writer, cloudConfig, cacheDir string) userDataOutcome 
 		return done("failed", err.Error(), err)
 	}
 	if res.Unchanged {
-		return done("unchanged", fmt.Sprintf("%s %s is active", want.Driver, want.Chosen.Version), nil)
+		return done("unchanged", fmt.Sprintf("%s%s %s is active", fault, want.Driver, want.Chosen.Version), nil)
 	}
 	if res.From != nil {
 		rec.From = res.From.Version
 	}
-	return done("switched", fmt.Sprintf("the user-data asks for %s (%s); /init had taken the request from %s", want.Chosen.Version, want.Rule, sourceOf(rep.Selection)), nil)
+	return done("switched", fmt.Sprintf("%sthe user-data asks for %s (%s); /init had taken the request from %s", fault, want.Chosen.Version, want.Rule, sourceOf(rep.Selection)), nil)
 }
 
 // sourceOf names a boot decision's request source.
