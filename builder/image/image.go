@@ -533,10 +533,16 @@ func sortedUnique(s []string) []string {
 }
 
 // Build makes the image described by o: root filesystem, Stage, ESP, GPT disk,
-// the requested formats and the manifest, and returns the manifest. The outputs
-// are written under temporary names and renamed into place only when all of
-// them are complete, so a failed or cancelled build leaves no file under the
-// final names (earlier outputs of the same name are kept until then).
+// the requested formats and the manifest, and returns the manifest. It runs
+// the phases of NewJob(o) in order (RunPhases), as the Packer builder runs
+// them as steps. The outputs are written under temporary names and renamed
+// into place only when all of them are complete, so a failed or cancelled
+// build leaves no file under the final names (earlier outputs of the same
+// name are kept until then), and no work or temporary directory.
 func Build(ctx context.Context, o Options) (*Manifest, error) {
-	return build(ctx, o)
+	j := NewJob(o)
+	if err := RunPhases(ctx, j.Phases()); err != nil {
+		return nil, err
+	}
+	return j.Manifest(), nil
 }

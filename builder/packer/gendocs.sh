@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # gendocs.sh FILE...: run `packer-sdc struct-markdown` on Go files of the package in the current
-# directory and put the generated field docs under builder/packer/docs-partials/<package>/.
+# directory and put the generated field docs under builder/packer/docs-partials/<package>/,
+# replacing what was there (so a struct that lost its required fields loses its -required
+# partial): name every documented file of a package in its one go:generate line.
 #
 # packer-sdc finds a plugin's root by walking up to a directory named packer-plugin-*, and
 # gives up silently inside any directory named "packer" (it takes it for Packer's own
@@ -18,5 +20,6 @@ for f in "$@"; do
   cp "$f" "$work/packer-plugin-kpreload/$pkg/"
   (cd "$work/packer-plugin-kpreload/$pkg" && GOFILE="$f" packer-sdc struct-markdown)
 done
+rm -rf "$here/docs-partials/$pkg"
 mkdir -p "$here/docs-partials/$pkg"
 cp "$work/packer-plugin-kpreload/docs-partials/$pkg/"*.mdx "$here/docs-partials/$pkg/"

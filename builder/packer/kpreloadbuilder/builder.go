@@ -3,17 +3,26 @@
 // builder/image: a Debian root filesystem, the driver module cache for the
 // image's kernels (building missing cells with the real dkms), each driver
 // version's userspace, the kpreload initramfs per kernel and a UEFI bootloader,
-// written as raw and qcow2 disks with a manifest.
+// written as raw and qcow2 disks with a manifest. Each phase of the image
+// build (image.Job: prepare, drivers, rootfs, initramfs, configure,
+// bootloader, disk, formats) runs as its own multistep step, so Packer's
+// cancellation stops the build between and inside phases and each step's
+// Cleanup removes what its phase made.
 package kpreloadbuilder
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
+	"time"
 
 	"github.com/hashicorp/hcl/v2/hcldec"
 	"github.com/hashicorp/packer-plugin-sdk/multistep"
 	"github.com/hashicorp/packer-plugin-sdk/multistep/commonsteps"
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
+
+	"github.com/kpreload/kpreload/builder/image"
 )
 
 // BuilderID identifies the kpreload builder's artifacts.
@@ -39,17 +48,35 @@ func (b *Builder) Prepare(raws ...interface{}) (generatedVars []string, warnings
 	return []string{"ImageName", "ManifestPath"}, warnings, nil
 }
 
-// Run builds the image and returns its artifact.
+// Run builds the image and returns its artifact: the output directory, then
+// each phase of the image build (image.Job.Phases) as its own step, then the
+// artifact.
 func (b *Builder) Run(ctx context.Context, ui packersdk.Ui, hook packersdk.Hook) (packersdk.Artifact, error) {
+	start := time.Now()
+	opts := b.config.Options()
+	var mu sync.Mutex
+	opts.Progress = func(msg string) {
+		mu.Lock()
+		defer mu.Unlock()
+		ui.Say(fmt.Sprintf("[%5.1fs] %s", time.Since(start).Seconds(), msg))
+	}
+	job := image.NewJob(opts)
+
 	state := new(multistep.BasicStateBag)
 	state.Put("config", &b.config)
 	state.Put("hook", hook)
 	state.Put("ui", ui)
+	state.Put("job", job)
+	state.Put("start", start)
 
 	steps := []multistep.Step{
 		&commonsteps.StepOutputDir{Force: b.config.PackerForce, Path: b.config.OutputDir},
-		&stepBuildImage{build: buildImage},
 	}
+	for _, p := range jobPhases(job) {
+		steps = append(steps, &stepPhase{phase: p})
+	}
+	steps = append(steps, &stepArtifact{})
+	ui.Say(fmt.Sprintf("Building image %s (kernels %v, recipes %v) into %s", opts.Name, opts.Kernels, recipeNames(&b.config), opts.OutDir))
 	b.runner = commonsteps.NewRunner(steps, b.config.PackerConfig, ui)
 	b.runner.Run(ctx, state)
 

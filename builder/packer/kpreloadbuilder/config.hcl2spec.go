@@ -18,8 +18,6 @@ type FlatConfig struct {
 	PackerOnError       *string           `mapstructure:"packer_on_error" cty:"packer_on_error" hcl:"packer_on_error"`
 	PackerUserVars      map[string]string `mapstructure:"packer_user_variables" cty:"packer_user_variables" hcl:"packer_user_variables"`
 	PackerSensitiveVars []string          `mapstructure:"packer_sensitive_variables" cty:"packer_sensitive_variables" hcl:"packer_sensitive_variables"`
-	Name                *string           `mapstructure:"name" cty:"name" hcl:"name"`
-	OutputDir           *string           `mapstructure:"output_directory" cty:"output_directory" hcl:"output_directory"`
 	Kernels             []string          `mapstructure:"kernels" required:"true" cty:"kernels" hcl:"kernels"`
 	Recipes             []string          `mapstructure:"recipes" cty:"recipes" hcl:"recipes"`
 	RecipesDir          *string           `mapstructure:"recipes_dir" cty:"recipes_dir" hcl:"recipes_dir"`
@@ -31,13 +29,17 @@ type FlatConfig struct {
 	RemoteTrust         []string          `mapstructure:"remote_trust" cty:"remote_trust" hcl:"remote_trust"`
 	RemoteSign          *string           `mapstructure:"remote_sign" cty:"remote_sign" hcl:"remote_sign"`
 	EarlyDrivers        *bool             `mapstructure:"early_drivers" cty:"early_drivers" hcl:"early_drivers"`
-	Packages            []string          `mapstructure:"packages" cty:"packages" hcl:"packages"`
+	InstanceFile        *string           `mapstructure:"instance_file" cty:"instance_file" hcl:"instance_file"`
 	RemoteConfig        *string           `mapstructure:"remote_config" cty:"remote_config" hcl:"remote_config"`
+	KernelCmdline       *string           `mapstructure:"kernel_cmdline" cty:"kernel_cmdline" hcl:"kernel_cmdline"`
+	KpreloadBinary      *string           `mapstructure:"kpreload_binary" cty:"kpreload_binary" hcl:"kpreload_binary"`
+	InitBinary          *string           `mapstructure:"init_binary" cty:"init_binary" hcl:"init_binary"`
+	Name                *string           `mapstructure:"name" cty:"name" hcl:"name"`
+	OutputDir           *string           `mapstructure:"output_directory" cty:"output_directory" hcl:"output_directory"`
+	Packages            []string          `mapstructure:"packages" cty:"packages" hcl:"packages"`
 	Bootloader          *string           `mapstructure:"bootloader" cty:"bootloader" hcl:"bootloader"`
 	SecureBoot          *bool             `mapstructure:"secure_boot" cty:"secure_boot" hcl:"secure_boot"`
 	CloudInit           *bool             `mapstructure:"cloud_init" cty:"cloud_init" hcl:"cloud_init"`
-	InstanceFile        *string           `mapstructure:"instance_file" cty:"instance_file" hcl:"instance_file"`
-	KernelCmdline       *string           `mapstructure:"kernel_cmdline" cty:"kernel_cmdline" hcl:"kernel_cmdline"`
 	DiskSize            *string           `mapstructure:"disk_size" cty:"disk_size" hcl:"disk_size"`
 	ESPSize             *string           `mapstructure:"esp_size" cty:"esp_size" hcl:"esp_size"`
 	Formats             []string          `mapstructure:"formats" cty:"formats" hcl:"formats"`
@@ -45,8 +47,6 @@ type FlatConfig struct {
 	Mirror              *string           `mapstructure:"mirror" cty:"mirror" hcl:"mirror"`
 	SecurityMirror      *string           `mapstructure:"security_mirror" cty:"security_mirror" hcl:"security_mirror"`
 	RootfsCacheDir      *string           `mapstructure:"rootfs_cache_dir" cty:"rootfs_cache_dir" hcl:"rootfs_cache_dir"`
-	KpreloadBinary      *string           `mapstructure:"kpreload_binary" cty:"kpreload_binary" hcl:"kpreload_binary"`
-	InitBinary          *string           `mapstructure:"init_binary" cty:"init_binary" hcl:"init_binary"`
 	TempDir             *string           `mapstructure:"temp_dir" cty:"temp_dir" hcl:"temp_dir"`
 }
 
@@ -70,8 +70,6 @@ func (*FlatConfig) HCL2Spec() map[string]hcldec.Spec {
 		"packer_on_error":            &hcldec.AttrSpec{Name: "packer_on_error", Type: cty.String, Required: false},
 		"packer_user_variables":      &hcldec.AttrSpec{Name: "packer_user_variables", Type: cty.Map(cty.String), Required: false},
 		"packer_sensitive_variables": &hcldec.AttrSpec{Name: "packer_sensitive_variables", Type: cty.List(cty.String), Required: false},
-		"name":                       &hcldec.AttrSpec{Name: "name", Type: cty.String, Required: false},
-		"output_directory":           &hcldec.AttrSpec{Name: "output_directory", Type: cty.String, Required: false},
 		"kernels":                    &hcldec.AttrSpec{Name: "kernels", Type: cty.List(cty.String), Required: false},
 		"recipes":                    &hcldec.AttrSpec{Name: "recipes", Type: cty.List(cty.String), Required: false},
 		"recipes_dir":                &hcldec.AttrSpec{Name: "recipes_dir", Type: cty.String, Required: false},
@@ -83,13 +81,17 @@ func (*FlatConfig) HCL2Spec() map[string]hcldec.Spec {
 		"remote_trust":               &hcldec.AttrSpec{Name: "remote_trust", Type: cty.List(cty.String), Required: false},
 		"remote_sign":                &hcldec.AttrSpec{Name: "remote_sign", Type: cty.String, Required: false},
 		"early_drivers":              &hcldec.AttrSpec{Name: "early_drivers", Type: cty.Bool, Required: false},
-		"packages":                   &hcldec.AttrSpec{Name: "packages", Type: cty.List(cty.String), Required: false},
+		"instance_file":              &hcldec.AttrSpec{Name: "instance_file", Type: cty.String, Required: false},
 		"remote_config":              &hcldec.AttrSpec{Name: "remote_config", Type: cty.String, Required: false},
+		"kernel_cmdline":             &hcldec.AttrSpec{Name: "kernel_cmdline", Type: cty.String, Required: false},
+		"kpreload_binary":            &hcldec.AttrSpec{Name: "kpreload_binary", Type: cty.String, Required: false},
+		"init_binary":                &hcldec.AttrSpec{Name: "init_binary", Type: cty.String, Required: false},
+		"name":                       &hcldec.AttrSpec{Name: "name", Type: cty.String, Required: false},
+		"output_directory":           &hcldec.AttrSpec{Name: "output_directory", Type: cty.String, Required: false},
+		"packages":                   &hcldec.AttrSpec{Name: "packages", Type: cty.List(cty.String), Required: false},
 		"bootloader":                 &hcldec.AttrSpec{Name: "bootloader", Type: cty.String, Required: false},
 		"secure_boot":                &hcldec.AttrSpec{Name: "secure_boot", Type: cty.Bool, Required: false},
 		"cloud_init":                 &hcldec.AttrSpec{Name: "cloud_init", Type: cty.Bool, Required: false},
-		"instance_file":              &hcldec.AttrSpec{Name: "instance_file", Type: cty.String, Required: false},
-		"kernel_cmdline":             &hcldec.AttrSpec{Name: "kernel_cmdline", Type: cty.String, Required: false},
 		"disk_size":                  &hcldec.AttrSpec{Name: "disk_size", Type: cty.String, Required: false},
 		"esp_size":                   &hcldec.AttrSpec{Name: "esp_size", Type: cty.String, Required: false},
 		"formats":                    &hcldec.AttrSpec{Name: "formats", Type: cty.List(cty.String), Required: false},
@@ -97,8 +99,6 @@ func (*FlatConfig) HCL2Spec() map[string]hcldec.Spec {
 		"mirror":                     &hcldec.AttrSpec{Name: "mirror", Type: cty.String, Required: false},
 		"security_mirror":            &hcldec.AttrSpec{Name: "security_mirror", Type: cty.String, Required: false},
 		"rootfs_cache_dir":           &hcldec.AttrSpec{Name: "rootfs_cache_dir", Type: cty.String, Required: false},
-		"kpreload_binary":            &hcldec.AttrSpec{Name: "kpreload_binary", Type: cty.String, Required: false},
-		"init_binary":                &hcldec.AttrSpec{Name: "init_binary", Type: cty.String, Required: false},
 		"temp_dir":                   &hcldec.AttrSpec{Name: "temp_dir", Type: cty.String, Required: false},
 	}
 	return s

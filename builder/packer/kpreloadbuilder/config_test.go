@@ -100,7 +100,7 @@ func TestPrepareRecipeByPath(t *testing.T) {
 	if _, err := c.Prepare(raw); err != nil {
 		t.Fatalf("Prepare: %v", err)
 	}
-	if got, want := c.recipes[0].Name, "testdriver"; got != want {
+	if got, want := c.LoadedRecipes()[0].Name, "testdriver"; got != want {
 		t.Errorf("recipe = %q, want %q", got, want)
 	}
 }

@@ -38,50 +38,15 @@ import (
 
 	"github.com/kpreload/kpreload/builder/image"
 	"github.com/kpreload/kpreload/builder/packer/internal/pkrcfg"
-	"github.com/kpreload/kpreload/builder/recipe"
 )
 
 // Config is the kpreload provisioner's configuration.
 type Config struct {
 	common.PackerConfig `mapstructure:",squash"`
+	// The fields the builder has too: kernels, recipes, caches, remote,
+	// early drivers, instance file, kernel command line, binaries.
+	pkrcfg.Shared `mapstructure:",squash"`
 
-	// The kernel releases (`uname -r`) of the target image to provide drivers
-	// for. Each must be installed on the target (`/lib/modules/<release>`)
-	// and be in the kernel matrix of every recipe in `recipes`.
-	Kernels []string `mapstructure:"kernels" required:"true"`
-	// The drivers to install: recipe names (looked up in `recipes_dir`) or paths
-	// to recipe YAML files.
-	Recipes []string `mapstructure:"recipes"`
-	// The directory recipe names are looked up in. Defaults to `recipes` in the
-	// directory Packer runs in.
-	RecipesDir string `mapstructure:"recipes_dir"`
-	// The kpreload module cache the driver builds are read from (and added to
-	// when `build_missing` is on). Defaults to `$KPRELOAD_CACHE_DIR`, else
-	// `/var/lib/kpreload/cache`.
-	CacheDir string `mapstructure:"cache_dir"`
-	// Where downloaded packages and unpacked kernels are kept. Defaults to
-	// `$KPRELOAD_CACHE`, else `/var/cache/kpreload`.
-	DownloadDir string `mapstructure:"download_dir"`
-	// Build missing drivers with the real dkms on the machine running Packer.
-	// Defaults to true.
-	BuildMissing config.Trilean `mapstructure:"build_missing"`
-	// An instance YAML file installed as `/etc/kpreload/instance.yaml`.
-	InstanceFile string `mapstructure:"instance_file"`
-	// A registry configuration file for the target's kernel hook (`remote`,
-	// `plain_http`, `credentials`, `trust`, `timeout`): installed at
-	// `/etc/kpreload/remote.yaml` with the keys and credentials it names.
-	RemoteConfig string `mapstructure:"remote_config"`
-	// The kernel command line of systemd-boot entries kpreload writes
-	// (`/etc/kpreload/cmdline`); without it they take the target's running
-	// command line. GRUB entries use GRUB_CMDLINE_LINUX from
-	// `/etc/default/grub`.
-	KernelCmdline string `mapstructure:"kernel_cmdline"`
-	// A static build of the kpreload CLI (runs on the target). Defaults to
-	// `kpreload` next to the plugin binary, else `bin/kpreload`.
-	KpreloadBinary string `mapstructure:"kpreload_binary"`
-	// The static `/init` program. Defaults to `kpreload-init` next to the
-	// plugin binary, else `bin/kpreload-init`.
-	InitBinary string `mapstructure:"init_binary"`
 	// The target's root directory everything is installed under. Defaults to
 	// `/`; another directory suits chroot-style builders (`kpreload install
 	// --root`, `ldconfig -r` and `systemctl --root` then work on that tree).
@@ -98,8 +63,7 @@ type Config struct {
 	// systemd-boot boot kpreload, and fails the build when it cannot.
 	SkipKernelHook bool `mapstructure:"skip_kernel_hook"`
 
-	ctx     interpolate.Context
-	recipes []*recipe.Recipe
+	ctx interpolate.Context
 }
 
 // Provisioner is the kpreload Packer provisioner.
@@ -127,21 +91,6 @@ func (p *Provisioner) Prepare(raws ...interface{}) error {
 	}, raws...); err != nil {
 		return err
 	}
-	if c.RecipesDir == "" {
-		c.RecipesDir = "recipes"
-	}
-	if c.CacheDir == "" {
-		c.CacheDir = image.DefaultCacheDir()
-	}
-	if c.DownloadDir == "" {
-		c.DownloadDir = image.DefaultDownloadDir()
-	}
-	if c.KpreloadBinary == "" {
-		c.KpreloadBinary = pkrcfg.DefaultBinary("kpreload")
-	}
-	if c.InitBinary == "" {
-		c.InitBinary = pkrcfg.DefaultBinary("kpreload-init")
-	}
 	if c.TargetRoot == "" {
 		c.TargetRoot = "/"
 	}
@@ -154,26 +103,22 @@ func (p *Provisioner) Prepare(raws ...interface{}) error {
 	if len(c.Kernels) == 0 {
 		add(errors.New("kernels: name the target's kernel releases, such as 6.1.0-56-cloud-amd64"))
 	}
-	var rerrs []error
-	c.recipes, rerrs = pkrcfg.LoadRecipes(c.RecipesDir, c.Recipes)
-	for _, e := range rerrs {
-		add(e)
-	}
-	for _, e := range pkrcfg.CheckKernels(c.Kernels, c.recipes) {
+	for _, e := range c.Shared.Prepare() {
 		add(e)
 	}
 	for _, f := range []struct{ field, path string }{
 		{"kpreload_binary", c.KpreloadBinary},
 		{"init_binary", c.InitBinary},
-		{"instance_file", c.InstanceFile},
 	} {
-		if f.path == "" {
-			continue
-		}
 		if st, err := os.Stat(f.path); err != nil {
 			add(fmt.Errorf("%s: %w (`make build` makes both, static: bin/kpreload and bin/kpreload-init)", f.field, err))
 		} else if st.IsDir() {
 			add(fmt.Errorf("%s: %s is a directory", f.field, f.path))
+		}
+	}
+	if c.InstanceFile != "" {
+		if _, err := os.Stat(c.InstanceFile); err != nil {
+			add(fmt.Errorf("instance_file: %w", err))
 		}
 	}
 	for _, f := range []struct{ field, path string }{{"target_root", c.TargetRoot}, {"remote_staging_directory", c.RemoteStagingDir}} {
@@ -181,20 +126,8 @@ func (p *Provisioner) Prepare(raws ...interface{}) error {
 			add(fmt.Errorf("%s %q: want an absolute path without quotes or newlines", f.field, f.path))
 		}
 	}
-	if c.InstanceFile != "" {
-		if st, err := os.Stat(c.InstanceFile); err == nil && !st.IsDir() {
-			if err := pkrcfg.CheckInstance(c.InstanceFile); err != nil {
-				add(err)
-			}
-		}
-	}
 	if strings.ContainsAny(c.KernelCmdline, "\n\r") {
 		add(errors.New("kernel_cmdline: must be one line"))
-	}
-	if c.BuildMissing != config.TriFalse {
-		if err := pkrcfg.Creatable(c.CacheDir); err != nil {
-			add(fmt.Errorf("cache_dir (written to, since build_missing is on): %w", err))
-		}
 	}
 	if errs != nil && len(errs.Errors) > 0 {
 		return errs
@@ -227,9 +160,11 @@ func (p *Provisioner) Provision(ctx context.Context, ui packersdk.Ui, comm packe
 	ui.Say(fmt.Sprintf("Staging kpreload for kernels %v (recipes %v)", c.Kernels, c.Recipes))
 	res, err := stage(ctx, image.StageOptions{
 		Kernels:        c.Kernels,
-		Recipes:        c.recipes,
+		Recipes:        c.LoadedRecipes(),
 		CacheDir:       c.CacheDir,
-		BuildMissing:   c.BuildMissing != config.TriFalse,
+		BuildMissing:   c.BuildsMissing(),
+		Remote:         c.OpenedRemote(),
+		EarlyDrivers:   c.EarlyDrivers,
 		DownloadDir:    c.DownloadDir,
 		KpreloadBinary: c.KpreloadBinary,
 		InitBinary:     c.InitBinary,

@@ -24,6 +24,11 @@ type FlatConfig struct {
 	CacheDir            *string           `mapstructure:"cache_dir" cty:"cache_dir" hcl:"cache_dir"`
 	DownloadDir         *string           `mapstructure:"download_dir" cty:"download_dir" hcl:"download_dir"`
 	BuildMissing        *bool             `mapstructure:"build_missing" cty:"build_missing" hcl:"build_missing"`
+	Remote              *string           `mapstructure:"remote" cty:"remote" hcl:"remote"`
+	PlainHTTP           *bool             `mapstructure:"plain_http" cty:"plain_http" hcl:"plain_http"`
+	RemoteTrust         []string          `mapstructure:"remote_trust" cty:"remote_trust" hcl:"remote_trust"`
+	RemoteSign          *string           `mapstructure:"remote_sign" cty:"remote_sign" hcl:"remote_sign"`
+	EarlyDrivers        *bool             `mapstructure:"early_drivers" cty:"early_drivers" hcl:"early_drivers"`
 	InstanceFile        *string           `mapstructure:"instance_file" cty:"instance_file" hcl:"instance_file"`
 	RemoteConfig        *string           `mapstructure:"remote_config" cty:"remote_config" hcl:"remote_config"`
 	KernelCmdline       *string           `mapstructure:"kernel_cmdline" cty:"kernel_cmdline" hcl:"kernel_cmdline"`
@@ -61,6 +66,11 @@ func (*FlatConfig) HCL2Spec() map[string]hcldec.Spec {
 		"cache_dir":                  &hcldec.AttrSpec{Name: "cache_dir", Type: cty.String, Required: false},
 		"download_dir":               &hcldec.AttrSpec{Name: "download_dir", Type: cty.String, Required: false},
 		"build_missing":              &hcldec.AttrSpec{Name: "build_missing", Type: cty.Bool, Required: false},
+		"remote":                     &hcldec.AttrSpec{Name: "remote", Type: cty.String, Required: false},
+		"plain_http":                 &hcldec.AttrSpec{Name: "plain_http", Type: cty.Bool, Required: false},
+		"remote_trust":               &hcldec.AttrSpec{Name: "remote_trust", Type: cty.List(cty.String), Required: false},
+		"remote_sign":                &hcldec.AttrSpec{Name: "remote_sign", Type: cty.String, Required: false},
+		"early_drivers":              &hcldec.AttrSpec{Name: "early_drivers", Type: cty.Bool, Required: false},
 		"instance_file":              &hcldec.AttrSpec{Name: "instance_file", Type: cty.String, Required: false},
 		"remote_config":              &hcldec.AttrSpec{Name: "remote_config", Type: cty.String, Required: false},
 		"kernel_cmdline":             &hcldec.AttrSpec{Name: "kernel_cmdline", Type: cty.String, Required: false},

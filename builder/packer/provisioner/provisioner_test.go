@@ -82,8 +82,8 @@ func TestPrepareDefaults(t *testing.T) {
 	if got, want := p.config.RemoteStagingDir, "/tmp/kpreload-provision"; got != want {
 		t.Errorf("RemoteStagingDir = %q, want %q", got, want)
 	}
-	if len(p.config.recipes) != 1 || p.config.recipes[0].Name != "testdriver" {
-		t.Errorf("recipes = %v, want testdriver", p.config.recipes)
+	if len(p.config.LoadedRecipes()) != 1 || p.config.LoadedRecipes()[0].Name != "testdriver" {
+		t.Errorf("recipes = %v, want testdriver", p.config.LoadedRecipes())
 	}
 }
 

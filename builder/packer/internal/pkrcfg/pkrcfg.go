@@ -1,7 +1,7 @@
-// Package pkrcfg holds configuration checks the kpreload Packer builder and
-// provisioner share: loading the recipes a template names, checking kernels
-// against the recipes' matrices, finding kpreload's binaries, sizes and
-// directory permissions.
+// Package pkrcfg holds the configuration the kpreload Packer builder and
+// provisioner share: the Shared fields both embed, loading the recipes a
+// template names, checking kernels against the recipes' matrices, finding
+// kpreload's binaries, sizes and directory permissions.
 package pkrcfg
 
 import (

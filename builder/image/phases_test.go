@@ -1,0 +1,179 @@
+package image
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kpreload/kpreload/builder/install"
+)
+
+// TestRunPhases checks the order of Run and Cleanup, the failed flag and
+// cancellation between phases.
+func TestRunPhases(t *testing.T) {
+	boom := errors.New("boom")
+	tests := []struct {
+		name       string
+		failAt     string // the phase whose Run fails
+		cancelAt   string // the phase whose Run cancels the context (and succeeds)
+		wantLog    []string
+		wantFailed bool
+		wantErr    string
+	}{
+		{"all succeed", "", "", []string{"run a", "run b", "run c", "clean c", "clean b", "clean a"}, false, ""},
+		{"b fails", "b", "", []string{"run a", "run b", "clean b", "clean a"}, true, "boom"},
+		{"cancelled in b", "", "b", []string{"run a", "run b", "clean b", "clean a"}, true, "cancelled before c: context canceled"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var log []string
+			failed := map[string]bool{}
+			var phases []Phase
+			for _, name := range []string{"a", "b", "c"} {
+				phases = append(phases, Phase{
+					Name: name,
+					Run: func(context.Context) error {
+						log = append(log, "run "+name)
+						if name == tt.cancelAt {
+							cancel()
+						}
+						if name == tt.failAt {
+							return boom
+						}
+						return nil
+					},
+					Cleanup: func(f bool) {
+						log = append(log, "clean "+name)
+						failed[name] = f
+					},
+				})
+			}
+			err := RunPhases(ctx, phases)
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("RunPhases error = %v, want %q", err, tt.wantErr)
+			}
+			if !slices.Equal(log, tt.wantLog) {
+				t.Errorf("got %q, want %q", log, tt.wantLog)
+			}
+			for name, got := range failed {
+				if got != tt.wantFailed {
+					t.Errorf("phase %s cleaned up with failed = %v, want %v", name, got, tt.wantFailed)
+				}
+			}
+		})
+	}
+}
+
+// TestJobPhases checks the phases' names and order.
+func TestJobPhases(t *testing.T) {
+	var got []string
+	for _, p := range NewJob(Options{}).Phases() {
+		got = append(got, p.Name)
+		if p.Run == nil || p.Cleanup == nil || p.Title == "" {
+			t.Errorf("phase %s: Run, Cleanup and Title must be set", p.Name)
+		}
+	}
+	want := []string{PhasePrepare, PhaseDrivers, PhaseRootfs, PhaseInitramfs, PhaseConfigure, PhaseBootloader, PhaseDisk, PhaseFormats}
+	if !slices.Equal(got, want) {
+		t.Errorf("phases %q, want %q", got, want)
+	}
+}
+
+// TestJobCancelledAfterPrepare runs the real prepare and drivers phases (no
+// recipes: nothing to build) and cancels the build before the root
+// filesystem: the work and temporary output directories go, an output
+// directory prepare made goes, and files that were there before stay.
+func TestJobCancelledAfterPrepare(t *testing.T) {
+	for _, tool := range []string{"mmdebstrap", "sfdisk", "mkfs.vfat", "mmd", "mcopy", "mkfs.ext4", "qemu-img", "dpkg-deb", "systemctl", "tar"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is missing (scripts/deps.sh installs the image tools)", tool)
+		}
+	}
+	for _, tt := range []struct {
+		name      string
+		outExists bool
+	}{
+		{"new output directory", false},
+		{"existing output directory", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			bins := filepath.Join(dir, "bin")
+			tmp := filepath.Join(dir, "tmp")
+			out := filepath.Join(dir, "out", "images")
+			for _, d := range []string{bins, tmp} {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			keep := []string{filepath.Join(tmp, "user-file"), filepath.Join(bins, "kpreload"), filepath.Join(bins, "kpreload-init")}
+			if tt.outExists {
+				if err := os.MkdirAll(out, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				keep = append(keep, filepath.Join(out, "ci.qcow2")) // an earlier build's output
+			}
+			for _, p := range keep {
+				if err := os.WriteFile(p, []byte("before\n"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			j := NewJob(Options{
+				Name: "ci", OutDir: out, TempDir: tmp, Kernels: []string{testKernel}, Bootloader: install.GRUB,
+				KpreloadBinary: keep[1], InitBinary: keep[2], CacheDir: filepath.Join(dir, "cache"),
+			})
+			var phases []Phase
+			for _, p := range j.Phases() {
+				phases = append(phases, p)
+				if p.Name == PhaseDrivers {
+					run := p.Run
+					phases[len(phases)-1].Run = func(ctx context.Context) error {
+						err := run(ctx)
+						// prepare made its directories by now.
+						if ents, _ := os.ReadDir(tmp); len(ents) != 2 {
+							t.Errorf("%s holds %d entries after prepare, want the user's file and the work directory", tmp, len(ents))
+						}
+						cancel()
+						return err
+					}
+				}
+			}
+			err := RunPhases(ctx, phases)
+			if err == nil || !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "before rootfs") {
+				t.Fatalf("RunPhases error = %v, want cancelled before rootfs", err)
+			}
+			if j.Manifest() != nil {
+				t.Errorf("a cancelled job has a manifest")
+			}
+			for _, p := range keep {
+				if b, err := os.ReadFile(p); err != nil || string(b) != "before\n" {
+					t.Errorf("%s was there before the build and is gone or changed: %v", p, err)
+				}
+			}
+			if ents, _ := os.ReadDir(tmp); len(ents) != 1 {
+				t.Errorf("%s holds %d entries after cleanup, want only the user's file", tmp, len(ents))
+			}
+			ents, err := os.ReadDir(out)
+			switch {
+			case tt.outExists && (err != nil || len(ents) != 1):
+				t.Errorf("output directory after cleanup: %d entries (%v), want only the earlier output", len(ents), err)
+			case !tt.outExists && !os.IsNotExist(err):
+				t.Errorf("the output directory prepare made is still there (%v)", err)
+			}
+			if !tt.outExists {
+				if _, err := os.Stat(filepath.Dir(out)); !os.IsNotExist(err) {
+					t.Errorf("the output directory's parent prepare made is still there (%v)", err)
+				}
+			}
+		})
+	}
+}

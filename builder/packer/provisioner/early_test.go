@@ -1,0 +1,104 @@
+package provisioner
+
+import (
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cavaliergopher/cpio"
+	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/kpreload/kpreload/builder/image"
+)
+
+// TestProvisionEarlyDrivers installs into a target root with early_drivers
+// (a pkrcfg.Shared field the builder had alone before): real image.Stage,
+// dkms and install script; the target is marked for the kernel hook and
+// `kpreload install` builds the initramfs with the driver set, a complete
+// index and the instance file.
+func TestProvisionEarlyDrivers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real dkms build and initramfs; -short")
+	}
+	kernelModules := filepath.Join(image.DefaultDownloadDir(), "kernels", testKernel, "lib", "modules", testKernel)
+	if _, err := os.Stat(filepath.Join(kernelModules, "modules.dep")); err != nil {
+		t.Fatalf("kernel %s is not unpacked (%v): run scripts/kernels.sh %s", testKernel, err, testKernel)
+	}
+	kpreload, initBin := staticBinaries(t)
+	target := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(target, "lib", "modules"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec.Command("cp", "-a", kernelModules, filepath.Join(target, "lib", "modules", testKernel)).Run(); err != nil {
+		t.Fatalf("copy the kernel's modules into the target: %v", err)
+	}
+	if err := os.MkdirAll(filepath.Join(target, "boot/efi/loader"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec.Command("cp", filepath.Join(kernelModules, "../../../boot/vmlinuz-"+testKernel), filepath.Join(target, "boot")).Run(); err != nil {
+		t.Fatalf("copy the kernel image into the target: %v", err)
+	}
+	p := &Provisioner{}
+	if err := p.Prepare(map[string]interface{}{
+		"kernels": []string{testKernel}, "recipes": []string{"testdriver"}, "recipes_dir": recipesDir,
+		"cache_dir": filepath.Join(t.TempDir(), "cache"), "kpreload_binary": kpreload, "init_binary": initBin,
+		"instance_file": "../../../images/instance-example.yaml", "early_drivers": true,
+		"target_root": target, "remote_staging_directory": filepath.Join(t.TempDir(), "staging"),
+		"kernel_cmdline": "root=UUID=0b0e0f0a-1111-4222-8333-444444444444 rw console=ttyS0",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if err := p.Provision(ctx, packersdk.TestUi(t), localComm{}, nil); err != nil {
+		t.Fatalf("Provision: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(target, image.ImageEarlyDrivers)); err != nil {
+		t.Errorf("the target is not marked for the kernel hook: %v", err)
+	}
+	files := initramfsFiles(t, filepath.Join(target, image.ImageInitramfsDir, "initrd.img-"+testKernel))
+	ix := files["lib/modules/"+testKernel+"/kpreload.index.json"]
+	if !strings.Contains(ix, `"complete":true`) || !strings.Contains(ix, "kpreload-edu") || files["etc/kpreload/instance.yaml"] == "" {
+		t.Errorf("initramfs index %.300s (instance %q): want complete, with the kpreload-edu set, and the instance file", ix, files["etc/kpreload/instance.yaml"])
+	}
+}
+
+// initramfsFiles reads a zstd-compressed newc initramfs into name -> content.
+func initramfsFiles(t *testing.T, path string) map[string]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := zstd.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zr.Close()
+	r := cpio.NewReader(zr)
+	out := map[string]string{}
+	for {
+		h, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("read %s: %v", path, err)
+		}
+		if h.Mode.IsRegular() {
+			b, err := io.ReadAll(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[h.Name] = string(b)
+		}
+	}
+	return out
+}
