@@ -3,42 +3,36 @@
 // filesystem, loads driver sets cached on it, writes the boot report and hands
 // over to the real init with switch_root. Nothing here may stop the machine from
 // reaching userspace because of a driver problem, and pid 1 never exits.
+//
+// The roots it reads and writes under and the system calls it makes are values
+// (Options): Main passes the running system's, tests fixture trees and fakes.
 package pid1
 
 import (
-	ucmdline "github.com/u-root/u-root/pkg/cmdline"
-
-	"encoding/json"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
-	"strings"
 	"time"
+
+	ucmdline "github.com/u-root/u-root/pkg/cmdline"
+	"golang.org/x/sys/unix"
 
 	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/gpu/selection"
 	"github.com/kpreload/kpreload/initramfs/kcmdline"
-	"github.com/kpreload/kpreload/initramfs/rootfs"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
-	"github.com/kpreload/kpreload/kmodcache/modname"
 	"github.com/kpreload/kpreload/live/coldplug"
 	"github.com/kpreload/kpreload/live/loader"
 	"github.com/kpreload/kpreload/live/report"
 	"github.com/kpreload/kpreload/live/secureboot"
-	"github.com/u-root/u-root/pkg/mount"
-	"golang.org/x/sys/unix"
 )
-
-// NewRoot is where the root filesystem is mounted before switch_root.
-const NewRoot = "/newroot"
 
 // Boot holds the state of one boot.
 type Boot struct {
+	o       Options
 	console io.Writer
 	cmd     *ucmdline.CmdLine
 	rep     report.Report
@@ -47,6 +41,11 @@ type Boot struct {
 	index   *coldplug.Index
 	// sb is what the kernel enforces about module signatures.
 	sb secureboot.State
+	// vermagic is the running kernel's full vermagic (from its own modules).
+	vermagic string
+	// timeout and nice are the isolated loads' deadline and priority.
+	timeout time.Duration
+	nice    int
 	// seen holds, per pass, the sysfs paths of the devices already matched:
 	// rescans read only the others (a device's modalias is fixed while it exists).
 	seen map[string]map[string]bool
@@ -61,8 +60,8 @@ type Boot struct {
 	// decision is the driver selection, nil until taken.
 	decision *selection.Decision
 	// prescan, when set, is a scan of prescanBus ("*" for every bus) taken
-	// just before a coldplug of that bus (by startEarly, or by decide for
-	// the driver sets' PCI-only pass), which uses it for its first round.
+	// just before a coldplug of that bus (by the driver plan), which uses it
+	// for its first round.
 	prescan    []coldplug.Device
 	prescanBus string
 	// fwFile, when set, is the instance request's fw_cfg item as read
@@ -83,11 +82,13 @@ func Now() float64 {
 	return float64(ts.Sec) + float64(ts.Nsec)/1e9
 }
 
-// Main runs /init. It does not return.
-func Main() {
-	b := &Boot{console: os.Stdout, seen: map[string]map[string]bool{}, devIndex: map[string]int{}, attempted: map[string]bool{}}
-	b.rep.Format = 1
-	b.rep.InitStart = Now()
+// Run runs one boot with o's roots and system calls; with the real ones it
+// never returns (it hands over to the real init, or waits forever).
+func Run(o Options) { newBoot(o).run() }
+
+// run is the boot itself: pseudo filesystems, coldplug, the driver plan
+// (early or after the root), the root, the hand-over.
+func (b *Boot) run() {
 	defer func() {
 		// A bug here must not become a kernel panic: record it and keep going to root.
 		if r := recover(); r != nil {
@@ -107,8 +108,16 @@ func Main() {
 	b.handOver()
 }
 
+// newBoot returns a boot that has done nothing yet.
+func newBoot(o Options) *Boot {
+	b := &Boot{o: o, console: o.Console, seen: map[string]map[string]bool{}, devIndex: map[string]int{}, attempted: map[string]bool{}}
+	b.rep.Format = 1
+	b.rep.InitStart = o.Now()
+	return b
+}
+
 func (b *Boot) event(format string, args ...any) {
-	b.rep.Events = append(b.rep.Events, report.Event{Time: Now(), What: fmt.Sprintf(format, args...)})
+	b.rep.Events = append(b.rep.Events, report.Event{Time: b.o.Now(), What: fmt.Sprintf(format, args...)})
 }
 
 func (b *Boot) errorf(format string, args ...any) {
@@ -121,45 +130,6 @@ func (b *Boot) warnf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	b.rep.Warnings = append(b.rep.Warnings, msg)
 	fmt.Fprintf(b.console, "kpreload: warning: %s\n", msg)
-}
-
-// firmwarePathParam is the kernel's custom firmware search path, searched
-// before /lib/firmware/{updates/,}[<release>/].
-const firmwarePathParam = "/sys/module/firmware_class/parameters/path"
-
-// firmwareFromRoot lets drivers loaded before switch_root find firmware on
-// the root: until then the kernel reads firmware from the initramfs (its
-// loader resolves paths against pid 1's root), so while /init loads the
-// driver sets it points the kernel's custom search path at the root's
-// /lib/firmware (unless the command line set one), and handOver puts it back
-// before switch_root. It returns the directories the kernel now searches,
-// for the loader's declared-firmware check.
-func (b *Boot) firmwareFromRoot() []string {
-	dirs := b.firmwareDirs
-	old, err := os.ReadFile(firmwarePathParam)
-	if err != nil {
-		return dirs("")
-	}
-	if cur := strings.TrimSpace(string(old)); cur != "" {
-		return dirs(cur) // the command line chose one: leave it
-	}
-	rootFW := filepath.Join(NewRoot, "lib/firmware")
-	if fi, err := os.Stat(rootFW); err != nil || !fi.IsDir() {
-		return dirs("")
-	}
-	if err := os.WriteFile(firmwarePathParam, []byte(rootFW), 0o644); err != nil {
-		b.warnf("cannot point the kernel's firmware search at %s: %v", rootFW, err)
-		return dirs("")
-	}
-	b.fwRestore = func() {
-		// The kernel takes "\n" as an empty path.
-		if err := os.WriteFile(firmwarePathParam, []byte("\n"), 0o644); err != nil {
-			b.warnf("cannot reset the kernel's firmware search path: %v", err)
-		}
-		b.fwRestore = nil
-	}
-	b.event("firmware searched in %s while the driver sets load", rootFW)
-	return dirs(rootFW)
 }
 
 // loadTimeout is kpreload.load_timeout= (seconds, decimals allowed), else
@@ -192,16 +162,40 @@ func (b *Boot) loadNice() int {
 	return n
 }
 
+// newLoader returns a loader for this boot's kernel and command line whose
+// loads are labelled phase. Driver sets (GPU drivers, the test driver) load
+// in a helper process under a deadline (Options.IsolateDrivers); the
+// kernel's own modules (storage, buses) load in this one.
+func (b *Boot) newLoader(phase string) *loader.Loader {
+	ld := &loader.Loader{
+		Release:      b.release,
+		Vermagic:     b.vermagic,
+		SysRoot:      b.o.SysDir,
+		Kernel:       b.o.Kernel,
+		Now:          b.o.Now,
+		Params:       b.cmd.FlagsForModule,
+		VerifyDigest: b.flag("kpreload.verify", "1") != "0",
+		SigEnforced:  b.sb.Enforced,
+		Timeout:      b.timeout,
+		Nice:         b.nice,
+		Phase:        phase,
+	}
+	if b.o.IsolateDrivers {
+		ld.Isolate = func(c *coldplug.Candidate) bool { return !selection.IsKernelSet(c.Set) }
+	}
+	return ld
+}
+
 // indexRead is the outcome of reading the initramfs boot index.
 type indexRead struct {
 	idx *bootindex.Index
 	err error
 }
 
-// readIndex reads the initramfs boot index for release in a goroutine of its
-// own (it needs neither /proc nor /sys), so that decoding it overlaps the
-// mounts; the channel yields its outcome once.
-func readIndex(release string) <-chan indexRead {
+// readIndex reads the boot index at path in a goroutine of its own (it
+// needs neither /proc nor /sys), so that decoding it overlaps the mounts;
+// the channel yields its outcome once.
+func readIndex(path string) <-chan indexRead {
 	out := make(chan indexRead, 1)
 	go func() {
 		defer func() {
@@ -210,7 +204,7 @@ func readIndex(release string) <-chan indexRead {
 				out <- indexRead{err: fmt.Errorf("boot index: reading it crashed: %v", r)}
 			}
 		}()
-		idx, err := bootindex.Read(filepath.Join("/lib/modules", release, bootindex.InitramfsName))
+		idx, err := bootindex.Read(path)
 		out <- indexRead{idx, err}
 	}()
 	return out
@@ -218,41 +212,39 @@ func readIndex(release string) <-chan indexRead {
 
 // setup mounts the pseudo filesystems, reads the command line and the boot index.
 func (b *Boot) setup() {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err == nil {
-		b.release = unix.ByteSliceToString(u.Release[:])
-	}
-	index := readIndex(b.release)
+	b.release = b.o.System.Release()
+	dir := filepath.Join(b.initramfsPath("/lib/modules"), b.release)
+	index := readIndex(filepath.Join(dir, bootindex.InitramfsName))
 	for _, m := range []struct {
 		src, dst, fstype string
 		flags            uintptr
 		data             string
 	}{
-		{"proc", "/proc", "proc", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
-		{"sysfs", "/sys", "sysfs", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
-		{"devtmpfs", "/dev", "devtmpfs", unix.MS_NOSUID, "mode=0755"},
-		{"tmpfs", "/run", "tmpfs", unix.MS_NOSUID | unix.MS_NODEV, "mode=0755"},
+		{"proc", b.o.ProcDir, "proc", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
+		{"sysfs", b.o.SysDir, "sysfs", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
+		{"devtmpfs", b.o.DevDir, "devtmpfs", unix.MS_NOSUID, "mode=0755"},
+		{"tmpfs", b.o.RunDir, "tmpfs", unix.MS_NOSUID | unix.MS_NODEV, "mode=0755"},
 	} {
 		_ = os.MkdirAll(m.dst, 0o755)
-		if err := unix.Mount(m.src, m.dst, m.fstype, m.flags, m.data); err != nil && err != unix.EBUSY {
+		if err := b.o.System.Mount(m.src, m.dst, m.fstype, m.flags, m.data); err != nil && err != unix.EBUSY {
 			b.errorf("mount %s: %v", m.dst, err)
 		}
 	}
-	if f, err := os.OpenFile("/dev/console", os.O_WRONLY, 0); err == nil {
+	if f, err := os.OpenFile(filepath.Join(b.o.DevDir, "console"), os.O_WRONLY, 0); err == nil {
 		b.console = f
 	}
 	// securityfs shows the kernel's lockdown mode (secureboot.Read); a
 	// kernel without it leaves the mode unknown, which is no error.
-	if err := unix.Mount("securityfs", "/sys/kernel/security", "securityfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil && err != unix.EBUSY {
+	if err := b.o.System.Mount("securityfs", filepath.Join(b.o.SysDir, "kernel/security"), "securityfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil && err != unix.EBUSY {
 		b.event("securityfs: %v: the lockdown mode is read from the command line", err)
 	}
 	// Our own parser: u-root's panics on a value that is a lone quote.
-	b.cmd = kcmdline.Read("/proc/cmdline")
+	b.cmd = kcmdline.Read(filepath.Join(b.o.ProcDir, "cmdline"))
 	b.rep.Cmdline = b.cmd.Raw
 	b.rep.Kernel = b.release
 	b.event("kpreload /init started")
 
-	b.sb = secureboot.Read("/sys", "/proc", b.flag("lockdown", ""))
+	b.sb = secureboot.Read(b.o.SysDir, b.o.ProcDir, b.flag("lockdown", ""))
 	b.rep.SecureBoot = &b.sb
 	if b.sb.Enforced || b.sb.SecureBoot == secureboot.Enabled {
 		fmt.Fprintf(b.console, "kpreload: %s\n", b.sb.Summary())
@@ -260,24 +252,11 @@ func (b *Boot) setup() {
 	b.event("%s", b.sb.Summary())
 
 	b.index = coldplug.NewIndex()
-	b.ld = &loader.Loader{
-		Release:      b.release,
-		SysRoot:      "/sys",
-		Now:          Now,
-		Params:       b.cmd.FlagsForModule,
-		VerifyDigest: b.flag("kpreload.verify", "1") != "0",
-		SigEnforced:  b.sb.Enforced,
-		// Driver sets (GPU drivers, the test driver) load in a helper
-		// process under a deadline; the kernel's own modules (storage,
-		// buses) load here.
-		Isolate: func(c *coldplug.Candidate) bool { return !selection.IsKernelSet(c.Set) },
-		Timeout: b.loadTimeout(),
-		Nice:    b.loadNice(),
-	}
+	b.timeout, b.nice = b.loadTimeout(), b.loadNice()
+	b.ld = b.newLoader("")
 	if b.ld.SigEnforced {
 		b.event("the kernel enforces module signatures: unsigned modules are refused before loading")
 	}
-	dir := filepath.Join("/lib/modules", b.release)
 	r := <-index
 	idx, err := r.idx, r.err
 	if err != nil {
@@ -287,7 +266,8 @@ func (b *Boot) setup() {
 	if idx.Kernel != b.release {
 		b.errorf("boot index is for kernel %s, running %s", idx.Kernel, b.release)
 	}
-	b.ld.Vermagic = selection.KernelVermagic(idx)
+	b.vermagic = selection.KernelVermagic(idx)
+	b.ld.Vermagic = b.vermagic
 	b.initIdx, b.initDir = idx, dir
 	b.index.Add(dir, idx, func(s *bootindex.Set) bool { return selection.IsKernelSet(s) })
 	b.event("boot index read: %d sets", len(idx.Sets))
@@ -311,333 +291,4 @@ func (b *Boot) flag(name, def string) string {
 		return v
 	}
 	return def
-}
-
-// coldplug matches every device's modalias against match and loads what
-// matches (dependencies are resolved against the whole index), repeating while
-// loads create new devices. phase labels the loads; key names the pass (each
-// device is matched once per key).
-func (b *Boot) coldplug(phase, key string, match *coldplug.Index) {
-	b.ld.Phase = phase
-	seen := b.seen[key]
-	if seen == nil {
-		seen = map[string]bool{}
-		b.seen[key] = seen
-	}
-	bus := scanBus(match)
-	if bus == "" {
-		// No aliases to match, but the pass still records every device once.
-		bus = "*"
-	}
-	// A prescan serves only the pass that follows it: a later one rescans.
-	defer func() { b.prescan = nil }()
-	for round := 1; round <= 8; round++ {
-		var devs []coldplug.Device
-		var err error
-		if b.prescan != nil && bus == b.prescanBus {
-			devs, b.prescan = b.prescan, nil
-		} else {
-			devs, err = coldplug.ScanNew("/sys", bus, seen)
-		}
-		if err != nil {
-			b.errorf("coldplug scan: %v", err)
-			return
-		}
-		var want []string
-		fresh := 0
-		for _, d := range devs {
-			key := d.Path + "\x00" + d.Modalias
-			if seen[d.Path] {
-				continue
-			}
-			seen[d.Path] = true
-			fresh++
-			names := match.Match(d.Modalias)
-			i, ok := b.devIndex[key]
-			if !ok {
-				b.rep.Devices = append(b.rep.Devices, report.Device{Path: d.Path, Modalias: d.Modalias, Driver: d.Driver, Decision: "no module matches"})
-				i = len(b.rep.Devices) - 1
-				b.devIndex[key] = i
-			}
-			dev := &b.rep.Devices[i]
-			if len(names) > 0 {
-				dev.Modules = append(dev.Modules, names...)
-				dev.Decision = "matched (" + phase + ")"
-			} else if d.Driver != "" && len(dev.Modules) == 0 {
-				dev.Decision = "bound to built-in driver"
-			}
-			for _, n := range names {
-				if !b.attempted[n] {
-					b.attempted[n] = true
-					want = append(want, n)
-				}
-			}
-			if len(names) == 0 || d.Driver != "" {
-				// Only a device whose driver loads now has children still to come:
-				// a bound one (a built-in virtio_pci) has made them already.
-				continue
-			}
-			for _, child := range childAliases(d.Modalias) {
-				var ahead []string
-				for _, n := range match.Match(child) {
-					if !b.attempted[n] {
-						b.attempted[n] = true
-						ahead = append(ahead, n)
-					}
-				}
-				if len(ahead) > 0 {
-					want = append(want, ahead...)
-					b.event("%s will appear below %s: loading %s in the same round", child, filepath.Base(d.Path), strings.Join(ahead, ", "))
-				}
-			}
-		}
-		if fresh == 0 {
-			break
-		}
-		b.event("%s coldplug round %d: %d new devices, %d modules to load", key, round, fresh, len(want))
-		if len(want) == 0 {
-			continue
-		}
-		b.load(want)
-	}
-	b.refreshDrivers()
-}
-
-// scanBus returns the bus a coldplug pass needs to scan for match: "pci" when
-// every alias in it is a PCI one (as a GPU driver set's are), "" when it has no
-// aliases, else "*" (every bus). A device on another bus cannot match, so it is
-// not read: under emulation a whole scan costs tens of milliseconds.
-func scanBus(match *coldplug.Index) string {
-	switch kinds := match.AliasKinds(); {
-	case len(kinds) == 0:
-		return ""
-	case len(kinds) == 1 && kinds[0] == "pci":
-		return "pci"
-	}
-	return "*"
-}
-
-// load loads modules (resolving dependencies against the whole index) and records them.
-func (b *Boot) load(names []string) {
-	b.record(b.ld.Load(b.index, names))
-}
-
-// record adds what a load did to the report: the modules, their missing
-// firmware and the time the last one was ready.
-func (b *Boot) record(mods []report.Module) {
-	b.rep.Modules = append(b.rep.Modules, mods...)
-	for _, m := range mods {
-		b.attempted[m.Name] = true
-		for _, fw := range m.MissingFirmware {
-			b.warnf("%s declares firmware %s, which is in none of %s: its init may fail", m.Name, fw, strings.Join(b.ld.FirmwareDirs, ", "))
-		}
-		if m.End > b.rep.DriversReady {
-			b.rep.DriversReady = m.End
-		}
-	}
-}
-
-// requested loads the modules named by kpreload.load= (comma-separated) that
-// the index holds and that were not loaded yet, even when no device asks for
-// them: a driver whose hardware is absent still gets its init run (NVIDIA's
-// module then fails with ENODEV, which proves it links against this kernel).
-// Names the index does not know yet are tried again in the next phase.
-func (b *Boot) requested(phase string) {
-	v, ok := b.flagOK("kpreload.load")
-	if !ok || v == "" {
-		return
-	}
-	b.ld.Phase = phase
-	var want []string
-	for _, n := range strings.Split(v, ",") {
-		n = modname.Normalize(strings.TrimSpace(n))
-		if n == "" || b.attempted[n] || len(b.index.ByName(n)) == 0 {
-			continue
-		}
-		b.attempted[n] = true
-		want = append(want, n)
-	}
-	if len(want) == 0 {
-		if phase == "rootfs" {
-			for _, n := range strings.Split(v, ",") {
-				if n = modname.Normalize(strings.TrimSpace(n)); n != "" && !b.attempted[n] {
-					b.warnf("kpreload.load: module %s is in no cached set for %s", n, b.release)
-				}
-			}
-		}
-		return
-	}
-	b.event("%s: loading %s (kpreload.load)", phase, strings.Join(want, ", "))
-	b.load(want)
-}
-
-// refreshDrivers records which driver each device ended up bound to.
-func (b *Boot) refreshDrivers() {
-	for i := range b.rep.Devices {
-		if d := coldplug.BoundDriver(b.rep.Devices[i].Path); d != "" {
-			b.rep.Devices[i].Driver = d
-		}
-	}
-}
-
-// mountRoot waits for the root device (rootwait semantics), loads the filesystem
-// module it needs and mounts it on NewRoot. It retries forever rather than fail:
-// on a machine without its root disk there is nothing better to do, and the
-// console says why every few seconds.
-func (b *Boot) mountRoot() {
-	spec, err := rootfs.ParseSpec(b.flag("root", ""))
-	b.rep.Root.Spec = b.flag("root", "")
-	if err != nil {
-		b.errorf("%v", err)
-		b.rescue(err.Error())
-		return
-	}
-	start := time.Now()
-	next := 5 * time.Second
-	var dev string
-	for {
-		dev, err = rootfs.Find(spec)
-		if err == nil {
-			break
-		}
-		// New devices may appear late (asynchronous probes, USB): pick them up.
-		b.coldplug("initramfs", "initramfs", b.index)
-		if waited := time.Since(start); waited >= next {
-			fmt.Fprintf(b.console, "kpreload: waiting for root %s (%s so far): %v\n", spec, waited.Round(time.Second), err)
-			next += 5 * time.Second
-			if b.flag("kpreload.debug", "") != "" && waited >= 30*time.Second {
-				b.rescue(err.Error())
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	b.rep.Root.Device = dev
-	fstype := b.flag("rootfstype", "")
-	if fstype == "" {
-		if fstype, err = rootfs.FSType(dev); err != nil {
-			b.rep.Root.Error = err.Error()
-			fstype = "ext4"
-			b.warnf("root %s: %v; trying ext4", dev, err)
-		}
-	}
-	b.rep.Root.FSType = fstype
-	// Filesystems declare MODULE_ALIAS_FS: "fs-ext4" and so on.
-	if names := b.index.Match("fs-" + fstype); len(names) > 0 {
-		b.ld.Phase = "initramfs"
-		b.load(names)
-	}
-	_, rw := b.flagOK("rw")
-	opts := rootfs.Options{FSType: fstype, Flags: b.flag("rootflags", ""), RW: rw}
-	for {
-		if err = rootfs.Mount(dev, NewRoot, fstype, opts); err == nil {
-			break
-		}
-		b.rep.Root.Error = err.Error()
-		fmt.Fprintf(b.console, "kpreload: cannot mount root: %v; retrying\n", err)
-		if b.flag("kpreload.debug", "") != "" {
-			b.rescue(err.Error())
-		}
-		time.Sleep(2 * time.Second)
-	}
-	b.rep.Root.Error = ""
-	b.rep.Root.Mounted = Now()
-	b.event("root %s (%s) mounted from %s", spec, fstype, dev)
-}
-
-// writeReport stores the report in /run and prints the summary on the console and
-// the whole report as one line where tools read it.
-func (b *Boot) writeReport() {
-	b.refreshDrivers()
-	b.rep.SwitchRoot = Now()
-	if err := os.MkdirAll(filepath.Dir(report.Path), 0o755); err == nil {
-		if data, err := json.MarshalIndent(&b.rep, "", "  "); err == nil {
-			tmp := report.Path + ".tmp"
-			if os.WriteFile(tmp, data, 0o644) == nil {
-				_ = os.Rename(tmp, report.Path)
-			}
-		}
-	}
-	fmt.Fprintln(b.console, b.rep.Summary())
-	line, err := b.rep.ConsoleLine()
-	if err != nil {
-		return
-	}
-	if dev := b.flag("kpreload.report", ""); dev != "" {
-		if f, err := os.OpenFile(dev, os.O_WRONLY, 0); err == nil {
-			fmt.Fprintln(f, line)
-			f.Close()
-		} else {
-			b.warnf("report channel %s: %v", dev, err)
-		}
-	}
-	if b.flag("kpreload.console_report", "") == "1" {
-		fmt.Fprintln(b.console, line)
-	}
-}
-
-// handOver writes the report and switch_roots into the real init. If that fails
-// it tries the usual fallbacks and, failing all, waits forever: pid 1 must not exit.
-func (b *Boot) handOver() {
-	if b.fwRestore != nil {
-		b.fwRestore()
-	}
-	initPath := b.flag("init", "/sbin/init")
-	if err := existsIn(NewRoot, initPath); err != nil {
-		// In the report too: it is the last thing /init writes.
-		b.errorf("%s not found on root: %v", initPath, err)
-	}
-	b.writeReport()
-	err := mount.SwitchRoot(NewRoot, initPath)
-	fmt.Fprintf(b.console, "kpreload: switch_root to %s failed: %v\n", initPath, err)
-	for _, p := range []string{"/sbin/init", "/etc/init", "/bin/init", "/bin/sh"} {
-		_ = unix.Exec(p, []string{p}, os.Environ())
-	}
-	b.rescue("no init could be started")
-	for {
-		time.Sleep(time.Hour)
-	}
-}
-
-// rescue starts an emergency shell when the initramfs has one and kpreload.debug
-// is on the command line; otherwise it only explains.
-func (b *Boot) rescue(why string) {
-	fmt.Fprintf(b.console, "kpreload: cannot continue booting: %s\n", why)
-	if b.flag("kpreload.debug", "") == "" {
-		fmt.Fprintln(b.console, "kpreload: add kpreload.debug to the kernel command line (and build the initramfs with --debug-shell) for an emergency shell")
-		return
-	}
-	sh := "/bin/sh"
-	if _, err := os.Stat(sh); err != nil {
-		fmt.Fprintln(b.console, "kpreload: this initramfs has no /bin/sh (build it with --debug-shell)")
-		return
-	}
-	c := exec.Command(sh)
-	c.Stdin, c.Stdout, c.Stderr = os.Stdin, b.console, b.console
-	fmt.Fprintln(b.console, "kpreload: emergency shell; exit to continue")
-	_ = c.Run()
-}
-
-// existsIn checks that path exists inside the tree at root, resolving symbolic
-// links the way they will resolve once root is "/" (Debian's /sbin/init is an
-// absolute link to /lib/systemd/systemd).
-func existsIn(root, path string) error {
-	for hops := 0; hops < 40; hops++ {
-		full := filepath.Join(root, path)
-		fi, err := os.Lstat(full)
-		if err != nil {
-			return err
-		}
-		if fi.Mode()&fs.ModeSymlink == 0 {
-			return nil
-		}
-		target, err := os.Readlink(full)
-		if err != nil {
-			return err
-		}
-		if !filepath.IsAbs(target) {
-			target = filepath.Join(filepath.Dir(path), target)
-		}
-		path = target
-	}
-	return fmt.Errorf("%s: too many levels of symbolic links", path)
 }

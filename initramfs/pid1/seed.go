@@ -10,8 +10,8 @@ import (
 	"github.com/kpreload/kpreload/initramfs/seed"
 )
 
-// SeedMount is where /init mounts a cloud-init seed, read-only, while it
-// reads its user-data.
+// SeedMount is where the real /init mounts a cloud-init seed, read-only,
+// while it reads its user-data (Options.SeedMount).
 const SeedMount = "/run/kpreload/seed"
 
 // seedFile is the instance request file of a cloud-init seed disk (NoCloud's
@@ -24,7 +24,7 @@ func (b *Boot) seedFile() instance.File {
 		Read: func() ([]byte, error) { return nil, fs.ErrNotExist }}
 	// A valid request on the command line, or from fw_cfg's ports, comes
 	// first (instance.Find): the block devices are not read for a seed then.
-	if _, _, found, err := instance.FromCmdline(b.cmd.Flag); found && err == nil {
+	if b.cmdlineRequest() {
 		return f
 	}
 	if b.fwFile != nil && b.fwFile.Read != nil {
@@ -34,7 +34,7 @@ func (b *Boot) seedFile() instance.File {
 			}
 		}
 	}
-	seeds := seed.Find("/sys", "/dev")
+	seeds := seed.Find(b.o.SysDir, b.o.DevDir)
 	if len(seeds) == 0 {
 		return f
 	}
@@ -59,7 +59,7 @@ func (b *Boot) seedFile() instance.File {
 			b.ld.Phase = "initramfs"
 			b.load(names)
 		}
-		data, err := seed.Read(s, SeedMount, sysMounter{}, instance.MaxUserData)
+		data, err := seed.Read(s, b.o.SeedMount, seedMounter{b.o.System}, instance.MaxUserData)
 		if err == nil {
 			b.event("%s: user-data read (%d bytes)", s, len(data))
 		}
@@ -72,14 +72,14 @@ func (b *Boot) seedFile() instance.File {
 // and I/O character sets (ascii, utf8) of Debian's kernels.
 var seedNLS = []string{"nls_cp437", "nls_ascii", "nls_utf8"}
 
-// sysMounter mounts a seed read-only, without devices, setuid or exec.
-type sysMounter struct{}
+// seedMounter mounts a seed read-only, without devices, setuid or exec.
+type seedMounter struct{ sys System }
 
-func (sysMounter) Mount(dev, dir, fstype string) error {
-	if err := unix.Mount(dev, dir, fstype, unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID|unix.MS_NOEXEC, ""); err != nil {
+func (m seedMounter) Mount(dev, dir, fstype string) error {
+	if err := m.sys.Mount(dev, dir, fstype, unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mount %s (%s) on %s: %w", dev, fstype, dir, err)
 	}
 	return nil
 }
 
-func (sysMounter) Unmount(dir string) error { return unix.Unmount(dir, 0) }
+func (m seedMounter) Unmount(dir string) error { return m.sys.Unmount(dir) }

@@ -4,4 +4,5 @@ package main
 
 import "github.com/kpreload/kpreload/initramfs/pid1"
 
-func main() { pid1.Main() }
+// main runs the boot on the running system's roots and system calls; it does not return.
+func main() { pid1.Run(pid1.RealOptions()) }

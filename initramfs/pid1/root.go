@@ -1,0 +1,72 @@
+package pid1
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/kpreload/kpreload/initramfs/rootfs"
+)
+
+// mountRoot waits for the root device (rootwait semantics), loads the filesystem
+// module it needs and mounts it on the new root. It retries forever rather than fail:
+// on a machine without its root disk there is nothing better to do, and the
+// console says why every few seconds.
+func (b *Boot) mountRoot() {
+	spec, err := rootfs.ParseSpec(b.flag("root", ""))
+	b.rep.Root.Spec = b.flag("root", "")
+	if err != nil {
+		b.errorf("%v", err)
+		b.rescue(err.Error())
+		return
+	}
+	start := b.o.Now()
+	next := 5 * time.Second
+	var dev string
+	for {
+		dev, err = b.o.System.FindRoot(spec)
+		if err == nil {
+			break
+		}
+		// New devices may appear late (asynchronous probes, USB): pick them up.
+		b.coldplug("initramfs", "initramfs", b.index)
+		if waited := time.Duration((b.o.Now() - start) * float64(time.Second)); waited >= next {
+			fmt.Fprintf(b.console, "kpreload: waiting for root %s (%s so far): %v\n", spec, waited.Round(time.Second), err)
+			next += 5 * time.Second
+			if b.flag("kpreload.debug", "") != "" && waited >= 30*time.Second {
+				b.rescue(err.Error())
+			}
+		}
+		b.o.System.Sleep(20 * time.Millisecond)
+	}
+	b.rep.Root.Device = dev
+	fstype := b.flag("rootfstype", "")
+	if fstype == "" {
+		if fstype, err = rootfs.FSType(dev); err != nil {
+			b.rep.Root.Error = err.Error()
+			fstype = "ext4"
+			b.warnf("root %s: %v; trying ext4", dev, err)
+		}
+	}
+	b.rep.Root.FSType = fstype
+	// Filesystems declare MODULE_ALIAS_FS: "fs-ext4" and so on.
+	if names := b.index.Match("fs-" + fstype); len(names) > 0 {
+		b.ld.Phase = "initramfs"
+		b.load(names)
+	}
+	_, rw := b.flagOK("rw")
+	opts := rootfs.Options{FSType: fstype, Flags: b.flag("rootflags", ""), RW: rw}
+	for {
+		if err = b.o.System.MountRoot(dev, b.o.NewRoot, fstype, opts); err == nil {
+			break
+		}
+		b.rep.Root.Error = err.Error()
+		fmt.Fprintf(b.console, "kpreload: cannot mount root: %v; retrying\n", err)
+		if b.flag("kpreload.debug", "") != "" {
+			b.rescue(err.Error())
+		}
+		b.o.System.Sleep(2 * time.Second)
+	}
+	b.rep.Root.Error = ""
+	b.rep.Root.Mounted = b.o.Now()
+	b.event("root %s (%s) mounted from %s", spec, fstype, dev)
+}
