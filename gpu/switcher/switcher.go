@@ -306,7 +306,7 @@ func (s *switcher) run() error {
 		}
 	}
 	if len(names) == 0 {
-		names = loadOrder(to)
+		names = to.LoadOrder()
 	}
 	if err := activate.ClearReady(o.RunDir); err != nil {
 		s.warnf("%v", err)
@@ -503,106 +503,10 @@ func (s *switcher) moduleVersion(name string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// loadOrder returns the set's module names with every module after the set's
-// modules it depends on; among modules free to go, by name.
-func loadOrder(set *bootindex.Set) []string {
-	deps := map[string][]string{}
-	var names []string
-	for _, m := range set.Modules {
-		n := modname.Normalize(m.Name)
-		names = append(names, n)
-		for _, d := range m.Depends {
-			deps[n] = append(deps[n], modname.Normalize(d))
-		}
-	}
-	sort.Strings(names)
-	in := map[string]bool{}
-	for _, n := range names {
-		in[n] = true
-	}
-	done := map[string]bool{}
-	var order []string
-	for len(order) < len(names) {
-		progress := false
-		for _, n := range names {
-			if done[n] {
-				continue
-			}
-			ready := true
-			for _, d := range deps[n] {
-				if in[d] && !done[d] && d != n {
-					ready = false
-				}
-			}
-			if ready {
-				done[n] = true
-				order = append(order, n)
-				progress = true
-				break
-			}
-		}
-		if !progress { // a cycle: keep the rest by name
-			for _, n := range names {
-				if !done[n] {
-					done[n] = true
-					order = append(order, n)
-				}
-			}
-		}
-	}
-	return order
-}
-
-// unloadOrder returns the set's module names with every module before the set's
-// modules it depends on (nvidia_drm, nvidia_modeset, nvidia_uvm, nvidia); among
-// modules free to go, by name.
-func unloadOrder(set *bootindex.Set) []string {
-	users := map[string]int{} // how many set modules depend on each
-	deps := map[string][]string{}
-	var names []string
-	for _, m := range set.Modules {
-		n := modname.Normalize(m.Name)
-		names = append(names, n)
-		for _, d := range m.Depends {
-			d = modname.Normalize(d)
-			if d != n && !slices.Contains(deps[n], d) {
-				deps[n] = append(deps[n], d)
-				users[d]++
-			}
-		}
-	}
-	sort.Strings(names)
-	done := map[string]bool{}
-	var order []string
-	for len(order) < len(names) {
-		next := ""
-		for _, n := range names {
-			if !done[n] && users[n] == 0 {
-				next = n
-				break
-			}
-		}
-		if next == "" { // a cycle: take the first left
-			for _, n := range names {
-				if !done[n] {
-					next = n
-					break
-				}
-			}
-		}
-		done[next] = true
-		order = append(order, next)
-		for _, d := range deps[next] {
-			users[d]--
-		}
-	}
-	return order
-}
-
 // loadedInUnloadOrder returns the set's loaded modules in unload order.
 func (s *switcher) loadedInUnloadOrder(set *bootindex.Set) []string {
 	var out []string
-	for _, n := range unloadOrder(set) {
+	for _, n := range set.UnloadOrder() {
 		if s.loaded(n) {
 			out = append(out, n)
 		}
@@ -813,7 +717,7 @@ func (s *switcher) rollback(cur *bootindex.Set, cause error) error {
 func (s *switcher) activate(set, prev *bootindex.Set) {
 	o := s.o
 	var loaded []string
-	for _, n := range loadOrder(set) {
+	for _, n := range set.LoadOrder() {
 		if s.loaded(n) {
 			loaded = append(loaded, n)
 		}

@@ -275,15 +275,17 @@ func (e *env) checkActive(t *testing.T, version, by, previous string) {
 	}
 }
 
+// TestUnloadOrder checks the switcher's unload order on a real NVIDIA
+// set's dependencies: every module before the modules it uses.
 func TestUnloadOrder(t *testing.T) {
 	set := nvidiaSet("x", "1")
-	got := unloadOrder(&set)
-	want := []string{"nvidia_drm", "nvidia_modeset", "nvidia_uvm", "nvidia"}
+	got := set.UnloadOrder()
+	want := []string{"nvidia_uvm", "nvidia_drm", "nvidia_modeset", "nvidia"}
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("unloadOrder = %q, want %q", got, want)
+		t.Errorf("UnloadOrder = %q, want %q", got, want)
 	}
-	if got, want := loadOrder(&set), []string{"nvidia", "nvidia_modeset", "nvidia_drm", "nvidia_uvm"}; !reflect.DeepEqual(got, want) {
-		t.Errorf("loadOrder = %q, want %q", got, want)
+	if got, want := set.LoadOrder(), []string{"nvidia", "nvidia_modeset", "nvidia_drm", "nvidia_uvm"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("LoadOrder = %q, want %q", got, want)
 	}
 }
 
@@ -295,8 +297,8 @@ func TestSwitch(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Switch: %v\n%s", err, log.String())
 	}
-	wantCalls := []string{"unload nvidia_drm", "unload nvidia_modeset", "unload nvidia_uvm", "unload nvidia",
-		"load nvidia@2.0", "load nvidia_uvm@2.0", "load nvidia_modeset@2.0", "load nvidia_drm@2.0"}
+	wantCalls := []string{"unload nvidia_uvm", "unload nvidia_drm", "unload nvidia_modeset", "unload nvidia",
+		"load nvidia@2.0", "load nvidia_modeset@2.0", "load nvidia_drm@2.0", "load nvidia_uvm@2.0"}
 	if !reflect.DeepEqual(e.k.calls, wantCalls) {
 		t.Errorf("kernel calls = %q, want %q", e.k.calls, wantCalls)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/kpreload/kpreload/kmodcache/modinfo"
 	"github.com/kpreload/kpreload/kmodcache/modname"
+	"github.com/kpreload/kpreload/kmodcache/modorder"
 	"github.com/kpreload/kpreload/live/coldplug"
 	"github.com/kpreload/kpreload/live/report"
 	"golang.org/x/sys/unix"
@@ -119,11 +120,13 @@ type node struct {
 	deps []*node
 	// soft holds softdep pre modules: loaded first, but their failure does not
 	// stop this module.
-	soft     []*node
-	done     chan struct{}
-	result   report.Module
-	ok       bool // loaded, already loaded or built in
-	planning bool // on the current dependency path while the plan is built
+	soft   []*node
+	done   chan struct{}
+	result report.Module
+	ok     bool // loaded, already loaded or built in
+	// reported is true for a module whose every candidate was refused: each
+	// refusal has its own entry, so the node adds none.
+	reported bool
 }
 
 // Load loads the named modules and their dependencies from idx and returns one
@@ -146,34 +149,22 @@ func (l *Loader) Load(idx *coldplug.Index, names []string) []report.Module {
 	}
 	var out []report.Module
 	nodes := map[string]*node{}
-	var order []*node
-	var visit func(name string, stack []string) *node
-	visit = func(name string, stack []string) *node {
-		name = modname.Normalize(name)
-		if n, ok := nodes[name]; ok {
-			if !n.planning {
-				return n
-			}
-			// name is on the path that led here: a cycle. Hand back a failed
-			// stand-in so the modules on the cycle fail instead of waiting on
-			// each other forever; the real node keeps its own outcome.
-			c := &node{name: name, done: make(chan struct{})}
-			c.result = l.entry(name, nil, "failed", "dependency cycle: "+strings.Join(append(stack, name), " -> "), "")
-			close(c.done)
-			return c
-		}
-		n := &node{name: name, done: make(chan struct{}), planning: true}
+	requested := map[string]bool{}
+	roots := make([]string, len(names))
+	for i, n := range names {
+		roots[i] = modname.Normalize(n)
+		requested[roots[i]] = true
+	}
+	// resolve makes a module's node: already there, refused, missing, or the
+	// candidate to insert; its dependencies are what modorder walks next.
+	resolve := func(name string) []string {
+		n := &node{name: name, done: make(chan struct{})}
 		nodes[name] = n
-		defer func() { n.planning = false }()
 		if l.present(name) {
 			n.ok = true
 			n.result = l.entry(name, nil, "already loaded", "present in /sys/module (built in or loaded earlier)", "")
 			close(n.done)
-			// A dependency that is already there is not news; a requested module is.
-			if len(stack) == 0 {
-				order = append(order, n)
-			}
-			return n
+			return nil
 		}
 		cands := idx.ByName(name)
 		var refusals []string
@@ -194,28 +185,60 @@ func (l *Loader) Load(idx *coldplug.Index, names []string) []report.Module {
 			if len(refusals) > 0 {
 				// Each refusal has its own entry already; dependents see this reason.
 				n.result = l.entry(name, nil, "refused", "every candidate refused: "+strings.Join(refusals, "; "), "")
-				close(n.done)
-				return n
+				n.reported = true
+			} else {
+				n.result = l.entry(name, nil, "failed", "no module named "+name+" in the boot index", "")
 			}
-			n.result = l.entry(name, nil, "failed", "no module named "+name+" in the boot index", "")
 			close(n.done)
-			order = append(order, n)
-			return n
+			return nil
 		}
+		var deps []string
 		for _, d := range n.cand.Module.Depends {
-			n.deps = append(n.deps, visit(d, append(stack, name)))
+			deps = append(deps, modname.Normalize(d))
 		}
 		for _, d := range n.cand.Module.SoftPre {
 			// A soft dependency is best effort: only follow it when it can be had.
 			if d = modname.Normalize(d); l.present(d) || len(idx.ByName(d)) > 0 {
-				n.soft = append(n.soft, visit(d, append(stack, name)))
+				deps = append(deps, d)
 			}
 		}
-		order = append(order, n)
-		return n
+		return deps
 	}
-	for _, name := range names {
-		visit(name, nil)
+	// An edge that closes a dependency cycle points to a failed stand-in, so
+	// the modules on the cycle fail instead of waiting on each other forever;
+	// the real node keeps its own outcome.
+	cyclic := map[[2]string]*node{}
+	walked := modorder.Walk(roots, resolve, func(from, to string, path []string) {
+		c := &node{name: to, done: make(chan struct{})}
+		c.result = l.entry(to, nil, "failed", "dependency cycle: "+strings.Join(path, " -> "), "")
+		close(c.done)
+		cyclic[[2]string{from, to}] = c
+	})
+	dep := func(from, to string) *node {
+		if c, ok := cyclic[[2]string{from, to}]; ok {
+			return c
+		}
+		return nodes[to]
+	}
+	var order []*node
+	for _, name := range walked {
+		n := nodes[name]
+		// A dependency that is already there is not news; a requested module is.
+		if n.ok && n.cand == nil && !requested[name] || n.reported {
+			continue
+		}
+		order = append(order, n)
+		if n.cand == nil {
+			continue
+		}
+		for _, d := range n.cand.Module.Depends {
+			n.deps = append(n.deps, dep(name, modname.Normalize(d)))
+		}
+		for _, d := range n.cand.Module.SoftPre {
+			if d = modname.Normalize(d); nodes[d] != nil {
+				n.soft = append(n.soft, dep(name, d))
+			}
+		}
 	}
 
 	sem := make(chan struct{}, par)
