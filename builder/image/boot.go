@@ -2,6 +2,8 @@ package image
 
 import (
 	"strings"
+
+	"github.com/kpreload/kpreload/live/secureboot"
 )
 
 // SystemdBootEFI is systemd-boot's EFI binary on the build host (package
@@ -16,4 +18,14 @@ func ImageCmdlineFor(rootUUID, extra string) string {
 		s += " " + e
 	}
 	return s
+}
+
+// cmdlineExtra is what an image's kernel command line carries after the
+// root: Options.Cmdline, and for a Secure Boot image the parameter that makes
+// /init report an instance started without Secure Boot.
+func cmdlineExtra(o Options) string {
+	if !o.SecureBoot {
+		return o.Cmdline
+	}
+	return strings.TrimSpace(secureboot.ExpectFlag + "=" + secureboot.ExpectValue + " " + o.Cmdline)
 }

@@ -202,7 +202,7 @@ func (j *Job) prepare(ctx context.Context) error {
 	}
 	j.espVol = newVolumeID()
 	j.m.ESPUUID = fatUUID(j.espVol)
-	j.m.Cmdline = ImageCmdlineFor(j.m.RootUUID, o.Cmdline)
+	j.m.Cmdline = ImageCmdlineFor(j.m.RootUUID, cmdlineExtra(o))
 	return nil
 }
 
@@ -334,7 +334,7 @@ func (j *Job) bootloader(ctx context.Context) error {
 	}
 	var err error
 	if o.Bootloader == install.GRUB {
-		j.esp, j.coreImg, err = grubFiles(ctx, j.work, j.root, j.m.RootUUID, o.Cmdline, !o.Plain)
+		j.esp, j.coreImg, err = grubFiles(ctx, j.work, j.root, j.m.RootUUID, cmdlineExtra(o), !o.Plain)
 		if err == nil && j.moduleKey != nil {
 			j.m.SecureBoot = true
 			j.m.ModuleKey, err = secureBootFiles(ctx, j.root, j.outTmp, o.OutDir, o.Name, j.moduleKey)

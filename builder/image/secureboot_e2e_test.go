@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -158,7 +159,15 @@ func TestSecureBootImage(t *testing.T) {
 			if sb == nil || sb.SecureBoot != secureboot.Disabled || sb.Enforced {
 				t.Errorf("%s: report secure_boot %+v, want disabled, nothing enforced", name, sb)
 			}
+			// The image was built for Secure Boot: the report names the fault.
+			if sb == nil || !sb.Expected || !strings.Contains(sb.Fault, "built for Secure Boot") || !slices.Contains(res.Report.Warnings, sb.Fault) ||
+				!strings.Contains(string(console), "kpreload: warning: this image was built for Secure Boot") {
+				t.Errorf("%s: secure_boot %+v, warnings %q: want the fault in both and on the console", name, sb, res.Report.Warnings)
+			}
 			return res, string(console)
+		}
+		if sb == nil || !sb.Expected || sb.Fault != "" {
+			t.Errorf("%s: secure_boot %+v: want expected, no fault", name, sb)
 		}
 		for _, want := range []string{"Secure boot enabled", "Kernel is locked down"} {
 			if !strings.Contains(string(console), want) {
@@ -173,7 +182,7 @@ func TestSecureBootImage(t *testing.T) {
 
 	// 1. The module key enrolled.
 	res, _ := boot("boot 1 (MOK enrolled)", qemu.FirmwareUEFISecure, k.OVMFVars, map[string]string{"kpreload/instance.yaml": want11})
-	checkImageBoot(t, res, testKernel, "root=UUID="+m.RootUUID+" ro "+cmdline)
+	checkImageBoot(t, res, testKernel, "root=UUID="+m.RootUUID+" ro "+secureboot.ExpectFlag+"="+secureboot.ExpectValue+" "+cmdline)
 	d := selectionOf(res.Report, "kpreload-edu")
 	if d == nil || d.Chosen == nil || d.Chosen.Version != "1.0.0" {
 		t.Fatalf("boot 1: kpreload-edu decision %+v, want 1.0.0 chosen", d)
@@ -219,7 +228,7 @@ func TestSecureBootImage(t *testing.T) {
 	// 3. The same image where Secure Boot is off (plain OVMF): nothing is
 	// enforced, so the newest version, the unsigned 2.0.0, loads.
 	res, _ = boot("boot 3 (Secure Boot off)", qemu.FirmwareUEFI, "", nil)
-	checkImageBoot(t, res, testKernel, "root=UUID="+m.RootUUID+" ro "+cmdline)
+	checkImageBoot(t, res, testKernel, "root=UUID="+m.RootUUID+" ro "+secureboot.ExpectFlag+"="+secureboot.ExpectValue+" "+cmdline)
 	if d := selectionOf(res.Report, "kpreload-edu"); d == nil || d.Chosen == nil || d.Chosen.Version != "2.0.0" {
 		t.Errorf("boot 3: kpreload-edu decision %+v, want 2.0.0 (nothing enforced)", d)
 	}

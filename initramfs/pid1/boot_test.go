@@ -12,6 +12,7 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/live/secureboot"
 )
 
 // request is an instance YAML asking for a driver version.
@@ -557,6 +558,20 @@ func TestBootSetup(t *testing.T) {
 		param, _ := os.ReadFile(f.path("sys/module/firmware_class/parameters/path"))
 		if string(param) != "\n" || !strings.Contains(o.events(), "firmware searched in "+f.path("newroot/lib/firmware")) {
 			t.Errorf("firmware path %q after the boot, events:\n%s", param, o.events())
+		}
+	})
+	t.Run("an image built for Secure Boot, booted without it", func(t *testing.T) {
+		f := newFixture(t, "")
+		f.initSets = []testSet{edu("1.0.0")}
+		f.cmdline = secureboot.ExpectFlag + "=" + secureboot.ExpectValue
+		o := f.boot()
+		sb := o.written.SecureBoot
+		want := "this image was built for Secure Boot (kpreload.secureboot=expected), but Secure Boot is not-uefi"
+		if sb == nil || !sb.Expected || !strings.HasPrefix(sb.Fault, want) || !slices.Contains(o.written.Warnings, sb.Fault) {
+			t.Errorf("secure_boot %+v, warnings %q; want the fault %q", sb, o.written.Warnings, want)
+		}
+		if got := bootGot(f, o, bootWant{}).edu; !slices.Equal(got, []string{"loaded initramfs 1.0.0"}) {
+			t.Errorf("kpreload_edu %q, want it loaded: the boot goes on", got)
 		}
 	})
 	t.Run("a firmware path the command line chose is left alone", func(t *testing.T) {

@@ -250,6 +250,11 @@ func (b *Boot) setup() {
 		fmt.Fprintf(b.console, "kpreload: %s\n", b.sb.Summary())
 	}
 	b.event("%s", b.sb.Summary())
+	// An image built for Secure Boot that runs without it: the boot goes on,
+	// and the report says what is wrong.
+	if fault := b.sb.Expect(b.flag(secureboot.ExpectFlag, "")); fault != "" {
+		b.warnf("%s", fault)
+	}
 
 	b.index = coldplug.NewIndex()
 	b.timeout, b.nice = b.loadTimeout(), b.loadNice()

@@ -71,6 +71,31 @@ type State struct {
 	// KeysError says why Keys could not be read; a set's signer is then
 	// not checked (the kernel still is).
 	KeysError string `json:"keys_error,omitempty"`
+	// Expected is true when the image was built for Secure Boot (the
+	// kernel command line carries ExpectFlag=ExpectValue).
+	Expected bool `json:"expected,omitempty"`
+	// Fault says what is wrong when an image built for Secure Boot runs
+	// without it; the boot goes on.
+	Fault string `json:"fault,omitempty"`
+}
+
+// ExpectFlag and ExpectValue are the kernel command line parameter an image
+// built with --secure-boot boots with: kpreload.secureboot=expected.
+const (
+	ExpectFlag  = "kpreload.secureboot"
+	ExpectValue = "expected"
+)
+
+// Expect records the value of the command line's ExpectFlag ("" when absent)
+// and, when it asks for Secure Boot and the firmware did not turn it on,
+// the fault: the modules' signatures go unchecked. It returns the fault.
+func (s *State) Expect(flag string) string {
+	s.Expected = flag == ExpectValue
+	s.Fault = ""
+	if s.Expected && s.SecureBoot != Enabled {
+		s.Fault = fmt.Sprintf("this image was built for Secure Boot (%s=%s), but Secure Boot is %s: the kernel does not check module signatures and the boot goes on; turn Secure Boot on for the instance (UEFI firmware with Secure Boot: GCE Shielded VM, Azure Trusted Launch, EC2 UEFI Secure Boot, kpreload boot --firmware uefi-secure)", ExpectFlag, ExpectValue, s.SecureBoot)
+	}
+	return s.Fault
 }
 
 // secureBootOffset is struct boot_params' secure_boot byte (x86,

@@ -125,3 +125,28 @@ func TestRefusal(t *testing.T) {
 		})
 	}
 }
+
+func TestExpect(t *testing.T) {
+	tests := []struct {
+		name       string
+		secureBoot string
+		flag       string
+		expected   bool
+		fault      string // substring; "" for none
+	}{
+		{"built for Secure Boot, on", Enabled, ExpectValue, true, ""},
+		{"built for Secure Boot, off", Disabled, ExpectValue, true, "built for Secure Boot (kpreload.secureboot=expected), but Secure Boot is disabled"},
+		{"built for Secure Boot, BIOS", NotUEFI, ExpectValue, true, "but Secure Boot is not-uefi"},
+		{"not built for it", Disabled, "", false, ""},
+		{"another value", Disabled, "yes", false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := State{SecureBoot: tt.secureBoot}
+			got := s.Expect(tt.flag)
+			if s.Expected != tt.expected || got != s.Fault || !strings.Contains(got, tt.fault) || (got == "") != (tt.fault == "") {
+				t.Errorf("Expect(%q) = %q, expected %v; want fault containing %q, expected %v", tt.flag, got, s.Expected, tt.fault, tt.expected)
+			}
+		})
+	}
+}
