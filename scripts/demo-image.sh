@@ -8,10 +8,10 @@
 #      through PACKER_PLUGIN_PATH: a Debian bookworm image (mmdebstrap), the test driver
 #      built by the real dkms into a module cache, the kpreload initramfs and systemd-boot
 #      on a GPT disk, written as raw + qcow2 + manifest;
-#   3. boot a copy-on-write overlay of the qcow2 in QEMU through OVMF and the image's own
-#      bootloader, with -device edu and images/instance-testdriver.yaml passed to /init
-#      through fw_cfg, until systemd reaches its default target;
-#   4. print the boot timeline and /init's report summary.
+#   3. `kpreload boot --image`: a copy-on-write overlay of the qcow2 in QEMU through OVMF and
+#      the image's own bootloader, with -device edu and images/instance-testdriver.yaml passed
+#      to /init through fw_cfg, until systemd reaches its default target;
+#   4. print what it printed: the boot's milestones, /init's decision, the modules, the report.
 #
 # The image gets systemd.log_target=kmsg so that the timeline has systemd's default target in
 # kernel time. The module cache and the root filesystem tarballs persist between runs under
@@ -32,7 +32,6 @@ echo "packer: $packer ($("$packer" version | head -n1))"
   go build -o "$out/plugins/packer-plugin-kpreload" ./cmd/packer-plugin-kpreload
   CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$out/plugins/kpreload" ./cmd/kpreload
   CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$out/plugins/kpreload-init" ./initramfs/cmd/init
-  go build -o "$out/plugins/benchimage" ./builder/packer/internal/benchimage
 ) || die "go build failed"
 echo "PACKER_PLUGIN_PATH=$out/plugins"
 
@@ -47,11 +46,10 @@ start=$(date +%s)
 echo "packer build took $(( $(date +%s) - start )) s"
 ls -l "$out/image"
 
-log "3/4 booting the qcow2 through OVMF and systemd-boot, -device edu, instance YAML via fw_cfg"
-rm -f "$out/boot/disk.qcow2"
-qemu-img create -q -f qcow2 -F qcow2 -b "$out/image/ci-testdriver.qcow2" "$out/boot/disk.qcow2"
-"$out/plugins/benchimage" boot -human -name ci-testdriver -disk "$out/boot/disk.qcow2" \
-  -instance "$top/images/instance-testdriver.yaml" -work "$out/boot" >"$out/boot/summary.txt"
+log "3/4 kpreload boot --image: the qcow2 through OVMF and systemd-boot, -device edu, instance YAML via fw_cfg"
+"$out/plugins/kpreload" boot --image "$out/image/ci-testdriver.qcow2" --device edu \
+  --instance "$top/images/instance-testdriver.yaml" --work-dir "$out/boot" >"$out/boot/summary.txt" ||
+  { cat "$out/boot/summary.txt"; die "the image did not boot (see above)"; }
 
 log "4/4 boot timeline and report"
 cat "$out/boot/summary.txt"

@@ -24,6 +24,9 @@ var milestones = []string{
 	"VFS: ",
 	"EXT4-fs (",
 	"reboot: ",
+	// systemd's start and targets, where it logs to the kernel (systemd.log_target=kmsg).
+	"running in system mode",
+	"Reached target ",
 }
 
 // printkLine matches "[    1.234567] text" (a console line of a kernel built with
