@@ -37,7 +37,10 @@ func TestSeedRequests(t *testing.T) {
 		t.Skip("QEMU boots; -short")
 	}
 	const ask1 = "#cloud-config\nkpreload:\n  resources:\n    driver:\n      version: \"1.0.0\"\n"
-	const origin = "NoCloud seed /dev/vdb (CIDATA) user-data"
+	const (
+		origin            = "NoCloud seed /dev/vdb (CIDATA) user-data"
+		configDriveOrigin = "ConfigDrive seed /dev/vdb (CONFIG-2) openstack/latest/user_data"
+	)
 	tests := []struct {
 		name    string
 		c       selectBoot
@@ -52,6 +55,7 @@ func TestSeedRequests(t *testing.T) {
 			"2.0.0", "default", origin + ":5: kpreload.resources.driver.verison: unknown field"},
 		{"a seed that does not mount", selectBoot{drives: []string{seedDisk(t, ask1, true)}}, "2.0.0", "default",
 			"instance request from seed ignored: NoCloud seed /dev/vdb (CIDATA): mount:"},
+		{"an OpenStack config drive's request", selectBoot{drives: []string{testenv.ConfigDriveSeed(t, ask1)}}, "1.0.0", "seed", ""},
 		{"MIME multipart: left to cloud-init", selectBoot{drives: []string{seedDisk(t, "Content-Type: multipart/mixed; boundary=x\n\n--x--\n", false)}},
 			"2.0.0", "default", "seed: user-data is " + origin + ": not a plain #cloud-config document"},
 	}
@@ -64,8 +68,8 @@ func TestSeedRequests(t *testing.T) {
 				d.Drivers[0].Chosen.Version != tt.version || !d.Drivers[0].Active {
 				t.Errorf("selection %+v: want %s from %s, active", d, tt.version, tt.source)
 			}
-			if tt.source == "seed" && b.rep.Selection.Origin != origin {
-				t.Errorf("origin %q, want %q", b.rep.Selection.Origin, origin)
+			if o := b.rep.Selection.Origin; tt.source == "seed" && o != origin && o != configDriveOrigin {
+				t.Errorf("origin %q, want %q or %q", o, origin, configDriveOrigin)
 			}
 			said := strings.Join(append(append(b.rep.Errors, b.rep.Selection.Errors...), b.rep.Selection.Notes...), "\n")
 			if tt.want != "" && !strings.Contains(said, tt.want) {
