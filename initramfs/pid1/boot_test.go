@@ -30,7 +30,7 @@ type bootWant struct {
 	// active says a driver was made active (ready written).
 	active bool
 	// events must appear in this order; warnings, errors and console must
-	// appear somewhere.
+	// appear somewhere, and no other warning or error may.
 	events, warnings, errors, console []string
 	// kernel is every module the fake kernel loaded, in order.
 	kernel []string
@@ -70,11 +70,23 @@ func bootGot(f *fixture, o *outcome, want bootWant) bootWant {
 		got.events = append(got.events, e)
 		rest = rest[i+len(e):]
 	}
-	got.warnings = found(want.warnings, strings.Join(o.written.Warnings, "\n"))
-	got.errors = found(want.errors, strings.Join(o.written.Errors, "\n"))
+	got.warnings = append(found(want.warnings, strings.Join(o.written.Warnings, "\n")), unexpected(o.written.Warnings, want.warnings)...)
+	got.errors = append(found(want.errors, strings.Join(o.written.Errors, "\n")), unexpected(o.written.Errors, want.errors)...)
 	got.console = found(want.console, o.console)
 	got.kernel = o.kern.names()
 	return got
+}
+
+// unexpected returns, marked, each of lines that contains none of subs: a
+// warning or error the case did not expect.
+func unexpected(lines, subs []string) []string {
+	var out []string
+	for _, l := range lines {
+		if !slices.ContainsFunc(subs, func(s string) bool { return strings.Contains(l, s) }) {
+			out = append(out, "UNEXPECTED: "+l)
+		}
+	}
+	return out
 }
 
 // found returns the substrings of subs in text, and a marker for each missing one.
@@ -310,6 +322,15 @@ func TestBoot(t *testing.T) {
 			kernel: mods(),
 		},
 	}, {
+		// A new kernel the cache has no cells for yet: nothing to load,
+		// nothing asked, nothing to warn about.
+		name:  "early: no driver sets and no request",
+		setup: func(f *fixture) { f.complete = true },
+		want: bootWant{
+			source: instance.SourceDefault,
+			kernel: mods(),
+		},
+	}, {
 		name:    "H200 VM: the NVIDIA driver for its GPU",
 		capture: "h200-gpu-vm",
 		setup: func(f *fixture) {
@@ -319,8 +340,9 @@ func TestBoot(t *testing.T) {
 		},
 		want: bootWant{
 			edu: []string{"loaded initramfs-early 1.0.0"}, source: instance.SourceCmdline, chosen: "kpreload-edu 1.0.0, nvidia 535.261.03", active: true,
-			events:   []string{"driver selection early, before the root (complete initramfs index; request from cmdline): kpreload-edu 1.0.0, nvidia 535.261.03", "early driver loads joined: 2 modules", "nvidia 535.261.03 active"},
-			warnings: []string{"nvidia 535.261.03: device nodes: "},
+			events: []string{"driver selection early, before the root (complete initramfs index; request from cmdline): kpreload-edu 1.0.0, nvidia 535.261.03", "early driver loads joined: 2 modules", "nvidia 535.261.03 active"},
+			// The fixture's root has no userspace for the driver.
+			warnings: []string{"nvidia 535.261.03: device nodes: ", "nvidia 535.261.03: userspace: activate: driver 535.261.03: no userspace directory"},
 		},
 	}, {
 		name:    "H100 VM: the NVIDIA driver after the root",
@@ -333,7 +355,9 @@ func TestBoot(t *testing.T) {
 		want: bootWant{
 			source: instance.SourceCmdline, chosen: "nvidia 550.163.01", active: true,
 			events: []string{"driver selection (request from cmdline): nvidia 550.163.01", "rootfs coldplug round 1", "nvidia 550.163.01 active"},
-			kernel: mods("nvidia", "qemu_fw_cfg", "virtio_pci"),
+			// The fixture has no /proc/devices and no userspace for the driver.
+			warnings: []string{"nvidia 550.163.01: device nodes: device majors: open ", "nvidia 550.163.01: userspace: activate: driver 550.163.01: no userspace directory"},
+			kernel:   mods("nvidia", "qemu_fw_cfg", "virtio_pci"),
 		},
 	}}
 	for _, tt := range tests {

@@ -104,7 +104,7 @@ func (b *Boot) planAndLoad(p driverPlan) (join func()) {
 	}
 	if d != nil {
 		b.printDecision(d)
-		if driverSets == 0 {
+		if driverSets == 0 && req.Source != instance.SourceDefault {
 			b.warnf("the instance request (%s) asks for a driver, but no driver sets are cached for kernel %s", req.Source, b.release)
 		}
 	}
