@@ -82,7 +82,9 @@ type Job struct {
 	raw       string   // the raw disk in outTmp
 	outputs   []string // temporary paths of the formats, in Files order
 	placed    []string // final paths of the outputs renamed into OutDir
-	done      bool
+	// aside holds earlier files the outputs replaced: {moved to, final path}.
+	aside [][2]string
+	done  bool
 }
 
 // NewJob returns the build of the image o describes (with its defaults filled
@@ -438,26 +440,19 @@ func (j *Job) formats(ctx context.Context) error {
 		return fmt.Errorf("image: %w", err)
 	}
 	// Every output is complete: move them into place, the manifest last.
-	place := func(tmp, final string) error {
-		if err := os.Rename(tmp, final); err != nil {
-			return fmt.Errorf("image: %w", err)
-		}
-		j.placed = append(j.placed, final)
-		return nil
-	}
 	for i, f := range m.Files {
-		if err := place(j.outputs[i], f.Path); err != nil {
+		if err := j.place(j.outputs[i], f.Path); err != nil {
 			return err
 		}
 	}
 	if k := m.ModuleKey; k != nil {
 		for _, p := range k.files() {
-			if err := place(filepath.Join(j.outTmp, filepath.Base(p)), p); err != nil {
+			if err := j.place(filepath.Join(j.outTmp, filepath.Base(p)), p); err != nil {
 				return err
 			}
 		}
 	}
-	if err := place(manifestTmp, OutputPath(o.OutDir, o.Name, "manifest.json")); err != nil {
+	if err := j.place(manifestTmp, OutputPath(o.OutDir, o.Name, "manifest.json")); err != nil {
 		return err
 	}
 	j.done = true
@@ -465,8 +460,27 @@ func (j *Job) formats(ctx context.Context) error {
 	return nil
 }
 
+// place renames a finished output tmp to its final path. A file already
+// there (an earlier build's) is moved aside into the temporary directory
+// first, so that cleanupFormats can put it back when the build fails.
+func (j *Job) place(tmp, final string) error {
+	if _, err := os.Lstat(final); err == nil {
+		aside := filepath.Join(j.outTmp, "previous-"+filepath.Base(final))
+		if err := os.Rename(final, aside); err != nil {
+			return fmt.Errorf("image: %w", err)
+		}
+		j.aside = append(j.aside, [2]string{aside, final})
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return fmt.Errorf("image: %w", err)
+	}
+	j.placed = append(j.placed, final)
+	return nil
+}
+
 // cleanupFormats removes the formats not moved into OutDir and, when the build
-// failed, the outputs it moved there.
+// failed, the outputs it moved there, putting back the earlier files they
+// replaced. (On success those are removed with the temporary directory.)
 func (j *Job) cleanupFormats(failed bool) {
 	for _, p := range j.outputs {
 		os.Remove(p) // gone already once moved into OutDir
@@ -474,6 +488,9 @@ func (j *Job) cleanupFormats(failed bool) {
 	if failed {
 		for _, p := range j.placed {
 			os.Remove(p)
+		}
+		for _, a := range j.aside {
+			os.Rename(a[0], a[1])
 		}
 		j.done = false
 	}
