@@ -36,6 +36,22 @@ func ParseUserData(name string, data []byte) (in *Instance, found bool, err erro
 	return parseUserData(name, data, nil)
 }
 
+// UserDataRequest reads the request in the user-data document data as a
+// request from source, named name (where the version was asked, file:line,
+// included); found and err are ParseUserData's.
+func UserDataRequest(source, name string, data []byte) (req Request, found bool, err error) {
+	var line int
+	in, found, err := parseUserData(name, data, &line)
+	if err != nil || !found {
+		return Request{}, found, err
+	}
+	req = Request{Source: source, Origin: name, Instance: *in}
+	if line > 0 {
+		req.VersionAt = fmt.Sprintf("%s:%d", name, line)
+	}
+	return req, true, nil
+}
+
 // parseUserData is ParseUserData that also sets *versionLine (when not nil)
 // to the line of kpreload.resources.driver.version, or 0.
 func parseUserData(name string, data []byte, versionLine *int) (in *Instance, found bool, err error) {

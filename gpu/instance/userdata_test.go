@@ -98,3 +98,31 @@ func TestFindUserData(t *testing.T) {
 		})
 	}
 }
+
+func TestUserDataRequest(t *testing.T) {
+	tests := []struct {
+		name, data       string
+		found            bool
+		version, at, err string
+	}{
+		{"version", "#cloud-config\nkpreload:\n  resources:\n    driver:\n      version: \"3.0.0\"\n", true, "3.0.0", "cc.txt:5", ""},
+		{"no version", "#cloud-config\nkpreload:\n  resources: {}\n", true, "", "", ""},
+		{"no key", "#cloud-config\npackages: [vim]\n", false, "", "", ""},
+		{"wrong field", "#cloud-config\nkpreload:\n  resource: {}\n", true, "", "", "cc.txt:3: kpreload.resource: unknown field"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, found, err := UserDataRequest(SourceUserData, "cc.txt", []byte(tt.data))
+			gotErr := ""
+			if err != nil {
+				gotErr = err.Error()
+			}
+			if found != tt.found || req.Instance.Resources.Driver.Version != tt.version || req.VersionAt != tt.at || !strings.Contains(gotErr, tt.err) || (gotErr == "") != (tt.err == "") {
+				t.Errorf("got found %v, version %q at %q, err %q; want %v, %q at %q, err %q", found, req.Instance.Resources.Driver.Version, req.VersionAt, gotErr, tt.found, tt.version, tt.at, tt.err)
+			}
+			if found && err == nil && (req.Source != SourceUserData || req.Origin != "cc.txt") {
+				t.Errorf("source %q origin %q", req.Source, req.Origin)
+			}
+		})
+	}
+}

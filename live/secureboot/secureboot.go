@@ -92,7 +92,11 @@ const (
 func (s *State) Expect(flag string) string {
 	s.Expected = flag == ExpectValue
 	s.Fault = ""
-	if s.Expected && s.SecureBoot != Enabled {
+	switch {
+	case !s.Expected || s.SecureBoot == Enabled:
+	case s.SecureBoot == Unknown:
+		s.Fault = fmt.Sprintf("this image was built for Secure Boot (%s=%s), but the firmware's Secure Boot state cannot be read: module signatures may go unchecked", ExpectFlag, ExpectValue)
+	default:
 		s.Fault = fmt.Sprintf("this image was built for Secure Boot (%s=%s), but Secure Boot is %s: the kernel does not check module signatures and the boot goes on; turn Secure Boot on for the instance (UEFI firmware with Secure Boot: GCE Shielded VM, Azure Trusted Launch, EC2 UEFI Secure Boot, kpreload boot --firmware uefi-secure)", ExpectFlag, ExpectValue, s.SecureBoot)
 	}
 	return s.Fault

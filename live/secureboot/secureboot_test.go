@@ -137,6 +137,7 @@ func TestExpect(t *testing.T) {
 		{"built for Secure Boot, on", Enabled, ExpectValue, true, ""},
 		{"built for Secure Boot, off", Disabled, ExpectValue, true, "built for Secure Boot (kpreload.secureboot=expected), but Secure Boot is disabled"},
 		{"built for Secure Boot, BIOS", NotUEFI, ExpectValue, true, "but Secure Boot is not-uefi"},
+		{"built for Secure Boot, state unreadable", Unknown, ExpectValue, true, "but the firmware's Secure Boot state cannot be read"},
 		{"not built for it", Disabled, "", false, ""},
 		{"another value", Disabled, "yes", false, ""},
 	}

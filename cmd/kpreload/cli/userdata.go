@@ -110,7 +110,7 @@ func applyUserData(log io.Writer, cloudConfig, cacheDir string) userDataOutcome 
 	if err != nil {
 		return done("failed", err.Error(), err)
 	}
-	in, found, err := instance.ParseUserData(cloudConfig, data)
+	req, found, err := instance.UserDataRequest(instance.SourceUserData, cloudConfig, data)
 	if err != nil {
 		return done("failed", "the request is not honoured: "+err.Error(), err)
 	}
@@ -142,7 +142,6 @@ func applyUserData(log io.Writer, cloudConfig, cacheDir string) userDataOutcome 
 		return done("failed", err.Error(), err)
 	}
 	sig := secureboot.Read("/sys", "/proc", "")
-	req := instance.Request{Source: instance.SourceUserData, Origin: cloudConfig, Instance: *in}
 	dec := selection.Input{Kernel: kernel, Vermagic: selection.KernelVermagic(idx), Request: req, Devices: devs, Signatures: &sig}
 	for i := range idx.Sets {
 		dec.Sets = append(dec.Sets, selection.Set{Set: &idx.Sets[i], Dir: filepath.Dir(idxPath), From: cacheDir})
