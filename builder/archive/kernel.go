@@ -120,20 +120,28 @@ func (a *Archive) FetchKernel(ctx context.Context, release, cache string, progre
 	if err := os.WriteFile(filepath.Join(tmp, completeMarker), nil, 0o644); err != nil {
 		return "", fmt.Errorf("kernel %s: %w", release, err)
 	}
-	if KernelUnpacked(cache, release) {
-		return dest, nil // another fetch finished first
-	}
-	// A directory without the marker is no kernel: what is left of a tree
-	// made by hand, or by an older tool.
-	if err := os.RemoveAll(dest); err != nil {
-		return "", fmt.Errorf("kernel %s: %w", release, err)
-	}
 	if err := os.Rename(tmp, dest); err != nil {
 		// Another fetch may have put it in place meanwhile.
 		if KernelUnpacked(cache, release) {
 			return dest, nil
 		}
-		return "", fmt.Errorf("kernel %s: %w", release, err)
+		// A directory without the marker is no kernel: what is left of a
+		// tree made by hand, or by an older tool. It is moved aside (never
+		// a complete tree another fetch just renamed there) and removed.
+		stale, serr := os.MkdirTemp(filepath.Dir(dest), ".stale-"+release+"-")
+		if serr != nil {
+			return "", fmt.Errorf("kernel %s: %w", release, serr)
+		}
+		defer os.RemoveAll(stale)
+		if err := os.Rename(dest, filepath.Join(stale, "tree")); err != nil {
+			return "", fmt.Errorf("kernel %s: %w", release, err)
+		}
+		if err := os.Rename(tmp, dest); err != nil {
+			if KernelUnpacked(cache, release) {
+				return dest, nil
+			}
+			return "", fmt.Errorf("kernel %s: %w", release, err)
+		}
 	}
 	say("kernel %s ready in %s", release, dest)
 	return dest, nil

@@ -54,7 +54,7 @@ type kernel struct {
 func prepareKernel(ctx context.Context, release string, arc *archive.Archive, downloads string, root *buildroot.Root, driver dkms.Driver) (*kernel, error) {
 	kroot, err := arc.FetchKernel(ctx, release, downloads, nil)
 	if err != nil {
-		return nil, fmt.Errorf("fetch kernel %s: %w", release, err)
+		return nil, err // names the kernel
 	}
 	k := &kernel{headersDir: filepath.Join(kroot, "usr", "src", "linux-headers-"+release), dir: kroot}
 	h, err := dkms.InspectHeaders(k.headersDir)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kpreload/kpreload/kmodcache/modinfo"
 	"github.com/kpreload/kpreload/kmodcache/modname"
+	"github.com/kpreload/kpreload/kmodcache/modorder"
 )
 
 // maxModuleName is the longest module name the kernel accepts
@@ -187,51 +188,26 @@ func (m *Manifest) label() string {
 }
 
 // dependencyCycle returns one cycle among the set's own modules (first module
-// repeated at the end), or nil.
+// repeated at the end), or nil: the first modorder.Walk meets.
 func (m *Manifest) dependencyCycle() []string {
 	deps := map[string][]string{}
+	var names []string
 	for _, mod := range m.Modules {
 		n := modname.Normalize(mod.Name)
+		names = append(names, n)
 		for _, d := range mod.Depends {
-			deps[n] = append(deps[n], modname.Normalize(d))
-		}
-	}
-	const (
-		unseen = iota
-		active
-		done
-	)
-	state := map[string]int{}
-	var stack []string
-	var visit func(n string) []string
-	visit = func(n string) []string {
-		switch state[n] {
-		case active:
-			i := slices.Index(stack, n)
-			return append(slices.Clone(stack[i:]), n)
-		case done:
-			return nil
-		}
-		state[n] = active
-		stack = append(stack, n)
-		for _, d := range deps[n] {
-			if _, in := deps[d]; !in && !m.has(d) {
-				continue // external
-			}
-			if c := visit(d); c != nil {
-				return c
+			if d = modname.Normalize(d); m.has(d) {
+				deps[n] = append(deps[n], d) // a dependency outside the set is in no cycle of it
 			}
 		}
-		stack = stack[:len(stack)-1]
-		state[n] = done
-		return nil
 	}
-	for _, mod := range m.Modules {
-		if c := visit(modname.Normalize(mod.Name)); c != nil {
-			return c
+	var cycle []string
+	modorder.Walk(names, func(n string) []string { return deps[n] }, func(_, _ string, path []string) {
+		if cycle == nil {
+			cycle = path
 		}
-	}
-	return nil
+	})
+	return cycle
 }
 
 // has reports whether the set holds a module of that (normalized) name.

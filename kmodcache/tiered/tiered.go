@@ -85,7 +85,7 @@ type Cell struct {
 	Key map[string]string
 	// Recipe and Kernel name the cell.
 	Recipe, Kernel string
-	// Driver, Version and Flavor are the set's (Put fills them in).
+	// Driver, Version and Flavor are the set's; Put records them with it.
 	Driver, Version, Flavor string
 }
 
