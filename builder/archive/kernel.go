@@ -12,6 +12,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/kpreload/kpreload/internal/versort"
 )
 
 // completeMarker is the file whose presence says an unpacked kernel is whole.
@@ -179,7 +181,7 @@ func (a *Archive) kernelPackages(ctx context.Context, release string) ([]debPack
 			}
 			e.Available = append(e.Available, rel)
 		}
-		slices.SortFunc(e.Available, compareNatural)
+		slices.SortFunc(e.Available, versort.Compare)
 		return nil, e
 	}
 	if cand[headers] == "" {
@@ -322,30 +324,6 @@ func stderrOf(err error) string {
 		return ": " + string(bytes.TrimSpace(exitErr.Stderr))
 	}
 	return ""
-}
-
-// compareNatural orders strings as sort -V does for kernel releases: runs
-// of digits by their value, everything else byte by byte.
-func compareNatural(a, b string) int {
-	for a != "" && b != "" {
-		da, db := digitRun(a), digitRun(b)
-		if da > 0 && db > 0 {
-			na, nb := strings.TrimLeft(a[:da], "0"), strings.TrimLeft(b[:db], "0")
-			if c := len(na) - len(nb); c != 0 {
-				return c
-			}
-			if c := strings.Compare(na, nb); c != 0 {
-				return c
-			}
-			a, b = a[da:], b[db:]
-			continue
-		}
-		if a[0] != b[0] {
-			return int(a[0]) - int(b[0])
-		}
-		a, b = a[1:], b[1:]
-	}
-	return len(a) - len(b)
 }
 
 // digitRun returns how many ASCII digits s begins with.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kpreload/kpreload/internal/fileutil"
 	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/internal/versort"
 )
 
 func TestParsePolicy(t *testing.T) {
@@ -65,7 +66,7 @@ func TestCompareNatural(t *testing.T) {
 	in := []string{"6.12.38+deb13-cloud-amd64", "6.1.0-9-cloud-amd64", "6.12.117+deb12-cloud-amd64", "6.1.0-56-cloud-amd64", "6.1.0-10-cloud-amd64"}
 	want := []string{"6.1.0-9-cloud-amd64", "6.1.0-10-cloud-amd64", "6.1.0-56-cloud-amd64", "6.12.38+deb13-cloud-amd64", "6.12.117+deb12-cloud-amd64"}
 	got := slices.Clone(in)
-	slices.SortFunc(got, compareNatural)
+	slices.SortFunc(got, versort.Compare)
 	if !slices.Equal(got, want) {
 		t.Errorf("sorted %v\n got %v\nwant %v", in, got, want)
 	}

@@ -71,24 +71,6 @@ func TestCheckRelease(t *testing.T) {
 	}
 }
 
-func TestCompareReleases(t *testing.T) {
-	for _, c := range []struct {
-		a, b string
-		want int
-	}{
-		{"6.12.117+deb12-cloud-amd64", "6.1.0-56-cloud-amd64", 1},
-		{"6.1.0-56-cloud-amd64", "6.1.0-9-cloud-amd64", 1},
-		{"6.1.0-56-cloud-amd64", "6.1.0-56-cloud-amd64", 0},
-		{"6.12.118+deb13-cloud-amd64", "6.12.117+deb12-cloud-amd64", 1},
-		{"6.1~rc1", "6.1", -1},
-	} {
-		got := CompareReleases(c.a, c.b)
-		if (got > 0) != (c.want > 0) || (got < 0) != (c.want < 0) {
-			t.Errorf("CompareReleases(%q, %q) = %d, want sign %d", c.a, c.b, got, c.want)
-		}
-	}
-}
-
 func TestDetect(t *testing.T) {
 	for _, c := range []struct {
 		name  string
