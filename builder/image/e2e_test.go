@@ -108,7 +108,7 @@ func TestStageDirectory(t *testing.T) {
 	if len(msgs) == 0 {
 		t.Error("no progress messages")
 	}
-	files := initramfsFiles(t, filepath.Join(root, ImageInitramfsDir, "initrd.img-"+testKernel))
+	files := testenv.InitramfsFiles(t, filepath.Join(root, ImageInitramfsDir, "initrd.img-"+testKernel))
 	if strings.Contains(files["lib/modules/"+testKernel+"/kpreload.index.json"], `"complete":true`) {
 		t.Error("a default image's initramfs index is marked complete")
 	}
@@ -122,7 +122,7 @@ func TestStageDirectory(t *testing.T) {
 	}, early); err != nil {
 		t.Fatal(err)
 	}
-	files = initramfsFiles(t, filepath.Join(early, ImageInitramfsDir, "initrd.img-"+testKernel))
+	files = testenv.InitramfsFiles(t, filepath.Join(early, ImageInitramfsDir, "initrd.img-"+testKernel))
 	ixJSON := files["lib/modules/"+testKernel+"/kpreload.index.json"]
 	if !strings.Contains(ixJSON, `"complete":true`) || !strings.Contains(ixJSON, res.Drivers[0].SetID) || files["etc/kpreload/instance.yaml"] == "" {
 		t.Errorf("early-drivers initramfs index %.300s (instance %q): want complete, with set %s", ixJSON, files["etc/kpreload/instance.yaml"], res.Drivers[0].SetID)

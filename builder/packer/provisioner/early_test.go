@@ -2,7 +2,6 @@ package provisioner
 
 import (
 	"context"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,11 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cavaliergopher/cpio"
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
-	"github.com/klauspost/compress/zstd"
 
 	"github.com/kpreload/kpreload/builder/image"
+	"github.com/kpreload/kpreload/internal/testenv"
 )
 
 // TestProvisionEarlyDrivers installs into a target root with early_drivers
@@ -62,43 +60,9 @@ func TestProvisionEarlyDrivers(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(target, image.ImageEarlyDrivers)); err != nil {
 		t.Errorf("the target is not marked for the kernel hook: %v", err)
 	}
-	files := initramfsFiles(t, filepath.Join(target, image.ImageInitramfsDir, "initrd.img-"+testKernel))
+	files := testenv.InitramfsFiles(t, filepath.Join(target, image.ImageInitramfsDir, "initrd.img-"+testKernel))
 	ix := files["lib/modules/"+testKernel+"/kpreload.index.json"]
 	if !strings.Contains(ix, `"complete":true`) || !strings.Contains(ix, "kpreload-edu") || files["etc/kpreload/instance.yaml"] == "" {
 		t.Errorf("initramfs index %.300s (instance %q): want complete, with the kpreload-edu set, and the instance file", ix, files["etc/kpreload/instance.yaml"])
 	}
-}
-
-// initramfsFiles reads a zstd-compressed newc initramfs into name -> content.
-func initramfsFiles(t *testing.T, path string) map[string]string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := zstd.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer zr.Close()
-	r := cpio.NewReader(zr)
-	out := map[string]string{}
-	for {
-		h, err := r.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatalf("read %s: %v", path, err)
-		}
-		if h.Mode.IsRegular() {
-			b, err := io.ReadAll(r)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out[h.Name] = string(b)
-		}
-	}
-	return out
 }

@@ -1,4 +1,4 @@
-package image
+package testenv
 
 import (
 	"io"
@@ -9,8 +9,9 @@ import (
 	"github.com/klauspost/compress/zstd"
 )
 
-// initramfsFiles reads a zstd-compressed newc initramfs into name -> content.
-func initramfsFiles(t *testing.T, path string) map[string]string {
+// InitramfsFiles reads a zstd-compressed newc initramfs into name -> content
+// (regular files only).
+func InitramfsFiles(t testing.TB, path string) map[string]string {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
