@@ -3,7 +3,6 @@ package provisioner
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -24,24 +23,8 @@ func TestProvisionEarlyDrivers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real dkms build and initramfs; -short")
 	}
-	kernelModules := filepath.Join(image.DefaultDownloadDir(), "kernels", testKernel, "lib", "modules", testKernel)
-	if _, err := os.Stat(filepath.Join(kernelModules, "modules.dep")); err != nil {
-		t.Fatalf("kernel %s is not unpacked (%v): run scripts/kernels.sh %s", testKernel, err, testKernel)
-	}
 	kpreload, initBin := staticBinaries(t)
-	target := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(target, "lib", "modules"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := exec.Command("cp", "-a", kernelModules, filepath.Join(target, "lib", "modules", testKernel)).Run(); err != nil {
-		t.Fatalf("copy the kernel's modules into the target: %v", err)
-	}
-	if err := os.MkdirAll(filepath.Join(target, "boot/efi/loader"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := exec.Command("cp", filepath.Join(kernelModules, "../../../boot/vmlinuz-"+testKernel), filepath.Join(target, "boot")).Run(); err != nil {
-		t.Fatalf("copy the kernel image into the target: %v", err)
-	}
+	target := kernelTarget(t)
 	p := &Provisioner{}
 	if err := p.Prepare(map[string]interface{}{
 		"kernels": []string{testKernel}, "recipes": []string{"testdriver"}, "recipes_dir": recipesDir,

@@ -88,25 +88,8 @@ func TestProvisionInstallsIntoRoot(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real dkms build and initramfs; -short")
 	}
-	kernelModules := filepath.Join(image.DefaultDownloadDir(), "kernels", testKernel, "lib", "modules", testKernel)
-	if _, err := os.Stat(filepath.Join(kernelModules, "modules.dep")); err != nil {
-		t.Fatalf("kernel %s is not unpacked (%v): run scripts/kernels.sh %s", testKernel, err, testKernel)
-	}
 	kpreload, initBin := staticBinaries(t)
-	target := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(target, "lib", "modules"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := exec.Command("cp", "-a", kernelModules, filepath.Join(target, "lib", "modules", testKernel)).Run(); err != nil {
-		t.Fatalf("copy the kernel's modules into the target: %v", err)
-	}
-	// The target boots systemd-boot: its ESP, mounted at /boot/efi, has loader/.
-	if err := os.MkdirAll(filepath.Join(target, "boot/efi/loader"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := exec.Command("cp", filepath.Join(kernelModules, "../../../boot/vmlinuz-"+testKernel), filepath.Join(target, "boot")).Run(); err != nil {
-		t.Fatalf("copy the kernel image into the target: %v", err)
-	}
+	target := kernelTarget(t)
 	staging := filepath.Join(t.TempDir(), "staging")
 	cache := filepath.Join(t.TempDir(), "cache")
 
@@ -186,4 +169,29 @@ func TestProvisionInstallsIntoRoot(t *testing.T) {
 	if err == nil || !strings.Contains(out.String(), "no boot loader found in "+bare) || !strings.Contains(out.String(), "usr/sbin/grub-mkconfig") {
 		t.Errorf("Provision into a root without a boot loader = %v, output:\n%s\nwant a failure naming what was looked for", err, out.String())
 	}
+}
+
+// kernelTarget makes a target root that holds the real test kernel: its
+// modules, its image in /boot, and an ESP at /boot/efi with loader/, as a
+// root that boots systemd-boot has.
+func kernelTarget(t *testing.T) string {
+	t.Helper()
+	kernelModules := filepath.Join(image.DefaultDownloadDir(), "kernels", testKernel, "lib", "modules", testKernel)
+	if _, err := os.Stat(filepath.Join(kernelModules, "modules.dep")); err != nil {
+		t.Fatalf("kernel %s is not unpacked (%v): run scripts/kernels.sh %s", testKernel, err, testKernel)
+	}
+	target := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(target, "lib", "modules"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec.Command("cp", "-a", kernelModules, filepath.Join(target, "lib", "modules", testKernel)).Run(); err != nil {
+		t.Fatalf("copy the kernel's modules into the target: %v", err)
+	}
+	if err := os.MkdirAll(filepath.Join(target, "boot/efi/loader"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec.Command("cp", filepath.Join(kernelModules, "../../../boot/vmlinuz-"+testKernel), filepath.Join(target, "boot")).Run(); err != nil {
+		t.Fatalf("copy the kernel image into the target: %v", err)
+	}
+	return target
 }
