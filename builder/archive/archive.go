@@ -17,7 +17,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -206,20 +205,26 @@ func (a *Archive) Update(ctx context.Context, force bool) error {
 	return nil
 }
 
-// Versions returns the versions of package name the suite carries, newest
-// first as apt orders them, or none.
-func (a *Archive) Versions(ctx context.Context, name string) ([]string, error) {
+// aptCache runs apt-cache with the suite's private configuration (updating
+// its lists first when they are stale) and returns what it printed; an error
+// names the suite, the command and apt-cache's own words.
+func (a *Archive) aptCache(ctx context.Context, args ...string) ([]byte, error) {
 	if err := a.Update(ctx, false); err != nil {
 		return nil, err
 	}
-	args := append(a.aptOptions(), "madison", name)
-	out, err := exec.CommandContext(ctx, "apt-cache", args...).Output()
+	out, err := exec.CommandContext(ctx, "apt-cache", append(a.aptOptions(), args...)...).Output()
 	if err != nil {
-		var exitErr *exec.ExitError
-		if errors.As(err, &exitErr) {
-			return nil, fmt.Errorf("archive %s: apt-cache madison %s: %w: %s", a.Suite, name, err, bytes.TrimSpace(exitErr.Stderr))
-		}
-		return nil, fmt.Errorf("archive %s: apt-cache madison %s: %w", a.Suite, name, err)
+		return nil, fmt.Errorf("archive %s: apt-cache %s: %w%s", a.Suite, strings.Join(args, " "), err, stderrOf(err))
+	}
+	return out, nil
+}
+
+// Versions returns the versions of package name the suite carries, newest
+// first as apt orders them, or none.
+func (a *Archive) Versions(ctx context.Context, name string) ([]string, error) {
+	out, err := a.aptCache(ctx, "madison", name)
+	if err != nil {
+		return nil, err
 	}
 	return parseMadison(out, name), nil
 }
@@ -227,13 +232,9 @@ func (a *Archive) Versions(ctx context.Context, name string) ([]string, error) {
 // VersionsOf is Versions for many packages with one apt-cache call: it maps
 // each name to the versions the suite carries (absent names map to none).
 func (a *Archive) VersionsOf(ctx context.Context, names ...string) (map[string][]string, error) {
-	if err := a.Update(ctx, false); err != nil {
-		return nil, err
-	}
-	args := append(append(a.aptOptions(), "madison"), names...)
-	out, err := exec.CommandContext(ctx, "apt-cache", args...).Output()
+	out, err := a.aptCache(ctx, append([]string{"madison"}, names...)...)
 	if err != nil {
-		return nil, fmt.Errorf("archive %s: apt-cache madison: %w", a.Suite, err)
+		return nil, err
 	}
 	got := map[string][]string{}
 	for _, n := range names {
@@ -416,16 +417,9 @@ func grepLines(out []byte, s string) []byte {
 // Search returns the names of the suite's packages whose name matches the
 // extended regular expression pattern (apt-cache search --names-only).
 func (a *Archive) Search(ctx context.Context, pattern string) ([]string, error) {
-	if err := a.Update(ctx, false); err != nil {
-		return nil, err
-	}
-	args := append(a.aptOptions(), "search", "--names-only", pattern)
-	cmd := exec.CommandContext(ctx, "apt-cache", args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	out, err := a.aptCache(ctx, "search", "--names-only", pattern)
 	if err != nil {
-		return nil, fmt.Errorf("archive %s: apt-cache search %s: %w: %s", a.Suite, pattern, err, bytes.TrimSpace(stderr.Bytes()))
+		return nil, err
 	}
 	var names []string
 	sc := bufio.NewScanner(bytes.NewReader(out))

@@ -244,13 +244,9 @@ func finishKernel(ctx context.Context, dir, release, image string) error {
 // candidates returns apt's candidate version of each name (apt-cache
 // policy), leaving out names the suite does not have.
 func (a *Archive) candidates(ctx context.Context, names ...string) (map[string]string, error) {
-	if err := a.Update(ctx, false); err != nil {
-		return nil, err
-	}
-	args := append(append(a.aptOptions(), "policy"), names...)
-	out, err := exec.CommandContext(ctx, "apt-cache", args...).Output()
+	out, err := a.aptCache(ctx, append([]string{"policy"}, names...)...)
 	if err != nil {
-		return nil, fmt.Errorf("archive %s: apt-cache policy %s: %w%s", a.Suite, strings.Join(names, " "), err, stderrOf(err))
+		return nil, err
 	}
 	got := parsePolicy(out)
 	for n := range got {
@@ -288,13 +284,9 @@ func parsePolicy(out []byte) map[string]string {
 // depends returns the packages name depends on (apt-cache depends: its
 // Depends and PreDepends, alternatives included, virtual ones left out).
 func (a *Archive) depends(ctx context.Context, name string) ([]string, error) {
-	if err := a.Update(ctx, false); err != nil {
-		return nil, err
-	}
-	args := append(a.aptOptions(), "depends", name)
-	out, err := exec.CommandContext(ctx, "apt-cache", args...).Output()
+	out, err := a.aptCache(ctx, "depends", name)
 	if err != nil {
-		return nil, fmt.Errorf("archive %s: apt-cache depends %s: %w%s", a.Suite, name, err, stderrOf(err))
+		return nil, err
 	}
 	return parseDepends(out), nil
 }
