@@ -2,9 +2,11 @@ package install
 
 import (
 	"fmt"
-	"os"
+	"path"
 	"path/filepath"
 	"strings"
+
+	"github.com/kpreload/kpreload/live/inroot"
 )
 
 // Bootloader names the boot loader a root boots with.
@@ -49,16 +51,16 @@ func (e *NoBootloaderError) Error() string {
 // ESP with a loader/ directory. A root with both is GRUB unless its ESP holds
 // systemd-boot's loader.conf and the root has no grub.cfg yet.
 func Detect(root, esp string) (Bootloader, error) {
-	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
+	e := espOf(root, esp)
 	grubTools := []string{"usr/sbin/grub-mkconfig", "usr/sbin/update-grub"}
 	grub := false
 	for _, t := range grubTools {
-		if exists(filepath.Join(root, t)) {
+		if exists(root, t) {
 			grub = true
 		}
 	}
-	grubCfg := exists(filepath.Join(root, GrubConfig))
-	sdboot := exists(filepath.Join(esp, "loader"))
+	grubCfg := exists(root, GrubConfig)
+	sdboot := exists(e.root, e.name("loader"))
 	switch {
 	case grub && (grubCfg || !sdboot):
 		return GRUB, nil
@@ -69,6 +71,33 @@ func Detect(root, esp string) (Bootloader, error) {
 	for _, t := range grubTools {
 		looked = append(looked, filepath.Join(root, t))
 	}
-	looked = append(looked, filepath.Join(esp, "loader")+"/")
+	looked = append(looked, e.host("loader")+"/")
 	return "", &NoBootloaderError{Root: root, Looked: looked}
 }
+
+// espTree is where a root's EFI system partition is: the tree its paths are
+// resolved in (links inside it followed as in a chroot of that tree) and its
+// directory there. An ESP inside the root (the default, root/boot/efi) is
+// resolved inside the root; one given elsewhere is a tree of its own.
+type espTree struct{ root, dir string }
+
+// espOf locates the ESP at esp (a path on this machine; "" is root/boot/efi).
+func espOf(root, esp string) espTree {
+	if esp == "" {
+		return espTree{root, ESPMount}
+	}
+	ar, err1 := filepath.Abs(root)
+	ae, err2 := filepath.Abs(esp)
+	if err1 == nil && err2 == nil {
+		if rel, err := filepath.Rel(ar, ae); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+			return espTree{root, filepath.ToSlash(rel)}
+		}
+	}
+	return espTree{esp, ""}
+}
+
+// name is p, a path relative to the ESP, in the ESP's tree.
+func (e espTree) name(p string) string { return path.Join(e.dir, p) }
+
+// host names p on the ESP for messages.
+func (e espTree) host(p string) string { return inroot.Host(e.root, e.name(p)) }

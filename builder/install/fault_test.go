@@ -37,15 +37,28 @@ func hookRoot(t *testing.T) string {
 		"boot/efi/" + ESPInitrdPath(older):     "old initramfs",
 		"lib/modules/":                         "",
 	})
-	if err := os.Symlink(filepath.Join(ktree, "lib/modules", testKernel), filepath.Join(root, "lib/modules", testKernel)); err != nil {
-		t.Fatal(err)
-	}
+	// A copy (hard links where it can), not a link: the hook resolves every
+	// path inside the root, so a link out of it would lead nowhere.
+	copyTree(t, filepath.Join(ktree, "lib/modules", testKernel), filepath.Join(root, "lib/modules", testKernel))
 	// Make the new kernel's cells there too, so that it becomes the default
 	// when the hook completes.
 	if err := os.WriteFile(filepath.Join(root, CacheDir, "index", testKernel+".json"), []byte(index(testKernel, true)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return root
+}
+
+// copyTree copies the directory src to dst, hard-linking files where both
+// are on one filesystem.
+func copyTree(t *testing.T, src, dst string) {
+	t.Helper()
+	if exec.Command("cp", "-al", src, dst).Run() == nil {
+		return
+	}
+	os.RemoveAll(dst)
+	if out, err := exec.Command("cp", "-a", src, dst).CombinedOutput(); err != nil {
+		t.Fatalf("cp -a %s %s: %v\n%s", src, dst, err, out)
+	}
 }
 
 // checkBootable checks that the ESP's default entry is complete: loader.conf

@@ -8,8 +8,11 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strings"
+
+	"github.com/kpreload/kpreload/live/inroot"
 )
 
 // GrubScriptText is /etc/grub.d/09_kpreload. grub-mkconfig runs it before
@@ -50,6 +53,9 @@ type GrubEnv struct {
 	Cmdline, CmdlineDefault string
 	// Distributor is GRUB_DISTRIBUTOR ("Debian").
 	Distributor string
+	// Log receives warnings (a boot.yaml that cannot be used); grub-mkconfig
+	// shows a script's standard error (nil: discarded).
+	Log io.Writer
 }
 
 // GrubEnvFromEnviron reads GrubEnv from the environment grub-mkconfig gives
@@ -81,9 +87,13 @@ func GrubEntries(w io.Writer, root string, env GrubEnv) error {
 	if err != nil {
 		return err
 	}
-	st, err := ReadSettings(root)
-	if err != nil {
-		return err
+	// grub-mkconfig must finish over a bad boot.yaml: the defaults, and a
+	// warning on its standard error.
+	st, warnings := ReadSettingsOrDefaults(root)
+	if env.Log != nil {
+		for _, w := range warnings {
+			fmt.Fprintf(env.Log, "kpreload: WARNING: %s\n", w)
+		}
 	}
 	def := DefaultKernel(kernels, st.NewestFirst())
 	if def == "" {
@@ -101,12 +111,13 @@ func GrubEntries(w io.Writer, root string, env GrubEnv) error {
 	args := strings.Join(strings.Fields(rootArg+" ro "+env.Cmdline+" "+env.CmdlineDefault), " ")
 	var b bytes.Buffer
 	entry := func(k, title, id, initrd string) {
-		fmt.Fprintf(&b, "menuentry '%s, with Linux %s (%s)' --class debian --class gnu-linux --class gnu --class os $menuentry_id_option '%s' {\n", osName, k, title, id)
+		fmt.Fprintf(&b, "menuentry '%s' --class debian --class gnu-linux --class gnu --class os $menuentry_id_option '%s' {\n",
+			GrubQuote(fmt.Sprintf("%s, with Linux %s (%s)", osName, k, title)), GrubQuote(id))
 		b.WriteString("\tinsmod gzio\n")
 		if p := strings.TrimRight(env.Prepare, "\n"); p != "" {
 			b.WriteString(p + "\n")
 		}
-		fmt.Fprintf(&b, "\techo\t'Loading Linux %s (%s) ...'\n", k, title)
+		fmt.Fprintf(&b, "\techo\t'%s'\n", GrubQuote(fmt.Sprintf("Loading Linux %s (%s) ...", k, title)))
 		fmt.Fprintf(&b, "\tlinux\t%s/vmlinuz-%s %s\n", env.BootPath, k, args)
 		fmt.Fprintf(&b, "\tinitrd\t%s/%s\n", env.BootPath, initrd)
 		b.WriteString("}\n")
@@ -128,12 +139,17 @@ func GrubEntries(w io.Writer, root string, env GrubEnv) error {
 	return err
 }
 
+// GrubQuote quotes s for the inside of a single-quoted GRUB script word, as
+// grub-mkconfig_lib's grub_quote does for Debian's 10_linux: each ' becomes
+// '\” (close the quote, an escaped quote, open it again).
+func GrubQuote(s string) string { return strings.ReplaceAll(s, "'", `'\''`) }
+
 // UpdateGrub runs update-grub in root (grub-mkconfig -o /boot/grub/grub.cfg
 // where the root has no update-grub), through chroot when root is not "/".
 // The root needs /dev, /proc and /sys (grub-probe reads them).
 func UpdateGrub(ctx context.Context, root string, log io.Writer) error {
 	argv := []string{"update-grub"}
-	if _, err := os.Stat(filepath.Join(root, "usr/sbin/update-grub")); err != nil {
+	if !exists(root, "usr/sbin/update-grub") {
 		argv = []string{"grub-mkconfig", "-o", "/" + GrubConfig}
 	}
 	if filepath.Clean(root) != "/" {
@@ -154,8 +170,8 @@ func UpdateGrub(ctx context.Context, root string, log io.Writer) error {
 // kernel, and the default that entry (0) or another of kpreload's entries
 // (GRUB_DEFAULT=kpreload-KVER pins one).
 func CheckGrubConfig(root, kernel string) error {
-	p := filepath.Join(root, GrubConfig)
-	f, err := os.Open(p)
+	p := inroot.Host(root, GrubConfig)
+	f, err := inroot.Open(root, GrubConfig)
 	if err != nil {
 		return fmt.Errorf("read GRUB's configuration: %w", err)
 	}
@@ -198,14 +214,11 @@ func CheckGrubConfig(root, kernel string) error {
 // an install, empty or "remove" after a removal, and grub.cfg exists. Only
 // then may kpreload's hook leave grub.cfg to it.
 func DistributionGrubHook(root, phase string, env func(string) string) string {
-	hook := filepath.Join("/etc/kernel", phase+".d", "zz-update-grub")
-	if fi, err := os.Stat(filepath.Join(root, hook)); err != nil || fi.Mode()&0o111 == 0 {
+	hook := path.Join("/etc/kernel", phase+".d", "zz-update-grub")
+	if fi, err := inroot.Stat(root, hook); err != nil || fi.Mode()&0o111 == 0 {
 		return ""
 	}
-	if _, err := os.Stat(filepath.Join(root, "usr/sbin/update-grub")); err != nil {
-		return ""
-	}
-	if _, err := os.Stat(filepath.Join(root, GrubConfig)); err != nil {
+	if !exists(root, "usr/sbin/update-grub") || !exists(root, GrubConfig) {
 		return ""
 	}
 	// As zz-update-grub asks: systemd-detect-virt --container (on this
@@ -215,7 +228,7 @@ func DistributionGrubHook(root, phase string, env func(string) string) string {
 			return ""
 		}
 	}
-	if _, err := os.Stat(filepath.Join(root, "run/systemd/container")); err == nil {
+	if exists(root, "run/systemd/container") {
 		return ""
 	}
 	mode := ""

@@ -2,27 +2,32 @@ package install
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
-	"path/filepath"
+	"path"
 	"strings"
 
 	"github.com/kpreload/kpreload/initramfs/archive"
 	"github.com/kpreload/kpreload/initramfs/assemble"
-	"github.com/kpreload/kpreload/internal/fileutil"
+	"github.com/kpreload/kpreload/live/inroot"
 )
 
 // Options says which root to make boot kpreload, and how.
 type Options struct {
-	// Root is the root filesystem ("/" for the running system).
+	// Root is the root filesystem ("/" for the running system). Every path
+	// under it is resolved inside it, as in a chroot of it (an absolute link
+	// means "from Root"): nothing outside it is created, changed or removed.
 	Root string
 	// Kernels are the kernels to build a kpreload initramfs for; none means
 	// every kernel the root holds with its modules.
 	Kernels []string
 	// Bootloader is the root's boot loader; "" detects it (Detect).
 	Bootloader Bootloader
-	// ESP is the EFI system partition as a host path (default Root/boot/efi).
+	// ESP is the EFI system partition as a host path (default Root/boot/efi,
+	// resolved inside Root; one outside Root is resolved inside itself).
 	ESP string
 	// Cmdline is the kernel command line of systemd-boot entries (default:
 	// Root/etc/kpreload/cmdline, else /proc/cmdline when Root is "/").
@@ -31,7 +36,8 @@ type Options struct {
 	// Default names the default kernel instead of the settings' policy
 	// (systemd-boot; GRUB's default follows the policy and GRUB_DEFAULT).
 	Default string
-	// ModulesDir returns a kernel's module tree (nil: Root/lib/modules/<release>).
+	// ModulesDir returns a kernel's module tree as a host path the caller
+	// vouches for (nil: Root/lib/modules/<release>, resolved inside Root).
 	ModulesDir func(release string) string
 	// Filesystems limits the initramfs to these root filesystems' modules (nil: all).
 	Filesystems []string
@@ -46,6 +52,11 @@ type Options struct {
 	GrubRegeneratedBy string
 	// Log receives one line per step (nil: discarded).
 	Log io.Writer
+
+	// hook is set by the kernel hooks, which must not fail the kernel
+	// package over configuration: a bad boot.yaml or cmdline file is a
+	// warning and the defaults.
+	hook bool
 }
 
 // Result says what Install or a kernel hook left in the root.
@@ -65,9 +76,6 @@ type Result struct {
 func (o *Options) defaults() error {
 	if o.Root == "" {
 		o.Root = "/"
-	}
-	if o.ESP == "" {
-		o.ESP = filepath.Join(o.Root, ESPMount)
 	}
 	if o.Log == nil {
 		o.Log = io.Discard
@@ -135,6 +143,7 @@ func KernelAdded(ctx context.Context, o Options, release string) (*Result, error
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
+	o.hook = true
 	bl, err := o.bootloader()
 	if err != nil {
 		return nil, err
@@ -177,13 +186,13 @@ func KernelRemoved(ctx context.Context, o Options, release string) (*Result, err
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
+	o.hook = true
 	bl, err := o.bootloader()
 	if err != nil {
 		return nil, err
 	}
-	p := filepath.Join(o.Root, InitramfsPath(release))
-	if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
-		return nil, fmt.Errorf("remove %s: %w", p, err)
+	if err := inroot.Remove(o.Root, InitramfsPath(release)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
 	}
 	o.logf("removed the kpreload initramfs of %s", release)
 	return o.syncAfter(ctx, bl, true)
@@ -218,51 +227,85 @@ func (o *Options) buildInitramfs(release string) (*assemble.Result, error) {
 	if err := CheckRelease(release); err != nil {
 		return nil, err
 	}
-	mods := filepath.Join(o.Root, "lib/modules", release)
+	// The assembler reads paths: each is the root's file with its links
+	// resolved inside the root.
+	var mods string
 	if o.ModulesDir != nil {
 		mods = o.ModulesDir(release)
+		if _, err := os.Stat(mods + "/modules.dep"); err != nil {
+			return nil, fmt.Errorf("kernel %s: no module tree at %s (%w): install linux-image-%s first", release, mods, err, release)
+		}
+	} else {
+		var err error
+		if mods, err = inroot.Resolve(o.Root, path.Join("lib/modules", release)); err == nil {
+			_, err = inroot.Stat(o.Root, path.Join("lib/modules", release, "modules.dep"))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("kernel %s: no module tree (%w): install linux-image-%s first", release, err, release)
+		}
 	}
-	if _, err := os.Stat(filepath.Join(mods, "modules.dep")); err != nil {
-		return nil, fmt.Errorf("kernel %s: no module tree at %s (%w): install linux-image-%s first", release, mods, err, release)
+	initBin, err := inroot.Resolve(o.Root, Init)
+	if err == nil {
+		var f *os.File
+		if f, err = inroot.Open(o.Root, Init); err == nil {
+			f.Close()
+		}
 	}
-	initBin := filepath.Join(o.Root, Init)
-	if _, err := os.Stat(initBin); err != nil {
+	if err != nil {
 		return nil, fmt.Errorf("kpreload's /init is not in the root (%w): stage kpreload into it first (kpreload image build, or the Packer provisioner)", err)
 	}
 	ao := assemble.Options{
 		Kernel:      release,
 		ModulesDir:  mods,
 		Init:        initBin,
-		FirmwareDir: filepath.Join(o.Root, "lib/firmware"),
 		Compression: archive.Zstd,
 		Filesystems: o.Filesystems,
 	}
-	if _, err := os.Stat(filepath.Join(o.Root, EarlyDrivers)); err == nil {
-		ao.CacheDir, ao.Complete = filepath.Join(o.Root, CacheDir), true
-		if _, err := os.Stat(filepath.Join(o.Root, Instance)); err == nil {
-			ao.Instance = filepath.Join(o.Root, Instance)
+	// No firmware directory in the root: one that does not exist (the
+	// assembler's default is this machine's /lib/firmware).
+	if ao.FirmwareDir, err = inroot.Resolve(o.Root, "lib/firmware"); err != nil {
+		ao.FirmwareDir = inroot.Host(o.Root, "lib/.kpreload-no-firmware")
+	}
+	if exists(o.Root, EarlyDrivers) {
+		if ao.CacheDir, err = inroot.Resolve(o.Root, CacheDir); err != nil {
+			return nil, fmt.Errorf("kpreload initramfs of %s: the module cache (%s asks for the driver sets): %w", release, EarlyDrivers, err)
+		}
+		ao.Complete = true
+		if p, err := inroot.Resolve(o.Root, Instance); err == nil {
+			ao.Instance = p
 		}
 	}
-	out := filepath.Join(o.Root, InitramfsPath(release))
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+	out := InitramfsPath(release)
+	if err := inroot.MkdirAll(o.Root, path.Dir(out), 0o755); err != nil {
 		return nil, fmt.Errorf("kpreload initramfs: %w", err)
 	}
-	r, err := assemble.WriteFile(ao, out)
+	tmp, err := inroot.CreateTemp(o.Root, out)
+	if err != nil {
+		return nil, fmt.Errorf("kpreload initramfs: %w", err)
+	}
+	r, err := assemble.Build(ao, tmp.File)
+	if err == nil {
+		err = tmp.Commit(0o644)
+	} else {
+		tmp.Abort()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("kpreload initramfs of %s: %w", release, err)
 	}
+	r.Output = inroot.Host(o.Root, out)
 	o.logf("built /%s (%d bytes, %d modules)", InitramfsPath(release), r.Size, len(r.Modules))
 	return r, nil
 }
 
-// removeStaleTemps deletes what an earlier run killed mid-write left in dir:
-// temporary files (fileutil's ".tmp-" and assemble's ".initrd.img-" names),
-// never renamed into place, never read by a boot loader.
-func removeStaleTemps(dir string) {
-	ents, _ := os.ReadDir(dir)
+// removeStaleTemps deletes what an earlier run killed mid-write left in dir
+// of the tree at root: temporary files (inroot's and fileutil's ".tmp-",
+// and the assembler's ".initrd.img-" names), never renamed into place, never
+// read by a boot loader.
+func removeStaleTemps(root, dir string) {
+	ents, _ := inroot.ReadDir(root, dir)
 	for _, e := range ents {
-		if n := e.Name(); e.Type().IsRegular() && (strings.HasPrefix(n, fileutil.TempPrefix) || strings.HasPrefix(n, ".initrd.img-")) {
-			os.Remove(filepath.Join(dir, n))
+		if n := e.Name(); e.Type().IsRegular() && (strings.HasPrefix(n, inroot.TempPrefix) || strings.HasPrefix(n, ".initrd.img-")) {
+			inroot.Remove(root, path.Join(dir, n))
 		}
 	}
 }
@@ -276,16 +319,19 @@ func (o *Options) sync(ctx context.Context, bl Bootloader) (*Result, error) {
 // with kpreload is no error (the kernel packages' postrm must not fail): its
 // kpreload entries go, the distribution's stay, and a warning says so.
 func (o *Options) syncAfter(ctx context.Context, bl Bootloader, removal bool) (*Result, error) {
-	removeStaleTemps(filepath.Join(o.Root, InitramfsDir))
+	removeStaleTemps(o.Root, InitramfsDir)
 	kernels, err := Kernels(o.Root)
 	if err != nil {
 		return nil, err
 	}
-	st, err := ReadSettings(o.Root)
-	if err != nil {
+	var st Settings
+	var warnings []string
+	if o.hook {
+		st, warnings = ReadSettingsOrDefaults(o.Root)
+	} else if st, err = ReadSettings(o.Root); err != nil {
 		return nil, err
 	}
-	res := &Result{Bootloader: bl, Kernels: kernels, Default: o.Default}
+	res := &Result{Bootloader: bl, Kernels: kernels, Default: o.Default, Warnings: warnings}
 	if res.Default == "" {
 		res.Default = DefaultKernel(kernels, st.NewestFirst())
 	}
@@ -324,12 +370,16 @@ func (o *Options) syncAfter(ctx context.Context, bl Bootloader, removal bool) (*
 		}
 	case SystemdBoot:
 		cmdline := "" // no kernel left: no entry is written
+		e := espOf(o.Root, o.ESP)
 		if res.Default != "" {
-			if cmdline, err = entryCmdline(o.Root, o.Cmdline); err != nil {
+			var warnings []string
+			cmdline, warnings, err = entryCmdline(o.Root, e, o.Cmdline, o.hook)
+			res.Warnings = append(res.Warnings, warnings...)
+			if err != nil {
 				return nil, err
 			}
 		}
-		if err := syncSystemdBoot(o.Root, o.ESP, kernels, res.Default, cmdline); err != nil {
+		if err := syncSystemdBoot(o.Root, e, kernels, res.Default, cmdline); err != nil {
 			return nil, err
 		}
 	default:
@@ -374,7 +424,7 @@ exit 0
 
 // UsesKernelInstall reports whether root has systemd's kernel-install.
 func UsesKernelInstall(root string) bool {
-	fi, err := os.Stat(filepath.Join(root, KernelInstallBinary))
+	fi, err := inroot.Stat(root, KernelInstallBinary)
 	return err == nil && fi.Mode()&0o111 != 0
 }
 
@@ -392,11 +442,10 @@ func WriteHooks(root string, bl Bootloader) error {
 		files[KernelInstallPlugin] = kernelInstallText
 	}
 	for p, text := range files {
-		dst := filepath.Join(root, p)
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		if err := inroot.MkdirAll(root, path.Dir(p), 0o755); err != nil {
 			return fmt.Errorf("kernel hooks: %w", err)
 		}
-		if err := fileutil.WriteAtomic(dst, []byte(text), 0o755, true); err != nil {
+		if err := inroot.WriteFile(root, p, []byte(text), 0o755); err != nil {
 			return fmt.Errorf("kernel hooks: %w", err)
 		}
 	}

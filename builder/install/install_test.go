@@ -261,7 +261,9 @@ func TestSystemdBootHooks(t *testing.T) {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
-	o := Options{Root: root, Log: &log}
+	// The module tree is a link out of the root, which the root's own paths
+	// never follow: it is given as a host path, as the image builder does.
+	o := Options{Root: root, Log: &log, ModulesDir: func(k string) string { return filepath.Join(root, "lib/modules", k) }}
 	ctx := context.Background()
 
 	// No cell for either kernel: both boot, the newest is the default, and the

@@ -1,14 +1,17 @@
 package install
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
+	"io/fs"
+	"path"
 	"slices"
 	"strings"
 
 	"github.com/kpreload/kpreload/internal/versort"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/kpreload/kpreload/live/inroot"
 )
 
 // CheckRelease refuses a kernel release that could not be a file name in
@@ -63,8 +66,8 @@ func Kernels(root string) ([]Kernel, error) {
 			seen[name] = true
 		}
 	}
-	boot, err := os.ReadDir(filepath.Join(root, "boot"))
-	if err != nil && !os.IsNotExist(err) {
+	boot, err := inroot.ReadDir(root, "boot")
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("list kernels: %w", err)
 	}
 	for _, e := range boot {
@@ -72,12 +75,12 @@ func Kernels(root string) ([]Kernel, error) {
 			add(r)
 		}
 	}
-	mods, err := os.ReadDir(filepath.Join(root, "lib", "modules"))
-	if err != nil && !os.IsNotExist(err) {
+	mods, err := inroot.ReadDir(root, "lib/modules")
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("list kernels: %w", err)
 	}
 	for _, e := range mods {
-		if e.IsDir() || e.Type()&os.ModeSymlink != 0 {
+		if e.IsDir() || e.Type()&fs.ModeSymlink != 0 {
 			add(e.Name())
 		}
 	}
@@ -89,17 +92,19 @@ func Kernels(root string) ([]Kernel, error) {
 	return out, nil
 }
 
+// exists reports whether name is in the tree at root (links followed inside it).
+func exists(root, name string) bool { _, err := inroot.Stat(root, name); return err == nil }
+
 // kernelState reads what root holds for one kernel.
 func kernelState(root, release string) Kernel {
-	exists := func(p string) bool { _, err := os.Stat(filepath.Join(root, p)); return err == nil }
 	k := Kernel{
 		Release:       release,
-		Image:         exists(KernelImagePath(release)),
-		Modules:       exists(filepath.Join("lib/modules", release, "modules.dep")),
-		Initramfs:     exists(InitramfsPath(release)),
-		DistInitramfs: exists("boot/initrd.img-" + release),
+		Image:         exists(root, KernelImagePath(release)),
+		Modules:       exists(root, path.Join("lib/modules", release, "modules.dep")),
+		Initramfs:     exists(root, InitramfsPath(release)),
+		DistInitramfs: exists(root, "boot/initrd.img-"+release),
 	}
-	if ix, err := bootindex.Read(bootindex.Path(filepath.Join(root, CacheDir), release)); err == nil {
+	if ix, err := readIndex(root, release); err == nil {
 		for _, s := range ix.Sets {
 			if s.ID == bootindex.KernelSetID {
 				continue
@@ -128,4 +133,24 @@ func DefaultKernel(kernels []Kernel, newest bool) string {
 		}
 	}
 	return ""
+}
+
+// readIndex reads the boot index of release in root's module cache, inside root.
+func readIndex(root, release string) (*bootindex.Index, error) {
+	if err := CheckRelease(release); err != nil {
+		return nil, err
+	}
+	name := path.Join(CacheDir, bootindex.IndexDir, release+".json")
+	b, err := inroot.ReadFile(root, name, inroot.MaxLarge)
+	if err != nil {
+		return nil, fmt.Errorf("boot index: %w", err)
+	}
+	var ix bootindex.Index
+	if err := json.Unmarshal(b, &ix); err != nil {
+		return nil, fmt.Errorf("boot index %s: %w", inroot.Host(root, name), err)
+	}
+	if ix.Format != bootindex.FormatVersion {
+		return nil, fmt.Errorf("boot index %s: format %d, want %d", inroot.Host(root, name), ix.Format, bootindex.FormatVersion)
+	}
+	return &ix, nil
 }

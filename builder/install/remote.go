@@ -6,18 +6,20 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/kpreload/kpreload/internal/fileutil"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/cellsign"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/store"
+	"github.com/kpreload/kpreload/live/inroot"
 )
 
 // RemoteFile is a root's registry configuration, relative to the root: where
@@ -80,18 +82,13 @@ func ParseRemoteConfig(b []byte) (*RemoteConfig, error) {
 
 // ReadRemoteConfig reads root's RemoteFile; (nil, nil) when there is none.
 func ReadRemoteConfig(root string) (*RemoteConfig, error) {
-	p := filepath.Join(root, RemoteFile)
-	f, err := os.Open(p)
-	if os.IsNotExist(err) {
+	p := inroot.Host(root, RemoteFile)
+	b, err := inroot.ReadFile(root, RemoteFile, 64<<10)
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("remote configuration: %w", err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
-	if err != nil {
-		return nil, fmt.Errorf("remote configuration %s: %w", p, err)
 	}
 	c, err := ParseRemoteConfig(b)
 	if err != nil {
@@ -111,11 +108,14 @@ type driverKey struct{ driver, version, flavor string }
 // pulled; a cell it could not use is a warning, not an error: the kernel
 // still gets its boot entry, without the driver.
 func (o *Options) pullCells(ctx context.Context, cfg *RemoteConfig, kernel string) (pulled, warnings []string) {
-	cache := filepath.Join(o.Root, CacheDir)
+	cache, err := inroot.Resolve(o.Root, CacheDir) // written to: inside the root
+	if err != nil {
+		return nil, []string{fmt.Sprintf("the root's cache: %v", err)}
+	}
 	want := map[driverKey]bool{}
-	idx, _ := filepath.Glob(filepath.Join(cache, bootindex.IndexDir, "*.json"))
+	idx, _ := inroot.Glob(o.Root, path.Join(CacheDir, bootindex.IndexDir, "*.json"))
 	for _, p := range idx {
-		ix, err := bootindex.Read(p)
+		ix, err := readIndex(o.Root, strings.TrimSuffix(path.Base(p), ".json"))
 		if err != nil || ix.Kernel == kernel {
 			continue
 		}
@@ -132,14 +132,27 @@ func (o *Options) pullCells(ctx context.Context, cfg *RemoteConfig, kernel strin
 		return []string{fmt.Sprintf("registry %s: ", cfg.Remote) + fmt.Sprintf(format, a...)}
 	}
 	// Credentials only from the configuration (a hook runs with no home).
-	ro := remote.Options{PlainHTTP: cfg.PlainHTTP, DockerConfig: filepath.Join(o.Root, "etc/kpreload/registry-auth.json")}
+	// Read inside the root (regular files, bounded), handed to the readers
+	// that take a path as copies.
+	tmp, err := os.MkdirTemp("", "kpreload-hook-")
+	if err != nil {
+		return nil, warn("%v", err)
+	}
+	defer os.RemoveAll(tmp)
+	creds := "etc/kpreload/registry-auth.json"
 	if cfg.Credentials != "" {
-		ro.DockerConfig = filepath.Join(o.Root, cfg.Credentials)
+		creds = cfg.Credentials
+	}
+	ro := remote.Options{PlainHTTP: cfg.PlainHTTP}
+	if ro.DockerConfig, err = copyOut(o.Root, creds, tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, warn("credentials: %v", err)
 	}
 	if len(cfg.Trust) > 0 {
 		paths := make([]string, len(cfg.Trust))
 		for i, p := range cfg.Trust {
-			paths[i] = filepath.Join(o.Root, p)
+			if paths[i], err = copyOut(o.Root, p, tmp); err != nil {
+				return nil, warn("trusted keys: %v", err)
+			}
 		}
 		t, err := cellsign.LoadTrust(paths...)
 		if err != nil {
@@ -222,10 +235,10 @@ func StageRemoteConfig(src, root string) error {
 		return filepath.Join(base, p)
 	}
 	put := func(from, to string, mode os.FileMode) error {
-		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(to)), 0o755); err != nil {
+		if err := inroot.MkdirAll(root, path.Dir(to), 0o755); err != nil {
 			return err
 		}
-		return fileutil.CopyAtomic(host(from), filepath.Join(root, to), mode, false)
+		return inroot.CopyFile(root, to, host(from), mode)
 	}
 	for i, k := range c.Trust {
 		to := "etc/kpreload/keys/" + filepath.Base(k)
@@ -248,8 +261,21 @@ func StageRemoteConfig(src, root string) error {
 	if _, err := ParseRemoteConfig(out); err != nil {
 		return fmt.Errorf("remote configuration %s: %w", src, err)
 	}
-	if err := os.MkdirAll(filepath.Join(root, filepath.Dir(RemoteFile)), 0o755); err != nil {
+	if err := inroot.MkdirAll(root, path.Dir(RemoteFile), 0o755); err != nil {
 		return err
 	}
-	return fileutil.WriteAtomic(filepath.Join(root, RemoteFile), out, 0o644, false)
+	return inroot.WriteFile(root, RemoteFile, out, 0o644)
+}
+
+// copyOut copies the regular file p of root (at most 1 MiB, read inside
+// root) into the directory dir and returns the copy's path; a missing file
+// gives a path that does not exist, and the error.
+func copyOut(root, p, dir string) (string, error) {
+	ents, _ := os.ReadDir(dir)
+	out := filepath.Join(dir, fmt.Sprintf("%d-%s", len(ents), path.Base(p)))
+	b, err := inroot.ReadFile(root, p, 1<<20)
+	if err != nil {
+		return out, err
+	}
+	return out, os.WriteFile(out, b, 0o600)
 }

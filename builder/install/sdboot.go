@@ -1,12 +1,14 @@
 package install
 
 import (
+	"errors"
 	"fmt"
-	"os"
+	"io/fs"
+	"path"
 	"path/filepath"
 	"strings"
 
-	"github.com/kpreload/kpreload/internal/fileutil"
+	"github.com/kpreload/kpreload/live/inroot"
 )
 
 // ESP layout of a systemd-boot root: where Install puts systemd-boot's
@@ -71,11 +73,12 @@ func withDefault(conf, entry string) string {
 	return strings.Join(out, "\n") + "\n"
 }
 
-// syncSystemdBoot makes the ESP at esp match root's kernels: each bootable
+// syncSystemdBoot makes the ESP e match root's kernels: each bootable
 // kernel's image, kpreload initramfs and entry (atomically, file by file), no
 // kpreload entry for a kernel that is gone, and loader.conf's default on def.
-func syncSystemdBoot(root, esp string, kernels []Kernel, def, cmdline string) error {
-	if _, err := os.Stat(filepath.Join(esp, "loader")); err != nil {
+// Every path is resolved inside root (the kernel's files) or the ESP's tree.
+func syncSystemdBoot(root string, e espTree, kernels []Kernel, def, cmdline string) error {
+	if _, err := inroot.Stat(e.root, e.name("loader")); err != nil {
 		return fmt.Errorf("systemd-boot: %w (is the ESP mounted?)", err)
 	}
 	keep := map[string]bool{}
@@ -84,45 +87,42 @@ func syncSystemdBoot(root, esp string, kernels []Kernel, def, cmdline string) er
 			continue
 		}
 		keep[EntryName(k.Release)] = true
-		for src, dst := range map[string]string{KernelImagePath(k.Release): ESPKernelPath(k.Release), InitramfsPath(k.Release): ESPInitrdPath(k.Release)} {
-			d := filepath.Join(esp, dst)
-			if err := os.MkdirAll(filepath.Dir(d), 0o755); err != nil {
-				return fmt.Errorf("systemd-boot: %w", err)
-			}
-			if err := fileutil.CopyAtomic(filepath.Join(root, src), d, 0o644, true); err != nil {
+		for _, c := range []struct{ src, dst string }{{KernelImagePath(k.Release), ESPKernelPath(k.Release)}, {InitramfsPath(k.Release), ESPInitrdPath(k.Release)}} {
+			if err := copyInto(root, c.src, e.root, e.name(c.dst)); err != nil {
 				return fmt.Errorf("systemd-boot: kernel %s: %w", k.Release, err)
 			}
 		}
-		if err := os.MkdirAll(filepath.Join(esp, ESPEntriesDir), 0o755); err != nil {
+		if err := inroot.MkdirAll(e.root, e.name(ESPEntriesDir), 0o755); err != nil {
 			return fmt.Errorf("systemd-boot: %w", err)
 		}
-		if err := fileutil.WriteAtomic(filepath.Join(esp, EntryPath(k.Release)), []byte(LoaderEntry(k.Release, cmdline)), 0o644, true); err != nil {
+		if err := inroot.WriteFile(e.root, e.name(EntryPath(k.Release)), []byte(LoaderEntry(k.Release, cmdline)), 0o644); err != nil {
 			return fmt.Errorf("systemd-boot: entry of %s: %w", k.Release, err)
 		}
 	}
 	// With no kernel left to boot with kpreload (def ""), loader.conf is
 	// left as it is: systemd-boot falls back to the first entry there is.
 	if def != "" {
-		conf := filepath.Join(esp, ESPLoaderConf)
 		text := LoaderConf(def)
-		if b, err := os.ReadFile(conf); err == nil {
+		if b, err := inroot.ReadFile(e.root, e.name(ESPLoaderConf), inroot.MaxText); err == nil {
 			text = withDefault(string(b), EntryName(def))
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("systemd-boot: %w", err)
 		}
-		if err := fileutil.WriteAtomic(conf, []byte(text), 0o644, true); err != nil {
+		if err := inroot.WriteFile(e.root, e.name(ESPLoaderConf), []byte(text), 0o644); err != nil {
 			return fmt.Errorf("systemd-boot: %w", err)
 		}
 	}
 	// Only after the new default is in place: drop what a removed kernel
 	// left, and what a killed run left half-written.
 	for _, d := range []string{"loader", ESPEntriesDir} {
-		removeStaleTemps(filepath.Join(esp, d))
+		removeStaleTemps(e.root, e.name(d))
 	}
 	for _, k := range kernels {
-		removeStaleTemps(filepath.Join(esp, espKernelsDir, k.Release))
+		removeStaleTemps(e.root, e.name(path.Join(espKernelsDir, k.Release)))
 	}
-	entries, _ := os.ReadDir(filepath.Join(esp, ESPEntriesDir))
-	for _, e := range entries {
-		n := e.Name()
+	entries, _ := inroot.ReadDir(e.root, e.name(ESPEntriesDir))
+	for _, ent := range entries {
+		n := ent.Name()
 		if !strings.HasPrefix(n, "kpreload-") || !strings.HasSuffix(n, ".conf") || keep[n] {
 			continue
 		}
@@ -130,30 +130,87 @@ func syncSystemdBoot(root, esp string, kernels []Kernel, def, cmdline string) er
 		if CheckRelease(k) != nil {
 			continue
 		}
-		if err := os.Remove(filepath.Join(esp, ESPEntriesDir, n)); err != nil {
+		if err := inroot.Remove(e.root, e.name(path.Join(ESPEntriesDir, n))); err != nil {
 			return fmt.Errorf("systemd-boot: %w", err)
 		}
-		if err := os.RemoveAll(filepath.Join(esp, espKernelsDir, k)); err != nil {
+		if err := inroot.RemoveAll(e.root, e.name(path.Join(espKernelsDir, k))); err != nil {
 			return fmt.Errorf("systemd-boot: %w", err)
 		}
 	}
 	return nil
 }
 
+// copyInto copies the regular file src of the tree at srcRoot to dst of the
+// tree at dstRoot (its directory made), atomically, both resolved inside
+// their trees.
+func copyInto(srcRoot, src, dstRoot, dst string) error {
+	f, err := inroot.Open(srcRoot, src)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := inroot.MkdirAll(dstRoot, path.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	return inroot.WriteFrom(dstRoot, dst, f, 0o644)
+}
+
+// ErrMultilineCmdline is wrapped by the error for a kernel command line of
+// more than one line: a loader entry's options must stay on one line.
+var ErrMultilineCmdline = errors.New("the kernel command line holds more than one line")
+
+// oneLine checks a kernel command line given in what (a flag, a file) and
+// returns it trimmed.
+func oneLine(what, s string) (string, error) {
+	s = strings.TrimSpace(s)
+	if strings.ContainsAny(s, "\n\r\x00") {
+		return "", fmt.Errorf("%s: %w (write it on one line)", what, ErrMultilineCmdline)
+	}
+	return s, nil
+}
+
 // entryCmdline is the command line of root's systemd-boot entries: given,
 // else root's Cmdline file, else (root is the running system) /proc/cmdline
-// without what the boot loader added.
-func entryCmdline(root, given string) (string, error) {
-	if s := strings.TrimSpace(given); s != "" {
-		return s, nil
+// without what the boot loader added. A command line of more than one line
+// is an error naming where it came from; the kernel hooks (lenient) warn
+// instead and take the next source, then the options of kpreload's entry
+// already on the ESP e.
+func entryCmdline(root string, e espTree, given string, lenient bool) (cmdline string, warnings []string, err error) {
+	bad := func(err error) error {
+		if !lenient {
+			return err
+		}
+		warnings = append(warnings, err.Error())
+		return nil
 	}
-	if b, err := os.ReadFile(filepath.Join(root, Cmdline)); err == nil {
-		return strings.TrimSpace(string(b)), nil
+	if strings.TrimSpace(given) != "" {
+		s, err := oneLine("--cmdline", given)
+		if err == nil {
+			return s, nil, nil
+		}
+		if err := bad(err); err != nil {
+			return "", nil, err
+		}
+	}
+	b, err := inroot.ReadFile(root, Cmdline, inroot.MaxText)
+	switch {
+	case err == nil:
+		s, err := oneLine(inroot.Host(root, Cmdline), string(b))
+		if err == nil {
+			return s, warnings, nil
+		}
+		if err := bad(err); err != nil {
+			return "", nil, err
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		if err := bad(fmt.Errorf("kernel command line: %w", err)); err != nil {
+			return "", nil, err
+		}
 	}
 	if filepath.Clean(root) == "/" {
-		b, err := os.ReadFile("/proc/cmdline")
+		b, err := inroot.ReadPath("/proc/cmdline", inroot.MaxAttr)
 		if err != nil {
-			return "", fmt.Errorf("kernel command line: %w", err)
+			return "", warnings, fmt.Errorf("kernel command line: %w", err)
 		}
 		var keep []string
 		for _, f := range strings.Fields(string(b)) {
@@ -161,7 +218,35 @@ func entryCmdline(root, given string) (string, error) {
 				keep = append(keep, f)
 			}
 		}
-		return strings.Join(keep, " "), nil
+		return strings.Join(keep, " "), warnings, nil
 	}
-	return "", fmt.Errorf("no kernel command line for systemd-boot entries: write it to /%s in the root (root=UUID=... rw ...)", Cmdline)
+	if len(warnings) > 0 {
+		if s, ok := lastOptions(e); ok {
+			warnings = append(warnings, "keeping the kernel command line of kpreload's entries on the ESP: "+s)
+			return s, warnings, nil
+		}
+	}
+	return "", warnings, fmt.Errorf("no kernel command line for systemd-boot entries: write it to /%s in the root (root=UUID=... rw ...)", Cmdline)
+}
+
+// lastOptions returns the options line of one of kpreload's entries on the
+// ESP (the last good command line), if there is one.
+func lastOptions(e espTree) (string, bool) {
+	ents, _ := inroot.ReadDir(e.root, e.name(ESPEntriesDir))
+	for _, ent := range ents {
+		n := ent.Name()
+		if !strings.HasPrefix(n, "kpreload-") || !strings.HasSuffix(n, ".conf") {
+			continue
+		}
+		b, err := inroot.ReadFile(e.root, e.name(path.Join(ESPEntriesDir, n)), inroot.MaxText)
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "options "); ok && strings.TrimSpace(v) != "" {
+				return strings.TrimSpace(v), true
+			}
+		}
+	}
+	return "", false
 }

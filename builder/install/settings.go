@@ -1,16 +1,24 @@
 package install
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
+	"io/fs"
+	"sort"
+	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/kpreload/kpreload/live/inroot"
 )
 
 // SettingsFile holds a root's boot settings (YAML), relative to the root.
 const SettingsFile = "etc/kpreload/boot.yaml"
+
+// maxSettings bounds SettingsFile.
+const maxSettings = 64 << 10
 
 // Default-kernel policies.
 const (
@@ -27,33 +35,87 @@ type Settings struct {
 	Default string `yaml:"default"`
 }
 
-// ReadSettings reads root's SettingsFile; a missing file gives the defaults.
+// settingsKeys are the keys SettingsFile may hold.
+var settingsKeys = map[string]bool{"default": true}
+
+// DefaultSettings are the settings of a root without SettingsFile.
+func DefaultSettings() Settings { return Settings{Default: NewestWithDriver} }
+
+// ReadSettings reads root's SettingsFile (inside root, a regular file of at
+// most 64 KiB); a missing file gives the defaults. A file that cannot be
+// read, does not parse, holds a bad value or a key it does not know is an
+// error naming it.
 func ReadSettings(root string) (Settings, error) {
-	st := Settings{Default: NewestWithDriver}
-	p := filepath.Join(root, SettingsFile)
-	f, err := os.Open(p)
-	if os.IsNotExist(err) {
-		return st, nil
+	st, unknown, err := readSettings(root)
+	if err != nil {
+		return DefaultSettings(), err
+	}
+	if len(unknown) > 0 {
+		return DefaultSettings(), fmt.Errorf("boot settings %s: unknown key(s) %s (known: default)", inroot.Host(root, SettingsFile), strings.Join(unknown, ", "))
+	}
+	return st, nil
+}
+
+// ReadSettingsOrDefaults is ReadSettings for the kernel hooks and
+// grub-mkconfig, which must not fail over configuration: a file that cannot
+// be used gives the defaults, an unknown key is left out, and each problem
+// is a warning naming the file.
+func ReadSettingsOrDefaults(root string) (Settings, []string) {
+	st, unknown, err := readSettings(root)
+	if err != nil {
+		return DefaultSettings(), []string{fmt.Sprintf("%v: using the defaults (default: %s)", err, NewestWithDriver)}
+	}
+	if len(unknown) > 0 {
+		return st, []string{fmt.Sprintf("boot settings %s: unknown key(s) %s left out (known: default)", inroot.Host(root, SettingsFile), strings.Join(unknown, ", "))}
+	}
+	return st, nil
+}
+
+// readSettings reads and checks SettingsFile and lists the keys it does not know.
+func readSettings(root string) (Settings, []string, error) {
+	st := DefaultSettings()
+	p := inroot.Host(root, SettingsFile)
+	b, err := inroot.ReadFile(root, SettingsFile, maxSettings)
+	if errors.Is(err, fs.ErrNotExist) {
+		return st, nil, nil
 	}
 	if err != nil {
-		return st, fmt.Errorf("boot settings: %w", err)
+		return st, nil, fmt.Errorf("boot settings: %w", err)
 	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
-	if err != nil {
-		return st, fmt.Errorf("boot settings %s: %w", p, err)
+	var doc yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(b)).Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return st, nil, nil // empty
+		}
+		return st, nil, fmt.Errorf("boot settings %s: %w", p, err)
 	}
-	if err := yaml.Unmarshal(b, &st); err != nil {
-		return st, fmt.Errorf("boot settings %s: %w", p, err)
+	var unknown []string
+	if len(doc.Content) == 1 {
+		m := doc.Content[0]
+		if m.Kind != yaml.MappingNode {
+			return st, nil, fmt.Errorf("boot settings %s: line %d: want a mapping of settings (default: ...)", p, m.Line)
+		}
+		for i := 0; i+1 < len(m.Content); i += 2 {
+			if k := m.Content[i].Value; !settingsKeys[k] {
+				unknown = append(unknown, fmt.Sprintf("%q (line %d)", k, m.Content[i].Line))
+			}
+		}
+		sort.Strings(unknown)
+		if len(unknown) > 5 {
+			unknown = append(unknown[:5], fmt.Sprintf("and %d more", len(unknown)-5))
+		}
+	}
+	if err := doc.Decode(&st); err != nil {
+		return DefaultSettings(), nil, fmt.Errorf("boot settings %s: %w", p, err)
 	}
 	switch st.Default {
 	case "":
 		st.Default = NewestWithDriver
 	case NewestWithDriver, Newest:
 	default:
-		return st, fmt.Errorf("boot settings %s: default %q: want %s or %s", p, st.Default, NewestWithDriver, Newest)
+		return DefaultSettings(), nil, fmt.Errorf("boot settings %s: default %q: want %s or %s", p, st.Default, NewestWithDriver, Newest)
 	}
-	return st, nil
+	return st, unknown, nil
 }
 
 // NewestFirst reports whether the newest kernel is the default, driver or not.

@@ -341,3 +341,7 @@ func Resolve(root, name string) (string, error) {
 	}
 	return filepath.Join(root, p), nil
 }
+
+// Host names the file name of the tree at root as the errors of this package
+// do: root joined with name cleaned as inside root.
+func Host(root, name string) string { return host(root, name) }

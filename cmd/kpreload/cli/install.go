@@ -118,14 +118,28 @@ says so (see "kpreload status").
 
 prints the GRUB menu entries of the kernels that have a kpreload initramfs. It is
 run by /etc/grub.d/09_kpreload inside grub-mkconfig, whose environment
-(GRUB_DEVICE_UUID, GRUB_CMDLINE_LINUX, ...) it reads.`,
+(GRUB_DEVICE_UUID, GRUB_CMDLINE_LINUX, ...) it reads; it never makes
+grub-mkconfig fail: a problem is a warning, and the distribution's entries stand.
+
+The hooks never fail the kernel package over configuration: a bad or unknown
+key in /etc/kpreload/boot.yaml, or an /etc/kpreload/cmdline of more than one
+line, is a warning, and the defaults (or the running system's command line)
+are used. Every path is resolved inside --root, as in a chroot of it.`,
 		Args: cobra.RangeArgs(1, 3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if args[0] == "grub-entries" {
 				if len(args) != 1 {
 					return fmt.Errorf("grub-entries takes no arguments")
 				}
-				return install.GrubEntries(cmd.OutOrStdout(), f.root, install.GrubEnvFromEnviron(os.Getenv))
+				// Run inside grub-mkconfig, which must finish with the
+				// distribution's entries whatever happens here: a problem
+				// is a warning on standard error, and no entry is printed.
+				env := install.GrubEnvFromEnviron(os.Getenv)
+				env.Log = cmd.ErrOrStderr()
+				if err := install.GrubEntries(cmd.OutOrStdout(), f.root, env); err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "kpreload: WARNING: no kpreload menu entries: %v\n", err)
+				}
+				return nil
 			}
 			if len(args) < 2 {
 				return fmt.Errorf("%s needs the kernel release: kernel-hook %s KVER [IMAGE]", args[0], args[0])
@@ -172,9 +186,11 @@ func newStatusCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			st, err := install.ReadSettings(root)
-			if err != nil {
-				return err
+			// As the kernel hooks read them: a boot.yaml that cannot be
+			// used is a warning and the defaults.
+			st, warnings := install.ReadSettingsOrDefaults(root)
+			for _, w := range warnings {
+				fmt.Fprintf(cmd.ErrOrStderr(), "kpreload: WARNING: %s\n", w)
 			}
 			def := install.DefaultKernel(kernels, st.NewestFirst())
 			if asJSON {

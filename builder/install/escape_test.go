@@ -1,0 +1,146 @@
+package install
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kpreload/kpreload/live/inroot"
+	"github.com/kpreload/kpreload/live/inroot/inroottest"
+)
+
+// grubHeader is the part of 00_header's grub.cfg that sets the default.
+const grubHeader = "if [ \"${next_entry}\" ] ; then\n   set default=\"${next_entry}\"\nelse\n   set default=\"0\"\nfi\n"
+
+// chrootUpdateGrub stands in for update-grub run in a chroot of the root:
+// grub.cfg is 00_header's default and 09_kpreload's entries, written as a
+// program inside the root would write it.
+func chrootUpdateGrub(_ context.Context, root string, _ io.Writer) error {
+	var b bytes.Buffer
+	b.WriteString(grubHeader)
+	if err := GrubEntries(&b, root, GrubEnv{BootPath: "/boot", DeviceUUID: "1234"}); err != nil {
+		return err
+	}
+	if err := inroot.MkdirAll(root, path.Dir(GrubConfig), 0o755); err != nil {
+		return err
+	}
+	return inroot.WriteFile(root, GrubConfig, b.Bytes(), 0o644)
+}
+
+// linkRoot lays out a small root that boots kpreload with either boot
+// loader (a kernel whose module tree is empty, a stand-in /init, a cell for
+// the kernel) and, beside it, a victim tree.
+func linkRoot(t *testing.T) (root, victim string) {
+	t.Helper()
+	base := t.TempDir()
+	root, victim = filepath.Join(base, "root"), filepath.Join(base, "victim")
+	files := map[string]string{
+		"boot/vmlinuz-" + testKernel: "kernel", "lib/modules/" + testKernel + "/modules.dep": "",
+		Init: "init", Cmdline: "root=UUID=x rw\n", SettingsFile: "default: newest-with-driver\n",
+		CacheDir + "/index/" + testKernel + ".json": index(testKernel, true),
+		"boot/efi/loader/loader.conf":               "timeout 3\n",
+		"boot/efi/loader/entries/debian.conf":       "title debian\n",
+		"boot/grub/grub.cfg":                        grubHeader,
+		"boot/kpreload/":                            "",
+		"etc/grub.d/10_linux":                       "#!/bin/sh\n",
+		"etc/kernel/postinst.d/":                    "",
+		"usr/sbin/update-grub":                      "",
+	}
+	for p, s := range files {
+		full := filepath.Join(root, p)
+		dir := filepath.Dir(full)
+		if strings.HasSuffix(p, "/") {
+			dir = full
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasSuffix(p, "/") {
+			if err := os.WriteFile(full, []byte(s), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	inroottest.Victim(t, victim)
+	return root, victim
+}
+
+// TestRootLinksOut runs install, the kernel hooks (postinst, postrm) and
+// grub-entries, for both boot loaders, on roots whose /boot, /boot/efi,
+// /boot/grub, /boot/kpreload, loader/entries, /etc/grub.d, /etc/kernel or
+// /etc/kpreload is a link out of the root (absolute, or relative with
+// "../.."), next to a victim tree: nothing there is created, changed or
+// removed, and each step either succeeds inside the root or fails naming the
+// path. A link to a directory inside the root (absolute: "from the root") is
+// followed as in a chroot, and everything succeeds.
+func TestRootLinksOut(t *testing.T) {
+	links := []string{"boot", "boot/efi", "boot/grub", "boot/kpreload", "boot/efi/loader/entries", "etc/grub.d", "etc/kernel", "etc/kpreload"}
+	for _, bl := range []Bootloader{GRUB, SystemdBoot} {
+		for _, link := range links {
+			for _, form := range []string{"absolute", "relative", "inside"} {
+				t.Run(fmt.Sprintf("%s/%s/%s", bl, link, form), func(t *testing.T) {
+					root, victim := linkRoot(t)
+					full := filepath.Join(root, link)
+					var target string
+					switch form {
+					case "absolute":
+						target = victim
+						if err := os.RemoveAll(full); err != nil {
+							t.Fatal(err)
+						}
+					case "relative":
+						target = strings.Repeat("../", strings.Count(link, "/")+1) + "victim"
+						if err := os.RemoveAll(full); err != nil {
+							t.Fatal(err)
+						}
+					case "inside":
+						// The directory moved elsewhere in the root, the link
+						// absolute: it means "from the root".
+						target = "/moved/" + strings.ReplaceAll(link, "/", "-")
+						if err := os.MkdirAll(filepath.Join(root, "moved"), 0o755); err != nil {
+							t.Fatal(err)
+						}
+						if err := os.Rename(full, filepath.Join(root, target)); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if err := os.Symlink(target, full); err != nil {
+						t.Fatal(err)
+					}
+					before := inroottest.Snapshot(t, victim)
+					var log bytes.Buffer
+					o := Options{Root: root, Bootloader: bl, Log: &log, UpdateGrub: chrootUpdateGrub}
+					ctx := context.Background()
+					steps := []struct {
+						name string
+						run  func() error
+					}{
+						{"install", func() error { _, err := Install(ctx, o); return err }},
+						{"postinst", func() error { _, err := KernelAdded(ctx, o, testKernel); return err }},
+						{"grub-entries", func() error { return GrubEntries(io.Discard, root, GrubEnv{}) }},
+						{"postrm", func() error { _, err := KernelRemoved(ctx, o, testKernel); return err }},
+					}
+					for _, s := range steps {
+						err := s.run()
+						if got := inroottest.Snapshot(t, victim); got != before {
+							t.Fatalf("%s (err %v) changed the victim tree beside the root:\nbefore\n%s\nafter\n%s\nlog:\n%s", s.name, err, before, got, log.String())
+						}
+						switch {
+						case err == nil:
+						case form == "inside":
+							t.Errorf("%s through a link inside the root: %v\n%s", s.name, err, log.String())
+						case !strings.Contains(err.Error(), root) && !strings.Contains(err.Error(), "/"+link):
+							t.Errorf("%s: %v: want an error naming the path", s.name, err)
+						}
+					}
+				})
+			}
+		}
+	}
+}
