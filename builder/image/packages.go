@@ -3,12 +3,12 @@ package image
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 
 	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/live/inroot"
 )
 
 // downloadDeb returns the .deb of a pinned package ("name=version") of
@@ -50,7 +50,6 @@ func extractFirmware(ctx context.Context, deb, root string) error {
 	if err := archive.Extract(ctx, deb, tmp); err != nil {
 		return err
 	}
-	dest := filepath.Join(root, "lib", "firmware")
 	found := false
 	for _, dir := range []string{"lib/firmware", "usr/lib/firmware"} {
 		src := filepath.Join(tmp, dir)
@@ -58,34 +57,9 @@ func extractFirmware(ctx context.Context, deb, root string) error {
 			continue
 		}
 		found = true
-		err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			rel, err := filepath.Rel(src, p)
-			if err != nil {
-				return err
-			}
-			out := filepath.Join(dest, rel)
-			switch {
-			case d.IsDir():
-				return os.MkdirAll(out, 0o755)
-			case d.Type()&fs.ModeSymlink != 0:
-				target, err := os.Readlink(p)
-				if err != nil {
-					return err
-				}
-				_ = os.Remove(out)
-				return os.Symlink(target, out)
-			default:
-				data, err := os.ReadFile(p)
-				if err != nil {
-					return err
-				}
-				return os.WriteFile(out, data, 0o644)
-			}
-		})
-		if err != nil {
+		// Into the root's lib/firmware, resolved inside the root (a
+		// merged-/usr lib link is followed there, never out of it).
+		if err := inroot.CopyTree(root, "lib/firmware", src); err != nil {
 			return fmt.Errorf("firmware %s: %w", deb, err)
 		}
 	}

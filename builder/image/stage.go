@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/kpreload/kpreload/internal/tail"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/store"
+	"github.com/kpreload/kpreload/live/inroot"
 )
 
 // StageOptions describes what Stage puts into a root tree.
@@ -125,7 +127,15 @@ func Stage(ctx context.Context, o StageOptions, root string) (*StageResult, erro
 	res := &StageResult{Userspace: map[string][]string{}}
 
 	o.Progress.say("stage: module cache subset (%d set(s)) into /%s", len(cells), ImageCacheDir)
-	if res.Drivers, err = copyCells(ctx, o.CacheDir, filepath.Join(root, ImageCacheDir), cells); err != nil {
+	// The store takes a path: the cache directory, made and resolved inside the root.
+	if err := inroot.MkdirAll(root, ImageCacheDir, 0o755); err != nil {
+		return nil, fmt.Errorf("stage: %w", err)
+	}
+	cacheDir, err := inroot.Resolve(root, ImageCacheDir)
+	if err != nil {
+		return nil, fmt.Errorf("stage: %w", err)
+	}
+	if res.Drivers, err = copyCells(ctx, o.CacheDir, cacheDir, cells); err != nil {
 		return nil, fmt.Errorf("stage: %w", err)
 	}
 	if err := stagePackages(ctx, o, root, res); err != nil {
@@ -148,12 +158,12 @@ func Stage(ctx context.Context, o StageOptions, root string) (*StageResult, erro
 		}{o.Instance, ImageInstance, 0o644})
 	}
 	for _, f := range files {
-		if err := copyFile(f.src, filepath.Join(root, f.dst), f.mode); err != nil {
+		if err := copyIn(f.src, root, f.dst, f.mode); err != nil {
 			return nil, fmt.Errorf("stage: %w", err)
 		}
 	}
 	if o.Cmdline != "" {
-		if err := writeFile(filepath.Join(root, ImageCmdline), []byte(strings.TrimSpace(o.Cmdline)+"\n"), 0o644); err != nil {
+		if err := writeIn(root, ImageCmdline, []byte(strings.TrimSpace(o.Cmdline)+"\n"), 0o644); err != nil {
 			return nil, fmt.Errorf("stage: %w", err)
 		}
 	}
@@ -169,7 +179,7 @@ func Stage(ctx context.Context, o StageOptions, root string) (*StageResult, erro
 	}
 	if o.EarlyDrivers {
 		marker := "# kpreload: this image's initramfs images carry its driver sets with a complete index\n# (kpreload image build --early-drivers): /init decides and loads drivers while it finds\n# the root. The kernel install hook builds new ones the same way; remove this file to stop.\n"
-		if err := writeFile(filepath.Join(root, ImageEarlyDrivers), []byte(marker), 0o644); err != nil {
+		if err := writeIn(root, ImageEarlyDrivers, []byte(marker), 0o644); err != nil {
 			return nil, fmt.Errorf("stage: %w", err)
 		}
 	}
@@ -184,11 +194,14 @@ func Stage(ctx context.Context, o StageOptions, root string) (*StageResult, erro
 					return m
 				}
 			}
-			mods := filepath.Join(root, "lib", "modules", k)
-			if _, err := os.Stat(filepath.Join(mods, "modules.dep")); err != nil {
-				mods = filepath.Join(o.DownloadDir, "kernels", k, "lib", "modules", k)
+			// The root's own module tree, resolved inside it, else the
+			// kernel unpacked on this machine.
+			if _, err := inroot.Stat(root, path.Join("lib/modules", k, "modules.dep")); err == nil {
+				if mods, err := inroot.Resolve(root, path.Join("lib/modules", k)); err == nil {
+					return mods
+				}
 			}
-			return mods
+			return filepath.Join(o.DownloadDir, "kernels", k, "lib", "modules", k)
 		},
 		// The image's root is ext4 (disk.go); vfat and iso9660 are the
 		// filesystems of cloud-init seeds, whose user-data /init reads.
@@ -262,7 +275,7 @@ func stagePackages(ctx context.Context, o StageOptions, root string, res *StageR
 			if err != nil {
 				return fmt.Errorf("recipe %s userspace: %w", r.Name, err)
 			}
-			if err := dpkgExtract(ctx, deb, filepath.Join(root, ImageDriversDir, version)); err != nil {
+			if err := extractInto(ctx, deb, root, path.Join(ImageDriversDir, version)); err != nil {
 				return fmt.Errorf("recipe %s userspace: %w", r.Name, err)
 			}
 			if !slices.Contains(res.Userspace[version], ref) {
@@ -273,7 +286,7 @@ func stagePackages(ctx context.Context, o StageOptions, root string, res *StageR
 			ref := "source:" + r.UserspaceSource.Dir
 			if !slices.Contains(res.Userspace[version], ref) {
 				o.Progress.say("stage: userspace built from %s for %s %s", r.UserspaceSource.Dir, r.Driver.Name, version)
-				if err := buildUserspace(ctx, dir, version, filepath.Join(root, ImageDriversDir, version)); err != nil {
+				if err := buildUserspace(ctx, dir, version, root, path.Join(ImageDriversDir, version)); err != nil {
 					return fmt.Errorf("recipe %s userspace-source: %w", r.Name, err)
 				}
 				res.Userspace[version] = append(res.Userspace[version], ref)
@@ -299,9 +312,10 @@ func stagePackages(ctx context.Context, o StageOptions, root string, res *StageR
 }
 
 // buildUserspace builds a recipe's userspace source in a scratch copy (the
-// recipe's directory stays clean) and installs it under dest:
-// "make VERSION=<version> DESTDIR=<dest> install", with the host's compiler.
-func buildUserspace(ctx context.Context, src, version, dest string) error {
+// recipe's directory stays clean) and installs it under dest of the tree at
+// root: "make VERSION=<version> DESTDIR=<scratch> install", with the host's
+// compiler, then copied in (inside root).
+func buildUserspace(ctx context.Context, src, version, root, dest string) error {
 	if _, err := os.Stat(filepath.Join(src, "Makefile")); err != nil {
 		return fmt.Errorf("userspace source %s: no Makefile: %w", src, err)
 	}
@@ -313,9 +327,31 @@ func buildUserspace(ctx context.Context, src, version, dest string) error {
 	if out, err := exec.CommandContext(ctx, "cp", "-rL", src+"/.", work).CombinedOutput(); err != nil {
 		return fmt.Errorf("copy %s: %v: %s", src, err, out)
 	}
-	cmd := exec.CommandContext(ctx, "make", "-C", work, "VERSION="+version, "DESTDIR="+dest, "install")
+	destdir, err := os.MkdirTemp("", "kpreload-userspace-dest-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(destdir)
+	cmd := exec.CommandContext(ctx, "make", "-C", work, "VERSION="+version, "DESTDIR="+destdir, "install")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("make install in %s: %v\n%s", src, err, strings.Join(tail.Lines(string(out), 15), "\n"))
+	}
+	return inroot.CopyTree(root, dest, destdir)
+}
+
+// extractInto unpacks the package deb (dpkg -x) into dir of the tree at
+// root: into a scratch directory, then copied in (inside root).
+func extractInto(ctx context.Context, deb, root, dir string) error {
+	tmp, err := os.MkdirTemp("", "kpreload-deb-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	if err := dpkgExtract(ctx, deb, tmp); err != nil {
+		return err
+	}
+	if err := inroot.CopyTree(root, dir, tmp); err != nil {
+		return fmt.Errorf("unpack %s: %w", deb, err)
 	}
 	return nil
 }
@@ -330,9 +366,8 @@ func copyRootfiles(root string) error {
 		if err != nil {
 			return err
 		}
-		dst := filepath.Join(root, filepath.FromSlash(p))
 		if d.IsDir() {
-			return os.MkdirAll(dst, 0o755)
+			return inroot.MkdirAll(root, p, 0o755)
 		}
 		data, err := fs.ReadFile(sub, p)
 		if err != nil {
@@ -342,17 +377,28 @@ func copyRootfiles(root string) error {
 		if info, err := d.Info(); err == nil && info.Mode()&0o111 != 0 {
 			mode = 0o755
 		}
-		return writeFile(dst, data, mode)
+		return writeIn(root, p, data, mode)
 	})
 }
 
-// copyFile copies src to dst (parents created) with mode, through a temporary
+// copyIn copies the host file src to name of the tree at root (parents
+// created, everything resolved inside root) with mode, through a temporary
 // file renamed into place.
-func copyFile(src, dst string, mode os.FileMode) error {
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+func copyIn(src, root, name string, mode os.FileMode) error {
+	if err := inroot.MkdirAll(root, path.Dir(name), 0o755); err != nil {
 		return err
 	}
-	return fileutil.CopyAtomic(src, dst, mode, false)
+	return inroot.CopyFile(root, name, src, mode)
+}
+
+// writeIn writes data to name of the tree at root (parents created,
+// everything resolved inside root) with mode, through a temporary file
+// renamed into place.
+func writeIn(root, name string, data []byte, mode os.FileMode) error {
+	if err := inroot.MkdirAll(root, path.Dir(name), 0o755); err != nil {
+		return err
+	}
+	return inroot.WriteFile(root, name, data, mode)
 }
 
 // writeFile writes data to path (parents created) with mode, through a

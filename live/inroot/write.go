@@ -12,6 +12,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -345,3 +346,43 @@ func Resolve(root, name string) (string, error) {
 // Host names the file name of the tree at root as the errors of this package
 // do: root joined with name cleaned as inside root.
 func Host(root, name string) string { return host(root, name) }
+
+// CopyTree copies the directory tree src on this machine (unpacked package
+// files, a DESTDIR of make install) into the directory name of the tree at
+// root, made if missing: directories are made (or kept: a link to a
+// directory in root is followed inside root), regular files written
+// atomically with their mode, links made anew with their target as written.
+// src's own links are never followed; any other kind of file is an error.
+func CopyTree(root, name, src string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		dst := path.Join("/"+name, filepath.ToSlash(rel))
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		mode := fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+		switch {
+		case fi.IsDir():
+			return MkdirAll(root, dst, mode)
+		case fi.Mode().IsRegular():
+			return CopyFile(root, dst, p, mode)
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			if err := Remove(root, dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			return Symlink(target, root, dst)
+		}
+		return &fs.PathError{Op: "copy", Path: p, Err: fmt.Errorf("%w: it is %s", ErrNotRegular, kind(fi.Mode()))}
+	})
+}

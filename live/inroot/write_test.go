@@ -72,6 +72,8 @@ func TestWritesStayInRoot(t *testing.T) {
 		}, "absfile", ""},
 		{"rename a link out moves the link", func(r string) error { return Rename(r, "abs", "inside/moved") }, "", ""},
 		{"symlink through a link", func(r string) error { return Symlink("/etc", r, "abs/evil") }, "", "no such file"},
+		{"copy a tree in through a link", func(r string) error { return CopyTree(r, "rel/fw", srcTree(t)) }, "", "no such file"},
+		{"copy a tree over links out", func(r string) error { return CopyTree(r, "inside/dir", srcTree(t)) }, "", "no such file"},
 		{"copy a host file in through a link", func(r string) error {
 			src := filepath.Join(t.TempDir(), "src")
 			os.WriteFile(src, []byte("new"), 0o644)
@@ -169,5 +171,40 @@ func TestResolve(t *testing.T) {
 	}
 	if _, err := Resolve(root, "out/secret"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Resolve through a link out = %v, want ErrNotExist", err)
+	}
+}
+
+// srcTree makes a tree to copy in: a/ holding a file "new" (0755) and the
+// links out and outfile, which replace the root's links of those names.
+func srcTree(t *testing.T) string {
+	t.Helper()
+	src := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(src, "out"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "out/a"), []byte("new"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc/passwd", filepath.Join(src, "outfile")); err != nil {
+		t.Fatal(err)
+	}
+	return src
+}
+
+func TestCopyTree(t *testing.T) {
+	root, _ := tree(t, "l:lib=usr/lib", "d:usr/lib", "f:usr/lib/firmware/old=old")
+	src := srcTree(t)
+	if err := CopyTree(root, "lib/firmware", src); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(root, "usr/lib/firmware/out/a"))
+	if err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("usr/lib/firmware/out/a: %v, %v; want mode 0755", fi, err)
+	}
+	if l, err := os.Readlink(filepath.Join(root, "usr/lib/firmware/outfile")); err != nil || l != "/etc/passwd" {
+		t.Errorf("link = %q, %v", l, err)
+	}
+	if fi, err := os.Lstat(filepath.Join(root, "lib")); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+		t.Errorf("the root's lib link was replaced: %v %v", fi, err)
 	}
 }
