@@ -246,7 +246,8 @@ func StagingScript(staging string) string {
 }
 
 // InstallScript is the shell script the provisioner runs on the target: it
-// unpacks the uploaded archive into root, runs ldconfig, enables the staged
+// unpacks the uploaded archive into root (a root other than / through
+// "kpreload copy-in", so that every path is resolved inside it), runs ldconfig, enables the staged
 // systemd units and, when boot is set, runs "kpreload install" for the
 // kernels, which makes the root's boot loader boot kpreload and fails when
 // it cannot. Every failure names what to do.
@@ -259,7 +260,16 @@ func InstallScript(root, staging string, units, kernels []string, boot bool) str
 	w(`trap 'rm -rf "$staging"' EXIT`)
 	w(`[ -d "$root" ] || { echo "kpreload: target root $root does not exist" >&2; exit 2; }`)
 	w(`command -v tar >/dev/null || { echo "kpreload: the target has no tar" >&2; exit 2; }`)
-	w(`tar -xzf "$staging/%s" -C "$root" --no-overwrite-dir`, ArchiveName)
+	if root == "/" {
+		// Nothing is outside "/": tar unpacks straight into it.
+		w(`tar -xzf "$staging/%s" -C "$root" --no-overwrite-dir`, ArchiveName)
+	} else {
+		// tar follows the links of an existing tree: unpack beside it, then
+		// copy in with every path resolved inside the root (kpreload copy-in).
+		w(`mkdir "$staging/tree"`)
+		w(`tar -xzf "$staging/%s" -C "$staging/tree"`, ArchiveName)
+		w(`"$staging/tree/%s" copy-in --root "$root" "$staging/tree"`, image.ImageKpreload)
+	}
 	w(`echo "kpreload: unpacked into $root"`)
 	w(`if command -v ldconfig >/dev/null; then ldconfig -r "$root"; else echo "kpreload: warning: no ldconfig on the target" >&2; fi`)
 	if len(units) > 0 {
