@@ -9,6 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestHooksBadSettings: a boot.yaml that does not parse, holds a bad value
@@ -191,5 +194,49 @@ func TestMultilineCmdline(t *testing.T) {
 	}
 	if _, err := Install(ctx, Options{Root: root, Bootloader: SystemdBoot, Cmdline: "a\nlinux /evil", Log: io.Discard}); err == nil || !strings.Contains(err.Error(), "--cmdline") {
 		t.Errorf("install --cmdline of two lines: %v, want an error naming --cmdline", err)
+	}
+}
+
+// TestHookConfigFIFO: boot.yaml, the cmdline file and remote.yaml made
+// FIFOs (or links out of the root) never hang the kernel hook: each is
+// refused as not a regular file, with a warning naming it.
+func TestHookConfigFIFO(t *testing.T) {
+	for _, name := range []string{SettingsFile, Cmdline, RemoteFile} {
+		t.Run(filepath.Base(name), func(t *testing.T) {
+			root, _ := linkRoot(t)
+			o := Options{Root: root, Bootloader: SystemdBoot, Log: io.Discard}
+			ctx := context.Background()
+			if _, err := Install(ctx, o); err != nil {
+				t.Fatal(err)
+			}
+			// The hook pulls (and so reads remote.yaml) only for a kernel
+			// without cells.
+			if err := os.Remove(filepath.Join(root, CacheDir, "index", testKernel+".json")); err != nil {
+				t.Fatal(err)
+			}
+			p := filepath.Join(root, name)
+			os.Remove(p)
+			if err := unix.Mkfifo(p, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			var res *Result
+			go func() {
+				var err error
+				res, err = KernelAdded(ctx, o, testKernel)
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("postinst with %s a FIFO: %v", name, err)
+				}
+				if w := strings.Join(res.Warnings, "\n"); !strings.Contains(w, p) || !strings.Contains(w, "not a regular file") {
+					t.Errorf("warnings %q, want one naming %s as not a regular file", w, p)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatalf("postinst with %s a FIFO hangs", name)
+			}
+		})
 	}
 }
