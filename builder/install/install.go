@@ -261,10 +261,13 @@ func (o *Options) buildInitramfs(release string) (*assemble.Result, error) {
 		Compression: archive.Zstd,
 		Filesystems: o.Filesystems,
 	}
-	// No firmware directory in the root: one that does not exist (the
-	// assembler's default is this machine's /lib/firmware).
+	// No firmware directory in the root: an empty one (the assembler's
+	// default is this machine's /lib/firmware).
 	if ao.FirmwareDir, err = inroot.Resolve(o.Root, "lib/firmware"); err != nil {
-		ao.FirmwareDir = inroot.Host(o.Root, "lib/.kpreload-no-firmware")
+		if ao.FirmwareDir, err = os.MkdirTemp("", "kpreload-no-firmware-"); err != nil {
+			return nil, fmt.Errorf("kpreload initramfs: %w", err)
+		}
+		defer os.RemoveAll(ao.FirmwareDir)
 	}
 	if exists(o.Root, EarlyDrivers) {
 		if ao.CacheDir, err = inroot.Resolve(o.Root, CacheDir); err != nil {
