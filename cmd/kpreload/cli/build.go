@@ -18,6 +18,8 @@ import (
 
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/kmodcache/remote"
+	"github.com/kpreload/kpreload/kmodcache/tiered"
 )
 
 func init() { register(newBuildCmd) }
@@ -141,6 +143,11 @@ builds and leaves the cache (and the registry) as it was.`,
 			p.stop()
 			if results == nil {
 				return err
+			}
+			for _, r := range results {
+				if note := trustNote(r.Trust, ""); note != "" && r.Remote == tiered.RemotePulled {
+					fmt.Fprintf(cmd.ErrOrStderr(), "kpreload: build: %s for %s pulled from %s: %s\n", r.Recipe.Name, r.Kernel, rm, note)
+				}
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
@@ -397,7 +404,11 @@ func printBuildTable(w io.Writer, results []matrix.Result) {
 		if !slices.Contains(recipes, r.Recipe.Name) {
 			recipes = append(recipes, r.Recipe.Name)
 		}
-		state[[2]string{r.Kernel, r.Recipe.Name}] = r.State
+		s := r.State
+		if r.Trust != "" && r.Trust != remote.TrustVerified {
+			s += " (" + r.Trust + ")"
+		}
+		state[[2]string{r.Kernel, r.Recipe.Name}] = s
 		counts[r.State]++
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -455,6 +466,7 @@ type buildResult struct {
 	Seconds    float64           `json:"seconds"`
 	Key        map[string]string `json:"key,omitempty"`
 	Remote     string            `json:"remote,omitempty"`
+	Trust      string            `json:"trust,omitempty"`
 	PushError  string            `json:"push_error,omitempty"`
 	SourceDir  string            `json:"source_dir,omitempty"`
 	KernelDir  string            `json:"kernel_dir,omitempty"`
@@ -483,7 +495,7 @@ func buildJSON(results []matrix.Result) []buildResult {
 		if r.Err != nil {
 			b.Error = r.Err.Error()
 		}
-		b.Remote = r.Remote
+		b.Remote, b.Trust = r.Remote, r.Trust
 		if r.PushErr != nil {
 			b.PushError = r.PushErr.Error()
 		}
