@@ -12,6 +12,12 @@
 //	              each module file             application/vnd.kpreload.module.v1
 //	              supported-gpus.json          application/vnd.kpreload.supported-gpus.v1+json
 //	annotations   dev.kpreload.{state,kernel,recipe,driver,version,flavor,key,first-error}
+//	              dev.kpreload.{statement,signature,signer} when signed
+//
+// A signed cell's statement (cellsign.Statement) names everything a pull
+// chooses by; with Options.Trust those fields are read from it alone, the
+// newest generation of each identity is taken (Select), and the cache
+// remembers the newest it has seen (SeenFile) to refuse a rollback.
 //
 // A failed cell is recorded too (state "failed", its first compiler error and
 // the tail of its build log as the one layer), so nobody rebuilds a known
