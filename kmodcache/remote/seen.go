@@ -169,19 +169,22 @@ func (r *Remote) rollback(rec *Record, s seen) error {
 		r.url, rec.Identity(), ErrRollback, rec.Generation, short(rec.Tag), s.describe())
 }
 
-// CheckSeen refuses rec (a record from Lookup) when st's cache has seen a
-// higher generation of the same cell (the same key): the registry serves an
-// older copy of it (an older build, or the failure record a build
-// replaced). A different key of the same identity is not compared: a
-// lookup by key asks for exactly those build inputs. Only records verified
-// against Options.Trust are checked.
+// CheckSeen refuses rec (a record from Lookup) when st's cache remembers a
+// higher generation of the same cell (the same key, the newest of its
+// identity that the cache has seen): the registry serves an older copy of
+// it (an older build, or the failure record a build replaced). A different
+// key of the same identity is not compared: a lookup by key asks for
+// exactly those build inputs. Only records verified against Options.Trust
+// are checked.
 func (r *Remote) CheckSeen(st *store.Store, rec *Record) error {
 	if rec.Trust != TrustVerified {
 		return nil
 	}
 	return withSeen(st.Dir(), func(m map[Identity]seen) (bool, error) {
-		if s, ok := m[rec.Identity()]; ok && s.Key == rec.Tag && s.Generation > rec.Generation {
-			return false, r.rollback(rec, s)
+		for _, s := range m {
+			if s.Key == rec.Tag && s.Generation > rec.Generation {
+				return false, r.rollback(rec, s)
+			}
 		}
 		return false, nil
 	})

@@ -82,7 +82,9 @@ cells built here and cached cells the registry lacks are pushed, and compile
 failures are recorded there: a cell the registry records as failed with the
 same key is not rebuilt (--retry-failed rebuilds it). --pull-only never
 compiles. --report prints what the registry holds (every cell, which failed
-and why) without building anything.
+and why) without building anything. --sign signs every cell pushed; with
+--trust only cells signed by those keys are taken, and without it every cell
+pulled is reported on stderr as unsigned (--json: "trust").
 
 Shards: --shard I/N builds shard I (1..N) of the matrix; --shards N takes I
 from $JOB_COMPLETION_INDEX (0-based), as a Kubernetes Indexed Job sets it.
@@ -144,11 +146,7 @@ builds and leaves the cache (and the registry) as it was.`,
 			if results == nil {
 				return err
 			}
-			for _, r := range results {
-				if note := trustNote(r.Trust, ""); note != "" && r.Remote == tiered.RemotePulled {
-					fmt.Fprintf(cmd.ErrOrStderr(), "kpreload: build: %s for %s pulled from %s: %s\n", r.Recipe.Name, r.Kernel, rm, note)
-				}
-			}
+			printUnsigned(cmd.ErrOrStderr(), results, rm)
 			out := cmd.OutOrStdout()
 			if asJSON {
 				if jerr := printJSON(out, buildJSON(results)); jerr != nil {
@@ -389,6 +387,16 @@ func (p *buildProgress) redraw() {
 func (p *buildProgress) stop() {
 	close(p.done)
 	p.wg.Wait()
+}
+
+// printUnsigned says on w, of every cell the build pulled from rm without
+// a verified signature, that it did.
+func printUnsigned(w io.Writer, results []matrix.Result, rm fmt.Stringer) {
+	for _, r := range results {
+		if note := trustNote(r.Trust, "an unchecked key"); note != "" && r.Remote == tiered.RemotePulled {
+			fmt.Fprintf(w, "kpreload: build: %s for %s pulled from %s: %s\n", r.Recipe.Name, r.Kernel, rm, note)
+		}
+	}
 }
 
 // printBuildTable prints a kernel × recipe table of states, then the

@@ -55,7 +55,9 @@ OUT/NAME.manifest.json:
     /` + image.ImageCacheDir + ` (missing cells are an error listing what the cache
     has, or are built with the real dkms with --build-missing; with --remote
     oci://HOST/REPO they are first pulled from that registry by content key,
-    and cells built with --build-missing are pushed to it);
+    verified against the builders' keys given with --trust (or unsigned, on
+    purpose, with --allow-unsigned), and cells built with --build-missing are
+    pushed to it);
   - each driver version's userspace packages unpacked under /` + image.ImageDriversDir + `/VERSION,
     firmware packages, the kpreload binaries, the instance YAML (--instance);
   - the kpreload initramfs of each kernel and a systemd-boot ESP with one

@@ -11,11 +11,14 @@ import (
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/kpreload/kpreload/builder/matrix"
+	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/kmodcache/cellsign"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/remote/remotetest"
 	"github.com/kpreload/kpreload/kmodcache/store"
+	"github.com/kpreload/kpreload/kmodcache/tiered"
 )
 
 // pushSignedCell pushes a set of driver virtio, version, built from the
@@ -161,3 +164,28 @@ func TestImageBuildRemoteNeedsTrust(t *testing.T) {
 		t.Errorf("image build --allow-unsigned without --remote = exit %d, %q; want a refusal", code, stderr)
 	}
 }
+
+// TestBuildSaysUnsigned: a build that pulled cells without trusted keys
+// says so of each on stderr, in its table and in --json.
+func TestBuildSaysUnsigned(t *testing.T) {
+	results := []matrix.Result{
+		{Cell: matrix.Cell{Recipe: &recipe.Recipe{Name: "nvidia-550"}, Kernel: "6.1.0-56-cloud-amd64"}, State: matrix.StatePulled, Remote: tiered.RemotePulled, Trust: remote.TrustUnsigned},
+		{Cell: matrix.Cell{Recipe: &recipe.Recipe{Name: "nvidia-535"}, Kernel: "6.1.0-56-cloud-amd64"}, State: matrix.StatePulled, Remote: tiered.RemotePulled, Trust: remote.TrustVerified},
+	}
+	var errb, table bytes.Buffer
+	printUnsigned(&errb, results, stringer("oci://r/cells"))
+	if got := errb.String(); !strings.Contains(got, "nvidia-550 for 6.1.0-56-cloud-amd64 pulled from oci://r/cells: unsigned") || strings.Contains(got, "nvidia-535") {
+		t.Errorf("stderr %q, want the unsigned cell (and only it) named", got)
+	}
+	printBuildTable(&table, results)
+	if !strings.Contains(table.String(), "pulled (unsigned)") {
+		t.Errorf("the build table does not mark the unsigned cell:\n%s", table.String())
+	}
+	if js := buildJSON(results); js[0].Trust != "unsigned" || js[1].Trust != "verified" {
+		t.Errorf("--json trust = %q, %q; want unsigned, verified", js[0].Trust, js[1].Trust)
+	}
+}
+
+type stringer string
+
+func (s stringer) String() string { return string(s) }
