@@ -108,7 +108,7 @@ func (r *Remote) pullRecord(ctx context.Context, st *store.Store, rec *Record, r
 	}
 	res.SetID = id
 	if rec.Trust == TrustVerified {
-		if err := withSeen(st.Dir(), func(m map[Identity]seen) (bool, error) { return remember(m, rec), nil }); err != nil {
+		if err := withSeen(st.Dir(), func(m map[seenKey]seen) (bool, error) { return r.remember(m, rec), nil }); err != nil {
 			return nil, fmt.Errorf("%s: set %s added, but: %w", what, short(id), err)
 		}
 	}

@@ -235,7 +235,8 @@ var lastGeneration atomic.Uint64
 
 // nextGeneration returns the generation of a cell signed now: the time in
 // nanoseconds since 1970, raised above every generation this process signed
-// and above the highest of the identity that st's cache (if any) has seen,
+// and above the highest of the identity that st's cache (if any) has seen
+// in any repository,
 // so that it grows for each identity whichever builder signs, as far as
 // the builders' clocks agree.
 func nextGeneration(st *store.Store, id Identity) (uint64, error) {
@@ -245,8 +246,10 @@ func nextGeneration(st *store.Store, id Identity) (uint64, error) {
 		if err != nil {
 			return 0, err
 		}
-		if s, ok := m[id]; ok && s.Generation >= g {
-			g = s.Generation + 1
+		for k, s := range m { // whichever repository it was seen in
+			if k.id == id && s.Generation >= g {
+				g = s.Generation + 1
+			}
 		}
 	}
 	for {

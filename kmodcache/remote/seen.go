@@ -19,10 +19,10 @@ import (
 )
 
 // SeenFile is the file in a module cache's directory that remembers, per
-// cell identity (driver, version, flavour, kernel), the highest generation
-// of a built cell signed by a trusted key that a pull has seen in a
-// registry, so that a registry serving an older signed cell, or hiding the
-// newest, is refused. Removing it forgets what was seen.
+// registry repository and cell identity (driver, version, flavour, kernel),
+// the highest generation of a built cell signed by a trusted key that a
+// pull has seen there, so that a registry serving an older signed cell, or
+// hiding the newest, is refused. Removing it forgets what was seen.
 const SeenFile = "remote-generations.json"
 
 // seenLock is the file flock(2)ed while SeenFile is read and replaced.
@@ -58,8 +58,16 @@ func (rec *Record) Identity() Identity {
 	return Identity{Driver: rec.Driver, Version: rec.Version, Flavor: rec.Flavor, Kernel: rec.Kernel}
 }
 
-// seen is what SeenFile remembers of one identity.
+// seenKey is what SeenFile remembers by: a repository and an identity.
+type seenKey struct {
+	remote string
+	id     Identity
+}
+
+// seen is what SeenFile remembers of one identity in one repository.
 type seen struct {
+	// Remote is the repository (oci://HOST/REPO).
+	Remote string `json:"remote"`
 	Identity
 	// Generation is the highest generation seen.
 	Generation uint64 `json:"generation"`
@@ -85,11 +93,11 @@ type seenJSON struct {
 var seenMu sync.Mutex
 
 // loadSeen reads dir's SeenFile (none: nothing seen).
-func loadSeen(dir string) (map[Identity]seen, error) {
+func loadSeen(dir string) (map[seenKey]seen, error) {
 	path := filepath.Join(dir, SeenFile)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return map[Identity]seen{}, nil
+		return map[seenKey]seen{}, nil
 	}
 	if err == nil && len(b) > maxSeenFile {
 		err = fmt.Errorf("larger than %d bytes", maxSeenFile)
@@ -106,10 +114,11 @@ func loadSeen(dir string) (map[Identity]seen, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the generations this cache has seen, %s: %w (removing the file forgets them)", path, err)
 	}
-	m := map[Identity]seen{}
+	m := map[seenKey]seen{}
 	for _, s := range f.Cells {
-		if s.Generation > m[s.Identity].Generation {
-			m[s.Identity] = s
+		k := seenKey{s.Remote, s.Identity}
+		if s.Generation > m[k].Generation {
+			m[k] = s
 		}
 	}
 	return m, nil
@@ -117,7 +126,7 @@ func loadSeen(dir string) (map[Identity]seen, error) {
 
 // withSeen runs fn on dir's remembered generations under the lock, then
 // writes them back (atomically) if fn changed them.
-func withSeen(dir string, fn func(m map[Identity]seen) (changed bool, err error)) error {
+func withSeen(dir string, fn func(m map[seenKey]seen) (changed bool, err error)) error {
 	seenMu.Lock()
 	defer seenMu.Unlock()
 	lf, err := os.OpenFile(filepath.Join(dir, seenLock), os.O_RDWR|os.O_CREATE, 0o644)
@@ -141,7 +150,9 @@ func withSeen(dir string, fn func(m map[Identity]seen) (changed bool, err error)
 	for _, s := range m {
 		f.Cells = append(f.Cells, s)
 	}
-	slices.SortFunc(f.Cells, func(a, b seen) int { return strings.Compare(a.Identity.String(), b.Identity.String()) })
+	slices.SortFunc(f.Cells, func(a, b seen) int {
+		return strings.Compare(a.Remote+" "+a.Identity.String(), b.Remote+" "+b.Identity.String())
+	})
 	b, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {
 		return err
@@ -152,13 +163,14 @@ func withSeen(dir string, fn func(m map[Identity]seen) (changed bool, err error)
 	return nil
 }
 
-// remember raises m's entry for rec's identity to rec's generation; it
-// reports whether it did.
-func remember(m map[Identity]seen, rec *Record) bool {
-	if rec.Trust != TrustVerified || rec.State != StateOK || rec.Generation <= m[rec.Identity()].Generation {
+// remember raises m's entry for rec's identity in r to rec's generation;
+// it reports whether it did.
+func (r *Remote) remember(m map[seenKey]seen, rec *Record) bool {
+	k := seenKey{r.url, rec.Identity()}
+	if rec.Trust != TrustVerified || rec.State != StateOK || rec.Generation <= m[k].Generation {
 		return false
 	}
-	m[rec.Identity()] = seen{Identity: rec.Identity(), Generation: rec.Generation, Key: rec.Tag, Signer: rec.Signer}
+	m[k] = seen{Remote: r.url, Identity: rec.Identity(), Generation: rec.Generation, Key: rec.Tag, Signer: rec.Signer}
 	return true
 }
 
@@ -180,9 +192,9 @@ func (r *Remote) CheckSeen(st *store.Store, rec *Record) error {
 	if rec.Trust != TrustVerified {
 		return nil
 	}
-	return withSeen(st.Dir(), func(m map[Identity]seen) (bool, error) {
+	return withSeen(st.Dir(), func(m map[seenKey]seen) (bool, error) {
 		for _, s := range m {
-			if s.Key == rec.Tag && s.Generation > rec.Generation {
+			if s.Remote == r.url && s.Key == rec.Tag && s.Generation > rec.Generation {
 				return false, r.rollback(rec, s)
 			}
 		}
@@ -192,7 +204,8 @@ func (r *Remote) CheckSeen(st *store.Store, rec *Record) error {
 
 // Select picks, of recs (a listing), the built cells whose identity match
 // accepts (nil: every one), the newest of each identity (see Newer). With
-// Options.Trust it also compares them with what st's cache has seen: an
+// Options.Trust it also compares them with what st's cache has seen in
+// this repository: an
 // identity whose newest offered cell is older than the newest seen, or of
 // which the registry offers nothing while the cache has seen one, is left
 // out and reported in refused (each wraps ErrRollback and names both
@@ -219,22 +232,22 @@ func (r *Remote) Select(st *store.Store, recs []*Record, match func(Identity) bo
 		}
 		return newest, nil, nil
 	}
-	err = withSeen(st.Dir(), func(m map[Identity]seen) (bool, error) {
+	err = withSeen(st.Dir(), func(m map[seenKey]seen) (bool, error) {
 		changed := false
 		for _, id := range order {
 			rec := best[id]
-			if s, ok := m[id]; ok && s.Generation > rec.Generation {
+			if s, ok := m[seenKey{r.url, id}]; ok && s.Generation > rec.Generation {
 				refused = append(refused, r.rollback(rec, s))
 				continue
 			}
-			if remember(m, rec) {
+			if r.remember(m, rec) {
 				changed = true
 			}
 			newest = append(newest, rec)
 		}
 		var hidden []seen
-		for id, s := range m {
-			if best[id] == nil && (match == nil || match(id)) {
+		for k, s := range m {
+			if k.remote == r.url && best[k.id] == nil && (match == nil || match(k.id)) {
 				hidden = append(hidden, s)
 			}
 		}

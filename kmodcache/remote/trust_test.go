@@ -144,7 +144,8 @@ func wantRollback(t *testing.T, what string, errs []error, says string, gens ...
 // TestRollbackAndFreeze: a cache that has seen the newer of two signed
 // cells of one identity refuses the older when the registry hides the
 // newer, naming both generations, and reports the identity when the
-// registry hides both; its set stays.
+// registry hides both; its set stays. Another repository is not held to
+// what the first showed.
 func TestRollbackAndFreeze(t *testing.T) {
 	ctx := context.Background()
 	team, trust := keys(t, "team")
@@ -198,6 +199,13 @@ func TestRollbackAndFreeze(t *testing.T) {
 	wantRollback(t, "every cell hidden", rb, "offers no built cell", recB.Generation)
 	if ents, _ := st.List(); len(ents) != 1 || ents[0].ID != b.id {
 		t.Errorf("the cache holds %v, want the newest set %s", ents, b.id)
+	}
+
+	// Another repository is another history: what this cache saw in the
+	// first is not missing from it.
+	other := openAt(t, remotetest.Start(t).URL(), Options{Trust: trust})
+	if newest, rb, err := other.Select(st, nil, nil); err != nil || len(newest) != 0 || len(rb) != 0 {
+		t.Errorf("Select(another, empty repository) = %v, %v, %v; want nothing and no rollback", newest, rb, err)
 	}
 }
 
