@@ -152,7 +152,11 @@ func resolveCells(ctx context.Context, cacheDir, downloadDir string, recipes []*
 			PullOnly:    rm != nil && !buildMissing,
 			Progress: func(e matrix.Event) {
 				if e.Result != nil {
-					progress.say("drivers: %s for %s: %s (%.1fs)", e.Cell.Recipe.Name, e.Cell.Kernel, e.State, e.Result.Duration.Seconds())
+					state := e.State
+					if t := e.Result.Trust; t != "" && t != remote.TrustVerified {
+						state += ", " + t + ": taken without trusted keys" // unsigned is never silent
+					}
+					progress.say("drivers: %s for %s: %s (%.1fs)", e.Cell.Recipe.Name, e.Cell.Kernel, state, e.Result.Duration.Seconds())
 				}
 			},
 		})

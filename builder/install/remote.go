@@ -182,12 +182,21 @@ func (o *Options) pullCells(ctx context.Context, cfg *RemoteConfig, kernel strin
 		}
 		warnings = append(warnings, warn("refused %v", f)...)
 	}
+	// The newest signed cell of each driver, and only it: a registry that
+	// offers an older one than this cache has seen, or hides the newest,
+	// is warned about and nothing of that driver is pulled.
+	newest, rollbacks, err := r.Select(st, recs, func(id remote.Identity) bool {
+		return id.Kernel == kernel && want[driverKey{id.Driver, id.Version, id.Flavor}]
+	})
+	if err != nil {
+		return nil, warn("%v", err)
+	}
 	found := map[driverKey]bool{}
-	for _, rec := range recs {
+	for _, err := range rollbacks {
+		warnings = append(warnings, warn("%v", err)...)
+	}
+	for _, rec := range newest {
 		k := driverKey{rec.Driver, rec.Version, rec.Flavor}
-		if rec.Kernel != kernel || rec.State != remote.StateOK || !want[k] || found[k] {
-			continue
-		}
 		res, err := r.PullRecord(ctx, st, rec, false)
 		if err != nil {
 			warnings = append(warnings, warn("pull %s %s for %s: %v", rec.Driver, rec.Version, kernel, err)...)
@@ -195,8 +204,14 @@ func (o *Options) pullCells(ctx context.Context, cfg *RemoteConfig, kernel strin
 		}
 		found[k] = true
 		signer := "unsigned"
-		if rec.Signer != "" {
+		switch rec.Trust {
+		case remote.TrustVerified:
 			signer = "signed by " + rec.Signer
+		case remote.TrustUnverified:
+			signer = "signed by " + rec.Signer + ", not verified"
+		}
+		if rec.Trust != remote.TrustVerified {
+			warnings = append(warnings, warn("%s %s %s for %s: taken %s (allow_unsigned)", rec.Driver, rec.Version, rec.Flavor, kernel, signer)...)
 		}
 		pulled = append(pulled, fmt.Sprintf("%s %s %s (set %.12s, %s)", rec.Driver, rec.Version, rec.Flavor, res.SetID, signer))
 	}
@@ -214,7 +229,9 @@ func (o *Options) pullCells(ctx context.Context, cfg *RemoteConfig, kernel strin
 
 // StageRemoteConfig puts the registry configuration file src (whose trust
 // keys and credentials are paths on this machine) into root: the keys under
-// /etc/kpreload/keys/, the credentials as /etc/kpreload/registry-auth.json
+// /etc/kpreload/keys/ (each under its own file name; keys whose names are
+// the same get distinct ones, "team.pub", "team-2.pub"; the keys must load
+// as trusted keys, a key given twice refused), the credentials as /etc/kpreload/registry-auth.json
 // (mode 0600), and RemoteFile naming them inside the root.
 func StageRemoteConfig(src, root string) error {
 	b, err := os.ReadFile(src)
@@ -240,8 +257,18 @@ func StageRemoteConfig(src, root string) error {
 		}
 		return inroot.CopyFile(root, to, host(from), mode)
 	}
+	hostKeys := make([]string, len(c.Trust))
 	for i, k := range c.Trust {
-		to := "etc/kpreload/keys/" + filepath.Base(k)
+		hostKeys[i] = host(k)
+	}
+	if len(hostKeys) > 0 {
+		if _, err := cellsign.LoadTrust(hostKeys...); err != nil {
+			return fmt.Errorf("remote configuration %s: %w", src, err)
+		}
+	}
+	names := stagedKeyNames(c.Trust)
+	for i, k := range c.Trust {
+		to := "etc/kpreload/keys/" + names[i]
 		if err := put(k, to, 0o644); err != nil {
 			return fmt.Errorf("remote configuration %s: trusted key: %w", src, err)
 		}
@@ -278,4 +305,23 @@ func copyOut(root, p, dir string) (string, error) {
 		return out, err
 	}
 	return out, os.WriteFile(out, b, 0o600)
+}
+
+// stagedKeyNames gives each trusted key file its base name in the image,
+// made distinct where two share one: "team.pub", then "team-2.pub", ...
+func stagedKeyNames(keys []string) []string {
+	names := make([]string, len(keys))
+	taken := map[string]bool{}
+	for i, k := range keys {
+		base := filepath.Base(k)
+		ext := filepath.Ext(base)
+		stem := strings.TrimSuffix(base, ext)
+		name := base
+		for n := 2; taken[name]; n++ {
+			name = fmt.Sprintf("%s-%d%s", stem, n, ext)
+		}
+		taken[name] = true
+		names[i] = name
+	}
+	return names
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -148,8 +149,10 @@ func TestKernelHookPullsFromRegistry(t *testing.T) {
 // them there.
 func TestStageRemoteConfig(t *testing.T) {
 	src := t.TempDir()
+	if _, err := cellsign.Generate(filepath.Join(src, "team.key"), filepath.Join(src, "team.pub")); err != nil {
+		t.Fatal(err)
+	}
 	for name, text := range map[string]string{
-		"team.pub":    "-----BEGIN PUBLIC KEY-----\n",
 		"auth.json":   `{"auths":{}}`,
 		"remote.yaml": "remote: oci://r.example/cells\ntrust: [team.pub]\ncredentials: " + filepath.Join(src, "auth.json") + "\n",
 	} {
@@ -180,5 +183,62 @@ func TestStageRemoteConfig(t *testing.T) {
 	}
 	if err := StageRemoteConfig(filepath.Join(src, "bad.yaml"), t.TempDir()); err == nil || !strings.Contains(err.Error(), "gone.pub") {
 		t.Errorf("staging a configuration with a missing key: %v, want an error naming it", err)
+	}
+}
+
+// TestStageRemoteConfigKeysOfOneName: two trusted keys with the same file
+// name (in two directories) and a bundle of two keys stage to distinct
+// files, and the image's configuration trusts all of them; a key given
+// twice is refused at staging, naming it.
+func TestStageRemoteConfigKeysOfOneName(t *testing.T) {
+	src := t.TempDir()
+	var ids []string
+	for _, d := range []string{"a", "b", "c1", "c2"} {
+		if err := os.MkdirAll(filepath.Join(src, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		s, err := cellsign.Generate(filepath.Join(src, d, "team.key"), filepath.Join(src, d, "team.pub"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, s.ID)
+	}
+	c1, _ := os.ReadFile(filepath.Join(src, "c1", "team.pub"))
+	c2, _ := os.ReadFile(filepath.Join(src, "c2", "team.pub"))
+	if err := os.WriteFile(filepath.Join(src, "bundle.pub"), append(c1, c2...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(src, "remote.yaml")
+	if err := os.WriteFile(conf, []byte("remote: oci://r.example/cells\ntrust: [a/team.pub, b/team.pub, bundle.pub]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	if err := StageRemoteConfig(conf, root); err != nil {
+		t.Fatal(err)
+	}
+	c, err := ReadRemoteConfig(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(c.Trust, ","), "/etc/kpreload/keys/team.pub,/etc/kpreload/keys/team-2.pub,/etc/kpreload/keys/bundle.pub"; got != want {
+		t.Errorf("staged trust %q, want %q", got, want)
+	}
+	var paths []string
+	for _, p := range c.Trust {
+		paths = append(paths, filepath.Join(root, p))
+	}
+	tr, err := cellsign.LoadTrust(paths...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(ids)
+	if got := tr.IDs(); !slices.Equal(got, ids) {
+		t.Errorf("the image trusts %v, want all four keys %v", got, ids)
+	}
+	if err := os.WriteFile(conf, []byte("remote: oci://r.example/cells\ntrust: [a/team.pub, bundle.pub, c2/team.pub]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := StageRemoteConfig(conf, t.TempDir()); err == nil || !strings.Contains(err.Error(), "given twice") || !strings.Contains(err.Error(), "c2/team.pub") {
+		t.Errorf("staging a key twice: %v, want an error naming it", err)
 	}
 }

@@ -106,6 +106,10 @@ type Result struct {
 	// "recorded failure", "known failure" (it records this key as failed),
 	// "absent", ...; "" without a remote.
 	Remote string
+	// Trust says, of a cell pulled from Options.Remote, whether its
+	// signature was verified (kmodcache/remote's Record.Trust: "verified",
+	// "unverified", "unsigned"); "" when nothing was pulled.
+	Trust string
 	// PushErr is why a push to Options.Remote failed, or nil.
 	PushErr error
 	// SourceDir is the DKMS source tree the cell builds from (patched,
@@ -596,6 +600,9 @@ func (res *Result) note(e tiered.Entry) {
 	}
 	if e.Remote != "" {
 		res.Remote = e.Remote
+	}
+	if e.Trust != "" {
+		res.Trust = e.Trust
 	}
 	if e.PushErr != nil {
 		res.PushErr = e.PushErr

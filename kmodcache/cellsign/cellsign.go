@@ -10,20 +10,25 @@
 // reads and uses them: no further dependency, no PKI, no transparency log
 // to reach from a build machine without internet.
 //
-// What is signed binds a cell's name to its content: the cache key's
-// digest (the registry tag, manifest.KeyID) and the set id (the SHA-256 of
-// the set's canonical manifest, which names every module's digest), or for
-// a recorded build failure the digest of its record. A signature is
-// carried in the cell's OCI manifest annotations.
+// What is signed is a Statement: every field a client uses to choose a
+// cell (its cache key digest, the registry tag; its state; its subject, the
+// set id, i.e. the SHA-256 of the set's canonical manifest, which names
+// every module's digest and aliases, or for a recorded build failure the
+// digest of its record; driver, version, flavour, kernel, recipe, when it
+// was made and its generation), as JSON. The statement's bytes and the
+// signature over them travel in the cell's OCI manifest annotations; a
+// client reads those fields from the verified statement only.
 package cellsign
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -41,11 +46,18 @@ type Signature struct {
 	Value string
 }
 
-// ErrUnsigned, ErrUntrusted and ErrBadSignature are wrapped by Verify's errors.
+// ErrUnsigned, ErrUntrusted, ErrBadSignature, ErrOldFormat and
+// ErrBadStatement are wrapped by Verify's errors.
 var (
 	ErrUnsigned     = errors.New("the cell is not signed")
 	ErrUntrusted    = errors.New("the cell is signed by a key that is not trusted")
 	ErrBadSignature = errors.New("the cell's signature does not verify")
+	// ErrOldFormat: the cell carries a signature of the first format,
+	// which covered only its key, state and set; what it did not cover
+	// (recipe, creation time, generation) decides which cell a pull takes,
+	// so such a cell is refused: push it again with --sign.
+	ErrOldFormat    = errors.New("the cell's signature is of the old format (it covers only the key, state and set, not the recipe, creation time or generation); push the cell again with a current kpreload and --sign")
+	ErrBadStatement = errors.New("the cell's signed statement is not one this kpreload reads")
 )
 
 // maxKeyFile bounds a key file's size.
@@ -63,12 +75,42 @@ func KeyID(pub ed25519.PublicKey) string {
 	return "ed25519:" + hex.EncodeToString(sum[:8])
 }
 
-// Payload is the message a signature covers: the cell's cache key digest,
-// its state ("ok" or "failed") and its subject (the set id, or the failure
-// record's digest).
-func Payload(keyID, state, subject string) []byte {
-	return []byte("kpreload-cell-signature-v1\ncache-key " + keyID + "\nstate " + state + "\nsubject " + subject + "\n")
+// StatementFormat names the statement format this package signs and reads.
+const StatementFormat = "kpreload-cell-statement/2"
+
+// signaturePrefix separates a signature over a statement from any other use
+// of the key.
+const signaturePrefix = "kpreload-cell-signature-v2\n"
+
+// Statement is what a cell's signature covers: every field a client uses
+// to choose a cell. Aliases are covered through Subject: the set's
+// manifest lists every module's aliases and digest, and the store derives
+// them again from the module files.
+type Statement struct {
+	// Format is StatementFormat.
+	Format string `json:"format"`
+	// Key is the cell's cache key digest, its registry tag.
+	Key string `json:"key"`
+	// State is "ok" or "failed".
+	State string `json:"state"`
+	// Subject is the set id (state ok) or the failure record's digest.
+	Subject string `json:"subject"`
+	// Driver, Version, Flavor and Kernel name what the cell is for.
+	Driver  string `json:"driver"`
+	Version string `json:"version"`
+	Flavor  string `json:"flavor,omitempty"`
+	Kernel  string `json:"kernel"`
+	// Recipe is the recipe the cell was built from ("" if unknown).
+	Recipe string `json:"recipe,omitempty"`
+	// Created is when the cell was signed (RFC 3339, UTC).
+	Created string `json:"created"`
+	// Generation orders the cells of one driver, version, flavour and
+	// kernel: a later cell has a higher one.
+	Generation uint64 `json:"generation"`
 }
+
+// maxStatement bounds a statement's size.
+const maxStatement = 16 << 10
 
 // Signer signs cells with one private key.
 type Signer struct {
@@ -77,10 +119,16 @@ type Signer struct {
 	ID string
 }
 
-// Sign signs the cell named by the cache key digest keyID.
-func (s *Signer) Sign(keyID, state, subject string) Signature {
-	sig := ed25519.Sign(s.key, Payload(keyID, state, subject))
-	return Signature{KeyID: s.ID, Value: base64.StdEncoding.EncodeToString(sig)}
+// Sign signs st (its Format set to StatementFormat) and returns the
+// statement's bytes, which the signature covers, and the signature.
+func (s *Signer) Sign(st Statement) ([]byte, Signature, error) {
+	st.Format = StatementFormat
+	b, err := json.Marshal(st)
+	if err != nil {
+		return nil, Signature{}, fmt.Errorf("sign: %w", err)
+	}
+	sig := ed25519.Sign(s.key, append([]byte(signaturePrefix), b...))
+	return b, Signature{KeyID: s.ID, Value: base64.StdEncoding.EncodeToString(sig)}, nil
 }
 
 // Public returns the signer's public key.
@@ -106,25 +154,41 @@ func (t *Trust) IDs() []string {
 	return ids
 }
 
-// Verify checks sig over the cell named by keyID (state, subject): it must
-// be made by a trusted key and verify. The error names the key.
-func (t *Trust) Verify(keyID, state, subject string, sig Signature) error {
+// Verify checks sig over statement (the bytes the cell carries): it must
+// be made by a trusted key, verify, and be a statement of StatementFormat,
+// which it returns. A signature without a statement is of the old format
+// (ErrOldFormat). The error names the key.
+func (t *Trust) Verify(statement []byte, sig Signature) (*Statement, error) {
 	if sig.KeyID == "" && sig.Value == "" {
-		return fmt.Errorf("%w (trusted: %s)", ErrUnsigned, strings.Join(t.IDs(), ", "))
+		return nil, fmt.Errorf("%w (trusted: %s)", ErrUnsigned, strings.Join(t.IDs(), ", "))
 	}
 	pub, ok := t.keys[sig.KeyID]
 	if !ok {
-		return fmt.Errorf("%w: %s (trusted: %s)", ErrUntrusted, sig.KeyID, strings.Join(t.IDs(), ", "))
+		return nil, fmt.Errorf("%w: %s (trusted: %s)", ErrUntrusted, sig.KeyID, strings.Join(t.IDs(), ", "))
+	}
+	if len(statement) == 0 {
+		return nil, fmt.Errorf("%w (key %s)", ErrOldFormat, sig.KeyID)
 	}
 	raw, err := base64.StdEncoding.DecodeString(sig.Value)
-	if err != nil || len(raw) != ed25519.SignatureSize || !ed25519.Verify(pub, Payload(keyID, state, subject), raw) {
-		return fmt.Errorf("%w with key %s", ErrBadSignature, sig.KeyID)
+	if err != nil || len(raw) != ed25519.SignatureSize || len(statement) > maxStatement ||
+		!ed25519.Verify(pub, append([]byte(signaturePrefix), statement...), raw) {
+		return nil, fmt.Errorf("%w with key %s", ErrBadSignature, sig.KeyID)
 	}
-	return nil
+	var st Statement
+	dec := json.NewDecoder(bytes.NewReader(statement))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&st); err != nil || dec.More() {
+		return nil, fmt.Errorf("%w: signed by %s but does not parse: %v", ErrBadStatement, sig.KeyID, err)
+	}
+	if st.Format != StatementFormat {
+		return nil, fmt.Errorf("%w: format %.40q, this kpreload reads %q", ErrBadStatement, st.Format, StatementFormat)
+	}
+	return &st, nil
 }
 
-// readPEM reads the one PEM block of a key file.
-func readPEM(path string) (*pem.Block, error) {
+// readPEM reads the PEM blocks of a key file: at least one, nothing but
+// blanks between and around them.
+func readPEM(path string) ([]*pem.Block, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -137,19 +201,35 @@ func readPEM(path string) (*pem.Block, error) {
 	if len(buf) > maxKeyFile {
 		return nil, fmt.Errorf("key file %s: larger than %d bytes", path, maxKeyFile)
 	}
-	block, _ := pem.Decode(buf)
-	if block == nil {
+	var blocks []*pem.Block
+	for rest := buf; ; {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		blocks = append(blocks, block)
+	}
+	if len(blocks) == 0 {
 		return nil, fmt.Errorf("key file %s: no PEM block (want an Ed25519 key as openssl genpkey -algorithm ed25519 writes it)", path)
 	}
-	return block, nil
+	return blocks, nil
 }
 
-// LoadSigner reads an Ed25519 private key (PEM, PKCS #8).
+// LoadSigner reads an Ed25519 private key (PEM, PKCS #8): one block.
 func LoadSigner(path string) (*Signer, error) {
-	block, err := readPEM(path)
+	blocks, err := readPEM(path)
 	if err != nil {
 		return nil, fmt.Errorf("signing key: %w", err)
 	}
+	if len(blocks) != 1 {
+		return nil, fmt.Errorf("signing key %s: %d PEM blocks, want one private key", path, len(blocks))
+	}
+	return parseSigner(path, blocks[0])
+}
+
+// parseSigner reads a private key block of the file path.
+func parseSigner(path string, block *pem.Block) (*Signer, error) {
 	if block.Type != "PRIVATE KEY" {
 		return nil, fmt.Errorf("signing key %s: a %q PEM block, want \"PRIVATE KEY\" (PKCS #8 Ed25519)", path, block.Type)
 	}
@@ -166,41 +246,64 @@ func LoadSigner(path string) (*Signer, error) {
 	return s, nil
 }
 
-// LoadTrust reads trusted keys: Ed25519 public keys (PEM, PKIX), or private
-// key files, whose public half is trusted.
+// LoadTrust reads trusted keys: every PEM block of every file, each an
+// Ed25519 public key (PKIX) or a private key (PKCS #8), whose public half
+// is trusted. A file may hold several keys (a bundle), and all are trusted.
+// A key given twice (in two files, or twice in one) is an error naming
+// both places: a list of trusted keys that repeats one is a mistake worth
+// fixing (a key meant to be there in its place may be missing).
 func LoadTrust(paths ...string) (*Trust, error) {
 	t := &Trust{keys: map[string]ed25519.PublicKey{}}
+	where := map[string]string{}
 	for _, path := range paths {
-		block, err := readPEM(path)
+		blocks, err := readPEM(path)
 		if err != nil {
 			return nil, fmt.Errorf("trusted key: %w", err)
 		}
-		var pub ed25519.PublicKey
-		switch block.Type {
-		case "PUBLIC KEY":
-			k, err := x509.ParsePKIXPublicKey(block.Bytes)
+		for i, block := range blocks {
+			name := path
+			if len(blocks) > 1 {
+				name = fmt.Sprintf("%s (key %d of %d)", path, i+1, len(blocks))
+			}
+			pub, err := parsePublic(name, block)
 			if err != nil {
-				return nil, fmt.Errorf("trusted key %s: %w", path, err)
+				return nil, err
 			}
-			var ok bool
-			if pub, ok = k.(ed25519.PublicKey); !ok {
-				return nil, fmt.Errorf("trusted key %s: a %T, want an Ed25519 key", path, k)
+			id := KeyID(pub)
+			if prev, dup := where[id]; dup {
+				return nil, fmt.Errorf("trusted key %s: %s is given twice, also as %s", name, id, prev)
 			}
-		case "PRIVATE KEY":
-			s, err := LoadSigner(path)
-			if err != nil {
-				return nil, fmt.Errorf("trusted key: %w", err)
-			}
-			pub = s.Public()
-		default:
-			return nil, fmt.Errorf("trusted key %s: a %q PEM block, want \"PUBLIC KEY\" (Ed25519)", path, block.Type)
+			where[id] = name
+			t.keys[id] = pub
 		}
-		t.keys[KeyID(pub)] = pub
 	}
 	if len(t.keys) == 0 {
 		return nil, errors.New("trusted keys: none given")
 	}
 	return t, nil
+}
+
+// parsePublic reads a trusted key's block; name names it in errors.
+func parsePublic(name string, block *pem.Block) (ed25519.PublicKey, error) {
+	switch block.Type {
+	case "PUBLIC KEY":
+		k, err := x509.ParsePKIXPublicKey(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("trusted key %s: %w", name, err)
+		}
+		pub, ok := k.(ed25519.PublicKey)
+		if !ok {
+			return nil, fmt.Errorf("trusted key %s: a %T, want an Ed25519 key", name, k)
+		}
+		return pub, nil
+	case "PRIVATE KEY":
+		s, err := parseSigner(name, block)
+		if err != nil {
+			return nil, fmt.Errorf("trusted key: %w", err)
+		}
+		return s.Public(), nil
+	}
+	return nil, fmt.Errorf("trusted key %s: a %q PEM block, want \"PUBLIC KEY\" (Ed25519)", name, block.Type)
 }
 
 // Generate makes a new key pair and writes the private key to priv (mode

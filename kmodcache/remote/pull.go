@@ -61,6 +61,9 @@ func (r *Remote) pullRecord(ctx context.Context, st *store.Store, rec *Record, r
 	if rec.State == StateFailed {
 		return nil, fmt.Errorf("%s: %w: %s", what, ErrFailedCell, rec.FirstError)
 	}
+	if err := r.CheckSeen(st, rec); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
 	res := &PullResult{Record: rec}
 	m := rec.manifest
 	keyJSON, err := fetchAll(ctx, r.repo, m.Config, maxKeyBytes)
@@ -104,6 +107,11 @@ func (r *Remote) pullRecord(ctx context.Context, st *store.Store, rec *Record, r
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	res.SetID = id
+	if rec.Trust == TrustVerified {
+		if err := withSeen(st.Dir(), func(m map[seenKey]seen) (bool, error) { return r.remember(m, rec), nil }); err != nil {
+			return nil, fmt.Errorf("%s: set %s added, but: %w", what, short(id), err)
+		}
+	}
 	if err := remove(); err != nil {
 		return nil, fmt.Errorf("%s: set %s added, but: %w", what, short(id), err)
 	}

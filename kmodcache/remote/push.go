@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -17,6 +18,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"oras.land/oras-go/v2/content"
 
+	"github.com/kpreload/kpreload/kmodcache/cellsign"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
@@ -122,7 +124,9 @@ func (r *Remote) pushSetOnce(ctx context.Context, st *store.Store, id, recipe st
 	}
 	ann := cellAnnotations(tag, StateOK, recipe, m.Kernel, m.Driver, m.Version, m.Flavor)
 	ann[AnnotationSetID] = id
-	r.sign(ann)
+	if err := r.sign(ann, st); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
 	rec, err := r.pushManifest(ctx, what, m.CacheKey, layers, ann, res)
 	if err != nil {
 		return nil, err
@@ -199,7 +203,9 @@ func (r *Remote) pushFailureOnce(ctx context.Context, f Failure) (*PushResult, e
 	ann := cellAnnotations(tag, StateFailed, f.Recipe, f.Kernel, f.Driver, f.Version, f.Flavor)
 	// Annotations are one-line strings for every tool that shows them.
 	ann[AnnotationFirstErr] = strings.Join(strings.Fields(f.FirstError), " ")
-	r.sign(ann)
+	if err := r.sign(ann, nil); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
 	rec, err := r.pushManifest(ctx, what, f.Key, layers, ann, res)
 	if err != nil {
 		return nil, err
@@ -211,22 +217,75 @@ func (r *Remote) pushFailureOnce(ctx context.Context, f Failure) (*PushResult, e
 // keeps reports whether a pusher leaves the cell rec alone rather than
 // pushing its own: with trusted keys, when one of them signed it; when it
 // signs, when its own key did; else always. A cell someone without the key
-// put under this key is so replaced by the builders' signed push.
+// put under this key, or one signed in the old format, is so replaced by
+// the builders' signed push.
 func (r *Remote) keeps(rec *Record) bool {
 	t := r.trust
 	if t == nil && r.signer != nil {
 		t = r.signer.Trust()
 	}
-	return t == nil || t.Verify(rec.Tag, rec.State, rec.subject, rec.signature) == nil
+	if t == nil {
+		return true
+	}
+	return rec.verify(t) == nil
 }
 
-// sign adds the signer's signature of the cell ann describes to ann.
-func (r *Remote) sign(ann map[string]string) {
-	if r.signer == nil {
-		return
+// lastGeneration is the highest generation this process has signed.
+var lastGeneration atomic.Uint64
+
+// nextGeneration returns the generation of a cell signed now: the time in
+// nanoseconds since 1970, raised above every generation this process signed
+// and above the highest of the identity that st's cache (if any) has seen
+// in any repository,
+// so that it grows for each identity whichever builder signs, as far as
+// the builders' clocks agree.
+func nextGeneration(st *store.Store, id Identity) (uint64, error) {
+	g := uint64(max(time.Now().UnixNano(), 0))
+	if st != nil {
+		m, err := loadSeen(st.Dir())
+		if err != nil {
+			return 0, err
+		}
+		for k, s := range m { // whichever repository it was seen in
+			if k.id == id && s.Generation >= g {
+				g = s.Generation + 1
+			}
+		}
 	}
-	sig := r.signer.Sign(ann[AnnotationKey], ann[AnnotationState], signedSubject(ann[AnnotationState], ann[AnnotationSetID], ann[AnnotationFirstErr]))
-	ann[AnnotationSigner], ann[AnnotationSignature] = sig.KeyID, sig.Value
+	for {
+		last := lastGeneration.Load()
+		if g <= last {
+			g = last + 1
+		}
+		if lastGeneration.CompareAndSwap(last, g) {
+			return g, nil
+		}
+	}
+}
+
+// sign adds the signer's statement of the cell ann describes and its
+// signature to ann; st is the cache the cell comes from (nil for a failure
+// record).
+func (r *Remote) sign(ann map[string]string, st *store.Store) error {
+	if r.signer == nil {
+		return nil
+	}
+	s := cellsign.Statement{
+		Key: ann[AnnotationKey], State: ann[AnnotationState],
+		Subject: signedSubject(ann[AnnotationState], ann[AnnotationSetID], ann[AnnotationFirstErr]),
+		Driver:  ann[AnnotationDriver], Version: ann[AnnotationVersion], Flavor: ann[AnnotationFlavor],
+		Kernel: ann[AnnotationKernel], Recipe: ann[AnnotationRecipe], Created: ann[ocispec.AnnotationCreated],
+	}
+	var err error
+	if s.Generation, err = nextGeneration(st, Identity{s.Driver, s.Version, s.Flavor, s.Kernel}); err != nil {
+		return err
+	}
+	statement, sig, err := r.signer.Sign(s)
+	if err != nil {
+		return err
+	}
+	ann[AnnotationStatement], ann[AnnotationSigner], ann[AnnotationSignature] = string(statement), sig.KeyID, sig.Value
+	return nil
 }
 
 // cellAnnotations are the annotations every cell manifest carries.
@@ -299,7 +358,11 @@ func (r *Remote) pushManifest(ctx context.Context, what string, key map[string]s
 	}
 	res.Blobs++
 	res.Bytes += d.Size
-	return r.readRecord(ctx, tag)
+	rec, err := r.readRecord(ctx, tag)
+	if err == nil && r.signer != nil {
+		r.keeps(rec) // read the signed fields back (another pusher's cell may not verify)
+	}
+	return rec, err
 }
 
 // cellManifest returns a cell's key as its config blob and the artifact
@@ -343,7 +406,7 @@ func tail(path string, n int64) ([]byte, error) {
 	return io.ReadAll(f)
 }
 
-// sortRecords orders records by cell, kernel, then newest first.
+// sortRecords orders records by cell, kernel, then newest first (Newer).
 func sortRecords(recs []*Record) {
 	slices.SortStableFunc(recs, func(a, b *Record) int {
 		if c := strings.Compare(a.Cell(), b.Cell()); c != 0 {
@@ -352,6 +415,12 @@ func sortRecords(recs []*Record) {
 		if c := strings.Compare(a.Kernel, b.Kernel); c != 0 {
 			return c
 		}
-		return b.Created.Compare(a.Created)
+		switch {
+		case Newer(a, b):
+			return -1
+		case Newer(b, a):
+			return 1
+		}
+		return 0
 	})
 }

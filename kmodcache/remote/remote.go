@@ -12,6 +12,12 @@
 //	              each module file             application/vnd.kpreload.module.v1
 //	              supported-gpus.json          application/vnd.kpreload.supported-gpus.v1+json
 //	annotations   dev.kpreload.{state,kernel,recipe,driver,version,flavor,key,first-error}
+//	              dev.kpreload.{statement,signature,signer} when signed
+//
+// A signed cell's statement (cellsign.Statement) names everything a pull
+// chooses by; with Options.Trust those fields are read from it alone, the
+// newest generation of each identity is taken (Select), and the cache
+// remembers the newest it has seen (SeenFile) to refuse a rollback.
 //
 // A failed cell is recorded too (state "failed", its first compiler error and
 // the tail of its build log as the one layer), so nobody rebuilds a known
@@ -83,10 +89,25 @@ const (
 	AnnotationKey      = annotationPrefix + "key"
 	AnnotationFirstErr = annotationPrefix + "first-error"
 	AnnotationSetID    = annotationPrefix + "set-id"
-	// AnnotationSignature and AnnotationSigner carry a cell's signature
+	// AnnotationStatement carries the statement a cell's signature covers
+	// (a cellsign.Statement as JSON: every field a pull chooses by);
+	// AnnotationSignature and AnnotationSigner carry the signature
 	// (kmodcache/cellsign) and the id of the key that made it.
+	AnnotationStatement = annotationPrefix + "statement"
 	AnnotationSignature = annotationPrefix + "signature"
 	AnnotationSigner    = annotationPrefix + "signer"
+)
+
+// What a record's Trust says of it.
+const (
+	// TrustVerified: signed by a key of Options.Trust; every field that
+	// names and orders the cell comes from the signed statement.
+	TrustVerified = "verified"
+	// TrustUnverified: signed, but read without Options.Trust, so nothing
+	// was checked.
+	TrustUnverified = "unverified"
+	// TrustUnsigned: not signed, read without Options.Trust.
+	TrustUnsigned = "unsigned"
 )
 
 // States a record has.
@@ -127,8 +148,10 @@ type Options struct {
 	Signer *cellsign.Signer
 	// Trust, if set, makes every record read (lookups, listings, pulls)
 	// verify against these keys: an unsigned or foreign-signed cell is
-	// refused with ErrUntrusted. Without it cells are taken unsigned, their
-	// blobs and metadata still verified.
+	// refused with ErrUntrusted, and what names and orders a cell is read
+	// from its signed statement only. Without it cells are taken as the
+	// registry's annotations describe them (Record.Trust says "unsigned" or
+	// "unverified"), their blobs and metadata still verified.
 	Trust *cellsign.Trust
 }
 
@@ -231,6 +254,10 @@ func (r *Remote) bound(ctx context.Context) (_ context.Context, end func(error) 
 	}
 }
 
+// Trusting reports whether records are verified against trusted keys
+// (Options.Trust).
+func (r *Remote) Trusting() bool { return r.trust != nil }
+
 // String returns the remote's URL.
 func (r *Remote) String() string { return r.url }
 
@@ -258,13 +285,20 @@ type Record struct {
 	Created time.Time `json:"created"`
 	// Size is the sum of the layers' sizes.
 	Size int64 `json:"size"`
+	// Generation orders the cells of one identity (see Newer): the signed
+	// statement's, so 0 unless Trust is TrustVerified.
+	Generation uint64 `json:"generation,omitempty"`
 	// Signer is the id of the key that signed the cell ("" if unsigned);
 	// with Options.Trust set, every record returned has been verified.
 	Signer string `json:"signer,omitempty"`
+	// Trust says whether the record was verified: TrustVerified,
+	// TrustUnverified or TrustUnsigned.
+	Trust string `json:"trust"`
 
-	manifest  ocispec.Manifest
-	signature cellsign.Signature
-	subject   string
+	manifest      ocispec.Manifest
+	signature     cellsign.Signature
+	statement     []byte
+	rawFirstError string
 }
 
 // signedSubject is what a cell's signature covers besides its key and
@@ -315,11 +349,50 @@ func (r *Remote) record(ctx context.Context, tag string) (*Record, error) {
 		return nil, err
 	}
 	if r.trust != nil {
-		if err := r.trust.Verify(tag, rec.State, rec.subject, rec.signature); err != nil {
+		if err := rec.verify(r.trust); err != nil {
 			return nil, fmt.Errorf("remote %s: %s: %w: %w", r.url, rec.describe(), ErrUntrusted, err)
 		}
 	}
 	return rec, nil
+}
+
+// verify checks rec's signature against t and takes every field that names
+// and orders the cell from the signed statement, never from the unsigned
+// annotations: state, set (or failure digest), driver, version, flavour,
+// kernel, recipe, creation time and generation. The statement must name
+// rec's tag.
+func (rec *Record) verify(t *cellsign.Trust) error {
+	st, err := t.Verify(rec.statement, rec.signature)
+	if err != nil {
+		return err
+	}
+	if st.Key != rec.Tag {
+		return fmt.Errorf("%w: the statement signed by %s is for key %.80q, not this tag", cellsign.ErrBadSignature, rec.signature.KeyID, st.Key)
+	}
+	created, err := time.Parse(time.RFC3339, st.Created)
+	if err != nil {
+		return fmt.Errorf("%w: signed by %s: created %.40q is not an RFC 3339 time", cellsign.ErrBadStatement, rec.signature.KeyID, st.Created)
+	}
+	v := *rec
+	v.State, v.Driver, v.Version, v.Flavor, v.Kernel, v.Recipe = st.State, st.Driver, st.Version, st.Flavor, st.Kernel, st.Recipe
+	v.Created, v.Generation, v.Signer, v.Trust = created, st.Generation, rec.signature.KeyID, TrustVerified
+	v.SetID = ""
+	switch st.State {
+	case StateOK:
+		v.SetID = st.Subject
+		if l, err := setLayer(rec.manifest); err != nil || l.Digest.Encoded() != st.Subject {
+			return fmt.Errorf("%w: the set layer is not the set %s signed by %s", cellsign.ErrBadSignature, short(st.Subject), rec.signature.KeyID)
+		}
+	case StateFailed:
+		if got := signedSubject(StateFailed, "", rec.rawFirstError); got != st.Subject {
+			return fmt.Errorf("%w: the first-error annotation is not the one signed by %s", cellsign.ErrBadSignature, rec.signature.KeyID)
+		}
+	}
+	if err := v.check(); err != nil {
+		return fmt.Errorf("%w: signed by %s: %w", cellsign.ErrBadStatement, rec.signature.KeyID, err)
+	}
+	*rec = v
+	return nil
 }
 
 // readRecord reads the record tagged tag, checking its form but not its
@@ -365,16 +438,14 @@ func parseRecord(tag, dgst string, b []byte) (*Record, error) {
 		Recipe: a[AnnotationRecipe], Kernel: a[AnnotationKernel], Driver: a[AnnotationDriver],
 		Version: a[AnnotationVersion], Flavor: a[AnnotationFlavor], SetID: a[AnnotationSetID],
 		FirstError: printable(a[AnnotationFirstErr]), manifest: m,
-		Signer:    a[AnnotationSigner],
-		signature: cellsign.Signature{KeyID: a[AnnotationSigner], Value: a[AnnotationSignature]},
-		subject:   signedSubject(a[AnnotationState], a[AnnotationSetID], a[AnnotationFirstErr]),
+		Signer:        printable(a[AnnotationSigner]),
+		Trust:         TrustUnsigned,
+		signature:     cellsign.Signature{KeyID: a[AnnotationSigner], Value: a[AnnotationSignature]},
+		statement:     []byte(a[AnnotationStatement]),
+		rawFirstError: a[AnnotationFirstErr],
 	}
-	for _, f := range []struct{ name, v string }{
-		{"recipe", rec.Recipe}, {"kernel", rec.Kernel}, {"driver", rec.Driver}, {"version", rec.Version}, {"flavor", rec.Flavor},
-	} {
-		if len(f.v) > 256 || strings.ContainsFunc(f.v, unicode.IsControl) {
-			return nil, fmt.Errorf("tag %s: the %s annotation %.64q is not a name (at most 256 characters, no control characters)", short(tag), f.name, f.v)
-		}
+	if rec.Signer != "" || a[AnnotationSignature] != "" {
+		rec.Trust = TrustUnverified
 	}
 	if t, err := time.Parse(time.RFC3339, a[ocispec.AnnotationCreated]); err == nil {
 		rec.Created = t
@@ -382,14 +453,8 @@ func parseRecord(tag, dgst string, b []byte) (*Record, error) {
 	if a[AnnotationKey] != tag {
 		return nil, fmt.Errorf("%s: its manifest names key %.80q, not its tag", rec.describe(), a[AnnotationKey])
 	}
-	switch rec.State {
-	case StateOK:
-		if !manifest.IsDigest(rec.SetID) {
-			return nil, fmt.Errorf("%s: set id %.80q is not 64 lowercase hex digits", rec.describe(), rec.SetID)
-		}
-	case StateFailed:
-	default:
-		return nil, fmt.Errorf("%s: unknown state %.80q", rec.describe(), rec.State)
+	if err := rec.check(); err != nil {
+		return nil, err
 	}
 	if m.Config.MediaType != MediaTypeKey {
 		return nil, fmt.Errorf("%s: config is a %.80q, want the cell's key (%s)", rec.describe(), m.Config.MediaType, MediaTypeKey)
@@ -406,6 +471,27 @@ func parseRecord(tag, dgst string, b []byte) (*Record, error) {
 		}
 	}
 	return rec, nil
+}
+
+// check refuses a record whose names, state or set id are not well formed.
+func (rec *Record) check() error {
+	for _, f := range []struct{ name, v string }{
+		{"recipe", rec.Recipe}, {"kernel", rec.Kernel}, {"driver", rec.Driver}, {"version", rec.Version}, {"flavor", rec.Flavor},
+	} {
+		if len(f.v) > 256 || strings.ContainsFunc(f.v, unicode.IsControl) {
+			return fmt.Errorf("tag %s: the %s annotation %.64q is not a name (at most 256 characters, no control characters)", short(rec.Tag), f.name, f.v)
+		}
+	}
+	switch rec.State {
+	case StateOK:
+		if !manifest.IsDigest(rec.SetID) {
+			return fmt.Errorf("%s: set id %.80q is not 64 lowercase hex digits", rec.describe(), rec.SetID)
+		}
+	case StateFailed:
+	default:
+		return fmt.Errorf("%s: unknown state %.80q", rec.describe(), rec.State)
+	}
+	return nil
 }
 
 // printable replaces the control characters of s (a terminal escape, say)

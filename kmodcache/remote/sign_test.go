@@ -122,7 +122,11 @@ func TestSignedCells(t *testing.T) {
 	forged.Annotations[AnnotationSignature] = orig.Annotations[AnnotationSignature]
 	b, _ := json.Marshal(forged)
 	reg.PutManifest(manifest.KeyID(key), mt, b)
-	refused("a set swapped under the team's signature", key, cellsign.ErrBadSignature, team.ID)
+	refused("the team's signature without its statement", key, cellsign.ErrOldFormat, team.ID)
+	forged.Annotations[AnnotationStatement] = orig.Annotations[AnnotationStatement]
+	b, _ = json.Marshal(forged)
+	reg.PutManifest(manifest.KeyID(key), mt, b)
+	refused("a set swapped under the team's signed statement", key, cellsign.ErrBadSignature, team.ID)
 
 	// The team's builder pushes again: the untrusted cell is replaced.
 	if _, err := signer.PushSet(ctx, src, id, "r"); err != nil {

@@ -102,6 +102,9 @@ type Entry struct {
 	// Remote says what happened on the registry (one of the Remote
 	// constants), "" without one.
 	Remote string
+	// Trust is the pulled record's remote.Record.Trust ("verified",
+	// "unverified" or "unsigned") when Get pulled the cell, else "".
+	Trust string
 	// PushErr is why a push or failure record failed; the local cache is
 	// fine.
 	PushErr error
@@ -163,6 +166,9 @@ func (c *Cache) Get(ctx context.Context, cell Cell) (Entry, error) {
 	case err != nil:
 		return Entry{}, fmt.Errorf("%s: %w", cell, err)
 	}
+	if err := rm.CheckSeen(c.local, rec); err != nil {
+		return Entry{}, fmt.Errorf("%s: %w", cell, err)
+	}
 	if rec.State == remote.StateFailed {
 		if c.opts.RetryFailed && !c.opts.PullOnly {
 			return Entry{Remote: RemoteRetrying}, nil
@@ -173,7 +179,7 @@ func (c *Cache) Get(ctx context.Context, cell Cell) (Entry, error) {
 	if err != nil {
 		return Entry{}, err
 	}
-	return Entry{SetID: pr.SetID, Pulled: true, Remote: RemotePulled}, nil
+	return Entry{SetID: pr.SetID, Pulled: true, Remote: RemotePulled, Trust: rec.Trust}, nil
 }
 
 // Put adds a built cell to the local store (req's driver, version, flavour

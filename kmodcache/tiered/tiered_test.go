@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/cellsign"
+	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/remote/remotetest"
 	"github.com/kpreload/kpreload/kmodcache/store"
@@ -348,4 +350,52 @@ func openRemote(t *testing.T, url string, o remote.Options) *remote.Remote {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// TestGetSaysUnsigned: a cell pulled without trusted keys says so
+// (Entry.Trust), so that build can report it.
+func TestGetSaysUnsigned(t *testing.T) {
+	s := newSetup(t, false, regSet, Options{})
+	e, err := s.cache.Get(context.Background(), testCell)
+	if err != nil || !e.Pulled || e.Trust != remote.TrustUnsigned {
+		t.Errorf("Get(unsigned cell, no trust) = %+v, %v; want pulled, Trust %q", e, err, remote.TrustUnsigned)
+	}
+}
+
+// TestGetRefusesServedOldFailure: the registry recorded the cell as failed
+// (signed), then a builder pushed it built over that record (signed, a
+// higher generation). A cache that pulled the built cell refuses the
+// failure record when the registry serves it again under the key, instead
+// of taking it as a known failure.
+func TestGetRefusesServedOldFailure(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	signer, err := cellsign.Generate(filepath.Join(dir, "team.key"), filepath.Join(dir, "team.pub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := remotetest.Start(t)
+	pusher := openRemote(t, reg.URL(), remote.Options{Signer: signer})
+	if _, err := pusher.PushFailure(ctx, failure(t)); err != nil {
+		t.Fatal(err)
+	}
+	tag := manifest.KeyID(testCell.Key)
+	failed, _, _ := reg.Manifest(tag)
+	src := newStore(t)
+	if _, err := pusher.PushSet(ctx, src, addSet(t, src), testCell.Recipe); err != nil {
+		t.Fatal(err)
+	}
+	c := New(newStore(t), Options{Remote: openRemote(t, reg.URL(), remote.Options{Trust: signer.Trust()}), PullOnly: true})
+	e, err := c.Get(ctx, testCell)
+	if err != nil || !e.Pulled || e.Trust != remote.TrustVerified {
+		t.Fatalf("Get(the built cell) = %+v, %v; want pulled and verified", e, err)
+	}
+	if err := c.Local().Remove(ctx, e.SetID); err != nil {
+		t.Fatal(err)
+	}
+	reg.PutManifest(tag, ocispec.MediaTypeImageManifest, failed)
+	_, err = c.Get(ctx, testCell)
+	if !errors.Is(err, remote.ErrRollback) || errors.Is(err, remote.ErrFailedCell) {
+		t.Errorf("Get(an older failure record served again) = %v, want a rollback refusal, not a known failure", err)
+	}
 }

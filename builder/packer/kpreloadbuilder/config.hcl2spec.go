@@ -28,6 +28,7 @@ type FlatConfig struct {
 	PlainHTTP           *bool             `mapstructure:"plain_http" cty:"plain_http" hcl:"plain_http"`
 	RemoteTrust         []string          `mapstructure:"remote_trust" cty:"remote_trust" hcl:"remote_trust"`
 	RemoteSign          *string           `mapstructure:"remote_sign" cty:"remote_sign" hcl:"remote_sign"`
+	AllowUnsigned       *bool             `mapstructure:"allow_unsigned" cty:"allow_unsigned" hcl:"allow_unsigned"`
 	EarlyDrivers        *bool             `mapstructure:"early_drivers" cty:"early_drivers" hcl:"early_drivers"`
 	InstanceFile        *string           `mapstructure:"instance_file" cty:"instance_file" hcl:"instance_file"`
 	RemoteConfig        *string           `mapstructure:"remote_config" cty:"remote_config" hcl:"remote_config"`
@@ -80,6 +81,7 @@ func (*FlatConfig) HCL2Spec() map[string]hcldec.Spec {
 		"plain_http":                 &hcldec.AttrSpec{Name: "plain_http", Type: cty.Bool, Required: false},
 		"remote_trust":               &hcldec.AttrSpec{Name: "remote_trust", Type: cty.List(cty.String), Required: false},
 		"remote_sign":                &hcldec.AttrSpec{Name: "remote_sign", Type: cty.String, Required: false},
+		"allow_unsigned":             &hcldec.AttrSpec{Name: "allow_unsigned", Type: cty.Bool, Required: false},
 		"early_drivers":              &hcldec.AttrSpec{Name: "early_drivers", Type: cty.Bool, Required: false},
 		"instance_file":              &hcldec.AttrSpec{Name: "instance_file", Type: cty.String, Required: false},
 		"remote_config":              &hcldec.AttrSpec{Name: "remote_config", Type: cty.String, Required: false},

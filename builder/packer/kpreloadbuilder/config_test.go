@@ -281,9 +281,11 @@ func TestPrepareRemote(t *testing.T) {
 		set  map[string]interface{}
 		err  string
 	}{
-		{"registry", map[string]interface{}{"remote": "oci://127.0.0.1:5000/kpreload/cells", "plain_http": true}, ""},
+		{"registry, unsigned on purpose", map[string]interface{}{"remote": "oci://127.0.0.1:5000/kpreload/cells", "plain_http": true, "allow_unsigned": true}, ""},
+		{"registry without trusted keys", map[string]interface{}{"remote": "oci://127.0.0.1:5000/kpreload/cells", "plain_http": true}, "without remote_trust: the image's drivers would be taken from the registry unsigned"},
+		{"allow_unsigned without remote", map[string]interface{}{"allow_unsigned": true}, "but remote is not"},
 		{"not oci", map[string]interface{}{"remote": "https://registry.example.com/cells"}, "remote: remote \"https://registry.example.com/cells\": want oci://HOST[:PORT]/REPO"},
-		{"plain_http alone", map[string]interface{}{"plain_http": true}, "plain_http, remote_trust and remote_sign are set but remote is not"},
+		{"plain_http alone", map[string]interface{}{"plain_http": true}, "plain_http, remote_trust, remote_sign and allow_unsigned are set but remote is not"},
 		{"trusted and signing keys", map[string]interface{}{"remote": "oci://127.0.0.1:5000/kpreload/cells", "remote_trust": []string{keys + ".pub"}, "remote_sign": keys + ".key"}, ""},
 		{"a missing trusted key", map[string]interface{}{"remote": "oci://127.0.0.1:5000/kpreload/cells", "remote_trust": []string{keys + ".absent"}}, "remote_trust: trusted key: open"},
 		{"a public key to sign with", map[string]interface{}{"remote": "oci://127.0.0.1:5000/kpreload/cells", "remote_sign": keys + ".pub"}, "remote_sign: signing key"},

@@ -29,9 +29,10 @@ func TestSharedConfig(t *testing.T) {
 		err  string
 	}{
 		{"remote and early drivers", map[string]interface{}{"remote": registry, "plain_http": true, "remote_trust": []string{keys + ".pub"}, "early_drivers": true}, ""},
+		{"remote without trusted keys", map[string]interface{}{"remote": registry, "plain_http": true}, "without remote_trust: the image's drivers would be taken from the registry unsigned"},
 		{"not oci", map[string]interface{}{"remote": "https://registry.example.com/cells"}, `remote: remote "https://registry.example.com/cells": want oci://HOST[:PORT]/REPO`},
-		{"plain_http alone", map[string]interface{}{"plain_http": true}, "plain_http, remote_trust and remote_sign are set but remote is not"},
-		{"a public key to sign with", map[string]interface{}{"remote": registry, "remote_sign": keys + ".pub"}, "remote_sign: signing key"},
+		{"plain_http alone", map[string]interface{}{"plain_http": true}, "plain_http, remote_trust, remote_sign and allow_unsigned are set but remote is not"},
+		{"a public key to sign with", map[string]interface{}{"remote": registry, "remote_sign": keys + ".pub", "allow_unsigned": true}, "remote_sign: signing key"},
 		{"instance file is a directory", map[string]interface{}{"instance_file": t.TempDir()}, "is a directory, want an instance YAML file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -18,6 +18,8 @@ import (
 
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/kmodcache/remote"
+	"github.com/kpreload/kpreload/kmodcache/tiered"
 )
 
 func init() { register(newBuildCmd) }
@@ -80,7 +82,9 @@ cells built here and cached cells the registry lacks are pushed, and compile
 failures are recorded there: a cell the registry records as failed with the
 same key is not rebuilt (--retry-failed rebuilds it). --pull-only never
 compiles. --report prints what the registry holds (every cell, which failed
-and why) without building anything.
+and why) without building anything. --sign signs every cell pushed; with
+--trust only cells signed by those keys are taken, and without it every cell
+pulled is reported on stderr as unsigned (--json: "trust").
 
 Shards: --shard I/N builds shard I (1..N) of the matrix; --shards N takes I
 from $JOB_COMPLETION_INDEX (0-based), as a Kubernetes Indexed Job sets it.
@@ -142,6 +146,7 @@ builds and leaves the cache (and the registry) as it was.`,
 			if results == nil {
 				return err
 			}
+			printUnsigned(cmd.ErrOrStderr(), results, rm)
 			out := cmd.OutOrStdout()
 			if asJSON {
 				if jerr := printJSON(out, buildJSON(results)); jerr != nil {
@@ -384,6 +389,16 @@ func (p *buildProgress) stop() {
 	p.wg.Wait()
 }
 
+// printUnsigned says on w, of every cell the build pulled from rm without
+// a verified signature, that it did.
+func printUnsigned(w io.Writer, results []matrix.Result, rm fmt.Stringer) {
+	for _, r := range results {
+		if note := trustNote(r.Trust, "an unchecked key"); note != "" && r.Remote == tiered.RemotePulled {
+			fmt.Fprintf(w, "kpreload: build: %s for %s pulled from %s: %s\n", r.Recipe.Name, r.Kernel, rm, note)
+		}
+	}
+}
+
 // printBuildTable prints a kernel × recipe table of states, then the
 // failures with their first error and log.
 func printBuildTable(w io.Writer, results []matrix.Result) {
@@ -397,7 +412,11 @@ func printBuildTable(w io.Writer, results []matrix.Result) {
 		if !slices.Contains(recipes, r.Recipe.Name) {
 			recipes = append(recipes, r.Recipe.Name)
 		}
-		state[[2]string{r.Kernel, r.Recipe.Name}] = r.State
+		s := r.State
+		if r.Trust != "" && r.Trust != remote.TrustVerified {
+			s += " (" + r.Trust + ")"
+		}
+		state[[2]string{r.Kernel, r.Recipe.Name}] = s
 		counts[r.State]++
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -455,6 +474,7 @@ type buildResult struct {
 	Seconds    float64           `json:"seconds"`
 	Key        map[string]string `json:"key,omitempty"`
 	Remote     string            `json:"remote,omitempty"`
+	Trust      string            `json:"trust,omitempty"`
 	PushError  string            `json:"push_error,omitempty"`
 	SourceDir  string            `json:"source_dir,omitempty"`
 	KernelDir  string            `json:"kernel_dir,omitempty"`
@@ -483,7 +503,7 @@ func buildJSON(results []matrix.Result) []buildResult {
 		if r.Err != nil {
 			b.Error = r.Err.Error()
 		}
-		b.Remote = r.Remote
+		b.Remote, b.Trust = r.Remote, r.Trust
 		if r.PushErr != nil {
 			b.PushError = r.PushErr.Error()
 		}

@@ -35,10 +35,12 @@ func newImageBuildCmd() *cobra.Command {
 		o          image.Options
 		recipeArgs []string
 		rf         remoteFlags
-		addFiles   []string
-		recipesDir string
-		asJSON     bool
-		bootloader string
+		// allowUnsigned lets --remote go without --trust.
+		allowUnsigned bool
+		addFiles      []string
+		recipesDir    string
+		asJSON        bool
+		bootloader    string
 	)
 	c := &cobra.Command{
 		Use:   "build --name NAME --kernel KVER... [--recipe R]... [flags]",
@@ -53,7 +55,9 @@ OUT/NAME.manifest.json:
     /` + image.ImageCacheDir + ` (missing cells are an error listing what the cache
     has, or are built with the real dkms with --build-missing; with --remote
     oci://HOST/REPO they are first pulled from that registry by content key,
-    and cells built with --build-missing are pushed to it);
+    verified against the builders' keys given with --trust (or unsigned, on
+    purpose, with --allow-unsigned), and cells built with --build-missing are
+    pushed to it);
   - each driver version's userspace packages unpacked under /` + image.ImageDriversDir + `/VERSION,
     firmware packages, the kpreload binaries, the instance YAML (--instance);
   - the kpreload initramfs of each kernel and a systemd-boot ESP with one
@@ -93,6 +97,9 @@ whole manifest) to stdout.`,
 			}
 			if err := image.CheckFormats(o.Formats); err != nil {
 				return fmt.Errorf("--format: %w", err)
+			}
+			if err := rf.imageTrust(allowUnsigned); err != nil {
+				return err
 			}
 			rm, err := rf.open()
 			if err != nil {
@@ -168,6 +175,7 @@ whole manifest) to stdout.`,
 	f.StringVar(&o.CacheDir, "cache", cacheDefaultDir(), "module cache the driver cells are read from")
 	f.BoolVar(&o.BuildMissing, "build-missing", false, "build cells missing from the cache with dkms instead of failing")
 	rf.register(f) // --remote: pull the cells the image needs; with --build-missing, push what was built
+	f.BoolVar(&allowUnsigned, "allow-unsigned", false, "with --remote and no --trust: take the image's driver cells unsigned, on purpose (without it --remote needs --trust)")
 	f.StringVar(&o.OutDir, "out", ".", "output directory")
 	f.StringVar(&o.Instance, "instance", "", "instance YAML file to bake in at /"+image.ImageInstance)
 	f.StringVar(&o.RemoteConfig, "remote-config", "", "registry configuration (remote, plain_http, credentials, trust, timeout) for the kernel hook, baked in at /"+install.RemoteFile+" with the keys and credentials it names")

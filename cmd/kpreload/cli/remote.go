@@ -43,6 +43,19 @@ func (rf *remoteFlags) register(f *pflag.FlagSet) {
 	f.StringArrayVar(&rf.trust, "trust", nil, "with --remote: take only cells signed by this Ed25519 public key (PEM; repeatable): unsigned and foreign-signed cells are refused")
 }
 
+// imageTrust refuses a registry an image's drivers would come from
+// unsigned: --remote needs --trust unless allowUnsigned (--allow-unsigned)
+// says so on purpose.
+func (rf *remoteFlags) imageTrust(allowUnsigned bool) error {
+	switch {
+	case rf.url == "" && allowUnsigned:
+		return errors.New("--allow-unsigned needs --remote")
+	case rf.url != "" && len(rf.trust) == 0 && !allowUnsigned:
+		return fmt.Errorf("--remote %s without --trust: the image's drivers would be taken from the registry unsigned; give the builders' public keys with --trust KEY.pub (repeatable), or --allow-unsigned to take unsigned cells on purpose", rf.url)
+	}
+	return nil
+}
+
 // require is open for commands that cannot do without a remote.
 func (rf *remoteFlags) require(what string) (*remote.Remote, error) {
 	rm, err := rf.open()
@@ -214,10 +227,20 @@ A set's metadata is read again from its module files (aliases, srcversion,
 dependencies, signature, firmware ...) and must be what its set.json says.
 With --trust (an Ed25519 public key; repeatable) only cells signed by one of
 those keys (kpreload build --remote --sign, cache push --sign) are taken:
-an unsigned cell, one signed by another key, or one whose set was changed
-after signing is refused, naming the key. A pulled cell never replaces a set
-of the same driver, version and flavour for that kernel already in the local
-cache (built here, say) unless --replace.
+an unsigned cell, one signed by another key, one signed in the old format,
+or one whose set or names were changed after signing is refused, naming the
+key; what names and orders a cell (driver, version, flavour, kernel, recipe,
+creation time, generation) is read from its signed statement only. Without
+--trust every cell pulled is reported on stderr as unsigned (or not
+verified), and --json says "trust": "unsigned" or "unverified".
+
+Without KEY arguments, the newest cell (the highest signed generation) of
+each driver, version, flavour and kernel is pulled. With --trust the cache
+remembers the newest generation it has seen of each; a registry that offers
+an older one, or none, is refused for that cell, naming both generations
+(remove remote-generations.json in the cache to forget them). A pulled cell
+never replaces a set of the same driver, version and flavour for that
+kernel already in the local cache (built here, say) unless --replace.
 
 To pull exactly the cells an image or a build needs (by their content keys),
 use kpreload build --remote ... --pull-only, or kpreload image build --remote.`,
@@ -255,15 +278,25 @@ use kpreload build --remote ... --pull-only, or kpreload image build --remote.`,
 				}
 			}
 			var want []*remote.Record
-			for _, rec := range recs {
-				if rec.State != remote.StateOK ||
-					(len(kernels) > 0 && !slices.Contains(kernels, rec.Kernel)) ||
-					(driver != "" && rec.Driver != driver) || (version != "" && rec.Version != version) ||
-					(flavor != "" && rec.Flavor != flavor) ||
-					(len(args) > 0 && !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(rec.Tag, a) })) {
-					continue
+			if len(args) > 0 {
+				// Cells named by their keys: exactly those.
+				for _, rec := range recs {
+					if rec.State == remote.StateOK && slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(rec.Tag, a) }) {
+						want = append(want, rec)
+					}
 				}
-				want = append(want, rec)
+			} else {
+				// The newest cell of each driver, version, flavour and kernel
+				// asked for, refusing one older than this cache has seen.
+				match := func(id remote.Identity) bool {
+					return (len(kernels) == 0 || slices.Contains(kernels, id.Kernel)) &&
+						(driver == "" || id.Driver == driver) && (version == "" || id.Version == version) && (flavor == "" || id.Flavor == flavor)
+				}
+				var rollbacks []error
+				if want, rollbacks, err = rm.Select(st, recs, match); err != nil {
+					return err
+				}
+				refused = append(refused, rollbacks...)
 			}
 			if len(want) == 0 && len(refused) == 0 {
 				return fmt.Errorf("pull: %s holds no built cell matching the request (%d records in all; kpreload build --report --remote %s lists them)", rm, len(recs), rm)
@@ -282,6 +315,9 @@ use kpreload build --remote ... --pull-only, or kpreload image build --remote.`,
 				if err != nil {
 					refused = append(refused, err)
 					continue
+				}
+				if note := trustNote(rec.Trust, rec.Signer); note != "" {
+					fmt.Fprintf(cmd.ErrOrStderr(), "kpreload: pull: %s for %s (key %.12s): %s\n", rec.Cell(), rec.Kernel, rec.Tag, note)
 				}
 				out = append(out, pulled{rec, res.SetID, res.Bytes})
 				if !asJSON {
@@ -308,6 +344,19 @@ use kpreload build --remote ... --pull-only, or kpreload image build --remote.`,
 	f.BoolVar(&asJSON, "json", false, "print what was pulled as JSON")
 	f.BoolVar(&replace, "replace", false, "let a pulled cell replace a local set of the same driver, version and flavour for its kernel")
 	return cmd
+}
+
+// trustNote says, for a cell taken from a registry, that its signature was
+// not checked ("" when it was): trust is its remote.Record.Trust, signer
+// the key id its annotations name.
+func trustNote(trust, signer string) string {
+	switch trust {
+	case remote.TrustUnsigned:
+		return "unsigned: taken without --trust (its blobs and modules checked, not who made it)"
+	case remote.TrustUnverified:
+		return fmt.Sprintf("signed by %.40s, not verified: taken without --trust (its blobs and modules checked, not who made it)", signer)
+	}
+	return ""
 }
 
 // pullSummary is the error of a pull that refused cells, naming each (the
@@ -360,13 +409,20 @@ func printRemoteReport(ctx context.Context, w io.Writer, rm *remote.Remote, name
 			cells = append(cells, rec.Cell())
 		}
 		s := rec.State
+		if rec.Trust != remote.TrustVerified {
+			s += ", " + rec.Trust
+		}
 		if n := older[[2]string{rec.Cell(), rec.Kernel}] - 1; n > 0 {
 			s += fmt.Sprintf(" (+%d superseded)", n)
 		}
 		state[[2]string{rec.Cell(), rec.Kernel}] = s
 	}
 	slices.Sort(kernels)
-	fmt.Fprintf(w, "registry %s: %d cells\n\n", rm, len(newest))
+	fmt.Fprintf(w, "registry %s: %d cells\n", rm, len(newest))
+	if !rm.Trusting() {
+		fmt.Fprintf(w, "no --trust: every cell below is unsigned or its signature unchecked\n")
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "CELL\t%s\n", strings.Join(kernels, "\t"))
 	for _, c := range cells {

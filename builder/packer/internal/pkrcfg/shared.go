@@ -60,6 +60,9 @@ type Shared struct {
 	// Sign the cells `build_missing` pushes to `remote` with this Ed25519
 	// private key (PEM file).
 	RemoteSign string `mapstructure:"remote_sign"`
+	// Take cells from `remote` unsigned, on purpose: without it, `remote`
+	// needs `remote_trust`. Every cell taken unsigned is reported.
+	AllowUnsigned bool `mapstructure:"allow_unsigned"`
 	// Put the driver sets into each kpreload initramfs too, with a complete
 	// index: `/init` then chooses and loads the drivers while it finds the root
 	// (the early decision) instead of after mounting it. The initramfs grows
@@ -126,6 +129,9 @@ func (s *Shared) Prepare() []error {
 	errs = append(errs, CheckKernels(s.Kernels, s.recipes)...)
 	if s.Remote != "" {
 		var err error
+		if len(s.RemoteTrust) == 0 && !s.AllowUnsigned {
+			errs = append(errs, fmt.Errorf("remote %s without remote_trust: the image's drivers would be taken from the registry unsigned; list the builders' public keys in remote_trust, or set allow_unsigned = true to take unsigned cells on purpose", s.Remote))
+		}
 		o := remote.Options{PlainHTTP: s.PlainHTTP}
 		if len(s.RemoteTrust) > 0 {
 			if o.Trust, err = cellsign.LoadTrust(s.RemoteTrust...); err != nil {
@@ -140,8 +146,8 @@ func (s *Shared) Prepare() []error {
 		if s.remote, err = remote.Open(s.Remote, o); err != nil {
 			errs = append(errs, fmt.Errorf("remote: %w", err))
 		}
-	} else if s.PlainHTTP || len(s.RemoteTrust) > 0 || s.RemoteSign != "" {
-		errs = append(errs, fmt.Errorf("plain_http, remote_trust and remote_sign are set but remote is not"))
+	} else if s.PlainHTTP || len(s.RemoteTrust) > 0 || s.RemoteSign != "" || s.AllowUnsigned {
+		errs = append(errs, fmt.Errorf("plain_http, remote_trust, remote_sign and allow_unsigned are set but remote is not"))
 	}
 	if s.InstanceFile != "" {
 		if st, err := os.Stat(s.InstanceFile); err == nil && st.IsDir() {
