@@ -27,10 +27,11 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/kpreload/kpreload/live/inroot"
 )
 
 // Signature is a cell's signature as the registry carries it.
@@ -125,17 +126,14 @@ func (t *Trust) Verify(keyID, state, subject string, sig Signature) error {
 
 // readPEM reads the one PEM block of a key file.
 func readPEM(path string) (*pem.Block, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	buf, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(buf) > maxKeyFile {
+	// A regular file only, opened without blocking and read to a bound: a
+	// FIFO or a device named as a key is refused, never waited on.
+	buf, err := inroot.ReadPath(path, maxKeyFile)
+	if errors.Is(err, inroot.ErrTooLarge) {
 		return nil, fmt.Errorf("key file %s: larger than %d bytes", path, maxKeyFile)
+	}
+	if err != nil {
+		return nil, err
 	}
 	block, _ := pem.Decode(buf)
 	if block == nil {
