@@ -16,12 +16,16 @@ func FIFO(t testing.TB, path string) {
 	if err := unix.Mkfifo(path, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if fd, err := unix.Open(path, unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0); err == nil {
-			time.Sleep(10 * time.Millisecond)
-			unix.Close(fd)
-		}
-	})
+	t.Cleanup(func() { Release(path) })
+}
+
+// Release opens the other end of the named pipe at path once, if it is
+// there, so that a reader blocked in open(2) on it returns.
+func Release(path string) {
+	if fd, err := unix.Open(path, unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0); err == nil {
+		time.Sleep(10 * time.Millisecond)
+		unix.Close(fd)
+	}
 }
 
 // ErrHung is what Within returns for a call that did not return in time.
