@@ -1,12 +1,14 @@
 package dkms
 
 import (
+	"bytes"
 	"fmt"
 	"io"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/kpreload/kpreload/live/inroot"
 )
 
 // Conf is what ReadConf understood of a dkms.conf. Values are raw: quotes and
@@ -92,14 +94,18 @@ func at(s []string, i int) string {
 	return ""
 }
 
+// maxConf bounds a dkms.conf (real ones are a few KiB).
+const maxConf = 1 << 20
+
 // ReadConf reads and parses the dkms.conf at path; see ParseConf.
 func ReadConf(path string) (*Conf, error) {
-	f, err := os.Open(path)
+	// A source tree comes from outside: a dkms.conf that is a FIFO or a
+	// device is refused, never waited on, and at most maxConf is read.
+	data, err := inroot.ReadPath(path, maxConf)
 	if err != nil {
 		return nil, fmt.Errorf("read dkms.conf: %w", err)
 	}
-	defer f.Close()
-	c, err := ParseConf(f)
+	c, err := ParseConf(bytes.NewReader(data))
 	if err != nil {
 		return nil, fmt.Errorf("parse %s: %w", path, err)
 	}

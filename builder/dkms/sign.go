@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/kpreload/kpreload/kmodcache/modsig"
+	"github.com/kpreload/kpreload/live/inroot"
 )
 
 // Module signing. The kernel verifies an appended PKCS#7 signature made by
@@ -87,7 +88,7 @@ func CertID(path string) (string, error) {
 
 // readCert reads and parses an X.509 certificate in PEM or DER form.
 func readCert(path string) (*x509.Certificate, error) {
-	data, err := os.ReadFile(path)
+	data, err := inroot.ReadPath(path, inroot.MaxText)
 	if err != nil {
 		return nil, fmt.Errorf("signing certificate: %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/kmodcache/modsig"
+	"github.com/kpreload/kpreload/live/inroot"
 	"github.com/kpreload/kpreload/live/secureboot"
 )
 
@@ -140,7 +141,7 @@ func moduleCert(recipes []*recipe.Recipe) (cert *x509.Certificate, path string, 
 
 // readCertificate reads an X.509 certificate in PEM or DER form.
 func readCertificate(path string) (*x509.Certificate, error) {
-	b, err := os.ReadFile(path)
+	b, err := inroot.ReadPath(path, inroot.MaxText)
 	if err != nil {
 		return nil, fmt.Errorf("module certificate: %w", err)
 	}

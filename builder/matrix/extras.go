@@ -15,6 +15,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/dkms"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/live/inroot"
 )
 
 // extras are a recipe's inputs beyond the DKMS source: the signing key and
@@ -85,8 +86,9 @@ func fetchSupportedGPUs(ctx context.Context, r *recipe.Recipe, downloads, dir st
 	if err != nil {
 		return "", "", fmt.Errorf("recipe %s: supported-gpus: %w", r.Name, err)
 	}
+	// Read inside the unpacked package: a link in it leads nowhere else.
 	src := filepath.Join(root, g.Path)
-	data, err := os.ReadFile(src)
+	data, err := inroot.ReadFile(root, g.Path, inroot.MaxLarge)
 	if err != nil {
 		return "", "", fmt.Errorf("recipe %s: supported-gpus.path %s is not in %s: %w", r.Name, g.Path, g.Package, err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/live/inroot"
 )
 
 // source is a recipe's DKMS source tree, ready to build.
@@ -100,7 +101,7 @@ func applyPatches(ctx context.Context, r *recipe.Recipe, dir, sources string) (s
 	}
 	h := sha256.New()
 	for i, p := range r.Patches {
-		data, err := os.ReadFile(files[i])
+		data, err := inroot.ReadPath(files[i], recipe.MaxPatch)
 		if err != nil {
 			return "", "", fmt.Errorf("patches: %w", err)
 		}

@@ -11,10 +11,11 @@ package recipe
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/kpreload/kpreload/live/inroot"
 )
 
 // Flavours a recipe may declare.
@@ -169,7 +170,7 @@ func (s Selector) String() string {
 // Load reads, strictly decodes and validates the recipe at path. Errors name
 // the file, the line and the field; all problems found are joined.
 func Load(path string) (*Recipe, error) {
-	data, err := os.ReadFile(path)
+	data, err := inroot.ReadPath(path, MaxFile)
 	if err != nil {
 		return nil, fmt.Errorf("read recipe: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/dkms"
 	"github.com/kpreload/kpreload/kmodcache/modname"
+	"github.com/kpreload/kpreload/live/inroot"
 )
 
 var (
@@ -127,7 +128,7 @@ func (r *Recipe) validatePatches() []error {
 			errs = append(errs, e)
 			continue
 		}
-		data, err := os.ReadFile(file)
+		data, err := inroot.ReadPath(file, MaxPatch)
 		if err != nil {
 			errs = append(errs, r.errorf(f, "%v", err))
 			continue

@@ -20,7 +20,6 @@ package instance
 import (
 	"errors"
 	"fmt"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -108,7 +107,7 @@ func (d Driver) WantFlavor() string {
 
 // ReadFile reads and parses an instance YAML file.
 func ReadFile(path string) (*Instance, error) {
-	b, err := os.ReadFile(path)
+	b, err := ReadPath(path)
 	if err != nil {
 		return nil, fmt.Errorf("instance: %w", err)
 	}
@@ -280,7 +279,7 @@ func parseNode(name string, root *yaml.Node, prefix string, versionLine *int) (*
 		}
 	}
 	if len(p.errs) > 0 {
-		return nil, errors.Join(p.errs...)
+		return nil, joinProblems(p.errs)
 	}
 	return in, nil
 }

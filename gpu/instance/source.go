@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"strings"
 )
 
@@ -71,8 +70,8 @@ type Request struct {
 type File struct {
 	Source string
 	Path   string
-	// Read, when set, reads the file instead of os.ReadFile(Path), which
-	// then only names it; an absent file is an error wrapping fs.ErrNotExist.
+	// Read, when set, reads the file instead of ReadPath(Path), which then
+	// only names it; an absent file is an error wrapping fs.ErrNotExist.
 	Read func() ([]byte, error)
 	// UserData says the file is cloud-init user-data: the request is its
 	// #cloud-config document's kpreload key (ParseUserData).
@@ -84,7 +83,7 @@ func (f File) read() ([]byte, error) {
 	if f.Read != nil {
 		return f.Read()
 	}
-	return os.ReadFile(f.Path)
+	return ReadPath(f.Path)
 }
 
 // FromCmdline reads a request from kernel command line flags (flag returns a
@@ -142,7 +141,7 @@ func decodeBase64(s string) ([]byte, error) {
 // ReadRequest reads the instance YAML at path as a request from source
 // (plan's --instance): unlike Find, a missing or invalid file is an error.
 func ReadRequest(source, path string) (Request, error) {
-	b, err := os.ReadFile(path)
+	b, err := ReadPath(path)
 	if err != nil {
 		return Request{}, fmt.Errorf("instance: %w", err)
 	}

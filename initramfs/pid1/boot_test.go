@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kpreload/kpreload/gpu/instance"
+	"github.com/kpreload/kpreload/live/inroot/inroottest"
 	"github.com/kpreload/kpreload/live/report"
 	"github.com/kpreload/kpreload/live/secureboot"
 )
@@ -196,6 +197,35 @@ func TestBoot(t *testing.T) {
 			kernel: mods("kpreload_edu", "nls_cp437", "vfat"),
 		},
 	}, {
+		name: "after the root: a seed whose user-data is a FIFO is refused, not waited on",
+		setup: func(f *fixture) {
+			f.initSets = []testSet{edu("1.0.0"), edu("2.0.0")}
+			f.seed("")
+			f.sys.seedUserData = func(p string) error { return unix.Mkfifo(p, 0o644) }
+			f.t.Cleanup(func() { inroottest.Release(f.path("run/kpreload/seed/user-data")) })
+		},
+		want: bootWant{
+			edu: []string{"loaded initramfs 2.0.0"}, source: instance.SourceDefault, chosen: "kpreload-edu 2.0.0", active: true,
+			events: []string{rootUp, "driver selection (request from default): kpreload-edu 2.0.0"},
+			errors: []string{"instance request from seed ignored: NoCloud seed ", "user-data: not a regular file: it is a named pipe"},
+			kernel: mods("kpreload_edu", "nls_cp437", "vfat"),
+		},
+	}, {
+		name: "after the root: a seed whose user-data links out of the seed is not followed out",
+		setup: func(f *fixture) {
+			f.initSets = []testSet{edu("1.0.0"), edu("2.0.0")}
+			f.write("outside/user-data", "#cloud-config\nkpreload:\n  resources:\n    driver:\n      version: 1.0.0\n")
+			f.seed("")
+			f.sys.seedUserData = func(p string) error { return os.Symlink(f.path("outside/user-data"), p) }
+		},
+		want: bootWant{
+			edu: []string{"loaded initramfs 2.0.0"}, source: instance.SourceDefault, chosen: "kpreload-edu 2.0.0", active: true,
+			events: []string{rootUp, "driver selection (request from default): kpreload-edu 2.0.0"},
+			// The absolute link is taken from the seed's top, where nothing is.
+			errors: []string{"instance request from seed ignored: NoCloud seed ", "no user-data (user-data)"},
+			kernel: mods("kpreload_edu", "nls_cp437", "vfat"),
+		},
+	}, {
 		name: "after the root: the image's instance file",
 		setup: func(f *fixture) {
 			f.initSets = []testSet{edu("1.0.0"), edu("2.0.0")}
@@ -204,6 +234,32 @@ func TestBoot(t *testing.T) {
 		want: bootWant{
 			edu: []string{"loaded initramfs 1.0.0"}, source: instance.SourceImage, chosen: "kpreload-edu 1.0.0", active: true,
 			events: []string{"driver selection (request from image): kpreload-edu 1.0.0"},
+		},
+	}, {
+		name: "after the root: the image's instance file is a FIFO, refused, not waited on",
+		setup: func(f *fixture) {
+			f.initSets = []testSet{edu("1.0.0"), edu("2.0.0")}
+			f.mkdir("newroot/etc/kpreload")
+			inroottest.FIFO(f.t, f.path("newroot/etc/kpreload/instance.yaml"))
+		},
+		want: bootWant{
+			edu: []string{"loaded initramfs 2.0.0"}, source: instance.SourceDefault, chosen: "kpreload-edu 2.0.0", active: true,
+			events: []string{"driver selection (request from default): kpreload-edu 2.0.0"},
+			errors: []string{"instance request from image ignored: ", "etc/kpreload/instance.yaml: not a regular file: it is a named pipe"},
+		},
+	}, {
+		name: "after the root: the image's instance file links out of the root, and is read inside it",
+		setup: func(f *fixture) {
+			f.initSets = []testSet{edu("1.0.0"), edu("2.0.0")}
+			f.write("outside/instance.yaml", request("1.0.0"))
+			f.mkdir("newroot/etc/kpreload")
+			if err := os.Symlink(f.path("outside/instance.yaml"), f.path("newroot/etc/kpreload/instance.yaml")); err != nil {
+				f.t.Fatal(err)
+			}
+		},
+		want: bootWant{
+			edu: []string{"loaded initramfs 2.0.0"}, source: instance.SourceDefault, chosen: "kpreload-edu 2.0.0", active: true,
+			events: []string{"driver selection (request from default): kpreload-edu 2.0.0"},
 		},
 	}, {
 		name: "early: the initramfs's copy of the instance file, which the root's contradicts",

@@ -22,7 +22,7 @@ func (b *Boot) requestFiles() []instance.File {
 	if b.fwFile != nil {
 		fw = *b.fwFile
 	}
-	return []instance.File{fw, b.seedFile(), {Source: instance.SourceImage, Path: filepath.Join(b.o.NewRoot, instance.ImagePath)}}
+	return []instance.File{fw, b.seedFile(), b.imageFile()}
 }
 
 // drivers chooses, then loads, the driver sets of the initramfs and of the root

@@ -3,7 +3,6 @@ package pid1
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/kpreload/kpreload/gpu/instance"
@@ -136,8 +135,8 @@ func (b *Boot) finishEarly() {
 			}
 		}
 	}
-	if root, err := os.ReadFile(filepath.Join(b.o.NewRoot, instance.ImagePath)); err == nil {
-		if copy, cerr := os.ReadFile(b.initramfsPath(instance.InitramfsPath)); cerr != nil || !bytes.Equal(root, copy) {
+	if root, err := b.readImageFile(); err == nil {
+		if copy, cerr := instance.ReadPath(b.initramfsPath(instance.InitramfsPath)); cerr != nil || !bytes.Equal(root, copy) {
 			b.warnf("the root's %s differs from the initramfs's copy the early decision used: regenerate the initramfs", instance.ImagePath)
 		}
 	}

@@ -327,6 +327,9 @@ type fakeSystem struct {
 	fwErr  error
 	// seeds maps a seed device to its user-data.
 	seeds map[string]string
+	// seedUserData, when set, makes a seed's user-data at the path given
+	// instead of writing seeds' text there (a FIFO, a link).
+	seedUserData func(path string) error
 	// switchErr, when set, is what switch_root returns.
 	switchErr          error
 	switched, execs    []string
@@ -358,6 +361,9 @@ func (s *fakeSystem) Mount(src, dst, fstype string, flags uintptr, data string) 
 		return unix.ENODEV
 	}
 	if ud, ok := s.seeds[src]; ok {
+		if s.seedUserData != nil {
+			return s.seedUserData(filepath.Join(dst, "user-data"))
+		}
 		return os.WriteFile(filepath.Join(dst, "user-data"), []byte(ud), 0o644)
 	}
 	return nil

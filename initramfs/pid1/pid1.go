@@ -123,13 +123,13 @@ func (b *Boot) event(format string, args ...any) {
 func (b *Boot) errorf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	b.rep.Errors = append(b.rep.Errors, msg)
-	fmt.Fprintf(b.console, "kpreload: error: %s\n", msg)
+	fmt.Fprintf(b.console, "kpreload: error: %s\n", consoleText(msg))
 }
 
 func (b *Boot) warnf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	b.rep.Warnings = append(b.rep.Warnings, msg)
-	fmt.Fprintf(b.console, "kpreload: warning: %s\n", msg)
+	fmt.Fprintf(b.console, "kpreload: warning: %s\n", consoleText(msg))
 }
 
 // loadTimeout is kpreload.load_timeout= (seconds, decimals allowed), else

@@ -8,13 +8,14 @@ package seed
 import (
 	"errors"
 	"fmt"
-	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 
 	"github.com/kpreload/kpreload/initramfs/rootfs"
+	"github.com/kpreload/kpreload/live/inroot"
 )
 
 // The kinds of seed, by the datasource cloud-init reads them as.
@@ -110,20 +111,17 @@ func Read(s Seed, dir string, m Mounter, max int64) (data []byte, err error) {
 			err = fmt.Errorf("%s: unmount: %w", s, uerr)
 		}
 	}()
-	f, err := os.Open(filepath.Join(dir, s.UserData()))
-	if errors.Is(err, os.ErrNotExist) {
+	// Read inside the seed's mount: a link in it never leads out of the
+	// seed (an absolute one is taken from the seed's top), and only a
+	// regular file is opened, without blocking.
+	data, err = inroot.ReadFile(dir, s.UserData(), max)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("%s: %w (%s)", s, ErrNoUserData, s.UserData())
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", s, err)
-	}
-	defer f.Close()
-	data, err = io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %s: %w", s, s.UserData(), err)
-	}
-	if int64(len(data)) > max {
+	case errors.Is(err, inroot.ErrTooLarge):
 		return nil, fmt.Errorf("%s: %s is larger than %d bytes", s, s.UserData(), max)
+	case err != nil:
+		return nil, fmt.Errorf("%s: %w", s, err)
 	}
 	return data, nil
 }

@@ -32,10 +32,11 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/kpreload/kpreload/live/inroot"
 )
 
 // Signature is a cell's signature as the registry carries it.
@@ -189,17 +190,14 @@ func (t *Trust) Verify(statement []byte, sig Signature) (*Statement, error) {
 // readPEM reads the PEM blocks of a key file: at least one, nothing but
 // blanks between and around them.
 func readPEM(path string) ([]*pem.Block, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	buf, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(buf) > maxKeyFile {
+	// A regular file only, opened without blocking and read to a bound: a
+	// FIFO or a device named as a key is refused, never waited on.
+	buf, err := inroot.ReadPath(path, maxKeyFile)
+	if errors.Is(err, inroot.ErrTooLarge) {
 		return nil, fmt.Errorf("key file %s: larger than %d bytes", path, maxKeyFile)
+	}
+	if err != nil {
+		return nil, err
 	}
 	var blocks []*pem.Block
 	for rest := buf; ; {

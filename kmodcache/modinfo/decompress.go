@@ -6,10 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/ulikunitz/xz"
+
+	"github.com/kpreload/kpreload/live/inroot"
 )
 
 // MaxImageSize is the largest uncompressed module image Decompress produces.
@@ -73,7 +74,7 @@ func Decompress(name string, data []byte) (elf []byte, compression string, err e
 // Open reads the module file at path and returns its uncompressed ELF image
 // and the compression it was stored with (see Decompress).
 func Open(path string) (elf []byte, compression string, err error) {
-	data, err := os.ReadFile(path)
+	data, err := inroot.ReadPath(path, MaxImageSize)
 	if err != nil {
 		return nil, "", fmt.Errorf("read module: %w", err)
 	}

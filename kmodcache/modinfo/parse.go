@@ -7,10 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/kpreload/kpreload/kmodcache/modname"
+	"github.com/kpreload/kpreload/live/inroot"
 )
 
 // SignatureMagic ends every module that carries an appended signature
@@ -37,7 +37,7 @@ const versionEntrySize = 64
 // signature trailer), never as a whole: a 65 MB nvidia.ko costs a few
 // reads; a compressed one is decompressed first.
 func ReadFile(path string) (*Info, error) {
-	f, err := os.Open(path)
+	f, err := inroot.OpenPath(path)
 	if err != nil {
 		return nil, fmt.Errorf("read module: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -38,17 +39,21 @@ boots such images in QEMU to prove it.`,
 	return root
 }
 
-// Execute runs the command line and returns the process exit status.
+// Execute runs the command line and returns the process exit status. SIGINT
+// and SIGTERM cancel the command's context; a command that has not returned
+// InterruptGrace later ends the process (see interruptible).
 func Execute(args []string, stdout, stderr io.Writer) int {
-	root := NewRoot()
-	root.SetArgs(args)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	if err := root.Execute(); err != nil {
-		fmt.Fprintf(stderr, "kpreload: %v\n", err)
-		return exitCode(err)
-	}
-	return 0
+	return interruptible(stderr, os.Exit, func(ctx context.Context) int {
+		root := NewRoot()
+		root.SetArgs(args)
+		root.SetOut(stdout)
+		root.SetErr(stderr)
+		if err := root.ExecuteContext(ctx); err != nil {
+			fmt.Fprintf(stderr, "kpreload: %v\n", err)
+			return exitCode(err)
+		}
+		return 0
+	})
 }
 
 // ExitCellsFailed is the exit status of a build whose only problem is cells

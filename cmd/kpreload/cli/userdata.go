@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -103,7 +102,7 @@ func applyUserData(log io.Writer, cloudConfig, cacheDir string) userDataOutcome 
 		rec.Action, rec.Reason = action, reason
 		return userDataOutcome{rec, err}
 	}
-	data, err := readBounded(cloudConfig, instance.MaxUserData)
+	data, err := inroot.ReadPath(cloudConfig, instance.MaxUserData)
 	if errors.Is(err, fs.ErrNotExist) {
 		return done("none", "cloud-init left no cloud-config: no request", nil)
 	}
@@ -203,21 +202,4 @@ func sourceOf(s *report.Selection) string {
 		return "nowhere (no driver decision at boot)"
 	}
 	return s.Source
-}
-
-// readBounded reads a regular file of at most max bytes.
-func readBounded(path string, max int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, max)
-	}
-	return b, nil
 }

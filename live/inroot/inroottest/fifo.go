@@ -1,0 +1,45 @@
+package inroottest
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// FIFO makes a named pipe at path. When the test ends it opens the pipe's
+// other end once, so that a reader the code under test left blocked in
+// open(2) on it returns (and the test binary can exit).
+func FIFO(t testing.TB, path string) {
+	t.Helper()
+	if err := unix.Mkfifo(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { Release(path) })
+}
+
+// Release opens the other end of the named pipe at path once, if it is
+// there, so that a reader blocked in open(2) on it returns.
+func Release(path string) {
+	if fd, err := unix.Open(path, unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0); err == nil {
+		time.Sleep(10 * time.Millisecond)
+		unix.Close(fd)
+	}
+}
+
+// ErrHung is what Within returns for a call that did not return in time.
+var ErrHung = errors.New("did not return in time")
+
+// Within runs f and returns its error, or ErrHung when f has not returned
+// after d (f is left running: it is the hang under test).
+func Within(d time.Duration, f func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		return ErrHung
+	}
+}
