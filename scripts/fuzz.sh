@@ -50,6 +50,15 @@ targets=(
 	"./gpu/cdispec FuzzReadVersion"
 	"./gpu/cdispec FuzzContainerRoot"
 	"./gpu/activate FuzzReadReady"
+	"./builder/install FuzzParseRemoteConfig"
+	"./builder/install FuzzReadSettings"
+	"./builder/install FuzzGrubEntries"
+	"./builder/install FuzzCheckGrubConfig"
+	"./kmodcache/cellsign FuzzLoadTrust"
+	"./kmodcache/cellsign FuzzLoadSigner"
+	"./initramfs/rootfs FuzzSuperblock"
+	"./initramfs/seed FuzzFind"
+	"./initramfs/seed FuzzRead"
 )
 
 logdir=$(mktemp -d /tmp/kpreload-fuzz.XXXXXX)
