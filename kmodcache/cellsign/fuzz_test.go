@@ -131,6 +131,11 @@ func FuzzLoadTrust(f *testing.F) {
 			}
 			files = append(files, keyFile(t, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})))
 		}
+		for id := range in {
+			if _, ok := keys[id]; !ok {
+				t.Fatalf("LoadTrust(%q) does not trust %s, which the file holds", data, id)
+			}
+		}
 		again, err := loadTrustFuzz(files...)
 		if err != nil || !slices.Equal(again.IDs(), tr.IDs()) {
 			t.Fatalf("LoadTrust of the trusted keys of %q written back = %v, %v; want %v", data, again, err, tr.IDs())
@@ -164,19 +169,28 @@ func FuzzLoadSigner(f *testing.F) {
 		if !keyIDPattern.MatchString(s.ID) || s.ID != KeyID(s.Public()) {
 			t.Fatalf("LoadSigner(%q) has id %q, want %q", data, s.ID, KeyID(s.Public()))
 		}
-		const key, subject = "sha256:4f1c0d6e", "sha256:9a0b7c"
-		sig := s.Sign(key, "ok", subject)
-		if err := s.Trust().Verify(key, "ok", subject, sig); err != nil {
-			t.Fatalf("LoadSigner(%q): its own signature does not verify: %v", data, err)
+		want := Statement{Key: "sha256:4f1c0d6e", State: "ok", Subject: "sha256:9a0b7c", Driver: "kpreload-edu", Version: "1.0.0", Kernel: "6.1.0-56-cloud-amd64", Generation: 1}
+		stmt, sig, err := s.Sign(want)
+		if err != nil {
+			t.Fatalf("LoadSigner(%q): Sign = %v", data, err)
 		}
-		if err := s.Trust().Verify(key, "ok", subject+"0", sig); err == nil {
+		if got, err := s.Trust().Verify(stmt, sig); err != nil || got.Subject != want.Subject {
+			t.Fatalf("LoadSigner(%q): its own signature does not verify: %v, %v", data, got, err)
+		}
+		other := want
+		other.Subject += "0"
+		otherStmt, _, err := s.Sign(other)
+		if err != nil {
+			t.Fatalf("LoadSigner(%q): Sign = %v", data, err)
+		}
+		if _, err := s.Trust().Verify(otherStmt, sig); err == nil {
 			t.Fatalf("LoadSigner(%q): its signature verifies for another subject", data)
 		}
 		tr, err := loadTrustFuzz(p)
 		if err != nil {
 			t.Fatalf("LoadTrust of the signing key %q = %v", data, err)
 		}
-		if err := tr.Verify(key, "ok", subject, sig); err != nil {
+		if _, err := tr.Verify(stmt, sig); err != nil {
 			t.Fatalf("LoadTrust of the signing key %q does not verify its signature: %v", data, err)
 		}
 		der, err := x509.MarshalPKCS8PrivateKey(s.key)
