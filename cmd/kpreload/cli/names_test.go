@@ -2,37 +2,13 @@ package cli
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/names"
 )
-
-// synModule compiles a kernel module file gcc can make without a kernel: a
-// .modinfo section naming it and the kernel it is for.
-func synModule(t *testing.T, kernel string) string {
-	t.Helper()
-	cc, err := exec.LookPath("gcc")
-	if err != nil {
-		t.Fatalf("gcc is needed to build a synthetic module: install it with scripts/deps.sh: %v", err)
-	}
-	dir := t.TempDir()
-	src := filepath.Join(dir, "m.c")
-	c := `int syn_init(void) { return 0; }
-static const char modinfo[] __attribute__((section(".modinfo"), used, aligned(1))) =
-	"license=GPL\000name=syn_test\000vermagic=` + kernel + ` SMP preempt mod_unload modversions ";
-`
-	if err := os.WriteFile(src, []byte(c), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ko := filepath.Join(dir, "syn_test.ko")
-	if b, err := exec.Command(cc, "-c", "-O2", "-o", ko, src).CombinedOutput(); err != nil {
-		t.Fatalf("compiling a synthetic module: %v\n%s", err, b)
-	}
-	return ko
-}
 
 // TestNamesOnTheCommandLine: every flag and argument that names a driver,
 // version, flavour or kernel release is checked against kmodcache/names
@@ -40,7 +16,7 @@ static const char modinfo[] __attribute__((section(".modinfo"), used, aligned(1)
 // value and says what is allowed.
 func TestNamesOnTheCommandLine(t *testing.T) {
 	const kernel = "6.1.0-56-cloud-amd64"
-	ko := synModule(t, kernel)
+	ko := testenv.SyntheticModule(t, "syn_test", kernel)
 	tests := []struct {
 		name string
 		args func(cache string) []string
