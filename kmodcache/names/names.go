@@ -42,11 +42,15 @@ type Error struct {
 const shown = MaxLen + 8
 
 // Error names the field and the value (quoted, cut after a few dozen bytes)
-// and says what is allowed.
+// and says what is allowed; without a field (the caller names it) it starts
+// with the value.
 func (e *Error) Error() string {
 	v := fmt.Sprintf("%q", e.Value)
-	if len(e.Value) > shown {
-		v = fmt.Sprintf("%q… (%d bytes)", e.Value[:shown], len(e.Value))
+	if len(e.Value) > shown { // then too long: the problem gives the length
+		v = fmt.Sprintf("%q…", e.Value[:shown])
+	}
+	if e.Field == "" {
+		return fmt.Sprintf("%s %s: want %s", v, e.Problem, Allowed)
 	}
 	return fmt.Sprintf("%s %s %s: want %s", e.Field, v, e.Problem, Allowed)
 }

@@ -82,7 +82,8 @@ func TestCheck(t *testing.T) {
 func TestCheckQuotesTheValue(t *testing.T) {
 	tests := []struct{ value, want string }{
 		{"../x", `--version "../x" starts with '.'`},
-		{strings.Repeat("a", 2000), `--version "` + strings.Repeat("a", shown) + `"… (2000 bytes) is 2000 bytes long`},
+		{"", `--version "" is empty`},
+		{strings.Repeat("a", 2000), `--version "` + strings.Repeat("a", shown) + `"… is 2000 bytes long`},
 	}
 	for _, tt := range tests {
 		got := Check("--version", tt.value).Error()
