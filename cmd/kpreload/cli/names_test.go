@@ -49,6 +49,15 @@ func TestNamesOnTheCommandLine(t *testing.T) {
 		{"plan --kernel up", func(c string) []string {
 			return []string{"plan", "--sysfs", c, "--cache", c, "--kernel", "../../x"}
 		}, `--kernel "../../x" starts with '.'`},
+		{"install --kernel up", func(c string) []string {
+			return []string{"install", "--root", c, "--kernel", "../../x"}
+		}, `--kernel "../../x" starts with '.'`},
+		{"install --default up", func(c string) []string {
+			return []string{"install", "--root", c, "--default", "../../x"}
+		}, `--default "../../x" starts with '.'`},
+		{"kernel-hook postinst KVER up", func(c string) []string {
+			return []string{"kernel-hook", "postinst", "../../x", "--root", c}
+		}, `kernel release "../../x" starts with '.'`},
 		{"initramfs --kernel up", func(c string) []string {
 			return []string{"initramfs", "--kernel", "../../x", "--modules-dir", c, "--init", ko, "-o", filepath.Join(c, "initrd")}
 		}, `kernel release "../../x" starts with '.'`},
