@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/kmodcache/names"
 )
 
 func init() { register(newBuildCmd) }
@@ -133,6 +135,18 @@ builds and leaves the cache (and the registry) as it was.`,
 			recipes, kernels, err := loadCells(args, recipesDir)
 			if err != nil {
 				return err
+			}
+			var nameErrs []error
+			for _, k := range opts.Kernels {
+				nameErrs = append(nameErrs, names.Check("--kernel", k))
+			}
+			for r, ks := range kernels {
+				for _, k := range ks {
+					nameErrs = append(nameErrs, names.Check(r.Name+":KVER", k))
+				}
+			}
+			if err := errors.Join(nameErrs...); err != nil {
+				return fmt.Errorf("build: %w", err)
 			}
 			opts.Recipes, opts.RecipeKernels = recipes, kernels
 			p := newBuildProgress(cmd.ErrOrStderr())

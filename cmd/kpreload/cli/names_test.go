@@ -58,6 +58,12 @@ func TestNamesOnTheCommandLine(t *testing.T) {
 		{"kernel-hook postinst KVER up", func(c string) []string {
 			return []string{"kernel-hook", "postinst", "../../x", "--root", c}
 		}, `kernel release "../../x" starts with '.'`},
+		{"build --kernel up", func(c string) []string {
+			return []string{"build", "--recipes", recipesDir, "--cache", c, "--kernel", "6.1.0/../../x", "testdriver"}
+		}, `--kernel "6.1.0/../../x" holds ".."`},
+		{"build RECIPE:KVER up", func(c string) []string {
+			return []string{"build", "--recipes", recipesDir, "--cache", c, "testdriver:6.1..0-cloud-amd64"}
+		}, `testdriver:KVER "6.1..0-cloud-amd64" holds ".."`},
 		{"initramfs --kernel up", func(c string) []string {
 			return []string{"initramfs", "--kernel", "../../x", "--modules-dir", c, "--init", ko, "-o", filepath.Join(c, "initrd")}
 		}, `kernel release "../../x" starts with '.'`},
