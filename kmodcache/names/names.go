@@ -85,19 +85,24 @@ func problem(s string) string {
 	case len(s) > MaxLen:
 		return fmt.Sprintf("is %d bytes long", len(s))
 	case !isAlnum(s[0]):
-		return fmt.Sprintf("starts with %q", s[0])
+		return "starts with " + char(s[0])
 	case strings.Contains(s, ".."):
 		return `holds ".."`
 	}
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; !isAlnum(c) && !strings.ContainsRune(".+~_-", rune(c)) {
-			if c >= 0x80 {
-				return "holds a non-ASCII byte"
-			}
-			return fmt.Sprintf("holds %q", c)
+			return "holds " + char(c)
 		}
 	}
 	return ""
+}
+
+// char names a byte in a message: quoted, or "a non-ASCII byte".
+func char(c byte) string {
+	if c >= 0x80 {
+		return "a non-ASCII byte"
+	}
+	return fmt.Sprintf("%q", c)
 }
 
 // isAlnum reports whether c is an ASCII letter or digit.

@@ -48,6 +48,7 @@ func TestCheck(t *testing.T) {
 		{"NUL", "535\x00", `holds '\x00'`},
 		{"DEL", "535\x7f", `holds '\x7f'`},
 		{"non-ASCII", "535é", "holds a non-ASCII byte"},
+		{"non-ASCII first", "é535", "starts with a non-ASCII byte"},
 		{"too long", strings.Repeat("a", MaxLen+1), "is 65 bytes long"},
 	}
 	for _, tt := range tests {
