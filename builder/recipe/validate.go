@@ -13,7 +13,6 @@ import (
 	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/dkms"
 	"github.com/kpreload/kpreload/kmodcache/modname"
-	"github.com/kpreload/kpreload/kmodcache/names"
 )
 
 var (
@@ -47,14 +46,14 @@ func (r *Recipe) Validate() error {
 	switch {
 	case r.Driver.Name == "":
 		add("driver.name", "missing; name the driver, such as nvidia")
-	case !names.Valid(r.Driver.Name):
-		add("driver.name", "%v", names.Check("", r.Driver.Name))
+	case nameError(r.Driver.Name) != nil:
+		add("driver.name", "%v", nameError(r.Driver.Name))
 	}
 	switch {
 	case r.Driver.Version == "":
 		add("driver.version", "missing; give the driver version, such as 535.261.03")
-	case !names.Valid(r.Driver.Version):
-		add("driver.version", "%v", names.Check("", r.Driver.Version))
+	case nameError(r.Driver.Version) != nil:
+		add("driver.version", "%v", nameError(r.Driver.Version))
 	}
 	switch r.Flavor {
 	case FlavorProprietary, FlavorOpen:

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -19,7 +18,6 @@ import (
 
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/recipe"
-	"github.com/kpreload/kpreload/kmodcache/names"
 )
 
 func init() { register(newBuildCmd) }
@@ -136,16 +134,16 @@ builds and leaves the cache (and the registry) as it was.`,
 			if err != nil {
 				return err
 			}
-			var nameErrs []error
+			var kvers []string // flag or argument, kernel release
 			for _, k := range opts.Kernels {
-				nameErrs = append(nameErrs, names.Check("--kernel", k))
+				kvers = append(kvers, "--kernel", k)
 			}
-			for r, ks := range kernels {
-				for _, k := range ks {
-					nameErrs = append(nameErrs, names.Check(r.Name+":KVER", k))
+			for _, r := range recipes {
+				for _, k := range kernels[r] {
+					kvers = append(kvers, r.Name+":KVER", k)
 				}
 			}
-			if err := errors.Join(nameErrs...); err != nil {
+			if err := checkNames(kvers...); err != nil {
 				return fmt.Errorf("build: %w", err)
 			}
 			opts.Recipes, opts.RecipeKernels = recipes, kernels
