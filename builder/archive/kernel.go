@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/kpreload/kpreload/internal/versort"
+	"github.com/kpreload/kpreload/kmodcache/names"
 )
 
 // completeMarker is the file whose presence says an unpacked kernel is whole.
@@ -73,8 +74,8 @@ type debPackage struct{ name, version string }
 // interrupted leaves nothing half-made. progress, if set, gets one line per
 // step.
 func (a *Archive) FetchKernel(ctx context.Context, release, cache string, progress func(string)) (string, error) {
-	if !releasePattern.MatchString(release) {
-		return "", fmt.Errorf("kernel %q: not a kernel release (want one such as 6.1.0-56-cloud-amd64)", release)
+	if err := names.Check("kernel release", release); err != nil || !releasePattern.MatchString(release) {
+		return "", fmt.Errorf("kernel %.72q: not a kernel release (want one such as 6.1.0-56-cloud-amd64; %s)", release, names.Allowed)
 	}
 	dest := KernelDir(cache, release)
 	if KernelUnpacked(cache, release) {

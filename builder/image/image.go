@@ -27,6 +27,7 @@ import (
 	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/kmodcache/names"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
@@ -395,23 +396,25 @@ func (o Options) Validate() error {
 	seen := map[string]bool{}
 	for _, k := range o.Kernels {
 		if !kernelRelease.MatchString(k) {
-			bad("kernel %q: not a kernel release (uname -r), such as 6.1.0-56-cloud-amd64", k)
+			bad("kernel %.72q: not a kernel release (uname -r), such as 6.1.0-56-cloud-amd64", k)
+		} else if err := names.Check("kernel", k); err != nil {
+			bad("%v", err)
 		}
 		if seen[k] {
 			bad("kernel %s given twice", k)
 		}
 		seen[k] = true
 	}
-	names := map[string]bool{}
+	recipeNames := map[string]bool{}
 	for _, r := range o.Recipes {
 		if r == nil {
 			bad("nil recipe")
 			continue
 		}
-		if names[r.Name] {
+		if recipeNames[r.Name] {
 			bad("recipe %s given twice", r.Name)
 		}
-		names[r.Name] = true
+		recipeNames[r.Name] = true
 	}
 	errs = append(errs, formatProblems(o.Formats)...)
 	if o.ESPSizeMB < 64 {

@@ -14,28 +14,6 @@ import (
 	"github.com/kpreload/kpreload/live/inroot"
 )
 
-// CheckRelease refuses a kernel release that could not be a file name in
-// /boot: empty, too long, or holding anything but letters, digits and ".+-_~".
-// Every path this package makes from a release goes through it first.
-func CheckRelease(release string) error {
-	if release == "" {
-		return fmt.Errorf("no kernel release given")
-	}
-	if len(release) > 128 {
-		return fmt.Errorf("kernel release %.20q… is %d bytes long (at most 128)", release, len(release))
-	}
-	if release == "." || release == ".." || release[0] == '-' {
-		return fmt.Errorf("kernel release %q is not a kernel release", release)
-	}
-	for _, r := range release {
-		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(".+-_~", r)
-		if !ok {
-			return fmt.Errorf("kernel release %q holds %q: only letters, digits and .+-_~ are allowed", release, r)
-		}
-	}
-	return nil
-}
-
 // Kernel is what a root holds for one kernel release.
 type Kernel struct {
 	// Release is the kernel release (uname -r).

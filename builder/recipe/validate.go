@@ -18,8 +18,6 @@ import (
 
 var (
 	recipeNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
-	driverNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]*$`)
-	versionRE    = regexp.MustCompile(`^[0-9A-Za-z][0-9A-Za-z.+~_-]*$`)
 	moduleNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 	// Debian policy: package names are lower case letters, digits, "+", "-"
 	// and "."; versions are [epoch:]upstream[-revision], upstream starting with a digit.
@@ -49,14 +47,14 @@ func (r *Recipe) Validate() error {
 	switch {
 	case r.Driver.Name == "":
 		add("driver.name", "missing; name the driver, such as nvidia")
-	case !driverNameRE.MatchString(r.Driver.Name):
-		add("driver.name", "%q: use letters, digits, '.', '_', '+' and '-'", r.Driver.Name)
+	case nameError(r.Driver.Name) != nil:
+		add("driver.name", "%v", nameError(r.Driver.Name))
 	}
 	switch {
 	case r.Driver.Version == "":
 		add("driver.version", "missing; give the driver version, such as 535.261.03")
-	case !versionRE.MatchString(r.Driver.Version):
-		add("driver.version", "%q is not a version", r.Driver.Version)
+	case nameError(r.Driver.Version) != nil:
+		add("driver.version", "%v", nameError(r.Driver.Version))
 	}
 	switch r.Flavor {
 	case FlavorProprietary, FlavorOpen:

@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/kpreload/kpreload/kmodcache/names"
 )
 
 // CompareVersions compares two Debian version strings as dpkg does
@@ -139,8 +141,12 @@ func (r Release) String() string { return r.Version + "-" + r.Flavor }
 // 6.12.90+deb12.1), then a flavour that starts with a letter.
 var releaseRE = regexp.MustCompile(`^(([0-9]+)\.([0-9]+)\.[0-9]+(?:-[0-9]+)?(?:\+[0-9A-Za-z.]+)?)-([a-z][a-z0-9]*(?:-[a-z0-9]+)*)$`)
 
-// ParseRelease parses a Debian kernel release such as "6.1.0-56-cloud-amd64".
+// ParseRelease parses a Debian kernel release such as "6.1.0-56-cloud-amd64";
+// a release is a name (kmodcache/names) first.
 func ParseRelease(s string) (Release, error) {
+	if err := names.Check("kernel release", s); err != nil {
+		return Release{}, err
+	}
 	m := releaseRE.FindStringSubmatch(s)
 	if m == nil {
 		return Release{}, fmt.Errorf("%q is not a Debian kernel release such as 6.1.0-56-cloud-amd64 or 6.12.117+deb12-cloud-amd64", s)

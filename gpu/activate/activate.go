@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/kpreload/kpreload/kmodcache/names"
 	"github.com/kpreload/kpreload/live/inroot"
 )
 
@@ -46,8 +47,8 @@ func ReadyPath(runDir string) string { return filepath.Join(runDir, "kpreload", 
 // removed (a stale link would hand out another version's libraries) and the error
 // wraps ErrNoUserspace.
 func Point(runDir, root, driversDir, version string) error {
-	if version == "" || version != filepath.Base(version) || version == "." || version == ".." {
-		return fmt.Errorf("activate: bad driver version %q", version)
+	if err := names.Check("driver version", version); err != nil {
+		return fmt.Errorf("activate: %w", err)
 	}
 	target := filepath.Join(driversDir, version)
 	link := LinkPath(runDir)
@@ -143,6 +144,9 @@ func MarkReady(runDir string, r Ready) error {
 	if r.Modules == nil {
 		r.Modules = []string{}
 	}
+	if err := r.checkNames(); err != nil {
+		return fmt.Errorf("ready record: %w", err)
+	}
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return fmt.Errorf("ready record: %w", err)
@@ -205,7 +209,34 @@ func parseReady(b []byte, file string) (*Ready, error) {
 	if r.Format != ReadyFormat {
 		return nil, fmt.Errorf("ready record %s: format %d, want %d", file, r.Format, ReadyFormat)
 	}
+	if err := r.checkNames(); err != nil {
+		return nil, fmt.Errorf("ready record %s: %w", file, err)
+	}
 	return &r, nil
+}
+
+// checkNames refuses a record whose driver, version, flavour, kernel or
+// previous version is not a name (kmodcache/names): readers make paths of
+// them (the driver's userspace and firmware directories, mounted into
+// containers).
+func (r *Ready) checkNames() error {
+	var errs []error
+	for _, f := range []struct {
+		field, v string
+		optional bool
+	}{
+		{"driver", r.Driver, false}, {"version", r.Version, false}, {"flavor", r.Flavor, true},
+		{"kernel", r.Kernel, true}, {"previous", r.Previous, true},
+	} {
+		check := names.Check
+		if f.optional {
+			check = names.CheckOptional
+		}
+		if err := check(f.field, f.v); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // ClearReady removes the readiness record (while drivers are being swapped).

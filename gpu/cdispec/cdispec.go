@@ -28,6 +28,7 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/activate"
 	"github.com/kpreload/kpreload/gpu/devnodes"
+	"github.com/kpreload/kpreload/kmodcache/names"
 	"github.com/kpreload/kpreload/live/inroot"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 )
@@ -274,7 +275,12 @@ func node(n devnodes.Node) *specs.DeviceNode {
 // from, searched as the kernel's firmware loader does: the custom path
 // (/sys/module/firmware_class/parameters/path) first, then /lib/firmware/updates
 // and /lib/firmware (and their /usr/lib twins); last the driver's userspace.
+// A version that is not a name (kmodcache/names) has none: it would climb
+// out of nvidia/.
 func firmwareDir(root, version, driverDir string) string {
+	if !names.Valid(version) {
+		return ""
+	}
 	var bases []string
 	if b, err := inroot.ReadFile(root, "/sys/module/firmware_class/parameters/path", inroot.MaxAttr); err == nil {
 		if p := strings.TrimSpace(string(b)); path.IsAbs(p) {

@@ -25,6 +25,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/kpreload/kpreload/kmodcache/names"
 )
 
 // Flavours a request may name.
@@ -415,13 +417,18 @@ func CheckMIG(v string) error {
 }
 
 // CheckVersion checks a version request: "latest", or dot-separated numbers
-// ("535", "535.261.03", "1.0.0").
+// ("535", "535.261.03", "1.0.0") that are a name (kmodcache/names: at most
+// names.MaxLen characters).
 func CheckVersion(v string) error {
 	if v == Latest {
 		return nil
 	}
-	if _, err := ParseVersion(v); err != nil {
-		return fmt.Errorf(`want a version ("535.261.03"), a branch ("535") or "latest", got %q`, v)
+	if _, err := ParseVersion(v); err != nil || !names.Valid(v) {
+		got := fmt.Sprintf("%q", v)
+		if len(v) > names.MaxLen {
+			got = fmt.Sprintf("%.*q… (%d characters, at most %d)", names.MaxLen, v, len(v), names.MaxLen)
+		}
+		return fmt.Errorf(`want a version ("535.261.03"), a branch ("535") or "latest", got %s`, got)
 	}
 	return nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/modalias"
 	"github.com/kpreload/kpreload/kmodcache/modinfo"
+	"github.com/kpreload/kpreload/kmodcache/names"
 )
 
 // BootCritical lists, as globs over module paths relative to /lib/modules/<kver>
@@ -128,6 +129,9 @@ type Result struct {
 func Build(o Options, w io.Writer) (*Result, error) {
 	if o.Kernel == "" {
 		return nil, fmt.Errorf("no kernel release given")
+	}
+	if err := names.Check("kernel release", o.Kernel); err != nil {
+		return nil, err // it names the module tree, the index and paths in the archive
 	}
 	if o.ModulesDir == "" {
 		o.ModulesDir = filepath.Join("/lib/modules", o.Kernel)

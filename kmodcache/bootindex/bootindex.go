@@ -6,9 +6,12 @@ package bootindex
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/kpreload/kpreload/kmodcache/names"
 )
 
 // FormatVersion is the current index format; readers refuse other versions.
@@ -88,7 +91,9 @@ type Module struct {
 	SigKey string `json:"sig_key,omitempty"`
 }
 
-// Read loads an index file and checks its format and kernel.
+// Read loads an index file and checks its format and its names: the kernel
+// release, and the driver, version and flavour of every driver set, follow
+// kmodcache/names (readers make paths of them).
 func Read(path string) (*Index, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -101,7 +106,28 @@ func Read(path string) (*Index, error) {
 	if ix.Format != FormatVersion {
 		return nil, fmt.Errorf("boot index %s: format %d, want %d", path, ix.Format, FormatVersion)
 	}
+	if err := ix.checkNames(); err != nil {
+		return nil, fmt.Errorf("boot index %s: %w", path, err)
+	}
 	return &ix, nil
+}
+
+// checkNames checks the index's kernel release and each driver set's
+// driver, version and flavour against kmodcache/names.
+func (ix *Index) checkNames() error {
+	if err := names.Check("kernel", ix.Kernel); err != nil {
+		return err
+	}
+	for i, s := range ix.Sets {
+		if s.ID == KernelSetID && s.Driver == "" && s.Version == "" && s.Flavor == "" {
+			continue // the kernel's own modules: no driver
+		}
+		err := errors.Join(names.Check("driver", s.Driver), names.Check("version", s.Version), names.CheckOptional("flavor", s.Flavor))
+		if err != nil {
+			return fmt.Errorf("sets[%d]: %w", i, err)
+		}
+	}
+	return nil
 }
 
 // Marshal returns the index as indented JSON ending in a newline, the form Write

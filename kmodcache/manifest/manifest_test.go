@@ -50,7 +50,7 @@ func TestValidateErrors(t *testing.T) {
 	}{
 		{"format", func(m *Manifest) { m.Format = 2 }, []string{"format 2, want 1"}},
 		{"no kernel", func(m *Manifest) { m.Kernel = "" }, []string{"kernel release is empty", `vermagic "` + testVermagic + `" is for kernel "6.1.0-56-cloud-amd64", set is for ""`}},
-		{"kernel with slash", func(m *Manifest) { m.Kernel = "../etc" }, []string{`kernel release "../etc" is not a valid release name`, `set is for "../etc"`}},
+		{"kernel with slash", func(m *Manifest) { m.Kernel = "../etc" }, []string{`kernel release "../etc" starts with '.': want 1 to 64 letters`, `set is for "../etc"`}},
 		{"set vermagic other kernel", func(m *Manifest) {
 			m.Vermagic = "6.12.117+deb12-cloud-amd64 SMP preempt mod_unload modversions "
 			for i := range m.Modules {
@@ -63,7 +63,17 @@ func TestValidateErrors(t *testing.T) {
 		}, []string{`module nvidia_drm has vermagic "6.12.117+deb12-cloud-amd64 SMP preempt mod_unload modversions " (kernel 6.12.117+deb12-cloud-amd64), set has "` + testVermagic + `"`}},
 		{"no driver", func(m *Manifest) { m.Driver = " " }, []string{"driver name is empty"}},
 		{"no version", func(m *Manifest) { m.Version = "" }, []string{"driver version is empty"}},
-		{"flavor with slash", func(m *Manifest) { m.Flavor = "a/b" }, []string{`flavor "a/b" has spaces, slashes or control characters`}},
+		{"flavor with slash", func(m *Manifest) { m.Flavor = "a/b" }, []string{`flavor "a/b" holds '/': want 1 to 64 letters`}},
+		// Names become directories (the driver's userspace, its firmware
+		// in containers): none may climb out of one.
+		{"version dot dot", func(m *Manifest) { m.Version = ".." }, []string{`driver version ".." starts with '.': want 1 to 64 letters, digits and ".+~_-"`}},
+		{"version up to etc", func(m *Manifest) { m.Version = "../../../../etc" }, []string{`driver version "../../../../etc" starts with '.'`}},
+		{"version with dot dot inside", func(m *Manifest) { m.Version = "535..261" }, []string{`driver version "535..261" holds ".."`}},
+		{"version as an option", func(m *Manifest) { m.Version = "-rf" }, []string{`driver version "-rf" starts with '-'`}},
+		{"driver dot dot", func(m *Manifest) { m.Driver = ".." }, []string{`driver name ".." starts with '.'`}},
+		{"flavor dot dot", func(m *Manifest) { m.Flavor = ".." }, []string{`flavor ".." starts with '.'`}},
+		{"kernel dot dot", func(m *Manifest) { m.Kernel = ".." }, []string{`kernel release ".." starts with '.'`, `set is for ".."`}},
+		{"long version", func(m *Manifest) { m.Version = strings.Repeat("5", 65) }, []string{`driver version "` + strings.Repeat("5", 65) + `" is 65 bytes long`}},
 		{"no modules", func(m *Manifest) { m.Modules = nil; m.External = nil; m.Firmware = nil }, []string{"no modules"}},
 		{"duplicate name", func(m *Manifest) { m.Modules[1].Name = "nvidia"; m.Modules[1].Depends = nil }, []string{"module nvidia appears more than once"}},
 		{"duplicate name dash", func(m *Manifest) {

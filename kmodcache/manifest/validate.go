@@ -9,6 +9,7 @@ import (
 	"github.com/kpreload/kpreload/kmodcache/modinfo"
 	"github.com/kpreload/kpreload/kmodcache/modname"
 	"github.com/kpreload/kpreload/kmodcache/modorder"
+	"github.com/kpreload/kpreload/kmodcache/names"
 )
 
 // maxModuleName is the longest module name the kernel accepts
@@ -44,6 +45,13 @@ var sigKeyRE = regexp.MustCompile(`^[0-9A-F]{2}(:[0-9A-F]{2})*$`)
 func (m *Manifest) Validate() error {
 	var p []string
 	add := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
+	// Driver, version, flavour and kernel name directories and files
+	// wherever the set goes: names.Check keeps them single path elements.
+	addName := func(field, v string) {
+		if err := names.Check(field, v); err != nil {
+			p = append(p, err.Error())
+		}
+	}
 
 	if m.Format != FormatVersion {
 		add("format %d, want %d", m.Format, FormatVersion)
@@ -51,8 +59,8 @@ func (m *Manifest) Validate() error {
 	switch {
 	case m.Kernel == "":
 		add("kernel release is empty")
-	case !validRelease(m.Kernel):
-		add("kernel release %q is not a valid release name (no spaces, slashes or leading dot)", m.Kernel)
+	default:
+		addName("kernel release", m.Kernel)
 	}
 	if r := modinfo.VermagicRelease(m.Vermagic); r == "" {
 		add("vermagic is empty")
@@ -61,16 +69,16 @@ func (m *Manifest) Validate() error {
 	}
 	if strings.TrimSpace(m.Driver) == "" {
 		add("driver name is empty")
-	} else if hasControl(m.Driver) || strings.ContainsAny(m.Driver, " /") {
-		add("driver name %q has spaces, slashes or control characters", m.Driver)
+	} else {
+		addName("driver name", m.Driver)
 	}
 	if strings.TrimSpace(m.Version) == "" {
 		add("driver version is empty")
-	} else if hasControl(m.Version) || strings.ContainsAny(m.Version, " /") {
-		add("driver version %q has spaces, slashes or control characters", m.Version)
+	} else {
+		addName("driver version", m.Version)
 	}
-	if hasControl(m.Flavor) || strings.ContainsAny(m.Flavor, " /") {
-		add("flavor %q has spaces, slashes or control characters", m.Flavor)
+	if m.Flavor != "" {
+		addName("flavor", m.Flavor)
 	}
 	if len(m.Modules) == 0 {
 		add("no modules")
@@ -233,11 +241,6 @@ func IsDigest(s string) bool {
 	return true
 }
 
-// validRelease reports whether r can be a kernel release and a file name.
-func validRelease(r string) bool {
-	return r != "" && !strings.HasPrefix(r, ".") && !strings.ContainsAny(r, "/\\ \t\n\x00") && !hasControl(r)
-}
-
 // validModuleName reports whether n is a kernel module name.
 func validModuleName(n string) bool {
 	if n == "" || len(n) > maxModuleName {
@@ -249,9 +252,4 @@ func validModuleName(n string) bool {
 		}
 	}
 	return true
-}
-
-// hasControl reports whether s contains a control character.
-func hasControl(s string) bool {
-	return strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f })
 }

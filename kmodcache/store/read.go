@@ -13,6 +13,7 @@ import (
 
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
+	"github.com/kpreload/kpreload/kmodcache/names"
 )
 
 // Entry summarizes one set of the cache.
@@ -233,8 +234,13 @@ func (s *Store) Kernels() ([]string, error) {
 	return slices.Compact(ks), badError(bad)
 }
 
-// Index reads the boot index stored for kernel, the file /init reads.
+// Index reads the boot index stored for kernel, the file /init reads; a
+// kernel that is not a name (kmodcache/names) is refused before it becomes
+// a path.
 func (s *Store) Index(kernel string) (*bootindex.Index, error) {
+	if err := names.Check("kernel release", kernel); err != nil {
+		return nil, fmt.Errorf("boot index: %w", err)
+	}
 	ix, err := bootindex.Read(s.IndexPath(kernel))
 	if err != nil {
 		return nil, err

@@ -138,6 +138,18 @@ builds and leaves the cache (and the registry) as it was.`,
 			if err != nil {
 				return err
 			}
+			var kvers []string // flag or argument, kernel release
+			for _, k := range opts.Kernels {
+				kvers = append(kvers, "--kernel", k)
+			}
+			for _, r := range recipes {
+				for _, k := range kernels[r] {
+					kvers = append(kvers, r.Name+":KVER", k)
+				}
+			}
+			if err := checkNames(kvers...); err != nil {
+				return fmt.Errorf("build: %w", err)
+			}
 			opts.Recipes, opts.RecipeKernels = recipes, kernels
 			p := newBuildProgress(cmd.ErrOrStderr())
 			opts.Progress = p.event

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
+	"github.com/kpreload/kpreload/kmodcache/names"
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
 
@@ -66,6 +68,9 @@ the set's manifest and regenerates that kernel's boot index. It prints the set
 id; adding the same files again gives the same id and changes nothing.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := errors.Join(names.Check("--driver", req.Driver), names.Check("--version", req.Version), checkNames("--flavor", req.Flavor)); err != nil {
+				return fmt.Errorf("cache add: %w", err)
+			}
 			s, err := open()
 			if err != nil {
 				return err
@@ -304,6 +309,9 @@ func newCacheIndexCmd(open func() (*store.Store, error)) *cobra.Command {
 		Short: "Print the boot index /init reads for a kernel release",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := names.Check("--kernel", kernel); err != nil {
+				return fmt.Errorf("cache index: %w", err)
+			}
 			s, err := open()
 			if err != nil {
 				return err

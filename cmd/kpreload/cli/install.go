@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -81,6 +82,13 @@ in it.`,
   sudo kpreload install --root /mnt/image --esp /mnt/image/boot/efi`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			errs := []error{checkNames("--default", def)}
+			for _, k := range kernels {
+				errs = append(errs, checkNames("--kernel", k))
+			}
+			if err := errors.Join(errs...); err != nil {
+				return fmt.Errorf("install: %w", err)
+			}
 			o, err := f.options(cmd.ErrOrStderr())
 			if err != nil {
 				return err

@@ -54,6 +54,9 @@ the "selection" section of the boot report.`,
 			if sysRoot == "" || cacheDir == "" || kernel == "" {
 				return errors.New("--sysfs, --cache and --kernel are required")
 			}
+			if err := checkNames("--kernel", kernel); err != nil {
+				return fmt.Errorf("plan: %w", err)
+			}
 			// Everything under --sysfs is read inside it, bounded (pci.ScanIn).
 			devs, err := pci.ScanIn(sysRoot)
 			if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/kpreload/kpreload/gpu/cdispec"
 	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/gpu/switcher"
+	"github.com/kpreload/kpreload/kmodcache/names"
 	"github.com/kpreload/kpreload/kmodcache/store"
 	"github.com/kpreload/kpreload/live/loader"
 )
@@ -65,6 +66,9 @@ sysfs mount, a root holding sys/, or a tree built from a capture), --cache and
   kpreload switch 550.163.01 --dry-run --sysfs ./h200-capture --cache ./cache --kernel 6.12.117+deb12-cloud-amd64 --json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkNames("VERSION", args[0], "--driver", driver, "--flavor", flavor, "--kernel", kernel); err != nil || args[0] == "" {
+				return fmt.Errorf("switch: %w", errors.Join(err, names.Check("VERSION", args[0])))
+			}
 			if kernel == "" {
 				var u unix.Utsname
 				if err := unix.Uname(&u); err != nil {
