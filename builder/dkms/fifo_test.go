@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kpreload/kpreload/live/inroot/inroottest"
+	"github.com/kpreload/kpreload/internal/inroot/inroottest"
 )
 
 // TestCertFIFO: a recipe's signing certificate that is a FIFO is refused at

@@ -13,7 +13,7 @@ import (
 	"strings"
 
 	"github.com/kpreload/kpreload/kmodcache/modsig"
-	"github.com/kpreload/kpreload/live/inroot"
+	"github.com/kpreload/kpreload/internal/inroot"
 )
 
 // Module signing. The kernel verifies an appended PKCS#7 signature made by

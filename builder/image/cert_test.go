@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kpreload/kpreload/live/inroot/inroottest"
+	"github.com/kpreload/kpreload/internal/inroot/inroottest"
 )
 
 // TestCertificateFIFO: a module certificate that is a FIFO is refused at

@@ -19,7 +19,7 @@ import (
 	"github.com/kpreload/kpreload/internal/tail"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/store"
-	"github.com/kpreload/kpreload/live/inroot"
+	"github.com/kpreload/kpreload/internal/inroot"
 )
 
 // StageOptions describes what Stage puts into a root tree.

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kpreload/kpreload/live/inroot"
-	"github.com/kpreload/kpreload/live/inroot/inroottest"
+	"github.com/kpreload/kpreload/internal/inroot"
+	"github.com/kpreload/kpreload/internal/inroot/inroottest"
 )
 
 // grubHeader is the part of 00_header's grub.cfg that sets the default.

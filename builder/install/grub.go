@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/kpreload/kpreload/live/inroot"
+	"github.com/kpreload/kpreload/internal/inroot"
 )
 
 // GrubScriptText is /etc/grub.d/09_kpreload. grub-mkconfig runs it before

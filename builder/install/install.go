@@ -12,7 +12,7 @@ import (
 
 	"github.com/kpreload/kpreload/initramfs/archive"
 	"github.com/kpreload/kpreload/initramfs/assemble"
-	"github.com/kpreload/kpreload/live/inroot"
+	"github.com/kpreload/kpreload/internal/inroot"
 )
 
 // Options says which root to make boot kpreload, and how.

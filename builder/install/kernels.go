@@ -11,7 +11,7 @@ import (
 
 	"github.com/kpreload/kpreload/internal/versort"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
-	"github.com/kpreload/kpreload/live/inroot"
+	"github.com/kpreload/kpreload/internal/inroot"
 )
 
 // Kernel is what a root holds for one kernel release.

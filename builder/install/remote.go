@@ -19,7 +19,7 @@ import (
 	"github.com/kpreload/kpreload/kmodcache/cellsign"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/store"
-	"github.com/kpreload/kpreload/live/inroot"
+	"github.com/kpreload/kpreload/internal/inroot"
 )
 
 // RemoteFile is a root's registry configuration, relative to the root: where

@@ -15,7 +15,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/dkms"
 	"github.com/kpreload/kpreload/builder/recipe"
-	"github.com/kpreload/kpreload/live/inroot"
+	"github.com/kpreload/kpreload/internal/inroot"
 )
 
 // extras are a recipe's inputs beyond the DKMS source: the signing key and

@@ -1,6 +1,6 @@
 package recipe
 
-// Recipes and their patches are read through live/inroot: only a regular
+// Recipes and their patches are read through internal/inroot: only a regular
 // file is opened (without blocking, so a FIFO or a device named as one is
 // refused at once), and no more than these bounds is read.
 const (

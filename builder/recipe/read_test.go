@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kpreload/kpreload/live/inroot/inroottest"
+	"github.com/kpreload/kpreload/internal/inroot/inroottest"
 )
 
 // TestLoadFIFO: a recipe that is a FIFO (named, or found by LoadDir) is

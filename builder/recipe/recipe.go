@@ -15,7 +15,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/kpreload/kpreload/live/inroot"
+	"github.com/kpreload/kpreload/internal/inroot"
 )
 
 // Flavours a recipe may declare.

@@ -13,7 +13,7 @@ import (
 	"path/filepath"
 
 	"github.com/kpreload/kpreload/kmodcache/names"
-	"github.com/kpreload/kpreload/live/inroot"
+	"github.com/kpreload/kpreload/internal/inroot"
 )
 
 // DriversDir is where images keep each driver version's userspace, unpacked from

@@ -5,7 +5,7 @@
 // updates the container's linker cache. Generation is a pure function of a root
 // directory (its proc, sys, dev, run, etc, opt and lib trees), so it runs on a live
 // system ("/") and on test trees alike. Every file of the root is read through
-// live/inroot: paths and links resolve inside the root, only regular files are
+// internal/inroot: paths and links resolve inside the root, only regular files are
 // read and each read is bounded. The spec types and their validation are the
 // CDI project's own (tags.cncf.io/container-device-interface).
 //
@@ -29,7 +29,7 @@ import (
 	"github.com/kpreload/kpreload/gpu/activate"
 	"github.com/kpreload/kpreload/gpu/devnodes"
 	"github.com/kpreload/kpreload/kmodcache/names"
-	"github.com/kpreload/kpreload/live/inroot"
+	"github.com/kpreload/kpreload/internal/inroot"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 )
 
@@ -132,7 +132,7 @@ type mount struct{ host, container string }
 // Generate reads the system mounted at root and returns its CDI spec and what it
 // found. Paths in the spec are those of the system itself (root is stripped).
 // Every path is resolved inside root (a link never leads out of it) and every
-// file read is a regular file of bounded size (live/inroot); errors name the
+// file read is a regular file of bounded size (internal/inroot); errors name the
 // file.
 func Generate(root string, opts Options) (*specs.Spec, *Found, error) {
 	if opts.HookPath == "" {

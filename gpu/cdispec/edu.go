@@ -14,7 +14,7 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/activate"
 	"github.com/kpreload/kpreload/gpu/devnodes"
-	"github.com/kpreload/kpreload/live/inroot"
+	"github.com/kpreload/kpreload/internal/inroot"
 )
 
 // kpreload's test driver (recipes/testdriver: kpreload_edu, QEMU's edu

@@ -13,7 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/kpreload/kpreload/live/inroot"
+	"github.com/kpreload/kpreload/internal/inroot"
 )
 
 // DefaultLdconfig is the host's ldconfig the hook runs.
@@ -86,7 +86,7 @@ func rootPath(config []byte, bundle, file string) (string, error) {
 // include of ld.so.conf.d/*.conf when the image has none), then runs
 // `ldconfig -r <root>` so the cache of the container, not the host's, is rebuilt
 // and libcuda.so.1 resolves. Files are written through os.Root and read
-// through live/inroot, so links in the container image cannot point the
+// through internal/inroot, so links in the container image cannot point the
 // writes or the reads outside it, and a FIFO in the image cannot hang it.
 func UpdateLdcache(containerRoot, ldconfig string, folders []string) error {
 	if containerRoot == "" || filepath.Clean(containerRoot) == "/" {

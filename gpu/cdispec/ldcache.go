@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"github.com/kpreload/kpreload/live/inroot"
+	"github.com/kpreload/kpreload/internal/inroot"
 )
 
 // LdcacheEntry is one library of the linker cache: its soname and path.

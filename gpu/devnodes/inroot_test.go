@@ -12,8 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kpreload/kpreload/live/inroot"
-	"github.com/kpreload/kpreload/live/inroot/inroottest"
+	"github.com/kpreload/kpreload/internal/inroot"
+	"github.com/kpreload/kpreload/internal/inroot/inroottest"
 )
 
 // TestPlanIn: PlanIn plans what Plan plans on a system's own /proc, and

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kpreload/kpreload/live/inroot/inroottest"
+	"github.com/kpreload/kpreload/internal/inroot/inroottest"
 )
 
 // TestReadFIFO: an instance YAML that is a FIFO is refused at once as not a

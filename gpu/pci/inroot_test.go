@@ -14,8 +14,8 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/pci"
 	"github.com/kpreload/kpreload/gpu/pci/pcitest"
-	"github.com/kpreload/kpreload/live/inroot"
-	"github.com/kpreload/kpreload/live/inroot/inroottest"
+	"github.com/kpreload/kpreload/internal/inroot"
+	"github.com/kpreload/kpreload/internal/inroot/inroottest"
 )
 
 // TestScanInAgreesWithScan: on ordinary trees, the fixture's and this

@@ -28,7 +28,7 @@ import (
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/modname"
 	"github.com/kpreload/kpreload/live/coldplug"
-	"github.com/kpreload/kpreload/live/inroot"
+	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/live/loader"
 	"github.com/kpreload/kpreload/live/report"
 	"github.com/kpreload/kpreload/live/secureboot"
@@ -73,7 +73,7 @@ type Options struct {
 	Release string
 	// SysDir, ProcDir, DevDir and RunDir are where sysfs, procfs, /dev and /run are
 	// ("/sys", "/proc", "/dev", "/run" on a running system). Each is a root for
-	// what is read in it: paths and links resolve inside it (live/inroot) and
+	// what is read in it: paths and links resolve inside it (internal/inroot) and
 	// files are read bounded.
 	SysDir, ProcDir, DevDir, RunDir string
 	// Root is where the root holding DriversDir is mounted ("/").

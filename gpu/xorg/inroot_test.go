@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kpreload/kpreload/live/inroot"
-	"github.com/kpreload/kpreload/live/inroot/inroottest"
+	"github.com/kpreload/kpreload/internal/inroot"
+	"github.com/kpreload/kpreload/internal/inroot/inroottest"
 )
 
 // TestFindHostileRoot: what Find reads stays in the root, is a regular file

@@ -18,7 +18,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kpreload/kpreload/live/inroot"
+	"github.com/kpreload/kpreload/internal/inroot"
 )
 
 // VendorNVIDIA is NVIDIA's PCI vendor ID.

@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kpreload/kpreload/gpu/instance"
-	"github.com/kpreload/kpreload/live/inroot/inroottest"
+	"github.com/kpreload/kpreload/internal/inroot/inroottest"
 	"github.com/kpreload/kpreload/live/report"
 	"github.com/kpreload/kpreload/live/secureboot"
 )

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 
 	"github.com/kpreload/kpreload/gpu/instance"
-	"github.com/kpreload/kpreload/live/inroot"
+	"github.com/kpreload/kpreload/internal/inroot"
 )
 
 // imageFile is the instance request file baked into the mounted root, read

@@ -15,7 +15,7 @@ import (
 	"strings"
 
 	"github.com/kpreload/kpreload/initramfs/rootfs"
-	"github.com/kpreload/kpreload/live/inroot"
+	"github.com/kpreload/kpreload/internal/inroot"
 )
 
 // The kinds of seed, by the datasource cloud-init reads them as.

@@ -36,7 +36,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/kpreload/kpreload/live/inroot"
+	"github.com/kpreload/kpreload/internal/inroot"
 )
 
 // Signature is a cell's signature as the registry carries it.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kpreload/kpreload/live/inroot/inroottest"
+	"github.com/kpreload/kpreload/internal/inroot/inroottest"
 )
 
 // TestKeyFileFIFO: a trust or signing key file that is a FIFO is refused at

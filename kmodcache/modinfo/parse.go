@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/kpreload/kpreload/kmodcache/modname"
-	"github.com/kpreload/kpreload/live/inroot"
+	"github.com/kpreload/kpreload/internal/inroot"
 )
 
 // SignatureMagic ends every module that carries an appended signature

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/gpu/cdispec"
-	"github.com/kpreload/kpreload/live/inroot"
+	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/live/report"
 )
 

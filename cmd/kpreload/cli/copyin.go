@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kpreload/kpreload/live/inroot"
+	"github.com/kpreload/kpreload/internal/inroot"
 )
 
 func init() { register(newCopyInCmd) }

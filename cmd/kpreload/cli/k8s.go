@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kpreload/kpreload/gpu/k8sconfig"
-	"github.com/kpreload/kpreload/live/inroot"
+	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/live/report"
 )
 

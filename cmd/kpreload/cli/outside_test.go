@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kpreload/kpreload/live/inroot/inroottest"
+	"github.com/kpreload/kpreload/internal/inroot/inroottest"
 )
 
 // TestOutsideFileFIFO: a file the command line names (a trust key, a

@@ -17,7 +17,7 @@ import (
 	"github.com/kpreload/kpreload/gpu/pci"
 	"github.com/kpreload/kpreload/gpu/selection"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
-	"github.com/kpreload/kpreload/live/inroot"
+	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/live/report"
 	"github.com/kpreload/kpreload/live/secureboot"
 	"github.com/spf13/cobra"

@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kpreload/kpreload/gpu/pci/pcitest"
-	"github.com/kpreload/kpreload/live/inroot/inroottest"
+	"github.com/kpreload/kpreload/internal/inroot/inroottest"
 )
 
 // TestXorgH200 runs the command on a sysfs tree built from the real H200 VM.

@@ -1,5 +1,5 @@
 // Package inroottest helps tests build hostile system trees for the readers
-// of live/inroot: a file of the tree made anew as a link, a FIFO, a device.
+// of internal/inroot: a file of the tree made anew as a link, a FIFO, a device.
 package inroottest
 
 import (
