@@ -12,8 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/kpreload/kpreload/kmodcache/modsig"
 	"github.com/kpreload/kpreload/internal/inroot"
+	"github.com/kpreload/kpreload/kmodcache/modsig"
 )
 
 // Module signing. The kernel verifies an appended PKCS#7 signature made by

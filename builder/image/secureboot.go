@@ -14,8 +14,8 @@ import (
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/builder/recipe"
-	"github.com/kpreload/kpreload/kmodcache/modsig"
 	"github.com/kpreload/kpreload/internal/inroot"
+	"github.com/kpreload/kpreload/kmodcache/modsig"
 	"github.com/kpreload/kpreload/live/secureboot"
 )
 

@@ -16,10 +16,10 @@ import (
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/internal/fileutil"
+	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/internal/tail"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/store"
-	"github.com/kpreload/kpreload/internal/inroot"
 )
 
 // StageOptions describes what Stage puts into a root tree.

@@ -9,9 +9,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/internal/versort"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
-	"github.com/kpreload/kpreload/internal/inroot"
 )
 
 // Kernel is what a root holds for one kernel release.

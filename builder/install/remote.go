@@ -15,11 +15,11 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/cellsign"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/store"
-	"github.com/kpreload/kpreload/internal/inroot"
 )
 
 // RemoteFile is a root's registry configuration, relative to the root: where

@@ -12,8 +12,8 @@ import (
 
 	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/dkms"
-	"github.com/kpreload/kpreload/kmodcache/modname"
 	"github.com/kpreload/kpreload/internal/inroot"
+	"github.com/kpreload/kpreload/kmodcache/modname"
 )
 
 var (

@@ -12,8 +12,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/kpreload/kpreload/kmodcache/names"
 	"github.com/kpreload/kpreload/internal/inroot"
+	"github.com/kpreload/kpreload/kmodcache/names"
 )
 
 // DriversDir is where images keep each driver version's userspace, unpacked from

@@ -28,8 +28,8 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/activate"
 	"github.com/kpreload/kpreload/gpu/devnodes"
-	"github.com/kpreload/kpreload/kmodcache/names"
 	"github.com/kpreload/kpreload/internal/inroot"
+	"github.com/kpreload/kpreload/kmodcache/names"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 )
 

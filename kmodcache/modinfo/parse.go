@@ -9,8 +9,8 @@ import (
 	"io"
 	"strings"
 
-	"github.com/kpreload/kpreload/kmodcache/modname"
 	"github.com/kpreload/kpreload/internal/inroot"
+	"github.com/kpreload/kpreload/kmodcache/modname"
 )
 
 // SignatureMagic ends every module that carries an appended signature

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/builder/image"
-	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/internal/inroot/inroottest"
+	"github.com/kpreload/kpreload/internal/testenv"
 )
 
 // TestInstallScriptRootLinksOut runs the real install script (without the
