@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"unicode"
 
 	"github.com/kpreload/kpreload/internal/inroot"
 )
@@ -99,7 +100,11 @@ func GrubEntries(w io.Writer, root string, env GrubEnv) error {
 	if def == "" {
 		return nil
 	}
-	osName := strings.TrimSpace(env.Distributor)
+	// A title is one line: GRUB_DISTRIBUTOR's control characters (a newline
+	// that would start a command of its own) become spaces, as do runs of blanks.
+	osName := strings.Join(strings.FieldsFunc(env.Distributor, func(r rune) bool {
+		return unicode.IsSpace(r) || unicode.IsControl(r)
+	}), " ")
 	if osName == "" {
 		osName = "Debian"
 	}
