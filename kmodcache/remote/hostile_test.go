@@ -292,7 +292,7 @@ func TestHostileManifests(t *testing.T) {
 		{"negative size", func(m *ocispec.Manifest) { m.Layers[1].Size = -1 }, []string{"size -1 outside"}},
 		{"set id of another set", func(m *ocispec.Manifest) { m.Annotations[AnnotationSetID] = strings.Repeat("ab", 32) }, []string{"the record names set abababababab"}},
 		{"record for another kernel", func(m *ocispec.Manifest) { m.Annotations[AnnotationKernel] = "6.12.0-1-amd64" }, []string{"the record says", "for 6.12.0-1-amd64"}},
-		{"escape in a name", func(m *ocispec.Manifest) { m.Annotations[AnnotationDriver] = "evil\x1b[2J" }, []string{"driver annotation", "no control characters"}},
+		{"escape in a name", func(m *ocispec.Manifest) { m.Annotations[AnnotationDriver] = "evil\x1b[2J" }, []string{"driver annotation", `holds '\x1b'`}},
 		{"config not a key", func(m *ocispec.Manifest) { m.Config.MediaType = "application/octet-stream" }, []string{"want the cell's key"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

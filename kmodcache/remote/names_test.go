@@ -20,7 +20,8 @@ import (
 // TestPullRefusesSetNames: a registry serves a well-formed cell (a real
 // module file, every digest right) whose set.json names a driver, version,
 // flavour or kernel that is not a name: the pull is refused, naming the
-// field and the value, before any module is downloaded, and the cache is
+// field and the value (the record's annotation is checked first, set.json's
+// copy of it again by manifest.Validate), before any module is downloaded, and the cache is
 // left as it was. Such a version became /opt/kpreload/drivers/<version> and
 // /lib/firmware/nvidia/<version> at boot.
 func TestPullRefusesSetNames(t *testing.T) {
@@ -40,11 +41,11 @@ func TestPullRefusesSetNames(t *testing.T) {
 		driver, version, flavor string
 		want                    string
 	}{
-		{"version dot dot", "test", "..", "open", `driver version ".." starts with '.'`},
-		{"version dot", "test", ".", "open", `driver version "." starts with '.'`},
-		{"version as an option", "test", "-1.0", "open", `driver version "-1.0" starts with '-'`},
-		{"driver dot dot", "..", "1.0", "open", `driver name ".." starts with '.'`},
-		{"flavour dot dot", "test", "1.0", "..", `flavor ".." starts with '.'`},
+		{"version dot dot", "test", "..", "open", `version annotation ".." starts with '.'`},
+		{"version dot", "test", ".", "open", `version annotation "." starts with '.'`},
+		{"version as an option", "test", "-1.0", "open", `version annotation "-1.0" starts with '-'`},
+		{"driver dot dot", "..", "1.0", "open", `driver annotation ".." starts with '.'`},
+		{"flavour dot dot", "test", "1.0", "..", `flavor annotation ".." starts with '.'`},
 		{"long version", "test", strings.Repeat("1", 100), "open", `is 100 bytes long`},
 	}
 	for _, tt := range tests {

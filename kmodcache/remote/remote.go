@@ -69,6 +69,7 @@ import (
 
 	"github.com/kpreload/kpreload/kmodcache/cellsign"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
+	"github.com/kpreload/kpreload/kmodcache/names"
 )
 
 // Media types of a cell artifact.
@@ -475,11 +476,16 @@ func parseRecord(tag, dgst string, b []byte) (*Record, error) {
 
 // check refuses a record whose names, state or set id are not well formed.
 func (rec *Record) check() error {
+	if len(rec.Recipe) > 256 || strings.ContainsFunc(rec.Recipe, unicode.IsControl) {
+		return fmt.Errorf("tag %s: the recipe annotation %.64q is not a name (at most 256 characters, no control characters)", short(rec.Tag), rec.Recipe)
+	}
+	// Kernel, driver, version and flavour become paths of the cache a pull
+	// fills: they follow the one names grammar, signed or not.
 	for _, f := range []struct{ name, v string }{
-		{"recipe", rec.Recipe}, {"kernel", rec.Kernel}, {"driver", rec.Driver}, {"version", rec.Version}, {"flavor", rec.Flavor},
+		{"kernel", rec.Kernel}, {"driver", rec.Driver}, {"version", rec.Version}, {"flavor", rec.Flavor},
 	} {
-		if len(f.v) > 256 || strings.ContainsFunc(f.v, unicode.IsControl) {
-			return fmt.Errorf("tag %s: the %s annotation %.64q is not a name (at most 256 characters, no control characters)", short(rec.Tag), f.name, f.v)
+		if err := names.CheckOptional(f.name+" annotation", f.v); err != nil {
+			return fmt.Errorf("tag %s: %w", short(rec.Tag), err)
 		}
 	}
 	switch rec.State {
