@@ -119,8 +119,8 @@ func (ix *Index) checkNames() error {
 		return err
 	}
 	for i, s := range ix.Sets {
-		if s.ID == KernelSetID && s.Driver == "" && s.Version == "" && s.Flavor == "" {
-			continue // the kernel's own modules: no driver
+		if s.Driver == "" && s.Version == "" && s.Flavor == "" {
+			continue // plain modules (the kernel's own, an initramfs's "extra" files): no driver
 		}
 		err := errors.Join(names.Check("driver", s.Driver), names.Check("version", s.Version), names.CheckOptional("flavor", s.Flavor))
 		if err != nil {
