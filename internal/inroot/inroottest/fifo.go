@@ -2,6 +2,7 @@ package inroottest
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,5 +42,16 @@ func Within(d time.Duration, f func() error) error {
 		return err
 	case <-time.After(d):
 		return ErrHung
+	}
+}
+
+// RefusesFIFO checks that call, given the FIFO at fifo, returns within 5 s
+// with an error holding want (the FIFO's path, or its path and the refusal)
+// and "not a regular file"; what names the call in the failure message.
+func RefusesFIFO(t testing.TB, what, fifo, want string, call func() error) {
+	t.Helper()
+	err := Within(5*time.Second, call)
+	if errors.Is(err, ErrHung) || err == nil || !strings.Contains(err.Error(), "not a regular file") || !strings.Contains(err.Error(), want) {
+		t.Errorf("%s of a FIFO: %v; want a not-a-regular-file error naming %s", what, err, fifo)
 	}
 }
