@@ -402,7 +402,8 @@ func describe(m *bootindex.Module, file string) error {
 	m.Aliases = info.Aliases
 	m.Depends = info.Depends
 	m.Firmware = info.Firmware
-	m.SoftPre = (&manifest.Module{Softdeps: info.Softdeps}).SoftPre()
+	sd := &manifest.Module{Softdeps: info.Softdeps}
+	m.SoftPre, m.SoftPost = sd.SoftPre(), sd.SoftPost()
 	return nil
 }
 
