@@ -1,6 +1,8 @@
-// Package rootdisk builds the ext4 root disk image kpreload boots in QEMU tests, without
+// Package rootdisk builds the root disk image kpreload boots in QEMU tests, without
 // mounting anything: it stages a directory tree (the test /sbin/init, the usual empty
-// mount points, extra trees such as a module cache) and hands it to mkfs.ext4 -d.
+// mount points, extra trees such as a module cache) and hands it to the filesystem's
+// own mkfs: mkfs.ext4 -d, mkfs.xfs -p with a prototype file written from the tree, or
+// mkfs.btrfs --rootdir.
 package rootdisk
 
 import (
@@ -24,19 +26,22 @@ const DefaultLabel = "kpreload-root"
 // file in an image.
 const fixedTime = 1577836800 * 1e9
 
-// minSizeMB is the smallest image Build makes when it picks the size itself.
-const minSizeMB = 64
-
 // Options describes one root disk image.
 type Options struct {
 	// Out is the image file to write (overwritten).
 	Out string
-	// SizeMB is the image size in MiB; 0 picks one that fits the staged tree (at least 64).
+	// FSType is the filesystem: "ext4" (the default when empty), "xfs" or "btrfs"
+	// (FSTypes). Only ext4 images are byte-for-byte reproducible: mkfs.xfs and
+	// mkfs.btrfs stamp their own creation times and internal UUIDs.
+	FSType string
+	// SizeMB is the image size in MiB; 0 picks one that fits the staged tree (at least
+	// the filesystem's minimum: 64 for ext4, 128 for btrfs, 300 for xfs).
 	SizeMB int
 	// UUID is the filesystem UUID, for reproducible images and root=UUID=...; empty lets
-	// mkfs.ext4 pick a random one.
+	// mkfs pick a random one.
 	UUID string
-	// Label is the filesystem label (root=LABEL=...); empty means DefaultLabel.
+	// Label is the filesystem label (root=LABEL=...); empty means DefaultLabel (on
+	// xfs, whose labels hold 12 characters, DefaultLabelXFS).
 	Label string
 	// Init is the path of the program installed as /sbin/init (see BuildRootInit).
 	Init string
@@ -51,7 +56,7 @@ type Options struct {
 // skeleton lists the directories every image has (mount points and the like).
 var skeleton = []string{"/sbin", "/etc", "/run", "/proc", "/sys", "/dev", "/tmp", "/var/lib/kpreload"}
 
-// Build stages the tree and writes the image with mkfs.ext4.
+// Build stages the tree and writes the image with the filesystem's mkfs.
 func Build(ctx context.Context, o Options) error {
 	if o.Out == "" {
 		return errors.New("rootdisk: no output image given")
@@ -65,9 +70,23 @@ func Build(ctx context.Context, o Options) error {
 	if o.SizeMB < 0 {
 		return fmt.Errorf("rootdisk: size %d MiB is negative", o.SizeMB)
 	}
-	mkfs, err := exec.LookPath("mkfs.ext4")
+	fsys, err := lookupFS(o.FSType)
 	if err != nil {
-		return fmt.Errorf("rootdisk: mkfs.ext4 not found (install e2fsprogs: scripts/deps.sh): %w", err)
+		return err
+	}
+	if o.SizeMB != 0 && o.SizeMB < fsys.minExplicitMB {
+		return fmt.Errorf("rootdisk: size %d MiB is too small for %s: %s needs at least %d MiB", o.SizeMB, fsys.name, fsys.mkfs, fsys.minExplicitMB)
+	}
+	label := o.Label
+	if label == "" {
+		label = fsys.defaultLabel
+	}
+	if len(label) > fsys.maxLabel {
+		return fmt.Errorf("rootdisk: label %q has %d characters; %s labels hold at most %d", label, len(label), fsys.name, fsys.maxLabel)
+	}
+	mkfs, err := exec.LookPath(fsys.mkfs)
+	if err != nil {
+		return fmt.Errorf("rootdisk: %s not found (install %s: scripts/deps.sh): %w", fsys.mkfs, fsys.pkg, err)
 	}
 	stage, err := os.MkdirTemp("", "kpreload-rootdisk-")
 	if err != nil {
@@ -86,16 +105,18 @@ func Build(ctx context.Context, o Options) error {
 		if err != nil {
 			return fmt.Errorf("rootdisk: measure staged tree: %w", err)
 		}
-		size = max(minSizeMB, int(used*3/2>>20)+16)
+		size = max(fsys.minMB, int(used*3/2>>20)+16)
 	}
-	label := o.Label
-	if label == "" {
-		label = DefaultLabel
-	}
-	args := MkfsArgs(stage, o.Out, size, o.UUID, label)
 	if err := os.Remove(o.Out); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("rootdisk: remove old image: %w", err)
 	}
+	switch fsys.name {
+	case FSXFS:
+		return buildXFS(ctx, mkfs, stage, o.Out, size, o.UUID, label)
+	case FSBtrfs:
+		return buildBtrfs(ctx, mkfs, stage, o.Out, size, o.UUID, label)
+	}
+	args := MkfsArgs(stage, o.Out, size, o.UUID, label)
 	cmd := exec.CommandContext(ctx, mkfs, args...)
 	// Fixed timestamps and hash seed make the image depend only on its inputs.
 	cmd.Env = append(os.Environ(), fmt.Sprintf("E2FSPROGS_FAKE_TIME=%d", int64(fixedTime/1e9)))
@@ -168,7 +189,7 @@ func Stage(dir string, o Options) error {
 			return fmt.Errorf("rootdisk: stage %s: %w", d, err)
 		}
 	}
-	if err := os.Chmod(filepath.Join(dir, "tmp"), 0o1777); err != nil {
+	if err := os.Chmod(filepath.Join(dir, "tmp"), os.ModeSticky|0o777); err != nil {
 		return fmt.Errorf("rootdisk: stage /tmp: %w", err)
 	}
 	if !o.NoInit {

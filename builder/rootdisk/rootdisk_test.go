@@ -97,12 +97,12 @@ func TestBuildRootInitIsStatic(t *testing.T) {
 	}
 }
 
-// tool finds an e2fsprogs program or fails with how to install it.
+// tool finds an e2fsprogs, xfsprogs or btrfs-progs program or fails with how to install it.
 func tool(t *testing.T, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
-		t.Fatalf("%s not found: install e2fsprogs (scripts/deps.sh): %v", name, err)
+		t.Fatalf("%s not found: install it (scripts/deps.sh: e2fsprogs, xfsprogs, btrfs-progs): %v", name, err)
 	}
 	return p
 }
@@ -155,6 +155,9 @@ func TestBuildRealImage(t *testing.T) {
 	}
 	if got := run(t, "debugfs", "-R", "stat /var/lib/kpreload/cache/current", img); !strings.Contains(got, `Fast link dest: "sets/abc"`) {
 		t.Errorf("debugfs stat of the copied symlink = %q, want a link to sets/abc", got)
+	}
+	if got := run(t, "debugfs", "-R", "stat /tmp", img); !strings.Contains(got, "Mode:  01777") {
+		t.Errorf("debugfs stat /tmp = %q, want mode 01777 (sticky)", got)
 	}
 	fsck := run(t, "e2fsck", "-fn", img)
 	t.Logf("e2fsck -fn:\n%s", fsck)

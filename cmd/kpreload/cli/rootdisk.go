@@ -62,17 +62,25 @@ func newRootdiskCmd() *cobra.Command {
 	)
 	c := &cobra.Command{
 		Use:   "rootdisk -o FILE",
-		Short: "Build the ext4 test root disk whose /sbin/init reports and powers off",
-		Long: `Build an ext4 root disk image, without mounting anything (mkfs.ext4 -d), whose
-/sbin/init is kpreload's test init: it records the uptime, command line, root mount,
-/init's report, loaded modules and PCI driver bindings, prints them as one
-"kpreload-rootinit: {json}" line on the console (and on kpreload.report=), and
-powers the machine off. Extra host directories can be copied in with --add.
+		Short: "Build the test root disk (ext4, xfs or btrfs) whose /sbin/init reports and powers off",
+		Long: `Build a root disk image, without mounting anything, whose /sbin/init is kpreload's
+test init: it records the uptime, command line, root mount, /init's report, loaded
+modules and PCI driver bindings, prints them as one "kpreload-rootinit: {json}" line
+on the console (and on kpreload.report=), and powers the machine off. Extra host
+directories can be copied in with --add.
+
+--fstype picks the filesystem, each made by its own mkfs with that tool's defaults:
+  ext4   mkfs.ext4 -d (e2fsprogs; metadata_csum, so the kernel needs crc32c); the
+         default, and the only one whose images are byte-for-byte reproducible
+  xfs    mkfs.xfs -p with a prototype file written from the tree (xfsprogs); at
+         least 300 MiB (sparse), label at most 12 characters (default kpreloadroot)
+  btrfs  mkfs.btrfs --rootdir (btrfs-progs); at least 109 MiB (sparse)
 
 The init program is --init, else kpreload-rootinit beside this executable, else it
 is built from kpreload's source tree with the go tool.`,
 		Example: `  kpreload rootdisk -o root.img
-  kpreload rootdisk -o root.img --uuid 5f1d2c3b-8a9e-4f70-b6d5-4c3b2a190807 --add /var/lib/kpreload/cache=./cache`,
+  kpreload rootdisk -o root.img --uuid 5f1d2c3b-8a9e-4f70-b6d5-4c3b2a190807 --add /var/lib/kpreload/cache=./cache
+  kpreload rootdisk -o root-xfs.img --fstype xfs --uuid 5f1d2c3b-8a9e-4f70-b6d5-4c3b2a190807`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Out == "" {
@@ -114,27 +122,28 @@ is built from kpreload's source tree with the go tool.`,
 			}
 			label := o.Label
 			if label == "" {
-				label = rootdisk.DefaultLabel
+				label = rootdisk.LabelFor(o.FSType)
 			}
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), map[string]any{
-					"image": o.Out, "size": st.Size(), "label": label, "uuid": o.UUID, "init": o.Init, "extra": o.Extra,
+					"image": o.Out, "fstype": o.FSType, "size": st.Size(), "label": label, "uuid": o.UUID, "init": o.Init, "extra": o.Extra,
 				})
 			}
 			uuid := o.UUID
 			if uuid == "" {
 				uuid = "random"
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: ext4, %d MiB, label %s, UUID %s, /sbin/init from %s\n",
-				o.Out, st.Size()>>20, label, uuid, o.Init)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s, %d MiB, label %s, UUID %s, /sbin/init from %s\n",
+				o.Out, o.FSType, st.Size()>>20, label, uuid, o.Init)
 			return nil
 		},
 	}
 	f := c.Flags()
 	f.StringVarP(&o.Out, "output", "o", "", "image file to write")
-	f.StringVar(&size, "size", "", "image size (e.g. 64M, 1G); default fits the contents, at least 64M")
+	f.StringVar(&o.FSType, "fstype", rootdisk.FSExt4, "filesystem: "+strings.Join(rootdisk.FSTypes, ", "))
+	f.StringVar(&size, "size", "", "image size (e.g. 64M, 1G); default fits the contents, at least 64M (btrfs 128M, xfs 300M)")
 	f.StringVar(&o.UUID, "uuid", "", "filesystem UUID (default random)")
-	f.StringVar(&o.Label, "label", "", "filesystem label (default "+rootdisk.DefaultLabel+")")
+	f.StringVar(&o.Label, "label", "", "filesystem label (default "+rootdisk.DefaultLabel+", on xfs "+rootdisk.DefaultLabelXFS+")")
 	f.StringVar(&o.Init, "init", "", "program to install as /sbin/init (default: kpreload-rootinit beside kpreload, else built)")
 	f.StringArrayVar(&adds, "add", nil, "copy a host directory into the image, DEST=SRC (repeatable)")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")

@@ -1,0 +1,70 @@
+package cli
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestRootdiskHelpExamples runs every example of `kpreload rootdisk --help`
+// exactly as written (in an empty directory, with ./cache made for --add) and
+// checks each image with blkid: the filesystem type the example asked for.
+func TestRootdiskHelpExamples(t *testing.T) {
+	code, help, _ := runCLI("rootdisk", "--help")
+	if code != 0 {
+		t.Fatalf("rootdisk --help: exit %d", code)
+	}
+	_, ex, ok := strings.Cut(help, "Examples:\n")
+	if !ok {
+		t.Fatalf("rootdisk --help has no Examples:\n%s", help)
+	}
+	ex, _, _ = strings.Cut(ex, "\n\n")
+	t.Chdir(t.TempDir())
+	if err := os.MkdirAll("cache/sets", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile("cache/sets/x.json", []byte("{}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fstypes := map[string]bool{}
+	for _, line := range strings.Split(ex, "\n") {
+		args := strings.Fields(line)
+		if len(args) < 2 || args[0] != "kpreload" || args[1] != "rootdisk" {
+			t.Fatalf("example %q is not a kpreload rootdisk command", line)
+		}
+		code, out, errOut := runCLI(args[1:]...)
+		if code != 0 {
+			t.Errorf("example %q: exit %d: %s", line, code, errOut)
+			continue
+		}
+		img, want := "", "ext4"
+		for i, a := range args {
+			switch a {
+			case "-o":
+				img = args[i+1]
+			case "--fstype":
+				want = args[i+1]
+			}
+		}
+		fstypes[want] = true
+		if !strings.HasPrefix(out, img+": "+want+", ") {
+			t.Errorf("example %q printed %q, want it to start %q", line, out, img+": "+want+", ")
+		}
+		id, err := exec.Command("blkid", "-p", "-o", "value", "-s", "TYPE", filepath.Clean(img)).Output()
+		if got := strings.TrimSpace(string(id)); err != nil || got != want {
+			t.Errorf("example %q: blkid says %q (%v), want %s", line, got, err, want)
+		}
+	}
+	if !fstypes["ext4"] || !fstypes["xfs"] {
+		t.Errorf("the examples make %v, want ext4 and xfs among them", fstypes)
+	}
+}
+
+func TestRootdiskRejectsBadFSType(t *testing.T) {
+	code, _, errOut := runCLI("rootdisk", "-o", filepath.Join(t.TempDir(), "x.img"), "--fstype", "zfs", "--init", "/bin/true")
+	if want := `filesystem "zfs": want one of ext4, xfs, btrfs`; code == 0 || !strings.Contains(errOut, want) {
+		t.Errorf("rootdisk --fstype zfs = exit %d, stderr %q, want failure saying %q", code, errOut, want)
+	}
+}
