@@ -57,7 +57,9 @@ func TestXFSProto(t *testing.T) {
 		t.Fatal(err)
 	}
 	uid, gid := os.Getuid(), os.Getgid()
-	id := func(s string) string { return strings.NewReplacer("U", strconv.Itoa(uid), "G", strconv.Itoa(gid)).Replace(s) }
+	id := func(s string) string {
+		return strings.NewReplacer("U", strconv.Itoa(uid), "G", strconv.Itoa(gid)).Replace(s)
+	}
 	got, sticky, err := XFSProto(stage)
 	if err != nil {
 		t.Fatal(err)
