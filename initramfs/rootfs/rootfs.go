@@ -61,32 +61,41 @@ func Find(s Spec) (string, error) {
 			return "", fmt.Errorf("%s not present yet (have: %s)", s.Value, present())
 		}
 		return s.Value, nil
-	case "uuid", "partuuid":
+	case "partuuid":
 		devs, err := block.GetBlockDevices()
 		if err != nil {
 			return "", fmt.Errorf("list block devices: %w", err)
 		}
-		if s.Kind == "uuid" {
-			devs = devs.FilterFSUUID(strings.ToLower(s.Value))
-		} else {
-			devs = devs.FilterPartID(s.Value)
-		}
+		devs = devs.FilterPartID(s.Value)
 		if len(devs) == 0 {
 			return "", fmt.Errorf("no block device with %s (have: %s)", s, present())
 		}
 		return "/dev/" + devs[0].Name, nil
+	case "uuid":
+		// Read here rather than by u-root's block package, which knows no btrfs.
+		if dev, ok := firstDevice(func(dev string) bool { u, err := UUID(dev); return err == nil && strings.EqualFold(u, s.Value) }); ok {
+			return dev, nil
+		}
+		return "", fmt.Errorf("no block device with %s (have: %s)", s, present())
 	case "label":
-		names, _ := filepath.Glob("/sys/class/block/*")
-		sort.Strings(names)
-		for _, n := range names {
-			dev := "/dev/" + filepath.Base(n)
-			if l, err := Label(dev); err == nil && l == s.Value {
-				return dev, nil
-			}
+		if dev, ok := firstDevice(func(dev string) bool { l, err := Label(dev); return err == nil && l == s.Value }); ok {
+			return dev, nil
 		}
 		return "", fmt.Errorf("no filesystem labelled %q (have: %s)", s.Value, present())
 	}
 	return "", fmt.Errorf("unknown root kind %q", s.Kind)
+}
+
+// firstDevice returns the first block device, in name order, that match says is it.
+func firstDevice(match func(dev string) bool) (string, bool) {
+	names, _ := filepath.Glob("/sys/class/block/*")
+	sort.Strings(names)
+	for _, n := range names {
+		if dev := "/dev/" + filepath.Base(n); match(dev) {
+			return dev, true
+		}
+	}
+	return "", false
 }
 
 func present() string {
@@ -138,7 +147,7 @@ func fsType(r io.ReaderAt) (string, error) {
 	return "", errors.New("unknown filesystem (not ext2/3/4, xfs, btrfs, vfat or iso9660)")
 }
 
-// Label reads the filesystem label of an ext2/3/4, xfs or vfat filesystem,
+// Label reads the filesystem label of an ext2/3/4, xfs, btrfs or vfat filesystem,
 // or the volume id of an iso9660 one, on dev.
 func Label(dev string) (string, error) {
 	f, err := os.Open(dev)
@@ -161,6 +170,8 @@ func label(r io.ReaderAt) (string, error) {
 		off, n = 1024+120, 16
 	case "xfs":
 		off, n = 108, 12
+	case "btrfs":
+		off, n = 0x10000+0x12b, 256
 	case "vfat":
 		// The boot sector's BS_VolLab: after the FAT32 extended BPB when
 		// "FAT32   " names the type there, else after FAT12/16's.

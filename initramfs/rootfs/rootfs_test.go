@@ -166,13 +166,16 @@ func TestFSTypeAndLabel(t *testing.T) {
 	run(t, "mkfs.ext2", "-q", "-F", "-L", "old", p)
 	imgs = append(imgs, image{"ext2 (mounted by ext4)", p, "ext4", "old", ""})
 
-	if _, err := exec.LookPath("mkfs.xfs"); err == nil {
-		p = sparse("xfs", 300<<20)
-		run(t, "mkfs.xfs", "-q", "-f", "-L", "xfslbl", p)
-		imgs = append(imgs, image{"xfs", p, "xfs", "xfslbl", ""})
-	} else {
-		t.Logf("mkfs.xfs not installed: xfs not covered (optional)")
-	}
+	p = sparse("xfs", 300<<20)
+	run(t, "mkfs.xfs", "-q", "-f", "-L", "xfslbl", p)
+	imgs = append(imgs, image{"xfs", p, "xfs", "xfslbl", ""})
+
+	p = sparse("btrfs", 128<<20)
+	run(t, "mkfs.btrfs", "-q", "-f", "-L", "a-btrfs-label-longer-than-sixteen", p)
+	imgs = append(imgs, image{"btrfs", p, "btrfs", "a-btrfs-label-longer-than-sixteen", ""})
+	p = sparse("btrfs-nolabel", 128<<20)
+	run(t, "mkfs.btrfs", "-q", "-f", p)
+	imgs = append(imgs, image{"btrfs without label", p, "btrfs", "", ""})
 	if _, err := exec.LookPath("mkfs.vfat"); err == nil {
 		p = sparse("vfat", 8<<20)
 		run(t, "mkfs.vfat", "-n", "VFATLBL", p)
@@ -208,6 +211,11 @@ func TestFSTypeAndLabel(t *testing.T) {
 		if bt != img.fstype || (img.err == "" && bl != img.label) {
 			t.Errorf("%s: blkid says TYPE=%q LABEL=%q, the test expects %q %q", img.name, bt, bl, img.fstype, img.label)
 		}
+		// UUID reads what blkid reads.
+		want := run(t, "blkid", "-p", "-o", "value", "-s", "UUID", img.path)
+		if got, err := UUID(img.path); err != nil || got != want || want == "" {
+			t.Errorf("%s: UUID(%s) = %q, %v; blkid says %q", img.name, img.path, got, err, want)
+		}
 	}
 
 	unknown := []struct{ name, path string }{
@@ -221,6 +229,9 @@ func TestFSTypeAndLabel(t *testing.T) {
 		}
 		if got, err := Label(u.path); err == nil {
 			t.Errorf("%s: Label = %q, nil; want an error", u.name, got)
+		}
+		if got, err := UUID(u.path); err == nil {
+			t.Errorf("%s: UUID = %q, nil; want an error", u.name, got)
 		}
 		if bt, _ := blkid(t, u.path); bt != "" {
 			t.Errorf("%s: blkid says TYPE=%q, the test expects nothing recognised", u.name, bt)

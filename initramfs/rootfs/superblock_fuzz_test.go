@@ -26,6 +26,7 @@ var labelField = map[string]struct {
 }{
 	"ext4":    {1024 + 120, 16, "\x00"},
 	"xfs":     {108, 12, "\x00"},
+	"btrfs":   {0x10000 + 0x12b, 256, "\x00"},
 	"vfat":    {0x2b, 11, " \x00"}, // FAT12/16; FAT32 at 0x47
 	"iso9660": {0x8000 + 40, 32, " \x00"},
 }
@@ -102,7 +103,7 @@ func superblockSeeds(f *testing.F) [][]byte {
 // instance's hardware may attach): no panic; a filesystem type comes with its
 // magic at its offset and is one fsType knows, an error with no type; a
 // label comes only with a known type, is never longer than its field (16
-// bytes for ext4, 12 for xfs, 11 for vfat, 32 for iso9660), is what the
+// bytes for ext4, 12 for xfs, 256 for btrfs, 11 for vfat, 32 for iso9660), is what the
 // field holds up to its padding, and never ends in padding; and FSType and
 // Label on a device file say the same as on the bytes.
 func FuzzSuperblock(f *testing.F) {
@@ -148,6 +149,9 @@ func FuzzSuperblock(f *testing.F) {
 				strings.Trim(string(data[field.off+len(lbl):end]), field.trim) != "" {
 				t.Fatalf("label of %s = %q, not what its field holds", fstype, lbl)
 			}
+		}
+		if u, uerr := fsUUID(bytes.NewReader(data)); uerr == nil && (err != nil || u == "") {
+			t.Fatalf("UUID = %q, nil; fsType says %q, %v: want a UUID only for a known filesystem", u, fstype, err)
 		}
 		dev := filepath.Join(t.TempDir(), "vdb")
 		if err := os.WriteFile(dev, data, 0o600); err != nil {
