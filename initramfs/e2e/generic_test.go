@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -139,6 +140,11 @@ func TestGenericKernelRoots(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s root disk: %v", fs, err)
 		}
+	}
+	// The ext4 root is what today's mkfs.ext4 makes by default: with metadata
+	// checksums, for which the kernel needs crc32c.
+	if out, err := exec.Command("dumpe2fs", "-h", disks[rootdisk.FSExt4]).CombinedOutput(); err != nil || !regexp.MustCompile(`(?m)^Filesystem features:.*\bmetadata_csum\b`).Match(out) {
+		t.Fatalf("dumpe2fs -h of the ext4 root: %v; want metadata_csum among its features:\n%s", err, out)
 	}
 	t.Logf("initramfs images and root disks made in %s (since the test started)", time.Since(start).Round(100*time.Millisecond))
 
