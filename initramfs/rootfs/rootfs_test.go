@@ -375,3 +375,36 @@ func TestISO9660Label(t *testing.T) {
 		t.Errorf("label = %q, %v; want config-2", got, err)
 	}
 }
+
+// TestFindBtrfsByUUIDAndLabel finds a real btrfs filesystem on a loop device by
+// root=UUID= and root=LABEL=, which u-root's block package could not.
+func TestFindBtrfsByUUIDAndLabel(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "btrfs.img")
+	if err := os.WriteFile(img, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(img, 128<<20); err != nil {
+		t.Fatal(err)
+	}
+	var r [4]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		t.Fatal(err)
+	}
+	label, uuid := "kpt-"+hex.EncodeToString(r[:]), randomUUID(t)
+	run(t, "mkfs.btrfs", "-q", "-f", "-L", label, "-U", uuid, img)
+	out, err := exec.Command(requireTool(t, "losetup"), "-f", "--show", img).CombinedOutput()
+	if err != nil {
+		t.Fatalf("losetup -f --show %s: %v: %s\nthis test needs root and loop devices (modprobe loop)", img, err, out)
+	}
+	dev := strings.TrimSpace(string(out))
+	t.Cleanup(func() {
+		if out, err := exec.Command(requireTool(t, "losetup"), "-d", dev).CombinedOutput(); err != nil {
+			t.Errorf("losetup -d %s: %v: %s", dev, err, out)
+		}
+	})
+	for _, s := range []Spec{{"uuid", uuid}, {"uuid", strings.ToUpper(uuid)}, {"label", label}} {
+		if got, err := Find(s); err != nil || got != dev {
+			t.Errorf("Find(%s) = %q, %v; want %s", s, got, err, dev)
+		}
+	}
+}
