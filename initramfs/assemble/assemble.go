@@ -20,6 +20,7 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/initramfs/archive"
+	"github.com/kpreload/kpreload/initramfs/modprobe"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/modalias"
@@ -169,6 +170,10 @@ func Build(o Options, w io.Writer) (*Result, error) {
 	}
 	if err := a.AddFileFrom("init", 0o755, o.Init); err != nil {
 		return nil, fmt.Errorf("init: %w", err)
+	}
+	// The kernel's request_module() runs /sbin/modprobe: /init serves it.
+	if err := a.AddSymlink(modprobe.HelperPath, modprobe.HelperTarget); err != nil {
+		return nil, fmt.Errorf("module helper: %w", err)
 	}
 	if o.Shell != "" {
 		if err := a.AddFileFrom("bin/sh", 0o755, o.Shell); err != nil {
