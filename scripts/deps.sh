@@ -47,6 +47,7 @@ packages=(
   patch                              # recipes' patches (applied to a copy of the DKMS source)
   dwarves                            # pahole: 6.12 headers build BTF for modules
   cpio zstd lz4 xz-utils gzip tar e2fsprogs  # archives and root disks; GCE image tarballs (GNU tar -S, gzip)
+  xfsprogs btrfs-progs               # xfs and btrfs roots: their superblocks, install's root check
   initramfs-tools-core busybox       # the baseline benchmarks compare against
   dpkg-dev                           # dpkg -x / apt-get download helpers
   mmdebstrap                         # image rootfs, without a VM or loop mounts
