@@ -20,6 +20,7 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/initramfs/archive"
+	"github.com/kpreload/kpreload/initramfs/rootcheck"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/modalias"
@@ -108,6 +109,9 @@ type Options struct {
 	// Filesystems) whose modules are included; nil includes them all. An
 	// image builder knows its root's filesystem.
 	Filesystems []string
+	// Root, when set, is the root filesystem the initramfs must mount: Build
+	// fails, writing nothing, when /init could not (rootcheck.Check).
+	Root *rootcheck.Root
 }
 
 // Result says what went into an initramfs.
@@ -249,6 +253,11 @@ func Build(o Options, w io.Writer) (*Result, error) {
 				}
 				res.Firmware = append(res.Firmware, fw)
 			}
+		}
+	}
+	if o.Root != nil {
+		if err := rootcheck.Check(idx, tree, *o.Root); err != nil {
+			return nil, err
 		}
 	}
 	ixData, err := json.Marshal(idx)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kpreload/kpreload/initramfs/rootcheck"
 	"github.com/kpreload/kpreload/internal/modprobetest"
 	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
@@ -40,16 +41,6 @@ var blockPaths = map[string][]string{
 	"ahci":        {"ahci", "sd_mod"},
 }
 
-// mountRequests are the module requests (request_module) the kernel makes
-// when /init mounts each root filesystem, beyond /init's own fs-<type>:
-// checksums of ext4 (metadata_csum, mkfs.ext4's default), xfs (v5) and
-// btrfs (crc32c, its default checksum).
-var mountRequests = map[string][]string{
-	"ext4":  {"crypto-crc32c"},
-	"xfs":   {"crypto-crc32c"},
-	"btrfs": {"crypto-crc32c"},
-}
-
 // TestFlavourKernelsAreFetched checks that deps.sh fetches every kernel
 // TestInitramfsMatchesModprobe reads: scripts/lib.sh lists each one.
 func TestFlavourKernelsAreFetched(t *testing.T) {
@@ -77,11 +68,12 @@ func TestFlavourKernelsAreFetched(t *testing.T) {
 // set built for that filesystem alone (Options.Filesystems, as image builds
 // use it) holds, or the kernel builds in, every module the real
 // `modprobe --show-depends` inserts for the filesystem, for the requests its
-// mount makes (fs-<type>, crypto-crc32c) and for each block path; kpreload's
-// own order (modalias LoadOrder, LoadOrderFor) is modprobe's; and every soft
-// dependency of the set's modules, and every mount request, resolves from the
-// initramfs's boot index alone (by name or alias, as /init resolves them) or
-// is built in.
+// mount makes (rootcheck.Requests: fs-<type>, crypto-crc32c, vfat's code
+// pages) and for each block path; kpreload's own order (modalias LoadOrder,
+// LoadOrderFor) is modprobe's; every soft dependency of the set's modules,
+// and every mount request, resolves from the initramfs's boot index alone
+// (by name or alias, as /init resolves them) or is built in; and
+// rootcheck.Check, the decision install takes, accepts the set.
 func TestInitramfsMatchesModprobe(t *testing.T) {
 	for _, kver := range flavourKernels {
 		t.Run(kver, func(t *testing.T) {
@@ -155,7 +147,15 @@ func checkSetAgainstModprobe(t *testing.T, tree *modalias.Tree, set *bootindex.S
 			}
 		}
 	}
-	requests := append([]string{"fs-" + fs}, mountRequests[fs]...)
+	// What mounting fs as mkfs makes it asks for (fs-<type>, crypto-crc32c, ...).
+	root, err := rootcheck.Default(fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var requests []string
+	for _, q := range rootcheck.Requests(root) {
+		requests = append(requests, q.Lookup)
+	}
 	// A request the kernel answers with built-in code is never made
 	// (crypto-crc32c on the cloud kernels: modules.alias names crc32c_intel,
 	// but crc32c_generic is built in), so modprobe's modules for it are
@@ -212,6 +212,10 @@ func checkSetAgainstModprobe(t *testing.T, tree *modalias.Tree, set *bootindex.S
 		if !resolves(r) {
 			t.Errorf("filesystem %s: the mount's request %q is neither a module of the boot index (by name or alias) nor built in", fs, r)
 		}
+	}
+	// The decision install and the image builder take agrees.
+	if err := rootcheck.Check(&bootindex.Index{Format: bootindex.FormatVersion, Kernel: "k", Sets: []bootindex.Set{*set}}, tree, root); err != nil {
+		t.Errorf("filesystem %s: rootcheck.Check: %v", fs, err)
 	}
 	t.Logf("filesystem %s: %d modules in the set; %d names and %s compared with modprobe", fs, len(set.Modules), len(names), fmt.Sprint(requests))
 }
