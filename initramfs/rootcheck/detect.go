@@ -2,7 +2,9 @@ package rootcheck
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,9 +25,10 @@ var (
 // that filesystem is the root: the mount holding dir (/proc/self/mountinfo),
 // its source device's superblock (type and features, read by
 // initramfs/rootfs) and any device-mapper or md layer under it (sysfs).
-// An error wrapping ErrUnknown says why it cannot be told: dir is on a
-// filesystem with no block device (tmpfs, overlay, NFS) or one /init does
-// not identify.
+// A device this process may not read is taken as the mount's filesystem
+// type with its mkfs's default features (Default). An error wrapping
+// ErrUnknown says why it cannot be told: dir is on a filesystem with no
+// block device (tmpfs, overlay, NFS) or one /init does not identify.
 func Detect(dir string) (Root, error) {
 	abs, err := filepath.Abs(dir)
 	if err == nil {
@@ -42,11 +45,22 @@ func Detect(dir string) (Root, error) {
 	if err := unix.Stat(m.source, &dev); err != nil || dev.Mode&unix.S_IFMT != unix.S_IFBLK {
 		return Root{}, fmt.Errorf("root %s is on %s (%s, mounted on %s), not on a block device /init could mount: %w", dir, m.source, m.fstype, m.point, ErrUnknown)
 	}
+	stack := stackOf(unix.Major(dev.Rdev), unix.Minor(dev.Rdev))
 	fstype, features, err := rootfs.ReadFeatures(m.source)
-	if err != nil {
-		return Root{}, fmt.Errorf("root %s is on %s (%s, mounted on %s): %v: %w", dir, m.source, m.fstype, m.point, err, ErrUnknown)
+	if errors.Is(err, fs.ErrPermission) {
+		// A device this process may not open (a container's cgroup): the
+		// mount's type, with the features its mkfs gives by default.
+		r, derr := Default(m.fstype)
+		if derr != nil {
+			return Root{}, fmt.Errorf("root %s is on %s (%s, mounted on %s): %w: %w", dir, m.source, m.fstype, m.point, derr, ErrUnknown)
+		}
+		r.Device, r.Stack = fmt.Sprintf("%s (superblock not readable: %v; taken as mkfs's defaults)", m.source, err), stack
+		return r, nil
 	}
-	return Root{FSType: fstype, Features: features, Device: m.source, Stack: stackOf(unix.Major(dev.Rdev), unix.Minor(dev.Rdev))}, nil
+	if err != nil {
+		return Root{}, fmt.Errorf("root %s is on %s (%s, mounted on %s): %w: %w", dir, m.source, m.fstype, m.point, err, ErrUnknown)
+	}
+	return Root{FSType: fstype, Features: features, Device: m.source, Stack: stack}, nil
 }
 
 // stackOf names the block layer /init does not assemble that device
