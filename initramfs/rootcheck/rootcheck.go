@@ -127,14 +127,14 @@ type Kernel interface {
 // the kernel's built-in code, can mount r: every request of Requests(r)
 // resolves, and so do the dependencies and soft dependencies of every
 // module it brings in (a soft dependency the kernel has nowhere is skipped,
-// as modprobe skips it). Otherwise its error names the root, each missing
+// as modprobe skips it). Otherwise its *Error names the root, each missing
 // module with what needs it, and the fix.
 func Check(ix *bootindex.Index, k Kernel, r Root) error {
 	if r.Stack != "" {
-		return fmt.Errorf("the root is %s: kpreload's /init does not assemble %s, it mounts a filesystem on a disk or partition", r, r.Stack)
+		return &Error{Root: r, msg: fmt.Sprintf("the root is %s: kpreload's /init does not assemble %s, it mounts a filesystem on a disk or partition", r, r.Stack)}
 	}
 	if !slices.Contains(Filesystems, r.FSType) {
-		return fmt.Errorf("the root is %s: kpreload's /init mounts %s", r, strings.Join(Filesystems, ", "))
+		return &Error{Root: r, msg: fmt.Sprintf("the root is %s: kpreload's /init mounts %s", r, strings.Join(Filesystems, ", "))}
 	}
 	c := checker{ix: coldplug.NewIndex(), k: k, seen: map[string]bool{}, why: map[string][]string{}}
 	c.ix.Add("/", ix, nil)
@@ -153,8 +153,19 @@ func Check(ix *bootindex.Index, k Kernel, r Root) error {
 	if c.why[c.missing[0]][0] == reqs[0].Why {
 		msg += fmt.Sprintf(" (an initramfs for this root needs %s among its --filesystems)", r.FSType)
 	}
-	return errors.New(msg)
+	return &Error{Root: r, Missing: c.missing, msg: msg}
 }
+
+// Error is Check's answer when the initramfs cannot mount the root.
+type Error struct {
+	// Root is the root it cannot mount.
+	Root Root
+	// Missing are the modules (or lookups) it lacks, in the order found.
+	Missing []string
+	msg     string
+}
+
+func (e *Error) Error() string { return e.msg }
 
 // checker walks what a mount loads through one boot index.
 type checker struct {
