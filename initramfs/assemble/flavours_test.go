@@ -214,7 +214,7 @@ func checkSetAgainstModprobe(t *testing.T, tree *modalias.Tree, set *bootindex.S
 		}
 	}
 	// The decision install and the image builder take agrees.
-	if err := rootcheck.Check(&bootindex.Index{Format: bootindex.FormatVersion, Kernel: "k", Sets: []bootindex.Set{*set}}, tree, root); err != nil {
+	if err := rootcheck.Check(&bootindex.Index{Format: bootindex.FormatVersion, Kernel: filepath.Base(tree.Dir()), Sets: []bootindex.Set{*set}}, tree, root); err != nil {
 		t.Errorf("filesystem %s: rootcheck.Check: %v", fs, err)
 	}
 	t.Logf("filesystem %s: %d modules in the set; %d names and %s compared with modprobe", fs, len(set.Modules), len(names), fmt.Sprint(requests))
