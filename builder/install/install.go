@@ -140,8 +140,11 @@ func Install(ctx context.Context, o Options) (*Result, error) {
 			}
 			built = append(built, p)
 		}
-		for _, b := range built {
+		for i, b := range built {
 			if _, err := b.commit(&o); err != nil {
+				for _, rest := range built[i+1:] {
+					rest.abort(&o)
+				}
 				return nil, err
 			}
 		}
