@@ -2,6 +2,7 @@
 # deps.sh: install everything kpreload's build, tests and demo need, idempotently.
 #
 #   scripts/deps.sh            apt sources + packages + Go modules + Packer + the default kernels
+#                              (KPRELOAD_KERNELS, and KPRELOAD_FLAVOUR_KERNELS unpacked for the tests)
 #   scripts/deps.sh --no-kernels
 #
 # Apt: adds contrib/non-free/non-free-firmware and bookworm-backports in a sources
@@ -46,6 +47,7 @@ packages=(
   patch                              # recipes' patches (applied to a copy of the DKMS source)
   dwarves                            # pahole: 6.12 headers build BTF for modules
   cpio zstd lz4 xz-utils gzip tar e2fsprogs  # archives and root disks; GCE image tarballs (GNU tar -S, gzip)
+  xfsprogs btrfs-progs               # xfs and btrfs roots: their superblocks, install's root check
   initramfs-tools-core busybox       # the baseline benchmarks compare against
   dpkg-dev                           # dpkg -x / apt-get download helpers
   mmdebstrap                         # image rootfs, without a VM or loop mounts
@@ -94,6 +96,6 @@ fi
 log "packer: $("$here/packer.sh" | tail -n1)"
 
 if [ "$want_kernels" = 1 ]; then
-  "$here/kernels.sh" "${KPRELOAD_KERNELS[@]}"
+  "$here/kernels.sh" "${KPRELOAD_KERNELS[@]}" "${KPRELOAD_FLAVOUR_KERNELS[@]}"
 fi
 log "dependencies ready"

@@ -57,6 +57,7 @@ targets=(
 	"./kmodcache/cellsign FuzzLoadTrust"
 	"./kmodcache/cellsign FuzzLoadSigner"
 	"./initramfs/rootfs FuzzSuperblock"
+	"./initramfs/rootfs FuzzFeatures"
 	"./initramfs/seed FuzzFind"
 	"./initramfs/seed FuzzRead"
 	"./initramfs/modprobe FuzzParse"
