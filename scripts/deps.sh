@@ -2,6 +2,7 @@
 # deps.sh: install everything kpreload's build, tests and demo need, idempotently.
 #
 #   scripts/deps.sh            apt sources + packages + Go modules + Packer + the default kernels
+#                              (KPRELOAD_KERNELS, and KPRELOAD_FLAVOUR_KERNELS unpacked for the tests)
 #   scripts/deps.sh --no-kernels
 #
 # Apt: adds contrib/non-free/non-free-firmware and bookworm-backports in a sources
@@ -95,6 +96,6 @@ fi
 log "packer: $("$here/packer.sh" | tail -n1)"
 
 if [ "$want_kernels" = 1 ]; then
-  "$here/kernels.sh" "${KPRELOAD_KERNELS[@]}"
+  "$here/kernels.sh" "${KPRELOAD_KERNELS[@]}" "${KPRELOAD_FLAVOUR_KERNELS[@]}"
 fi
 log "dependencies ready"

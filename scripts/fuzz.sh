@@ -57,8 +57,10 @@ targets=(
 	"./kmodcache/cellsign FuzzLoadTrust"
 	"./kmodcache/cellsign FuzzLoadSigner"
 	"./initramfs/rootfs FuzzSuperblock"
+	"./initramfs/rootfs FuzzFeatures"
 	"./initramfs/seed FuzzFind"
 	"./initramfs/seed FuzzRead"
+	"./initramfs/modprobe FuzzParse"
 )
 
 logdir=$(mktemp -d /tmp/kpreload-fuzz.XXXXXX)

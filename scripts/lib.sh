@@ -12,6 +12,15 @@ if [ -z "${KPRELOAD_KERNELS+x}" ]; then
 else
   read -r -a KPRELOAD_KERNELS <<<"$KPRELOAD_KERNELS"
 fi
+# The other Debian flavours of those releases (bookworm's generic and rt, trixie's
+# generic), which modules they carry as modules where the cloud kernels build them in
+# (crc32c, ...). Only unpacked: the initramfs tests compare kpreload's module
+# resolution with modprobe's on them; no driver cell is built for them.
+if [ -z "${KPRELOAD_FLAVOUR_KERNELS+x}" ]; then
+  KPRELOAD_FLAVOUR_KERNELS=(6.1.0-56-amd64 6.1.0-56-rt-amd64 6.12.118+deb13-amd64)
+else
+  read -r -a KPRELOAD_FLAVOUR_KERNELS <<<"$KPRELOAD_FLAVOUR_KERNELS"
+fi
 
 log()  { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 warn() { printf 'warning: %s\n' "$*" >&2; }

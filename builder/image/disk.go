@@ -187,8 +187,8 @@ func writeDisk(ctx context.Context, out string, l Layout, espVolumeID string, es
 			return fmt.Errorf("ESP: %w", err)
 		}
 	}
-	// ext4 with mke2fs's defaults, populated from rootDir (-d), written at the
-	// root partition's offset; the size is given in KiB.
+	// ext4 with mke2fs's defaults (imageRoot), populated from rootDir (-d),
+	// written at the root partition's offset; the size is given in KiB.
 	if err := run(ctx, nil, "mkfs.ext4", "-q", "-F", "-L", "root", "-U", rootUUID,
 		"-E", fmt.Sprintf("offset=%d", l.Root.Offset), "-d", rootDir, out, fmt.Sprintf("%dk", l.Root.Size/1024)); err != nil {
 		return fmt.Errorf("root filesystem: %w", err)

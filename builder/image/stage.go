@@ -15,6 +15,7 @@ import (
 	"github.com/kpreload/kpreload/builder/image/rootfiles"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/initramfs/rootcheck"
 	"github.com/kpreload/kpreload/internal/fileutil"
 	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/internal/tail"
@@ -206,6 +207,9 @@ func Stage(ctx context.Context, o StageOptions, root string) (*StageResult, erro
 		// The image's root is ext4 (disk.go); vfat and iso9660 are the
 		// filesystems of cloud-init seeds, whose user-data /init reads.
 		Filesystems: []string{"ext4", "vfat", "iso9660"},
+		// Each initramfs must mount that root, or the build stops here,
+		// before any boot loader is set up.
+		RootFS: &imageRoot,
 	}
 	for _, k := range o.Kernels {
 		if o.EarlyDrivers {
@@ -214,6 +218,9 @@ func Stage(ctx context.Context, o StageOptions, root string) (*StageResult, erro
 			o.Progress.say("stage: kpreload initramfs for %s", k)
 		}
 		r, err := install.BuildInitramfs(iopts, k)
+		if rc := (*rootcheck.Error)(nil); errors.As(err, &rc) {
+			return nil, fmt.Errorf("stage: %w", err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("stage: %w (install linux-image-%s into the root or run scripts/kernels.sh %s)", err, k, k)
 		}

@@ -42,6 +42,10 @@ func linkRoot(t *testing.T) (root, victim string) {
 	root, victim = filepath.Join(base, "root"), filepath.Join(base, "victim")
 	files := map[string]string{
 		"boot/vmlinuz-" + testKernel: "kernel", "lib/modules/" + testKernel + "/modules.dep": "",
+		// A kernel with its root filesystems and crc32c built in, so that its
+		// (module-less) initramfs mounts the test's root (rootcheck), whatever
+		// the filesystem t.TempDir is on.
+		"lib/modules/" + testKernel + "/modules.builtin.modinfo": "ext4.alias=fs-ext4\x00xfs.alias=fs-xfs\x00btrfs.alias=fs-btrfs\x00crc32c_generic.alias=crypto-crc32c\x00",
 		Init: "init", Cmdline: "root=UUID=x rw\n", SettingsFile: "default: newest-with-driver\n",
 		CacheDir + "/index/" + testKernel + ".json": index(testKernel, true),
 		"boot/efi/loader/loader.conf":               "timeout 3\n",

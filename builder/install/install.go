@@ -12,6 +12,7 @@ import (
 
 	"github.com/kpreload/kpreload/initramfs/archive"
 	"github.com/kpreload/kpreload/initramfs/assemble"
+	"github.com/kpreload/kpreload/initramfs/rootcheck"
 	"github.com/kpreload/kpreload/internal/inroot"
 )
 
@@ -41,6 +42,10 @@ type Options struct {
 	ModulesDir func(release string) string
 	// Filesystems limits the initramfs to these root filesystems' modules (nil: all).
 	Filesystems []string
+	// RootFS is the filesystem the root boots from, which every kpreload
+	// initramfs built must mount (initramfs/rootcheck), or nothing is
+	// changed; nil: the filesystem holding Root now (rootcheck.Detect).
+	RootFS *rootcheck.Root
 	// SkipInitramfs keeps the kpreload initramfs images already in the root.
 	SkipInitramfs bool
 	// UpdateGrub regenerates grub.cfg (nil: UpdateGrub, through chroot when
@@ -57,6 +62,8 @@ type Options struct {
 	// package over configuration: a bad boot.yaml or cmdline file is a
 	// warning and the defaults.
 	hook bool
+	// rootUnknown: a hook could not tell the root's filesystem (rootFS).
+	rootUnknown bool
 }
 
 // Result says what Install or a kernel hook left in the root.
@@ -104,9 +111,6 @@ func Install(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := WriteHooks(o.Root, bl); err != nil {
-		return nil, err
-	}
 	kernels := o.Kernels
 	if len(kernels) == 0 {
 		all, err := Kernels(o.Root)
@@ -122,12 +126,31 @@ func Install(ctx context.Context, o Options) (*Result, error) {
 			return nil, fmt.Errorf("%s holds no kernel (no lib/modules/<release>/modules.dep): install a linux-image package first", o.Root)
 		}
 	}
+	// Every initramfs is built, and checked against the root, before any
+	// is committed and the hooks and the boot loader change.
 	if !o.SkipInitramfs {
+		var built []*pendingInitramfs
 		for _, k := range kernels {
-			if _, err := o.buildInitramfs(k); err != nil {
+			p, err := o.prepareInitramfs(k)
+			if err != nil {
+				for _, b := range built {
+					b.abort(&o)
+				}
+				return nil, err
+			}
+			built = append(built, p)
+		}
+		for i, b := range built {
+			if _, err := b.commit(&o); err != nil {
+				for _, rest := range built[i+1:] {
+					rest.abort(&o)
+				}
 				return nil, err
 			}
 		}
+	}
+	if err := WriteHooks(o.Root, bl); err != nil {
+		return nil, err
 	}
 	return o.sync(ctx, bl)
 }
@@ -224,7 +247,49 @@ func BuildInitramfs(o Options, release string) (*assemble.Result, error) {
 }
 
 func (o *Options) buildInitramfs(release string) (*assemble.Result, error) {
+	p, err := o.prepareInitramfs(release)
+	if err != nil {
+		return nil, err
+	}
+	return p.commit(o)
+}
+
+// pendingInitramfs is a kpreload initramfs built, and checked against the
+// root, in a temporary file beside its final name.
+type pendingInitramfs struct {
+	release string
+	tmp     *inroot.Pending
+	res     *assemble.Result
+	madeDir bool // InitramfsDir was made for it
+}
+
+// commit renames the initramfs into place.
+func (p *pendingInitramfs) commit(o *Options) (*assemble.Result, error) {
+	if err := p.tmp.Commit(0o644); err != nil {
+		return nil, fmt.Errorf("kpreload initramfs of %s: %w", p.release, err)
+	}
+	p.res.Output = inroot.Host(o.Root, InitramfsPath(p.release))
+	o.logf("built /%s (%d bytes, %d modules)", InitramfsPath(p.release), p.res.Size, len(p.res.Modules))
+	return p.res, nil
+}
+
+// abort removes the temporary file, and InitramfsDir if it was made for it.
+func (p *pendingInitramfs) abort(o *Options) {
+	p.tmp.Abort()
+	if p.madeDir {
+		inroot.Remove(o.Root, InitramfsDir) // only when empty
+	}
+}
+
+// prepareInitramfs builds release's kpreload initramfs into a temporary file
+// of the root; it fails, leaving the root as it was, when the build fails or
+// the initramfs could not mount the root (o.RootFS).
+func (o *Options) prepareInitramfs(release string) (*pendingInitramfs, error) {
 	if err := CheckRelease(release); err != nil {
+		return nil, err
+	}
+	rootFS, err := o.rootFS()
+	if err != nil {
 		return nil, err
 	}
 	// The assembler reads paths: each is the root's file with its links
@@ -260,6 +325,7 @@ func (o *Options) buildInitramfs(release string) (*assemble.Result, error) {
 		Init:        initBin,
 		Compression: archive.Zstd,
 		Filesystems: o.Filesystems,
+		Root:        rootFS,
 	}
 	// No firmware directory in the root: an empty one (the assembler's
 	// default is this machine's /lib/firmware).
@@ -279,25 +345,19 @@ func (o *Options) buildInitramfs(release string) (*assemble.Result, error) {
 		}
 	}
 	out := InitramfsPath(release)
+	p := &pendingInitramfs{release: release, madeDir: !exists(o.Root, path.Dir(out))}
 	if err := inroot.MkdirAll(o.Root, path.Dir(out), 0o755); err != nil {
 		return nil, fmt.Errorf("kpreload initramfs: %w", err)
 	}
-	tmp, err := inroot.CreateTemp(o.Root, out)
-	if err != nil {
+	if p.tmp, err = inroot.CreateTemp(o.Root, out); err != nil {
+		p.madeDir = false
 		return nil, fmt.Errorf("kpreload initramfs: %w", err)
 	}
-	r, err := assemble.Build(ao, tmp.File)
-	if err == nil {
-		err = tmp.Commit(0o644)
-	} else {
-		tmp.Abort()
-	}
-	if err != nil {
+	if p.res, err = assemble.Build(ao, p.tmp.File); err != nil {
+		p.abort(o)
 		return nil, fmt.Errorf("kpreload initramfs of %s: %w", release, err)
 	}
-	r.Output = inroot.Host(o.Root, out)
-	o.logf("built /%s (%d bytes, %d modules)", InitramfsPath(release), r.Size, len(r.Modules))
-	return r, nil
+	return p, nil
 }
 
 // removeStaleTemps deletes what an earlier run killed mid-write left in dir

@@ -20,11 +20,14 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/initramfs/archive"
+	"github.com/kpreload/kpreload/initramfs/modprobe"
+	"github.com/kpreload/kpreload/initramfs/rootcheck"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/modalias"
 	"github.com/kpreload/kpreload/kmodcache/modinfo"
 	"github.com/kpreload/kpreload/kmodcache/names"
+	"github.com/kpreload/kpreload/live/coldplug"
 )
 
 // BootCritical lists, as globs over module paths relative to /lib/modules/<kver>
@@ -107,6 +110,9 @@ type Options struct {
 	// Filesystems) whose modules are included; nil includes them all. An
 	// image builder knows its root's filesystem.
 	Filesystems []string
+	// Root, when set, is the root filesystem the initramfs must mount: Build
+	// fails, writing nothing, when /init could not (rootcheck.Check).
+	Root *rootcheck.Root
 }
 
 // Result says what went into an initramfs.
@@ -169,6 +175,10 @@ func Build(o Options, w io.Writer) (*Result, error) {
 	}
 	if err := a.AddFileFrom("init", 0o755, o.Init); err != nil {
 		return nil, fmt.Errorf("init: %w", err)
+	}
+	// The kernel's request_module() runs /sbin/modprobe: /init serves it.
+	if err := a.AddSymlink(modprobe.HelperPath, modprobe.HelperTarget); err != nil {
+		return nil, fmt.Errorf("module helper: %w", err)
 	}
 	if o.Shell != "" {
 		if err := a.AddFileFrom("bin/sh", 0o755, o.Shell); err != nil {
@@ -248,6 +258,11 @@ func Build(o Options, w io.Writer) (*Result, error) {
 				}
 				res.Firmware = append(res.Firmware, fw)
 			}
+		}
+	}
+	if o.Root != nil {
+		if err := rootcheck.Check(idx, tree, *o.Root); err != nil {
+			return nil, err
 		}
 	}
 	ixData, err := json.Marshal(idx)
@@ -354,7 +369,54 @@ func kernelSet(tree *modalias.Tree, o Options) (*bootindex.Set, error) {
 		}
 		mods = append(mods, bootindex.Module{Name: m.Name, Path: m.Path})
 	}
-	// Read every module's own metadata in parallel: aliases, vermagic, firmware.
+	if err := describeAll(mods, o.ModulesDir); err != nil {
+		return nil, err
+	}
+	// modprobe follows only the first softdep line of a module (btrfs has
+	// four, one per checksum); /init follows each module's own soft
+	// dependencies, all of them: add what they name and the set lacks,
+	// unless the kernel builds it in, until nothing is missing.
+	for {
+		var more []bootindex.Module
+		for _, m := range tree.LoadOrderFor(unresolvedSoftPre(mods, tree)...) {
+			if !m.Builtin && !slices.ContainsFunc(mods, func(x bootindex.Module) bool { return x.Name == m.Name }) &&
+				!slices.ContainsFunc(more, func(x bootindex.Module) bool { return x.Name == m.Name }) {
+				more = append(more, bootindex.Module{Name: m.Name, Path: m.Path})
+			}
+		}
+		if len(more) == 0 {
+			break
+		}
+		if err := describeAll(more, o.ModulesDir); err != nil {
+			return nil, err
+		}
+		mods = append(mods, more...)
+	}
+	set.Modules = mods
+	return set, nil
+}
+
+// unresolvedSoftPre returns the soft dependencies of mods that no module of
+// mods answers as /init resolves them (live/coldplug's index: by name, else
+// by alias) and that the kernel does not build in.
+func unresolvedSoftPre(mods []bootindex.Module, tree *modalias.Tree) []string {
+	ix := coldplug.NewIndex()
+	ix.Add("/", &bootindex.Index{Sets: []bootindex.Set{{Dir: ".", Modules: mods}}}, nil)
+	var out []string
+	for _, m := range mods {
+		for _, d := range m.SoftPre {
+			if slices.Contains(out, d) || len(ix.ByName(d)) > 0 || len(ix.Match(d)) > 0 || tree.BuiltinProvides(d) {
+				continue
+			}
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// describeAll fills the boot index entries of mods, files under modulesDir,
+// from the module files (aliases, vermagic, firmware), a few in parallel.
+func describeAll(mods []bootindex.Module, modulesDir string) error {
 	errs := make([]error, len(mods))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 4)
@@ -364,17 +426,16 @@ func kernelSet(tree *modalias.Tree, o Options) (*bootindex.Set, error) {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			errs[i] = describe(&mods[i], filepath.Join(o.ModulesDir, mods[i].Path))
+			errs[i] = describe(&mods[i], filepath.Join(modulesDir, mods[i].Path))
 		}(i)
 	}
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
-			return nil, err
+			return err
 		}
 	}
-	set.Modules = mods
-	return set, nil
+	return nil
 }
 
 // describe fills a boot index entry from the module file itself.

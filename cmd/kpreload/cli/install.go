@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kpreload/kpreload/builder/install"
+	"github.com/kpreload/kpreload/initramfs/rootcheck"
 )
 
 func init() {
@@ -53,6 +54,7 @@ func newInstallCmd() *cobra.Command {
 		f       installFlags
 		kernels []string
 		def     string
+		rootFS  string
 	)
 	c := &cobra.Command{
 		Use:   "install [--root DIR] [--kernel KVER]...",
@@ -68,7 +70,14 @@ kpreload. It:
     keep kpreload's initramfs and boot entry up to date through kernel updates,
     and for GRUB /etc/grub.d/09_kpreload, whose entries come before Debian's;
   - builds each kernel's kpreload initramfs into /boot/kpreload from the root's
-    own modules and module cache (nothing is compiled);
+    own modules and module cache (nothing is compiled), and checks that it can
+    mount the root: the filesystem holding --root (its type and the features
+    of its superblock, such as ext4's metadata_csum, which needs crc32c) must
+    have its module, the modules its features need, and their dependencies
+    and soft dependencies in the initramfs or built into the kernel; a root on
+    LVM or another device-mapper or md device is refused (/init does not
+    assemble them). When the check fails, install says what is missing and
+    changes nothing;
   - makes the default boot entry boot kpreload's initramfs of the newest kernel
     whose driver cells the cache holds (/etc/kpreload/boot.yaml "default: newest"
     picks the newest kernel instead), and keeps the distribution's initramfs
@@ -76,7 +85,9 @@ kpreload. It:
 
 It fails when the boot would not use kpreload afterwards. On a root other than
 /, GRUB's update-grub runs through chroot: /dev, /proc and /sys must be mounted
-in it.`,
+in it. A root staged in a directory whose disk is made later (on tmpfs, overlay)
+names the filesystem it will boot from with --root-filesystem, taken as its
+mkfs makes it by default.`,
 		Example: `  sudo kpreload install                       # this system, every installed kernel
   sudo kpreload install --kernel 6.1.0-56-cloud-amd64
   sudo kpreload install --root /mnt/image --esp /mnt/image/boot/efi`,
@@ -94,6 +105,13 @@ in it.`,
 				return err
 			}
 			o.Kernels, o.Default = kernels, def
+			if rootFS != "" {
+				r, err := rootcheck.Default(rootFS)
+				if err != nil {
+					return fmt.Errorf("install: --root-filesystem: %w", err)
+				}
+				o.RootFS = &r
+			}
 			res, err := install.Install(cmd.Context(), o)
 			if err != nil {
 				return fmt.Errorf("install into %s: %w", f.root, err)
@@ -104,6 +122,7 @@ in it.`,
 	f.add(c)
 	c.Flags().StringSliceVar(&kernels, "kernel", nil, "build the kpreload initramfs of this kernel (repeatable; default: every kernel the root has)")
 	c.Flags().StringVar(&def, "default", "", "boot this kernel by default (default: the newest with driver cells)")
+	c.Flags().StringVar(&rootFS, "root-filesystem", "", "the filesystem the root boots from ("+strings.Join(rootcheck.Filesystems, ", ")+", as its mkfs makes it), when it is not the one holding --root now (default: read from that one)")
 	return c
 }
 

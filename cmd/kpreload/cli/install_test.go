@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestGrubEntriesNeverFails: grub-entries runs inside grub-mkconfig, which
@@ -42,5 +44,33 @@ func TestGrubEntriesNeverFails(t *testing.T) {
 	code, out, errOut = runCLI("kernel-hook", "grub-entries", "--root", root)
 	if code != 0 || out != "" || !strings.Contains(errOut, "WARNING") {
 		t.Errorf("grub-entries on an unreadable /boot: exit %d\nstdout %q\nstderr %s\nwant 0, nothing printed, a warning", code, out, errOut)
+	}
+}
+
+// TestInstallRootFilesystem: a root whose filesystem cannot be told (a
+// directory on tmpfs) is refused, naming the filesystem and the flag that
+// names the one it boots from; that flag takes only filesystems /init mounts.
+func TestInstallRootFilesystem(t *testing.T) {
+	root := t.TempDir()
+	if err := unix.Mount("kpreload-test", root, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatalf("mount tmpfs: %v (this test needs root)", err)
+	}
+	t.Cleanup(func() { unix.Unmount(root, 0) })
+	if err := os.MkdirAll(filepath.Join(root, "boot/efi/loader"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "boot/efi/loader/loader.conf"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := runCLI("install", "--root", root, "--kernel", "6.1.0-56-cloud-amd64")
+	if code == 0 || !strings.Contains(errOut, "tmpfs") || !strings.Contains(errOut, "--root-filesystem") {
+		t.Errorf("install into a root on tmpfs: exit %d, stderr %s\nwant a failure naming tmpfs and --root-filesystem", code, errOut)
+	}
+	code, _, errOut = runCLI("install", "--root", root, "--kernel", "6.1.0-56-cloud-amd64", "--root-filesystem", "zfs")
+	if code == 0 || !strings.Contains(errOut, "--root-filesystem") || !strings.Contains(errOut, "btrfs, ext4, iso9660, vfat, xfs") {
+		t.Errorf("install --root-filesystem zfs: exit %d, stderr %s\nwant a failure listing what /init mounts", code, errOut)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(root, "etc")); len(ents) > 0 {
+		t.Errorf("refused installs wrote %v into the root's /etc", ents)
 	}
 }
