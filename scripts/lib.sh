@@ -15,7 +15,8 @@ fi
 # The other Debian flavours of those releases (bookworm's generic and rt, trixie's
 # generic), which modules they carry as modules where the cloud kernels build them in
 # (crc32c, ...). Only unpacked: the initramfs tests compare kpreload's module
-# resolution with modprobe's on them; no driver cell is built for them.
+# resolution with modprobe's on them, and initramfs/e2e TestGenericKernelRoots builds
+# the test driver for the generic ones itself and boots them; no default matrix has them.
 if [ -z "${KPRELOAD_FLAVOUR_KERNELS+x}" ]; then
   KPRELOAD_FLAVOUR_KERNELS=(6.1.0-56-amd64 6.1.0-56-rt-amd64 6.12.118+deb13-amd64)
 else
