@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -156,27 +155,24 @@ func (b *Boot) fsModuleFaults(fstype string) []string {
 // filesystem fstype ("EXT4-fs (vda1): Cannot load crc32c driver."), each
 // cut to a bounded length; nil when there are none or the log cannot be read.
 func kernelComplaints(path, dev, fstype string) []string {
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	// Raw system calls, not an *os.File: Go's poller would wait at the end
+	// of /dev/kmsg (EAGAIN) for a record that may never come.
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
+	defer unix.Close(fd)
 	var all bytes.Buffer
 	buf := make([]byte, 8192) // /dev/kmsg gives one record per read
 	for all.Len() < kmsgMaxBytes {
-		n, err := f.Read(buf)
+		n, err := unix.Read(fd, buf)
+		if errors.Is(err, unix.EPIPE) || errors.Is(err, unix.EINTR) {
+			continue // records were overwritten: the next read goes on
+		}
+		if err != nil || n <= 0 {
+			break // EAGAIN at the end of /dev/kmsg, 0 at the end of a file
+		}
 		all.Write(buf[:n])
-		if err != nil {
-			// io.EOF on a file; EAGAIN at the end of /dev/kmsg; EPIPE
-			// when records were overwritten (the next read goes on).
-			if errors.Is(err, unix.EPIPE) {
-				continue
-			}
-			break
-		}
-		if n == 0 {
-			break
-		}
 	}
 	fsName := strings.ToUpper(fstype)
 	var out []string

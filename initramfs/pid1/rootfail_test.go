@@ -1,9 +1,12 @@
 package pid1
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -201,5 +204,33 @@ func TestKernelComplaints(t *testing.T) {
 	}
 	if got := kernelComplaints("/nonexistent/kmsg", "vda", "ext4"); got != nil {
 		t.Errorf("an unreadable log gives %q, want nothing", got)
+	}
+}
+
+// TestKernelComplaintsDoNotWait: /dev/kmsg has no end of file; at its end a
+// read says EAGAIN, and /init must not wait there for the next record. A
+// FIFO whose writer stays open behaves the same.
+func TestKernelComplaintsDoNotWait(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "kmsg")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w, err := os.OpenFile(fifo, os.O_RDWR, 0) // a writer that never closes
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.WriteString(kmsgRecords); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []string, 1)
+	go func() { got <- kernelComplaints(fifo, "vda2", "ext4") }()
+	select {
+	case lines := <-got:
+		if len(lines) != 2 {
+			t.Errorf("kernelComplaints = %q, want the two ext4 lines", lines)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("kernelComplaints waited at the end of the log")
 	}
 }
