@@ -59,6 +59,7 @@ targets=(
 	"./initramfs/rootfs FuzzSuperblock"
 	"./initramfs/seed FuzzFind"
 	"./initramfs/seed FuzzRead"
+	"./initramfs/modprobe FuzzParse"
 )
 
 logdir=$(mktemp -d /tmp/kpreload-fuzz.XXXXXX)

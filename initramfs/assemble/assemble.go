@@ -20,6 +20,7 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/initramfs/archive"
+	"github.com/kpreload/kpreload/initramfs/modprobe"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/modalias"
@@ -169,6 +170,10 @@ func Build(o Options, w io.Writer) (*Result, error) {
 	}
 	if err := a.AddFileFrom("init", 0o755, o.Init); err != nil {
 		return nil, fmt.Errorf("init: %w", err)
+	}
+	// The kernel's request_module() runs /sbin/modprobe: /init serves it.
+	if err := a.AddSymlink(modprobe.HelperPath, modprobe.HelperTarget); err != nil {
+		return nil, fmt.Errorf("module helper: %w", err)
 	}
 	if o.Shell != "" {
 		if err := a.AddFileFrom("bin/sh", 0o755, o.Shell); err != nil {
@@ -402,7 +407,8 @@ func describe(m *bootindex.Module, file string) error {
 	m.Aliases = info.Aliases
 	m.Depends = info.Depends
 	m.Firmware = info.Firmware
-	m.SoftPre = (&manifest.Module{Softdeps: info.Softdeps}).SoftPre()
+	sd := &manifest.Module{Softdeps: info.Softdeps}
+	m.SoftPre, m.SoftPost = sd.SoftPre(), sd.SoftPost()
 	return nil
 }
 

@@ -153,6 +153,9 @@ var kernelModules = []bootindex.Module{
 	{Name: "ext4", Aliases: []string{"fs-ext4"}, Depends: []string{"jbd2"}},
 	{Name: "vfat", Aliases: []string{"fs-vfat"}},
 	{Name: "nls_cp437"},
+	// What ext4's metadata checksums need; nothing here depends on it, so it
+	// loads only when the kernel asks for it (Modprobe).
+	{Name: "crc32c_generic", Aliases: []string{"crypto-crc32c-generic", "crypto-crc32c", "crc32c"}},
 	{Name: "qemu_fw_cfg", Aliases: []string{"acpi*:QEMU0002:*"}},
 }
 

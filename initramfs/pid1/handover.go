@@ -13,6 +13,7 @@ import (
 // the console and the whole report as one line where tools read it.
 func (b *Boot) writeReport() {
 	b.refreshDrivers()
+	b.kernelRequests()
 	b.rep.SwitchRoot = b.o.Now()
 	b.emitReport()
 }

@@ -71,6 +71,9 @@ type Boot struct {
 	// fwRestore puts back the kernel's firmware search path /init changed
 	// (see firmwareFromRoot); nil when it changed nothing.
 	fwRestore func()
+	// requestsRead is set once the helper's records of the kernel's module
+	// requests are in the report (kernelRequests).
+	requestsRead bool
 }
 
 // Now returns seconds since the kernel started (CLOCK_BOOTTIME).
@@ -238,13 +241,11 @@ func (b *Boot) setup() {
 	if err := b.o.System.Mount("securityfs", filepath.Join(b.o.SysDir, "kernel/security"), "securityfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil && err != unix.EBUSY {
 		b.event("securityfs: %v: the lockdown mode is read from the command line", err)
 	}
-	// Our own parser: u-root's panics on a value that is a lone quote.
-	b.cmd = kcmdline.Read(filepath.Join(b.o.ProcDir, "cmdline"))
+	b.settings()
 	b.rep.Cmdline = b.cmd.Raw
 	b.rep.Kernel = b.release
 	b.event("kpreload /init started")
 
-	b.sb = secureboot.Read(b.o.SysDir, b.o.ProcDir, b.flag("lockdown", ""))
 	b.rep.SecureBoot = &b.sb
 	if b.sb.Enforced || b.sb.SecureBoot == secureboot.Enabled {
 		fmt.Fprintf(b.console, "kpreload: %s\n", b.sb.Summary())
@@ -256,9 +257,6 @@ func (b *Boot) setup() {
 		b.warnf("%s", fault)
 	}
 
-	b.index = coldplug.NewIndex()
-	b.timeout, b.nice = b.loadTimeout(), b.loadNice()
-	b.ld = b.newLoader("")
 	if b.ld.SigEnforced {
 		b.event("the kernel enforces module signatures: unsigned modules are refused before loading")
 	}
@@ -268,6 +266,27 @@ func (b *Boot) setup() {
 		b.errorf("%v: no drivers will be loaded from the initramfs", err)
 		return
 	}
+	b.useIndex(idx, dir)
+	b.event("boot index read: %d sets", len(idx.Sets))
+}
+
+// settings reads what every module load on this kernel depends on (the
+// command line, with our own parser: u-root's panics on a value that is a
+// lone quote; what the kernel enforces about module signatures; the isolated
+// loads' deadline and priority) and makes the loader. /init's setup and its
+// module helper (Modprobe) both start with it, so both load with the same checks.
+func (b *Boot) settings() {
+	b.cmd = kcmdline.Read(filepath.Join(b.o.ProcDir, "cmdline"))
+	b.sb = secureboot.Read(b.o.SysDir, b.o.ProcDir, b.flag("lockdown", ""))
+	b.index = coldplug.NewIndex()
+	b.timeout, b.nice = b.loadTimeout(), b.loadNice()
+	b.ld = b.newLoader("")
+}
+
+// useIndex makes idx, the initramfs's boot index read from dir, the one the
+// kernel's own modules load from: its kernel sets, checked against the
+// running kernel's vermagic (taken from its own modules).
+func (b *Boot) useIndex(idx *bootindex.Index, dir string) {
 	if idx.Kernel != b.release {
 		b.errorf("boot index is for kernel %s, running %s", idx.Kernel, b.release)
 	}
@@ -275,7 +294,6 @@ func (b *Boot) setup() {
 	b.ld.Vermagic = b.vermagic
 	b.initIdx, b.initDir = idx, dir
 	b.index.Add(dir, idx, func(s *bootindex.Set) bool { return selection.IsKernelSet(s) })
-	b.event("boot index read: %d sets", len(idx.Sets))
 }
 
 // flagOK returns a kernel command line flag's value and whether it is set

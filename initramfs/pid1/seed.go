@@ -45,8 +45,8 @@ func (b *Boot) seedFile() instance.File {
 	f.Path = s.String() + " " + s.UserData()
 	f.Read = func() ([]byte, error) {
 		// The seed's filesystem (MODULE_ALIAS_FS fs-vfat, fs-iso9660) and,
-		// for vfat, the code pages it asks the kernel for by request_module,
-		// which has no modprobe to call in the initramfs.
+		// for vfat, the code pages it asks the kernel for by request_module:
+		// loaded here, they cost no helper (Modprobe) during the mount.
 		names := b.index.Match("fs-" + s.FSType)
 		if s.FSType == "vfat" {
 			for _, n := range seedNLS {

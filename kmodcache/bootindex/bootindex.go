@@ -79,8 +79,12 @@ type Module struct {
 	Vermagic    string   `json:"vermagic"`
 	Aliases     []string `json:"aliases,omitempty"`
 	Depends     []string `json:"depends,omitempty"`
-	// SoftPre lists modules a softdep asks to load before this one.
-	SoftPre  []string `json:"softpre,omitempty"`
+	// SoftPre lists modules a softdep asks to load before this one: names or
+	// aliases ("crypto-crc32c"), resolved at load time as modprobe resolves them.
+	SoftPre []string `json:"softpre,omitempty"`
+	// SoftPost lists modules a softdep asks to load after this one (names or
+	// aliases, as SoftPre's).
+	SoftPost []string `json:"softpost,omitempty"`
 	Firmware []string `json:"firmware,omitempty"`
 	// Unsigned is true when the module is known to carry no signature (the
 	// cache's manifest says so); false means signed, or not known.

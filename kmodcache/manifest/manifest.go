@@ -124,25 +124,33 @@ func ModuleFromInfo(info *modinfo.Info, file, sha256Hex string, size int64) Modu
 }
 
 // SoftPre returns the modules the module's softdeps ask to load before it (the
-// words after "pre:" up to "post:"), in order, without duplicates.
-func (m *Module) SoftPre() []string {
-	var pre []string
+// words after "pre:" up to "post:"), in order, without duplicates. They are
+// modprobe arguments: a module's name or an alias ("crypto-crc32c").
+func (m *Module) SoftPre() []string { return m.softdeps("pre:") }
+
+// SoftPost returns the modules the module's softdeps ask to load after it (the
+// words after "post:" up to "pre:"), in order, without duplicates; names or
+// aliases, as SoftPre's.
+func (m *Module) SoftPost() []string { return m.softdeps("post:") }
+
+// softdeps returns the words of the softdep values that follow mode ("pre:" or
+// "post:") up to the other mode, in order, without duplicates.
+func (m *Module) softdeps(mode string) []string {
+	var out []string
 	for _, sd := range m.Softdeps {
-		inPre := false
+		in := false
 		for _, w := range strings.Fields(sd) {
 			switch w {
-			case "pre:":
-				inPre = true
-			case "post:":
-				inPre = false
+			case "pre:", "post:":
+				in = w == mode
 			default:
-				if inPre && !slices.Contains(pre, w) {
-					pre = append(pre, w)
+				if in && !slices.Contains(out, w) {
+					out = append(out, w)
 				}
 			}
 		}
 	}
-	return pre
+	return out
 }
 
 // Build assembles the manifest of a set from its modules: it derives Kernel and

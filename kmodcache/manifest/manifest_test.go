@@ -221,21 +221,27 @@ func TestUnmarshalErrors(t *testing.T) {
 	}
 }
 
-func TestSoftPre(t *testing.T) {
+func TestSoftdeps(t *testing.T) {
 	tests := []struct {
-		softdeps []string
-		want     []string
+		softdeps  []string
+		pre, post []string
 	}{
-		{nil, nil},
-		{[]string{"pre: crc32c"}, []string{"crc32c"}},
-		{[]string{"pre: a b post: c"}, []string{"a", "b"}},
-		{[]string{"post: c"}, nil},
-		{[]string{"pre: a", "pre: a b"}, []string{"a", "b"}},
+		{nil, nil, nil},
+		{[]string{"pre: crc32c"}, []string{"crc32c"}, nil},
+		{[]string{"pre: crypto-crc32c"}, []string{"crypto-crc32c"}, nil},
+		{[]string{"pre: a b post: c"}, []string{"a", "b"}, []string{"c"}},
+		{[]string{"post: c"}, nil, []string{"c"}},
+		{[]string{"post: c pre: a post: d"}, []string{"a"}, []string{"c", "d"}},
+		{[]string{"ignored pre: a"}, []string{"a"}, nil},
+		{[]string{"pre: a", "pre: a b"}, []string{"a", "b"}, nil},
 	}
 	for _, tt := range tests {
 		m := Module{Softdeps: tt.softdeps}
-		if got := m.SoftPre(); !slices.Equal(got, tt.want) {
-			t.Errorf("SoftPre(%q) = %q, want %q", tt.softdeps, got, tt.want)
+		if got := m.SoftPre(); !slices.Equal(got, tt.pre) {
+			t.Errorf("SoftPre(%q) = %q, want %q", tt.softdeps, got, tt.pre)
+		}
+		if got := m.SoftPost(); !slices.Equal(got, tt.post) {
+			t.Errorf("SoftPost(%q) = %q, want %q", tt.softdeps, got, tt.post)
 		}
 	}
 }

@@ -8,6 +8,10 @@ import (
 // pathMax is PATH_MAX: kmod copies an alias into a buffer of this size.
 const pathMax = 4096
 
+// NormalizeAlias is kmod's alias_normalize, for callers that match aliases
+// themselves: see normalizeAlias.
+func NormalizeAlias(s string) (string, bool) { return normalizeAlias(s) }
+
 // normalizeAlias is kmod's alias_normalize: every '-' outside a bracket expression
 // becomes '_'. An unbalanced bracket makes the alias invalid. Like kmod it keeps at
 // most PATH_MAX-1 bytes.

@@ -290,6 +290,7 @@ func buildIndex(kernel string, sets []set) *bootindex.Index {
 				Aliases:     slices.Clone(mod.Aliases),
 				Depends:     slices.Clone(mod.Depends),
 				SoftPre:     mod.SoftPre(),
+				SoftPost:    mod.SoftPost(),
 				Firmware:    slices.Clone(mod.Firmware),
 				Unsigned:    !mod.Signed,
 				Signer:      mod.Signer,

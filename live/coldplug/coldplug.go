@@ -156,6 +156,37 @@ func (ix *Index) Match(alias string) []string {
 	return names
 }
 
+// Lookup returns the modules a modprobe argument (a soft dependency, a module
+// the kernel requests) names, as kmod finds them: the module of that name when
+// the index has one, else every module with an alias pattern matching it, both
+// normalised the kmod way ('-' read as '_'), deduplicated, in index order.
+// "crypto-crc32c" finds crc32c_generic and crc32c_intel.
+func (ix *Index) Lookup(arg string) []string {
+	if name := modname.Normalize(arg); len(ix.byName[name]) > 0 {
+		return []string{name}
+	}
+	key, ok := modalias.NormalizeAlias(arg)
+	if !ok || key == "" {
+		return nil
+	}
+	var names []string
+	seen := map[string]bool{}
+	for _, c := range ix.all {
+		name := modname.Normalize(c.Module.Name)
+		if seen[name] {
+			continue
+		}
+		for _, pat := range c.Module.Aliases {
+			if p, ok := modalias.NormalizeAlias(pat); ok && modalias.Match(p, key) {
+				seen[name] = true
+				names = append(names, name)
+				break
+			}
+		}
+	}
+	return names
+}
+
 // AliasKinds returns the distinct kinds of the index's alias patterns (the part
 // before the first ':', such as "pci" or "acpi"), sorted; a pattern without a
 // ':' counts as "*", since it may match any device.

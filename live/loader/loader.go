@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -120,10 +121,12 @@ type node struct {
 	deps []*node
 	// soft holds softdep pre modules: loaded first, but their failure does not
 	// stop this module.
-	soft   []*node
-	done   chan struct{}
-	result report.Module
-	ok     bool // loaded, already loaded or built in
+	soft []*node
+	// softPre are the soft "pre:" dependencies as resolved in the index.
+	softPre []string
+	done    chan struct{}
+	result  report.Module
+	ok      bool // loaded, already loaded or built in
 	// reported is true for a module whose every candidate was refused: each
 	// refusal has its own entry, so the node adds none.
 	reported bool
@@ -155,9 +158,33 @@ func (l *Loader) Load(idx *coldplug.Index, names []string) []report.Module {
 		roots[i] = modname.Normalize(n)
 		requested[roots[i]] = true
 	}
+	// softs resolves soft dependencies as modprobe resolves its arguments: by
+	// name, else by alias among the index's modules (ext4's "crypto-crc32c" is
+	// crc32c_generic and crc32c_intel). They are best effort: one that cannot
+	// be had is left out, and its failure stops nothing.
+	softs := func(args []string) []string {
+		var out []string
+		for _, a := range args {
+			found := idx.Lookup(a)
+			if d := modname.Normalize(a); len(found) == 0 && l.present(d) {
+				found = []string{d}
+			}
+			for _, d := range found {
+				if !slices.Contains(out, d) {
+					out = append(out, d)
+				}
+			}
+		}
+		return out
+	}
 	// resolve makes a module's node: already there, refused, missing, or the
-	// candidate to insert; its dependencies are what modorder walks next.
+	// candidate to insert; its dependencies (hard, then soft pre) are what
+	// modorder walks next. A module is resolved once across walks.
+	walkDeps := map[string][]string{}
 	resolve := func(name string) []string {
+		if nodes[name] != nil {
+			return walkDeps[name]
+		}
 		n := &node{name: name, done: make(chan struct{})}
 		nodes[name] = n
 		if l.present(name) {
@@ -196,24 +223,21 @@ func (l *Loader) Load(idx *coldplug.Index, names []string) []report.Module {
 		for _, d := range n.cand.Module.Depends {
 			deps = append(deps, modname.Normalize(d))
 		}
-		for _, d := range n.cand.Module.SoftPre {
-			// A soft dependency is best effort: only follow it when it can be had.
-			if d = modname.Normalize(d); l.present(d) || len(idx.ByName(d)) > 0 {
-				deps = append(deps, d)
-			}
-		}
+		n.softPre = softs(n.cand.Module.SoftPre)
+		deps = append(deps, n.softPre...)
+		walkDeps[name] = deps
 		return deps
 	}
 	// An edge that closes a dependency cycle points to a failed stand-in, so
 	// the modules on the cycle fail instead of waiting on each other forever;
 	// the real node keeps its own outcome.
 	cyclic := map[[2]string]*node{}
-	walked := modorder.Walk(roots, resolve, func(from, to string, path []string) {
+	onCycle := func(from, to string, path []string) {
 		c := &node{name: to, done: make(chan struct{})}
 		c.result = l.entry(to, nil, "failed", "dependency cycle: "+strings.Join(path, " -> "), "")
 		close(c.done)
 		cyclic[[2]string{from, to}] = c
-	})
+	}
 	dep := func(from, to string) *node {
 		if c, ok := cyclic[[2]string{from, to}]; ok {
 			return c
@@ -221,24 +245,47 @@ func (l *Loader) Load(idx *coldplug.Index, names []string) []report.Module {
 		return nodes[to]
 	}
 	var order []*node
-	for _, name := range walked {
-		n := nodes[name]
-		// A dependency that is already there is not news; a requested module is.
-		if n.ok && n.cand == nil && !requested[name] || n.reported {
-			continue
-		}
-		order = append(order, n)
-		if n.cand == nil {
-			continue
-		}
-		for _, d := range n.cand.Module.Depends {
-			n.deps = append(n.deps, dep(name, modname.Normalize(d)))
-		}
-		for _, d := range n.cand.Module.SoftPre {
-			if d = modname.Normalize(d); nodes[d] != nil {
-				n.soft = append(n.soft, dep(name, d))
+	ordered := map[string]bool{}
+	// after records, for a soft "post:" module new to this load, the modules
+	// that asked for it: it loads once they are done.
+	after := map[string][]string{}
+	for walk := roots; len(walk) > 0; {
+		var posts []string
+		for _, name := range modorder.Walk(walk, resolve, onCycle) {
+			n := nodes[name]
+			if ordered[name] {
+				continue
+			}
+			ordered[name] = true
+			// A dependency that is already there is not news; a requested module is.
+			if n.ok && n.cand == nil && !requested[name] || n.reported {
+				continue
+			}
+			order = append(order, n)
+			if n.cand == nil {
+				continue
+			}
+			for _, d := range n.cand.Module.Depends {
+				n.deps = append(n.deps, dep(name, modname.Normalize(d)))
+			}
+			for _, d := range n.softPre {
+				if nodes[d] != nil {
+					n.soft = append(n.soft, dep(name, d))
+				}
+			}
+			for _, a := range after[name] {
+				n.soft = append(n.soft, nodes[a])
+			}
+			for _, p := range softs(n.cand.Module.SoftPost) {
+				if nodes[p] == nil && !slices.Contains(posts, p) {
+					posts = append(posts, p)
+				}
+				if nodes[p] == nil {
+					after[p] = append(after[p], name)
+				}
 			}
 		}
+		walk = posts
 	}
 
 	sem := make(chan struct{}, par)

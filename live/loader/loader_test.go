@@ -492,6 +492,48 @@ func TestLoadSoftdep(t *testing.T) {
 	}
 }
 
+// TestLoadSoftdepAliases: soft dependencies are modprobe arguments, so an
+// alias finds every module that declares it (ext4's "pre: crypto-crc32c" on
+// Debian's generic kernel is crc32c_generic and crc32c_intel), and "post:"
+// modules load after the module that names them.
+func TestLoadSoftdepAliases(t *testing.T) {
+	f := newFixture(t)
+	ix := f.index(f.set(t, "fs",
+		bootindex.Module{Name: "ext4", Depends: []string{"jbd2"}, SoftPre: []string{"crypto-crc32c"}},
+		bootindex.Module{Name: "jbd2", SoftPre: []string{"crypto-crc32c"}},
+		bootindex.Module{Name: "crc32c_intel", Aliases: []string{"crypto-crc32c-intel", "crc32c", "crypto-crc32c"}},
+		bootindex.Module{Name: "crc32c_generic", Aliases: []string{"crypto-crc32c-generic", "crc32c", "crypto-crc32c"}},
+		bootindex.Module{Name: "vfio", SoftPost: []string{"vfio-iommu-type1", "vfio_iommu_spapr_tce"}},
+		bootindex.Module{Name: "vfio_iommu_type1", Depends: []string{"vfio"}},
+		bootindex.Module{Name: "unrelated", Aliases: []string{"crypto-sha256"}},
+	))
+	got := load(t, f.loader(), ix, "ext4", "vfio")
+
+	tests := []struct{ before, after string }{
+		{"crc32c_generic", "jbd2"},
+		{"crc32c_intel", "jbd2"},
+		{"crc32c_generic", "ext4"},
+		{"jbd2", "ext4"},
+		{"vfio", "vfio_iommu_type1"},
+	}
+	for _, tt := range tests {
+		for _, name := range []string{tt.before, tt.after} {
+			if m := one(t, got, name); m.Result != "loaded" {
+				t.Errorf("softdep aliases: %s = %q (%q), want loaded", name, m.Result, m.Reason)
+			}
+		}
+		b, a := f.kernel.callsFor(tt.before), f.kernel.callsFor(tt.after)
+		if len(b) != 1 || len(a) != 1 || b[0].end >= a[0].start {
+			t.Errorf("softdep aliases: calls %s=%+v %s=%+v, want one each, %s first", tt.before, b, tt.after, a, tt.before)
+		}
+	}
+	for _, name := range []string{"unrelated", "vfio_iommu_spapr_tce", "crypto_crc32c"} {
+		if ms := byName(got)[name]; len(ms) != 0 {
+			t.Errorf("softdep aliases: %s has entries %+v, want none", name, ms)
+		}
+	}
+}
+
 func TestLoadCycle(t *testing.T) {
 	f := newFixture(t)
 	ix := f.index(f.set(t, "drv",
