@@ -3,8 +3,10 @@ package image
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	debarchive "github.com/kpreload/kpreload/builder/archive"
+	"github.com/kpreload/kpreload/builder/image/rootfiles"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/builder/rootdisk"
@@ -76,6 +79,19 @@ func stageFallbackRoot(t *testing.T, initBin string) fallbackRoot {
 		if err := fileutil.CopyFile(src, filepath.Join(root, dst), 0o755); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// kpreload-boot-ok.service, as every image carries it: without
+	// something to take the fallback back once a boot comes up, kpreload's
+	// entries arrange none.
+	unit, err := fs.ReadFile(rootfiles.FS, path.Join("files", install.BootOKUnit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, path.Dir(install.BootOKUnit)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, install.BootOKUnit), unit, 0o644); err != nil {
+		t.Fatal(err)
 	}
 	u := newUUID()
 	return fallbackRoot{

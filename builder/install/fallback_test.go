@@ -26,19 +26,26 @@ func TestGrubFallbackEntries(t *testing.T) {
 		name: "the distribution's initramfs: every kpreload entry falls back to it",
 		files: map[string]string{
 			"boot/vmlinuz-" + def: "k", "boot/initrd.img-" + def: "i", InitramfsPath(def): "i", CacheDir + "/index/" + def + ".json": index(def, true),
-			"boot/vmlinuz-" + other: "k", InitramfsPath(other): "i",
+			"boot/vmlinuz-" + other: "k", InitramfsPath(other): "i", BootOKUnit: "",
 		},
 		want: [][2]string{{GrubEntryID(def), GrubDistributionEntryID(def)}, {GrubEntryID(other), GrubDistributionEntryID(def)}, {GrubDistributionEntryID(def), ""}},
+	}, {
+		name: "no kpreload-boot-ok.service to take next_entry back: no fallback at all",
+		files: map[string]string{
+			"boot/vmlinuz-" + def: "k", "boot/initrd.img-" + def: "i", InitramfsPath(def): "i", CacheDir + "/index/" + def + ".json": index(def, true),
+			"boot/vmlinuz-" + other: "k", InitramfsPath(other): "i",
+		},
+		want: [][2]string{{GrubEntryID(def), ""}, {GrubEntryID(other), ""}, {GrubDistributionEntryID(def), ""}},
 	}, {
 		name: "no distribution initramfs: the default falls back to the next kernel, the last to none",
 		files: map[string]string{
 			"boot/vmlinuz-" + def: "k", InitramfsPath(def): "i", CacheDir + "/index/" + def + ".json": index(def, true),
-			"boot/vmlinuz-" + other: "k", InitramfsPath(other): "i",
+			"boot/vmlinuz-" + other: "k", InitramfsPath(other): "i", BootOKUnit: "",
 		},
 		want: [][2]string{{GrubEntryID(def), GrubEntryID(other)}, {GrubEntryID(other), ""}},
 	}, {
 		name:  "one kernel, no distribution initramfs: no fallback",
-		files: map[string]string{"boot/vmlinuz-" + def: "k", InitramfsPath(def): "i"},
+		files: map[string]string{"boot/vmlinuz-" + def: "k", InitramfsPath(def): "i", BootOKUnit: ""},
 		want:  [][2]string{{GrubEntryID(def), ""}},
 	}}
 	for _, tt := range tests {
@@ -138,22 +145,27 @@ func TestLoaderDefault(t *testing.T) {
 	}
 }
 
-// TestSystemdBootCounting: with a fallback entry on the ESP, kpreload's
-// entries are counted and carry the fallback flag; an entry systemd-boot
-// left bad ("+0-2") is written afresh with its tries, the kernel's files
-// stay; without a fallback (one kernel, no other good entry: a bad
-// distribution entry does not count) the entry is not counted.
+// TestSystemdBootCounting: with a fallback entry on the ESP and something in
+// the root to mark a boot good (kpreload-boot-ok.service or
+// systemd-bless-boot), kpreload's entries are counted and carry the
+// fallback flag; an entry systemd-boot left bad ("+0-2") is written afresh
+// with its tries, the kernel's files stay; without a fallback (one kernel,
+// no other good entry: a bad distribution entry does not count) or without
+// a blesser (good entries would go bad) the entry is not counted.
 func TestSystemdBootCounting(t *testing.T) {
 	k := testKernel
 	tests := []struct {
 		name    string
 		entries map[string]string
+		blesser string // the root's file that marks entries good
 		want    string // the entry file kpreload's sync leaves
 		flag    bool
 	}{
-		{"a distribution entry", map[string]string{"debian-" + k + ".conf": "title d\n", "kpreload-" + k + "+0-2.conf": "title bad\n"}, CountedEntryName(k), true},
-		{"a bad distribution entry only", map[string]string{"debian-" + k + "+0-3.conf": "title d\n", CountedEntryName(k): "title old\n"}, EntryName(k), false},
-		{"nothing else", map[string]string{"kpreload-" + k + "+1-1.conf": "title old\n"}, EntryName(k), false},
+		{"a distribution entry", map[string]string{"debian-" + k + ".conf": "title d\n", "kpreload-" + k + "+0-2.conf": "title bad\n"}, BootOKUnit, CountedEntryName(k), true},
+		{"a distribution entry, systemd-bless-boot", map[string]string{"debian-" + k + ".conf": "title d\n"}, "lib/systemd/systemd-bless-boot", CountedEntryName(k), true},
+		{"a distribution entry, nothing to mark an entry good", map[string]string{"debian-" + k + ".conf": "title d\n", CountedEntryName(k): "title old\n"}, "", EntryName(k), false},
+		{"a bad distribution entry only", map[string]string{"debian-" + k + "+0-3.conf": "title d\n", CountedEntryName(k): "title old\n"}, BootOKUnit, EntryName(k), false},
+		{"nothing else", map[string]string{"kpreload-" + k + "+1-1.conf": "title old\n"}, BootOKUnit, EntryName(k), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -163,6 +175,9 @@ func TestSystemdBootCounting(t *testing.T) {
 			}
 			for n, text := range tt.entries {
 				files["boot/efi/loader/entries/"+n] = text
+			}
+			if tt.blesser != "" {
+				files[tt.blesser] = ""
 			}
 			root := fakeRoot(t, files)
 			kernels, err := Kernels(root)

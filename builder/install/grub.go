@@ -122,8 +122,9 @@ func grubFallback(id string) string {
 // GrubEntries writes the GRUB menu entries of root's kernels: kpreload's
 // entry for the default kernel (DefaultKernel) first, then kpreload's entries
 // of the other bootable kernels, newest first, then the default kernel with
-// the distribution's initramfs, as a way back. Each kpreload entry with a
-// fallback (grubFallbackOf) saves it as GRUB's one-shot next_entry before it
+// the distribution's initramfs, as a way back. Where the root has
+// kpreload-boot-ok.service (BootOKUnit), which clears it once a boot comes
+// up, each kpreload entry with a fallback (grubFallbackOf) saves it as GRUB's one-shot next_entry before it
 // boots and tells /init so (FallbackFlag): a root that cannot be mounted
 // reboots into the fallback once. Nothing is written when no kernel has a
 // kpreload initramfs.
@@ -187,8 +188,15 @@ func GrubEntries(w io.Writer, root string, env GrubEnv) error {
 	if kernelState(root, def).DistInitramfs {
 		dist = GrubDistributionEntryID(def)
 	}
+	// next_entry must be taken back once a boot comes up, or every other
+	// boot would be the fallback's: without kpreload-boot-ok.service, none.
+	takeBack := exists(root, BootOKUnit)
 	for i, k := range order {
-		entry(k, "kpreload", GrubEntryID(k), strings.TrimPrefix(InitramfsPath(k), "boot/"), grubFallbackOf(order, i, dist))
+		fallback := ""
+		if takeBack {
+			fallback = grubFallbackOf(order, i, dist)
+		}
+		entry(k, "kpreload", GrubEntryID(k), strings.TrimPrefix(InitramfsPath(k), "boot/"), fallback)
 	}
 	if dist != "" {
 		entry(def, "distribution initramfs", dist, "initrd.img-"+def, "")

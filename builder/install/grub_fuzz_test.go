@@ -165,6 +165,7 @@ func FuzzGrubEntries(f *testing.F) {
 		files := map[string]string{
 			"boot/vmlinuz-" + testKernel: "k", "boot/initrd.img-" + testKernel: "i", InitramfsPath(testKernel): "i",
 			CacheDir + "/index/" + testKernel + ".json": index(testKernel, true),
+			BootOKUnit: "",
 		}
 		kernels := []string{testKernel}
 		if release != testKernel && !strings.ContainsAny(release, "/\x00") && release != "" && release != "." && release != ".." && len(release) < 200 {

@@ -256,6 +256,7 @@ func TestSystemdBootHooks(t *testing.T) {
 		"boot/efi/loader/entries/kpreload-" + older + ".conf": "title old\n",
 		CacheDir + "/index/":                                  "",
 		"lib/modules/":                                        "",
+		BootOKUnit:                                            "",
 	})
 	if err := os.Symlink(filepath.Join(ktree, "lib/modules", testKernel), filepath.Join(root, "lib/modules", testKernel)); err != nil {
 		t.Fatal(err)

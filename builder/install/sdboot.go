@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -141,8 +142,11 @@ type entryPlan struct {
 // kernel, any other good entry (the distribution's, whose boots kpreload
 // never counts, or kpreload's of another kernel); for the others, only an
 // entry that is not kpreload's. Two of kpreload's bad entries then never
-// reboot into each other forever.
-func planEntries(kernels []Kernel, def, cmdline string, others bool) map[string]entryPlan {
+// reboot into each other forever. Nothing is counted without a blesser
+// (systemd-bless-boot or kpreload-boot-ok.service in the root), which marks
+// an entry good once a boot comes up: without one, good entries would go
+// bad too.
+func planEntries(kernels []Kernel, def, cmdline string, others, blesser bool) map[string]entryPlan {
 	bootable := 0
 	for _, k := range kernels {
 		if k.Bootable() {
@@ -163,7 +167,7 @@ func planEntries(kernels []Kernel, def, cmdline string, others bool) map[string]
 		if !k.Bootable() {
 			continue
 		}
-		counted := others || k.Release == def && bootable > 1
+		counted := blesser && (others || k.Release == def && bootable > 1)
 		p := entryPlan{name: EntryName(k.Release), cmdline: base}
 		if counted {
 			p = entryPlan{name: CountedEntryName(k.Release), cmdline: strings.TrimSpace(base + " " + FallbackFlag), counted: true}
@@ -222,7 +226,8 @@ func syncSystemdBoot(root string, e espTree, kernels []Kernel, def, cmdline stri
 		return fmt.Errorf("systemd-boot: %w (is the ESP mounted?)", err)
 	}
 	keep := map[string]bool{}
-	plans := planEntries(kernels, def, cmdline, otherEntries(e))
+	blesser := exists(root, BootOKUnit) || slices.ContainsFunc(blessBoot, func(p string) bool { return exists(root, p) })
+	plans := planEntries(kernels, def, cmdline, otherEntries(e), blesser)
 	for _, k := range kernels {
 		if !k.Bootable() {
 			continue
