@@ -165,6 +165,8 @@ func TestSystemdBootCounting(t *testing.T) {
 		{"a distribution entry, systemd-bless-boot", map[string]string{"debian-" + k + ".conf": "title d\n"}, "lib/systemd/systemd-bless-boot", CountedEntryName(k), true},
 		{"a distribution entry, nothing to mark an entry good", map[string]string{"debian-" + k + ".conf": "title d\n", CountedEntryName(k): "title old\n"}, "", EntryName(k), false},
 		{"a bad distribution entry only", map[string]string{"debian-" + k + "+0-3.conf": "title d\n", CountedEntryName(k): "title old\n"}, BootOKUnit, EntryName(k), false},
+		{"a bad distribution entry with no count of boots done", map[string]string{"debian-" + k + "+0.conf": "title d\n"}, BootOKUnit, EntryName(k), false},
+		{"a distribution entry with tries left", map[string]string{"debian-" + k + "+3.conf": "title d\n"}, BootOKUnit, CountedEntryName(k), true},
 		{"nothing else", map[string]string{"kpreload-" + k + "+1-1.conf": "title old\n"}, BootOKUnit, EntryName(k), false},
 	}
 	for _, tt := range tests {

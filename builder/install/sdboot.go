@@ -61,20 +61,30 @@ func ParseEntryName(name string) (kernel string, triesLeft int, ok bool) {
 	if !found || base == "" {
 		return "", 0, false
 	}
-	triesLeft = -1
-	if i := strings.LastIndexByte(base, '+'); i >= 0 {
-		left, done, hasDone := strings.Cut(base[i+1:], "-")
-		if allDigits(left) && (!hasDone || allDigits(done)) {
-			n, err := strconv.Atoi(left)
-			if err == nil {
-				base, triesLeft = base[:i], n
-			}
-		}
-	}
+	base, triesLeft = splitCounter(base)
 	if base == "" {
 		return "", 0, false
 	}
 	return base, triesLeft, true
+}
+
+// splitCounter splits a loader entry's name (without ".conf") into the name
+// and systemd-boot's tries left: the counter is "+LEFT" or "+LEFT-DONE"
+// after the last '+', digits only; -1 when there is none.
+func splitCounter(base string) (string, int) {
+	i := strings.LastIndexByte(base, '+')
+	if i < 0 {
+		return base, -1
+	}
+	left, done, hasDone := strings.Cut(base[i+1:], "-")
+	if !allDigits(left) || hasDone && !allDigits(done) {
+		return base, -1
+	}
+	n, err := strconv.Atoi(left)
+	if err != nil {
+		return base, -1
+	}
+	return base[:i], n
 }
 
 func allDigits(s string) bool {
@@ -187,10 +197,8 @@ func otherEntries(e espTree) bool {
 		if !ent.Type().IsRegular() || !strings.HasSuffix(n, ".conf") || strings.HasPrefix(n, "kpreload-") {
 			continue
 		}
-		if i := strings.LastIndexByte(n, '+'); i >= 0 && strings.HasPrefix(n[i:], "+0") && !strings.HasPrefix(n[i:], "+0.") {
-			if left, _, _ := strings.Cut(strings.TrimSuffix(n[i+1:], ".conf"), "-"); allDigits(left) {
-				continue // bad: sorted last, never picked while another is good
-			}
+		if _, left := splitCounter(strings.TrimSuffix(n, ".conf")); left == 0 {
+			continue // bad: sorted last, never picked while another is good
 		}
 		return true
 	}
