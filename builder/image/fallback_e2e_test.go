@@ -295,13 +295,28 @@ func grubTools(ctx context.Context, t *testing.T) (efiBin, common string) {
 // gets kpreload.fallback=1, fails to mount the root for
 // kpreload.rootfail=, reports the missing module and reboots. Boot 2: GRUB
 // boots the distribution entry once, which reaches the root's init, and
-// next_entry is gone from grubenv.
+// next_entry is gone from grubenv. Boot 3, the initramfs mended: kpreload's
+// entry again, which comes up, and `kpreload kernel-hook boot-ok` (run by
+// the root's init as kpreload-boot-ok.service runs it) clears next_entry.
 func TestGRUBFallback(t *testing.T) {
-	ctx, _, initBin, progress := e2eStart(t, "two UEFI boots through GRUB", 15*time.Minute)
+	ctx, kpreloadBin, initBin, progress := e2eStart(t, "three UEFI boots through GRUB", 15*time.Minute)
 	efiBin, common := grubTools(ctx, t)
 	fr := stageFallbackRoot(t, initBin)
 	root := fr.root
 	modules := func(string) string { return fr.modules }
+	// The root's init runs kpreload-boot-ok.service's command before it reports.
+	if err := os.MkdirAll(filepath.Join(root, path.Dir(install.Kpreload)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := fileutil.CopyFile(kpreloadBin, filepath.Join(root, install.Kpreload), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "etc/kpreload-test"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc/kpreload-test/run"), []byte("/"+install.Kpreload+" kernel-hook boot-ok\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	// The distribution's initramfs (the stand-in mounts ext4), GRUB's
 	// environment block as kpreload install makes it, and grub.cfg.
@@ -324,7 +339,7 @@ func TestGRUBFallback(t *testing.T) {
 	var entries strings.Builder
 	if err := install.GrubEntries(&entries, root, install.GrubEnv{
 		Prepare:  "\tinsmod part_gpt\n\tinsmod ext2\n\tsearch --no-floppy --fs-uuid --set=root " + fr.rootUUID + "\n",
-		BootPath: "/boot", DeviceUUID: fr.rootUUID, Cmdline: fr.cmdline, Distributor: "Debian",
+		BootPath: "/boot", DeviceUUID: fr.rootUUID, Cmdline: fr.cmdline + " rw kpreload.rootinit.run=/etc/kpreload-test/run", Distributor: "Debian",
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -350,6 +365,10 @@ func TestGRUBFallback(t *testing.T) {
 		t.Fatalf("grub-mkimage: %v: %s", err, b)
 	}
 	// The fault: kpreload's initramfs loses the root filesystem's module.
+	good := filepath.Join(work, "initrd-good.img")
+	if err := os.Rename(filepath.Join(root, install.InitramfsPath(fallbackKernel)), good); err != nil {
+		t.Fatal(err)
+	}
 	if err := fileutil.CopyFile(brokenInitramfs(t, fallbackKernel, fr.modules, initBin), filepath.Join(root, install.InitramfsPath(fallbackKernel)), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -376,5 +395,24 @@ func TestGRUBFallback(t *testing.T) {
 	}
 	if env := grubenv(); strings.Contains(env, "next_entry=kpreload") {
 		t.Errorf("grubenv after boot 2 still holds the fallback:\n%.200s", env)
+	}
+
+	// Boot 3: kpreload's initramfs mended, its entry boots again (the
+	// fallback was once), saves next_entry, comes up, and boot-ok takes
+	// next_entry back, so the boot after it is kpreload's again.
+	mend := exec.CommandContext(ctx, "debugfs", "-w", "-f", "-", fmt.Sprintf("%s?offset=%d", disk, l.Root.Offset))
+	mend.Stdin = strings.NewReader("rm /" + install.InitramfsPath(fallbackKernel) + "\nwrite " + good + " /" + install.InitramfsPath(fallbackKernel) + "\n")
+	if b, err := mend.CombinedOutput(); err != nil {
+		t.Fatalf("debugfs: %v: %s", err, b)
+	}
+	res, console = fallbackBoot(ctx, t, progress, 3, disk)
+	if res.RootInit == nil || res.Report == nil || res.Report.Root.Mounted <= 0 || !strings.Contains(res.Report.Cmdline, install.FallbackFlag) {
+		t.Fatalf("boot 3: report %+v, root init %v (console %s): want kpreload's entry, with its fallback saved, to reach the root's init", res.Report, res.RootInit != nil, res.Console)
+	}
+	if want := "cleared GRUB's one-shot fallback next_entry=" + install.GrubDistributionEntryID(fallbackKernel); !strings.Contains(console, want) {
+		t.Errorf("boot 3: kpreload kernel-hook boot-ok did not say %q (console %s)", want, res.Console)
+	}
+	if env := grubenv(); strings.Contains(env, "next_entry=") || len(env) != 1024 {
+		t.Errorf("grubenv after boot 3 (%d bytes) still holds a next_entry:\n%.200s", len(env), env)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
@@ -79,9 +78,6 @@ type BootOKOptions struct {
 	Report string
 	// EFIVars is where efivarfs is mounted (/sys/firmware/efi/efivars).
 	EFIVars string
-	// EditEnv runs grub-editenv with args in Root (nil: the root's own,
-	// through chroot unless Root is "/").
-	EditEnv func(ctx context.Context, root string, args ...string) error
 	// Log receives what was done (nil: discarded).
 	Log io.Writer
 }
@@ -97,8 +93,9 @@ var blessBoot = []string{"usr/lib/systemd/systemd-bless-boot", "lib/systemd/syst
 // BootOK is run once the real init is up after kpreload's /init booted the
 // system (`kpreload kernel-hook boot-ok`, kpreload-boot-ok.service): it
 // takes back the fallback the boot loader had ready in case this boot
-// failed. GRUB: next_entry is unset when it still names one of kpreload's
-// entries (a user's grub-reboot is left alone). systemd-boot: the counted
+// failed. GRUB: next_entry is unset (as grub-editenv unsets it, with no
+// need for it in the root) when it still names one of kpreload's entries
+// (a user's grub-reboot is left alone). systemd-boot: the counted
 // entry systemd-boot booted (LoaderBootCountPath) gets its good name,
 // unless the root has systemd-bless-boot, which does that. It returns what
 // it did, one line each.
@@ -108,9 +105,6 @@ func BootOK(ctx context.Context, o BootOKOptions) ([]string, error) {
 	}
 	if o.EFIVars == "" {
 		o.EFIVars = "/sys/firmware/efi/efivars"
-	}
-	if o.EditEnv == nil {
-		o.EditEnv = grubEditEnv
 	}
 	var done []string
 	say := func(format string, a ...any) {
@@ -134,7 +128,7 @@ func BootOK(ctx context.Context, o BootOKOptions) ([]string, error) {
 		case !strings.HasPrefix(next, "kpreload-"):
 			say("GRUB's next_entry=%s is not kpreload's fallback: left as it is", next)
 		default:
-			if err := o.EditEnv(ctx, o.Root, "/"+GrubEnvFile, "unset", "next_entry"); err != nil {
+			if err := inroot.WriteFile(o.Root, GrubEnvFile, unsetGrubEnv(block, "next_entry"), 0o644); err != nil {
 				errs = append(errs, fmt.Errorf("clear GRUB's next_entry=%s: %w", next, err))
 			} else {
 				say("cleared GRUB's one-shot fallback next_entry=%s", next)
@@ -196,17 +190,15 @@ func bootCountEntry(file string) (string, error) {
 	return name, nil
 }
 
-// grubEditEnv runs the root's own grub-editenv (through chroot unless root
-// is "/").
-func grubEditEnv(ctx context.Context, root string, args ...string) error {
-	argv := append([]string{"grub-editenv"}, args...)
-	if filepath.Clean(root) != "/" {
-		argv = append([]string{"chroot", root}, argv...)
+// unsetGrubEnv returns the environment block without the variable name, as
+// `grub-editenv FILE unset NAME` writes it: the same size, the room the
+// line took added to the '#' padding at the end.
+func unsetGrubEnv(block []byte, name string) []byte {
+	var out []byte
+	for _, l := range bytes.SplitAfter(block, []byte("\n")) {
+		if !bytes.HasPrefix(l, []byte(name+"=")) {
+			out = append(out, l...)
+		}
 	}
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), "PATH=/usr/sbin:/usr/bin:/sbin:/bin")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(string(out)))
-	}
-	return nil
+	return append(out, bytes.Repeat([]byte("#"), len(block)-len(out))...)
 }
