@@ -55,6 +55,7 @@ func linkRoot(t *testing.T) (root, victim string) {
 		"etc/grub.d/10_linux":                       "#!/bin/sh\n",
 		"etc/kernel/postinst.d/":                    "",
 		"usr/sbin/update-grub":                      "",
+		BootOKUnit:                                  "",
 	}
 	for p, s := range files {
 		full := filepath.Join(root, p)

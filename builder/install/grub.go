@@ -78,11 +78,56 @@ func GrubEnvFromEnviron(getenv func(string) string) GrubEnv {
 // kpreload entry.
 func GrubEntryID(kernel string) string { return "kpreload-" + kernel }
 
+// GrubDistributionEntryID is the menu entry id of the entry booting a
+// kernel with the distribution's initramfs, which kpreload writes for the
+// default kernel.
+func GrubDistributionEntryID(kernel string) string { return "kpreload-distribution-" + kernel }
+
+// grubFallbackVar is the GRUB variable that carries FallbackFlag onto a
+// kpreload entry's linux line once the fallback is saved.
+const grubFallbackVar = "kpreload_fallback"
+
+// FallbackFlag is the kernel command line flag of a kpreload entry whose boot
+// loader has a fallback entry ready for the next boot (pid1.FallbackFlag):
+// /init may reboot into it when the root cannot be mounted.
+const FallbackFlag = "kpreload.fallback=1"
+
+// grubFallbackOf is the fallback entry of order[i], kpreload's entry of a
+// kernel: the distribution initramfs's entry dist when there is one, else
+// kpreload's entry of the next kernel in order, else none (""). The chain
+// never loops back, so bad entries cannot reboot into each other forever.
+func grubFallbackOf(order []string, i int, dist string) string {
+	switch {
+	case dist != "":
+		return dist
+	case i+1 < len(order):
+		return GrubEntryID(order[i+1])
+	}
+	return ""
+}
+
+// grubFallback is the GRUB script, run when a kpreload entry is chosen and
+// before its linux command, that makes the fallback entry id GRUB's
+// one-shot next_entry (Debian's 00_header boots it on the next boot and
+// clears it), and sets grubFallbackVar to FallbackFlag only when save_env
+// could store it (it cannot on every /boot: btrfs, LVM, RAID), so that
+// /init reboots only into a fallback that is there. `kpreload kernel-hook
+// boot-ok` clears next_entry once the real init runs.
+func grubFallback(id string) string {
+	return "\tset " + grubFallbackVar + "=\n" +
+		"\tset next_entry='" + GrubQuote(id) + "'\n" +
+		"\tif save_env next_entry; then set " + grubFallbackVar + "=" + FallbackFlag + "; fi\n"
+}
+
 // GrubEntries writes the GRUB menu entries of root's kernels: kpreload's
 // entry for the default kernel (DefaultKernel) first, then kpreload's entries
 // of the other bootable kernels, newest first, then the default kernel with
-// the distribution's initramfs, as a way back. Nothing is written when no
-// kernel has a kpreload initramfs.
+// the distribution's initramfs, as a way back. Where the root has
+// kpreload-boot-ok.service (BootOKUnit), which clears it once a boot comes
+// up, each kpreload entry with a fallback (grubFallbackOf) saves it as GRUB's one-shot next_entry before it
+// boots and tells /init so (FallbackFlag): a root that cannot be mounted
+// reboots into the fallback once. Nothing is written when no kernel has a
+// kpreload initramfs.
 func GrubEntries(w io.Writer, root string, env GrubEnv) error {
 	kernels, err := Kernels(root)
 	if err != nil {
@@ -115,15 +160,20 @@ func GrubEntries(w io.Writer, root string, env GrubEnv) error {
 	}
 	args := strings.Join(strings.Fields(rootArg+" ro "+env.Cmdline+" "+env.CmdlineDefault), " ")
 	var b bytes.Buffer
-	entry := func(k, title, id, initrd string) {
+	entry := func(k, title, id, initrd, fallback string) {
 		fmt.Fprintf(&b, "menuentry '%s' --class debian --class gnu-linux --class gnu --class os $menuentry_id_option '%s' {\n",
 			GrubQuote(fmt.Sprintf("%s, with Linux %s (%s)", osName, k, title)), GrubQuote(id))
 		b.WriteString("\tinsmod gzio\n")
 		if p := strings.TrimRight(env.Prepare, "\n"); p != "" {
 			b.WriteString(p + "\n")
 		}
+		line := args
+		if fallback != "" {
+			b.WriteString(grubFallback(fallback))
+			line += " ${" + grubFallbackVar + "}"
+		}
 		fmt.Fprintf(&b, "\techo\t'%s'\n", GrubQuote(fmt.Sprintf("Loading Linux %s (%s) ...", k, title)))
-		fmt.Fprintf(&b, "\tlinux\t%s/vmlinuz-%s %s\n", env.BootPath, k, args)
+		fmt.Fprintf(&b, "\tlinux\t%s/vmlinuz-%s %s\n", env.BootPath, k, line)
 		fmt.Fprintf(&b, "\tinitrd\t%s/%s\n", env.BootPath, initrd)
 		b.WriteString("}\n")
 	}
@@ -134,11 +184,22 @@ func GrubEntries(w io.Writer, root string, env GrubEnv) error {
 			order = append(order, k.Release)
 		}
 	}
-	for _, k := range order {
-		entry(k, "kpreload", GrubEntryID(k), strings.TrimPrefix(InitramfsPath(k), "boot/"))
-	}
+	dist := ""
 	if kernelState(root, def).DistInitramfs {
-		entry(def, "distribution initramfs", "kpreload-distribution-"+def, "initrd.img-"+def)
+		dist = GrubDistributionEntryID(def)
+	}
+	// next_entry must be taken back once a boot comes up, or every other
+	// boot would be the fallback's: without kpreload-boot-ok.service, none.
+	takeBack := exists(root, BootOKUnit)
+	for i, k := range order {
+		fallback := ""
+		if takeBack {
+			fallback = grubFallbackOf(order, i, dist)
+		}
+		entry(k, "kpreload", GrubEntryID(k), strings.TrimPrefix(InitramfsPath(k), "boot/"), fallback)
+	}
+	if dist != "" {
+		entry(def, "distribution initramfs", dist, "initrd.img-"+def, "")
 	}
 	_, err = w.Write(b.Bytes())
 	return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -131,7 +132,8 @@ func blanks(s string) string {
 // kernels: read back with GRUB's quoting rules, whatever GRUB_DISTRIBUTOR
 // and the kernel release hold, the output is exactly the expected entries —
 // one menuentry block per kpreload kernel and one for the distribution's
-// initramfs, each with insmod, the prepare commands, echo, linux, initrd —
+// initramfs, each with insmod, the prepare commands, (kpreload's) the
+// one-shot fallback to the distribution's entry, echo, linux, initrd —
 // so no input injects a command, a key or an entry; each title holds the
 // distributor as given (trimmed) and its kernel; the ids are kpreload's;
 // the linux line boots the kernel's image with the given command line; and
@@ -163,6 +165,7 @@ func FuzzGrubEntries(f *testing.F) {
 		files := map[string]string{
 			"boot/vmlinuz-" + testKernel: "k", "boot/initrd.img-" + testKernel: "i", InitramfsPath(testKernel): "i",
 			CacheDir + "/index/" + testKernel + ".json": index(testKernel, true),
+			BootOKUnit: "",
 		}
 		kernels := []string{testKernel}
 		if release != testKernel && !strings.ContainsAny(release, "/\x00") && release != "" && release != "." && release != ".." && len(release) < 200 {
@@ -187,12 +190,14 @@ func FuzzGrubEntries(f *testing.F) {
 		if osName == "" {
 			osName = "Debian"
 		}
-		type entry struct{ kernel, title, id, initrd string }
+		type entry struct{ kernel, title, id, initrd, fallback string }
 		var want []entry
+		// Every kpreload entry falls back to the distribution's initramfs.
+		dist := GrubDistributionEntryID(testKernel)
 		for _, k := range kernels {
-			want = append(want, entry{k, "kpreload", GrubEntryID(k), "/boot/kpreload/initrd.img-" + k})
+			want = append(want, entry{k, "kpreload", GrubEntryID(k), "/boot/kpreload/initrd.img-" + k, dist})
 		}
-		want = append(want, entry{testKernel, "distribution initramfs", "kpreload-distribution-" + testKernel, "/boot/initrd.img-" + testKernel})
+		want = append(want, entry{testKernel, "distribution initramfs", dist, "/boot/initrd.img-" + testKernel, ""})
 		// The default (testKernel, with its driver) comes first; the others follow.
 		args := strings.Fields("root=UUID=" + env.DeviceUUID + " ro " + env.Cmdline + " " + env.CmdlineDefault)
 		if env.DeviceUUID == "" || env.DisableUUID {
@@ -231,11 +236,21 @@ func FuzzGrubEntries(f *testing.F) {
 					fail("command %d is %q, want %q", i, c, p)
 				}
 			}
+			line := args
+			if e.fallback != "" {
+				// The one-shot fallback, saved before linux; the flag only once saved.
+				for _, w := range []string{"set kpreload_fallback=", "set next_entry=" + e.fallback, "if save_env next_entry", "then set kpreload_fallback=" + FallbackFlag, "fi"} {
+					if c := next(); strings.Join(c, " ") != w {
+						fail("command %d is %q, want %q", i, c, w)
+					}
+				}
+				line = append(slices.Clip(args), "${kpreload_fallback}")
+			}
 			if c := next(); c[0] != "echo" || len(c) != 2 {
 				fail("command %d is %q, want one echo", i, c)
 			}
-			if c := next(); c[0] != "linux" || len(c) < 2 || c[1] != "/boot/vmlinuz-"+e.kernel || strings.Join(c[2:], " ") != strings.Join(args, " ") {
-				fail("command %d is %q, want linux /boot/vmlinuz-%s %s", i, c, e.kernel, strings.Join(args, " "))
+			if c := next(); c[0] != "linux" || len(c) < 2 || c[1] != "/boot/vmlinuz-"+e.kernel || strings.Join(c[2:], " ") != strings.Join(line, " ") {
+				fail("command %d is %q, want linux /boot/vmlinuz-%s %s", i, c, e.kernel, strings.Join(line, " "))
 			}
 			if c := next(); strings.Join(c, " ") != "initrd "+e.initrd {
 				fail("command %d is %q, want initrd %s", i, c, e.initrd)

@@ -418,6 +418,10 @@ func (o *Options) syncAfter(ctx context.Context, bl Bootloader, removal bool) (*
 	}
 	switch bl {
 	case GRUB:
+		// save_env (kpreload's one-shot fallback) needs the block to exist.
+		if err := EnsureGrubEnv(o.Root); err != nil {
+			return nil, fmt.Errorf("GRUB: %w", err)
+		}
 		if o.GrubRegeneratedBy != "" {
 			o.logf("grub.cfg is regenerated next by %s", o.GrubRegeneratedBy)
 			break

@@ -256,6 +256,7 @@ func TestSystemdBootHooks(t *testing.T) {
 		"boot/efi/loader/entries/kpreload-" + older + ".conf": "title old\n",
 		CacheDir + "/index/":                                  "",
 		"lib/modules/":                                        "",
+		BootOKUnit:                                            "",
 	})
 	if err := os.Symlink(filepath.Join(ktree, "lib/modules", testKernel), filepath.Join(root, "lib/modules", testKernel)); err != nil {
 		t.Fatal(err)
@@ -277,8 +278,14 @@ func TestSystemdBootHooks(t *testing.T) {
 	}
 	esp := filepath.Join(root, ESPMount)
 	read := func(p string) string { b, _ := os.ReadFile(filepath.Join(esp, p)); return string(b) }
-	if got, want := read(EntryPath(testKernel)), LoaderEntry(testKernel, cmdline); got != want {
+	// Two bootable kernels: each is the other's fallback, so the default's
+	// boots are counted (Automatic Boot Assessment) and /init may fall back.
+	counted := "loader/entries/" + CountedEntryName(testKernel)
+	if got, want := read(counted), LoaderEntry(testKernel, cmdline+" "+FallbackFlag); got != want {
 		t.Errorf("loader entry =\n%s\nwant\n%s", got, want)
+	}
+	if _, err := os.Stat(filepath.Join(esp, EntryPath(testKernel))); err == nil {
+		t.Errorf("%s is there beside the counted entry", EntryPath(testKernel))
 	}
 	initrd, _ := os.ReadFile(filepath.Join(root, InitramfsPath(testKernel)))
 	if got := read(ESPInitrdPath(testKernel)); got != string(initrd) || len(initrd) < 1<<20 {
@@ -287,7 +294,7 @@ func TestSystemdBootHooks(t *testing.T) {
 	if read(ESPKernelPath(testKernel)) != string(vmlinuz) {
 		t.Errorf("kernel on the ESP differs from /boot/vmlinuz-%s", testKernel)
 	}
-	if got, want := read(ESPLoaderConf), "default "+EntryName(testKernel)+"\ntimeout 0\n"; got != want {
+	if got, want := read(ESPLoaderConf), "default kpreload-"+testKernel+"[.+][c1-9]*\ntimeout 0\n"; got != want {
 		t.Errorf("loader.conf = %q, want %q", got, want)
 	}
 
@@ -298,8 +305,11 @@ func TestSystemdBootHooks(t *testing.T) {
 	if res, err = KernelAdded(ctx, o, testKernel); err != nil || res.Default != older {
 		t.Errorf("postinst with cells for %s only: default %v (err %v), want %s", older, res, err, older)
 	}
-	if got, want := read(ESPLoaderConf), "default "+EntryName(older)+"\ntimeout 0\n"; got != want {
+	if got, want := read(ESPLoaderConf), "default kpreload-"+older+"[.+][c1-9]*\ntimeout 0\n"; got != want {
 		t.Errorf("loader.conf = %q, want %q", got, want)
+	}
+	if _, err := os.Stat(filepath.Join(esp, EntryPath(older))); err == nil {
+		t.Errorf("the uncounted %s is still there beside the counted one", EntryPath(older))
 	}
 
 	// A failing initramfs build fails the hook and changes nothing.
@@ -314,13 +324,21 @@ func TestSystemdBootHooks(t *testing.T) {
 	if res, err = KernelRemoved(ctx, o, older); err != nil || res.Default != testKernel {
 		t.Fatalf("postrm: %+v %v\n%s", res, err, log.String())
 	}
-	for _, p := range []string{filepath.Join(esp, EntryPath(older)), filepath.Join(esp, "kpreload", older), filepath.Join(root, InitramfsPath(older))} {
+	for _, p := range []string{filepath.Join(esp, EntryPath(older)), filepath.Join(esp, "loader/entries", CountedEntryName(older)), filepath.Join(esp, "kpreload", older), filepath.Join(root, InitramfsPath(older))} {
 		if _, err := os.Stat(p); err == nil {
 			t.Errorf("%s is still there after postrm", p)
 		}
 	}
+	// One kernel left and no other entry: nothing to fall back to, so its
+	// boots are not counted and the entry carries no fallback flag.
 	if got, want := read(ESPLoaderConf), "default "+EntryName(testKernel)+"\ntimeout 0\n"; got != want {
 		t.Errorf("loader.conf after postrm = %q, want %q", got, want)
+	}
+	if got, want := read(EntryPath(testKernel)), LoaderEntry(testKernel, cmdline); got != want {
+		t.Errorf("loader entry after postrm =\n%s\nwant\n%s", got, want)
+	}
+	if _, err := os.Stat(filepath.Join(esp, counted)); err == nil || read(ESPKernelPath(testKernel)) != string(vmlinuz) {
+		t.Errorf("after postrm the counted entry is still there (%v), or the kernel's files went with it", err)
 	}
 	if entries, _ := filepath.Glob(filepath.Join(esp, "loader/entries/.*")); len(entries) > 0 {
 		t.Errorf("temporary files left on the ESP: %v", entries)

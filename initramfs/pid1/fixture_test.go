@@ -334,8 +334,12 @@ type fakeSystem struct {
 	// instead of writing seeds' text there (a FIFO, a link).
 	seedUserData func(path string) error
 	// switchErr, when set, is what switch_root returns.
-	switchErr          error
-	switched, execs    []string
+	switchErr       error
+	switched, execs []string
+	// reboots counts Reboot calls; rebootErr, when set, is what Reboot
+	// returns (else a reboot ends the run).
+	reboots            int
+	rebootErr          error
 	shells             int
 	sleepLimit, slept  time.Duration
 	securityfsMissing  bool
@@ -425,6 +429,18 @@ func (s *fakeSystem) Shell(path string, console io.Writer) error {
 	s.mu.Lock()
 	s.shells++
 	s.mu.Unlock()
+	return nil
+}
+
+func (s *fakeSystem) Reboot() error {
+	s.mu.Lock()
+	s.reboots++
+	err := s.rebootErr
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	runtime.Goexit() // the machine restarts: the run ends here
 	return nil
 }
 

@@ -15,6 +15,12 @@ func (b *Boot) writeReport() {
 	b.refreshDrivers()
 	b.kernelRequests()
 	b.rep.SwitchRoot = b.o.Now()
+	b.emitReport()
+}
+
+// emitReport stores the report as it is, prints its summary and sends it on
+// its channels (writeReport before switch_root; rootFailed before a fallback).
+func (b *Boot) emitReport() {
 	if err := os.MkdirAll(filepath.Dir(b.o.ReportPath), 0o755); err == nil {
 		if data, err := json.MarshalIndent(&b.rep, "", "  "); err == nil {
 			tmp := b.o.ReportPath + ".tmp"

@@ -55,12 +55,23 @@ func (b *Boot) mountRoot() {
 	}
 	_, rw := b.flagOK("rw")
 	opts := rootfs.Options{FSType: fstype, Flags: b.flag("rootflags", ""), RW: rw}
+	// The device is there: a mount that keeps failing (no filesystem
+	// support, a bad superblock) will not heal. After kpreload.rootfail=
+	// /init says why and falls back, once.
+	failAfter, firstFail, failed := b.rootFailAfter(), 0.0, false
 	for {
 		if err = b.o.System.MountRoot(dev, b.o.NewRoot, fstype, opts); err == nil {
 			break
 		}
 		b.rep.Root.Error = err.Error()
 		fmt.Fprintf(b.console, "kpreload: cannot mount root: %v; retrying\n", err)
+		if firstFail == 0 {
+			firstFail = b.o.Now()
+		}
+		if waited := time.Duration((b.o.Now() - firstFail) * float64(time.Second)); !failed && waited >= failAfter {
+			failed = true
+			b.rootFailed(dev, fstype, waited, err)
+		}
 		if b.flag("kpreload.debug", "") != "" {
 			b.rescue(err.Error())
 		}

@@ -38,6 +38,9 @@ type System interface {
 	Shell(path string, console io.Writer) error
 	// Sleep waits for d.
 	Sleep(d time.Duration)
+	// Reboot restarts the machine (reboot(2)), so that the boot loader
+	// picks its fallback entry; it returns only on failure.
+	Reboot() error
 }
 
 // realSystem is the running kernel's.
@@ -79,3 +82,12 @@ func (realSystem) Shell(path string, console io.Writer) error {
 }
 
 func (realSystem) Sleep(d time.Duration) { time.Sleep(d) }
+
+func (realSystem) Reboot() error {
+	// Nothing /init mounted is written to; the ESP and /boot are not mounted.
+	unix.Sync()
+	if err := unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART); err != nil {
+		return fmt.Errorf("reboot(2): %w", err)
+	}
+	return nil
+}

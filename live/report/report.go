@@ -123,6 +123,19 @@ type Root struct {
 	FSType  string  `json:"fstype"`
 	Mounted float64 `json:"mounted"` // time mounted
 	Error   string  `json:"error,omitempty"`
+	// Failed is set when the root device was there but could not be
+	// mounted within kpreload.rootfail= seconds: why, in words.
+	Failed string `json:"failed,omitempty"`
+	// FailedModules names the modules the root's filesystem needed that
+	// the initramfs lacked or the loader refused or failed, each with why.
+	FailedModules []string `json:"failed_modules,omitempty"`
+	// KernelLog holds the kernel's own complaints about the root (from
+	// /dev/kmsg), at most a few lines.
+	KernelLog []string `json:"kernel_log,omitempty"`
+	// Fallback is what /init did about a root that cannot be mounted:
+	// "reboot" (into the boot loader's fallback entry) or "none" (no
+	// fallback entry was arranged: it keeps retrying).
+	Fallback string `json:"fallback,omitempty"`
 }
 
 // Summary is the one-line console summary of a report.

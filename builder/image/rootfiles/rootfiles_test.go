@@ -13,7 +13,7 @@ import (
 // units are the systemd units every image carries.
 var units = []string{
 	"kpreload-drivers.path", "kpreload-drivers.target", "kpreload-ldconfig.service",
-	"kpreload-persistenced.service", "kpreload-ready.service", "kpreload-cdi.service",
+	"kpreload-persistenced.service", "kpreload-ready.service", "kpreload-cdi.service", "kpreload-boot-ok.service",
 }
 
 // extract copies FS's files into a directory.

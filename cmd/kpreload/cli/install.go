@@ -129,7 +129,7 @@ mkfs makes it by default.`,
 func newKernelHookCmd() *cobra.Command {
 	var f installFlags
 	c := &cobra.Command{
-		Use:   "kernel-hook postinst|postrm KVER [IMAGE] | grub-entries",
+		Use:   "kernel-hook postinst|postrm KVER [IMAGE] | grub-entries | boot-ok",
 		Short: "What the kernel packages and grub-mkconfig run (installed by kpreload install)",
 		Long: `Debian's kernel packages run /etc/kernel/postinst.d/zz-kpreload and
 postrm.d/zz-kpreload after installing or removing a kernel; both hand over to
@@ -147,6 +147,14 @@ prints the GRUB menu entries of the kernels that have a kpreload initramfs. It i
 run by /etc/grub.d/09_kpreload inside grub-mkconfig, whose environment
 (GRUB_DEVICE_UUID, GRUB_CMDLINE_LINUX, ...) it reads; it never makes
 grub-mkconfig fail: a problem is a warning, and the distribution's entries stand.
+
+  kpreload kernel-hook boot-ok
+
+is run by kpreload-boot-ok.service once the real init is up after kpreload's
+/init booted the system: it takes back the fallback the boot loader had ready
+in case the root could not be mounted (GRUB's one-shot next_entry, when it still
+names one of kpreload's entries; systemd-boot's counted entry, marked good where
+the root lacks systemd-bless-boot).
 
 The hooks never fail the kernel package over configuration: a bad or unknown
 key in /etc/kpreload/boot.yaml, or an /etc/kpreload/cmdline of more than one
@@ -168,6 +176,13 @@ are used. Every path is resolved inside --root, as in a chroot of it.`,
 				}
 				return nil
 			}
+			if args[0] == "boot-ok" {
+				if len(args) != 1 {
+					return fmt.Errorf("boot-ok takes no arguments")
+				}
+				_, err := install.BootOK(cmd.Context(), install.BootOKOptions{Root: f.root, ESP: f.esp, Log: cmd.OutOrStdout()})
+				return err
+			}
 			if len(args) < 2 {
 				return fmt.Errorf("%s needs the kernel release: kernel-hook %s KVER [IMAGE]", args[0], args[0])
 			}
@@ -187,7 +202,7 @@ are used. Every path is resolved inside --root, as in a chroot of it.`,
 			case "postrm":
 				res, err = install.KernelRemoved(cmd.Context(), o, args[1])
 			default:
-				return fmt.Errorf("unknown hook %q: postinst, postrm or grub-entries", args[0])
+				return fmt.Errorf("unknown hook %q: postinst, postrm, grub-entries or boot-ok", args[0])
 			}
 			if err != nil {
 				return fmt.Errorf("kernel %s hook for %s: %w", args[0], args[1], err)
