@@ -8,9 +8,12 @@ import (
 )
 
 // mountRoot waits for the root device (rootwait semantics), loads the filesystem
-// module it needs and mounts it on the new root. It retries forever rather than fail:
-// on a machine without its root disk there is nothing better to do, and the
-// console says why every few seconds.
+// module it needs and mounts it on the new root. It waits for a device that is
+// not there yet for as long as it takes: on a machine without its root disk
+// there is nothing better to do, and the console says why every few seconds. A
+// device that is there but will not mount is a fault after kpreload.rootfail=
+// (rootFailed): /init says why and reboots into the boot loader's fallback
+// entry where one was arranged, else it keeps retrying.
 func (b *Boot) mountRoot() {
 	spec, err := rootfs.ParseSpec(b.flag("root", ""))
 	b.rep.Root.Spec = b.flag("root", "")

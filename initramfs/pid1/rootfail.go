@@ -114,8 +114,8 @@ func (b *Boot) fsModuleFaults(fstype string) []string {
 		}
 	}
 	seen := map[string]bool{}
-	var walk func(name, via string)
-	walk = func(name, via string) {
+	var walk func(name, via string, soft bool)
+	walk = func(name, via string, soft bool) {
 		n := modname.Normalize(name)
 		if seen[n] {
 			return
@@ -124,13 +124,17 @@ func (b *Boot) fsModuleFaults(fstype string) []string {
 		cands := b.index.ByName(n)
 		if len(cands) == 0 {
 			// A soft dependency may name an alias (crypto-crc32c).
-			if alts := b.index.Match(name); len(alts) > 0 {
+			if alts := b.index.Lookup(name); len(alts) > 0 {
 				for _, a := range alts {
-					walk(a, via)
+					walk(a, via, soft)
 				}
 				return
 			}
-			out = append(out, fmt.Sprintf("%s (%s): not in the initramfs", name, via))
+			// A soft dependency the initramfs lacks may be built into the
+			// kernel (crc32c on Debian's cloud kernels): not a fault to name.
+			if !soft {
+				out = append(out, fmt.Sprintf("%s (%s): not in the initramfs", name, via))
+			}
 			return
 		}
 		if why, ok := results[n]; ok {
@@ -138,14 +142,14 @@ func (b *Boot) fsModuleFaults(fstype string) []string {
 		}
 		m := cands[0].Module
 		for _, d := range m.Depends {
-			walk(d, "needed by "+name)
+			walk(d, "needed by "+name, false)
 		}
 		for _, d := range m.SoftPre {
-			walk(d, "soft dependency of "+name)
+			walk(d, "soft dependency of "+name, true)
 		}
 	}
 	for _, n := range names {
-		walk(n, "fs-"+fstype)
+		walk(n, "fs-"+fstype, false)
 	}
 	return out
 }
