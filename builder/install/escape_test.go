@@ -76,8 +76,8 @@ func linkRoot(t *testing.T) (root, victim string) {
 	return root, victim
 }
 
-// TestRootLinksOut runs install, the kernel hooks (postinst, postrm) and
-// grub-entries, for both boot loaders, on roots whose /boot, /boot/efi,
+// TestRootLinksOut runs install, the kernel hooks (postinst, postrm),
+// grub-entries and boot-ok, for both boot loaders, on roots whose /boot, /boot/efi,
 // /boot/grub, /boot/kpreload, loader/entries, /etc/grub.d, /etc/kernel or
 // /etc/kpreload is a link out of the root (absolute, or relative with
 // "../.."), next to a victim tree: nothing there is created, changed or
@@ -118,6 +118,25 @@ func TestRootLinksOut(t *testing.T) {
 					if err := os.Symlink(target, full); err != nil {
 						t.Fatal(err)
 					}
+					// A GRUB environment block in the victim that boot-ok would
+					// rewrite (next_entry names kpreload's fallback) if it followed
+					// the link out; and the report that makes it act at all.
+					env := "# GRUB Environment Block\nnext_entry=kpreload-distribution-" + testKernel + "\n"
+					env += strings.Repeat("#", 1024-len(env))
+					for _, p := range []string{"grubenv", "grub/grubenv"} {
+						if err := os.MkdirAll(filepath.Dir(filepath.Join(victim, p)), 0o755); err != nil {
+							t.Fatal(err)
+						}
+						if err := os.WriteFile(filepath.Join(victim, p), []byte(env), 0o644); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if err := os.MkdirAll(filepath.Join(root, "run/kpreload"), 0o755); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.WriteFile(filepath.Join(root, "run/kpreload/report.json"), []byte("{}"), 0o644); err != nil {
+						t.Fatal(err)
+					}
 					before := inroottest.Snapshot(t, victim)
 					var log bytes.Buffer
 					o := Options{Root: root, Bootloader: bl, Log: &log, UpdateGrub: chrootUpdateGrub}
@@ -130,6 +149,10 @@ func TestRootLinksOut(t *testing.T) {
 						{"postinst", func() error { _, err := KernelAdded(ctx, o, testKernel); return err }},
 						{"grub-entries", func() error { return GrubEntries(io.Discard, root, GrubEnv{}) }},
 						{"postrm", func() error { _, err := KernelRemoved(ctx, o, testKernel); return err }},
+						{"boot-ok", func() error {
+							_, err := BootOK(ctx, BootOKOptions{Root: root, Report: filepath.Join(root, "run/kpreload/report.json"), EFIVars: filepath.Join(root, "efivars"), Log: &log})
+							return err
+						}},
 					}
 					for _, s := range steps {
 						err := s.run()
