@@ -55,6 +55,7 @@ packages=(
   openssl                            # module signing keys
   sbsigntool python3-virt-firmware   # Secure Boot: sbverify of boot binaries, OVMF variable stores with a MOK (virt-fw-vars, bookworm-backports)
   openssh-server jq                  # the Packer provisioner's SSH test; benchmark scripts
+  chromium                           # the boot timeline pictures checked in a real browser (headless)
   docker-registry                    # a real OCI registry (distribution 2.8) for the remote cache tests
 )
 

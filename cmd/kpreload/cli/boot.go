@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -346,12 +345,6 @@ func listOrNone(names []string) string {
 // printModuleTimeline lists every module /init considered, in start order, with
 // its times, outcome, phase and the devices that asked for it.
 func printModuleTimeline(w io.Writer, rep *report.Report) {
-	wanted := map[string][]string{}
-	for _, d := range rep.Devices {
-		for _, m := range d.Modules {
-			wanted[m] = append(wanted[m], path.Base(d.Path))
-		}
-	}
 	loaded := 0
 	for _, m := range rep.Modules {
 		if m.Result == "loaded" {
@@ -359,24 +352,10 @@ func printModuleTimeline(w io.Writer, rep *report.Report) {
 		}
 	}
 	fmt.Fprintf(w, "  modules (%d loaded, %d considered), seconds after kernel start:\n", loaded, len(rep.Modules))
-	for _, m := range rep.Modules {
+	notes := rep.ModuleNotes()
+	for i, m := range rep.Modules {
 		line := fmt.Sprintf("    %7.3f -> %7.3f  %-22s %-14s", m.Start, m.End, m.Name, m.Result)
-		var notes []string
-		if m.Phase != "" {
-			notes = append(notes, m.Phase)
-		}
-		if devs := wanted[m.Name]; len(devs) > 0 {
-			notes = append(notes, "for "+strings.Join(devs, ", "))
-		} else if m.Result == "loaded" {
-			notes = append(notes, "dependency")
-		}
-		if m.Errno != "" {
-			notes = append(notes, m.Errno)
-		}
-		if m.Reason != "" {
-			notes = append(notes, m.Reason)
-		}
-		fmt.Fprintf(w, "%s %s\n", line, strings.Join(notes, "; "))
+		fmt.Fprintf(w, "%s %s\n", line, strings.Join(notes[i], "; "))
 	}
 }
 

@@ -1,0 +1,61 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kpreload/kpreload/internal/inroot"
+	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/live/report/svg"
+)
+
+func init() { register(newReportCmd) }
+
+func newReportCmd() *cobra.Command {
+	var svgFile string
+	cmd := &cobra.Command{
+		Use:   "report [REPORT.json] [--svg FILE]",
+		Short: "Show a boot report's timeline, or draw it as an SVG picture",
+		Long: `Report reads the boot report /init wrote (default ` + report.Path + `, where a
+booted kpreload image keeps it) and prints its timeline: when /init started,
+each module it considered with its result, phase and the devices it was for,
+the root, the drivers ready and switch_root.
+
+--svg FILE draws the same timeline as a self-contained SVG picture (no scripts,
+no external resources) that any browser shows.`,
+		Example: `  kpreload report report.json
+  kpreload report --svg boot.svg report.json`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			file := report.Path
+			if len(args) == 1 {
+				file = args[0]
+			}
+			data, err := inroot.ReadPath(file, inroot.MaxText)
+			if err != nil {
+				return fmt.Errorf("boot report: %w", err)
+			}
+			var rep report.Report
+			if err := json.Unmarshal(data, &rep); err != nil {
+				return fmt.Errorf("boot report %s: %w", file, err)
+			}
+			w := cmd.OutOrStdout()
+			if svgFile != "" {
+				if err := svg.WriteFile(svgFile, "kpreload boot of "+rep.Kernel, []svg.Lane{svg.FromReport("kpreload /init", &rep)}); err != nil {
+					return err
+				}
+				fmt.Fprintf(w, "%s: the timeline of %s (%d modules)\n", svgFile, file, len(rep.Modules))
+				return nil
+			}
+			fmt.Fprintf(w, "boot of %s (%s)\n", rep.Kernel, file)
+			fmt.Fprintf(w, "  /init (Go main) at %.3f s after kernel start\n", rep.InitStart)
+			printModuleTimeline(w, &rep)
+			fmt.Fprintf(w, "  %s\n", rep.Summary())
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&svgFile, "svg", "", "draw the timeline into this SVG file instead of printing it")
+	return cmd
+}
