@@ -13,6 +13,7 @@ import (
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/live/report/svg"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 )
@@ -50,6 +51,7 @@ func newBootCmd() *cobra.Command {
 		firmware string
 		vars     string
 		persist  bool
+		svgFile  string
 	)
 	cmd := &cobra.Command{
 		Use:   "boot (--kernel FILE [--initramfs FILE] [--root-disk FILE] | --image DISK)",
@@ -183,6 +185,12 @@ real time: under plain TCG a guest's first run of new code costs far more.`,
 			} else {
 				printBootSummary(cmd.OutOrStdout(), res)
 			}
+			if svgFile != "" && res.Report != nil {
+				if err := writeBootSVG(svgFile, res); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "timeline picture: %s\n", svgFile)
+			}
 			if bootErr != nil {
 				return fmt.Errorf("boot: %w", bootErr)
 			}
@@ -209,6 +217,7 @@ real time: under plain TCG a guest's first run of new code costs far more.`,
 	f.StringVar(&vars, "vars", "", "with --firmware uefi or uefi-secure: the UEFI variable store to boot with (a copy is used), such as the <name>.ovmf-vars.fd that image build --secure-boot writes (the module key enrolled as a MOK); default for uefi-secure: OVMF_VARS_4M.ms.fd, Microsoft's keys only")
 	f.BoolVar(&persist, "persist", false, "with --image: boot the image itself, keeping what the guest writes (default: a throwaway overlay)")
 	f.StringArrayVar(&c.Drives, "drive", nil, "attach this disk image (raw or .qcow2) on virtio, read-only, after the root disk (repeatable)")
+	f.StringVar(&svgFile, "svg", "", "draw the boot's timeline (milestones, module loads, systemd's where the console has them) into this SVG file")
 	f.StringVar(&until, "until", "", "end the run when the console matches this regular expression (default with --image: systemd's default target)")
 	f.StringVar(&workDir, "work-dir", "", "directory for the logs (default: a new temporary directory)")
 	f.BoolVar(&asJSON, "json", false, "print the report, root-init record and timings as JSON")
@@ -332,6 +341,34 @@ func printSystemdMilestones(w io.Writer, res *qemu.Result) {
 	} else {
 		fmt.Fprintf(w, "  %q: no kernel timestamp (add systemd.log_target=kmsg to the image's command line)\n", res.UntilMatch)
 	}
+}
+
+// writeBootSVG draws the boot's timeline, its report's and the console's
+// milestones, into the SVG file path.
+func writeBootSVG(path string, res *qemu.Result) error {
+	return svg.WriteFile(path, "kpreload boot of "+res.Report.Kernel, []svg.Lane{svg.FromReport("kpreload", res.Report, bootMarks(res)...)})
+}
+
+// bootMarks are the milestones of a boot that only the console knows, in
+// kernel time: the kernel running /init, the test root's init, systemd
+// starting and reaching the line --until waited for.
+func bootMarks(res *qemu.Result) []svg.Mark {
+	var marks []svg.Mark
+	if l, ok := qemu.Find(res.Kernel, "Run /init as init process"); ok {
+		marks = append(marks, svg.Mark{Time: l.Time, Label: "kernel runs /init"})
+	}
+	if ri := res.RootInit; ri != nil {
+		marks = append(marks, svg.Mark{Time: ri.Start, Label: "real init"})
+	}
+	if l, ok := qemu.Find(res.Kernel, "running in system mode"); ok {
+		marks = append(marks, svg.Mark{Time: l.Time, Label: "systemd started"})
+	}
+	if res.UntilMatched {
+		if l, ok := qemu.Find(res.Kernel, res.UntilMatch); ok {
+			marks = append(marks, svg.Mark{Time: l.Time, Label: res.UntilMatch})
+		}
+	}
+	return marks
 }
 
 // listOrNone joins names with commas, or says "none".
