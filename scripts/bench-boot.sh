@@ -2,7 +2,7 @@
 # bench-boot.sh: kpreload's initramfs against Debian's own initramfs-tools, measured in
 # one run, on the same kernel, root disk and devices, under QEMU TCG.
 #
-#   scripts/bench-boot.sh [--kernel KVER] [--runs N] [--json] [--keep]
+#   scripts/bench-boot.sh [--kernel KVER] [--runs N] [--json] [--keep] [--svg DIR]
 #
 #   --kernel KVER  kernel to boot (default 6.1.0-56-cloud-amd64; fetched with kernels.sh)
 #   --runs N       boots and initramfs builds per variant (default 5); medians are reported,
@@ -12,6 +12,8 @@
 #   --timeout S    give up on one boot after S seconds (default 120; a boot takes ~5-15 s)
 #   --retries N    run a boot that hung (timed out) again, at most N times (default 1);
 #                  hangs are counted in the output and their logs kept
+#   --svg DIR      draw each round's boots (Debian's and kpreload's) on one time axis:
+#                  DIR/round-N.svg
 #
 # Every variant boots the same ext4 root disk (root=UUID=..., on virtio-blk, /sbin/init
 # is kpreload-rootinit, which records what it saw and powers off) with QEMU's edu
@@ -45,7 +47,8 @@ json=0
 keep=0
 timeout=120
 retries=1
-usage() { sed -n '2,14s/^# \{0,1\}//p' "$0"; }
+svgdir=""
+usage() { sed -n '2,16s/^# \{0,1\}//p' "$0"; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --kernel) [ $# -ge 2 ] || die "--kernel needs a value"; kver=$2; shift 2 ;;
@@ -56,6 +59,8 @@ while [ $# -gt 0 ]; do
     --timeout=*) timeout=${1#*=}; shift ;;
     --retries) [ $# -ge 2 ] || die "--retries needs a value"; retries=$2; shift 2 ;;
     --retries=*) retries=${1#*=}; shift ;;
+    --svg) [ $# -ge 2 ] || die "--svg needs a directory"; svgdir=$2; shift 2 ;;
+    --svg=*) svgdir=${1#*=}; shift ;;
     --json) json=1; shift ;;
     --keep) keep=1; shift ;;
     -h|--help) usage; exit 0 ;;
@@ -208,6 +213,20 @@ for i in $(seq 1 "$runs"); do
     done
   done
 done
+
+if [ -n "$svgdir" ]; then
+  mkdir -p "$svgdir"
+  for i in $(seq 1 "$runs"); do
+    svg_args=()
+    for v in debian kpreload kpreload-early; do
+      base="$work/boots/$v-$i"
+      last=$(ls -d "$base".retry*.json 2>/dev/null | sort -V | tail -n1)   # the boot that counted
+      [ -n "$last" ] && base=${last%.json}
+      svg_args+=(-boot "$v=$base.json,$base.console")
+    done
+    "$bb" svg -o "$svgdir/round-$i.svg" -kernel "$kver" -round "$i" "${svg_args[@]}" >&2 || die "drawing round $i failed"
+  done
+fi
 
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 total=$(seconds "$t0" "$(date +%s%N)")

@@ -45,7 +45,7 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: benchboot sample|report|ab [flags]")
+		return errors.New("usage: benchboot sample|report|ab|svg [flags]")
 	}
 	switch args[0] {
 	case "sample":
@@ -54,8 +54,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return runReport(args[1:], stdout)
 	case "ab":
 		return runAB(args[1:], stdout)
+	case "svg":
+		return runSVG(args[1:], stdout)
 	}
-	return fmt.Errorf("unknown command %q (want sample, report or ab)", args[0])
+	return fmt.Errorf("unknown command %q (want sample, report, ab or svg)", args[0])
 }
 
 // Variant names, in table column order.
