@@ -220,8 +220,9 @@ if [ -n "$svgdir" ]; then
     svg_args=()
     for v in debian kpreload kpreload-early; do
       base="$work/boots/$v-$i"
-      last=$(ls -d "$base".retry*.json 2>/dev/null | sort -V | tail -n1)   # the boot that counted
-      [ -n "$last" ] && base=${last%.json}
+      last=""
+      for r in "$base".retry*.json; do [ -f "$r" ] && last=${r%.json}; done   # the boot that counted (retries < 10)
+      [ -n "$last" ] && base=$last
       svg_args+=(-boot "$v=$base.json,$base.console")
     done
     "$bb" svg -o "$svgdir/round-$i.svg" -kernel "$kver" -round "$i" "${svg_args[@]}" >&2 || die "drawing round $i failed"
