@@ -172,6 +172,20 @@ func (j *Job) prepare(ctx context.Context) error {
 	if _, err := os.Stat(SystemdBootEFI); err != nil && o.Bootloader == install.SystemdBoot {
 		return fmt.Errorf("image: systemd-boot is missing (install systemd-boot-efi with scripts/deps.sh): %w", err)
 	}
+	if o.SecureBoot {
+		recipes, key, created, err := autoSign(o.Recipes, o.CacheDir)
+		if err != nil {
+			return fmt.Errorf("image: secure boot: %w", err)
+		}
+		if key != nil {
+			verb := "using"
+			if created {
+				verb = "made"
+			}
+			o.Progress.say("secure boot: no recipe names a signing key: %s kpreload's module signing key %s (serial %s; kpreload keys show)", verb, key.Dir, key.SigKey())
+			o.Recipes, j.o.Recipes = recipes, recipes
+		}
+	}
 	// Fail on unknown kernels and missing cells before the slow phases.
 	if err := CheckKernels(o.Kernels, o.Recipes, o.Lister, o.BuildMissing, o.Suite); err != nil {
 		return fmt.Errorf("image: %w", err)

@@ -11,45 +11,13 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/install"
-	"github.com/kpreload/kpreload/builder/matrix"
+	"github.com/kpreload/kpreload/builder/modkey"
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/live/report"
 	"github.com/kpreload/kpreload/live/secureboot"
 )
-
-// signedTestRecipe writes a copy of the test driver's recipe that signs its
-// modules with a new key, and returns it with the certificate's path.
-func signedTestRecipe(t *testing.T, cn string) (*recipe.Recipe, string) {
-	t.Helper()
-	dir := t.TempDir()
-	key, cert := filepath.Join(dir, "key.pem"), filepath.Join(dir, "cert.pem")
-	if out, err := exec.Command("openssl", "req", "-new", "-x509", "-newkey", "rsa:2048", "-nodes", "-sha256", "-days", "2",
-		"-subj", "/CN="+cn, "-keyout", key, "-out", cert).CombinedOutput(); err != nil {
-		t.Fatalf("openssl: %v\n%s", err, out)
-	}
-	repo := testenv.RepoRoot(t)
-	yml, err := os.ReadFile(filepath.Join(repo, "recipes", "testdriver.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := strings.Replace(string(yml), "name: testdriver\n", "name: testdriver-signed\nsigning:\n  key: "+key+"\n  cert: "+cert+"\n", 1)
-	for _, d := range []string{"testdriver", "testdriver-userspace"} {
-		if out, err := exec.Command("cp", "-rL", filepath.Join(repo, "recipes", d), filepath.Join(dir, d)).CombinedOutput(); err != nil {
-			t.Fatalf("copy %s: %v\n%s", d, err, out)
-		}
-	}
-	p := filepath.Join(dir, "testdriver-signed.yaml")
-	if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	r, err := recipe.Load(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r, cert
-}
 
 // selectionOf returns the report's decision for a driver, or nil.
 func selectionOf(rep *report.Report, driver string) *report.SelectionDriver {
@@ -64,35 +32,39 @@ func selectionOf(rep *report.Report, driver string) *report.SelectionDriver {
 	return nil
 }
 
-// TestSecureBootImage builds a GRUB image with --secure-boot from a cache
-// holding the test driver 1.0.0 signed by a recipe key and 2.0.0 unsigned,
-// and boots it with UEFI Secure Boot on (OVMF's Secure Boot firmware, SMM,
-// secure pflash) through Debian's signed shim, GRUB and kernel, twice, then
-// once with Secure Boot off:
+// TestSecureBootImage builds a GRUB image with --secure-boot from the test
+// driver 1.0.0 and 2.0.0, whose recipes name no signing key: the build makes
+// the module cache's own key (builder/modkey, as DKMS makes its MOK), builds
+// both cells signed with it, and enrolls its certificate. It boots the image
+// with UEFI Secure Boot on (OVMF's Secure Boot firmware, SMM, secure pflash)
+// through Debian's signed shim, GRUB and kernel, twice, then once with
+// Secure Boot off:
 //
 //  1. With the image's <name>.ovmf-vars.fd (the module key enrolled as a
-//     MOK): the report records Secure Boot and lockdown; the unsigned 2.0.0
-//     is refused by the decision, before the kernel is called, and the signed
-//     1.0.0, asked through fw_cfg (which /init reads through qemu_fw_cfg,
-//     lockdown closing the I/O ports), loads and binds before the real init.
+//     MOK): the report records Secure Boot and lockdown; no version is
+//     refused for its signature, and 1.0.0, asked through fw_cfg (which /init
+//     reads through qemu_fw_cfg, lockdown closing the I/O ports), loads and
+//     binds before the real init.
 //  2. With Microsoft's keys only: the boot reaches its default target, no
 //     driver loads, and the console and report name the missing certificate
 //     and the mokutil command that enrolls it.
 //  3. Plain OVMF, Secure Boot off: the report says so, nothing is enforced
-//     and the newest version, the unsigned 2.0.0, loads.
+//     and the newest version, 2.0.0, loads.
 func TestSecureBootImage(t *testing.T) {
-	ctx, kpreload, initBin, progress := e2eStart(t, "mmdebstrap, two dkms builds and two TCG boots", 40*time.Minute)
+	ctx, kpreload, initBin, progress := e2eStart(t, "mmdebstrap, two dkms builds and three TCG boots", 40*time.Minute)
 
-	signed, certPath := signedTestRecipe(t, "kpreload e2e module key")
-	unsigned, err := recipe.Load(filepath.Join(testenv.RepoRoot(t), "recipes", "testdriver-2.yaml"))
-	if err != nil {
-		t.Fatal(err)
+	var recipes []*recipe.Recipe
+	for _, f := range []string{"testdriver.yaml", "testdriver-2.yaml"} {
+		r, err := recipe.Load(filepath.Join(testenv.RepoRoot(t), "recipes", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Signing != nil {
+			t.Fatalf("recipe %s names a signing key: this test proves the build's own", f)
+		}
+		recipes = append(recipes, r)
 	}
-	recipes := []*recipe.Recipe{signed, unsigned}
 	cache := t.TempDir()
-	if _, err := matrix.Run(ctx, matrix.Options{Recipes: recipes, Kernels: []string{testKernel}, CacheDir: cache}); err != nil {
-		t.Fatalf("build the signed and the unsigned test driver: %v", err)
-	}
 	dir := t.TempDir()
 	want11 := filepath.Join(dir, "v1.yaml")
 	if err := os.WriteFile(want11, []byte("resources:\n  driver:\n    version: \"1\"\n"), 0o644); err != nil {
@@ -101,7 +73,7 @@ func TestSecureBootImage(t *testing.T) {
 	out := t.TempDir()
 	cmdline := "console=ttyS0 panic=-1 kpreload.report=" + qemu.ReportDevice
 	m, err := Build(ctx, Options{
-		Name: "sb", OutDir: out, Kernels: []string{testKernel}, Recipes: recipes, CacheDir: cache,
+		Name: "sb", OutDir: out, Kernels: []string{testKernel}, Recipes: recipes, CacheDir: cache, BuildMissing: true,
 		Bootloader: install.GRUB, SecureBoot: true, SizeMB: 1536, ESPSizeMB: 64, Formats: []string{FormatRaw},
 		Cmdline: cmdline, KpreloadBinary: kpreload, InitBinary: initBin, TempDir: t.TempDir(), Progress: progress,
 	})
@@ -112,22 +84,27 @@ func TestSecureBootImage(t *testing.T) {
 	if !m.SecureBoot || k == nil {
 		t.Fatalf("manifest secure_boot %v, module_key %+v: want both", m.SecureBoot, k)
 	}
-	cert, err := readCertificate(certPath)
+	auto, err := modkey.Load(cache)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the build made no module signing key in the cache: %v", err)
 	}
+	cert := auto.Certificate
 	der, err := os.ReadFile(k.DER)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := x509.ParseCertificate(der); err != nil || !got.Equal(cert) || k.Subject != "kpreload e2e module key" {
-		t.Errorf("%s: %v, subject %q: want the recipe's certificate in DER", k.DER, err, k.Subject)
+	if got, err := x509.ParseCertificate(der); err != nil || !got.Equal(cert) || k.Subject != modkey.CommonName {
+		t.Errorf("%s: %v, subject %q: want the cache's module key in DER", k.DER, err, k.Subject)
 	}
 	if pemCert, err := readCertificate(k.PEM); err != nil || !pemCert.Equal(cert) {
-		t.Errorf("%s: %v: want the recipe's certificate in PEM", k.PEM, err)
+		t.Errorf("%s: %v: want the cache's module key in PEM", k.PEM, err)
 	}
-	if k.InImage != secureboot.KeyFile(k.SigKey) {
-		t.Errorf("module key in the image at %s, want %s", k.InImage, secureboot.KeyFile(k.SigKey))
+	if k.InImage != secureboot.KeyFile(k.SigKey) || k.SigKey != auto.SigKey() {
+		t.Errorf("module key in the image at %s (sig_key %s), want %s", k.InImage, k.SigKey, secureboot.KeyFile(auto.SigKey()))
+	}
+	// The private key stays in the cache: the image holds only the certificate.
+	if st, err := os.Stat(auto.Key); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("%s: %v, want mode 0600", auto.Key, err)
 	}
 	// The variable store holds the certificate as a MOK (virt-fw-vars reads it back).
 	if b, err := exec.Command("virt-fw-vars", "--input", k.OVMFVars, "--print").CombinedOutput(); err != nil || !strings.Contains(string(b), "MokList") {
@@ -191,8 +168,8 @@ func TestSecureBootImage(t *testing.T) {
 		t.Errorf("boot 1: request from %q, want fw_cfg (read through qemu_fw_cfg under lockdown)", res.Report.Selection.Source)
 	}
 	for _, c := range d.Candidates {
-		if c.Version == "2.0.0" && (c.Excluded != "signature" || !strings.Contains(c.Reason, "is unsigned, and Secure Boot is on (lockdown integrity)")) {
-			t.Errorf("boot 1: 2.0.0 excluded by %q (%s), want the signature rule", c.Excluded, c.Reason)
+		if c.Excluded == "signature" {
+			t.Errorf("boot 1: %s excluded by the signature rule (%s), want every version signed by the enrolled key", c.Version, c.Reason)
 		}
 	}
 	for _, mod := range res.Report.Modules {
@@ -212,8 +189,8 @@ func TestSecureBootImage(t *testing.T) {
 	}
 	enroll := "mokutil --import " + k.InImage
 	for _, c := range d.Candidates {
-		if c.Version == "1.0.0" && (c.Excluded != "signature" || !strings.Contains(c.Reason, `signed by "kpreload e2e module key"`) || !strings.Contains(c.Reason, enroll)) {
-			t.Errorf("boot 2: 1.0.0 excluded by %q (%s), want the signature rule naming the key and %q", c.Excluded, c.Reason, enroll)
+		if c.Excluded != "signature" || !strings.Contains(c.Reason, `signed by "`+modkey.CommonName+`"`) || !strings.Contains(c.Reason, enroll) {
+			t.Errorf("boot 2: %s excluded by %q (%s), want the signature rule naming the key and %q", c.Version, c.Excluded, c.Reason, enroll)
 		}
 	}
 	if !strings.Contains(console, enroll) {
@@ -226,11 +203,11 @@ func TestSecureBootImage(t *testing.T) {
 	}
 
 	// 3. The same image where Secure Boot is off (plain OVMF): nothing is
-	// enforced, so the newest version, the unsigned 2.0.0, loads.
+	// enforced, so the newest version, 2.0.0, loads.
 	res, _ = boot("boot 3 (Secure Boot off)", qemu.FirmwareUEFI, "", nil)
 	checkImageBoot(t, res, testKernel, "root=UUID="+m.RootUUID+" ro "+secureboot.ExpectFlag+"="+secureboot.ExpectValue+" "+cmdline)
 	if d := selectionOf(res.Report, "kpreload-edu"); d == nil || d.Chosen == nil || d.Chosen.Version != "2.0.0" {
-		t.Errorf("boot 3: kpreload-edu decision %+v, want 2.0.0 (nothing enforced)", d)
+		t.Errorf("boot 3: kpreload-edu decision %+v, want 2.0.0 (the newest)", d)
 	}
 }
 
