@@ -30,7 +30,7 @@ const DirName = "module-signing"
 
 // File names inside the key's directory.
 const (
-	KeyName     = "signing_key.pem" // the private key, PKCS #8 PEM, mode 0600
+	KeyName     = "signing_key.pem"  // the private key, PKCS #8 PEM, mode 0600
 	CertName    = "signing_key.x509" // the certificate, DER: what mokutil --import takes
 	CertPEMName = "signing_key.crt"  // the same certificate, PEM
 )
