@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/kpreload/kpreload/builder/install"
+	"github.com/kpreload/kpreload/builder/modkey"
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/internal/inroot"
@@ -40,7 +41,7 @@ const (
 	mokManager     = "usr/lib/shim/mmx64.efi.signed"
 	signedGrub     = "usr/lib/grub/x86_64-efi-signed/grubx64.efi.signed"
 	signedGrubDir  = "EFI/debian" // the prefix Debian's signed GRUB reads grub.cfg from
-	shimLoaderGUID = "605dab50-e046-4300-abb6-3dd810dd8b23"
+	shimLoaderGUID = modkey.ShimLockGUID
 )
 
 // shimESP returns the ESP files of a GRUB image's UEFI path: shim as the

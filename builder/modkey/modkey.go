@@ -240,3 +240,16 @@ func writeSynced(path string, data []byte, mode os.FileMode) error {
 	}
 	return f.Close()
 }
+
+// ShimLockGUID is the UEFI vendor GUID of shim's variables (MokList):
+// virt-fw-vars --add-mok takes it.
+const ShimLockGUID = "605dab50-e046-4300-abb6-3dd810dd8b23"
+
+// Enroll returns the commands that make a machine trust k: mokutil on a
+// running machine with shim, and virt-fw-vars for an OVMF variable store.
+func (k *Key) Enroll() []string {
+	return []string{
+		"mokutil --import " + k.Cert + "   # on the machine; reboot and confirm at the console (MokManager)",
+		"virt-fw-vars --input VARS.fd --add-mok " + ShimLockGUID + " " + k.CertPEM + " --output VARS-mok.fd   # an OVMF variable store",
+	}
+}

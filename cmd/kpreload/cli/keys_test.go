@@ -1,0 +1,108 @@
+package cli
+
+import (
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/kpreload/kpreload/builder/modkey"
+)
+
+// helpExamples returns the example command lines of `kpreload ARGS --help`.
+func helpExamples(t *testing.T, args ...string) [][]string {
+	t.Helper()
+	code, help, _ := runCLI(append(args, "--help")...)
+	if code != 0 {
+		t.Fatalf("%v --help: exit %d", args, code)
+	}
+	_, ex, ok := strings.Cut(help, "Examples:\n")
+	if !ok {
+		t.Fatalf("%v --help has no Examples:\n%s", args, help)
+	}
+	ex, _, _ = strings.Cut(ex, "\n\n")
+	var out [][]string
+	for _, line := range strings.Split(strings.TrimSpace(ex), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 || f[0] != "kpreload" || f[1] != args[0] || f[2] != args[1] {
+			t.Fatalf("example %q is not a kpreload %s command", line, strings.Join(args, " "))
+		}
+		out = append(out, f[1:])
+	}
+	return out
+}
+
+// TestKeysHelpExamples runs every example of keys show, export and rotate
+// exactly as written, in a directory whose ./cache has a key made as an
+// image build makes it.
+func TestKeysHelpExamples(t *testing.T) {
+	t.Chdir(t.TempDir())
+	// Before any key: a clear refusal saying how one is made.
+	code, _, errOut := runCLI("keys", "show", "--cache", "cache")
+	if code == 0 || !strings.Contains(errOut, "no module signing key in cache/module-signing yet") || !strings.Contains(errOut, "--secure-boot") {
+		t.Errorf("keys show without a key = exit %d, %q", code, errOut)
+	}
+	k, _, err := modkey.Ensure("cache")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range helpExamples(t, "keys", "show") {
+		code, out, errOut := runCLI(args...)
+		if code != 0 {
+			t.Fatalf("%q: exit %d: %s", args, code, errOut)
+		}
+		if strings.Contains(strings.Join(args, " "), "--json") {
+			var got keyJSON
+			if err := json.Unmarshal([]byte(out), &got); err != nil {
+				t.Fatalf("%q: %v\n%s", args, err, out)
+			}
+			if got.Key != k.Key || got.Cert != k.Cert || got.SigKey != k.SigKey() || got.Subject != modkey.CommonName || len(got.Enroll) != 2 {
+				t.Errorf("%q = %+v, want the cache's key", args, got)
+			}
+			continue
+		}
+		for _, want := range []string{k.Key + " (mode 0600", "mokutil --import " + k.Cert, "virt-fw-vars --input VARS.fd --add-mok " + modkey.ShimLockGUID + " " + k.CertPEM, k.SigKey()} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%q lacks %q:\n%s", args, want, out)
+			}
+		}
+	}
+	for _, args := range helpExamples(t, "keys", "export") {
+		code, out, errOut := runCLI(args...)
+		if code != 0 {
+			t.Fatalf("%q: exit %d: %s", args, code, errOut)
+		}
+		file := args[len(args)-1]
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if blk, _ := pem.Decode(b); blk != nil {
+			b = blk.Bytes
+		}
+		if c, err := x509.ParseCertificate(b); err != nil || !c.Equal(k.Certificate) {
+			t.Errorf("%q wrote %s: %v, want the certificate", args, file, err)
+		}
+		if strings.Contains(string(b), "PRIVATE") || !strings.Contains(out, "mokutil --import "+file) {
+			t.Errorf("%q: printed %q", args, out)
+		}
+	}
+	for _, args := range helpExamples(t, "keys", "rotate") {
+		code, out, errOut := runCLI(args...)
+		if code != 0 {
+			t.Fatalf("%q: exit %d: %s", args, code, errOut)
+		}
+		cur, err := modkey.Load("cache")
+		if err != nil || cur.Certificate.Equal(k.Certificate) {
+			t.Fatalf("%q: the key did not change (%v)", args, err)
+		}
+		if !strings.Contains(out, "retired the key with sig_key "+k.SigKey()) || !strings.Contains(out, "0 cell(s) re-signed") || !strings.Contains(out, cur.SigKey()) {
+			t.Errorf("%q printed:\n%s", args, out)
+		}
+	}
+	if code, _, errOut := runCLI("keys", "export", "--cache", "cache", "--format", "p12", "-o", "x"); code == 0 || !strings.Contains(errOut, `--format "p12": want der or pem`) {
+		t.Errorf("export --format p12 = exit %d, %q", code, errOut)
+	}
+}
