@@ -193,4 +193,3 @@ func printKey(w io.Writer, k keyJSON) {
 		fmt.Fprintf(w, "  %s\n", e)
 	}
 }
-
