@@ -182,7 +182,7 @@ whole manifest) to stdout.`,
 	f.StringVar(&o.Cmdline, "cmdline", "", "extra kernel command line for the boot entries")
 	f.BoolVar(&o.Plain, "plain", false, "an image without kpreload, like Debian's cloud images (GRUB, initramfs-tools): a base for the Packer provisioner; needs --bootloader grub")
 	f.BoolVar(&o.CloudInit, "cloud-init", false, "add Debian's cloud-init (NoCloud, ConfigDrive, EC2, GCE, Azure, OpenStack): the default user and SSH key from the instance's metadata, the root grown to the disk (no image carries SSH host keys or a machine-id either way)")
-	f.BoolVar(&o.SecureBoot, "secure-boot", false, "boot with UEFI Secure Boot on (needs --bootloader grub): Debian's signed shim, GRUB and kernel; the recipes' one module signing certificate is written beside the image (NAME.module-key.der/.pem) and enrolled as a MOK in NAME.ovmf-vars.fd for kpreload boot --firmware uefi-secure --vars")
+	f.BoolVar(&o.SecureBoot, "secure-boot", false, "boot with UEFI Secure Boot on (needs --bootloader grub): Debian's signed shim, GRUB and kernel; the modules are signed with the recipes' one key or, where no recipe names one, the module cache's own (made on first use; kpreload keys show); its certificate is written beside the image (NAME.module-key.der/.pem) and enrolled as a MOK in NAME.ovmf-vars.fd for kpreload boot --firmware uefi-secure --vars")
 	f.StringVar(&bootloader, "bootloader", string(install.SystemdBoot), "systemd-boot (UEFI) or grub (one disk that boots under BIOS and UEFI, as Debian's cloud images)")
 	f.StringArrayVar(&o.Packages, "package", nil, "extra Debian package to install (repeatable)")
 	f.StringArrayVar(&addFiles, "add", nil, "extra file DEST=SRC: copy the host file SRC to the absolute path DEST in the image (repeatable)")
