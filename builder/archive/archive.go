@@ -431,12 +431,10 @@ func (a *Archive) Search(ctx context.Context, pattern string) ([]string, error) 
 	return names, nil
 }
 
-// DefaultCache is where downloads and private apt configurations live:
-// $KPRELOAD_CACHE, else /var/cache/kpreload.
+// DefaultCache is where downloads and private apt configurations live when
+// no cache is named: /var/cache/kpreload (commands name $KPRELOAD_CACHE
+// instead when it is set).
 func DefaultCache() string {
-	if c := os.Getenv("KPRELOAD_CACHE"); c != "" {
-		return c
-	}
 	return "/var/cache/kpreload"
 }
 
