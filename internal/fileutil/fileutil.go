@@ -172,6 +172,28 @@ func Symlink(target, link string) error {
 	}
 }
 
+// Publish moves tmp, a finished file another program wrote (apt-get
+// download, mmdebstrap), to dst atomically and durably: tmp is synced,
+// renamed over dst, and dst's directory synced. Both must be on one
+// filesystem.
+func Publish(tmp, dst string) error {
+	f, err := os.Open(tmp)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		return err
+	}
+	return SyncDir(filepath.Dir(dst))
+}
+
 // CopyAtomic replaces dst with a copy of src through a temporary file (see
 // Commit for perm and sync); dst's directory must exist.
 func CopyAtomic(src, dst string, perm fs.FileMode, sync bool) error {

@@ -54,3 +54,28 @@ func TestSymlink(t *testing.T) {
 		t.Errorf("dir holds %v, want %v", got, want)
 	}
 }
+
+// TestPublish checks that Publish moves a finished file over its
+// destination and that a missing file is an error leaving dst alone.
+func TestPublish(t *testing.T) {
+	dir := t.TempDir()
+	tmp, dst := filepath.Join(dir, "download.tmp"), filepath.Join(dir, "pkg.deb")
+	if err := os.WriteFile(dst, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := Publish(tmp, dst); err == nil {
+		t.Errorf("Publish(missing) = nil, want an error")
+	}
+	if err := os.WriteFile(tmp, []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := Publish(tmp, dst); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	if got, err := os.ReadFile(dst); err != nil || string(got) != "new" {
+		t.Errorf("dst = %q, %v; want %q", got, err, "new")
+	}
+	if got, want := entries(t, dir), []string{"pkg.deb"}; !slices.Equal(got, want) {
+		t.Errorf("dir holds %v, want %v", got, want)
+	}
+}
