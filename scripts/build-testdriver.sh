@@ -30,4 +30,4 @@ fi
 
 log "building kpreload-edu ${version:-(dkms.conf version)} for $kver"
 # shellcheck disable=SC2086 # DKMSBUILD_FLAGS is a list of flags
-(cd "$root" && go run ./builder/dkms/dkmsbuild ${DKMSBUILD_FLAGS:-} -src "$src" -kernel "$kver" -out "$out")
+(cd "$root" && go run ./cmd/dkmsbuild ${DKMSBUILD_FLAGS:-} -src "$src" -kernel "$kver" -out "$out")

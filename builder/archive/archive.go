@@ -339,7 +339,7 @@ func (a *Archive) Download(ctx context.Context, name, version, dir string) (stri
 		return "", fmt.Errorf("apt-get download %s=%s from %s left %d .deb files, want 1", name, version, a.Suite, len(got))
 	}
 	dest := filepath.Join(dir, filepath.Base(got[0]))
-	if err := os.Rename(got[0], dest); err != nil {
+	if err := fileutil.Publish(got[0], dest); err != nil {
 		return "", fmt.Errorf("download %s=%s: %w", name, version, err)
 	}
 	return dest, nil
@@ -431,12 +431,10 @@ func (a *Archive) Search(ctx context.Context, pattern string) ([]string, error) 
 	return names, nil
 }
 
-// DefaultCache is where downloads and private apt configurations live:
-// $KPRELOAD_CACHE, else /var/cache/kpreload.
+// DefaultCache is where downloads and private apt configurations live when
+// no cache is named: /var/cache/kpreload (commands name $KPRELOAD_CACHE
+// instead when it is set).
 func DefaultCache() string {
-	if c := os.Getenv("KPRELOAD_CACHE"); c != "" {
-		return c
-	}
 	return "/var/cache/kpreload"
 }
 

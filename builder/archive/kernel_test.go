@@ -148,9 +148,7 @@ func TestFetchKernelNotInArchive(t *testing.T) {
 // copied from the shared download cache when it has them, else downloaded)
 // and checks the tree is one the builds can use.
 func TestFetchKernel(t *testing.T) {
-	if testing.Short() {
-		t.Skip("unpacks a whole kernel (about 190 MB)")
-	}
+	testenv.SkipShort(t, "downloads and unpacks a whole kernel (about 190 MB)")
 	const rel = "6.1.0-56-cloud-amd64"
 	cache := t.TempDir()
 	shared, _ := filepath.Glob(filepath.Join(testenv.CacheRoot(), "debs", "linux-*-6.1.0-56-*.deb"))

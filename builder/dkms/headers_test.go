@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kpreload/kpreload/internal/testenv"
 )
 
 func TestInspectHeaders(t *testing.T) {
@@ -23,7 +25,7 @@ func TestInspectHeaders(t *testing.T) {
 			if err != nil {
 				t.Fatalf("InspectHeaders(%s): %v", dir, err)
 			}
-			root := filepath.Join(kernelCache(), "kernels", tt.kver)
+			root := testenv.KernelTree(t, tt.kver)
 			if h.Release != tt.kver || h.CC != tt.cc || h.BTFModules != tt.btf || h.Root != root {
 				t.Errorf("InspectHeaders(%s) = release %q cc %q btf %v root %q, want %q %q %v %q", dir, h.Release, h.CC, h.BTFModules, h.Root, tt.kver, tt.cc, tt.btf, root)
 			}

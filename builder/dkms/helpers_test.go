@@ -23,28 +23,11 @@ func testDriverDir(t *testing.T) string {
 	return filepath.Join(testenv.RepoRoot(t), "recipes", "testdriver")
 }
 
-// kernelCache is where scripts/kernels.sh unpacks kernels.
-func kernelCache() string {
-	if c := os.Getenv("KPRELOAD_CACHE"); c != "" {
-		return c
-	}
-	return "/var/cache/kpreload"
-}
-
 // headersDir returns the unpacked headers of kver, fetching the kernel with
 // scripts/kernels.sh (idempotent) when it is not there yet.
 func headersDir(t *testing.T, kver string) string {
 	t.Helper()
-	root := filepath.Join(kernelCache(), "kernels", kver)
-	if _, err := os.Stat(filepath.Join(root, ".complete")); err != nil {
-		script := filepath.Join(testenv.RepoRoot(t), "scripts", "kernels.sh")
-		t.Logf("kernel %s missing, running %s %s", kver, script, kver)
-		out, err := exec.Command(script, kver).CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s %s: %v\n%s", script, kver, err, out)
-		}
-	}
-	return filepath.Join(root, "usr", "src", "linux-headers-"+kver)
+	return filepath.Join(testenv.KernelTree(t, kver), "usr", "src", "linux-headers-"+kver)
 }
 
 // systemTrees are the host paths an isolated build must never write.

@@ -68,7 +68,7 @@ func Sign(ctx context.Context, req SignRequest) error {
 		return fmt.Errorf("sign %s: signing certificate %s: %w", filepath.Base(req.Module), req.Cert, err)
 	}
 	cmd := exec.CommandContext(ctx, req.SignFile, req.Hash, req.Key, req.Cert, req.Module)
-	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	cmd.Env = append(cmd.Environ(), "LC_ALL=C")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("sign %s: %s %s %s %s: %w: %s", filepath.Base(req.Module), req.SignFile, req.Hash, req.Key, req.Cert, err, strings.TrimSpace(string(out)))
 	}

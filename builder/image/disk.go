@@ -127,7 +127,7 @@ func fatUUID(volumeID string) string { return volumeID[:4] + "-" + volumeID[4:] 
 func run(ctx context.Context, env []string, name string, args ...string) error {
 	cmd := exec.CommandContext(ctx, name, args...)
 	if env != nil {
-		cmd.Env = append(os.Environ(), env...)
+		cmd.Env = append(cmd.Environ(), env...)
 	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {

@@ -266,7 +266,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 // and returns both trees.
 func grubTools(ctx context.Context, t *testing.T) (efiBin, common string) {
 	t.Helper()
-	a, err := debarchive.New("", DefaultDownloadDir())
+	a, err := debarchive.New("", testenv.CacheRoot())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +276,7 @@ func grubTools(ctx context.Context, t *testing.T) (efiBin, common string) {
 		if err != nil || len(versions) == 0 {
 			t.Fatalf("%s: versions %v, %v", name, versions, err)
 		}
-		dir, err := a.Unpack(ctx, name, versions[0], filepath.Join(DefaultDownloadDir(), "debs"), filepath.Join(DefaultDownloadDir(), "sources"))
+		dir, err := a.Unpack(ctx, name, versions[0], filepath.Join(testenv.CacheRoot(), "debs"), filepath.Join(testenv.CacheRoot(), "sources"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -91,9 +91,9 @@ const guestRegistry = "10.0.2.100:5000"
 // install from, and returns its path.
 func debDisk(t *testing.T, kernel string) string {
 	t.Helper()
-	debs, _ := filepath.Glob(filepath.Join(DefaultDownloadDir(), "debs", "linux-image-"+kernel+"*_amd64.deb"))
+	debs, _ := filepath.Glob(filepath.Join(testenv.CacheRoot(), "debs", "linux-image-"+kernel+"*_amd64.deb"))
 	if len(debs) != 1 {
-		t.Fatalf("the linux-image .deb of %s is not in %s/debs (found %v): run scripts/kernels.sh %s", kernel, DefaultDownloadDir(), debs, kernel)
+		t.Fatalf("the linux-image .deb of %s is not in %s/debs (found %v): run scripts/kernels.sh %s", kernel, testenv.CacheRoot(), debs, kernel)
 	}
 	dir := t.TempDir()
 	if err := fileutil.CopyFile(debs[0], filepath.Join(dir, filepath.Base(debs[0])), 0o644); err != nil {

@@ -200,7 +200,7 @@ type Options struct {
 	// console without one: for test images only.
 	EmptyRootPassword bool
 	// Lister lists the archive's kernels to check Kernels against (nil:
-	// recipe.AptKernels(), the host's apt sources).
+	// recipe.AptKernelsIn(DownloadDir), the host's apt sources).
 	Lister recipe.KernelLister
 	// Progress, if set, is told about each long step.
 	Progress Progress
@@ -335,6 +335,9 @@ func (o Options) withDefaults() Options {
 	if o.DownloadDir == "" {
 		o.DownloadDir = DefaultDownloadDir()
 	}
+	if o.Lister == nil {
+		o.Lister = recipe.AptKernelsIn(o.DownloadDir)
+	}
 	if o.SizeMB == 0 {
 		o.SizeMB = DefaultSizeMB
 	}
@@ -467,22 +470,17 @@ func (o Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// DefaultCacheDir is the module cache used when none is named: $KPRELOAD_CACHE_DIR,
-// else store.DefaultDir (the CLI's default too).
+// DefaultCacheDir is the module cache used when none is named: store.DefaultDir
+// (commands name $KPRELOAD_CACHE_DIR instead when it is set).
 func DefaultCacheDir() string {
-	if d := os.Getenv("KPRELOAD_CACHE_DIR"); d != "" {
-		return d
-	}
 	return store.DefaultDir
 }
 
-// DefaultDownloadDir is where downloaded .debs and unpacked kernels live:
-// $KPRELOAD_CACHE, else /var/cache/kpreload (as scripts/lib.sh).
+// DefaultDownloadDir is where downloaded .debs and unpacked kernels live when
+// none is named: /var/cache/kpreload, as in scripts/lib.sh (commands name
+// $KPRELOAD_CACHE instead when it is set).
 func DefaultDownloadDir() string {
-	if d := os.Getenv("KPRELOAD_CACHE"); d != "" {
-		return d
-	}
-	return "/var/cache/kpreload"
+	return archive.DefaultCache()
 }
 
 // Version is the kpreload version recorded in manifests: the VCS revision this

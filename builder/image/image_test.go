@@ -231,7 +231,7 @@ func TestCheckKernels(t *testing.T) {
 func realModule(t *testing.T) (kver, path string) {
 	t.Helper()
 	kver = testKernel
-	path = filepath.Join(DefaultDownloadDir(), "kernels", kver, "lib", "modules", kver, "kernel", "drivers", "misc", "pvpanic", "pvpanic.ko")
+	path = filepath.Join(testenv.KernelTree(t, kver), "lib", "modules", kver, "kernel", "drivers", "misc", "pvpanic", "pvpanic.ko")
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("kernel %s is not unpacked (%v): run scripts/kernels.sh %s", kver, err, kver)
 	}

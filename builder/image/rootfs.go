@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/install"
+	"github.com/kpreload/kpreload/internal/fileutil"
 )
 
 // BasePackages are installed into every image on top of mmdebstrap's minbase
@@ -177,7 +178,7 @@ func rootfsTarball(ctx context.Context, spec RootfsSpec, cacheDir, work string, 
 	if cached == "" {
 		return out, info, nil
 	}
-	if err := os.Rename(out, cached); err != nil {
+	if err := fileutil.Publish(out, cached); err != nil {
 		return "", info, fmt.Errorf("rootfs cache: %w", err)
 	}
 	pruneRootfsCache(cacheDir, cached)

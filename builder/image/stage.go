@@ -49,7 +49,7 @@ type StageOptions struct {
 	// the root holds it (an image being built), else the kernel unpacked under
 	// DownloadDir/kernels/<release> (scripts/kernels.sh).
 	ModulesDir func(release string) string
-	// Lister checks the kernels when BuildMissing is set (nil: recipe.AptKernels()).
+	// Lister checks the kernels when BuildMissing is set (nil: recipe.AptKernelsIn(DownloadDir)).
 	Lister recipe.KernelLister
 	// KpreloadBinary is the static kpreload CLI, put at ImageKpreload. Required.
 	KpreloadBinary string
@@ -101,6 +101,9 @@ func Stage(ctx context.Context, o StageOptions, root string) (*StageResult, erro
 	}
 	if o.DownloadDir == "" {
 		o.DownloadDir = DefaultDownloadDir()
+	}
+	if o.Lister == nil {
+		o.Lister = recipe.AptKernelsIn(o.DownloadDir)
 	}
 	if len(o.Kernels) == 0 {
 		return nil, errors.New("stage: no kernels")

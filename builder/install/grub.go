@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
@@ -224,7 +223,7 @@ func UpdateGrub(ctx context.Context, root string, log io.Writer) error {
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(&out, log), io.MultiWriter(&out, log)
-	cmd.Env = append(os.Environ(), "PATH=/usr/sbin:/usr/bin:/sbin:/bin")
+	cmd.Env = append(cmd.Environ(), "PATH=/usr/sbin:/usr/bin:/sbin:/bin")
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("%s: %w (grub.cfg was left as it was)", strings.Join(argv, " "), err)
 	}

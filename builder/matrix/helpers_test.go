@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/internal/fileutil"
+	"github.com/kpreload/kpreload/internal/testenv"
 
 	"github.com/kpreload/kpreload/builder/internal/buildtest"
 
@@ -33,9 +34,11 @@ func downloadDir() string {
 }
 
 // requireKernels makes sure the test kernels are unpacked, fetching missing
-// ones as the matrix does (archive.FetchKernel: kept when already there).
+// ones as the matrix does (archive.FetchKernel: kept when already there);
+// under -short it skips the test (testenv.SkipShort).
 func requireKernels(t *testing.T) {
 	t.Helper()
+	testenv.SkipShort(t, "needs the Debian kernels "+strings.Join(testKernels, ", ")+" (fetched from Debian's archive when missing)")
 	for _, kver := range testKernels {
 		a, err := archive.New(archive.KernelSuite(kver), downloadDir())
 		if err != nil {

@@ -148,14 +148,14 @@ type Options struct {
 	// single cells (kpreload build RECIPE:KVER).
 	RecipeKernels map[*recipe.Recipe][]string
 	// Lister resolves recipes' kernel matrices when Kernels is empty; nil
-	// means recipe.AptKernels().
+	// means recipe.AptKernelsIn(DownloadDir).
 	Lister recipe.KernelLister
 	// CacheDir is the module cache directory (see kmodcache/store).
 	CacheDir string
 	// DownloadDir holds downloaded .debs (debs/), unpacked package sources
 	// (sources/) and kernels (kernels/<release>/, fetched and unpacked by
-	// builder/archive when missing); "" means $KPRELOAD_CACHE, else
-	// DefaultDownloadDir.
+	// builder/archive when missing); "" means DefaultDownloadDir (the
+	// command fills in $KPRELOAD_CACHE when it is set).
 	DownloadDir string
 	// LogDir keeps the build log of every cell built; "" means DownloadDir/logs.
 	LogDir string
@@ -189,9 +189,17 @@ type Options struct {
 	FetchOnly bool
 }
 
-// DefaultDownloadDir is where downloads live when neither
-// Options.DownloadDir nor $KPRELOAD_CACHE names a directory (as scripts/lib.sh).
+// DefaultDownloadDir is where downloads live when Options.DownloadDir names
+// no directory (as scripts/lib.sh).
 const DefaultDownloadDir = "/var/cache/kpreload"
+
+// downloadsOf is opts.DownloadDir, else DefaultDownloadDir.
+func downloadsOf(opts Options) string {
+	if opts.DownloadDir != "" {
+		return opts.DownloadDir
+	}
+	return DefaultDownloadDir
+}
 
 // Cells returns the matrix of opts: each recipe × its kernels (its
 // opts.RecipeKernels entry, else opts.Kernels, else its matrix), in recipe
@@ -216,7 +224,7 @@ func cellsAndSuites(opts Options) ([]Cell, map[string]string, error) {
 		if len(kernels) == 0 && !only {
 			lister := opts.Lister
 			if lister == nil {
-				lister = recipe.AptKernels()
+				lister = recipe.AptKernelsIn(downloadsOf(opts))
 			}
 			found, err := r.ResolveKernelSuites(lister)
 			if err != nil {
@@ -277,15 +285,10 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 		return nil, errors.New("build: fetch-only neither pulls nor pushes: leave out the remote cache")
 	}
 	r := &runner{opts: opts, driver: opts.Driver, suites: suites}
-	r.downloads = opts.DownloadDir
-	if r.downloads == "" {
-		if r.downloads = os.Getenv("KPRELOAD_CACHE"); r.downloads == "" {
-			r.downloads = DefaultDownloadDir
-		}
-	}
+	r.downloads = downloadsOf(opts)
 	lister := opts.Lister
 	if lister == nil {
-		lister = recipe.AptKernels()
+		lister = recipe.AptKernelsIn(r.downloads)
 	}
 	if err := checkKernels(cells, r.downloads, lister, suites); err != nil {
 		return nil, fmt.Errorf("build: %w", err)

@@ -3,7 +3,6 @@ package matrix
 import (
 	"cmp"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,10 +48,10 @@ func ParseShard(s string) (Shard, error) {
 	return sh, sh.check()
 }
 
-// ShardFromIndex is the shard of a Kubernetes Indexed Job's pod:
-// $JOB_COMPLETION_INDEX (0-based, as Kubernetes sets it) of count shards.
-func ShardFromIndex(count int) (Shard, error) {
-	v, ok := os.LookupEnv("JOB_COMPLETION_INDEX")
+// ShardFromIndex is the shard of a Kubernetes Indexed Job's pod: v is its
+// $JOB_COMPLETION_INDEX (0-based, as Kubernetes sets it; ok false when unset,
+// as os.LookupEnv in cmd/ returns it) of count shards.
+func ShardFromIndex(v string, ok bool, count int) (Shard, error) {
 	if !ok {
 		return Shard{}, fmt.Errorf("--shards %d: JOB_COMPLETION_INDEX is not set (a Kubernetes Indexed Job sets it; else use --shard I/N)", count)
 	}

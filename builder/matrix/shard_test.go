@@ -36,13 +36,14 @@ func TestParseShard(t *testing.T) {
 }
 
 func TestShardFromIndex(t *testing.T) {
-	t.Setenv("JOB_COMPLETION_INDEX", "0")
-	if got, err := ShardFromIndex(3); err != nil || got != (Shard{1, 3}) {
+	if got, err := ShardFromIndex("0", true, 3); err != nil || got != (Shard{1, 3}) {
 		t.Errorf("JOB_COMPLETION_INDEX=0: %v, %v; want 1/3", got, err)
 	}
-	t.Setenv("JOB_COMPLETION_INDEX", "3")
-	if _, err := ShardFromIndex(3); err == nil {
+	if _, err := ShardFromIndex("3", true, 3); err == nil {
 		t.Error("JOB_COMPLETION_INDEX=3 of 3 shards: no error")
+	}
+	if _, err := ShardFromIndex("", false, 3); err == nil || !strings.Contains(err.Error(), "JOB_COMPLETION_INDEX is not set") {
+		t.Errorf("JOB_COMPLETION_INDEX unset: %v, want an error saying it is not set", err)
 	}
 }
 

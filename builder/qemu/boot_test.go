@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/rootdisk"
+	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/live/report"
 )
 
@@ -36,11 +37,7 @@ func TestMain(m *testing.M) {
 // kernelImage returns the unpacked kernel's vmlinuz, or fails with how to fetch it.
 func kernelImage(t *testing.T, kver string) string {
 	t.Helper()
-	cache := os.Getenv("KPRELOAD_CACHE")
-	if cache == "" {
-		cache = "/var/cache/kpreload"
-	}
-	p := filepath.Join(cache, "kernels", kver, "boot", "vmlinuz-"+kver)
+	p := filepath.Join(testenv.KernelTree(t, kver), "boot", "vmlinuz-"+kver)
 	if _, err := os.Stat(p); err != nil {
 		t.Fatalf("kernel %s not unpacked (%v): run scripts/kernels.sh %s", kver, err, kver)
 	}

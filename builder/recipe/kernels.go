@@ -55,6 +55,10 @@ type AptLister struct {
 // its InSuite lists other suites.
 func AptKernels() SuiteLister { return &AptLister{} }
 
+// AptKernelsIn is AptKernels with its private apt configurations under the
+// download cache dir ("" is archive.DefaultCache()).
+func AptKernelsIn(dir string) SuiteLister { return &AptLister{Cache: dir} }
+
 // InSuite returns the lister of suite, sharing this one's cache directory.
 func (a *AptLister) InSuite(suite string) (KernelLister, error) {
 	if suite == "" {

@@ -15,8 +15,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/kpreload/kpreload/internal/fileutil"
 	"golang.org/x/sys/unix"
+
+	"github.com/kpreload/kpreload/internal/fileutil"
 )
 
 // DefaultLabel is the filesystem label used when Options.Label is empty.
@@ -119,7 +120,7 @@ func Build(ctx context.Context, o Options) error {
 	args := MkfsArgs(stage, o.Out, size, o.UUID, label)
 	cmd := exec.CommandContext(ctx, mkfs, args...)
 	// Fixed timestamps and hash seed make the image depend only on its inputs.
-	cmd.Env = append(os.Environ(), fmt.Sprintf("E2FSPROGS_FAKE_TIME=%d", int64(fixedTime/1e9)))
+	cmd.Env = append(cmd.Environ(), fmt.Sprintf("E2FSPROGS_FAKE_TIME=%d", int64(fixedTime/1e9)))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("rootdisk: mkfs.ext4 %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
@@ -163,7 +164,7 @@ func pinInodeTimes(ctx context.Context, stage, img string) error {
 	}
 	cmd := exec.CommandContext(ctx, debugfs, "-w", "-f", "-", img)
 	cmd.Stdin = strings.NewReader(script.String())
-	cmd.Env = append(os.Environ(), fmt.Sprintf("E2FSPROGS_FAKE_TIME=%d", int64(fixedTime/1e9)))
+	cmd.Env = append(cmd.Environ(), fmt.Sprintf("E2FSPROGS_FAKE_TIME=%d", int64(fixedTime/1e9)))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("rootdisk: debugfs -w %s (pin inode times): %w\n%s", img, err, out)
 	}

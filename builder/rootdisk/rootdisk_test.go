@@ -215,15 +215,14 @@ func TestBuildPicksSize(t *testing.T) {
 }
 
 func TestModuleRoot(t *testing.T) {
-	root, err := ModuleRoot()
+	root, err := ModuleRoot("")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(root, "initramfs/rootinit/main.go")); err != nil {
 		t.Errorf("ModuleRoot() = %s, which has no initramfs/rootinit/main.go: %v", root, err)
 	}
-	t.Setenv(SourceEnv, t.TempDir())
-	if _, err := ModuleRoot(); err == nil {
-		t.Errorf("ModuleRoot() with $%s pointing at an empty directory = nil error, want one", SourceEnv)
+	if _, err := ModuleRoot(t.TempDir()); err == nil {
+		t.Errorf("ModuleRoot(an empty directory) = nil error, want one")
 	}
 }

@@ -23,9 +23,16 @@ const RootInitPackage = "./initramfs/rootinit"
 const SourceEnv = "KPRELOAD_SRC"
 
 // BuildRootInit compiles the test root filesystem's init (initramfs/rootinit) as a
-// static linux/amd64 binary at outPath with the go tool.
+// static linux/amd64 binary at outPath with the go tool, from the source tree
+// ModuleRoot("") finds.
 func BuildRootInit(ctx context.Context, outPath string) error {
-	root, err := ModuleRoot()
+	return BuildRootInitFrom(ctx, "", outPath)
+}
+
+// BuildRootInitFrom is BuildRootInit from the source tree src (commands pass
+// $KPRELOAD_SRC; "" finds it as ModuleRoot does).
+func BuildRootInitFrom(ctx context.Context, src, outPath string) error {
+	root, err := ModuleRoot(src)
 	if err != nil {
 		return err
 	}
@@ -42,19 +49,19 @@ func BuildRootInit(ctx context.Context, outPath string) error {
 	}
 	cmd := exec.CommandContext(ctx, goBin, "build", "-trimpath", "-ldflags=-s -w", "-o", abs, RootInitPackage)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	cmd.Env = append(cmd.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("rootdisk: go build %s in %s: %w\n%s", RootInitPackage, root, err, out)
 	}
 	return nil
 }
 
-// ModuleRoot finds kpreload's source tree: $KPRELOAD_SRC, else the nearest directory at
-// or above the working directory whose go.mod declares ModulePath, else the tree this
-// package was compiled from.
-func ModuleRoot() (string, error) {
+// ModuleRoot finds kpreload's source tree: src (a command's $KPRELOAD_SRC) when
+// set, else the nearest directory at or above the working directory whose go.mod
+// declares ModulePath, else the tree this package was compiled from.
+func ModuleRoot(src string) (string, error) {
 	var tried []string
-	if dir := os.Getenv(SourceEnv); dir != "" {
+	if dir := src; dir != "" {
 		if isModuleRoot(dir) {
 			return dir, nil
 		}

@@ -15,13 +15,21 @@ import (
 	"github.com/kpreload/kpreload/builder/packer/kpreloadbuilder"
 	"github.com/kpreload/kpreload/builder/packer/provisioner"
 	"github.com/kpreload/kpreload/builder/packer/version"
+	"github.com/kpreload/kpreload/kmodcache/remote"
 )
 
 func main() {
 	cloexecInherited()
+	// The environment is read here only; the builder and the provisioner
+	// take it as their Env.
+	env := kpreloadbuilder.Env{
+		DownloadDir:  os.Getenv("KPRELOAD_CACHE"),
+		CacheDir:     os.Getenv("KPRELOAD_CACHE_DIR"),
+		DockerConfig: remote.DockerConfigPath(os.Getenv("DOCKER_CONFIG"), os.Getenv("HOME")),
+	}
 	set := plugin.NewSet()
-	set.RegisterBuilder(plugin.DEFAULT_NAME, new(kpreloadbuilder.Builder))
-	set.RegisterProvisioner(plugin.DEFAULT_NAME, new(provisioner.Provisioner))
+	set.RegisterBuilder(plugin.DEFAULT_NAME, &kpreloadbuilder.Builder{Env: env})
+	set.RegisterProvisioner(plugin.DEFAULT_NAME, &provisioner.Provisioner{Env: env})
 	set.SetVersion(version.PluginVersion)
 	if err := set.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/kpreload/kpreload/internal/fileutil"
 	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/kmodcache/names"
 )
@@ -65,13 +66,7 @@ func Point(runDir, root, driversDir, version string) error {
 	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
 		return fmt.Errorf("activate: %w", err)
 	}
-	tmp := fmt.Sprintf("%s.tmp-%d", link, os.Getpid())
-	_ = os.Remove(tmp)
-	if err := os.Symlink(target, tmp); err != nil {
-		return fmt.Errorf("activate: %w", err)
-	}
-	if err := os.Rename(tmp, link); err != nil {
-		os.Remove(tmp)
+	if err := fileutil.Symlink(target, link); err != nil {
 		return fmt.Errorf("activate: %w", err)
 	}
 	return nil
@@ -135,8 +130,8 @@ type Ready struct {
 	Previous string `json:"previous,omitempty"`
 }
 
-// MarkReady writes r to <runDir>/kpreload/ready atomically (temporary file, sync,
-// rename), so a reader never sees half a record.
+// MarkReady writes r to <runDir>/kpreload/ready atomically (fileutil.WriteAtomic:
+// temporary file, sync, rename, directory sync), so a reader never sees half a record.
 func MarkReady(runDir string, r Ready) error {
 	if r.Format == 0 {
 		r.Format = ReadyFormat
@@ -155,27 +150,7 @@ func MarkReady(runDir string, r Ready) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("ready record: %w", err)
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".ready-*")
-	if err != nil {
-		return fmt.Errorf("ready record: %w", err)
-	}
-	defer os.Remove(f.Name()) // no-op once renamed
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		f.Close()
-		return fmt.Errorf("ready record: %w", err)
-	}
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		return fmt.Errorf("ready record: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("ready record: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("ready record: %w", err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
+	if err := fileutil.WriteAtomic(path, append(b, '\n'), 0o644, true); err != nil {
 		return fmt.Errorf("ready record: %w", err)
 	}
 	return nil

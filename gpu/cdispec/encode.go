@@ -9,10 +9,12 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/kpreload/kpreload/gpu/activate"
 	"gopkg.in/yaml.v3"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	specs "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/kpreload/kpreload/gpu/activate"
+	"github.com/kpreload/kpreload/internal/fileutil"
 )
 
 // Marshal encodes the spec as YAML, or as JSON when asJSON is set.
@@ -71,39 +73,20 @@ func ext(asJSON bool) string {
 	return ".yaml"
 }
 
-// WriteFile validates data and writes it to file atomically: a temporary file in
-// the same directory, validated there with the CDI library, synced, then renamed
-// over file, so runtimes watching the directory never see a partial or invalid spec.
+// WriteFile validates data with the CDI library and writes it to file
+// atomically (fileutil.WriteAtomic: a temporary file in the same directory,
+// synced, renamed over file, the directory synced), so runtimes watching the directory never see a partial or invalid spec.
 func WriteFile(file string, data []byte, asJSON bool) error {
 	dir := filepath.Dir(file)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("cdi: %w", err)
 	}
-	// A leading dot and a .tmp suffix: CDI caches only load *.yaml and *.json.
-	f, err := os.CreateTemp(dir, "."+filepath.Base(file)+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("cdi: %w", err)
-	}
-	defer os.Remove(f.Name()) // no-op once renamed
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("cdi: %w", err)
-	}
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		return fmt.Errorf("cdi: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("cdi: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("cdi: %w", err)
-	}
 	if _, err := Validate(data, asJSON); err != nil {
 		return err
 	}
-	if err := os.Rename(f.Name(), file); err != nil {
+	// The temporary file's name ends in random digits, not .yaml or .json:
+	// CDI caches only load *.yaml and *.json.
+	if err := fileutil.WriteAtomic(file, data, 0o644, true); err != nil {
 		return fmt.Errorf("cdi: %w", err)
 	}
 	return nil

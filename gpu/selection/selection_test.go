@@ -2,13 +2,10 @@ package selection_test
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/kpreload/kpreload/gpu/instance"
@@ -16,6 +13,7 @@ import (
 	"github.com/kpreload/kpreload/gpu/pci/pcitest"
 	"github.com/kpreload/kpreload/gpu/selection"
 	"github.com/kpreload/kpreload/gpu/supported"
+	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/live/secureboot"
 )
@@ -280,12 +278,6 @@ func TestDecideFullVermagic(t *testing.T) {
 	}
 }
 
-var (
-	fetchOnce sync.Once
-	fetchErr  error
-	fetchOut  []byte
-)
-
 // RealLists returns the supported-gpus.json files of the Debian packages the
 // recipes name, fetching them with scripts/supported-gpus.sh when missing.
 func realLists(t *testing.T) (l535, l470 string) {
@@ -295,24 +287,13 @@ func realLists(t *testing.T) (l535, l470 string) {
 }
 
 // realList returns the paths of the real supported-gpus.json of packages
-// (name_version), fetching them with scripts/supported-gpus.sh when missing.
+// (name_version), fetching them with scripts/supported-gpus.sh when missing
+// (testenv.SupportedGPUs: skipped under -short).
 func realList(t *testing.T, pkgs ...string) []string {
 	t.Helper()
-	cache := os.Getenv("KPRELOAD_CACHE")
-	if cache == "" {
-		cache = "/var/cache/kpreload"
-	}
 	var out []string
 	for _, p := range pkgs {
-		out = append(out, filepath.Join(cache, "supported-gpus", p, "supported-gpus.json"))
-	}
-	for _, p := range out {
-		if _, err := os.Stat(p); err != nil {
-			fetchOnce.Do(func() { fetchOut, fetchErr = exec.Command("../../scripts/supported-gpus.sh").CombinedOutput() })
-			if fetchErr != nil {
-				t.Fatalf("scripts/supported-gpus.sh: %v\n%s", fetchErr, fetchOut)
-			}
-		}
+		out = append(out, testenv.SupportedGPUs(t, p))
 	}
 	return out
 }

@@ -3,39 +3,17 @@ package supported_test
 import (
 	"bytes"
 	"compress/gzip"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/kpreload/kpreload/gpu/pci"
 	"github.com/kpreload/kpreload/gpu/supported"
-)
-
-// Real lists: the Debian packages the recipes name (scripts/supported-gpus.sh).
-var (
-	fetchOnce sync.Once
-	fetchErr  error
-	fetchOut  []byte
+	"github.com/kpreload/kpreload/internal/testenv"
 )
 
 func realList(t *testing.T, pkgDir string) *supported.List {
 	t.Helper()
-	cache := os.Getenv("KPRELOAD_CACHE")
-	if cache == "" {
-		cache = "/var/cache/kpreload"
-	}
-	path := filepath.Join(cache, "supported-gpus", pkgDir, "supported-gpus.json")
-	if _, err := os.Stat(path); err != nil {
-		fetchOnce.Do(func() {
-			fetchOut, fetchErr = exec.Command("../../scripts/supported-gpus.sh").CombinedOutput()
-		})
-		if fetchErr != nil {
-			t.Fatalf("scripts/supported-gpus.sh: %v\n%s", fetchErr, fetchOut)
-		}
-	}
+	path := testenv.SupportedGPUs(t, pkgDir)
 	l, err := supported.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

@@ -11,8 +11,8 @@
 // entries are written sorted by path.
 //
 // Output depends only on the entries: uid and gid are 0, every mtime is the
-// archive's (0 unless SetModTime is called, see ModTimeFromEnv for
-// SOURCE_DATE_EPOCH), inode numbers count from 1 in written order, regular files
+// archive's (0 unless SetModTime is called, see ParseSourceDateEpoch
+// for SOURCE_DATE_EPOCH), inode numbers count from 1 in written order, regular files
 // and symlinks have nlink 1 (so the kernel never hard-links them) and directories
 // nlink 2. Nothing is taken from the host except the content and permission bits
 // of files added from disk.
@@ -96,11 +96,11 @@ func (a *Archive) SetModTime(t time.Time) error {
 	return nil
 }
 
-// ModTimeFromEnv returns the time in the SOURCE_DATE_EPOCH environment variable
+// ParseSourceDateEpoch returns the time a SOURCE_DATE_EPOCH value v names
 // (https://reproducible-builds.org/specs/source-date-epoch/), or the Unix epoch
-// if it is unset or empty. Pass it to SetModTime to honour the variable.
-func ModTimeFromEnv() (time.Time, error) {
-	v := os.Getenv("SOURCE_DATE_EPOCH")
+// if v is empty (the variable unset). Pass it to SetModTime to honour the
+// variable, which only commands read (the environment is read in cmd/).
+func ParseSourceDateEpoch(v string) (time.Time, error) {
 	if v == "" {
 		return time.Unix(0, 0).UTC(), nil
 	}

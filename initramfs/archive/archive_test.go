@@ -240,7 +240,7 @@ func TestParseCompression(t *testing.T) {
 	}
 }
 
-func TestModTimeFromEnv(t *testing.T) {
+func TestParseSourceDateEpoch(t *testing.T) {
 	tests := []struct {
 		env     string
 		want    int64
@@ -255,10 +255,9 @@ func TestModTimeFromEnv(t *testing.T) {
 		{"abc", 0, true},
 	}
 	for _, tt := range tests {
-		t.Setenv("SOURCE_DATE_EPOCH", tt.env)
-		got, err := ModTimeFromEnv()
+		got, err := ParseSourceDateEpoch(tt.env)
 		if (err != nil) != tt.wantErr || (err == nil && got.Unix() != tt.want) {
-			t.Errorf("SOURCE_DATE_EPOCH=%q: ModTimeFromEnv() = %v, %v, want %d, error %v", tt.env, got.Unix(), err, tt.want, tt.wantErr)
+			t.Errorf("ParseSourceDateEpoch(%q) = %v, %v, want %d, error %v", tt.env, got.Unix(), err, tt.want, tt.wantErr)
 		}
 	}
 	a := New()

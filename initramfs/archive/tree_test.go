@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kpreload/kpreload/internal/testenv"
 )
 
 // realKernel is one of the Debian cloud kernels unpacked by scripts/kernels.sh.
@@ -18,11 +20,7 @@ const realKernel = "6.1.0-56-cloud-amd64"
 
 func realModulesDir(t *testing.T) string {
 	t.Helper()
-	d := filepath.Join("/var/cache/kpreload/kernels", realKernel, "lib/modules", realKernel)
-	if _, err := os.Stat(d); err != nil {
-		t.Fatalf("real kernel modules missing (%v): fetch them with scripts/kernels.sh %s (or scripts/deps.sh)", err, realKernel)
-	}
-	return d
+	return filepath.Join(testenv.KernelTree(t, realKernel), "lib/modules", realKernel)
 }
 
 // TestAddTreeRealModules copies a real kernel's virtio drivers and checks that GNU

@@ -6,10 +6,11 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/cavaliergopher/cpio"
+
+	"github.com/kpreload/kpreload/internal/fileutil"
 )
 
 // countingWriter counts the bytes written through it.
@@ -52,32 +53,19 @@ func (a *Archive) Encode(w io.Writer, c Compression) (int64, error) {
 }
 
 // WriteFile writes the archive compressed with c to path, atomically: a temporary
-// file in the same directory is renamed over path once complete. The file gets
+// file in the same directory is synced and renamed over path once complete
+// (fileutil). The file gets
 // mode 0644.
-func (a *Archive) WriteFile(path string, c Compression) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+func (a *Archive) WriteFile(path string, c Compression) error {
+	f, err := fileutil.CreateTemp(path)
 	if err != nil {
 		return fmt.Errorf("write initramfs %s: %w", path, err)
 	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
+	defer f.Abort()
 	if _, err := a.Encode(f, c); err != nil {
 		return fmt.Errorf("write initramfs %s: %w", path, err)
 	}
-	if err := f.Chmod(0o644); err != nil {
-		return fmt.Errorf("write initramfs %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("write initramfs %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write initramfs %s: %w", path, err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
+	if err := f.Commit(0o644, true); err != nil {
 		return fmt.Errorf("write initramfs %s: %w", path, err)
 	}
 	return nil

@@ -22,6 +22,7 @@ import (
 	"github.com/kpreload/kpreload/initramfs/archive"
 	"github.com/kpreload/kpreload/initramfs/modprobe"
 	"github.com/kpreload/kpreload/initramfs/rootcheck"
+	"github.com/kpreload/kpreload/internal/fileutil"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/modalias"
@@ -283,27 +284,19 @@ func Build(o Options, w io.Writer) (*Result, error) {
 	return res, nil
 }
 
-// WriteFile builds the initramfs into path atomically (temp file + rename).
+// WriteFile builds the initramfs into path atomically (fileutil: temp file, sync,
+// rename, directory sync).
 func WriteFile(o Options, out string) (*Result, error) {
-	tmp, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".*")
+	tmp, err := fileutil.CreateTemp(out)
 	if err != nil {
 		return nil, err
 	}
-	defer os.Remove(tmp.Name())
+	defer tmp.Abort()
 	res, err := Build(o, tmp)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
 	if err != nil {
 		return nil, err
 	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return nil, err
-	}
-	if err := os.Rename(tmp.Name(), out); err != nil {
+	if err := tmp.Commit(0o644, true); err != nil {
 		return nil, err
 	}
 	res.Output = out

@@ -10,20 +10,13 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/initramfs/archive"
+	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 )
 
 func kernelRoot(t *testing.T, kver string) string {
 	t.Helper()
-	base := os.Getenv("KPRELOAD_CACHE")
-	if base == "" {
-		base = "/var/cache/kpreload"
-	}
-	root := filepath.Join(base, "kernels", kver)
-	if _, err := os.Stat(filepath.Join(root, ".complete")); err != nil {
-		t.Fatalf("kernel %s is not unpacked at %s: run scripts/deps.sh (or scripts/kernels.sh %s)", kver, root, kver)
-	}
-	return root
+	return testenv.KernelTree(t, kver)
 }
 
 // fakeInit stands in for the /init binary: the archive only copies it.

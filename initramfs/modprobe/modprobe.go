@@ -18,6 +18,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/kpreload/kpreload/internal/fileutil"
 	"github.com/kpreload/kpreload/live/report"
 )
 
@@ -230,21 +231,7 @@ func WriteRecord(dir string, r Record) error {
 	if len(data) > MaxRecordSize {
 		return fmt.Errorf("modprobe record: %d bytes, more than %d", len(data), MaxRecordSize)
 	}
-	f, err := os.CreateTemp(dir, ".request-*.tmp")
-	if err != nil {
-		return fmt.Errorf("modprobe record: %w", err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		final := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(tmp), "."), ".tmp") + ".json"
-		err = os.Rename(tmp, filepath.Join(dir, final))
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if _, err := fileutil.WriteNew(dir, "request-*.json", data, 0o600, true); err != nil {
 		return fmt.Errorf("modprobe record: %w", err)
 	}
 	return nil

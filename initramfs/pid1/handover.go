@@ -1,12 +1,13 @@
 package pid1
 
 import (
-	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/kpreload/kpreload/live/report"
 )
 
 // writeReport stores the report in the run directory and prints the summary on
@@ -21,13 +22,9 @@ func (b *Boot) writeReport() {
 // emitReport stores the report as it is, prints its summary and sends it on
 // its channels (writeReport before switch_root; rootFailed before a fallback).
 func (b *Boot) emitReport() {
-	if err := os.MkdirAll(filepath.Dir(b.o.ReportPath), 0o755); err == nil {
-		if data, err := json.MarshalIndent(&b.rep, "", "  "); err == nil {
-			tmp := b.o.ReportPath + ".tmp"
-			if os.WriteFile(tmp, data, 0o644) == nil {
-				_ = os.Rename(tmp, b.o.ReportPath)
-			}
-		}
+	if err := report.Write("/", b.o.ReportPath, &b.rep); err != nil {
+		// Not a warning in the report: it is the report that was not stored.
+		fmt.Fprintf(b.console, "kpreload: warning: %s\n", consoleText(err.Error()))
 	}
 	fmt.Fprintln(b.console, b.rep.Summary())
 	line, err := b.rep.ConsoleLine()

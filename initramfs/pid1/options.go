@@ -46,8 +46,10 @@ type Options struct {
 	Now func() float64
 }
 
-// RealOptions returns the running system's roots and system calls, as /init uses them.
-func RealOptions() Options {
+// RealOptions returns the running system's roots and system calls, as /init
+// uses them; environ is the environment the kernel gave /init (os.Environ(),
+// read in its main), which the real init gets too.
+func RealOptions(environ []string) Options {
 	return Options{
 		SysDir: "/sys", ProcDir: "/proc", DevDir: "/dev", RunDir: "/run",
 		Initramfs:      "/",
@@ -56,7 +58,7 @@ func RealOptions() Options {
 		ReportPath:     report.Path,
 		SeedMount:      SeedMount,
 		Console:        os.Stdout,
-		System:         realSystem{},
+		System:         realSystem{env: environ},
 		Kernel:         loader.System{},
 		IsolateDrivers: true,
 		Now:            Now,

@@ -11,7 +11,7 @@ import (
 // TestRealOptions checks /init's real roots and the paths made from them are
 // the running system's, as they were when they were written out in full.
 func TestRealOptions(t *testing.T) {
-	b := &Boot{o: RealOptions(), release: "6.1.0-56-cloud-amd64"}
+	b := &Boot{o: RealOptions(nil), release: "6.1.0-56-cloud-amd64"}
 	for _, tt := range []struct{ name, got, want string }{
 		{"sysfs", b.o.SysDir, "/sys"},
 		{"procfs", b.o.ProcDir, "/proc"},

@@ -43,8 +43,9 @@ type System interface {
 	Reboot() error
 }
 
-// realSystem is the running kernel's.
-type realSystem struct{}
+// realSystem is the running kernel's; env is the environment the kernel
+// gave /init, passed on to the programs it executes.
+type realSystem struct{ env []string }
 
 func (realSystem) Release() string {
 	var u unix.Utsname
@@ -70,7 +71,7 @@ func (realSystem) ReadFwCfg(name string) ([]byte, error) { return fwcfg.ReadFile
 
 func (realSystem) SwitchRoot(newRoot, init string) error { return mount.SwitchRoot(newRoot, init) }
 
-func (realSystem) Exec(path string) error { return unix.Exec(path, []string{path}, os.Environ()) }
+func (s realSystem) Exec(path string) error { return unix.Exec(path, []string{path}, s.env) }
 
 func (realSystem) Shell(path string, console io.Writer) error {
 	c := exec.Command(path)

@@ -4,11 +4,17 @@
 package fileutil
 
 import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // TempPrefix starts the name of every temporary file this package makes.
@@ -35,6 +41,12 @@ func CreateTemp(dst string) (*Temp, error) {
 // its destination; with sync it also syncs the file before the rename and the
 // directory after it.
 func (t *Temp) Commit(perm fs.FileMode, sync bool) error {
+	return t.commit(perm, sync, func(tmp string) error { return os.Rename(tmp, t.dst) })
+}
+
+// commit is Commit with the rename given: rename moves the temporary file
+// (named by its argument) to t.dst.
+func (t *Temp) commit(perm fs.FileMode, sync bool, rename func(tmp string) error) error {
 	if err := t.Chmod(perm); err != nil {
 		return err
 	}
@@ -46,7 +58,7 @@ func (t *Temp) Commit(perm fs.FileMode, sync bool) error {
 	if err := t.Close(); err != nil {
 		return err
 	}
-	if err := os.Rename(t.Name(), t.dst); err != nil {
+	if err := rename(t.Name()); err != nil {
 		return err
 	}
 	t.committed = true
@@ -91,6 +103,95 @@ func WriteAtomic(path string, data []byte, perm fs.FileMode, sync bool) error {
 		return err
 	}
 	return t.Commit(perm, sync)
+}
+
+// WriteNew writes data to a new file in dir, named by pattern with its last
+// "*" replaced by a random string (as os.CreateTemp names files), through a
+// temporary file renamed into place without replacing anything (see Commit for
+// perm and sync): a reader of dir sees the whole file or none. It returns the
+// new file's path; dir must exist.
+func WriteNew(dir, pattern string, data []byte, perm fs.FileMode, sync bool) (string, error) {
+	for try := 0; ; try++ {
+		var rnd [8]byte
+		if _, err := rand.Read(rnd[:]); err != nil {
+			return "", err
+		}
+		name := pattern + hex.EncodeToString(rnd[:])
+		if i := strings.LastIndex(pattern, "*"); i >= 0 {
+			name = pattern[:i] + hex.EncodeToString(rnd[:]) + pattern[i+1:]
+		}
+		dst := filepath.Join(dir, name)
+		t, err := CreateTemp(dst)
+		if err != nil {
+			return "", err
+		}
+		if _, err := t.Write(data); err != nil {
+			t.Abort()
+			return "", err
+		}
+		err = t.commit(perm, sync, func(tmp string) error {
+			if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE); err != nil {
+				return &os.LinkError{Op: "rename", Old: tmp, New: dst, Err: err}
+			}
+			return nil
+		})
+		t.Abort()
+		if errors.Is(err, unix.EEXIST) && try < 16 {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		return dst, nil
+	}
+}
+
+// Symlink makes link a symbolic link to target, replacing what link was
+// (a file or a link, never a directory) atomically: a new link beside it is
+// renamed over it and the directory synced, so a reader sees the old link or
+// the new one, never none.
+func Symlink(target, link string) error {
+	for try := 0; ; try++ {
+		var rnd [6]byte
+		if _, err := rand.Read(rnd[:]); err != nil {
+			return err
+		}
+		tmp := filepath.Join(filepath.Dir(link), TempPrefix+filepath.Base(link)+"-"+hex.EncodeToString(rnd[:]))
+		err := os.Symlink(target, tmp)
+		if errors.Is(err, fs.ErrExist) && try < 16 {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, link); err != nil {
+			os.Remove(tmp)
+			return err
+		}
+		return SyncDir(filepath.Dir(link))
+	}
+}
+
+// Publish moves tmp, a finished file another program wrote (apt-get
+// download, mmdebstrap), to dst atomically and durably: tmp is synced,
+// renamed over dst, and dst's directory synced. Both must be on one
+// filesystem.
+func Publish(tmp, dst string) error {
+	f, err := os.Open(tmp)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		return err
+	}
+	return SyncDir(filepath.Dir(dst))
 }
 
 // CopyAtomic replaces dst with a copy of src through a temporary file (see

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/kpreload/kpreload/internal/fileutil"
 	"github.com/kpreload/kpreload/kmodcache/names"
 )
 
@@ -147,44 +148,14 @@ func Marshal(ix *Index) ([]byte, error) {
 // Write stores the index at path atomically: the JSON goes to a temporary file in
 // the same directory, is synced and renamed over path, and the directory is
 // synced, so a reader (or a crash at any point) sees the old index or the new
-// one, never a half file. Temporary files are named ".tmp-*".
+// one, never a half file (fileutil.WriteAtomic). Temporary files are named ".tmp-*".
 func Write(path string, ix *Index) error {
 	b, err := Marshal(ix)
 	if err != nil {
 		return fmt.Errorf("boot index %s: %w", path, err)
 	}
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
+	if err := fileutil.WriteAtomic(path, b, 0o644, true); err != nil {
 		return fmt.Errorf("boot index %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op once renamed
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("boot index %s: write: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("boot index %s: sync: %w", path, err)
-	}
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		return fmt.Errorf("boot index %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("boot index %s: close: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("boot index %s: %w", path, err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("boot index %s: sync directory: %w", path, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("boot index %s: sync directory: %w", path, err)
 	}
 	return nil
 }

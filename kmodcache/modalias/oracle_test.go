@@ -5,12 +5,14 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/kpreload/kpreload/internal/modprobetest"
+	"github.com/kpreload/kpreload/internal/testenv"
 )
 
 // kernelTree is one unpacked kernel: ROOT/lib/modules/KVER.
@@ -24,17 +26,13 @@ func (k kernelTree) dir() string { return filepath.Join(k.root, "lib/modules", k
 // KPRELOAD_KERNELS under KPRELOAD_CACHE), failing when one is not unpacked.
 func kernelTrees(t testing.TB) []kernelTree {
 	t.Helper()
-	cache := os.Getenv("KPRELOAD_CACHE")
-	if cache == "" {
-		cache = "/var/cache/kpreload"
-	}
 	kvers := strings.Fields(os.Getenv("KPRELOAD_KERNELS"))
 	if len(kvers) == 0 {
 		kvers = []string{"6.1.0-56-cloud-amd64", "6.12.117+deb12-cloud-amd64"}
 	}
 	var out []kernelTree
 	for _, kver := range kvers {
-		k := kernelTree{root: filepath.Join(cache, "kernels", kver), kver: kver}
+		k := kernelTree{root: testenv.KernelTree(t, kver), kver: kver}
 		if _, err := os.Stat(filepath.Join(k.dir(), "modules.dep")); err != nil {
 			t.Fatalf("kernel %s is not unpacked: run scripts/kernels.sh %s (or scripts/deps.sh): %v", kver, kver, err)
 		}
@@ -278,23 +276,29 @@ func TestKnownAnswers(t *testing.T) {
 	}
 }
 
-// ExampleTree_Resolve resolves the H200 VM's virtio block device on a 6.1 kernel.
-func ExampleTree_Resolve() {
-	tree, err := LoadTree("/var/cache/kpreload/kernels/6.1.0-56-cloud-amd64/lib/modules/6.1.0-56-cloud-amd64")
+// TestTreeResolveVirtioBlk resolves the H200 VM's virtio block device on a 6.1
+// kernel and orders virtio_blk after what it needs.
+func TestTreeResolveVirtioBlk(t *testing.T) {
+	const kver = "6.1.0-56-cloud-amd64"
+	tree, err := LoadTree(filepath.Join(testenv.KernelTree(t, kver), "lib/modules", kver))
 	if err != nil {
-		fmt.Println(err)
-		return
+		t.Fatal(err)
 	}
-	fmt.Println(tree.Resolve("pci:v00001AF4d00001042sv00001AF4sd00001042bc01sc80i00"))
+	var got []string
+	got = append(got, fmt.Sprint(tree.Resolve("pci:v00001AF4d00001042sv00001AF4sd00001042bc01sc80i00")))
 	order, _ := tree.LoadOrder("virtio_blk")
 	for _, m := range order {
-		fmt.Println(m.Name, m.Path)
+		got = append(got, m.Name+" "+m.Path)
 	}
-	// Output:
-	// [virtio_pci]
-	// virtio_ring kernel/drivers/virtio/virtio_ring.ko
-	// virtio kernel/drivers/virtio/virtio.ko
-	// virtio_blk kernel/drivers/block/virtio_blk.ko
+	want := []string{
+		"[virtio_pci]",
+		"virtio_ring kernel/drivers/virtio/virtio_ring.ko",
+		"virtio kernel/drivers/virtio/virtio.ko",
+		"virtio_blk kernel/drivers/block/virtio_blk.ko",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("Resolve and LoadOrder(virtio_blk) = %q, want %q", got, want)
+	}
 }
 
 // modprobeShowDepends is modprobetest.ShowDepends as this package's Modules.

@@ -347,7 +347,7 @@ func (r *Remote) pushManifest(ctx context.Context, what string, key map[string]s
 	if err := r.pushBlob(ctx, config, func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(keyJSON)), nil }, res); err != nil {
 		return nil, fmt.Errorf("%s: key: %w", what, err)
 	}
-	stallBeforeManifest(ctx, what)
+	r.stallBeforeManifest(ctx, what)
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}

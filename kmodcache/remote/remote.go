@@ -55,6 +55,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 	"unicode"
@@ -131,10 +132,16 @@ var ErrUntrusted = errors.New("untrusted cell")
 type Options struct {
 	// PlainHTTP talks HTTP instead of HTTPS (a local registry); only when asked.
 	PlainHTTP bool
-	// DockerConfig is the Docker config file to read credentials from; ""
-	// means the standard place ($DOCKER_CONFIG/config.json, else
-	// ~/.docker/config.json), with its credential helpers.
+	// DockerConfig is the Docker config file to read credentials from,
+	// with its credential helpers; commands fill in the standard place
+	// (DockerConfigPath) when none is named. "" reads none: the registry is
+	// asked anonymously (a system service or a kernel hook has no home).
 	DockerConfig string
+	// StallBeforeManifest stops every push after its blobs and before its
+	// manifest (saying so on stderr) until the context ends: a
+	// fault-injection knob for end-to-end tests, which set it through
+	// $KPRELOAD_REMOTE_STALL_BEFORE_MANIFEST of the kpreload command.
+	StallBeforeManifest bool
 	// Timeouts bound every request and operation; zero fields take the
 	// defaults.
 	Timeouts Timeouts
@@ -163,6 +170,7 @@ type Remote struct {
 	timeouts Timeouts
 	signer   *cellsign.Signer
 	trust    *cellsign.Trust
+	stall    bool
 }
 
 // Parse checks a remote URL, oci://HOST[:PORT]/REPO[/...], and returns the
@@ -199,12 +207,9 @@ func Open(raw string, o Options) (*Remote, error) {
 	var store credentials.Store
 	if o.DockerConfig != "" {
 		store, err = credentials.NewStore(o.DockerConfig, credentials.StoreOptions{})
-	} else if os.Getenv("DOCKER_CONFIG") == "" && os.Getenv("HOME") == "" {
-		// A system service or a kernel hook: no home, so no Docker
-		// configuration to read; the registry is asked anonymously.
-		store = credentials.NewMemoryStore()
 	} else {
-		store, err = credentials.NewStoreFromDocker(credentials.StoreOptions{})
+		// No Docker configuration to read; the registry is asked anonymously.
+		store = credentials.NewMemoryStore()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("remote %s: read Docker credentials: %w", raw, err)
@@ -226,7 +231,7 @@ func Open(raw string, o Options) (*Remote, error) {
 		Cache:      auth.NewCache(),
 		Credential: credentials.Credential(store),
 	}
-	return &Remote{url: raw, repo: repo, timeouts: t, signer: o.Signer, trust: o.Trust}, nil
+	return &Remote{url: raw, repo: repo, timeouts: t, signer: o.Signer, trust: o.Trust, stall: o.StallBeforeManifest}, nil
 }
 
 // Limits on what the registry sends.
@@ -602,11 +607,25 @@ func short(id string) string {
 	return id
 }
 
-// stallBeforeManifest is a fault-injection knob for the end-to-end tests:
-// when $KPRELOAD_REMOTE_STALL_BEFORE_MANIFEST is set, a push stops after its
-// blobs and before its manifest (saying so on stderr) until it is killed.
-func stallBeforeManifest(ctx context.Context, what string) {
-	if os.Getenv("KPRELOAD_REMOTE_STALL_BEFORE_MANIFEST") == "" {
+// DockerConfigPath is the standard place of the Docker config file, as
+// Docker and oras-go find it: $DOCKER_CONFIG/config.json when dockerConfigEnv
+// (the variable's value) is set, else $HOME/.docker/config.json when home is,
+// else "" (no configuration: anonymous). Commands pass it the environment.
+func DockerConfigPath(dockerConfigEnv, home string) string {
+	switch {
+	case dockerConfigEnv != "":
+		return filepath.Join(dockerConfigEnv, "config.json")
+	case home != "":
+		return filepath.Join(home, ".docker", "config.json")
+	}
+	return ""
+}
+
+// stallBeforeManifest is the fault-injection knob Options.StallBeforeManifest:
+// when on, a push stops after its blobs and before its manifest (saying so on
+// stderr) until ctx ends.
+func (r *Remote) stallBeforeManifest(ctx context.Context, what string) {
+	if !r.stall {
 		return
 	}
 	fmt.Fprintf(os.Stderr, "kpreload: remote: %s: blobs pushed, stalling before the manifest (KPRELOAD_REMOTE_STALL_BEFORE_MANIFEST)\n", what)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
@@ -257,11 +258,45 @@ func TestConcurrentPushesOfOneCell(t *testing.T) {
 }
 
 // TestOpenWithoutHome: a system service or a kernel hook has no $HOME and no
-// $DOCKER_CONFIG; the remote still opens, asking the registry anonymously.
+// $DOCKER_CONFIG, so its command names no Docker config; the remote still
+// opens, asking the registry anonymously.
 func TestOpenWithoutHome(t *testing.T) {
-	t.Setenv("HOME", "")
-	t.Setenv("DOCKER_CONFIG", "")
-	if _, err := Open("oci://127.0.0.1:5000/cells", Options{PlainHTTP: true}); err != nil {
+	if _, err := Open("oci://127.0.0.1:5000/cells", Options{PlainHTTP: true, DockerConfig: DockerConfigPath("", "")}); err != nil {
 		t.Errorf("Open without a home: %v", err)
+	}
+}
+
+// TestDockerConfigPath: the standard place of the Docker config file, as
+// Docker and oras-go find it from $DOCKER_CONFIG and $HOME.
+func TestDockerConfigPath(t *testing.T) {
+	tests := []struct{ dockerConfig, home, want string }{
+		{"/etc/docker-auth", "/root", "/etc/docker-auth/config.json"},
+		{"", "/home/builder", "/home/builder/.docker/config.json"},
+		{"", "", ""},
+	}
+	for _, tt := range tests {
+		if got := DockerConfigPath(tt.dockerConfig, tt.home); got != tt.want {
+			t.Errorf("DockerConfigPath(%q, %q) = %q, want %q", tt.dockerConfig, tt.home, got, tt.want)
+		}
+	}
+}
+
+// TestStallBeforeManifest: with the knob on, a push stops after its blobs
+// and before its manifest until its context ends, so the registry holds no
+// record of the cell.
+func TestStallBeforeManifest(t *testing.T) {
+	reg := testenv.StartRegistry(t)
+	r, err := Open("oci://"+reg.Addr+"/kpreload/cells", Options{PlainHTTP: true, StallBeforeManifest: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := map[string]string{"schema": "test/1", "case": "stall"}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := r.PushFailure(ctx, Failure{Key: key, Recipe: "r", Kernel: k61, Driver: "d", Version: "1", Flavor: "open", FirstError: "e"}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("PushFailure with StallBeforeManifest = %v, want the context's end", err)
+	}
+	if _, err := openRemote(t, reg).Lookup(context.Background(), key); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Lookup after a stalled push: %v, want ErrNotFound (no manifest)", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 )
 
@@ -31,11 +32,7 @@ var testSet = []string{"kernel/drivers/net/virtio_net", "kernel/drivers/net/net_
 // test with how to get it when it is missing.
 func kernelTree(t testing.TB, kver string) string {
 	t.Helper()
-	root := os.Getenv("KPRELOAD_CACHE")
-	if root == "" {
-		root = "/var/cache/kpreload"
-	}
-	dir := filepath.Join(root, "kernels", kver, "lib", "modules", kver)
+	dir := filepath.Join(testenv.KernelTree(t, kver), "lib", "modules", kver)
 	if _, err := os.Stat(filepath.Join(dir, "modules.dep")); err != nil {
 		t.Fatalf("kernel %s is not unpacked (%v): run scripts/deps.sh and scripts/kernels.sh %s", kver, err, kver)
 	}

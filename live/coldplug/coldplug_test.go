@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 )
 
@@ -308,11 +309,7 @@ func indexFromAliasFile(t *testing.T, path, kver string) *bootindex.Index {
 // kernelRoot returns the directory holding lib/modules/<kver> of an unpacked test kernel.
 func kernelRoot(t *testing.T, kver string) string {
 	t.Helper()
-	cache := os.Getenv("KPRELOAD_CACHE")
-	if cache == "" {
-		cache = "/var/cache/kpreload"
-	}
-	root := filepath.Join(cache, "kernels", kver)
+	root := testenv.KernelTree(t, kver)
 	if _, err := os.Stat(filepath.Join(root, "lib/modules", kver, "modules.alias")); err != nil {
 		t.Fatalf("kernel %s is not unpacked at %s (%v): run scripts/deps.sh (or scripts/kernels.sh %s)", kver, root, err, kver)
 	}

@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/kpreload/kpreload/internal/testenv"
 )
 
 // units are the systemd units every image carries.
@@ -100,10 +102,8 @@ func TestUnitContracts(t *testing.T) {
 // non-free component must be enabled: scripts/deps.sh does it).
 func debs(t *testing.T, pkgs ...string) map[string]string {
 	t.Helper()
-	cache := os.Getenv("KPRELOAD_CACHE")
-	if cache == "" {
-		cache = "/var/cache/kpreload"
-	}
+	testenv.SkipShort(t, "needs the .debs of "+strings.Join(pkgs, ", ")+" (downloaded from Debian's archive)")
+	cache := testenv.CacheRoot()
 	dir := filepath.Join(cache, "debs")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)

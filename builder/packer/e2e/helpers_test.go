@@ -48,6 +48,7 @@ func repoRoot(t testing.TB) string {
 // several minutes; later calls only print the path).
 func packerBinary(t testing.TB) string {
 	t.Helper()
+	testenv.SkipShort(t, "runs the real Packer (scripts/packer.sh downloads and builds it)")
 	packerOnce.Do(func() {
 		if p := os.Getenv("KPRELOAD_PACKER"); p != "" {
 			packerPath = p

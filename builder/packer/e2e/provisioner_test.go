@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/image"
+	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 )
 
@@ -109,7 +110,7 @@ func TestProvisionerOverSSH(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real packer run with a dkms build; -short")
 	}
-	modules := filepath.Join(image.DefaultDownloadDir(), "kernels", testKernel, "lib", "modules", testKernel)
+	modules := filepath.Join(testenv.CacheRoot(), "kernels", testKernel, "lib", "modules", testKernel)
 	if _, err := os.Stat(filepath.Join(modules, "modules.dep")); err != nil {
 		t.Fatalf("kernel %s is not unpacked (%v): run scripts/kernels.sh %s", testKernel, err, testKernel)
 	}

@@ -23,6 +23,7 @@ import (
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
 
 	"github.com/kpreload/kpreload/builder/image"
+	"github.com/kpreload/kpreload/builder/packer/internal/pkrcfg"
 )
 
 // BuilderID identifies the kpreload builder's artifacts.
@@ -30,17 +31,24 @@ const BuilderID = "kpreload.image"
 
 // Builder is the kpreload Packer builder.
 type Builder struct {
+	// Env is the plugin's environment, filled in by its command.
+	Env    Env
 	config Config
 	runner multistep.Runner
 }
 
 var _ packersdk.Builder = (*Builder)(nil)
 
+// Env is what the plugin's environment says (download and cache directories,
+// Docker credentials); the command fills it in.
+type Env = pkrcfg.Env
+
 // ConfigSpec returns the HCL2 schema of Config.
 func (b *Builder) ConfigSpec() hcldec.ObjectSpec { return b.config.FlatMapstructure().HCL2Spec() }
 
 // Prepare decodes and checks the configuration; every problem is reported at once.
 func (b *Builder) Prepare(raws ...interface{}) (generatedVars []string, warnings []string, err error) {
+	b.config.Shared.SetEnv(b.Env)
 	warnings, err = b.config.Prepare(raws...)
 	if err != nil {
 		return nil, warnings, err

@@ -14,6 +14,7 @@ import (
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
 
 	"github.com/kpreload/kpreload/builder/image"
+	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 )
 
@@ -176,7 +177,7 @@ func TestProvisionInstallsIntoRoot(t *testing.T) {
 // root that boots systemd-boot has.
 func kernelTarget(t *testing.T) string {
 	t.Helper()
-	kernelModules := filepath.Join(image.DefaultDownloadDir(), "kernels", testKernel, "lib", "modules", testKernel)
+	kernelModules := filepath.Join(testenv.KernelTree(t, testKernel), "lib", "modules", testKernel)
 	if _, err := os.Stat(filepath.Join(kernelModules, "modules.dep")); err != nil {
 		t.Fatalf("kernel %s is not unpacked (%v): run scripts/kernels.sh %s", testKernel, err, testKernel)
 	}

@@ -68,12 +68,18 @@ type Config struct {
 
 // Provisioner is the kpreload Packer provisioner.
 type Provisioner struct {
+	// Env is the plugin's environment, filled in by its command.
+	Env    Env
 	config Config
 	// stage is image.Stage; tests replace it.
 	stage func(context.Context, image.StageOptions, string) (*image.StageResult, error)
 }
 
 var _ packersdk.Provisioner = (*Provisioner)(nil)
+
+// Env is what the plugin's environment says (download and cache directories,
+// Docker credentials); the command fills it in.
+type Env = pkrcfg.Env
 
 // ArchiveName is the name of the uploaded archive in the remote staging directory.
 const ArchiveName = "kpreload.tar.gz"
@@ -84,6 +90,7 @@ func (p *Provisioner) ConfigSpec() hcldec.ObjectSpec { return p.config.FlatMapst
 // Prepare decodes and checks the configuration, reporting every problem at once.
 func (p *Provisioner) Prepare(raws ...interface{}) error {
 	c := &p.config
+	c.Shared.SetEnv(p.Env)
 	if err := config.Decode(c, &config.DecodeOpts{
 		PluginType:         "kpreload",
 		Interpolate:        true,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/qemu"
+	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/live/report"
 )
 
@@ -144,10 +145,7 @@ func TestBootRequiresKernel(t *testing.T) {
 // command prints the root init's record and fails for want of a kpreload report.
 func TestRootdiskAndBootCommands(t *testing.T) {
 	const kver = "6.1.0-56-cloud-amd64"
-	kernel := filepath.Join("/var/cache/kpreload/kernels", kver, "boot", "vmlinuz-"+kver)
-	if _, err := os.Stat(kernel); err != nil {
-		t.Fatalf("kernel %s not unpacked (%v): run scripts/kernels.sh %s", kver, err, kver)
-	}
+	kernel := filepath.Join(testenv.KernelTree(t, kver), "boot", "vmlinuz-"+kver)
 	dir := t.TempDir()
 	img := filepath.Join(dir, "root.img")
 	var out, errOut bytes.Buffer

@@ -130,7 +130,8 @@ builds and leaves the cache (and the registry) as it was.`,
 					return err
 				}
 			case shards > 0:
-				if opts.Shard, err = matrix.ShardFromIndex(shards); err != nil {
+				index, set := os.LookupEnv("JOB_COMPLETION_INDEX")
+				if opts.Shard, err = matrix.ShardFromIndex(index, set, shards); err != nil {
 					return err
 				}
 			}
@@ -153,6 +154,9 @@ builds and leaves the cache (and the registry) as it was.`,
 			opts.Recipes, opts.RecipeKernels = recipes, kernels
 			p := newBuildProgress(cmd.ErrOrStderr())
 			opts.Progress = p.event
+			if opts.DownloadDir == "" {
+				opts.DownloadDir = envDownloadDir()
+			}
 			results, err := matrix.Run(ctx, opts)
 			p.stop()
 			if results == nil {

@@ -22,14 +22,6 @@ import (
 
 func init() { register(newCacheCmd) }
 
-// cacheDefaultDir is the cache directory when --cache is not given.
-func cacheDefaultDir() string {
-	if d := os.Getenv("KPRELOAD_CACHE_DIR"); d != "" {
-		return d
-	}
-	return store.DefaultDir
-}
-
 // cacheContext returns the command's context, or a background one.
 func cacheContext(cmd *cobra.Command) context.Context {
 	if ctx := cmd.Context(); ctx != nil {
@@ -276,7 +268,7 @@ func runRebuild(cmd *cobra.Command, s *store.Store, ref string, refs []string, d
 		return err
 	}
 	p := newBuildProgress(cmd.ErrOrStderr())
-	res, err := matrix.Rebuild(ctx, s, ref, candidates, matrix.Options{Progress: p.event})
+	res, err := matrix.Rebuild(ctx, s, ref, candidates, matrix.Options{Progress: p.event, DownloadDir: envDownloadDir()})
 	p.stop()
 	if res == nil {
 		return err

@@ -3,12 +3,7 @@ package cli
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/kpreload/kpreload/gpu/cdispec"
@@ -57,39 +52,8 @@ func recordCDI(root, name string, rec *report.CDI) error {
 }
 
 // recordSection sets (or, with nil, drops) one top-level section of the
-// report name of the system at root, keeping every other field as /init
-// wrote it; the report is read inside root (a regular file of at most
-// inroot.MaxLarge bytes) and replaced atomically. A system without a report
-// (not booted by kpreload's /init) is left alone.
+// report name of the system at root (report.SetSection: read inside root,
+// replaced atomically and synced; a system without a report is left alone).
 func recordSection(root, name, key string, value any) error {
-	path := filepath.Join(root, name)
-	b, err := inroot.ReadFile(root, name, inroot.MaxLarge)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("record %s in the report: %w", key, err)
-	}
-	var doc map[string]json.RawMessage
-	if err := json.Unmarshal(b, &doc); err != nil {
-		return fmt.Errorf("record %s in the report %s: %w", key, path, err)
-	}
-	if value == nil {
-		delete(doc, key)
-	} else {
-		raw, err := json.Marshal(value)
-		if err != nil {
-			return err
-		}
-		doc[key] = raw
-	}
-	out, err := json.MarshalIndent(doc, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(out, '\n'), 0o644); err != nil {
-		return fmt.Errorf("record %s in the report: %w", key, err)
-	}
-	return os.Rename(tmp, path)
+	return report.SetSection(root, name, key, value)
 }

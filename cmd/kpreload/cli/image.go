@@ -143,6 +143,9 @@ whole manifest) to stdout.`,
 			o.Progress = func(msg string) {
 				fmt.Fprintf(errw, "[%6.1fs] %s\n", time.Since(start).Seconds(), msg)
 			}
+			if o.DownloadDir == "" {
+				o.DownloadDir = envDownloadDir()
+			}
 			m, err := image.Build(ctx, o)
 			if err != nil {
 				return err

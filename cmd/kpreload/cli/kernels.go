@@ -112,7 +112,7 @@ dir, fetched, seconds) to stdout. scripts/kernels.sh runs this command.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&suite, "suite", "", "Debian suite to fetch from (default: the one each release names)")
-	f.StringVar(&cache, "cache", archive.DefaultCache(), "download cache: debs/, kernels/, apt/ ($KPRELOAD_CACHE)")
+	f.StringVar(&cache, "cache", downloadDefaultDir(), "download cache: debs/, kernels/, apt/ ($KPRELOAD_CACHE)")
 	f.BoolVar(&asJSON, "json", false, "print the kernels as JSON")
 	return cmd
 }

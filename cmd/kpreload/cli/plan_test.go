@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/pci/pcitest"
 	"github.com/kpreload/kpreload/internal/inroot/inroottest"
+	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/live/report"
 )
@@ -24,17 +24,8 @@ const planKernel = "6.1.0-56-cloud-amd64"
 // nvidia-tesla-470-driver 470.256.02, fetched by scripts/supported-gpus.sh when missing.
 func planLists(t *testing.T) (l535, l470 string) {
 	t.Helper()
-	cache := os.Getenv("KPRELOAD_CACHE")
-	if cache == "" {
-		cache = "/var/cache/kpreload"
-	}
-	l535 = filepath.Join(cache, "supported-gpus", "nvidia-driver_535.261.03-1", "supported-gpus.json")
-	l470 = filepath.Join(cache, "supported-gpus", "nvidia-tesla-470-driver_470.256.02-1~deb12u1", "supported-gpus.json")
-	if _, err := os.Stat(l470); err != nil {
-		if out, err := exec.Command("../../../scripts/supported-gpus.sh").CombinedOutput(); err != nil {
-			t.Fatalf("scripts/supported-gpus.sh: %v\n%s", err, out)
-		}
-	}
+	l535 = testenv.SupportedGPUs(t, "nvidia-driver_535.261.03-1")
+	l470 = testenv.SupportedGPUs(t, "nvidia-tesla-470-driver_470.256.02-1~deb12u1")
 	return l535, l470
 }
 

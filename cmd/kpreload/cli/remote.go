@@ -81,7 +81,10 @@ func (rf *remoteFlags) open() (*remote.Remote, error) {
 			return nil, fmt.Errorf("--%s %s: want a positive duration", t.flag, t.d)
 		}
 	}
-	o := remote.Options{PlainHTTP: rf.plainHTTP, DockerConfig: rf.dockerConfig, Timeouts: rf.timeouts}
+	o := remote.Options{PlainHTTP: rf.plainHTTP, DockerConfig: rf.dockerConfig, Timeouts: rf.timeouts, StallBeforeManifest: envStallBeforeManifest()}
+	if o.DockerConfig == "" {
+		o.DockerConfig = envDockerConfig()
+	}
 	if rf.sign != "" {
 		s, err := cellsign.LoadSigner(rf.sign)
 		if err != nil {

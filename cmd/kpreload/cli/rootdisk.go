@@ -7,8 +7,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kpreload/kpreload/builder/rootdisk"
 	"github.com/spf13/cobra"
+
+	"github.com/kpreload/kpreload/builder/rootdisk"
 )
 
 func init() { register(newRootdiskCmd) }
@@ -109,7 +110,7 @@ is built from kpreload's source tree with the go tool.`,
 				}
 				defer os.RemoveAll(dir)
 				o.Init = filepath.Join(dir, "init")
-				if err := rootdisk.BuildRootInit(cmd.Context(), o.Init); err != nil {
+				if err := rootdisk.BuildRootInitFrom(cmd.Context(), envSourceDir(), o.Init); err != nil {
 					return fmt.Errorf("no --init given and building one failed: %w", err)
 				}
 			}

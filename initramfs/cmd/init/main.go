@@ -15,7 +15,7 @@ import (
 // calls, and does not return.
 func main() {
 	if modprobe.Invoked(os.Args, os.Getpid()) {
-		os.Exit(pid1.Modprobe(pid1.RealOptions(), os.Args[1:]))
+		os.Exit(pid1.Modprobe(pid1.RealOptions(os.Environ()), os.Args[1:]))
 	}
-	pid1.Run(pid1.RealOptions())
+	pid1.Run(pid1.RealOptions(os.Environ()))
 }

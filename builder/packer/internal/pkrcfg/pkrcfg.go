@@ -20,8 +20,9 @@ import (
 )
 
 // Lister resolves recipes' kernel selectors when a kernel is not named in a
-// recipe's explicit releases; tests replace it.
-var Lister recipe.KernelLister = recipe.AptKernels()
+// recipe's explicit releases; nil (the default) is the host's apt sources
+// (recipe.AptKernelsIn the download directory); tests replace it.
+var Lister recipe.KernelLister
 
 // Executable returns the running program's path; tests replace it.
 var Executable = os.Executable
@@ -123,8 +124,14 @@ func listNames(m map[string]*recipe.Recipe) string {
 
 // CheckKernels checks that every kernel is in every recipe's matrix. Explicit
 // releases are checked directly; selectors are resolved against the archive
-// (Lister) only when needed. Errors name the list entry ("kernels[0]").
-func CheckKernels(kernels []string, recipes []*recipe.Recipe) []error {
+// (Lister, else the host's apt sources with their private configurations
+// under downloadDir) only when needed. Errors name the list entry
+// ("kernels[0]").
+func CheckKernels(kernels []string, recipes []*recipe.Recipe, downloadDir string) []error {
+	lister := Lister
+	if lister == nil {
+		lister = recipe.AptKernelsIn(downloadDir)
+	}
 	var errs []error
 	for _, r := range recipes {
 		var resolved []string
@@ -135,7 +142,7 @@ func CheckKernels(kernels []string, recipes []*recipe.Recipe) []error {
 				continue
 			}
 			if len(r.Kernels.Select) > 0 && !resolvedOnce {
-				resolved, resolveErr = recipe.Matrix{Select: r.Kernels.Select}.Resolve(Lister)
+				resolved, resolveErr = recipe.Matrix{Select: r.Kernels.Select}.Resolve(lister)
 				resolvedOnce = true
 			}
 			if slices.Contains(resolved, k) {

@@ -76,10 +76,10 @@ func TestCheckKernelsResolvesOnlyWhenNeeded(t *testing.T) {
 	Lister = recipe.ListerFunc(func() ([]string, error) { calls++; return []string{"6.1.0-57-cloud-amd64"}, nil })
 	t.Cleanup(func() { Lister = old })
 	r := &recipe.Recipe{Name: "r", Kernels: recipe.Matrix{Releases: []string{"6.1.0-56-cloud-amd64"}, Select: []recipe.Selector{{Series: "6.1", Flavor: "cloud-amd64", Newest: 1}}}}
-	if errs := CheckKernels([]string{"6.1.0-56-cloud-amd64"}, []*recipe.Recipe{r}); len(errs) != 0 || calls != 0 {
+	if errs := CheckKernels([]string{"6.1.0-56-cloud-amd64"}, []*recipe.Recipe{r}, t.TempDir()); len(errs) != 0 || calls != 0 {
 		t.Errorf("explicit release: errors %v, %d lister calls; want none, 0", errs, calls)
 	}
-	if errs := CheckKernels([]string{"6.1.0-57-cloud-amd64", "6.1.0-12-cloud-amd64"}, []*recipe.Recipe{r}); len(errs) != 1 || calls != 1 {
+	if errs := CheckKernels([]string{"6.1.0-57-cloud-amd64", "6.1.0-12-cloud-amd64"}, []*recipe.Recipe{r}, t.TempDir()); len(errs) != 1 || calls != 1 {
 		t.Errorf("selector: errors %v, %d lister calls; want one error (6.1.0-12), 1 call", errs, calls)
 	}
 }

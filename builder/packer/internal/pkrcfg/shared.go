@@ -4,6 +4,7 @@
 package pkrcfg
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 
@@ -100,7 +101,26 @@ type Shared struct {
 	recipes []*recipe.Recipe
 	// remote is the opened Remote, or nil.
 	remote *remote.Remote
+	// env is the plugin's environment (SetEnv).
+	env Env
 }
+
+// Env is what the plugin's environment says, read by its command
+// (cmd/packer-plugin-kpreload) and handed to the builder and the
+// provisioner (SetEnv): the packages read no environment themselves.
+type Env struct {
+	// DownloadDir is $KPRELOAD_CACHE: download_dir's default when set.
+	DownloadDir string
+	// CacheDir is $KPRELOAD_CACHE_DIR: cache_dir's default when set.
+	CacheDir string
+	// DockerConfig is the Docker config file the remote's credentials are
+	// read from (remote.DockerConfigPath of $DOCKER_CONFIG and $HOME); ""
+	// asks the registry anonymously.
+	DockerConfig string
+}
+
+// SetEnv gives Prepare the plugin's environment.
+func (s *Shared) SetEnv(e Env) { s.env = e }
 
 // Prepare fills in the shared fields' defaults and checks them: the recipes
 // load, every kernel is in every recipe's matrix, the remote opens with its
@@ -112,10 +132,10 @@ func (s *Shared) Prepare() []error {
 		s.RecipesDir = "recipes"
 	}
 	if s.CacheDir == "" {
-		s.CacheDir = image.DefaultCacheDir()
+		s.CacheDir = cmp.Or(s.env.CacheDir, image.DefaultCacheDir())
 	}
 	if s.DownloadDir == "" {
-		s.DownloadDir = image.DefaultDownloadDir()
+		s.DownloadDir = cmp.Or(s.env.DownloadDir, image.DefaultDownloadDir())
 	}
 	if s.KpreloadBinary == "" {
 		s.KpreloadBinary = DefaultBinary("kpreload")
@@ -126,13 +146,13 @@ func (s *Shared) Prepare() []error {
 
 	var errs []error
 	s.recipes, errs = LoadRecipes(s.RecipesDir, s.Recipes)
-	errs = append(errs, CheckKernels(s.Kernels, s.recipes)...)
+	errs = append(errs, CheckKernels(s.Kernels, s.recipes, s.DownloadDir)...)
 	if s.Remote != "" {
 		var err error
 		if len(s.RemoteTrust) == 0 && !s.AllowUnsigned {
 			errs = append(errs, fmt.Errorf("remote %s without remote_trust: the image's drivers would be taken from the registry unsigned; list the builders' public keys in remote_trust, or set allow_unsigned = true to take unsigned cells on purpose", s.Remote))
 		}
-		o := remote.Options{PlainHTTP: s.PlainHTTP}
+		o := remote.Options{PlainHTTP: s.PlainHTTP, DockerConfig: s.env.DockerConfig}
 		if len(s.RemoteTrust) > 0 {
 			if o.Trust, err = cellsign.LoadTrust(s.RemoteTrust...); err != nil {
 				errs = append(errs, fmt.Errorf("remote_trust: %w", err))
