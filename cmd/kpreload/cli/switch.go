@@ -15,6 +15,7 @@ import (
 	"github.com/kpreload/kpreload/gpu/activate"
 	"github.com/kpreload/kpreload/gpu/cdispec"
 	"github.com/kpreload/kpreload/gpu/instance"
+	"github.com/kpreload/kpreload/gpu/selection"
 	"github.com/kpreload/kpreload/gpu/switcher"
 	"github.com/kpreload/kpreload/kmodcache/names"
 	"github.com/kpreload/kpreload/kmodcache/store"
@@ -79,27 +80,39 @@ sysfs mount, a root holding sys/, or a tree built from a capture), --cache and
 			if sysfs != "" && !dryRun {
 				return errors.New("switch: --sysfs reads another machine's devices: only with --dry-run")
 			}
-			sysDir, runDir := "/sys", activate.RunDir
+			sysDir, procDir, runDir := "/sys", "/proc", activate.RunDir
 			if sysfs != "" {
-				sysDir, runDir = sysfs, "" // a capture: no readiness record of this host
+				sysDir, procDir, runDir = sysfs, "", "" // a capture: no readiness record of this host
 			}
 			req, err := switchRequest(instFile, sysfs == "")
 			if err != nil {
 				return err
 			}
+			m, err := selection.Gather(selection.Where{SysDir: sysDir, ProcDir: procDir, CacheDir: cacheDir, Kernel: kernel})
+			if err != nil {
+				return fmt.Errorf("switch: %w", err)
+			}
+			choice, err := m.Choose(req, selection.Target{Version: args[0], Driver: driver, Flavor: flavor, Force: force})
+			if err != nil {
+				res := &switcher.Result{Decision: choice.Driver, DryRun: dryRun}
+				if asJSON {
+					if jerr := printJSON(cmd.OutOrStdout(), res); jerr != nil {
+						return jerr
+					}
+				}
+				return err
+			}
 			ld := &loader.Loader{Release: kernel, SysRoot: "/sys", VerifyDigest: true, Phase: "switch", Now: switcher.BootTime}
-			opts := switcher.Options{
-				Version: args[0], Driver: driver, Flavor: flavor,
-				CacheDir: cacheDir, Release: kernel,
+			res, err := switcher.Switch(switcher.Options{
+				Machine: m, Choice: choice,
 				SysDir: sysDir, ProcDir: "/proc", DevDir: "/dev", RunDir: runDir, Root: "/",
-				Request: req, Force: force, DryRun: dryRun,
+				DryRun:      dryRun,
 				DriversDir:  activate.DriversDir,
 				Kernel:      switcher.System{Loader: ld},
 				BindTimeout: bindTimeout,
 				Ldconfig:    ldconfig,
 				Log:         prefixWriter{w: cmd.ErrOrStderr(), prefix: "kpreload switch: "},
-			}
-			res, err := switcher.Switch(opts)
+			})
 			if dryRun {
 				return printSwitchDecision(cmd.OutOrStdout(), res, err, asJSON)
 			}
