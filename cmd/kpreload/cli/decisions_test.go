@@ -1,0 +1,103 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kpreload/kpreload/gpu/pci/pcitest"
+	"github.com/kpreload/kpreload/gpu/switcher"
+	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/kpreload/kpreload/live/report"
+)
+
+// decisionTable is testdata/decisions/requests.json: requests over one
+// machine, each with the set every door must choose.
+type decisionTable struct {
+	Capture  string   `json:"capture"`
+	Sets     []string `json:"sets"`
+	Requests []struct {
+		Name, Version, Flavor, Want string
+	} `json:"requests"`
+}
+
+func readDecisionTable(t *testing.T) decisionTable {
+	t.Helper()
+	b, err := os.ReadFile("../../../testdata/decisions/requests.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tab decisionTable
+	if err := json.Unmarshal(b, &tab); err != nil {
+		t.Fatalf("testdata/decisions/requests.json: %v", err)
+	}
+	return tab
+}
+
+// chosenText names a driver decision's chosen set as the table does.
+func chosenText(dd *report.SelectionDriver) string {
+	if dd == nil || dd.Chosen == nil {
+		return ""
+	}
+	return dd.Driver + " " + dd.Chosen.Version + " " + dd.Chosen.Flavor
+}
+
+// TestOneDecision runs each request of testdata/decisions through kpreload
+// plan (the instance YAML's version: and flavor:) and kpreload switch
+// --dry-run (VERSION and --flavor) over the same capture and cache: both must
+// choose the table's set (initramfs/pid1's TestOneDecision runs /init's).
+func TestOneDecision(t *testing.T) {
+	tab := readDecisionTable(t)
+	var sets []bootindex.Set
+	for _, s := range tab.Sets {
+		f := strings.Fields(s)
+		sets = append(sets, bootindex.Set{ID: strings.Join(f, "-"), Driver: f[0], Version: f[1], Flavor: f[2]})
+	}
+	cache := planCache(t, sets, nil)
+	root := pcitest.FromFixture(t, filepath.Join(pcitest.H200(t), "..", tab.Capture, "pci-sysfs.txt"))
+	dir := t.TempDir()
+	for _, tt := range tab.Requests {
+		t.Run(tt.Name, func(t *testing.T) {
+			yaml := "resources:\n  driver:\n    version: \"" + tt.Version + "\"\n"
+			if tt.Flavor != "" {
+				yaml += "    flavor: " + tt.Flavor + "\n"
+			}
+			inst := filepath.Join(dir, "instance.yaml")
+			if err := os.WriteFile(inst, []byte(yaml), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var out, errOut bytes.Buffer
+			if code := Execute([]string{"plan", "--sysfs", root, "--cache", cache, "--kernel", planKernel, "--instance", inst, "--json"}, &out, &errOut); code != 0 {
+				t.Fatalf("plan: exit %d: %s", code, errOut.String())
+			}
+			var sel report.Selection
+			if err := json.Unmarshal(out.Bytes(), &sel); err != nil || len(sel.Drivers) != 1 {
+				t.Fatalf("plan --json: %v\n%s", err, out.String())
+			}
+			if got := chosenText(&sel.Drivers[0]); got != tt.Want {
+				t.Errorf("plan with version: %q, flavor: %q chose %q, want %q", tt.Version, tt.Flavor, got, tt.Want)
+			}
+
+			args := []string{"switch", tt.Version, "--dry-run", "--sysfs", root, "--cache", cache, "--kernel", planKernel, "--json"}
+			if tt.Flavor != "" {
+				args = append(args, "--flavor", tt.Flavor)
+			}
+			out.Reset()
+			errOut.Reset()
+			code := Execute(args, &out, &errOut)
+			var res switcher.Result
+			if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+				t.Fatalf("switch %s --dry-run --json: exit %d, %v: %s%s", tt.Version, code, err, out.String(), errOut.String())
+			}
+			if got := chosenText(res.Decision); got != tt.Want || (code == 0) != (tt.Want != "") {
+				t.Errorf("switch %s --dry-run (flavour %q): exit %d, chose %q, want %q; stderr %s", tt.Version, tt.Flavor, code, got, tt.Want, errOut.String())
+			}
+			if tt.Want != "" && (res.To == nil || res.To.Driver+" "+res.To.Version+" "+res.To.Flavor != tt.Want) {
+				t.Errorf("switch %s --dry-run: would switch to %+v, want %q", tt.Version, res.To, tt.Want)
+			}
+		})
+	}
+}
