@@ -101,3 +101,71 @@ func TestOneDecision(t *testing.T) {
 		})
 	}
 }
+
+// TestSwitchHelpExamples runs every example of `kpreload switch --help`
+// exactly as written, in a directory holding ./h100-capture (the H100 VM's
+// PCI capture) and ./cache (testdata/decisions' sets): each must choose what
+// the table says the same request chooses.
+func TestSwitchHelpExamples(t *testing.T) {
+	tab := readDecisionTable(t)
+	capture, err := filepath.Abs(filepath.Join(pcitest.H200(t), "..", tab.Capture, "pci-sysfs.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, help, _ := runCLI("switch", "--help")
+	if code != 0 {
+		t.Fatalf("switch --help: exit %d", code)
+	}
+	_, ex, ok := strings.Cut(help, "Examples:\n")
+	if !ok {
+		t.Fatalf("switch --help has no Examples:\n%s", help)
+	}
+	ex, _, _ = strings.Cut(ex, "\n\n")
+	var sets []bootindex.Set
+	for _, s := range tab.Sets {
+		f := strings.Fields(s)
+		sets = append(sets, bootindex.Set{ID: strings.Join(f, "-"), Driver: f[0], Version: f[1], Flavor: f[2]})
+	}
+	cache := planCache(t, sets, nil)
+	t.Chdir(t.TempDir())
+	if err := os.Symlink(cache, "cache"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pcitest.WriteFixture("h100-capture", capture); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for _, r := range tab.Requests {
+		want[r.Version+" "+r.Flavor] = r.Want
+	}
+	n := 0
+	for _, line := range strings.Split(ex, "\n") {
+		args := strings.Fields(line)
+		if len(args) < 3 || args[0] != "kpreload" || args[1] != "switch" {
+			t.Fatalf("example %q is not a kpreload switch command", line)
+		}
+		flavor := ""
+		for i, a := range args {
+			if a == "--flavor" {
+				flavor = args[i+1]
+			}
+		}
+		w, ok := want[args[2]+" "+flavor]
+		if !ok {
+			t.Fatalf("example %q: testdata/decisions has no request for version %s, flavour %q", line, args[2], flavor)
+		}
+		code, out, errOut := runCLI(args[1:]...)
+		if code != 0 {
+			t.Errorf("example %q: exit %d: %s", line, code, errOut)
+			continue
+		}
+		f := strings.Fields(w)
+		if !strings.Contains(out, f[1]) || !strings.Contains(out, f[2]) {
+			t.Errorf("example %q printed %q, want the decision for %s", line, out, w)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatal("switch --help: no example run")
+	}
+}

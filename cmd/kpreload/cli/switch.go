@@ -32,17 +32,22 @@ func newSwitchCmd() *cobra.Command {
 		asJSON, dryRun, force            bool
 	)
 	cmd := &cobra.Command{
-		Use:   "switch VERSION [--cache DIR] [--driver NAME] [--flavor FLAVOR] [--force] [--json] | switch VERSION --dry-run [--sysfs ROOT] [--cache DIR] [--kernel KVER] [--json]",
+		Use:   "switch VERSION|BRANCH [--cache DIR] [--driver NAME] [--flavor FLAVOR] [--force] [--json] | switch VERSION|BRANCH --dry-run [--sysfs ROOT] [--cache DIR] [--kernel KVER] [--json]",
 		Short: "Change the loaded driver version without rebooting",
 		Long: `switch replaces the active driver with another version cached for the running
 kernel (the root cache's index/<uname -r>.json), without a reboot:
 
-  1. find the active driver set (/run/kpreload/ready, else the modules loaded)
-     and take the driver decision /init and kpreload plan take, for VERSION:
-     vermagic, the CUDA minimum of the instance (--instance, default the
+  1. take the driver decision /init and kpreload plan take, for VERSION read
+     as the instance YAML's resources.driver.version reads it (an exact
+     version, a branch such as 550 or 2, a prefix such as 535.261, or latest:
+     with 1.0 and 2.0 cached, "switch 2" chooses 2.0) and --flavor (default
+     auto): vermagic, the CUDA minimum of the instance (--instance, default the
      root's /etc/kpreload/instance.yaml), the driver's supported-GPU list and
      the hardware present; a version /init would refuse is refused with the
-     same words (--force switches anyway, and the result records the refusal);
+     same words (--force switches anyway to the newest set of that version and
+     flavour, and the result records the refusal); a version the cache does
+     not hold is an error naming what it holds; then find the active driver
+     set (/run/kpreload/ready, else the modules loaded);
   2. refuse, changing nothing, if any of its modules is in use: an open device
      file (nvidia-persistenced, a CUDA program, Xorg) or a module outside the set
      that depends on it;
@@ -61,10 +66,11 @@ outcome, or with --json the whole record, to stdout. Needs root.
 
 --dry-run takes the decision and prints it, changing nothing; with --sysfs (a
 sysfs mount, a root holding sys/, or a tree built from a capture), --cache and
---kernel it checks a switch for another machine, as kpreload plan does.`,
-		Example: `  kpreload switch 535.261.03
-  systemctl stop kpreload-persistenced && kpreload switch 470.256.02 --json && systemctl start kpreload-persistenced
-  kpreload switch 550.163.01 --dry-run --sysfs ./h200-capture --cache ./cache --kernel 6.12.117+deb12-cloud-amd64 --json`,
+--kernel it checks a switch for another machine, as kpreload plan does. On the
+machine itself, stop what holds the driver first (systemctl stop
+kpreload-persistenced), then run kpreload switch with the version or branch.`,
+		Example: `  kpreload switch 2 --dry-run --sysfs ./h100-capture --cache ./cache --kernel 6.1.0-56-cloud-amd64
+  kpreload switch 550 --flavor proprietary --dry-run --sysfs ./h100-capture --cache ./cache --kernel 6.1.0-56-cloud-amd64 --json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkNames("VERSION", args[0], "--driver", driver, "--flavor", flavor, "--kernel", kernel); err != nil || args[0] == "" {
