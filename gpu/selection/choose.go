@@ -89,9 +89,6 @@ func (m *Machine) Choose(req instance.Request, t Target) (*Choice, error) {
 	} else {
 		c.Driver = c.Decision.Requested()
 	}
-	if c.Driver != nil && c.Driver.Chosen != nil {
-		c.Set = m.set(c.Driver.Driver, c.Driver.Chosen.ID)
-	}
 	switch {
 	case c.Driver == nil:
 		return c, absent
@@ -100,6 +97,7 @@ func (m *Machine) Choose(req instance.Request, t Target) (*Choice, error) {
 	case c.Driver.Fallback != "":
 		return c, absent
 	case c.Driver.Chosen != nil:
+		c.Set = m.set(c.Driver.Driver, c.Driver.Chosen.ID)
 		return c, nil
 	}
 	if !t.Force {
@@ -109,7 +107,7 @@ func (m *Machine) Choose(req instance.Request, t Target) (*Choice, error) {
 	var best *report.SelectionCandidate
 	for i := range c.Driver.Candidates {
 		cand := &c.Driver.Candidates[i]
-		if cand.Excluded == RuleVersion || cand.Excluded == RuleFlavor {
+		if !matchVersion(t.Version, cand.Version) || (t.Flavor != "" && t.Flavor != instance.FlavorAuto && cand.Flavor != t.Flavor) {
 			continue
 		}
 		if best == nil || instance.CompareVersions(cand.Version, best.Version) > 0 {
