@@ -95,6 +95,20 @@ func TestOneDecision(t *testing.T) {
 			if got := chosenText(res.Decision); got != tt.Want || (code == 0) != (tt.Want != "") {
 				t.Errorf("switch %s --dry-run (flavour %q): exit %d, chose %q, want %q; stderr %s", tt.Version, tt.Flavor, code, got, tt.Want, errOut.String())
 			}
+			// The text forms: switch --dry-run prints plan's decision, all
+			// but its first line (where the request came from).
+			planArgs := []string{"plan", "--sysfs", root, "--cache", cache, "--kernel", planKernel, "--instance", inst}
+			_, planOut, _ := runCLI(planArgs...)
+			var textArgs []string
+			for _, a := range args[1:] {
+				if a != "--json" {
+					textArgs = append(textArgs, a)
+				}
+			}
+			_, switchOut, _ := runCLI(append([]string{"switch"}, textArgs...)...)
+			if _, decision, _ := strings.Cut(planOut, "\n"); decision == "" || !strings.Contains(switchOut, decision) {
+				t.Errorf("switch %s --dry-run printed\n%s\nwant plan's decision\n%s", tt.Version, switchOut, decision)
+			}
 			if tt.Want != "" && (res.To == nil || res.To.Driver+" "+res.To.Version+" "+res.To.Flavor != tt.Want) {
 				t.Errorf("switch %s --dry-run: would switch to %+v, want %q", tt.Version, res.To, tt.Want)
 			}

@@ -64,7 +64,8 @@ If the new set fails to load or to bind, it is unloaded and the previous set is
 loaded back (the exit status is non-zero either way). Steps go to stderr; the
 outcome, or with --json the whole record, to stdout. Needs root.
 
---dry-run takes the decision and prints it, changing nothing; with --sysfs (a
+--dry-run takes the decision and prints it as kpreload plan does (with --json:
+the target driver's decision), changing nothing; with --sysfs (a
 sysfs mount, a root holding sys/, or a tree built from a capture), --cache and
 --kernel it checks a switch for another machine, as kpreload plan does. On the
 machine itself, stop what holds the driver first (systemctl stop
@@ -105,6 +106,8 @@ kpreload-persistenced), then run kpreload switch with the version or branch.`,
 					if jerr := printJSON(cmd.OutOrStdout(), res); jerr != nil {
 						return jerr
 					}
+				} else if dryRun && choice.Decision != nil {
+					printPlan(cmd.OutOrStdout(), choice.Decision) // the decision, as kpreload plan shows it
 				}
 				return err
 			}
@@ -120,7 +123,7 @@ kpreload-persistenced), then run kpreload switch with the version or branch.`,
 				Log:         prefixWriter{w: cmd.ErrOrStderr(), prefix: "kpreload switch: "},
 			})
 			if dryRun {
-				return printSwitchDecision(cmd.OutOrStdout(), res, err, asJSON)
+				return printSwitchDecision(cmd.OutOrStdout(), res, choice.Decision, err, asJSON)
 			}
 			// The CDI spec follows the driver now active (the new one, the old one
 			// after a rollback, or none: then the spec is removed).
@@ -191,8 +194,9 @@ func switchRequest(file string, local bool) (instance.Request, error) {
 	return instance.Request{Source: "file", Origin: file, Instance: *in}, nil
 }
 
-// printSwitchDecision prints a dry run: the decision for the target driver.
-func printSwitchDecision(w io.Writer, res *switcher.Result, err error, asJSON bool) error {
+// printSwitchDecision prints a dry run: what would change, then the whole
+// decision as kpreload plan prints it.
+func printSwitchDecision(w io.Writer, res *switcher.Result, dec *selection.Decision, err error, asJSON bool) error {
 	if asJSON && res != nil {
 		if jerr := printJSON(w, res); jerr != nil {
 			return jerr
@@ -211,6 +215,8 @@ func printSwitchDecision(w io.Writer, res *switcher.Result, err error, asJSON bo
 		}
 		fmt.Fprintf(w, "  %-14s %-12s %.12s  %s\n", c.Version, c.Flavor, c.ID, state)
 	}
+	fmt.Fprintln(w, "\nthe decision, as kpreload plan takes it:")
+	printPlan(w, dec)
 	return nil
 }
 
