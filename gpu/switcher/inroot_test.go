@@ -65,7 +65,7 @@ func TestHostileSysAndProc(t *testing.T) {
 			tt.setup(t, e, t.TempDir())
 			var err error
 			done := make(chan struct{})
-			go func() { defer close(done); _, err = Switch(e.o) }()
+			go func() { defer close(done); _, err = e.run() }()
 			select {
 			case <-done:
 			case <-time.After(20 * time.Second):

@@ -1,7 +1,7 @@
 // Package switcher changes the loaded driver version without a reboot: it finds the
 // active driver set, refuses while any of its modules is in use, unloads the set in
-// reverse dependency order, loads the requested version's set from the module cache
-// through the boot loader (vermagic and digest checks, finit_module), checks that
+// reverse dependency order, loads the set the decision chose (gpu/selection's
+// Machine.Choose, the decision /init and kpreload plan take) through the boot loader (vermagic and digest checks, finit_module), checks that
 // every device the old driver had is bound again, makes the device nodes, repoints
 // the userspace link and rewrites the readiness record. When the new set fails to
 // load or to bind, the previous set is loaded back.
@@ -22,8 +22,6 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/activate"
 	"github.com/kpreload/kpreload/gpu/devnodes"
-	"github.com/kpreload/kpreload/gpu/instance"
-	"github.com/kpreload/kpreload/gpu/pci"
 	"github.com/kpreload/kpreload/gpu/selection"
 	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
@@ -31,7 +29,6 @@ import (
 	"github.com/kpreload/kpreload/live/coldplug"
 	"github.com/kpreload/kpreload/live/loader"
 	"github.com/kpreload/kpreload/live/report"
-	"github.com/kpreload/kpreload/live/secureboot"
 	"golang.org/x/sys/unix"
 )
 
@@ -63,14 +60,13 @@ func (s System) Load(idx *coldplug.Index, names []string) []report.Module {
 
 // Options describe one switch.
 type Options struct {
-	// Version is the driver version to switch to (required).
-	Version string
-	// Driver and Flavor narrow the choice when several cached sets have Version.
-	Driver, Flavor string
-	// CacheDir is the module cache holding index/<release>.json.
-	CacheDir string
-	// Release is the running kernel's release.
-	Release string
+	// Machine is what selection.Gather read: the boot index (Index,
+	// IndexDir) whose sets the active one is found among, and the kernel
+	// (Kernel) the sets are for (required).
+	Machine *selection.Machine
+	// Choice is the decided target, from Machine.Choose (required): its Set
+	// is loaded, its Driver decision and Forced refusal are recorded.
+	Choice *selection.Choice
 	// SysDir, ProcDir, DevDir and RunDir are where sysfs, procfs, /dev and /run are
 	// ("/sys", "/proc", "/dev", "/run" on a running system). Each is a root for
 	// what is read in it: paths and links resolve inside it (internal/inroot) and
@@ -90,16 +86,7 @@ type Options struct {
 	Ldconfig func() error
 	// Log receives one line per step; nil discards them.
 	Log io.Writer
-	// Request is the instance's request whose rules besides the version and
-	// flavour (the CUDA minimum) the switch keeps too; the zero value has none.
-	Request instance.Request
-	// Devices are the PCI devices the decision checks the target against; nil
-	// means those under SysDir (pci.ScanIn).
-	Devices []pci.Device
-	// Force switches even where the decision refuses the target (as /init
-	// would refuse it at boot); the refusal is kept in Result.Forced.
-	Force bool
-	// DryRun takes the decision, reports it and changes nothing.
+	// DryRun finds the active set, reports what would change and changes nothing.
 	DryRun bool
 }
 
@@ -167,16 +154,9 @@ type Result struct {
 	DryRun bool `json:"dry_run,omitempty"`
 }
 
-// RefusedError is returned when the decision refuses the target, as /init
-// would refuse it at boot; nothing was changed.
-type RefusedError struct {
-	// Refusal is the decision's words, the same /init prints.
-	Refusal string
-}
-
-func (e *RefusedError) Error() string {
-	return "switch: refused, as /init would refuse it: " + e.Refusal + " (--force switches anyway)"
-}
+// RefusedError is selection.RefusedError: the decision refused the target,
+// as /init would refuse it at boot; nothing was changed.
+type RefusedError = selection.RefusedError
 
 // InUseError is returned when a module of the active set cannot be unloaded because
 // something uses it; nothing was changed.
@@ -219,7 +199,7 @@ func (s *switcher) warnf(format string, args ...any) {
 	s.logf("warning: %s", msg)
 }
 
-// Switch makes opts.Version the loaded driver. The returned Result is never nil;
+// Switch makes opts.Choice's set the loaded driver. The returned Result is never nil;
 // on error it says how far the switch got and whether it rolled back.
 func Switch(opts Options) (*Result, error) {
 	if opts.Now == nil {
@@ -243,32 +223,27 @@ func Switch(opts Options) (*Result, error) {
 
 func (s *switcher) run() error {
 	o := s.o
-	if o.Version == "" {
-		return errors.New("switch: no driver version given")
+	if o.Machine == nil || o.Machine.Index == nil {
+		return errors.New("switch: no gathered boot index")
+	}
+	if o.Choice == nil || o.Choice.Set == nil {
+		return errors.New("switch: no decided driver set")
 	}
 	if o.Kernel == nil {
 		return errors.New("switch: no kernel interface")
 	}
-	indexPath := bootindex.Path(o.CacheDir, o.Release)
-	idx, err := bootindex.Read(indexPath)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("switch: no cached driver sets for kernel %s (%s does not exist)", o.Release, indexPath)
-		}
-		return fmt.Errorf("switch: %w", err)
-	}
-	s.dir = filepath.Dir(indexPath)
+	idx := o.Machine.Index
+	s.dir = o.Machine.IndexDir
 	cur, err := s.current(idx)
 	if err != nil {
 		return err
 	}
-	to, err := s.target(idx, cur)
-	if err != nil {
-		return err
-	}
+	to := o.Choice.Set.Set
 	s.res.From, s.res.To = ref(cur), ref(to)
-	if err := s.decide(idx, to); err != nil {
-		return err
+	s.res.Decision = o.Choice.Driver
+	if o.Choice.Forced != "" {
+		s.res.Forced = o.Choice.Forced
+		s.warnf("forced past the decision: %s", o.Choice.Forced)
 	}
 	if o.DryRun {
 		s.res.DryRun = true
@@ -363,107 +338,6 @@ func (s *switcher) current(idx *bootindex.Index) (*bootindex.Set, error) {
 		names = append(names, ref(f).String())
 	}
 	return nil, fmt.Errorf("switch: cannot tell which driver is active: modules of %s are loaded", strings.Join(names, " and "))
-}
-
-// target picks the set to switch to.
-func (s *switcher) target(idx *bootindex.Index, cur *bootindex.Set) (*bootindex.Set, error) {
-	var cands []*bootindex.Set
-	var avail []string
-	for i := range idx.Sets {
-		set := &idx.Sets[i]
-		if set.Driver == "" {
-			continue
-		}
-		avail = append(avail, ref(set).String())
-		if set.Version == s.o.Version && (s.o.Driver == "" || set.Driver == s.o.Driver) && (s.o.Flavor == "" || set.Flavor == s.o.Flavor) {
-			cands = append(cands, set)
-		}
-	}
-	if len(cands) > 1 && cur != nil {
-		// Several flavours or drivers share the version: stay with the active kind.
-		var same []*bootindex.Set
-		for _, c := range cands {
-			if c.Driver == cur.Driver && c.Flavor == cur.Flavor {
-				same = append(same, c)
-			}
-		}
-		if len(same) > 0 {
-			cands = same
-		}
-	}
-	want := s.o.Version
-	if s.o.Driver != "" {
-		want = s.o.Driver + " " + want
-	}
-	if s.o.Flavor != "" {
-		want += " (" + s.o.Flavor + ")"
-	}
-	switch len(cands) {
-	case 0:
-		if len(avail) == 0 {
-			avail = []string{"none"}
-		}
-		return nil, fmt.Errorf("switch: no cached driver set %s for kernel %s; the cache has: %s", want, s.o.Release, strings.Join(avail, ", "))
-	case 1:
-		// Whether it may load is the decision's (decide); the loader checks
-		// vermagic and digests again as it loads.
-		return cands[0], nil
-	}
-	var names []string
-	for _, c := range cands {
-		names = append(names, ref(c).String())
-	}
-	return nil, fmt.Errorf("switch: %s matches several cached sets (%s); choose with --driver or --flavor", want, strings.Join(names, ", "))
-}
-
-// decide runs the driver decision /init and plan take (gpu/selection) over
-// the target driver's cached sets, asking for the target's exact version and
-// flavour with the request's other rules, against the PCI devices present
-// and the running kernel's vermagic. A refusal is an error unless Force.
-func (s *switcher) decide(idx *bootindex.Index, to *bootindex.Set) error {
-	req := s.o.Request
-	if req.Source == "" {
-		req.Source, req.Origin = "switch", "kpreload switch "+s.o.Version
-	}
-	drv := &req.Instance.Resources.Driver
-	drv.Version, drv.Flavor = to.Version, to.Flavor
-	if drv.Flavor == "" {
-		drv.Flavor = "auto"
-	}
-	devs := s.o.Devices
-	if devs == nil {
-		var err error
-		if devs, err = pci.ScanIn(s.o.SysDir); err != nil {
-			s.warnf("the decision sees no PCI devices: %v", err)
-		}
-	}
-	// What the kernel enforces about signatures, as /init reads it.
-	sig := secureboot.Read(s.o.SysDir, s.o.ProcDir, "")
-	in := selection.Input{Kernel: s.o.Release, Vermagic: selection.KernelVermagic(idx), Request: req, Devices: devs, Signatures: &sig}
-	for i := range idx.Sets {
-		if set := &idx.Sets[i]; set.Driver == to.Driver || selection.IsKernelSet(set) {
-			in.Sets = append(in.Sets, selection.Set{Set: set, Dir: s.dir, From: s.o.CacheDir})
-		}
-	}
-	d := selection.Decide(in)
-	dd := d.Driver(to.Driver)
-	if dd == nil {
-		return fmt.Errorf("switch: the decision has no %s driver", to.Driver)
-	}
-	s.res.Decision = dd
-	if dd.Chosen != nil && dd.Chosen.ID == to.ID {
-		return nil
-	}
-	why := dd.Refusal
-	if why == "" {
-		why = fmt.Sprintf("the decision chose %s %s, not %s", dd.Chosen.Version, dd.Chosen.Flavor, ref(to))
-	}
-	if !s.o.Force {
-		return &RefusedError{Refusal: why}
-	}
-	s.res.Forced = why
-	s.warnf("forced past the decision: %s", why)
-	return nil
 }
 
 func hasModule(set *bootindex.Set, name string) bool {
@@ -616,7 +490,7 @@ func (s *switcher) unloadAll(names []string) error {
 // load loads names from set only and fails unless every one ends up loaded.
 func (s *switcher) load(set *bootindex.Set, names []string) ([]report.Module, error) {
 	ix := coldplug.NewIndex()
-	ix.Add(s.dir, &bootindex.Index{Format: bootindex.FormatVersion, Kernel: s.o.Release, Sets: []bootindex.Set{*set}}, nil)
+	ix.Add(s.dir, &bootindex.Index{Format: bootindex.FormatVersion, Kernel: s.o.Machine.Kernel, Sets: []bootindex.Set{*set}}, nil)
 	mods := s.o.Kernel.Load(ix, names)
 	var errs []string
 	for _, m := range mods {
@@ -722,7 +596,7 @@ func (s *switcher) activate(set, prev *bootindex.Set) {
 			loaded = append(loaded, n)
 		}
 	}
-	r := activate.Ready{Driver: set.Driver, Version: set.Version, Flavor: set.Flavor, Set: set.ID, Kernel: o.Release,
+	r := activate.Ready{Driver: set.Driver, Version: set.Version, Flavor: set.Flavor, Set: set.ID, Kernel: o.Machine.Kernel,
 		Time: o.Now(), Modules: loaded, By: "switch"}
 	if prev != nil {
 		r.Previous = prev.Version

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/gpu/activate"
+	"github.com/kpreload/kpreload/gpu/instance"
+	"github.com/kpreload/kpreload/gpu/selection"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/modname"
 	"github.com/kpreload/kpreload/live/coldplug"
@@ -180,6 +182,25 @@ type env struct {
 	k    *fakeKernel
 	o    Options
 	root string
+	// cache is the module cache; target and req are what the switch asks.
+	cache  string
+	target selection.Target
+	req    instance.Request
+}
+
+// run gathers the machine, takes the decision for e.target and switches to
+// the set it chose, as kpreload switch does.
+func (e *env) run() (*Result, error) {
+	m, err := selection.Gather(selection.Where{SysDir: e.o.SysDir, ProcDir: e.o.ProcDir, CacheDir: e.cache, Kernel: release})
+	if err != nil {
+		return &Result{}, err
+	}
+	c, err := m.Choose(e.req, e.target)
+	if err != nil {
+		return &Result{Decision: c.Driver}, err
+	}
+	e.o.Machine, e.o.Choice = m, c
+	return Switch(e.o)
 }
 
 // newEnv makes a cache with nvidia 1.0 and 2.0, a machine with one GPU at
@@ -191,6 +212,12 @@ func newEnv(t *testing.T, active bool) *env {
 	sys := filepath.Join(dir, "sys")
 	for _, d := range []string{"module", "bus/pci/drivers", "bus/pci/devices/0000:00:06.0", "bus/pci/devices/0000:00:01.0"} {
 		if err := os.MkdirAll(filepath.Join(sys, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An NVIDIA GPU (H200) and a virtio device, as the decision scans them.
+	for dev, alias := range map[string]string{"0000:00:06.0": "pci:v000010DEd00002335sv000010DEsd000018BFbc03sc02i00", "0000:00:01.0": "pci:v00001AF4d00001000sv00001AF4sd00000001bc02sc00i00"} {
+		if err := os.WriteFile(filepath.Join(sys, "bus/pci/devices", dev, "modalias"), []byte(alias+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -217,7 +244,8 @@ func newEnv(t *testing.T, active bool) *env {
 	e.k = &fakeKernel{t: t, sys: sys, drivers: map[string]string{"nvidia": "nvidia"}, devices: []string{"0000:00:06.0"},
 		failLoad: map[string]bool{}, noBind: map[string]bool{}}
 	e.k.insert("drm", "", nil) // a kernel module outside the set, already loaded
-	e.o = Options{Version: "2.0", CacheDir: cache, Release: release, SysDir: sys, ProcDir: proc,
+	e.cache, e.target = cache, selection.Target{Version: "2.0"}
+	e.o = Options{SysDir: sys, ProcDir: proc,
 		DevDir: filepath.Join(dir, "dev"), RunDir: filepath.Join(dir, "run"), Root: e.root,
 		Kernel: e.k, Now: func() float64 { return 42 }, BindTimeout: 300 * time.Millisecond}
 	if active {
@@ -293,7 +321,7 @@ func TestSwitch(t *testing.T) {
 	e := newEnv(t, true)
 	var log strings.Builder
 	e.o.Log = &log
-	res, err := Switch(e.o)
+	res, err := e.run()
 	if err != nil {
 		t.Fatalf("Switch: %v\n%s", err, log.String())
 	}
@@ -311,8 +339,8 @@ func TestSwitch(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.k.calls = nil
-	e.o.Version = "1.0"
-	if _, err := Switch(e.o); err != nil {
+	e.target.Version = "1.0"
+	if _, err := e.run(); err != nil {
 		t.Fatalf("Switch back: %v", err)
 	}
 	e.checkActive(t, "1.0", "switch", "2.0")
@@ -323,8 +351,8 @@ func TestSwitch(t *testing.T) {
 
 func TestSwitchAlreadyActive(t *testing.T) {
 	e := newEnv(t, true)
-	e.o.Version = "1.0"
-	res, err := Switch(e.o)
+	e.target.Version = "1.0"
+	res, err := e.run()
 	if err != nil || !res.Unchanged || len(e.k.calls) != 0 {
 		t.Errorf("Switch(active version) = %+v, %v, calls %q; want unchanged, no calls", res, err, e.k.calls)
 	}
@@ -332,7 +360,7 @@ func TestSwitchAlreadyActive(t *testing.T) {
 
 func TestSwitchNothingActive(t *testing.T) {
 	e := newEnv(t, false)
-	if _, err := Switch(e.o); err != nil {
+	if _, err := e.run(); err != nil {
 		t.Fatalf("Switch: %v", err)
 	}
 	want := []string{"load nvidia@2.0", "load nvidia_modeset@2.0", "load nvidia_drm@2.0", "load nvidia_uvm@2.0"}
@@ -355,7 +383,7 @@ func TestSwitchRefuses(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, true)
 			tt.prepare(e)
-			_, err := Switch(e.o)
+			_, err := e.run()
 			var inUse *InUseError
 			if !errors.As(err, &inUse) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Switch = %v, want an InUseError containing %q", err, tt.want)
@@ -381,7 +409,7 @@ func TestSwitchRollsBack(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, true)
 			tt.prepare(e)
-			res, err := Switch(e.o)
+			res, err := e.run()
 			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "rolled back to nvidia 1.0") {
 				t.Fatalf("Switch = %v, want an error containing %q and the rollback", err, tt.want)
 			}
@@ -412,19 +440,24 @@ func TestSwitchRollsBack(t *testing.T) {
 func TestSwitchBadRequests(t *testing.T) {
 	tests := []struct {
 		name string
-		edit func(o *Options)
+		edit func(e *env)
 		want string
 	}{
-		{"absent version", func(o *Options) { o.Version = "3.0" }, "no cached driver set 3.0 for kernel 6.1.0-test; the cache has: nvidia 1.0 (open), nvidia 2.0 (open)"},
-		{"absent flavour", func(o *Options) { o.Flavor = "proprietary" }, "no cached driver set 2.0 (proprietary)"},
-		{"other kernel", func(o *Options) { o.Release = "6.12.0-other" }, "no cached driver sets for kernel 6.12.0-other"},
-		{"no version", func(o *Options) { o.Version = "" }, "no driver version given"},
+		{"absent version", func(e *env) { e.target.Version = "3.0" }, "no cached driver set 3.0 for kernel 6.1.0-test; the cache has: nvidia 1.0 (open), nvidia 2.0 (open)"},
+		{"absent branch", func(e *env) { e.target.Version = "3" }, "no cached driver set 3 for kernel 6.1.0-test"},
+		{"absent flavour", func(e *env) { e.target.Flavor = "proprietary" }, "asked version 2.0, flavour proprietary"},
+		{"other kernel", func(e *env) {
+			if err := os.Rename(filepath.Join(e.cache, "index", release+".json"), filepath.Join(e.cache, "index", "6.12.0-other.json")); err != nil {
+				t.Fatal(err)
+			}
+		}, "has no boot index for kernel 6.1.0-test"},
+		{"no version", func(e *env) { e.target.Version = "" }, "no driver version given"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, true)
-			tt.edit(&e.o)
-			if _, err := Switch(e.o); err == nil || !strings.Contains(err.Error(), tt.want) {
+			tt.edit(e)
+			if _, err := e.run(); err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Switch = %v, want an error containing %q", err, tt.want)
 			}
 			if len(e.k.calls) != 0 {
@@ -440,19 +473,19 @@ func TestSwitchBadRequests(t *testing.T) {
 // changes; --force switches anyway and records the refusal; a dry run
 // decides and changes nothing.
 func TestSwitchDecides(t *testing.T) {
-	cuda := func(o *Options) {
-		o.Request.Source, o.Request.Origin = "file", "instance.yaml"
-		o.Request.Instance.Resources.Driver.CUDA = "12.2"
+	cuda := func(e *env) {
+		e.req.Source, e.req.Origin = "file", "instance.yaml"
+		e.req.Instance.Resources.Driver.CUDA = "12.2"
 	}
 	otherKernel := func(e *env) {
-		idx, err := bootindex.Read(filepath.Join(e.o.CacheDir, "index", release+".json"))
+		idx, err := bootindex.Read(filepath.Join(e.cache, "index", release+".json"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i := range idx.Sets[1].Modules {
 			idx.Sets[1].Modules[i].Vermagic = "6.12.0-other SMP preempt mod_unload modversions "
 		}
-		if err := bootindex.Write(filepath.Join(e.o.CacheDir, "index", release+".json"), idx); err != nil {
+		if err := bootindex.Write(filepath.Join(e.cache, "index", release+".json"), idx); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -463,16 +496,16 @@ func TestSwitchDecides(t *testing.T) {
 		want    string // the refusal's words ("" when the decision chooses the target)
 		rule    string // the rule that excluded the target
 	}{
-		{"below the instance's CUDA minimum", func(e *env) { cuda(&e.o) }, false, "no nvidia driver will be loaded", "cuda"},
+		{"below the instance's CUDA minimum", cuda, false, "no nvidia driver will be loaded", "cuda"},
 		{"built for another kernel", otherKernel, false, "no nvidia driver will be loaded", "vermagic"},
-		{"forced past the CUDA minimum", func(e *env) { cuda(&e.o) }, true, "", "cuda"},
+		{"forced past the CUDA minimum", cuda, true, "", "cuda"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, true)
 			tt.prepare(e)
-			e.o.Force = tt.force
-			res, err := Switch(e.o)
+			e.target.Force = tt.force
+			res, err := e.run()
 			if res.Decision == nil || len(res.Decision.Candidates) != 2 {
 				t.Fatalf("result.Decision = %+v, want the nvidia decision over 2 sets", res.Decision)
 			}
@@ -512,7 +545,7 @@ func TestSwitchDecides(t *testing.T) {
 	t.Run("dry run", func(t *testing.T) {
 		e := newEnv(t, true)
 		e.o.DryRun = true
-		res, err := Switch(e.o)
+		res, err := e.run()
 		if err != nil || !res.DryRun || res.Decision.Chosen == nil || res.Decision.Chosen.Version != "2.0" || res.From.Version != "1.0" {
 			t.Fatalf("Switch(dry run) = %+v, %v; want 2.0 chosen over the active 1.0", res, err)
 		}

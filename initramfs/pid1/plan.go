@@ -161,7 +161,10 @@ func (b *Boot) decideOn(req instance.Request, reqErrs []error, sets []selection.
 	if err != nil {
 		b.errorf("%v", err)
 	}
-	d := selection.Decide(selection.Input{Kernel: b.release, Vermagic: b.vermagic, Request: req, Sets: sets, Devices: devs, Signatures: &b.sb})
+	// The machine as /init sees it: its own indexes and bus scan, in the
+	// one shape kpreload plan, switch and user-data apply gather.
+	m := selection.Machine{Kernel: b.release, Vermagic: b.vermagic, Sets: sets, Devices: devs, Signatures: b.sb}
+	d := m.Decide(req)
 	d.Time = b.o.Now()
 	for _, e := range reqErrs {
 		d.Errors = append(d.Errors, e.Error())

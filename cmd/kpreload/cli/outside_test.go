@@ -26,8 +26,8 @@ func TestOutsideFileFIFO(t *testing.T) {
 		{"cache pull --trust", func() error { return execute(append([]string{"cache", "pull", "--trust", fifo}, remote...)) }},
 		{"cache push --sign", func() error { return execute(append([]string{"cache", "push", "--sign", fifo}, remote...)) }},
 		{"user-data apply --cloud-config", func() error {
-			if out := applyUserData(io.Discard, fifo, t.TempDir()); out.err != nil {
-				return out.err
+			if _, err := applyUserData(io.Discard, fifo, t.TempDir()); err != nil {
+				return err
 			}
 			return errors.New("no error")
 		}},

@@ -4,22 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
-	"sort"
-	"strings"
 
 	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/gpu/k8sconfig"
-	"github.com/kpreload/kpreload/gpu/pci"
 	"github.com/kpreload/kpreload/gpu/selection"
-	"github.com/kpreload/kpreload/internal/inroot"
-	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/live/report"
-	"github.com/kpreload/kpreload/live/secureboot"
 	"github.com/spf13/cobra"
 )
 
@@ -57,24 +48,10 @@ the "selection" section of the boot report.`,
 			if err := checkNames("--kernel", kernel); err != nil {
 				return fmt.Errorf("plan: %w", err)
 			}
-			// Everything under --sysfs is read inside it, bounded (pci.ScanIn).
-			devs, err := pci.ScanIn(sysRoot)
+			// Everything under --sysfs is read inside it, bounded.
+			m, err := selection.Gather(selection.Where{SysDir: sysRoot, CacheDir: cacheDir, Kernel: kernel})
 			if err != nil {
 				return fmt.Errorf("plan: %w", err)
-			}
-			if _, err := inroot.Stat(sysRoot, pci.DevicesDirIn(sysRoot)); err != nil {
-				return fmt.Errorf("plan: --sysfs %s: no PCI devices directory (%s): give a sysfs mount (/sys) or a root holding sys/", sysRoot, filepath.Join(sysRoot, pci.DevicesDirIn(sysRoot)))
-			}
-			idxPath := bootindex.Path(cacheDir, kernel)
-			idx, err := bootindex.Read(idxPath)
-			if err != nil {
-				if errors.Is(err, fs.ErrNotExist) {
-					return fmt.Errorf("plan: the cache %s has no boot index for kernel %s (%s); kernels it has: %s", cacheDir, kernel, idxPath, listOrNone(cachedKernels(cacheDir)))
-				}
-				return fmt.Errorf("plan: %w", err)
-			}
-			if idx.Kernel != kernel {
-				return fmt.Errorf("plan: %s is the index of kernel %s, not %s", idxPath, idx.Kernel, kernel)
 			}
 			req := instance.Request{Source: instance.SourceDefault, Origin: "no --instance: latest cached version, flavour auto"}
 			if instFile != "" {
@@ -82,20 +59,7 @@ the "selection" section of the boot report.`,
 					return fmt.Errorf("plan: %w", err)
 				}
 			}
-			// The kernel's full vermagic from its own modules, as /init compares.
-			// What the kernel under --sysfs enforces about module signatures
-			// (Secure Boot, lockdown), as /init reads it: a root such as /
-			// holds sys/ and proc/; a sysfs mount, its procfs beside it.
-			sbSys, sbProc := sysRoot, filepath.Join(filepath.Dir(filepath.Clean(sysRoot)), "proc")
-			if fi, err := os.Stat(filepath.Join(sysRoot, "sys")); err == nil && fi.IsDir() {
-				sbSys, sbProc = filepath.Join(sysRoot, "sys"), filepath.Join(sysRoot, "proc")
-			}
-			sig := secureboot.Read(sbSys, sbProc, "")
-			in := selection.Input{Kernel: kernel, Vermagic: selection.KernelVermagic(idx), Request: req, Devices: devs, Signatures: &sig}
-			for i := range idx.Sets {
-				in.Sets = append(in.Sets, selection.Set{Set: &idx.Sets[i], Dir: filepath.Dir(idxPath), From: cacheDir})
-			}
-			d := selection.Decide(in)
+			d := m.Decide(req)
 			files, err := k8sconfig.Files(&d.Selection)
 			if err != nil {
 				return fmt.Errorf("plan: %w", err)
@@ -115,17 +79,6 @@ the "selection" section of the boot report.`,
 	f.StringVar(&instFile, "instance", "", "instance YAML with the driver request (resources.driver.version/cuda/flavor)")
 	f.BoolVar(&asJSON, "json", false, "print the decision as JSON (the boot report's selection section)")
 	return cmd
-}
-
-// cachedKernels lists the kernels a cache has boot indexes for.
-func cachedKernels(dir string) []string {
-	m, _ := filepath.Glob(filepath.Join(dir, bootindex.IndexDir, "*.json"))
-	var out []string
-	for _, p := range m {
-		out = append(out, strings.TrimSuffix(filepath.Base(p), ".json"))
-	}
-	sort.Strings(out)
-	return out
 }
 
 // planJSON is plan --json: the boot report's selection section, plus the

@@ -15,6 +15,7 @@ import (
 	"github.com/kpreload/kpreload/gpu/activate"
 	"github.com/kpreload/kpreload/gpu/cdispec"
 	"github.com/kpreload/kpreload/gpu/instance"
+	"github.com/kpreload/kpreload/gpu/selection"
 	"github.com/kpreload/kpreload/gpu/switcher"
 	"github.com/kpreload/kpreload/kmodcache/names"
 	"github.com/kpreload/kpreload/kmodcache/store"
@@ -31,17 +32,22 @@ func newSwitchCmd() *cobra.Command {
 		asJSON, dryRun, force            bool
 	)
 	cmd := &cobra.Command{
-		Use:   "switch VERSION [--cache DIR] [--driver NAME] [--flavor FLAVOR] [--force] [--json] | switch VERSION --dry-run [--sysfs ROOT] [--cache DIR] [--kernel KVER] [--json]",
+		Use:   "switch VERSION|BRANCH [--cache DIR] [--driver NAME] [--flavor FLAVOR] [--force] [--json] | switch VERSION|BRANCH --dry-run [--sysfs ROOT] [--cache DIR] [--kernel KVER] [--json]",
 		Short: "Change the loaded driver version without rebooting",
 		Long: `switch replaces the active driver with another version cached for the running
 kernel (the root cache's index/<uname -r>.json), without a reboot:
 
-  1. find the active driver set (/run/kpreload/ready, else the modules loaded)
-     and take the driver decision /init and kpreload plan take, for VERSION:
-     vermagic, the CUDA minimum of the instance (--instance, default the
+  1. take the driver decision /init and kpreload plan take, for VERSION read
+     as the instance YAML's resources.driver.version reads it (an exact
+     version, a branch such as 550 or 2, a prefix such as 535.261, or latest:
+     with 1.0 and 2.0 cached, "switch 2" chooses 2.0) and --flavor (default
+     auto): vermagic, the CUDA minimum of the instance (--instance, default the
      root's /etc/kpreload/instance.yaml), the driver's supported-GPU list and
      the hardware present; a version /init would refuse is refused with the
-     same words (--force switches anyway, and the result records the refusal);
+     same words (--force switches anyway to the newest set of that version and
+     flavour, and the result records the refusal); a version the cache does
+     not hold is an error naming what it holds; then find the active driver
+     set (/run/kpreload/ready, else the modules loaded);
   2. refuse, changing nothing, if any of its modules is in use: an open device
      file (nvidia-persistenced, a CUDA program, Xorg) or a module outside the set
      that depends on it;
@@ -58,12 +64,14 @@ If the new set fails to load or to bind, it is unloaded and the previous set is
 loaded back (the exit status is non-zero either way). Steps go to stderr; the
 outcome, or with --json the whole record, to stdout. Needs root.
 
---dry-run takes the decision and prints it, changing nothing; with --sysfs (a
+--dry-run takes the decision and prints it as kpreload plan does (with --json:
+the target driver's decision), changing nothing; with --sysfs (a
 sysfs mount, a root holding sys/, or a tree built from a capture), --cache and
---kernel it checks a switch for another machine, as kpreload plan does.`,
-		Example: `  kpreload switch 535.261.03
-  systemctl stop kpreload-persistenced && kpreload switch 470.256.02 --json && systemctl start kpreload-persistenced
-  kpreload switch 550.163.01 --dry-run --sysfs ./h200-capture --cache ./cache --kernel 6.12.117+deb12-cloud-amd64 --json`,
+--kernel it checks a switch for another machine, as kpreload plan does. On the
+machine itself, stop what holds the driver first (systemctl stop
+kpreload-persistenced), then run kpreload switch with the version or branch.`,
+		Example: `  kpreload switch 2 --dry-run --sysfs ./h100-capture --cache ./cache --kernel 6.1.0-56-cloud-amd64
+  kpreload switch 550 --flavor proprietary --dry-run --sysfs ./h100-capture --cache ./cache --kernel 6.1.0-56-cloud-amd64 --json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkNames("VERSION", args[0], "--driver", driver, "--flavor", flavor, "--kernel", kernel); err != nil || args[0] == "" {
@@ -79,29 +87,43 @@ sysfs mount, a root holding sys/, or a tree built from a capture), --cache and
 			if sysfs != "" && !dryRun {
 				return errors.New("switch: --sysfs reads another machine's devices: only with --dry-run")
 			}
-			sysDir, runDir := "/sys", activate.RunDir
+			sysDir, procDir, runDir := "/sys", "/proc", activate.RunDir
 			if sysfs != "" {
-				sysDir, runDir = sysfs, "" // a capture: no readiness record of this host
+				sysDir, procDir, runDir = sysfs, "", "" // a capture: no readiness record of this host
 			}
 			req, err := switchRequest(instFile, sysfs == "")
 			if err != nil {
 				return err
 			}
+			m, err := selection.Gather(selection.Where{SysDir: sysDir, ProcDir: procDir, CacheDir: cacheDir, Kernel: kernel})
+			if err != nil {
+				return fmt.Errorf("switch: %w", err)
+			}
+			choice, err := m.Choose(req, selection.Target{Version: args[0], Driver: driver, Flavor: flavor, Force: force})
+			if err != nil {
+				res := &switcher.Result{Decision: choice.Driver, DryRun: dryRun}
+				if asJSON {
+					if jerr := printJSON(cmd.OutOrStdout(), res); jerr != nil {
+						return jerr
+					}
+				} else if dryRun && choice.Decision != nil {
+					printPlan(cmd.OutOrStdout(), choice.Decision) // the decision, as kpreload plan shows it
+				}
+				return err
+			}
 			ld := &loader.Loader{Release: kernel, SysRoot: "/sys", VerifyDigest: true, Phase: "switch", Now: switcher.BootTime}
-			opts := switcher.Options{
-				Version: args[0], Driver: driver, Flavor: flavor,
-				CacheDir: cacheDir, Release: kernel,
+			res, err := switcher.Switch(switcher.Options{
+				Machine: m, Choice: choice,
 				SysDir: sysDir, ProcDir: "/proc", DevDir: "/dev", RunDir: runDir, Root: "/",
-				Request: req, Force: force, DryRun: dryRun,
+				DryRun:      dryRun,
 				DriversDir:  activate.DriversDir,
 				Kernel:      switcher.System{Loader: ld},
 				BindTimeout: bindTimeout,
 				Ldconfig:    ldconfig,
 				Log:         prefixWriter{w: cmd.ErrOrStderr(), prefix: "kpreload switch: "},
-			}
-			res, err := switcher.Switch(opts)
+			})
 			if dryRun {
-				return printSwitchDecision(cmd.OutOrStdout(), res, err, asJSON)
+				return printSwitchDecision(cmd.OutOrStdout(), res, choice.Decision, err, asJSON)
 			}
 			// The CDI spec follows the driver now active (the new one, the old one
 			// after a rollback, or none: then the spec is removed).
@@ -172,8 +194,9 @@ func switchRequest(file string, local bool) (instance.Request, error) {
 	return instance.Request{Source: "file", Origin: file, Instance: *in}, nil
 }
 
-// printSwitchDecision prints a dry run: the decision for the target driver.
-func printSwitchDecision(w io.Writer, res *switcher.Result, err error, asJSON bool) error {
+// printSwitchDecision prints a dry run: what would change, then the whole
+// decision as kpreload plan prints it.
+func printSwitchDecision(w io.Writer, res *switcher.Result, dec *selection.Decision, err error, asJSON bool) error {
 	if asJSON && res != nil {
 		if jerr := printJSON(w, res); jerr != nil {
 			return jerr
@@ -192,6 +215,8 @@ func printSwitchDecision(w io.Writer, res *switcher.Result, err error, asJSON bo
 		}
 		fmt.Fprintf(w, "  %-14s %-12s %.12s  %s\n", c.Version, c.Flavor, c.ID, state)
 	}
+	fmt.Fprintln(w, "\nthe decision, as kpreload plan takes it:")
+	printPlan(w, dec)
 	return nil
 }
 

@@ -1,0 +1,185 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kpreload/kpreload/gpu/pci/pcitest"
+	"github.com/kpreload/kpreload/gpu/switcher"
+	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/kpreload/kpreload/live/report"
+)
+
+// decisionTable is testdata/decisions/requests.json: requests over one
+// machine, each with the set every door must choose.
+type decisionTable struct {
+	Capture  string   `json:"capture"`
+	Sets     []string `json:"sets"`
+	Requests []struct {
+		Name, Version, Flavor, Want string
+	} `json:"requests"`
+}
+
+func readDecisionTable(t *testing.T) decisionTable {
+	t.Helper()
+	b, err := os.ReadFile("../../../testdata/decisions/requests.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tab decisionTable
+	if err := json.Unmarshal(b, &tab); err != nil {
+		t.Fatalf("testdata/decisions/requests.json: %v", err)
+	}
+	return tab
+}
+
+// chosenText names a driver decision's chosen set as the table does.
+func chosenText(dd *report.SelectionDriver) string {
+	if dd == nil || dd.Chosen == nil {
+		return ""
+	}
+	return dd.Driver + " " + dd.Chosen.Version + " " + dd.Chosen.Flavor
+}
+
+// TestOneDecision runs each request of testdata/decisions through kpreload
+// plan (the instance YAML's version: and flavor:) and kpreload switch
+// --dry-run (VERSION and --flavor) over the same capture and cache: both must
+// choose the table's set (initramfs/pid1's TestOneDecision runs /init's).
+func TestOneDecision(t *testing.T) {
+	tab := readDecisionTable(t)
+	var sets []bootindex.Set
+	for _, s := range tab.Sets {
+		f := strings.Fields(s)
+		sets = append(sets, bootindex.Set{ID: strings.Join(f, "-"), Driver: f[0], Version: f[1], Flavor: f[2]})
+	}
+	cache := planCache(t, sets, nil)
+	root := pcitest.FromFixture(t, filepath.Join(pcitest.H200(t), "..", tab.Capture, "pci-sysfs.txt"))
+	dir := t.TempDir()
+	for _, tt := range tab.Requests {
+		t.Run(tt.Name, func(t *testing.T) {
+			yaml := "resources:\n  driver:\n    version: \"" + tt.Version + "\"\n"
+			if tt.Flavor != "" {
+				yaml += "    flavor: " + tt.Flavor + "\n"
+			}
+			inst := filepath.Join(dir, "instance.yaml")
+			if err := os.WriteFile(inst, []byte(yaml), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var out, errOut bytes.Buffer
+			if code := Execute([]string{"plan", "--sysfs", root, "--cache", cache, "--kernel", planKernel, "--instance", inst, "--json"}, &out, &errOut); code != 0 {
+				t.Fatalf("plan: exit %d: %s", code, errOut.String())
+			}
+			var sel report.Selection
+			if err := json.Unmarshal(out.Bytes(), &sel); err != nil || len(sel.Drivers) != 1 {
+				t.Fatalf("plan --json: %v\n%s", err, out.String())
+			}
+			if got := chosenText(&sel.Drivers[0]); got != tt.Want {
+				t.Errorf("plan with version: %q, flavor: %q chose %q, want %q", tt.Version, tt.Flavor, got, tt.Want)
+			}
+
+			args := []string{"switch", tt.Version, "--dry-run", "--sysfs", root, "--cache", cache, "--kernel", planKernel, "--json"}
+			if tt.Flavor != "" {
+				args = append(args, "--flavor", tt.Flavor)
+			}
+			out.Reset()
+			errOut.Reset()
+			code := Execute(args, &out, &errOut)
+			var res switcher.Result
+			if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+				t.Fatalf("switch %s --dry-run --json: exit %d, %v: %s%s", tt.Version, code, err, out.String(), errOut.String())
+			}
+			if got := chosenText(res.Decision); got != tt.Want || (code == 0) != (tt.Want != "") {
+				t.Errorf("switch %s --dry-run (flavour %q): exit %d, chose %q, want %q; stderr %s", tt.Version, tt.Flavor, code, got, tt.Want, errOut.String())
+			}
+			// The text forms: switch --dry-run prints plan's decision, all
+			// but its first line (where the request came from).
+			planArgs := []string{"plan", "--sysfs", root, "--cache", cache, "--kernel", planKernel, "--instance", inst}
+			_, planOut, _ := runCLI(planArgs...)
+			var textArgs []string
+			for _, a := range args[1:] {
+				if a != "--json" {
+					textArgs = append(textArgs, a)
+				}
+			}
+			_, switchOut, _ := runCLI(append([]string{"switch"}, textArgs...)...)
+			if _, decision, _ := strings.Cut(planOut, "\n"); decision == "" || !strings.Contains(switchOut, decision) {
+				t.Errorf("switch %s --dry-run printed\n%s\nwant plan's decision\n%s", tt.Version, switchOut, decision)
+			}
+			if tt.Want != "" && (res.To == nil || res.To.Driver+" "+res.To.Version+" "+res.To.Flavor != tt.Want) {
+				t.Errorf("switch %s --dry-run: would switch to %+v, want %q", tt.Version, res.To, tt.Want)
+			}
+		})
+	}
+}
+
+// TestSwitchHelpExamples runs every example of `kpreload switch --help`
+// exactly as written, in a directory holding ./h100-capture (the H100 VM's
+// PCI capture) and ./cache (testdata/decisions' sets): each must choose what
+// the table says the same request chooses.
+func TestSwitchHelpExamples(t *testing.T) {
+	tab := readDecisionTable(t)
+	capture, err := filepath.Abs(filepath.Join(pcitest.H200(t), "..", tab.Capture, "pci-sysfs.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, help, _ := runCLI("switch", "--help")
+	if code != 0 {
+		t.Fatalf("switch --help: exit %d", code)
+	}
+	_, ex, ok := strings.Cut(help, "Examples:\n")
+	if !ok {
+		t.Fatalf("switch --help has no Examples:\n%s", help)
+	}
+	ex, _, _ = strings.Cut(ex, "\n\n")
+	var sets []bootindex.Set
+	for _, s := range tab.Sets {
+		f := strings.Fields(s)
+		sets = append(sets, bootindex.Set{ID: strings.Join(f, "-"), Driver: f[0], Version: f[1], Flavor: f[2]})
+	}
+	cache := planCache(t, sets, nil)
+	t.Chdir(t.TempDir())
+	if err := os.Symlink(cache, "cache"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pcitest.WriteFixture("h100-capture", capture); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for _, r := range tab.Requests {
+		want[r.Version+" "+r.Flavor] = r.Want
+	}
+	n := 0
+	for _, line := range strings.Split(ex, "\n") {
+		args := strings.Fields(line)
+		if len(args) < 3 || args[0] != "kpreload" || args[1] != "switch" {
+			t.Fatalf("example %q is not a kpreload switch command", line)
+		}
+		flavor := ""
+		for i, a := range args {
+			if a == "--flavor" {
+				flavor = args[i+1]
+			}
+		}
+		w, ok := want[args[2]+" "+flavor]
+		if !ok {
+			t.Fatalf("example %q: testdata/decisions has no request for version %s, flavour %q", line, args[2], flavor)
+		}
+		code, out, errOut := runCLI(args[1:]...)
+		if code != 0 {
+			t.Errorf("example %q: exit %d: %s", line, code, errOut)
+			continue
+		}
+		f := strings.Fields(w)
+		if !strings.Contains(out, f[1]) || !strings.Contains(out, f[2]) {
+			t.Errorf("example %q printed %q, want the decision for %s", line, out, w)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatal("switch --help: no example run")
+	}
+}
