@@ -640,6 +640,18 @@ func TestBootSetup(t *testing.T) {
 			t.Errorf("firmware path %q after the boot, events:\n%s", param, o.events())
 		}
 	})
+	t.Run("the report channel named through fw_cfg", func(t *testing.T) {
+		f := newFixture(t, "")
+		f.initSets = []testSet{edu("1.0.0")}
+		channel := f.path("ttyS1")
+		f.write("ttyS1", "")
+		f.sys.fwFiles = map[string][]byte{report.ChannelFwCfgName: []byte(channel + "\n")}
+		f.boot()
+		line, err := os.ReadFile(channel)
+		if err != nil || !strings.HasPrefix(string(line), report.ConsolePrefix) {
+			t.Errorf("report channel holds %q (%v), want the report's console line", line, err)
+		}
+	})
 	t.Run("an image built for Secure Boot, booted without it", func(t *testing.T) {
 		f := newFixture(t, "")
 		f.initSets = []testSet{edu("1.0.0")}
