@@ -464,6 +464,7 @@ func (o Options) Validate() error {
 			bad("package %q: want one package name (optionally =version)", p)
 		}
 	}
+	errs = append(errs, packageProblems(o)...)
 	return errors.Join(errs...)
 }
 
