@@ -189,6 +189,7 @@ func TestValidate(t *testing.T) {
 		{"no kpreload", func(o *Options) { o.KpreloadBinary = "" }, "no kpreload binary"},
 		{"instance", func(o *Options) { o.Instance = filepath.Join(dir, "nope.yaml") }, "instance file"},
 		{"cmdline", func(o *Options) { o.Cmdline = "a\nb" }, "one line"},
+		{"cmdline with root=", func(o *Options) { o.Cmdline = "console=ttyS0 root=/dev/sda1" }, `cmdline "root=/dev/sda1": the image names its root itself`},
 		{"package", func(o *Options) { o.Packages = []string{"a b"} }, `package "a b"`},
 		{"initramfs-tools", func(o *Options) { o.Packages = []string{"htop", "initramfs-tools"} }, "package initramfs-tools: kpreload's images make their own initramfs"},
 		{"dracut, pinned", func(o *Options) { o.Packages = []string{"dracut=059-4"} }, "package dracut: kpreload's images make their own initramfs"},
