@@ -162,7 +162,7 @@ real time: under plain TCG a guest's first run of new code costs far more.`,
 			}
 			stderr := cmd.ErrOrStderr()
 			r := &qemu.Runner{WorkDir: workDir, Log: stderr}
-			clear := progress(r, stderr)
+			clear := bootProgress(r, stderr)
 			res, runErr := r.Run(cmd.Context(), c)
 			clear()
 			if res == nil {
@@ -220,10 +220,10 @@ real time: under plain TCG a guest's first run of new code costs far more.`,
 	return cmd
 }
 
-// progress makes r report elapsed time on w while QEMU runs: a spinner line redrawn in
+// bootProgress makes r report elapsed time on w while QEMU runs: a spinner line redrawn in
 // place on a terminal, a plain line every 5 s otherwise. It returns a function that
 // clears the spinner line.
-func progress(r *qemu.Runner, w io.Writer) (clear func()) {
+func bootProgress(r *qemu.Runner, w io.Writer) (clear func()) {
 	if !isTerminal(w) {
 		r.Progress = func(d time.Duration) { fmt.Fprintf(w, "booting... %ds\n", int(d.Round(time.Second)/time.Second)) }
 		return func() {}

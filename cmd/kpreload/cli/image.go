@@ -12,6 +12,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/image"
 	"github.com/kpreload/kpreload/builder/install"
+	"github.com/kpreload/kpreload/internal/progress"
 )
 
 func init() { register(newImageCmd) }
@@ -140,13 +141,19 @@ whole manifest) to stdout.`,
 			o.Bootloader = bl
 			errw := cmd.ErrOrStderr()
 			start := time.Now()
+			line := progress.New(errw, isTerminal(errw), time.Now)
 			o.Progress = func(msg string) {
-				fmt.Fprintf(errw, "[%6.1fs] %s\n", time.Since(start).Seconds(), msg)
+				line.Note(fmt.Sprintf("[%6.1fs] %s", time.Since(start).Seconds(), msg))
 			}
-			m, err := image.Build(ctx, o)
+			stopTicks := tickEverySecond(line)
+			j := image.NewJob(o)
+			err = image.RunPhases(ctx, image.ShowPhases(j.Phases(), line, time.Now))
+			stopTicks()
+			line.Stop()
 			if err != nil {
 				return err
 			}
+			m := j.Manifest()
 			out := cmd.OutOrStdout()
 			if asJSON {
 				return printJSON(out, m)
