@@ -1,6 +1,8 @@
 package qemu
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -42,5 +44,26 @@ func TestWhatRan(t *testing.T) {
 		if got := WhatRan([]byte(tc.console)); !strings.Contains(got, tc.want) {
 			t.Errorf("%s: WhatRan = %q, want it to say %q", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestNoReport checks a boot without a report line: the console summary is
+// enough, else the error says what ran instead.
+func TestNoReport(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) *Result {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return &Result{Console: p}
+	}
+	sum := "kpreload: 1 devices, 1 modules loaded, 0 refused, 0 failed; drivers ready at 1.000s, root /dev/vda2 at 0.900s, switch_root at 1.100s"
+	if got, err := NoReport(write("ok.log", "[ 0.0] Linux version 6.1\n"+sum+"\n")); err != nil || got != sum {
+		t.Errorf("NoReport(summary) = %q, %v; want the summary", got, err)
+	}
+	_, err := NoReport(write("debian.log", "[ 0.0] Linux version 6.1\n[ 0.9] Run /init as init process\nLoading, please wait...\n"))
+	if err == nil || !strings.Contains(err.Error(), "kpreload's /init did not run: Debian's initramfs (initramfs-tools) ran instead") {
+		t.Errorf("NoReport(Debian's initramfs) = %v", err)
 	}
 }

@@ -93,7 +93,9 @@ test-driver cells) and is the same in every process given the same cells, so
 N processes with the same arguments build the matrix once between them; run
 them with --remote so every cell lands in one place.
 
-Progress goes to stderr, the result table (or --json) to stdout. The exit
+Progress goes to stderr (on a terminal one status line: cells done of all, the
+cell in progress, elapsed, an estimate of the time left; else plain lines), the
+result table (or --json) to stdout. The exit
 status is non-zero when any cell failed or a push failed. Ctrl-C stops the
 builds and leaves the cache (and the registry) as it was.`,
 		Args: func(cmd *cobra.Command, args []string) error {
