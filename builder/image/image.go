@@ -462,11 +462,17 @@ func (o Options) Validate() error {
 	if strings.ContainsAny(o.Cmdline, "\n\r") {
 		bad("cmdline: must be one line")
 	}
+	for _, f := range strings.Fields(o.Cmdline) {
+		if strings.HasPrefix(f, "root=") {
+			bad("cmdline %q: the image names its root itself (root=UUID= of the root filesystem it makes); leave root= out", f)
+		}
+	}
 	for _, p := range o.Packages {
 		if p == "" || strings.ContainsAny(p, " ,\t\n") {
 			bad("package %q: want one package name (optionally =version)", p)
 		}
 	}
+	errs = append(errs, packageProblems(o)...)
 	return errors.Join(errs...)
 }
 

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/internal/testenv"
@@ -188,7 +189,14 @@ func TestValidate(t *testing.T) {
 		{"no kpreload", func(o *Options) { o.KpreloadBinary = "" }, "no kpreload binary"},
 		{"instance", func(o *Options) { o.Instance = filepath.Join(dir, "nope.yaml") }, "instance file"},
 		{"cmdline", func(o *Options) { o.Cmdline = "a\nb" }, "one line"},
+		{"cmdline with root=", func(o *Options) { o.Cmdline = "console=ttyS0 root=/dev/sda1" }, `cmdline "root=/dev/sda1": the image names its root itself`},
 		{"package", func(o *Options) { o.Packages = []string{"a b"} }, `package "a b"`},
+		{"initramfs-tools", func(o *Options) { o.Packages = []string{"htop", "initramfs-tools"} }, "package initramfs-tools: kpreload's images make their own initramfs"},
+		{"dracut, pinned", func(o *Options) { o.Packages = []string{"dracut=059-4"} }, "package dracut: kpreload's images make their own initramfs"},
+		{"tiny-initramfs", func(o *Options) { o.Packages = []string{"tiny-initramfs"} }, "--plain --bootloader grub"},
+		{"dracut in a plain image", func(o *Options) {
+			o.Plain, o.Bootloader, o.Recipes, o.Packages = true, install.GRUB, nil, []string{"dracut"}
+		}, "package dracut: a plain image uses Debian's initramfs-tools"},
 	} {
 		o := good
 		c.edit(&o)

@@ -169,6 +169,9 @@ func (j *Job) prepare(ctx context.Context) error {
 			return fmt.Errorf("image: %s is missing (install the image tools with scripts/deps.sh: mmdebstrap fdisk dosfstools mtools e2fsprogs qemu-utils): %w", tool, err)
 		}
 	}
+	if err := checkPackages(o, archiveControls(ctx, o)); err != nil {
+		return fmt.Errorf("image: %w", err)
+	}
 	if _, err := os.Stat(SystemdBootEFI); err != nil && o.Bootloader == install.SystemdBoot {
 		return fmt.Errorf("image: systemd-boot is missing (install systemd-boot-efi with scripts/deps.sh): %w", err)
 	}

@@ -15,6 +15,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/kpreload/kpreload/live/report"
 )
 
 // Defaults used when a Config field is left zero.
@@ -409,7 +411,15 @@ func Args(c Config, consoleLog, reportLog string) ([]string, error) {
 		}
 		args = append(args, "-device", d)
 	}
+	if c.Firmware != FirmwareDirect {
+		// The report channel, for images whose boot entry names none
+		// (kpreload.report= on the command line still wins).
+		args = append(args, "-fw_cfg", "name="+report.ChannelFwCfgName+",string="+ReportDevice)
+	}
 	for _, name := range slices.Sorted(maps.Keys(c.FwCfg)) {
+		if "opt/"+strings.TrimPrefix(name, "opt/") == report.ChannelFwCfgName {
+			return nil, fmt.Errorf("qemu: fw_cfg name %q is the harness's own (the report channel)", name)
+		}
 		item := name
 		if !strings.HasPrefix(item, "opt/") {
 			item = "opt/" + item

@@ -36,6 +36,7 @@ func TestArgsUEFI(t *testing.T) {
 		"-drive if=none,id=root,format=qcow2,file=/img/ci.qcow2 -device virtio-blk-pci,drive=root",
 		"-device edu",
 		"-serial file:/w/console.log -serial file:/w/report.log",
+		"-fw_cfg name=opt/kpreload/report,string=/dev/ttyS1",
 	} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("args lack %q:\n%s", want, joined)
@@ -86,6 +87,7 @@ func TestArgsBIOS(t *testing.T) {
 		"-drive if=none,id=root,format=raw,file=/img/grub.raw -device virtio-blk-pci,drive=root",
 		"-drive if=none,id=drive0,readonly=on,format=raw,file=/img/seed.raw -device virtio-blk-pci,drive=drive0",
 		"-drive if=none,id=drive1,readonly=on,format=qcow2,file=/img/debs.qcow2 -device virtio-blk-pci,drive=drive1",
+		"-fw_cfg name=opt/kpreload/report,string=/dev/ttyS1",
 	} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("args lack %q:\n%s", want, joined)
@@ -103,6 +105,7 @@ func TestArgsBIOS(t *testing.T) {
 	}{
 		{"kernel", func(c *Config) { c.Kernel = "/vmlinuz" }, "leave Kernel and Initramfs empty"},
 		{"no disk", func(c *Config) { c.RootDisk = "" }, "RootDisk"},
+		{"the report channel's fw_cfg name", func(c *Config) { c.FwCfg = map[string]string{"kpreload/report": "/x"} }, "the harness's own"},
 	} {
 		c := c
 		bad.edit(&c)

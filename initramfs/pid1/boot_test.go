@@ -640,6 +640,39 @@ func TestBootSetup(t *testing.T) {
 			t.Errorf("firmware path %q after the boot, events:\n%s", param, o.events())
 		}
 	})
+	t.Run("the report channel named through fw_cfg", func(t *testing.T) {
+		f := newFixture(t, "")
+		f.initSets = []testSet{edu("1.0.0")}
+		channel := f.path("ttyS1")
+		f.write("ttyS1", "")
+		f.sys.fwFiles = map[string][]byte{report.ChannelFwCfgName: []byte(channel + "\n")}
+		f.boot()
+		line, err := os.ReadFile(channel)
+		if err != nil || !strings.HasPrefix(string(line), report.ConsolePrefix) {
+			t.Errorf("report channel holds %q (%v), want the report's console line", line, err)
+		}
+	})
+	t.Run("the report channel named through fw_cfg, qemu_fw_cfg loaded", func(t *testing.T) {
+		f := newFixture(t, "")
+		f.initSets = []testSet{edu("1.0.0")}
+		channel := f.path("ttyS1")
+		f.write("ttyS1", "")
+		f.write("sys/firmware/qemu_fw_cfg/by_name/"+report.ChannelFwCfgName+"/raw", channel)
+		f.boot()
+		line, err := os.ReadFile(channel)
+		if err != nil || !strings.HasPrefix(string(line), report.ConsolePrefix) {
+			t.Errorf("report channel holds %q (%v), want the report's console line", line, err)
+		}
+	})
+	t.Run("a report channel in fw_cfg that is not a path", func(t *testing.T) {
+		f := newFixture(t, "")
+		f.initSets = []testSet{edu("1.0.0")}
+		f.sys.fwFiles = map[string][]byte{report.ChannelFwCfgName: []byte("ttyS1")}
+		o := f.boot()
+		if want := `fw_cfg opt/kpreload/report: "ttyS1" is not an absolute device path; no report channel`; !strings.Contains(o.console, want) && (o.written == nil || !slices.Contains(o.written.Warnings, want)) {
+			t.Errorf("console %s\nreport %+v\nwant %q", o.console, o.written, want)
+		}
+	})
 	t.Run("an image built for Secure Boot, booted without it", func(t *testing.T) {
 		f := newFixture(t, "")
 		f.initSets = []testSet{edu("1.0.0")}

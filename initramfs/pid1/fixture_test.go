@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/gpu/pci/pcitest"
 	"github.com/kpreload/kpreload/initramfs/rootfs"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
@@ -328,6 +329,8 @@ type fakeSystem struct {
 	// fwData and fwErr are what fw_cfg's I/O ports give.
 	fwData []byte
 	fwErr  error
+	// fwFiles are fw_cfg's other files, by name.
+	fwFiles map[string][]byte
 	// seeds maps a seed device to its user-data.
 	seeds map[string]string
 	// seedUserData, when set, makes a seed's user-data at the path given
@@ -404,7 +407,15 @@ func (s *fakeSystem) MountRoot(dev, dir, fstype string, o rootfs.Options) error 
 	return nil
 }
 
-func (s *fakeSystem) ReadFwCfg(name string) ([]byte, error) { return s.fwData, s.fwErr }
+func (s *fakeSystem) ReadFwCfg(name string) ([]byte, error) {
+	if name != instance.FwCfgName {
+		if data, ok := s.fwFiles[name]; ok {
+			return data, nil
+		}
+		return nil, fs.ErrNotExist
+	}
+	return s.fwData, s.fwErr
+}
 
 func (s *fakeSystem) SwitchRoot(newRoot, init string) error {
 	s.mu.Lock()

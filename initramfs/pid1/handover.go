@@ -31,7 +31,7 @@ func (b *Boot) emitReport() {
 	if err != nil {
 		return
 	}
-	if dev := b.flag("kpreload.report", ""); dev != "" {
+	if dev := b.reportChannel(); dev != "" {
 		if f, err := os.OpenFile(dev, os.O_WRONLY, 0); err == nil {
 			fmt.Fprintln(f, line)
 			f.Close()

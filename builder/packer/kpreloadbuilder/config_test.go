@@ -151,6 +151,8 @@ func TestPrepareAllProblems(t *testing.T) {
 	raw["disk_size"] = "4Q"
 	raw["formats"] = []string{"vmdk", "vpc"}
 	raw["instance_file"] = filepath.Join(t.TempDir(), "missing.yaml")
+	raw["packages"] = []string{"initramfs-tools"}
+	raw["kernel_cmdline"] = "console=ttyS0 root=/dev/vda1"
 	var c Config
 	_, err := c.Prepare(raw)
 	if err == nil {
@@ -166,6 +168,8 @@ func TestPrepareAllProblems(t *testing.T) {
 		`disk_size "4Q"`,
 		`format "vpc": want one of raw, qcow2, vhd, vmdk, gce`,
 		"instance file",
+		"image: package initramfs-tools: kpreload's images make their own initramfs",
+		`image: cmdline "root=/dev/vda1": the image names its root itself`,
 	} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error does not mention %q:\n%s", want, msg)

@@ -63,7 +63,8 @@ report channel (kpreload.report=/dev/ttyS1), falling back to the console.
 
 The kernel command line starts with "console=ttyS0 panic=-1 kpreload.report=/dev/ttyS1"
 and root=<disk on --root-bus> unless --append sets root=. A kernel panic ends the run
-at once. The command fails when no boot report came back, saying why.
+at once. The command fails when kpreload's /init did not run, saying what ran
+instead (Debian's initramfs, no initramfs, ...).
 
 --instance FILE hands an instance YAML (resources.driver.version/cuda/flavor) to
 kpreload's /init through QEMU fw_cfg (opt/kpreload/instance.yaml); /init reads it
@@ -72,8 +73,9 @@ after coldplug has loaded qemu_fw_cfg, unless the kernel command line
 
 --image DISK boots a disk image made by "kpreload image build" or Packer (raw or
 qcow2) the way a cloud VM does: UEFI firmware (OVMF) and the disk's own
-bootloader, kernel command line from its boot entry (build the image with
---cmdline "console=ttyS0 kpreload.report=/dev/ttyS1" to get the report back).
+bootloader, kernel command line from its boot entry; /init learns the report
+channel through fw_cfg (opt/kpreload/report) when that command line names none,
+and where it cannot read fw_cfg only its summary comes back, from the console.
 --firmware bios boots it through SeaBIOS and the boot code in its MBR instead
 (images built with --bootloader grub boot either way). --firmware uefi-secure
 boots with UEFI Secure Boot on (OVMF's Secure Boot build, Microsoft's keys);
@@ -161,7 +163,7 @@ real time: under plain TCG a guest's first run of new code costs far more.`,
 			}
 			stderr := cmd.ErrOrStderr()
 			r := &qemu.Runner{WorkDir: workDir, Log: stderr}
-			clear := progress(r, stderr)
+			clear := bootProgress(r, stderr)
 			res, runErr := r.Run(cmd.Context(), c)
 			clear()
 			if res == nil {
@@ -169,8 +171,10 @@ real time: under plain TCG a guest's first run of new code costs far more.`,
 			}
 			bootErr := runErr
 			if bootErr == nil && res.Report == nil {
-				bootErr = fmt.Errorf("no boot report came back: the guest powered off without printing %q on %s or the console (console log %s)",
-					strings.TrimSpace(report.ConsolePrefix), qemu.ReportDevice, res.Console)
+				var summary string
+				if summary, bootErr = qemu.NoReport(res); bootErr == nil {
+					res.Warnings = append(res.Warnings, "only /init's summary came back, from the console (the report line reached no channel): "+summary)
+				}
 			}
 			if asJSON {
 				out := bootJSON{Report: res.Report, RootInit: res.RootInit, Console: res.Console, ReportLog: res.ReportLog,
@@ -224,10 +228,10 @@ real time: under plain TCG a guest's first run of new code costs far more.`,
 	return cmd
 }
 
-// progress makes r report elapsed time on w while QEMU runs: a spinner line redrawn in
+// bootProgress makes r report elapsed time on w while QEMU runs: a spinner line redrawn in
 // place on a terminal, a plain line every 5 s otherwise. It returns a function that
 // clears the spinner line.
-func progress(r *qemu.Runner, w io.Writer) (clear func()) {
+func bootProgress(r *qemu.Runner, w io.Writer) (clear func()) {
 	if !isTerminal(w) {
 		r.Progress = func(d time.Duration) { fmt.Fprintf(w, "booting... %ds\n", int(d.Round(time.Second)/time.Second)) }
 		return func() {}

@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/internal/progress"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/tiered"
 )
@@ -93,7 +93,9 @@ test-driver cells) and is the same in every process given the same cells, so
 N processes with the same arguments build the matrix once between them; run
 them with --remote so every cell lands in one place.
 
-Progress goes to stderr, the result table (or --json) to stdout. The exit
+Progress goes to stderr (on a terminal one status line: cells done of all, the
+cell in progress, elapsed, an estimate of the time left; else plain lines), the
+result table (or --json) to stdout. The exit
 status is non-zero when any cell failed or a push failed. Ctrl-C stops the
 builds and leaves the cache (and the registry) as it was.`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -298,16 +300,18 @@ func fileExists(path string) bool {
 	return err == nil && !st.IsDir()
 }
 
-// buildProgress shows one line per cell on w: redrawn in place when w is a
-// terminal, else one plain line per state change.
+// buildProgress shows the run on w (internal/progress): on a terminal one
+// status line (cells done of all, the cell in progress, elapsed, an
+// estimate from the cells' costs) under a line per finished cell; else one
+// plain line per state change.
 type buildProgress struct {
-	w     io.Writer
+	l     *progress.Line
 	tty   bool
+	show  func(matrix.Event)
 	mu    sync.Mutex
 	cells []buildProgressCell
-	drawn int
-	done  chan struct{}
-	wg    sync.WaitGroup
+	// stopTicks ends the status line's redraws.
+	stopTicks func()
 }
 
 type buildProgressCell struct {
@@ -317,35 +321,19 @@ type buildProgressCell struct {
 }
 
 func newBuildProgress(w io.Writer) *buildProgress {
-	p := &buildProgress{w: w, done: make(chan struct{})}
-	if f, ok := w.(*os.File); ok {
-		if _, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS); err == nil {
-			p.tty = true
-		}
-	}
-	if p.tty {
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			tick := time.NewTicker(time.Second)
-			defer tick.Stop()
-			for {
-				select {
-				case <-p.done:
-					return
-				case <-tick.C:
-					p.mu.Lock()
-					p.redraw()
-					p.mu.Unlock()
-				}
-			}
-		}()
-	}
+	p := &buildProgress{tty: isTerminal(w)}
+	p.l = progress.New(w, p.tty, time.Now)
+	p.show = matrix.Progress(p.l, p.describe)
+	p.stopTicks = tickEverySecond(p.l)
 	return p
 }
 
 // event records a state change (matrix.Options.Progress).
-func (p *buildProgress) event(e matrix.Event) {
+func (p *buildProgress) event(e matrix.Event) { p.show(e) }
+
+// describe is the line printed for an event: every state change off a
+// terminal, the final states on one (the status line shows the rest).
+func (p *buildProgress) describe(e matrix.Event) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for len(p.cells) <= e.Index {
@@ -356,11 +344,10 @@ func (p *buildProgress) event(e matrix.Event) {
 	if e.State == matrix.StateBuilding || c.since.IsZero() {
 		c.since = e.Time
 	}
-	if p.tty {
-		p.redraw()
-		return
+	if p.tty && e.Result == nil {
+		return ""
 	}
-	fmt.Fprintln(p.w, p.line(c, e.Time))
+	return p.line(c, e.Time)
 }
 
 // line describes one cell.
@@ -383,26 +370,10 @@ func (p *buildProgress) line(c *buildProgressCell, now time.Time) string {
 	return fmt.Sprintf("%-20s %-30s %s", c.recipe, c.kernel, state)
 }
 
-// redraw rewrites every cell line in place; call with p.mu held.
-func (p *buildProgress) redraw() {
-	var b strings.Builder
-	if p.drawn > 0 {
-		fmt.Fprintf(&b, "\033[%dA", p.drawn)
-	}
-	now := time.Now()
-	for i := range p.cells {
-		b.WriteString("\r\033[K")
-		b.WriteString(p.line(&p.cells[i], now))
-		b.WriteByte('\n')
-	}
-	p.drawn = len(p.cells)
-	io.WriteString(p.w, b.String())
-}
-
-// stop ends the redraw ticker.
+// stop ends the ticker and clears the status line.
 func (p *buildProgress) stop() {
-	close(p.done)
-	p.wg.Wait()
+	p.stopTicks()
+	p.l.Stop()
 }
 
 // printUnsigned says on w, of every cell the build pulled from rm without
@@ -526,4 +497,26 @@ func buildJSON(results []matrix.Result) []buildResult {
 		out = append(out, b)
 	}
 	return out
+}
+
+// tickEverySecond redraws l's status line every second (the elapsed time
+// moves) until the returned function is called.
+func tickEverySecond(l *progress.Line) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				l.Tick()
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/image"
 	"github.com/kpreload/kpreload/builder/install"
+	"github.com/kpreload/kpreload/internal/progress"
 )
 
 func init() { register(newImageCmd) }
@@ -79,7 +80,8 @@ mtools, mkfs.ext4 -d), so it works in containers and CI, and written in each
 The manifest says which firmware the image boots under (boot_firmware: uefi
 for systemd-boot, bios and uefi for GRUB) and whether it boots with Secure
 Boot on (secure_boot), what each cloud's import asks. Outputs appear only when
-complete. Progress goes to stderr; the manifest summary (or --json, the
+complete. Progress goes to stderr (on a terminal under one status line: phase
+done of all, the phase in progress, elapsed); the manifest summary (or --json, the
 whole manifest) to stdout.`,
 		Example: `  kpreload image build --name ci --kernel 6.1.0-56-cloud-amd64 --recipe testdriver --build-missing --out out/images
   kpreload image build --name gpu --kernel 6.1.0-56-cloud-amd64 --recipe nvidia-535 --format vmdk,vhd,gce
@@ -140,16 +142,22 @@ whole manifest) to stdout.`,
 			o.Bootloader = bl
 			errw := cmd.ErrOrStderr()
 			start := time.Now()
+			line := progress.New(errw, isTerminal(errw), time.Now)
 			o.Progress = func(msg string) {
-				fmt.Fprintf(errw, "[%6.1fs] %s\n", time.Since(start).Seconds(), msg)
+				line.Note(fmt.Sprintf("[%6.1fs] %s", time.Since(start).Seconds(), msg))
 			}
 			if o.DownloadDir == "" {
 				o.DownloadDir = envDownloadDir()
 			}
-			m, err := image.Build(ctx, o)
+			stopTicks := tickEverySecond(line)
+			j := image.NewJob(o)
+			err = image.RunPhases(ctx, image.ShowPhases(j.Phases(), line, time.Now))
+			stopTicks()
+			line.Stop()
 			if err != nil {
 				return err
 			}
+			m := j.Manifest()
 			out := cmd.OutOrStdout()
 			if asJSON {
 				return printJSON(out, m)
