@@ -139,7 +139,7 @@ func TestCloudInitImage(t *testing.T) {
 			Firmware: qemu.FirmwareUEFI, RootDisk: rootDisk, Snapshot: true,
 			Drives:       []string{testenv.NoCloudSeed(t, userData, instanceID)},
 			HostForwards: []string{fmt.Sprintf("tcp:127.0.0.1:%d-:22", port)},
-			Devices:      []string{"edu"}, Until: cloudInitDone, Timeout: 600 * time.Second,
+			Devices:      []string{"edu"}, Until: cloudInitDone, Timeout: testenv.Deadline(t, 600*time.Second),
 			AtUntil: func(ctx context.Context) error {
 				var err error
 				said, _, err = sshRun(ctx, key, port, guestReport)

@@ -47,7 +47,7 @@ func testCache(t *testing.T) (string, []*recipe.Recipe) {
 		if cacheDir, cacheErr = os.MkdirTemp("", "kpreload-image-cache-"); cacheErr != nil {
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 10*time.Minute))
 		defer cancel()
 		_, cacheErr = matrix.Run(ctx, matrix.Options{Recipes: testRecipes, Kernels: []string{testKernel}, CacheDir: cacheDir})
 	})
@@ -199,7 +199,7 @@ func TestBuildAndBootImage(t *testing.T) {
 	if err := os.WriteFile(instance, []byte("# kpreload instance for the image test\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 30*time.Minute))
 	defer cancel()
 	start := time.Now()
 	m, err := Build(ctx, Options{
@@ -266,7 +266,7 @@ func TestBuildAndBootImage(t *testing.T) {
 			Snapshot:       true,
 			Devices:        []string{"edu"},
 			Until:          b.until,
-			Timeout:        300 * time.Second,
+			Timeout:        testenv.Deadline(t, 300*time.Second),
 		}
 		res, err := (&qemu.Runner{WorkDir: t.TempDir()}).Run(ctx, cfg)
 		if err != nil && res != nil && res.TimedOut {

@@ -66,7 +66,7 @@ func e2eStart(t *testing.T, why string, limit time.Duration) (ctx context.Contex
 	}
 	testenv.KernelTree(t, testKernel)
 	kpreload, initBin = binaries(t)
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, limit))
 	t.Cleanup(cancel)
 	start := time.Now()
 	return ctx, kpreload, initBin, func(msg string) { t.Logf("[%6.1fs] %s", time.Since(start).Seconds(), msg) }

@@ -107,7 +107,7 @@ func TestPodmanCDI(t *testing.T) {
 		}
 		recipes = append(recipes, r)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 40*time.Minute))
 	defer cancel()
 	cache := t.TempDir()
 	if _, err := matrix.Run(ctx, matrix.Options{Recipes: recipes, Kernels: []string{testKernel}, CacheDir: cache}); err != nil {
@@ -153,7 +153,7 @@ func TestPodmanCDI(t *testing.T) {
 		Devices:  []string{"edu"},
 		Memory:   2048,
 		Until:    regexp.MustCompile(`E2E: end`),
-		Timeout:  15 * time.Minute,
+		Timeout:  testenv.Deadline(t, 15*time.Minute),
 	}
 	res, err := (&qemu.Runner{WorkDir: t.TempDir()}).Run(ctx, cfg)
 	if err != nil && res != nil && res.TimedOut && !strings.Contains(readConsole(t, res), "E2E: begin") {

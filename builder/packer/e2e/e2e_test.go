@@ -13,6 +13,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/image"
 	"github.com/kpreload/kpreload/builder/qemu"
+	"github.com/kpreload/kpreload/internal/testenv"
 )
 
 // templates are the templates shipped in images/, relative to the repository root.
@@ -22,7 +23,7 @@ var templates = []string{"images/ci-testdriver.pkr.hcl", "images/debian12-gpu.pk
 // (the plugin's Prepare through Packer's RPC), and checks that a bad kernel and
 // an existing output directory are refused with messages that say why.
 func TestValidateTemplates(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 5*time.Minute))
 	defer cancel()
 	for _, tmpl := range templates {
 		out, err := packerRun(ctx, t, "validate", "-var", "output_directory="+filepath.Join(t.TempDir(), "out"), tmpl)
@@ -81,7 +82,7 @@ func TestBuildAndBootCITestdriver(t *testing.T) {
 
 // buildAndBootCITestdriver is TestBuildAndBootCITestdriver for one suite.
 func buildAndBootCITestdriver(t *testing.T, suite, kernel, welcome string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 40*time.Minute))
 	defer cancel()
 	outDir := filepath.Join(t.TempDir(), "out")
 	cache := filepath.Join(t.TempDir(), "cache")
@@ -147,7 +148,7 @@ func buildAndBootCITestdriver(t *testing.T, suite, kernel, welcome string) {
 		RootDisk: overlay,
 		Devices:  []string{"edu"},
 		Until:    defaultTarget,
-		Timeout:  480 * time.Second,
+		Timeout:  testenv.Deadline(t, 480*time.Second),
 	})
 	if err != nil {
 		t.Fatalf("UEFI boot of the packer-built image: %v", err)

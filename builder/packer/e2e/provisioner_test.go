@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/image"
+	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 )
 
@@ -159,7 +160,7 @@ build {
 		filepath.Join(repoRoot(t), "images", "instance-example.yaml"), target, staging)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 20*time.Minute))
 	defer cancel()
 	out, err := packerRun(ctx, t, "build", tmpl)
 	if err != nil {
