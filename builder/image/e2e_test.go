@@ -57,6 +57,43 @@ func testCache(t *testing.T) (string, []*recipe.Recipe) {
 	return cacheDir, testRecipes
 }
 
+var (
+	bothOnce    sync.Once
+	bothDir     string
+	bothErr     error
+	bothRecipes []*recipe.Recipe
+)
+
+// bothVersionsCache builds the test driver's versions 1.0.0 and 2.0.0
+// (recipes/testdriver.yaml, testdriver-2.yaml) for testKernel with the real
+// dkms into a module cache of the test run, once: the images that carry both
+// (cloud-init's, podman's) read it and write nothing to it.
+func bothVersionsCache(t *testing.T) (string, []*recipe.Recipe) {
+	t.Helper()
+	bothOnce.Do(func() {
+		for _, name := range []string{"testdriver.yaml", "testdriver-2.yaml"} {
+			r, err := recipe.Load(filepath.Join(testenv.RepoRoot(t), "recipes", name))
+			if err != nil {
+				bothErr = err
+				return
+			}
+			bothRecipes = append(bothRecipes, r)
+		}
+		if bothDir, bothErr = os.MkdirTemp("", "kpreload-image-cache2-"); bothErr != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 10*time.Minute))
+		defer cancel()
+		start := time.Now()
+		_, bothErr = matrix.Run(ctx, matrix.Options{Recipes: bothRecipes, Kernels: []string{testKernel}, CacheDir: bothDir})
+		t.Logf("test driver 1.0.0 and 2.0.0 built for %s in %s (once for the package's tests)", testKernel, time.Since(start).Round(100*time.Millisecond))
+	})
+	if bothErr != nil {
+		t.Fatalf("build the test driver 1.0.0 and 2.0.0 into a cache: %v", bothErr)
+	}
+	return bothDir, bothRecipes
+}
+
 // TestStageDirectory stages into an empty directory, as the Packer provisioner
 // does for another builder's image: the kernel's modules come from the unpacked
 // kernel, nothing assumes the directory is the image.
