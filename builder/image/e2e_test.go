@@ -26,35 +26,14 @@ import (
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
 
-var (
-	cacheOnce   sync.Once
-	cacheDir    string
-	cacheErr    error
-	testRecipes []*recipe.Recipe
-)
-
-// testCache builds the test driver for testKernel with the real dkms into a
-// module cache of the test run, once.
+// testCache returns the module cache of the test run with the test driver
+// 1.0.0 built for testKernel by the real dkms, and its recipe alone: the cache
+// is bothVersionsCache's, and an image takes the cells of the recipes it is
+// given (TestStageDirectory checks that its staged cache holds the one set).
 func testCache(t *testing.T) (string, []*recipe.Recipe) {
 	t.Helper()
-	cacheOnce.Do(func() {
-		r, err := recipe.Load(filepath.Join(testenv.RepoRoot(t), "recipes", "testdriver.yaml"))
-		if err != nil {
-			cacheErr = err
-			return
-		}
-		testRecipes = []*recipe.Recipe{r}
-		if cacheDir, cacheErr = os.MkdirTemp("", "kpreload-image-cache-"); cacheErr != nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 10*time.Minute))
-		defer cancel()
-		_, cacheErr = matrix.Run(ctx, matrix.Options{Recipes: testRecipes, Kernels: []string{testKernel}, CacheDir: cacheDir})
-	})
-	if cacheErr != nil {
-		t.Fatalf("build the test driver into a cache: %v", cacheErr)
-	}
-	return cacheDir, testRecipes
+	cache, recipes := bothVersionsCache(t)
+	return cache, recipes[:1]
 }
 
 var (
@@ -66,8 +45,8 @@ var (
 
 // bothVersionsCache builds the test driver's versions 1.0.0 and 2.0.0
 // (recipes/testdriver.yaml, testdriver-2.yaml) for testKernel with the real
-// dkms into a module cache of the test run, once: the images that carry both
-// (cloud-init's, podman's) read it and write nothing to it.
+// dkms into a module cache of the test run, once: every image test of the
+// package reads it (testCache gives the tests of one version 1.0.0's recipe).
 func bothVersionsCache(t *testing.T) (string, []*recipe.Recipe) {
 	t.Helper()
 	bothOnce.Do(func() {
