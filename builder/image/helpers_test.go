@@ -58,7 +58,8 @@ func binaries(t testing.TB) (kpreload, initBin string) {
 
 // e2eStart begins an end-to-end test: skipped under -short (saying why), the
 // test kernel's tree present, the static binaries built; it returns a context
-// bounded by limit and a progress logger timed from now.
+// bounded by limit on the reference host, stretched by the host's measured
+// slowdown (testenv.Deadline), and a progress logger timed from now.
 func e2eStart(t *testing.T, why string, limit time.Duration) (ctx context.Context, kpreload, initBin string, progress Progress) {
 	t.Helper()
 	if testing.Short() {
