@@ -123,7 +123,7 @@ func TestDistributedBuild(t *testing.T) {
 	select {
 	case line := <-stalled:
 		t.Logf("shard 2/2 stalled mid-push: %s", line)
-	case <-time.After(10 * time.Minute):
+	case <-time.After(testenv.Deadline(t, 10*time.Minute)):
 		killed.Process.Kill()
 		t.Fatalf("shard 2/2 never reached its first push:\n%s", stderr2.String())
 	}

@@ -368,12 +368,12 @@ func boot(t *testing.T, kver, dir, initrd, rootInit, rootCache string, devices [
 		extra["/var/lib/kpreload/cache"] = rootCache
 	}
 	disk := filepath.Join(dir, "root.img")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 2*time.Minute))
 	defer cancel()
 	if err := rootdisk.Build(ctx, rootdisk.Options{Out: disk, Init: rootInit, UUID: "7c1e2d3f-4a5b-4c6d-8e9f-0a1b2c3d4e5f", Extra: extra}); err != nil {
 		t.Fatalf("root disk: %v", err)
 	}
-	ctx, cancel = context.WithTimeout(context.Background(), 6*time.Minute)
+	ctx, cancel = context.WithTimeout(context.Background(), testenv.Deadline(t, 6*time.Minute))
 	defer cancel()
 	res, err := qemu.Run(ctx, qemu.Config{
 		Kernel:     filepath.Join(kernelRoot(t, kver), "boot", "vmlinuz-"+kver),
@@ -382,7 +382,7 @@ func boot(t *testing.T, kver, dir, initrd, rootInit, rootCache string, devices [
 		Devices:    devices,
 		Append:     params,
 		Memory:     2048,
-		Timeout:    5 * time.Minute,
+		Timeout:    testenv.Deadline(t, 5*time.Minute),
 		ConsoleLog: filepath.Join(dir, "console.log"),
 	})
 	if err != nil {

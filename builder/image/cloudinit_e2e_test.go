@@ -15,9 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/qemu"
-	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/live/report"
 )
@@ -80,18 +78,7 @@ const guestReport = `echo user=$(id -un); echo size=$(df -B1 --output=size / | t
 //     This instance's SSH host keys differ from the first's.
 func TestCloudInitImage(t *testing.T) {
 	ctx, kpreload, initBin, progress := e2eStart(t, "mmdebstrap and two TCG boots with cloud-init", 40*time.Minute)
-	var recipes []*recipe.Recipe
-	for _, name := range []string{"testdriver.yaml", "testdriver-2.yaml"} {
-		r, err := recipe.Load(filepath.Join(testenv.RepoRoot(t), "recipes", name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		recipes = append(recipes, r)
-	}
-	cache := t.TempDir()
-	if _, err := matrix.Run(ctx, matrix.Options{Recipes: recipes, Kernels: []string{testKernel}, CacheDir: cache}); err != nil {
-		t.Fatalf("build the test driver 1.0.0 and 2.0.0: %v", err)
-	}
+	cache, recipes := bothVersionsCache(t)
 	out := t.TempDir()
 	cmdline := "console=ttyS0 panic=-1 kpreload.report=" + qemu.ReportDevice
 	m, err := Build(ctx, Options{
@@ -139,7 +126,7 @@ func TestCloudInitImage(t *testing.T) {
 			Firmware: qemu.FirmwareUEFI, RootDisk: rootDisk, Snapshot: true,
 			Drives:       []string{testenv.NoCloudSeed(t, userData, instanceID)},
 			HostForwards: []string{fmt.Sprintf("tcp:127.0.0.1:%d-:22", port)},
-			Devices:      []string{"edu"}, Until: cloudInitDone, Timeout: 600 * time.Second,
+			Devices:      []string{"edu"}, Until: cloudInitDone, Timeout: testenv.Deadline(t, 600*time.Second),
 			AtUntil: func(ctx context.Context) error {
 				var err error
 				said, _, err = sshRun(ctx, key, port, guestReport)

@@ -26,35 +26,51 @@ import (
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
 
-var (
-	cacheOnce   sync.Once
-	cacheDir    string
-	cacheErr    error
-	testRecipes []*recipe.Recipe
-)
-
-// testCache builds the test driver for testKernel with the real dkms into a
-// module cache of the test run, once.
+// testCache returns the module cache of the test run with the test driver
+// 1.0.0 built for testKernel by the real dkms, and its recipe alone: the cache
+// is bothVersionsCache's, and an image takes the cells of the recipes it is
+// given (TestStageDirectory checks that its staged cache holds the one set).
 func testCache(t *testing.T) (string, []*recipe.Recipe) {
 	t.Helper()
-	cacheOnce.Do(func() {
-		r, err := recipe.Load(filepath.Join(testenv.RepoRoot(t), "recipes", "testdriver.yaml"))
-		if err != nil {
-			cacheErr = err
+	cache, recipes := bothVersionsCache(t)
+	return cache, recipes[:1]
+}
+
+var (
+	bothOnce    sync.Once
+	bothDir     string
+	bothErr     error
+	bothRecipes []*recipe.Recipe
+)
+
+// bothVersionsCache builds the test driver's versions 1.0.0 and 2.0.0
+// (recipes/testdriver.yaml, testdriver-2.yaml) for testKernel with the real
+// dkms into a module cache of the test run, once: every image test of the
+// package reads it (testCache gives the tests of one version 1.0.0's recipe).
+func bothVersionsCache(t *testing.T) (string, []*recipe.Recipe) {
+	t.Helper()
+	bothOnce.Do(func() {
+		for _, name := range []string{"testdriver.yaml", "testdriver-2.yaml"} {
+			r, err := recipe.Load(filepath.Join(testenv.RepoRoot(t), "recipes", name))
+			if err != nil {
+				bothErr = err
+				return
+			}
+			bothRecipes = append(bothRecipes, r)
+		}
+		if bothDir, bothErr = os.MkdirTemp("", "kpreload-image-cache2-"); bothErr != nil {
 			return
 		}
-		testRecipes = []*recipe.Recipe{r}
-		if cacheDir, cacheErr = os.MkdirTemp("", "kpreload-image-cache-"); cacheErr != nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 10*time.Minute))
 		defer cancel()
-		_, cacheErr = matrix.Run(ctx, matrix.Options{Recipes: testRecipes, Kernels: []string{testKernel}, CacheDir: cacheDir})
+		start := time.Now()
+		_, bothErr = matrix.Run(ctx, matrix.Options{Recipes: bothRecipes, Kernels: []string{testKernel}, CacheDir: bothDir})
+		t.Logf("test driver 1.0.0 and 2.0.0 built for %s in %s (once for the package's tests)", testKernel, time.Since(start).Round(100*time.Millisecond))
 	})
-	if cacheErr != nil {
-		t.Fatalf("build the test driver into a cache: %v", cacheErr)
+	if bothErr != nil {
+		t.Fatalf("build the test driver 1.0.0 and 2.0.0 into a cache: %v", bothErr)
 	}
-	return cacheDir, testRecipes
+	return bothDir, bothRecipes
 }
 
 // TestStageDirectory stages into an empty directory, as the Packer provisioner
@@ -199,7 +215,7 @@ func TestBuildAndBootImage(t *testing.T) {
 	if err := os.WriteFile(instance, []byte("# kpreload instance for the image test\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 30*time.Minute))
 	defer cancel()
 	start := time.Now()
 	m, err := Build(ctx, Options{
@@ -266,7 +282,7 @@ func TestBuildAndBootImage(t *testing.T) {
 			Snapshot:       true,
 			Devices:        []string{"edu"},
 			Until:          b.until,
-			Timeout:        300 * time.Second,
+			Timeout:        testenv.Deadline(t, 300*time.Second),
 		}
 		res, err := (&qemu.Runner{WorkDir: t.TempDir()}).Run(ctx, cfg)
 		if err != nil && res != nil && res.TimedOut {

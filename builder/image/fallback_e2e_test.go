@@ -121,7 +121,7 @@ func writeFallbackDisk(ctx context.Context, t *testing.T, esp []espFile, root, r
 func fallbackBoot(ctx context.Context, t *testing.T, progress Progress, n int, disk string) (*qemu.Result, string) {
 	t.Helper()
 	progress(fmt.Sprintf("boot %d", n))
-	res, err := (&qemu.Runner{WorkDir: t.TempDir()}).Run(ctx, qemu.Config{Firmware: qemu.FirmwareUEFI, RootDisk: disk, Timeout: 300 * time.Second})
+	res, err := (&qemu.Runner{WorkDir: t.TempDir()}).Run(ctx, qemu.Config{Firmware: qemu.FirmwareUEFI, RootDisk: disk, Timeout: testenv.Deadline(t, 300*time.Second)})
 	if err != nil {
 		t.Fatalf("boot %d: %v", n, err)
 	}

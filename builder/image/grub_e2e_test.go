@@ -138,7 +138,7 @@ func TestGRUBImageBIOSAndUEFI(t *testing.T) {
 	cache, recipes := testCache(t)
 	kpreload, initBin := binaries(t)
 	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 40*time.Minute))
 	defer cancel()
 
 	// The registry: the test driver's 6.12 cell, built by the real dkms and
@@ -233,7 +233,7 @@ func TestGRUBImageBIOSAndUEFI(t *testing.T) {
 	for i, b := range boots {
 		cfg := qemu.Config{
 			Firmware: b.fw, RootDisk: m.Files[0].Path, Snapshot: i >= 2, // boots 1 and 2 keep what they did
-			Devices: []string{"edu"}, Until: grubStepDone, Timeout: 420 * time.Second,
+			Devices: []string{"edu"}, Until: grubStepDone, Timeout: testenv.Deadline(t, 420*time.Second),
 		}
 		if b.cfg != nil {
 			b.cfg(&cfg)

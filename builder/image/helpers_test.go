@@ -24,7 +24,7 @@ var (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	for _, d := range []string{binDir, cacheDir} {
+	for _, d := range []string{binDir, bothDir} {
 		if d != "" {
 			os.RemoveAll(d)
 		}
@@ -58,7 +58,8 @@ func binaries(t testing.TB) (kpreload, initBin string) {
 
 // e2eStart begins an end-to-end test: skipped under -short (saying why), the
 // test kernel's tree present, the static binaries built; it returns a context
-// bounded by limit and a progress logger timed from now.
+// bounded by limit on the reference host, stretched by the host's measured
+// slowdown (testenv.Deadline), and a progress logger timed from now.
 func e2eStart(t *testing.T, why string, limit time.Duration) (ctx context.Context, kpreload, initBin string, progress Progress) {
 	t.Helper()
 	if testing.Short() {
@@ -66,7 +67,7 @@ func e2eStart(t *testing.T, why string, limit time.Duration) (ctx context.Contex
 	}
 	testenv.KernelTree(t, testKernel)
 	kpreload, initBin = binaries(t)
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, limit))
 	t.Cleanup(cancel)
 	start := time.Now()
 	return ctx, kpreload, initBin, func(msg string) { t.Logf("[%6.1fs] %s", time.Since(start).Seconds(), msg) }

@@ -9,9 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/qemu"
-	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/internal/testenv"
 )
 
@@ -99,20 +97,9 @@ func TestPodmanCDI(t *testing.T) {
 	}
 	testenv.KernelTree(t, testKernel)
 	kpreload, initBin := binaries(t)
-	var recipes []*recipe.Recipe
-	for _, name := range []string{"testdriver", "testdriver-2"} {
-		r, err := recipe.Load(filepath.Join(testenv.RepoRoot(t), "recipes", name+".yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		recipes = append(recipes, r)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 40*time.Minute))
 	defer cancel()
-	cache := t.TempDir()
-	if _, err := matrix.Run(ctx, matrix.Options{Recipes: recipes, Kernels: []string{testKernel}, CacheDir: cache}); err != nil {
-		t.Fatalf("build both test driver versions: %v", err)
-	}
+	cache, recipes := bothVersionsCache(t)
 	files := t.TempDir()
 	write := func(name, content string, mode os.FileMode) string {
 		p := filepath.Join(files, name)
@@ -153,7 +140,7 @@ func TestPodmanCDI(t *testing.T) {
 		Devices:  []string{"edu"},
 		Memory:   2048,
 		Until:    regexp.MustCompile(`E2E: end`),
-		Timeout:  15 * time.Minute,
+		Timeout:  testenv.Deadline(t, 15*time.Minute),
 	}
 	res, err := (&qemu.Runner{WorkDir: t.TempDir()}).Run(ctx, cfg)
 	if err != nil && res != nil && res.TimedOut && !strings.Contains(readConsole(t, res), "E2E: begin") {

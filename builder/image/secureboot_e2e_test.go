@@ -115,7 +115,7 @@ func TestSecureBootImage(t *testing.T) {
 		t.Helper()
 		res, err := (&qemu.Runner{WorkDir: t.TempDir()}).Run(ctx, qemu.Config{
 			Firmware: firmware, OVMFVars: vars, RootDisk: m.Files[0].Path, Snapshot: true,
-			Devices: []string{"edu"}, FwCfg: fwcfg, Until: defaultTarget, Timeout: 420 * time.Second,
+			Devices: []string{"edu"}, FwCfg: fwcfg, Until: defaultTarget, Timeout: testenv.Deadline(t, 420*time.Second),
 		})
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)

@@ -80,7 +80,7 @@ kernels:
 `, 0o644)
 
 	cache := filepath.Join(dir, "cache")
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 15*time.Minute))
 	defer cancel()
 	cmd := exec.CommandContext(ctx, kpreload, "build", filepath.Join(recipes, "testdriver.yaml"), filepath.Join(recipes, "testdriver-2.yaml"),
 		filepath.Join(v3, "testdriver-3.yaml"), "--kernel", kernel, "--cache", cache)
@@ -160,7 +160,7 @@ func TestSwitchInVM(t *testing.T) {
 		t.Fatalf("cp: %v %s", err, out)
 	}
 	disk := filepath.Join(dir, "root.img")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 2*time.Minute))
 	defer cancel()
 	if err := rootdisk.Build(ctx, rootdisk.Options{Out: disk, UUID: rootUUID, Init: rootInit, Extra: map[string]string{
 		"/var/lib/kpreload/cache": cache,
@@ -175,7 +175,7 @@ func TestSwitchInVM(t *testing.T) {
 		t.Fatalf("initramfs: %v", err)
 	}
 
-	bctx, bcancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	bctx, bcancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 6*time.Minute))
 	defer bcancel()
 	res, err := qemu.Run(bctx, qemu.Config{
 		Kernel:    filepath.Join(ktree, "boot", "vmlinuz-"+kernel),
@@ -185,7 +185,7 @@ func TestSwitchInVM(t *testing.T) {
 		// kpreload.driver asks /init for 1.0.0 where it selects a version; where it
 		// does not yet, it loads a cached set that matches and the test follows.
 		Append:     "root=UUID=" + rootUUID + " kpreload.driver=1.0.0 " + run.Param + "=/etc/kpreload-test/commands",
-		Timeout:    5 * time.Minute,
+		Timeout:    testenv.Deadline(t, 5*time.Minute),
 		ConsoleLog: filepath.Join(dir, "console.log"),
 	})
 	if err != nil {

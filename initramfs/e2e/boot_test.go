@@ -80,7 +80,7 @@ func boot(t *testing.T, c bootCase) booted {
 	}
 	disk := rootDisk(t, dir, rootUUID, extraRoot)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 4*time.Minute))
 	defer cancel()
 	res, err := qemu.Run(ctx, qemu.Config{
 		Kernel:     filepath.Join(ktree, "boot", "vmlinuz-"+c.kernel),
@@ -88,7 +88,7 @@ func boot(t *testing.T, c bootCase) booted {
 		RootDisk:   disk,
 		Devices:    []string{"edu", "nvme,serial=kpreload-nvme"},
 		Append:     strings.TrimSpace("root=" + c.rootSpec + " " + c.append),
-		Timeout:    3 * time.Minute,
+		Timeout:    testenv.Deadline(t, 3*time.Minute),
 		ConsoleLog: filepath.Join(dir, "console.log"),
 	})
 	if err != nil {

@@ -163,7 +163,7 @@ func bootFault(t *testing.T, f fault) (*qemu.Result, string) {
 	if f.noInit {
 		ro.Init, ro.NoInit = "", true
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 6*time.Minute))
 	defer cancel()
 	if err := rootdisk.Build(ctx, ro); err != nil {
 		t.Fatalf("root disk: %v", err)
@@ -178,7 +178,7 @@ func bootFault(t *testing.T, f fault) (*qemu.Result, string) {
 		RootDisk:   disk,
 		Devices:    []string{"edu"},
 		Append:     strings.TrimSpace(root + " " + f.append),
-		Timeout:    3 * time.Minute,
+		Timeout:    testenv.Deadline(t, 3*time.Minute),
 		ConsoleLog: filepath.Join(dir, "console.log"),
 		Until:      f.until,
 	}

@@ -77,7 +77,7 @@ func testDriverCells(t *testing.T, kvers []string) string {
 		t.Fatal(err)
 	}
 	cache := filepath.Join(t.TempDir(), "cache")
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 15*time.Minute))
 	defer cancel()
 	start := time.Now()
 	res, err := matrix.Run(ctx, matrix.Options{
@@ -133,7 +133,7 @@ func TestGenericKernelRoots(t *testing.T) {
 	disks := map[string]string{}
 	for _, fs := range rootdisk.FSTypes {
 		disks[fs] = filepath.Join(dir, "root-"+fs+".img")
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 2*time.Minute))
 		err := rootdisk.Build(ctx, rootdisk.Options{Out: disks[fs], FSType: fs, UUID: genericRootUUID, Init: rootInit,
 			Extra: map[string]string{"/var/lib/kpreload/cache": cache}})
 		cancel()
@@ -174,7 +174,7 @@ func TestGenericKernelRoots(t *testing.T) {
 	const referenceTimeout = 3 * time.Minute
 	var reference time.Duration
 	refPassed := t.Run(name(genericRoots[0]), func(t *testing.T) {
-		res := bootOne(t, genericRoots[0], referenceTimeout)
+		res := bootOne(t, genericRoots[0], testenv.Deadline(t, referenceTimeout))
 		reference = res.Duration
 	})
 	if !refPassed {

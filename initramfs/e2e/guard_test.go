@@ -165,7 +165,7 @@ func signedCache(t *testing.T) string {
 	}
 	bin := testenv.GoBuildStatic(t, dir, "kpreload", "./cmd/kpreload")
 	cache := filepath.Join(dir, "cache")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 10*time.Minute))
 	defer cancel()
 	out, err := exec.CommandContext(ctx, bin, "build", recipe+":"+kver, "--cache", cache).CombinedOutput()
 	if err != nil {

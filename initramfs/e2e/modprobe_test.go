@@ -102,14 +102,14 @@ func TestKernelModuleRequest(t *testing.T) {
 	if !metadataCsum(t, disk) {
 		t.Fatalf("root disk %s: mkfs.ext4 made it without metadata_csum: the kernel would not need crc32c", disk)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 4*time.Minute))
 	defer cancel()
 	res, err := qemu.Run(ctx, qemu.Config{
 		Kernel:     filepath.Join(ktree, "boot", "vmlinuz-"+kver),
 		Initramfs:  initrdPath,
 		RootDisk:   disk,
 		Append:     "root=UUID=" + rootUUID,
-		Timeout:    3 * time.Minute,
+		Timeout:    testenv.Deadline(t, 3*time.Minute),
 		ConsoleLog: filepath.Join(dir, "console.log"),
 		// A root that cannot mount is retried: stop at the first failure.
 		Until: regexp.MustCompile(`reboot: Power down|kpreload: cannot mount root`),

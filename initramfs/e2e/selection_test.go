@@ -46,7 +46,7 @@ func twoVersions(t *testing.T, kver string) string {
 			return
 		}
 		twoVersionsCache = filepath.Join(dir, "cache")
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 15*time.Minute))
 		defer cancel()
 		cmd := exec.CommandContext(ctx, bin, "build", "recipes/testdriver.yaml", "recipes/testdriver-2.yaml", "--kernel", kver, "--cache", twoVersionsCache)
 		cmd.Dir = testenv.RepoRoot(t)
@@ -127,7 +127,7 @@ func bootSelect(t *testing.T, c selectBoot) (booted, string) {
 		RootDisk:   disk,
 		Devices:    []string{"edu"},
 		Append:     strings.TrimSpace("root=UUID=" + rootUUID + " " + c.append),
-		Timeout:    4 * time.Minute,
+		Timeout:    testenv.Deadline(t, 4*time.Minute),
 		ConsoleLog: filepath.Join(dir, "console.log"),
 		Drives:     c.drives,
 	}
@@ -138,7 +138,7 @@ func bootSelect(t *testing.T, c selectBoot) (booted, string) {
 		}
 		cfg.FwCfg = map[string]string{instance.FwCfgName: f}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 5*time.Minute))
 	defer cancel()
 	res, err := qemu.Run(ctx, cfg)
 	if err != nil {

@@ -98,7 +98,7 @@ func eduModule(t testing.TB, kver, version string) string {
 		}
 		src = copyDir
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 10*time.Minute))
 	defer cancel()
 	res, err := dkms.New().Build(ctx, dkms.BuildRequest{
 		SourceDir:       src,
@@ -124,7 +124,7 @@ func rootDisk(t testing.TB, dir, uuid string, extra map[string]string) string {
 	t.Helper()
 	_, rootInit := binaries(t)
 	img := filepath.Join(dir, "root.img")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 2*time.Minute))
 	defer cancel()
 	if err := rootdisk.Build(ctx, rootdisk.Options{Out: img, SizeMB: 64, UUID: uuid, Label: "kpreload-root", Init: rootInit, Extra: extra}); err != nil {
 		t.Fatalf("root disk: %v", err)

@@ -14,6 +14,7 @@ import (
 	"github.com/kpreload/kpreload/builder/image"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/qemu"
+	"github.com/kpreload/kpreload/internal/testenv"
 )
 
 // The base image's non-root login user, as cloud images have one ("debian",
@@ -115,7 +116,7 @@ func TestProvisionerCloudBuilder(t *testing.T) {
 	if testing.Short() {
 		t.Skip("mmdebstrap, a packer build with the QEMU builder and two TCG boots; -short")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 40*time.Minute))
 	defer cancel()
 	dir := t.TempDir()
 	key := filepath.Join(dir, "id_ed25519")
@@ -215,7 +216,7 @@ build {
 	for i, fw := range []string{qemu.FirmwareBIOS, qemu.FirmwareUEFI} {
 		res, err := (&qemu.Runner{WorkDir: t.TempDir()}).Run(ctx, qemu.Config{
 			Firmware: fw, RootDisk: disk, Snapshot: i > 0,
-			Devices: []string{"edu"}, Until: updatesDone, Timeout: 420 * time.Second,
+			Devices: []string{"edu"}, Until: updatesDone, Timeout: testenv.Deadline(t, 420*time.Second),
 		})
 		if err != nil {
 			t.Fatalf("%s boot of the provisioned image: %v", fw, err)

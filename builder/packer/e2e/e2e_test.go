@@ -13,6 +13,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/image"
 	"github.com/kpreload/kpreload/builder/qemu"
+	"github.com/kpreload/kpreload/internal/testenv"
 )
 
 // templates are the templates shipped in images/, relative to the repository root.
@@ -22,7 +23,7 @@ var templates = []string{"images/ci-testdriver.pkr.hcl", "images/debian12-gpu.pk
 // (the plugin's Prepare through Packer's RPC), and checks that a bad kernel and
 // an existing output directory are refused with messages that say why.
 func TestValidateTemplates(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 5*time.Minute))
 	defer cancel()
 	for _, tmpl := range templates {
 		out, err := packerRun(ctx, t, "validate", "-var", "output_directory="+filepath.Join(t.TempDir(), "out"), tmpl)
@@ -60,8 +61,10 @@ var defaultTarget = regexp.MustCompile(`Reached target .*(Multi-User System|Grap
 
 // TestBuildAndBootCITestdriver runs the real `packer build` of
 // images/ci-testdriver.pkr.hcl with a fresh module cache (the real dkms builds
-// the test driver) and a fresh root filesystem cache (mmdebstrap runs under
-// the plugin, against the Debian archive), then boots the produced qcow2 in QEMU through OVMF and the
+// the test driver) and, for trixie, a fresh root filesystem cache (mmdebstrap
+// runs under the plugin, against the Debian archive; bookworm's build takes
+// the machine's root filesystem cache, which the image tests share, so one
+// mmdebstrap of the same tarball is not run again), then boots the produced qcow2 in QEMU through OVMF and the
 // image's systemd-boot with -device edu: /init's report shows kpreload_edu
 // loaded and the device bound before switch_root to /sbin/init, and systemd
 // reaches its default target.
@@ -69,23 +72,33 @@ func TestBuildAndBootCITestdriver(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real packer build (mmdebstrap, dkms) and a UEFI boot under TCG; -short")
 	}
-	for _, tc := range []struct{ suite, kernel, welcome string }{
-		{"bookworm", "6.1.0-56-cloud-amd64", "Debian GNU/Linux 12"},
+	for _, tc := range []struct {
+		suite, kernel, welcome string
+		freshRootfs            bool
+	}{
+		{"bookworm", "6.1.0-56-cloud-amd64", "Debian GNU/Linux 12", false},
 		// -var suite=trixie: the template defaults to trixie's cloud kernel,
 		// the test driver is built in the trixie build root (gcc-14).
-		{"trixie", "6.12.118+deb13-cloud-amd64", "Debian GNU/Linux 13"},
+		{"trixie", "6.12.118+deb13-cloud-amd64", "Debian GNU/Linux 13", true},
 	} {
-		t.Run(tc.suite, func(t *testing.T) { buildAndBootCITestdriver(t, tc.suite, tc.kernel, tc.welcome) })
+		t.Run(tc.suite, func(t *testing.T) {
+			buildAndBootCITestdriver(t, tc.suite, tc.kernel, tc.welcome, tc.freshRootfs)
+		})
 	}
 }
 
-// buildAndBootCITestdriver is TestBuildAndBootCITestdriver for one suite.
-func buildAndBootCITestdriver(t *testing.T, suite, kernel, welcome string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+// buildAndBootCITestdriver is TestBuildAndBootCITestdriver for one suite;
+// freshRootfs gives the build an empty root filesystem cache of its own, so
+// that mmdebstrap runs under the plugin, else the machine's default one.
+func buildAndBootCITestdriver(t *testing.T, suite, kernel, welcome string, freshRootfs bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 40*time.Minute))
 	defer cancel()
 	outDir := filepath.Join(t.TempDir(), "out")
 	cache := filepath.Join(t.TempDir(), "cache")
-	rootfsCache := filepath.Join(t.TempDir(), "rootfs")
+	rootfsCache := "" // the template's default: the machine's cache
+	if freshRootfs {
+		rootfsCache = filepath.Join(t.TempDir(), "rootfs")
+	}
 
 	start := time.Now()
 	out, err := packerRun(ctx, t, "build", "-machine-readable",
@@ -124,9 +137,10 @@ func buildAndBootCITestdriver(t *testing.T, suite, kernel, welcome string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Rootfs.Cached {
+	if freshRootfs && m.Rootfs.Cached {
 		t.Errorf("manifest says the root filesystem came from a cache; want mmdebstrap run by this build")
 	}
+	t.Logf("root filesystem from the cache: %v (fresh cache: %v)", m.Rootfs.Cached, freshRootfs)
 	if len(m.Drivers) != 1 || m.Drivers[0].Recipe != "testdriver" || m.Drivers[0].Kernel != kernel {
 		t.Errorf("manifest drivers = %+v, want the testdriver set for %s", m.Drivers, kernel)
 	}
@@ -147,7 +161,7 @@ func buildAndBootCITestdriver(t *testing.T, suite, kernel, welcome string) {
 		RootDisk: overlay,
 		Devices:  []string{"edu"},
 		Until:    defaultTarget,
-		Timeout:  480 * time.Second,
+		Timeout:  testenv.Deadline(t, 480*time.Second),
 	})
 	if err != nil {
 		t.Fatalf("UEFI boot of the packer-built image: %v", err)

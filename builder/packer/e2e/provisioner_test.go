@@ -160,7 +160,7 @@ build {
 		filepath.Join(repoRoot(t), "images", "instance-example.yaml"), target, staging)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 20*time.Minute))
 	defer cancel()
 	out, err := packerRun(ctx, t, "build", tmpl)
 	if err != nil {
