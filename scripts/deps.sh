@@ -56,6 +56,7 @@ packages=(
   sbsigntool python3-virt-firmware   # Secure Boot: sbverify of boot binaries, OVMF variable stores with a MOK (virt-fw-vars, bookworm-backports)
   openssh-server jq                  # the Packer provisioner's SSH test; benchmark scripts
   docker-registry                    # a real OCI registry (distribution 2.8) for the remote cache tests
+  reprepro gnupg                     # a local signed apt archive for the extra-archive tests
 )
 
 stamp="$KPRELOAD_CACHE/.deps-apt"
