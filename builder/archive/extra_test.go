@@ -16,7 +16,7 @@ import (
 func TestExtraArchiveSignature(t *testing.T) {
 	ctx := context.Background()
 	repo := testenv.StartAptArchive(t, "stable")
-	repo.Publish("kpreload-test-dkms", "555.1.2-1")
+	repo.Publish("stable", "kpreload-test-dkms", "555.1.2-1")
 	wrong := repo.NewKey(filepath.Join(t.TempDir(), "other.asc"))
 	extra := Extra{Name: "team", URL: repo.URL, Suites: []string{"stable"}, Components: []string{"main"}, Key: repo.Key}
 

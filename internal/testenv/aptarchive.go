@@ -19,8 +19,8 @@ type AptArchive struct {
 	URL string
 	// Dir is reprepro's base directory (conf/, dists/, pool/).
 	Dir string
-	// Suite is the archive's one suite (its codename), with component main.
-	Suite string
+	// Suites are the archive's suites (codenames), each with component main.
+	Suites []string
 	// Key is the armored public key file that signs the Release files.
 	Key string
 
@@ -28,10 +28,10 @@ type AptArchive struct {
 	gnupg string
 }
 
-// StartAptArchive makes an empty archive of suite (component main, amd64),
+// StartAptArchive makes an empty archive of suites (component main, amd64),
 // signed by a new key, and serves it on a free loopback port. The test fails
 // (it does not skip) when reprepro or gpg is missing: scripts/deps.sh installs them.
-func StartAptArchive(t testing.TB, suite string) *AptArchive {
+func StartAptArchive(t testing.TB, suites ...string) *AptArchive {
 	t.Helper()
 	for _, bin := range []string{"reprepro", "gpg", "dpkg-deb"} {
 		if _, err := exec.LookPath(bin); err != nil {
@@ -39,7 +39,7 @@ func StartAptArchive(t testing.TB, suite string) *AptArchive {
 		}
 	}
 	dir := t.TempDir()
-	a := &AptArchive{Dir: filepath.Join(dir, "repo"), Suite: suite, t: t, gnupg: filepath.Join(dir, "gnupg")}
+	a := &AptArchive{Dir: filepath.Join(dir, "repo"), Suites: suites, t: t, gnupg: filepath.Join(dir, "gnupg")}
 	if err := os.MkdirAll(filepath.Join(a.Dir, "conf"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -55,8 +55,11 @@ func StartAptArchive(t testing.TB, suite string) *AptArchive {
 	if keyID == "" {
 		t.Fatalf("gpg made no key: %s", fpr)
 	}
-	conf := fmt.Sprintf("Codename: %s\nSuite: %s\nArchitectures: amd64\nComponents: main\nSignWith: %s\n", suite, suite, keyID)
-	if err := os.WriteFile(filepath.Join(a.Dir, "conf", "distributions"), []byte(conf), 0o644); err != nil {
+	var conf strings.Builder
+	for _, suite := range suites {
+		fmt.Fprintf(&conf, "Codename: %s\nSuite: %s\nArchitectures: amd64\nComponents: main\nSignWith: %s\n\n", suite, suite, keyID)
+	}
+	if err := os.WriteFile(filepath.Join(a.Dir, "conf", "distributions"), []byte(conf.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	a.reprepro("export")
@@ -95,9 +98,10 @@ func (a *AptArchive) NewKey(file string) string {
 	return file
 }
 
-// Publish builds an empty package name=version (amd64) and adds it to the
-// suite, re-signing the Release files.
-func (a *AptArchive) Publish(name, version string) {
+// Publish builds an empty package name=version (amd64) and adds it to
+// suite (replacing the version it had: reprepro keeps one per suite),
+// re-signing the suite's Release files.
+func (a *AptArchive) Publish(suite, name, version string) {
 	a.t.Helper()
 	root := filepath.Join(a.t.TempDir(), "pkg")
 	control := fmt.Sprintf("Package: %s\nVersion: %s\nArchitecture: amd64\nSection: misc\nPriority: optional\nMaintainer: kpreload tests <tests@kpreload.invalid>\nDescription: test package\n", name, version)
@@ -111,16 +115,18 @@ func (a *AptArchive) Publish(name, version string) {
 	if out, err := exec.Command("dpkg-deb", "--root-owner-group", "--build", root, deb).CombinedOutput(); err != nil {
 		a.t.Fatalf("dpkg-deb: %v: %s", err, out)
 	}
-	a.reprepro("includedeb", a.Suite, deb)
+	a.reprepro("includedeb", suite, deb)
 }
 
-// Unsign removes the suite's signatures (InRelease, Release.gpg), leaving an
-// unsigned Release file.
+// Unsign removes every suite's signatures (InRelease, Release.gpg),
+// leaving unsigned Release files.
 func (a *AptArchive) Unsign() {
 	a.t.Helper()
-	for _, f := range []string{"InRelease", "Release.gpg"} {
-		if err := os.Remove(filepath.Join(a.Dir, "dists", a.Suite, f)); err != nil {
-			a.t.Fatal(err)
+	for _, suite := range a.Suites {
+		for _, f := range []string{"InRelease", "Release.gpg"} {
+			if err := os.Remove(filepath.Join(a.Dir, "dists", suite, f)); err != nil {
+				a.t.Fatal(err)
+			}
 		}
 	}
 }
