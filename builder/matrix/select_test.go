@@ -11,7 +11,9 @@ import (
 // oneArchive answers every suite with the same package versions.
 type oneArchive map[string][]archive.Carried
 
-func (a oneArchive) Open(*recipe.Recipe, string) (recipe.Carrier, string, error) { return a, "trixie", nil }
+func (a oneArchive) Open(*recipe.Recipe, string) (recipe.Carrier, string, error) {
+	return a, "trixie", nil
+}
 
 func (a oneArchive) Carried(_ context.Context, name string) ([]archive.Carried, error) {
 	return a[name], nil
