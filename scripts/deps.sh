@@ -57,6 +57,7 @@ packages=(
   openssh-server jq                  # the Packer provisioner's SSH test; benchmark scripts
   chromium                           # the boot timeline pictures checked in a real browser (headless)
   docker-registry                    # a real OCI registry (distribution 2.8) for the remote cache tests
+  reprepro gnupg                     # a local signed apt archive for the extra-archive tests
 )
 
 stamp="$KPRELOAD_CACHE/.deps-apt"

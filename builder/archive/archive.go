@@ -59,6 +59,9 @@ type Archive struct {
 	// Mirror and SecurityMirror are the archives a private configuration reads.
 	Mirror, SecurityMirror string
 
+	// extra is the archive's description when it is not Debian's (NewExtra).
+	extra *Extra
+
 	mu      sync.Mutex
 	updated bool
 	kernels []string
@@ -167,7 +170,15 @@ func (a *Archive) Update(ctx context.Context, force bool) error {
 		}
 	}
 	sources := filepath.Join(a.Dir, "sources.list")
-	want := "# kpreload's private apt configuration for " + a.Suite + " (never used to install)\n" + a.SourcesList()
+	list := a.SourcesList()
+	if a.extra != nil {
+		key, err := a.installKey()
+		if err != nil {
+			return err
+		}
+		list = a.extraSources(key)
+	}
+	want := "# kpreload's private apt configuration for " + a.Suite + " (never used to install)\n" + list
 	changed := true
 	if old, err := os.ReadFile(sources); err == nil && string(old) == want {
 		changed = false
@@ -188,9 +199,16 @@ func (a *Archive) Update(ctx context.Context, force bool) error {
 		a.updated = true
 		return nil
 	}
+	// A failed update must not leave the last good stamp behind.
+	if err := os.Remove(stamp); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("archive %s: %w", a.Suite, err)
+	}
 	args := append(a.aptOptions(), "update", "-q")
 	cmd := exec.CommandContext(ctx, "apt-get", args...)
 	out, err := cmd.CombinedOutput()
+	if sigErr := a.signatureError(out); sigErr != nil {
+		return sigErr
+	}
 	if err != nil {
 		return fmt.Errorf("archive %s: apt-get update of kpreload's private configuration %s: %w: %s", a.Suite, a.Dir, err, lastLines(out, 5))
 	}

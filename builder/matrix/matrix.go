@@ -150,6 +150,9 @@ type Options struct {
 	// Lister resolves recipes' kernel matrices when Kernels is empty; nil
 	// means recipe.AptKernelsIn(DownloadDir).
 	Lister recipe.KernelLister
+	// Archives resolves recipes that select their driver version
+	// (source.select); nil means recipe.AptArchives over DownloadDir.
+	Archives recipe.PackageArchives
 	// CacheDir is the module cache directory (see kmodcache/store).
 	CacheDir string
 	// DownloadDir holds downloaded .debs (debs/), unpacked package sources
@@ -205,18 +208,27 @@ func downloadsOf(opts Options) string {
 // opts.RecipeKernels entry, else opts.Kernels, else its matrix), in recipe
 // order then kernel order, each cell once.
 func Cells(opts Options) ([]Cell, error) {
-	cells, _, err := cellsAndSuites(opts)
+	cells, _, err := cellsAndSuites(context.Background(), opts)
 	return cells, err
 }
 
 // cellsAndSuites is Cells that also says which Debian suite carries each
 // kernel: the one its recipe's matrix found it in, else the suite its
-// release names (archive.KernelSuite).
-func cellsAndSuites(opts Options) ([]Cell, map[string]string, error) {
+// release names (archive.KernelSuite). A recipe that selects its driver
+// version is resolved first: its cells carry the pinned copy.
+func cellsAndSuites(ctx context.Context, opts Options) ([]Cell, map[string]string, error) {
 	var cells []Cell
 	seen := map[Cell]bool{}
 	suites := map[string]string{}
+	arcs := opts.Archives
+	if arcs == nil {
+		arcs = &recipe.AptArchives{Cache: downloadsOf(opts)}
+	}
 	for _, r := range opts.Recipes {
+		pinned, _, err := r.ResolveDriver(ctx, arcs)
+		if err != nil {
+			return nil, nil, fmt.Errorf("driver version: %w", err)
+		}
 		kernels, only := opts.RecipeKernels[r]
 		if !only {
 			kernels = opts.Kernels
@@ -240,7 +252,7 @@ func cellsAndSuites(opts Options) ([]Cell, map[string]string, error) {
 			if _, ok := suites[k]; !ok {
 				suites[k] = archive.KernelSuite(k)
 			}
-			c := Cell{Recipe: r, Kernel: k}
+			c := Cell{Recipe: pinned, Kernel: k}
 			if !seen[c] {
 				seen[c] = true
 				cells = append(cells, c)
@@ -248,6 +260,17 @@ func cellsAndSuites(opts Options) ([]Cell, map[string]string, error) {
 		}
 	}
 	return cells, suites, nil
+}
+
+// downloadsOf is opts.DownloadDir, else $KPRELOAD_CACHE, else DefaultDownloadDir.
+func downloadsOf(opts Options) string {
+	if opts.DownloadDir != "" {
+		return opts.DownloadDir
+	}
+	if d := os.Getenv("KPRELOAD_CACHE"); d != "" {
+		return d
+	}
+	return DefaultDownloadDir
 }
 
 // Run builds every cell of the matrix and returns one Result per cell, in
@@ -261,7 +284,7 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	if opts.CacheDir == "" {
 		return nil, errors.New("build: no cache directory")
 	}
-	cells, suites, err := cellsAndSuites(opts)
+	cells, suites, err := cellsAndSuites(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("build: %w", err)
 	}

@@ -68,7 +68,7 @@ func prepareSource(ctx context.Context, r *recipe.Recipe, downloads string) (*so
 
 // recipeArchive returns the archive of the recipe's suite.
 func recipeArchive(r *recipe.Recipe, downloads string) (*archive.Archive, error) {
-	a, err := archive.New(r.Suite, downloads)
+	a, err := r.Archive(downloads)
 	if err != nil {
 		return nil, fmt.Errorf("recipe %s: %w", r.Name, err)
 	}

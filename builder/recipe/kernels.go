@@ -180,7 +180,11 @@ func (r *Recipe) ResolveKernels(l KernelLister) ([]string, error) {
 // suite, explicit releases in the default suite, then the recipe's suite,
 // then the selectors' suites.
 func (r *Recipe) ResolveKernelSuites(l KernelLister) (map[string]string, error) {
-	found, errs := r.Kernels.resolve(l, r.Suite)
+	suite := r.Suite
+	if _, ok := r.extra(suite); ok {
+		suite = "" // an extra archive carries the driver, not kernels
+	}
+	found, errs := r.Kernels.resolve(l, suite)
 	if len(errs) > 0 {
 		joined := make([]error, 0, len(errs))
 		for _, e := range errs {

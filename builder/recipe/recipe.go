@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/internal/inroot"
 )
 
@@ -68,6 +69,9 @@ type Recipe struct {
 	// userspace, supported-gpus) come from, such as "trixie"; "" means
 	// archive.DefaultSuite (bookworm).
 	Suite string `yaml:"suite"`
+	// Archives are extra apt archives (URL, suites, components, signing
+	// key relative to the recipe) that source.select.suites may name.
+	Archives []archive.Extra `yaml:"archives"`
 	// Patches are patch files (relative to the recipe file, inside its
 	// directory once links are followed: see PatchFiles) applied with
 	// "patch -p1" to a copy of the DKMS source before dkms runs, in order.
@@ -111,6 +115,10 @@ type Source struct {
 	// Path is the DKMS source directory inside Package, relative to the
 	// package root, such as "usr/src/nvidia-current-535.261.03".
 	Path string `yaml:"path"`
+	// Select, if set, picks the version of Package (then a bare package
+	// name) from the archives at build time, such as the newest 550 of
+	// trixie, trixie-backports; Path may hold VersionPlaceholder.
+	Select *DriverSelector `yaml:"select"`
 	// Dir is a directory holding dkms.conf, relative to the recipe file
 	// (the project's test driver). It, and every link in the tree under it,
 	// must lead inside the recipe's directory once links are followed.

@@ -82,8 +82,20 @@ func TestShippedRecipes(t *testing.T) {
 			t.Errorf("%s: modules %v, want %v", r.Name, r.Modules, want)
 		}
 	}
-	if len(rs) != len(want) {
-		t.Errorf("LoadDir(%q) loaded %d recipes, want %d", recipesDir, len(rs), len(want))
+	// The 555 branch follows experimental: its version is selected at build time.
+	following := map[string]string{"nvidia-555": "nvidia-kernel-dkms", "nvidia-555-open": "nvidia-open-kernel-dkms"}
+	for name, pkg := range following {
+		r := byName[name]
+		if r == nil {
+			t.Errorf("recipe %s is missing from %s", name, recipesDir)
+			continue
+		}
+		if !r.Selects() || r.Source.Package != pkg || r.Source.Select.String() != "newest 555 of experimental" || r.Driver.Version != "" {
+			t.Errorf("%s: source %+v select %+v version %q, want %s selecting the newest 555 of experimental", name, r.Source, r.Source.Select, r.Driver.Version, pkg)
+		}
+	}
+	if len(rs) != len(want)+len(following) {
+		t.Errorf("LoadDir(%q) loaded %d recipes, want %d", recipesDir, len(rs), len(want)+len(following))
 	}
 
 	td := byName["testdriver"]
@@ -136,7 +148,18 @@ func TestShippedPackagesExist(t *testing.T) {
 	type pin struct{ ref, suite, file string }
 	seen := map[string]bool{}
 	var pins []pin
+	arcs := &AptArchives{}
 	for _, r := range rs {
+		// A recipe that selects its version must resolve to packages the
+		// archive carries.
+		r, pick, err := r.ResolveDriver(context.Background(), arcs)
+		if err != nil {
+			t.Errorf("%v (run scripts/deps.sh, then apt-get update)", err)
+			continue
+		}
+		if pick.Version != "" {
+			t.Logf("%s: %s picks %s (%s, published by %s)", r.Name, pick.Selector, pick.Version, pick.Suite, pick.Published.Format("2006-01-02"))
+		}
 		refs := append(append([]string{r.Source.Package}, r.Firmware...), r.Userspace...)
 		if r.SupportedGPUs != nil {
 			refs = append(refs, r.SupportedGPUs.Package)

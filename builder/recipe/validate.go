@@ -51,6 +51,7 @@ func (r *Recipe) Validate() error {
 		add("driver.name", "%v", nameError(r.Driver.Name))
 	}
 	switch {
+	case r.Selects():
 	case r.Driver.Version == "":
 		add("driver.version", "missing; give the driver version, such as 535.261.03")
 	case nameError(r.Driver.Version) != nil:
@@ -63,11 +64,16 @@ func (r *Recipe) Validate() error {
 	default:
 		add("flavor", "%q: want %s or %s", r.Flavor, FlavorProprietary, FlavorOpen)
 	}
-	errs = append(errs, r.validateSource()...)
+	errs = append(errs, r.validateArchives()...)
+	if r.Selects() {
+		errs = append(errs, r.validateSelect()...)
+	} else {
+		errs = append(errs, r.validateSource()...)
+		errs = append(errs, r.validatePackages("firmware", r.Firmware)...)
+		errs = append(errs, r.validatePackages("userspace", r.Userspace)...)
+	}
 	errs = append(errs, r.validateModules()...)
-	errs = append(errs, r.validatePackages("firmware", r.Firmware)...)
-	errs = append(errs, r.validatePackages("userspace", r.Userspace)...)
-	if s := r.SupportedGPUs; s != nil {
+	if s := r.SupportedGPUs; s != nil && !r.Selects() {
 		if e := r.validatePin("supported-gpus.package", s.Package); e != nil {
 			errs = append(errs, e)
 		}
@@ -86,7 +92,7 @@ func (r *Recipe) Validate() error {
 			add("signing.hash", "%q: want one of %s", s.Hash, strings.Join(signHashes, ", "))
 		}
 	}
-	if r.Suite != "" {
+	if _, extra := r.extra(r.Suite); r.Suite != "" && !extra {
 		if err := archive.CheckSuite(r.Suite); err != nil {
 			add("suite", "%v", err)
 		}

@@ -1,0 +1,87 @@
+package archive
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kpreload/kpreload/internal/testenv"
+)
+
+// TestExtraArchiveSignature reads a real local archive (reprepro, signed with
+// gpg, served on loopback) through a private configuration: signed by its key
+// it resolves, with the suite and the Release file's date; signed by another
+// key, or unsigned, it is refused with an error that says so.
+func TestExtraArchiveSignature(t *testing.T) {
+	ctx := context.Background()
+	repo := testenv.StartAptArchive(t, "stable")
+	repo.Publish("stable", "kpreload-test-dkms", "555.1.2-1")
+	wrong := repo.NewKey(filepath.Join(t.TempDir(), "other.asc"))
+	extra := Extra{Name: "team", URL: repo.URL, Suites: []string{"stable"}, Components: []string{"main"}, Key: repo.Key}
+
+	good, err := NewExtra(extra, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := good.Carried(ctx, "kpreload-test-dkms")
+	if err != nil {
+		t.Fatalf("signed archive: %v", err)
+	}
+	if len(got) != 1 || got[0].Version != "555.1.2-1" || got[0].Suite != "stable" || got[0].Published.IsZero() {
+		t.Errorf("Carried = %+v, want 555.1.2-1 in stable with the Release file's date", got)
+	}
+
+	for _, tc := range []struct {
+		name   string
+		key    string
+		unsign bool
+	}{
+		{name: "wrong key", key: wrong},
+		{name: "unsigned", key: repo.Key, unsign: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.unsign {
+				repo.Unsign()
+			}
+			x := extra
+			x.Key = tc.key
+			a, err := NewExtra(x, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := a.Carried(ctx, "kpreload-test-dkms")
+			if err == nil {
+				t.Fatalf("Carried = %+v, want a signature error", got)
+			}
+			if !strings.Contains(err.Error(), "is not signed by the key "+tc.key) {
+				t.Errorf("error = %v, want it to say the Release file is not signed by the key", err)
+			}
+		})
+	}
+}
+
+func TestExtraCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		x    Extra
+		want string
+	}{
+		{"ok", Extra{Name: "cuda", URL: "https://example.invalid/repo", Suites: []string{"/"}, Components: []string{"main"}, Key: "k.asc"}, ""},
+		{"no key", Extra{Name: "cuda", URL: "https://example.invalid/repo", Suites: []string{"stable"}, Components: []string{"main"}}, "key: missing"},
+		{"debian name", Extra{Name: "trixie", URL: "https://example.invalid/repo", Suites: []string{"stable"}, Components: []string{"main"}, Key: "k"}, "is a Debian suite"},
+		{"bad url", Extra{Name: "cuda", URL: "ftp://x", Suites: []string{"stable"}, Components: []string{"main"}, Key: "k"}, "url:"},
+		{"option injection", Extra{Name: "cuda", URL: "https://x/", Suites: []string{"stable] [trusted=yes"}, Components: []string{"main"}, Key: "k"}, "suites[0]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.x.Check()
+			got := ""
+			if err != nil {
+				got = err.Error()
+			}
+			if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
+				t.Errorf("Check() = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
