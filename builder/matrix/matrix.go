@@ -262,17 +262,6 @@ func cellsAndSuites(ctx context.Context, opts Options) ([]Cell, map[string]strin
 	return cells, suites, nil
 }
 
-// downloadsOf is opts.DownloadDir, else $KPRELOAD_CACHE, else DefaultDownloadDir.
-func downloadsOf(opts Options) string {
-	if opts.DownloadDir != "" {
-		return opts.DownloadDir
-	}
-	if d := os.Getenv("KPRELOAD_CACHE"); d != "" {
-		return d
-	}
-	return DefaultDownloadDir
-}
-
 // Run builds every cell of the matrix and returns one Result per cell, in
 // Cells order. Failed cells do not stop the others; when any failed the
 // error wraps ErrCellsFailed (the results are still returned). A cancelled
