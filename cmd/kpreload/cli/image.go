@@ -81,7 +81,7 @@ The manifest says which firmware the image boots under (boot_firmware: uefi
 for systemd-boot, bios and uefi for GRUB) and whether it boots with Secure
 Boot on (secure_boot), what each cloud's import asks. Outputs appear only when
 complete. Progress goes to stderr (on a terminal under one status line: phase
-done of all, the phase in progress, elapsed); the manifest summary (or --json, the
+done of all, the phase in progress, elapsed, an estimate of the time left); the manifest summary (or --json, the
 whole manifest) to stdout.`,
 		Example: `  kpreload image build --name ci --kernel 6.1.0-56-cloud-amd64 --recipe testdriver --build-missing --out out/images
   kpreload image build --name gpu --kernel 6.1.0-56-cloud-amd64 --recipe nvidia-535 --format vmdk,vhd,gce
@@ -151,7 +151,7 @@ whole manifest) to stdout.`,
 			}
 			stopTicks := tickEverySecond(line)
 			j := image.NewJob(o)
-			err = image.RunPhases(ctx, image.ShowPhases(j.Phases(), line, time.Now))
+			err = image.RunPhases(ctx, image.ShowPhases(j.Phases(), j.PhaseCosts(), line, time.Now))
 			stopTicks()
 			line.Stop()
 			if err != nil {
