@@ -22,7 +22,7 @@ func downloadDeb(ctx context.Context, r *recipe.Recipe, ref, dir, cache string) 
 	if !ok {
 		return "", fmt.Errorf("package %q: want name=version", ref)
 	}
-	a, err := archive.New(r.Suite, cache)
+	a, err := r.Archive(cache)
 	if err != nil {
 		return "", err
 	}

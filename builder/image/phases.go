@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/install"
+	"github.com/kpreload/kpreload/builder/recipe"
 )
 
 // Phase is one phase of an image build: Build runs a Job's phases one after
@@ -172,6 +173,11 @@ func (j *Job) prepare(ctx context.Context) error {
 	if err := checkPackages(o, archiveControls(ctx, o)); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
+	recipes, err := pinRecipes(ctx, o.Recipes, &recipe.AptArchives{Cache: o.DownloadDir}, o.Progress)
+	if err != nil {
+		return fmt.Errorf("image: %w", err)
+	}
+	o.Recipes, j.o.Recipes = recipes, recipes
 	if _, err := os.Stat(SystemdBootEFI); err != nil && o.Bootloader == install.SystemdBoot {
 		return fmt.Errorf("image: systemd-boot is missing (install systemd-boot-efi with scripts/deps.sh): %w", err)
 	}
@@ -205,7 +211,6 @@ func (j *Job) prepare(ctx context.Context) error {
 		j.moduleKey = cert
 	}
 
-	var err error
 	if j.madeDirs, err = mkdirAll(o.OutDir); err != nil {
 		return fmt.Errorf("image: output directory: %w", err)
 	}
