@@ -389,7 +389,7 @@ func printUnsigned(w io.Writer, results []matrix.Result, rm fmt.Stringer) {
 // printBuildTable prints a kernel × recipe table of states, then the
 // failures with their first error and log.
 func printBuildTable(w io.Writer, results []matrix.Result) {
-	var kernels, recipes []string
+	var kernels, recipes, versions []string
 	state := map[[2]string]string{}
 	counts := map[string]int{}
 	for _, r := range results {
@@ -398,6 +398,7 @@ func printBuildTable(w io.Writer, results []matrix.Result) {
 		}
 		if !slices.Contains(recipes, r.Recipe.Name) {
 			recipes = append(recipes, r.Recipe.Name)
+			versions = append(versions, r.Recipe.Driver.Version)
 		}
 		s := r.State
 		if r.Trust != "" && r.Trust != remote.TrustVerified {
@@ -408,6 +409,9 @@ func printBuildTable(w io.Writer, results []matrix.Result) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "KERNEL\t%s\n", strings.Join(recipes, "\t"))
+	// The driver version of each recipe: what a recipe that selects its
+	// version by branch resolved to in this run.
+	fmt.Fprintf(tw, "(version)\t%s\n", strings.Join(versions, "\t"))
 	for _, k := range kernels {
 		row := []string{k}
 		for _, r := range recipes {

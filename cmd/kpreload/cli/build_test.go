@@ -125,9 +125,10 @@ func TestPrintBuildTable(t *testing.T) {
 	}
 	var b bytes.Buffer
 	printBuildTable(&b, results)
-	want := `KERNEL  testdriver  nvidia-535-open
-k1      ok          -
-k2      cached      failed
+	want := `KERNEL     testdriver  nvidia-535-open
+(version)  1.0.0       535.261.03
+k1         ok          -
+k2         cached      failed
 
 FAILED nvidia-535-open for k2:
   nv-pci.c:1:2: error: too few arguments
