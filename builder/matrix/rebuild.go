@@ -74,11 +74,9 @@ func Rebuild(ctx context.Context, st *store.Store, ref string, candidates []*rec
 	}
 	out := &Rebuilt{Set: id, KeyID: manifest.KeyID(stored.CacheKey), Kernel: stored.Kernel}
 
-	var same []*recipe.Recipe
-	for _, r := range candidates {
-		if r.Driver.Name == stored.Driver && r.Driver.Version == stored.Version && string(r.Flavor) == stored.Flavor {
-			same = append(same, r)
-		}
+	same, err := sameDriver(ctx, stored, candidates, opts)
+	if err != nil {
+		return nil, fmt.Errorf("rebuild %.12s: %w", id, err)
 	}
 	if len(same) == 0 {
 		return nil, fmt.Errorf("rebuild %.12s: no recipe builds %s %s (%s); give the recipe it was built from", id, stored.Driver, stored.Version, stored.Flavor)
@@ -166,4 +164,37 @@ func keyDiff(a, b map[string]string) string {
 		}
 	}
 	return strings.Join(diffs, "; ")
+}
+
+// sameDriver returns the candidates that build stored's driver, version and
+// flavour: recipes that pin it, and recipes that select their version by
+// branch pinned to the source package version stored's key names (the
+// version the cell was built from, which need not be the newest any more).
+func sameDriver(ctx context.Context, stored *manifest.Manifest, candidates []*recipe.Recipe, opts Options) ([]*recipe.Recipe, error) {
+	var same []*recipe.Recipe
+	for _, r := range candidates {
+		if r.Driver.Name != stored.Driver || string(r.Flavor) != stored.Flavor {
+			continue
+		}
+		if !r.Selects() {
+			if r.Driver.Version == stored.Version {
+				same = append(same, r)
+			}
+			continue
+		}
+		pkg, version, ok := recipe.SplitPackage(stored.CacheKey["source_package"])
+		if !ok || pkg != r.Source.Package || !recipe.InBranch(stored.Version, r.Source.Select.Branch) {
+			continue
+		}
+		arcs := opts.Archives
+		if arcs == nil {
+			arcs = &recipe.AptArchives{Cache: downloadsOf(opts)}
+		}
+		pinned, _, err := r.PinDriver(ctx, arcs, version)
+		if err != nil {
+			return nil, err
+		}
+		same = append(same, pinned)
+	}
+	return same, nil
 }

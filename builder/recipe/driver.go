@@ -265,6 +265,26 @@ type DriverPick struct {
 // A recipe that pins is returned as it is, with a zero DriverPick. Errors
 // name the file, the line and the field.
 func (r *Recipe) ResolveDriver(ctx context.Context, arcs PackageArchives) (*Recipe, DriverPick, error) {
+	return r.resolveDriver(ctx, arcs, "")
+}
+
+// PinDriver is ResolveDriver for one exact Debian version of the source
+// package instead of the newest (what rebuilding a stored cell needs: the
+// version its key names, which need not be the newest any more). The
+// version must be in the recipe's branch and carried by one of its suites.
+func (r *Recipe) PinDriver(ctx context.Context, arcs PackageArchives, version string) (*Recipe, DriverPick, error) {
+	if r.Source.Select == nil {
+		return r, DriverPick{}, nil
+	}
+	if version == "" {
+		return nil, DriverPick{}, r.errorf("source.select", "no version to pin to")
+	}
+	return r.resolveDriver(ctx, arcs, version)
+}
+
+// resolveDriver resolves r's selector to version, or to the newest version
+// of its branch when version is "".
+func (r *Recipe) resolveDriver(ctx context.Context, arcs PackageArchives, version string) (*Recipe, DriverPick, error) {
 	sel := r.Source.Select
 	if sel == nil {
 		return r, DriverPick{}, nil
@@ -291,7 +311,7 @@ func (r *Recipe) ResolveDriver(ctx context.Context, arcs PackageArchives) (*Reci
 				continue
 			}
 			seen = append(seen, v.Version+" ("+v.Suite+")")
-			if !InBranch(UpstreamVersion(v.Version), sel.Branch) {
+			if !InBranch(UpstreamVersion(v.Version), sel.Branch) || (version != "" && v.Version != version) {
 				continue
 			}
 			if best == nil || CompareVersions(v.Version, best.Version) > 0 {
@@ -303,6 +323,9 @@ func (r *Recipe) ResolveDriver(ctx context.Context, arcs PackageArchives) (*Reci
 		has := "none"
 		if len(seen) > 0 {
 			has = strings.Join(seen, ", ")
+		}
+		if version != "" {
+			return nil, DriverPick{}, r.errorf("source.select", "%s: %s=%s is not in branch %s of these suites; they carry %s", sel, r.Source.Package, version, sel.Branch, has)
 		}
 		return nil, DriverPick{}, r.errorf("source.select", "%s: no version of %s in branch %s; the suites carry %s", sel, r.Source.Package, sel.Branch, has)
 	}
