@@ -673,6 +673,15 @@ func TestBootSetup(t *testing.T) {
 			t.Errorf("console %s\nreport %+v\nwant %q", o.console, o.written, want)
 		}
 	})
+	t.Run("a report channel in fw_cfg longer than a path", func(t *testing.T) {
+		f := newFixture(t, "")
+		f.initSets = []testSet{edu("1.0.0")}
+		f.write("sys/firmware/qemu_fw_cfg/by_name/"+report.ChannelFwCfgName+"/raw", "/"+strings.Repeat("a", 1<<20))
+		o := f.boot()
+		if want := `fw_cfg opt/kpreload/report: more than 4096 bytes; no report channel`; !strings.Contains(o.console, want) && (o.written == nil || !slices.Contains(o.written.Warnings, want)) {
+			t.Errorf("console %s\nreport %+v\nwant %q", o.console, o.written, want)
+		}
+	})
 	t.Run("an image built for Secure Boot, booted without it", func(t *testing.T) {
 		f := newFixture(t, "")
 		f.initSets = []testSet{edu("1.0.0")}
