@@ -4,14 +4,11 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/kpreload/kpreload/internal/testenv"
 )
 
 // envReaders are the functions that read the process's environment.
@@ -26,30 +23,15 @@ var envReaders = map[string][]string{
 // can set it without touching the process. Test files and internal/testenv
 // (the tests' own helpers) may read it.
 func TestEnvironmentReadInCmdOnly(t *testing.T) {
-	root := testenv.RepoRoot(t)
 	fset := token.NewFileSet()
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		if d.IsDir() {
-			if strings.HasPrefix(d.Name(), ".") && rel != "." || d.Name() == "testdata" || rel == filepath.Join("internal", "testenv") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") || slices.Contains(strings.Split(filepath.ToSlash(rel), "/"), "cmd") {
-			return nil
+	productFiles(t, func(p, rel string) {
+		if slices.Contains(strings.Split(filepath.ToSlash(rel), "/"), "cmd") {
+			return
 		}
 		for _, call := range envCalls(t, fset, p) {
 			t.Errorf("%s: %s reads the environment outside cmd/: take the value as an option filled in by the command", fset.Position(call.pos), call.name)
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, "internal/testenv")
 }
 
 // envCall is one call of an envReaders function.

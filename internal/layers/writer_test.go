@@ -5,13 +5,8 @@ import (
 	"go/parser"
 	"go/token"
 	"go/types"
-	"io/fs"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
-
-	"github.com/kpreload/kpreload/internal/testenv"
 )
 
 // TestOneWriter checks that no function outside internal/fileutil and
@@ -21,24 +16,8 @@ import (
 // Publish) or, under an untrusted root, inroot, which sync the file and its
 // directory. Trees renamed into place (os.MkdirTemp) are not files and may.
 func TestOneWriter(t *testing.T) {
-	root := testenv.RepoRoot(t)
 	fset := token.NewFileSet()
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		if d.IsDir() {
-			switch {
-			case strings.HasPrefix(d.Name(), ".") && rel != ".", d.Name() == "testdata",
-				rel == filepath.Join("internal", "fileutil"), rel == filepath.Join("internal", "inroot"):
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
-			return nil
-		}
+	productFiles(t, func(p, _ string) {
 		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
 		if err != nil {
 			t.Fatalf("parse %s: %v", p, err)
@@ -53,7 +32,7 @@ func TestOneWriter(t *testing.T) {
 			}
 		}
 		if osName == "" {
-			return nil
+			return
 		}
 		for _, decl := range f.Decls {
 			fn, ok := decl.(*ast.FuncDecl)
@@ -99,9 +78,5 @@ func TestOneWriter(t *testing.T) {
 				return true
 			})
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, "internal/fileutil", "internal/inroot")
 }
