@@ -21,11 +21,8 @@ func (a oneArchive) Carried(_ context.Context, name string) ([]archive.Carried, 
 	return a[name], nil
 }
 
-// TestCellsResolveDriver: a recipe that selects its driver version builds
-// cells of the version the archive has now, pinned, and a single-cell
-// request (RecipeKernels) still finds it.
-func TestCellsResolveDriver(t *testing.T) {
-	r, err := recipe.Parse("follow.yaml", []byte(`name: follow
+// followRecipe selects the newest 550 of trixie and trixie-backports.
+const followRecipe = `name: follow
 driver:
   name: nvidia
 flavor: open
@@ -39,7 +36,13 @@ modules: [nvidia]
 firmware: [firmware-nvidia-gsp]
 kernels:
   releases: [6.1.0-56-cloud-amd64]
-`))
+`
+
+// TestCellsResolveDriver: a recipe that selects its driver version builds
+// cells of the version the archive has now, pinned, and a single-cell
+// request (RecipeKernels) still finds it.
+func TestCellsResolveDriver(t *testing.T) {
+	r, err := recipe.Parse("follow.yaml", []byte(followRecipe))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,26 +84,14 @@ kernels:
 // cell's key names (an older one than the newest included), a pinning recipe
 // matches on its version, and other drivers, flavours and branches do not.
 func TestSameDriverPinsSelectingRecipes(t *testing.T) {
-	sel, err := recipe.Parse("follow.yaml", []byte(`name: follow
-driver:
-  name: nvidia
-flavor: open
-source:
-  package: nvidia-open-kernel-dkms
-  path: usr/src/nvidia-current-open-{version}
-  select:
-    branch: "550"
-    suites: [trixie, trixie-backports]
-modules: [nvidia]
-kernels:
-  releases: [6.1.0-56-cloud-amd64]
-`))
+	sel, err := recipe.Parse("follow.yaml", []byte(followRecipe))
 	if err != nil {
 		t.Fatal(err)
 	}
 	pinning := &recipe.Recipe{Name: "pinned", Driver: recipe.Driver{Name: "nvidia", Version: "550.163.01"}, Flavor: "open"}
 	arcs := oneArchive{
 		"nvidia-open-kernel-dkms": {{Version: "550.170.01-1", Suite: "trixie-backports"}, {Version: "550.163.01-2", Suite: "trixie"}},
+		"firmware-nvidia-gsp":     {{Version: "550.170.01-1", Suite: "trixie-backports"}, {Version: "550.163.01-2", Suite: "trixie"}},
 	}
 	stored := func(version, srcpkg string) *manifest.Manifest {
 		return &manifest.Manifest{Driver: "nvidia", Version: version, Flavor: "open", CacheKey: map[string]string{"source_package": srcpkg}}
