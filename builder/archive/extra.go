@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/internal/fileutil"
+	"github.com/kpreload/kpreload/internal/inroot"
 )
 
 // Extra is an apt archive besides Debian's (NVIDIA's CUDA repository, a
@@ -102,10 +103,16 @@ func (a *Archive) keyFile(armored bool) string {
 	return filepath.Join(a.Dir, "signed-by.gpg")
 }
 
+// maxKeySize bounds an extra archive's key file: a public key with its
+// signatures is a few kilobytes.
+const maxKeySize = 1 << 20
+
 // installKey copies the extra archive's key into the private configuration
 // and returns the path its sources name in signed-by.
 func (a *Archive) installKey() (string, error) {
-	data, err := os.ReadFile(a.extra.Key)
+	// The recipe names the file: a regular file of a key's size, never a
+	// FIFO or a device that would block or never end.
+	data, err := inroot.ReadPath(a.extra.Key, maxKeySize)
 	if err != nil {
 		return "", fmt.Errorf("archive %s: key: %w", a.Suite, err)
 	}

@@ -2,9 +2,12 @@ package archive
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/kpreload/kpreload/internal/testenv"
 )
@@ -81,6 +84,50 @@ func TestExtraCheck(t *testing.T) {
 			}
 			if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
 				t.Errorf("Check() = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestExtraKeyHostile checks a key file the recipe names is read only when
+// it is a regular file of a key's size: a FIFO fails at once instead of
+// blocking, an endless device and a huge file are refused, a link to a
+// regular key is followed as any path is.
+func TestExtraKeyHostile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "key.fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	huge := filepath.Join(dir, "huge.asc")
+	if err := os.WriteFile(huge, make([]byte, maxKeySize+1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join(dir, "good.asc")
+	if err := os.WriteFile(good, []byte("-----BEGIN PGP PUBLIC KEY BLOCK-----\nx\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.asc")
+	if err := os.Symlink(good, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		key     string
+		wantErr bool
+	}{
+		{fifo, true}, {"/dev/zero", true}, {huge, true}, {good, false}, {link, false},
+	} {
+		t.Run(filepath.Base(tc.key), func(t *testing.T) {
+			a := &Archive{Suite: "team", Dir: t.TempDir(), extra: &Extra{Name: "team", Key: tc.key}}
+			done := make(chan error, 1)
+			go func() { _, err := a.installKey(); done <- err }()
+			select {
+			case err := <-done:
+				if got := err != nil; got != tc.wantErr {
+					t.Errorf("installKey(%s) error = %v, want an error: %v", tc.key, err, tc.wantErr)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("installKey(%s) still reading after 10 s", tc.key)
 			}
 		})
 	}
