@@ -38,6 +38,9 @@ func followFlags(t *testing.T) *pflag.FlagSet {
 	f.Int("shards", 0, "")
 	f.Int("new-exit-code", 2, "")
 	f.Bool("json", false, "")
+	f.Bool("wait", false, "")
+	f.Int("jobs", 0, "")
+	f.Bool("retry-failed", false, "")
 	f.String("recipes", "recipes", "")
 	f.String("cache", "", "")
 	f.String("remote", "", "")
@@ -98,8 +101,19 @@ func TestFollowCronJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	docs := strings.Split(string(b), "\n---\n")
+	if len(docs) != 2 {
+		t.Fatalf("%d YAML documents, want 2: the state claim and the CronJob", len(docs))
+	}
+	var pvc corev1.PersistentVolumeClaim
+	if err := k8syaml.UnmarshalStrict([]byte(docs[0]), &pvc); err != nil {
+		t.Fatalf("follow-cronjob.yaml's first document is not a valid v1 PersistentVolumeClaim: %v", err)
+	}
+	if pvc.APIVersion != "v1" || pvc.Kind != "PersistentVolumeClaim" || pvc.Name == "" {
+		t.Errorf("apiVersion/kind/name = %s/%s/%q", pvc.APIVersion, pvc.Kind, pvc.Name)
+	}
 	var cj batchv1.CronJob
-	if err := k8syaml.UnmarshalStrict(b, &cj); err != nil {
+	if err := k8syaml.UnmarshalStrict([]byte(docs[1]), &cj); err != nil {
 		t.Fatalf("follow-cronjob.yaml is not a valid batch/v1 CronJob: %v", err)
 	}
 	if cj.APIVersion != "batch/v1" || cj.Kind != "CronJob" || cj.Name == "" {
@@ -163,30 +177,26 @@ func TestFollowCronJob(t *testing.T) {
 	checkFollowRegistry(t, f)
 
 	// Every file the arguments name lies in a read-only volume that projects it.
-	mounts := map[string]corev1.VolumeMount{}
-	for _, m := range c.VolumeMounts {
-		mounts[m.Name] = m
-	}
 	volumes := map[string]corev1.Volume{}
 	for _, v := range pod.Volumes {
 		volumes[v.Name] = v
-		if _, ok := mounts[v.Name]; !ok {
+		if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == v.Name }) {
 			t.Errorf("volume %s is not mounted", v.Name)
 		}
 	}
-	for name := range mounts {
-		if _, ok := volumes[name]; !ok {
-			t.Errorf("mount %s has no volume", name)
+	for _, m := range c.VolumeMounts {
+		if _, ok := volumes[m.Name]; !ok {
+			t.Errorf("mount %s has no volume", m.Name)
 		}
 	}
 	// projected returns the volume holding path and whether it projects that file.
 	projected := func(path string) (corev1.Volume, bool) {
-		for name, m := range mounts {
+		for _, m := range c.VolumeMounts {
 			rel, ok := strings.CutPrefix(path, strings.TrimSuffix(m.MountPath, "/")+"/")
 			if !ok {
 				continue
 			}
-			v := volumes[name]
+			v := volumes[m.Name]
 			var items []corev1.KeyToPath
 			switch {
 			case v.Secret != nil:
@@ -197,7 +207,7 @@ func TestFollowCronJob(t *testing.T) {
 				return v, false
 			}
 			if !m.ReadOnly {
-				t.Errorf("volume %s holding %s is mounted read-write", name, path)
+				t.Errorf("volume %s holding %s is mounted read-write", m.Name, path)
 			}
 			return v, slices.ContainsFunc(items, func(k corev1.KeyToPath) bool { return k.Path == rel })
 		}
@@ -227,10 +237,36 @@ func TestFollowCronJob(t *testing.T) {
 	} else if v, ok := projected(dc + "/config.json"); !ok || v.Secret == nil {
 		t.Errorf("no Secret volume projects config.json at DOCKER_CONFIG=%s", dc)
 	}
-	for _, dir := range []string{env["KPRELOAD_CACHE"], env["KPRELOAD_CACHE_DIR"]} {
-		if dir == "" || !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == dir && !m.ReadOnly }) {
-			t.Errorf("cache directory %q has no writable volume (KPRELOAD_CACHE and KPRELOAD_CACHE_DIR)", dir)
+	// The caches persist between cycles on the claim, a directory per index:
+	// the download cache holds the cycle lock, so shards sharing one would
+	// stop each other, and the first-seen dates of the freshness table.
+	var index []string // the variables holding the completion index
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.annotations['"+batchv1.JobCompletionIndexAnnotation+"']" {
+			index = append(index, e.Name)
 		}
+	}
+	subPaths := map[string]bool{}
+	for _, dir := range []string{env["KPRELOAD_CACHE"], env["KPRELOAD_CACHE_DIR"]} {
+		i := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == dir })
+		if dir == "" || i < 0 || c.VolumeMounts[i].ReadOnly {
+			t.Errorf("cache directory %q has no writable volume (KPRELOAD_CACHE and KPRELOAD_CACHE_DIR)", dir)
+			continue
+		}
+		m := c.VolumeMounts[i]
+		if v := volumes[m.Name]; v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != pvc.Name {
+			t.Errorf("cache directory %s is not on the claim %s: every cycle would download everything again and forget when it first saw a package", dir, pvc.Name)
+		}
+		if !slices.ContainsFunc(index, func(name string) bool { return strings.Contains(m.SubPathExpr, "$("+name+")") }) {
+			t.Errorf("cache directory %s: subPathExpr %q does not hold the completion index (env %v): the shards would share one lock", dir, m.SubPathExpr, index)
+		}
+		if subPaths[m.SubPathExpr] {
+			t.Errorf("cache directory %s: subPathExpr %q is another cache's", dir, m.SubPathExpr)
+		}
+		subPaths[m.SubPathExpr] = true
+	}
+	if !slices.Contains(pvc.Spec.AccessModes, corev1.ReadWriteMany) {
+		t.Errorf("claim %s: access modes %v, want ReadWriteMany (the shards' pods run on several nodes)", pvc.Name, pvc.Spec.AccessModes)
 	}
 	if !slices.Contains(c.SecurityContext.Capabilities.Add, "SYS_ADMIN") || !slices.Contains(c.SecurityContext.Capabilities.Add, "SYS_CHROOT") {
 		t.Errorf("capabilities %v: the trixie build root needs SYS_ADMIN and SYS_CHROOT", c.SecurityContext.Capabilities.Add)
