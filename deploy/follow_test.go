@@ -221,7 +221,7 @@ func TestFollowCronJob(t *testing.T) {
 	}
 	trust, _ := f.GetStringArray("trust")
 	if len(trust) == 0 {
-		t.Error("no --trust: cells in the registry signed by another key would count as present")
+		t.Error("no --trust: cells in the registry would be taken whoever signed them")
 	}
 	for _, p := range trust {
 		if _, ok := projected(p); !ok {
