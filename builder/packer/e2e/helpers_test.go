@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/qemu"
-	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // PackerVersion is the Packer release the tests run (scripts/packer.sh's default).

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 )
 
 // EduModalias is the modalias prefix of QEMU's edu device (PCI 1234:11e8).
