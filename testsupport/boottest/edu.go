@@ -1,4 +1,7 @@
-package testenv
+// Package boottest holds checks shared by the tests that boot an image and read its
+// boot report (report.Report); it sits at the report layer, so only tests of the layers
+// above report (builder, cmd) import it.
+package boottest
 
 import (
 	"strings"
