@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // TestExtraArchiveSignature reads a real local archive (reprepro, signed with

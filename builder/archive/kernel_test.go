@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/internal/fileutil"
-	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/internal/versort"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 func TestParsePolicy(t *testing.T) {

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 
-	"github.com/kpreload/kpreload/builder/internal/buildtest"
+	"github.com/kpreload/kpreload/testsupport/buildtest"
 )
 
 // testKernels are the kernels of scripts/lib.sh's default matrix.

@@ -16,11 +16,11 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/dkms"
-	"github.com/kpreload/kpreload/builder/internal/buildtest"
 	"github.com/kpreload/kpreload/builder/rootdisk"
 	"github.com/kpreload/kpreload/initramfs/assemble"
-	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/store"
+	"github.com/kpreload/kpreload/testsupport/buildtest"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // remoteCell is one cell of `kpreload build --json` with its remote outcome.

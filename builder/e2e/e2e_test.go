@@ -13,17 +13,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 
 	"github.com/kpreload/kpreload/builder/dkms"
-	"github.com/kpreload/kpreload/builder/internal/buildtest"
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/builder/rootdisk"
 	"github.com/kpreload/kpreload/initramfs/assemble"
 	"github.com/kpreload/kpreload/kmodcache/store"
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
+	"github.com/kpreload/kpreload/testsupport/buildtest"
 )
 
 // The kernels of scripts/lib.sh's default matrix: 6.1 (plain .ko) and 6.12

@@ -12,9 +12,9 @@ import (
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/builder/rootdisk"
 	"github.com/kpreload/kpreload/initramfs/assemble"
-	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/modinfo"
 	"github.com/kpreload/kpreload/kmodcache/store"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // TestOpen550BuildAndBoot is the proof of the open GPU kernel modules of

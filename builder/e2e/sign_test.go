@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/builder/dkms"
-	"github.com/kpreload/kpreload/builder/internal/buildtest"
-	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/testsupport/buildtest"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // TestSignedRegistry runs the signing flow with real parts: a real registry

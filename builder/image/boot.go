@@ -3,7 +3,7 @@ package image
 import (
 	"strings"
 
-	"github.com/kpreload/kpreload/live/secureboot"
+	"github.com/kpreload/kpreload/kmodcache/secureboot"
 )
 
 // SystemdBootEFI is systemd-boot's EFI binary on the build host (package

@@ -18,7 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/testsupport/boottest"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/qemu"
@@ -319,7 +320,7 @@ func checkImageBoot(t *testing.T, res *qemu.Result, kernel, cmdline string) {
 	if rep.Root.FSType != "ext4" || rep.Root.Device != "/dev/vda2" || rep.Root.Mounted <= 0 {
 		t.Errorf("root = %+v, want ext4 on /dev/vda2 mounted", rep.Root)
 	}
-	testenv.CheckEduLoaded(t, rep, "rootfs")
+	boottest.CheckEduLoaded(t, rep, "rootfs")
 	// The probe's kernel line and systemd's first line carry the same (printk) clock:
 	// the driver was bound before the real init ran. (The report's own times come
 	// from another clock, which drifts from printk's under TCG.)

@@ -16,9 +16,9 @@ import (
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/internal/fileutil"
-	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/cellsign"
 	"github.com/kpreload/kpreload/kmodcache/remote"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // grubStep runs on every boot of the GRUB test image and prints what it sees

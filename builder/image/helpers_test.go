@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // testKernel is the kernel the image tests install and boot (scripts/lib.sh's first).

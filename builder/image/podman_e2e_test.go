@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/qemu"
-	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // podmanScript runs inside the booted image once kpreload-drivers.target is

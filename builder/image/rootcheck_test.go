@@ -11,7 +11,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/initramfs/rootfs"
-	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // TestImageRootIsWhatMkfsMakes makes a root filesystem the way writeDisk

@@ -17,7 +17,7 @@ import (
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/kmodcache/modsig"
-	"github.com/kpreload/kpreload/live/secureboot"
+	"github.com/kpreload/kpreload/kmodcache/secureboot"
 )
 
 // A GRUB image boots UEFI as Debian's cloud images do, through Debian's

@@ -14,9 +14,9 @@ import (
 	"github.com/kpreload/kpreload/builder/modkey"
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/builder/recipe"
-	"github.com/kpreload/kpreload/internal/testenv"
-	"github.com/kpreload/kpreload/live/report"
-	"github.com/kpreload/kpreload/live/secureboot"
+	"github.com/kpreload/kpreload/kmodcache/secureboot"
+	"github.com/kpreload/kpreload/report"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // selectionOf returns the report's decision for a driver, or nil.

@@ -16,7 +16,7 @@ import (
 	"unicode/utf16"
 
 	"github.com/kpreload/kpreload/internal/inroot"
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 )
 
 // Paths of the fallback, relative to the root.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // hookRoot lays out a systemd-boot root whose default is an older kernel

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 const testKernel = "6.1.0-56-cloud-amd64"

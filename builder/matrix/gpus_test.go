@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/kmodcache/manifest"

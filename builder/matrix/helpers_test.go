@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/internal/fileutil"
-	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 
-	"github.com/kpreload/kpreload/builder/internal/buildtest"
+	"github.com/kpreload/kpreload/testsupport/buildtest"
 
 	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/buildroot"

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/builder/dkms"
-	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/remote"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // TestRunRemote runs the matrix against a real registry: built cells are

@@ -16,9 +16,9 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/builder/dkms"
-	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/modsig"
 	"github.com/kpreload/kpreload/kmodcache/store"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 func mode(t *testing.T, p string) os.FileMode {

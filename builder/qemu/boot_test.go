@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/rootdisk"
-	"github.com/kpreload/kpreload/internal/testenv"
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // testKernels are the kernels of the default matrix (scripts/lib.sh).

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 )
 
 // Defaults used when a Config field is left zero.

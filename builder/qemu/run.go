@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/internal/fileutil"
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 )
 
 // ProgressEvery is how often Runner.Progress is called while QEMU runs, unless

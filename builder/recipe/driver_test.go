@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/archive"
-	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // fakeArchives serves fixed madison answers per archive (Debian suite name

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // fakeKernels is an archive with the orderings that trip a plain string sort.

@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/builder/archive"
-	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 const recipesDir = "../../recipes"

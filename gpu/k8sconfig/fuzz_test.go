@@ -9,7 +9,7 @@ import (
 	migv1 "github.com/NVIDIA/mig-parted/api/spec/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 )
 
 // FuzzFiles checks what `kpreload k8s refresh` makes of a boot report

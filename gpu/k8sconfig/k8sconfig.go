@@ -32,7 +32,7 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/mig"
 	"github.com/kpreload/kpreload/internal/fileutil"
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 )
 
 // Paths of the files, relative to the root.

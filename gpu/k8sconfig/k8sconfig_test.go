@@ -11,7 +11,7 @@ import (
 	migv1 "github.com/NVIDIA/mig-parted/api/spec/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 )
 
 func selection(sharing string, replicas int, m *report.SelectionMIG) *report.Selection {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/kpreload/kpreload/gpu/instance"
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 )
 
 // Target is what a switch asks for: Version as the instance YAML's

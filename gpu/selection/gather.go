@@ -13,7 +13,7 @@ import (
 	"github.com/kpreload/kpreload/gpu/pci"
 	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
-	"github.com/kpreload/kpreload/live/secureboot"
+	"github.com/kpreload/kpreload/kmodcache/secureboot"
 )
 
 // Machine is everything a decision reads of one machine besides the request:

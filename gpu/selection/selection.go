@@ -20,8 +20,8 @@ import (
 	"github.com/kpreload/kpreload/gpu/supported"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/modinfo"
-	"github.com/kpreload/kpreload/live/report"
-	"github.com/kpreload/kpreload/live/secureboot"
+	"github.com/kpreload/kpreload/kmodcache/secureboot"
+	"github.com/kpreload/kpreload/report"
 )
 
 // Rules that exclude a candidate set, as recorded in report.SelectionCandidate.Excluded.

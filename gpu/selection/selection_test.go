@@ -13,9 +13,9 @@ import (
 	"github.com/kpreload/kpreload/gpu/pci/pcitest"
 	"github.com/kpreload/kpreload/gpu/selection"
 	"github.com/kpreload/kpreload/gpu/supported"
-	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
-	"github.com/kpreload/kpreload/live/secureboot"
+	"github.com/kpreload/kpreload/kmodcache/secureboot"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 const kver = "6.1.0-56-cloud-amd64"

@@ -8,7 +8,7 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/pci"
 	"github.com/kpreload/kpreload/gpu/supported"
-	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 func realList(t *testing.T, pkgDir string) *supported.List {

@@ -28,7 +28,7 @@ import (
 	"github.com/kpreload/kpreload/kmodcache/modname"
 	"github.com/kpreload/kpreload/live/coldplug"
 	"github.com/kpreload/kpreload/live/loader"
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 	"golang.org/x/sys/unix"
 )
 

@@ -21,7 +21,7 @@ import (
 	"github.com/kpreload/kpreload/gpu/selection"
 	"github.com/kpreload/kpreload/gpu/switcher"
 	"github.com/kpreload/kpreload/internal/inroot"
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 )
 
 // CloudConfigPath is where cloud-init keeps the #cloud-config it assembled

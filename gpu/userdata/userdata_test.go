@@ -12,7 +12,7 @@ import (
 	"github.com/kpreload/kpreload/gpu/activate"
 	"github.com/kpreload/kpreload/gpu/switcher"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 )
 
 const kernel = "6.1.0-test"

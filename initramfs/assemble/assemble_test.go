@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/initramfs/archive"
-	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 func kernelRoot(t *testing.T, kver string) string {

@@ -11,11 +11,11 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/initramfs/rootcheck"
-	"github.com/kpreload/kpreload/internal/modprobetest"
-	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/modalias"
 	"github.com/kpreload/kpreload/live/coldplug"
+	"github.com/kpreload/kpreload/testsupport/modprobetest"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // flavourKernels are the Debian kernel flavours the project fetches

@@ -11,11 +11,11 @@ import (
 
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/initramfs/assemble"
-	"github.com/kpreload/kpreload/internal/modprobetest"
-	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/modalias"
 	"github.com/kpreload/kpreload/kmodcache/store"
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
+	"github.com/kpreload/kpreload/testsupport/modprobetest"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 const rootUUID = "5f1d2c3b-8a9e-4f70-b6d5-4c3b2a190807"

@@ -15,9 +15,9 @@ import (
 	"github.com/kpreload/kpreload/builder/rootdisk"
 	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/initramfs/assemble"
-	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/store"
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // fault is one row of the campaign: a boot with one injected fault.

@@ -18,9 +18,9 @@ import (
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/builder/rootdisk"
 	"github.com/kpreload/kpreload/initramfs/assemble"
-	"github.com/kpreload/kpreload/internal/modprobetest"
-	"github.com/kpreload/kpreload/internal/testenv"
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
+	"github.com/kpreload/kpreload/testsupport/modprobetest"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // genericKernels are Debian's generic -amd64 kernels, bookworm's and trixie's.

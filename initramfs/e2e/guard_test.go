@@ -13,8 +13,8 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/initramfs/pid1"
-	"github.com/kpreload/kpreload/internal/testenv"
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // eduEntries returns the report's kpreload_edu entries.

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // seedDisk writes a NoCloud seed holding user-data; broken, it is a seed

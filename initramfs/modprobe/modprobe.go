@@ -19,7 +19,7 @@ import (
 	"syscall"
 
 	"github.com/kpreload/kpreload/internal/fileutil"
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 )
 
 // noFollow opens a record without following a link or waiting on a FIFO.

@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 )
 
 func TestInvoked(t *testing.T) {

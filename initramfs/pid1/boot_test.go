@@ -12,8 +12,8 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/internal/inroot/inroottest"
-	"github.com/kpreload/kpreload/live/report"
-	"github.com/kpreload/kpreload/live/secureboot"
+	"github.com/kpreload/kpreload/kmodcache/secureboot"
+	"github.com/kpreload/kpreload/report"
 )
 
 // request is an instance YAML asking for a driver version.

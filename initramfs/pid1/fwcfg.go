@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/kpreload/kpreload/gpu/instance"
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 )
 
 // fwCfgModule is the kernel module that shows QEMU's fw_cfg in sysfs.

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 )
 
 // writeReport stores the report in the run directory and prints the summary on

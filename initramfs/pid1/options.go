@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/kpreload/kpreload/live/loader"
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 )
 
 // NewRoot is where the real /init mounts the root filesystem before switch_root.

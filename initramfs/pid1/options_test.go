@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/gpu/instance"
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 )
 
 // TestRealOptions checks /init's real roots and the paths made from them are

@@ -24,10 +24,10 @@ import (
 	"github.com/kpreload/kpreload/gpu/selection"
 	"github.com/kpreload/kpreload/initramfs/kcmdline"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/kpreload/kpreload/kmodcache/secureboot"
 	"github.com/kpreload/kpreload/live/coldplug"
 	"github.com/kpreload/kpreload/live/loader"
-	"github.com/kpreload/kpreload/live/report"
-	"github.com/kpreload/kpreload/live/secureboot"
+	"github.com/kpreload/kpreload/report"
 )
 
 // Boot holds the state of one boot.

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 	"golang.org/x/sys/unix"
 )
 

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/initramfs/rootinit/run"
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 	"golang.org/x/sys/unix"
 )
 

@@ -20,7 +20,7 @@ var envReaders = map[string][]string{
 // TestEnvironmentReadInCmdOnly checks that only commands read environment
 // variables: a package below cmd/ (or initramfs/cmd/) takes what the
 // environment says as an option or a parameter, so a test or another caller
-// can set it without touching the process. Test files and internal/testenv
+// can set it without touching the process. Test files and testsupport/testenv
 // (the tests' own helpers) may read it.
 func TestEnvironmentReadInCmdOnly(t *testing.T) {
 	fset := token.NewFileSet()
@@ -31,7 +31,7 @@ func TestEnvironmentReadInCmdOnly(t *testing.T) {
 		for _, call := range envCalls(t, fset, p) {
 			t.Errorf("%s: %s reads the environment outside cmd/: take the value as an option filled in by the command", fset.Position(call.pos), call.name)
 		}
-	}, "internal/testenv")
+	}, "testsupport/testenv")
 }
 
 // envCall is one call of an envReaders function.

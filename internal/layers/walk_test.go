@@ -6,12 +6,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // productFiles calls visit for every non-test .go file of the repository,
 // by its path, skipping hidden folders, testdata and the folders skip names
-// (relative to the repository root, such as "internal/testenv").
+// (relative to the repository root, such as "testsupport/testenv").
 func productFiles(t *testing.T, visit func(p, rel string), skip ...string) {
 	t.Helper()
 	root := testenv.RepoRoot(t)

@@ -3,7 +3,7 @@ package modalias
 import (
 	"testing"
 
-	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // TestBuiltinProvides checks built-in names and aliases on real trees: the
@@ -38,7 +38,7 @@ func TestBuiltinProvides(t *testing.T) {
 	}
 }
 
-// realTree is the unpacked kernel kver (internal/testenv).
+// realTree is the unpacked kernel kver (testsupport/testenv).
 func realTree(t *testing.T, kver string) kernelTree {
 	t.Helper()
 	return kernelTree{root: testenv.KernelTreeOrSkipShort(t, kver), kver: kver}

@@ -11,8 +11,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/kpreload/kpreload/internal/modprobetest"
-	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/testsupport/modprobetest"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // kernelTree is one unpacked kernel: ROOT/lib/modules/KVER.

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/store"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 const k61 = "6.1.0-56-cloud-amd64"

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // The two real Debian kernels the tests take modules from (scripts/lib.sh).

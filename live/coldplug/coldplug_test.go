@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // fixture is the PCI sysfs capture of a real VM with one NVIDIA H200.

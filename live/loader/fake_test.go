@@ -16,10 +16,10 @@ import (
 
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/live/coldplug"
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 	"golang.org/x/sys/unix"
 
-	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // Test kernels, as scripts/lib.sh sets them: 6.1 ships plain .ko, 6.12 .ko.xz.

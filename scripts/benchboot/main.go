@@ -26,7 +26,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 )
 
 // errHung marks a boot that never finished (QEMU killed at the timeout); sample exits

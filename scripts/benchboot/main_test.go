@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 )
 
 // console is an excerpt of a real console log of Debian's initramfs booting

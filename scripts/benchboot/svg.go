@@ -8,7 +8,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/kpreload/kpreload/live/report/svg"
+	"github.com/kpreload/kpreload/report/svg"
 )
 
 // bootFiles names one boot to draw: its variant and its files.

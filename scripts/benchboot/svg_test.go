@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 )
 
 // TestSVGRound draws a Debian boot and a kpreload boot (a real report) of
@@ -34,7 +34,7 @@ func TestSVGRound(t *testing.T) {
 		}
 		return p
 	}
-	data, err := os.ReadFile("../../live/report/svg/testdata/report.json")
+	data, err := os.ReadFile("../../report/svg/testdata/report.json")
 	if err != nil {
 		t.Fatal(err)
 	}

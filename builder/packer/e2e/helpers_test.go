@@ -14,7 +14,8 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/qemu"
-	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/testsupport/boottest"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // PackerVersion is the Packer release the tests run (scripts/packer.sh's default).
@@ -172,7 +173,7 @@ func checkDriverBound(t *testing.T, res *qemu.Result, kernel, cmdline string) {
 	if rep.SwitchRoot <= 0 {
 		t.Errorf("report switch_root = %v, want the time /init handed over to /sbin/init", rep.SwitchRoot)
 	}
-	testenv.CheckEduLoaded(t, rep, "")
+	boottest.CheckEduLoaded(t, rep, "")
 	// The probe's kernel line and systemd's first line carry the same (printk)
 	// clock: the driver was bound before the real init ran. (The report's
 	// switch_root comes from another clock, which drifts from printk's under

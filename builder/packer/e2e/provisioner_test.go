@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/image"
-	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 const testKernel = "6.1.0-56-cloud-amd64"

@@ -14,8 +14,8 @@ import (
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
 
 	"github.com/kpreload/kpreload/builder/image"
-	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // localComm is a communicator whose target is this machine: commands run

@@ -12,8 +12,8 @@ import (
 
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/gpu/instance"
-	"github.com/kpreload/kpreload/live/report"
-	"github.com/kpreload/kpreload/live/report/svg"
+	"github.com/kpreload/kpreload/report"
+	"github.com/kpreload/kpreload/report/svg"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 )

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/qemu"
-	"github.com/kpreload/kpreload/internal/testenv"
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 func TestParseSizeMB(t *testing.T) {

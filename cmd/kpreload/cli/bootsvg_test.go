@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/builder/qemu"
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 )
 
 // TestWriteBootSVG draws a real boot's report with the console's
@@ -16,7 +16,7 @@ import (
 // systemd's start and the target --until waited for are in the picture
 // beside every module.
 func TestWriteBootSVG(t *testing.T) {
-	data, err := os.ReadFile("../../../live/report/svg/testdata/report.json")
+	data, err := os.ReadFile("../../../report/svg/testdata/report.json")
 	if err != nil {
 		t.Fatal(err)
 	}

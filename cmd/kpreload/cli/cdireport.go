@@ -8,7 +8,7 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/cdispec"
 	"github.com/kpreload/kpreload/internal/inroot"
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 )
 
 // refreshCDI brings the CDI spec in line with the active driver and records

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/gpu/cdispec"
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 )
 
 // TestRecordCDI checks that the report's cdi section is set and dropped

@@ -10,7 +10,7 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/k8sconfig"
 	"github.com/kpreload/kpreload/internal/inroot"
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 )
 
 func init() { register(newK8sCmd) }

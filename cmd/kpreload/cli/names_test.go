@@ -8,8 +8,8 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/activate"
 	"github.com/kpreload/kpreload/gpu/cdispec"
-	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/names"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // TestNamesOnTheCommandLine: every flag and argument that names a driver,

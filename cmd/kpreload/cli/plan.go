@@ -10,7 +10,7 @@ import (
 	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/gpu/k8sconfig"
 	"github.com/kpreload/kpreload/gpu/selection"
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 	"github.com/spf13/cobra"
 )
 

@@ -13,9 +13,9 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/pci/pcitest"
 	"github.com/kpreload/kpreload/internal/inroot/inroottest"
-	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 const planKernel = "6.1.0-56-cloud-amd64"

@@ -7,8 +7,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kpreload/kpreload/internal/inroot"
-	"github.com/kpreload/kpreload/live/report"
-	"github.com/kpreload/kpreload/live/report/svg"
+	"github.com/kpreload/kpreload/report"
+	"github.com/kpreload/kpreload/report/svg"
 )
 
 func init() { register(newReportCmd) }

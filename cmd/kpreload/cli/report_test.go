@@ -13,7 +13,7 @@ import (
 // report.json: the timeline printed names every module, the picture is an
 // SVG document naming them too.
 func TestReportHelpExamples(t *testing.T) {
-	fixture, err := filepath.Abs("../../../live/report/svg/testdata/report.json")
+	fixture, err := filepath.Abs("../../../report/svg/testdata/report.json")
 	if err != nil {
 		t.Fatal(err)
 	}

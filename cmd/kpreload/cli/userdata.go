@@ -14,7 +14,7 @@ import (
 	"github.com/kpreload/kpreload/gpu/userdata"
 	"github.com/kpreload/kpreload/kmodcache/store"
 	"github.com/kpreload/kpreload/live/loader"
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 )
 
 func init() { register(newUserDataCmd) }

@@ -26,8 +26,8 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/store"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // Repo is the repository the registry serves.

@@ -37,7 +37,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/gpu/instance"
-	"github.com/kpreload/kpreload/live/secureboot"
+	"github.com/kpreload/kpreload/kmodcache/secureboot"
 )
 
 func main() {

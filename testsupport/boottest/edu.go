@@ -1,10 +1,13 @@
-package testenv
+// Package boottest holds checks shared by the tests that boot an image and read its
+// boot report (report.Report); it sits at the report layer, so only tests of the layers
+// above report (builder, cmd) import it.
+package boottest
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 )
 
 // EduModalias is the modalias prefix of QEMU's edu device (PCI 1234:11e8).

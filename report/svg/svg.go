@@ -15,7 +15,7 @@ import (
 	"strings"
 
 	"github.com/kpreload/kpreload/internal/fileutil"
-	"github.com/kpreload/kpreload/live/report"
+	"github.com/kpreload/kpreload/report"
 )
 
 // Mark is one instant of a boot: kernel start, /init, root found, ...

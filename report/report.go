@@ -9,7 +9,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/kpreload/kpreload/live/secureboot"
+	"github.com/kpreload/kpreload/kmodcache/secureboot"
 )
 
 // Path is where /init writes the report; it survives switch_root with /run.
