@@ -11,10 +11,8 @@ import (
 	"io/fs"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/kpreload/kpreload/builder/install"
 )
@@ -58,15 +56,15 @@ func espFiles(ctx context.Context, dir, root string, kernels []string, cmdline s
 // puts kpreload's entries first); it returns the ESP's files (GRUB's UEFI
 // image as the removable-media loader) and core.img for the BIOS boot
 // partition.
-func grubFiles(ctx context.Context, work, root, rootUUID, cmdline string, kpreload bool) ([]espFile, string, error) {
+func grubFiles(ctx context.Context, g Grub, work, root, rootUUID, cmdline string, kpreload bool) ([]espFile, string, error) {
 	if err := writeFile(filepath.Join(root, "etc/default/grub"), []byte(defaultGrub(cmdline)), 0o644); err != nil {
 		return nil, "", err
 	}
-	core, err := grubImages(ctx, root, rootUUID, work)
+	core, err := grubImages(ctx, g, root, rootUUID, work)
 	if err != nil {
 		return nil, "", err
 	}
-	update := buildRootUpdateGrub(rootUUID)
+	update := buildRootUpdateGrub(g, rootUUID)
 	if !kpreload {
 		// A plain image: GRUB's own entries, the distribution's initramfs.
 		err = update(ctx, root, io.Discard)
@@ -82,15 +80,14 @@ func grubFiles(ctx context.Context, work, root, rootUUID, cmdline string, kprelo
 
 // kernelPackages returns the installed version of each kernel's linux-image
 // package in root's dpkg database.
-func kernelPackages(ctx context.Context, root string, kernels []string) (map[string]string, error) {
+func kernelPackages(ctx context.Context, dpkg Dpkg, root string, kernels []string) (map[string]string, error) {
 	out := map[string]string{}
 	for _, k := range kernels {
-		cmd := exec.CommandContext(ctx, "dpkg-query", "--admindir="+filepath.Join(root, "var/lib/dpkg"), "-W", "-f=${Version}", "linux-image-"+k)
-		b, err := cmd.Output()
+		v, err := dpkg.InstalledVersion(ctx, filepath.Join(root, "var/lib/dpkg"), "linux-image-"+k)
 		if err != nil {
 			return nil, fmt.Errorf("kernel %s is not installed in the root filesystem: %w", k, err)
 		}
-		out[k] = strings.TrimSpace(string(b))
+		out[k] = v
 	}
 	return out, nil
 }

@@ -1,13 +1,11 @@
 package image
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"strings"
@@ -123,22 +121,6 @@ func newVolumeID() string {
 // fatUUID is how blkid and fstab name a FAT volume serial: "ABCD-1234".
 func fatUUID(volumeID string) string { return volumeID[:4] + "-" + volumeID[4:] }
 
-// run runs a program and returns an error quoting its output.
-func run(ctx context.Context, env []string, name string, args ...string) error {
-	cmd := exec.CommandContext(ctx, name, args...)
-	if env != nil {
-		cmd.Env = append(cmd.Environ(), env...)
-	}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("%s: %w", name, ctx.Err())
-		}
-		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
-	}
-	return nil
-}
-
 // espFile is one file to put on the ESP.
 type espFile struct {
 	src string // host file
@@ -148,7 +130,7 @@ type espFile struct {
 // writeDisk makes the disk image at out: a sparse file of the layout's size,
 // the GPT (sfdisk), the ESP (mkfs.vfat at its offset, files by mtools) and the
 // root filesystem (mkfs.ext4 -d at its offset). Nothing is mounted.
-func writeDisk(ctx context.Context, out string, l Layout, espVolumeID string, esp []espFile, rootDir, rootUUID string) error {
+func writeDisk(ctx context.Context, t Disk, out string, l Layout, espVolumeID string, esp []espFile, rootDir, rootUUID string) error {
 	f, err := os.OpenFile(out, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
@@ -160,17 +142,13 @@ func writeDisk(ctx context.Context, out string, l Layout, espVolumeID string, es
 	if err := f.Close(); err != nil {
 		return err
 	}
-	sf := exec.CommandContext(ctx, "sfdisk", "--quiet", "--no-reread", "--no-tell-kernel", out)
-	sf.Stdin = strings.NewReader(l.SfdiskScript())
-	if o, err := sf.CombinedOutput(); err != nil {
-		return fmt.Errorf("sfdisk: %w: %s", err, bytes.TrimSpace(o))
+	if err := t.Partition(ctx, out, l.SfdiskScript()); err != nil {
+		return err
 	}
-	if err := run(ctx, nil, "mkfs.vfat", "-F", "32", "-s", fmt.Sprint(fatClusterSectors(l.ESP.Size)), "-n", "ESP", "-i", espVolumeID,
-		fmt.Sprintf("--offset=%d", l.ESP.Offset/SectorSize), out, fmt.Sprint(l.ESP.Size/1024)); err != nil {
+	if err := t.MkfsVFAT(ctx, out, l.ESP.Offset/SectorSize, l.ESP.Size/1024, fatClusterSectors(l.ESP.Size), "ESP", espVolumeID); err != nil {
 		return fmt.Errorf("ESP: %w", err)
 	}
 	img := fmt.Sprintf("%s@@%d", out, l.ESP.Offset)
-	env := []string{"MTOOLS_SKIP_CHECK=1"}
 	made := map[string]bool{}
 	for _, e := range esp {
 		var dirs []string
@@ -178,19 +156,18 @@ func writeDisk(ctx context.Context, out string, l Layout, espVolumeID string, es
 			dirs = append([]string{d}, dirs...)
 		}
 		for _, d := range dirs {
-			if err := run(ctx, env, "mmd", "-i", img, "::/"+d); err != nil {
+			if err := t.Mkdir(ctx, img, d); err != nil {
 				return fmt.Errorf("ESP: %w", err)
 			}
 			made[d] = true
 		}
-		if err := run(ctx, env, "mcopy", "-o", "-i", img, e.src, "::/"+e.dst); err != nil {
+		if err := t.Copy(ctx, img, e.src, e.dst); err != nil {
 			return fmt.Errorf("ESP: %w", err)
 		}
 	}
 	// ext4 with mke2fs's defaults (imageRoot), populated from rootDir (-d),
 	// written at the root partition's offset; the size is given in KiB.
-	if err := run(ctx, nil, "mkfs.ext4", "-q", "-F", "-L", "root", "-U", rootUUID,
-		"-E", fmt.Sprintf("offset=%d", l.Root.Offset), "-d", rootDir, out, fmt.Sprintf("%dk", l.Root.Size/1024)); err != nil {
+	if err := t.MkfsExt4(ctx, out, l.Root.Offset, l.Root.Size/1024, "root", rootUUID, rootDir); err != nil {
 		return fmt.Errorf("root filesystem: %w", err)
 	}
 	return nil
@@ -213,7 +190,7 @@ func fatClusterSectors(size int64) int {
 // by UUID), the ESP mount point, hostname, networking by DHCP through
 // systemd-networkd, kpreload's units as their presets say (when the image
 // carries kpreload), and optionally an empty root password.
-func configureRoot(ctx context.Context, root, rootUUID, espUUID string, emptyRootPassword, kpreload bool) error {
+func configureRoot(ctx context.Context, sc Systemctl, root, rootUUID, espUUID string, emptyRootPassword, kpreload bool) error {
 	fstab := fmt.Sprintf("# kpreload image: root and EFI system partition by filesystem UUID\nUUID=%s / ext4 errors=remount-ro 0 1\nUUID=%s /%s vfat umask=0077 0 1\n", rootUUID, espUUID, ImageESPMount)
 	files := map[string]string{
 		"etc/fstab":    fstab,
@@ -229,7 +206,7 @@ func configureRoot(ctx context.Context, root, rootUUID, espUUID string, emptyRoo
 	if err := os.MkdirAll(filepath.Join(root, ImageESPMount), 0o755); err != nil {
 		return err
 	}
-	if err := run(ctx, nil, "systemctl", "--root="+root, "enable", "systemd-networkd.service"); err != nil {
+	if err := sc.Enable(ctx, root, "systemd-networkd.service"); err != nil {
 		return fmt.Errorf("enable systemd-networkd: %w", err)
 	}
 	if !kpreload {
@@ -243,7 +220,7 @@ func configureRoot(ctx context.Context, root, rootUUID, espUUID string, emptyRoo
 	for i, u := range units {
 		units[i] = path.Base(u)
 	}
-	if err := run(ctx, nil, "systemctl", append([]string{"--root=" + root, "preset"}, units...)...); err != nil {
+	if err := sc.Preset(ctx, root, units...); err != nil {
 		return fmt.Errorf("preset kpreload units: %w", err)
 	}
 	return setRootPassword(root, emptyRootPassword)

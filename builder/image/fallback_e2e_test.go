@@ -110,7 +110,7 @@ func writeFallbackDisk(ctx context.Context, t *testing.T, esp []espFile, root, r
 		t.Fatal(err)
 	}
 	disk := filepath.Join(t.TempDir(), "disk.raw")
-	if err := writeDisk(ctx, disk, l, newVolumeID(), esp, root, rootUUID); err != nil {
+	if err := writeDisk(ctx, DefaultTools().Disk, disk, l, newVolumeID(), esp, root, rootUUID); err != nil {
 		t.Fatal(err)
 	}
 	return disk, l

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 
@@ -49,7 +48,7 @@ type diskFormat struct {
 	how string
 	// make writes out from raw (nil: the raw disk itself); scratch is an empty
 	// directory on the output's filesystem, removed afterwards.
-	make func(ctx context.Context, raw, out, scratch string) error
+	make func(ctx context.Context, t Tools, raw, out, scratch string) error
 }
 
 // diskFormats are the formats, in the order FormatNames lists them.
@@ -137,7 +136,7 @@ func bootFirmware(b install.Bootloader) []string {
 // writeFormat writes the raw disk raw in format into dir as FormatFile(name,
 // format) and returns the file's path and the virtual disk size it holds.
 // FormatRaw returns raw itself (which must be that file already).
-func writeFormat(ctx context.Context, raw, format, dir, name string, progress Progress) (string, int64, error) {
+func writeFormat(ctx context.Context, t Tools, raw, format, dir, name string, progress Progress) (string, int64, error) {
 	f, ok := lookupFormat(format)
 	if !ok {
 		return "", 0, CheckFormats([]string{format})
@@ -160,14 +159,14 @@ func writeFormat(ctx context.Context, raw, format, dir, name string, progress Pr
 		grown := (size + f.align - 1) / f.align * f.align
 		progress.say("disk: %s wants a whole number of %s: growing a copy of the disk from %d to %d bytes", format, unitName(f.align), size, grown)
 		src = filepath.Join(scratch, "disk.raw")
-		if err := growDisk(ctx, raw, src, grown); err != nil {
+		if err := growDisk(ctx, t.Disk, raw, src, grown); err != nil {
 			return "", 0, fmt.Errorf("%s: %w", format, err)
 		}
 		size = grown
 	}
 	out := filepath.Join(dir, FormatFile(name, format))
 	progress.say("disk: %s (%s)", format, f.how)
-	if err := f.make(ctx, src, out, scratch); err != nil {
+	if err := f.make(ctx, t, src, out, scratch); err != nil {
 		os.Remove(out)
 		return "", 0, fmt.Errorf("%s: %w", format, err)
 	}
@@ -186,13 +185,9 @@ func unitName(align int64) string {
 }
 
 // qemuImg makes a format with qemu-img convert -O format [-o options].
-func qemuImg(format string, options ...string) func(context.Context, string, string, string) error {
-	return func(ctx context.Context, raw, out, _ string) error {
-		args := []string{"convert", "-f", "raw", "-O", format}
-		for _, o := range options {
-			args = append(args, "-o", o)
-		}
-		return run(ctx, nil, "qemu-img", append(args, raw, out)...)
+func qemuImg(format string, options ...string) func(context.Context, Tools, string, string, string) error {
+	return func(ctx context.Context, t Tools, raw, out, _ string) error {
+		return t.QemuImg.Convert(ctx, format, options, raw, out)
 	}
 }
 
@@ -200,11 +195,11 @@ func qemuImg(format string, options ...string) func(context.Context, string, str
 // link to raw, or raw itself when growDisk made it there), alone in a gzip'd
 // GNU tar with its holes recorded (-S), so the archive never holds the
 // unallocated space.
-func gceTarball(ctx context.Context, raw, out, scratch string) error {
+func gceTarball(ctx context.Context, t Tools, raw, out, scratch string) error {
 	disk := filepath.Join(scratch, "disk.raw")
 	if raw != disk {
 		if err := os.Link(raw, disk); err != nil {
-			if err := run(ctx, nil, "cp", "--sparse=always", "--reflink=auto", raw, disk); err != nil {
+			if err := t.Disk.CopySparse(ctx, raw, disk); err != nil {
 				return err
 			}
 		}
@@ -213,28 +208,20 @@ func gceTarball(ctx context.Context, raw, out, scratch string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, "tar", "--format=gnu", "--owner=0", "--group=0", "--numeric-owner", "-Sczf", abs, "disk.raw")
-	cmd.Dir = scratch
-	if o, err := cmd.CombinedOutput(); err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("tar: %w", ctx.Err())
-		}
-		return fmt.Errorf("tar --format=gnu -Sczf %s disk.raw: %w: %s", abs, err, strings.TrimSpace(string(o)))
-	}
-	return nil
+	return t.Disk.TarSparse(ctx, scratch, "disk.raw", abs)
 }
 
 // growDisk writes a sparse copy of the GPT disk raw to out, grown to size
 // bytes, with its backup GPT moved to the new end (sfdisk --relocate): the
 // partitions are unchanged and the new space is free at the end of the disk.
-func growDisk(ctx context.Context, raw, out string, size int64) error {
-	if err := run(ctx, nil, "cp", "--sparse=always", "--reflink=auto", raw, out); err != nil {
+func growDisk(ctx context.Context, t Disk, raw, out string, size int64) error {
+	if err := t.CopySparse(ctx, raw, out); err != nil {
 		return err
 	}
 	if err := os.Truncate(out, size); err != nil {
 		return err
 	}
-	if err := run(ctx, nil, "sfdisk", "--quiet", "--no-reread", "--no-tell-kernel", "--relocate", "gpt-bak-std", out); err != nil {
+	if err := t.RelocateBackupGPT(ctx, out); err != nil {
 		return fmt.Errorf("move the backup GPT to the end of the grown disk (is it a GPT disk?): %w", err)
 	}
 	return nil

@@ -149,7 +149,7 @@ func TestWriteFormats(t *testing.T) {
 		} {
 			t.Run(disk.name+"/"+c.format, func(t *testing.T) {
 				var msgs []string
-				p, virtual, err := writeFormat(ctx, raw, c.format, dir, "t", func(m string) { msgs = append(msgs, m) })
+				p, virtual, err := writeFormat(ctx, DefaultTools(), raw, c.format, dir, "t", func(m string) { msgs = append(msgs, m) })
 				if err != nil {
 					t.Fatalf("writeFormat: %v", err)
 				}

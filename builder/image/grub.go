@@ -70,7 +70,7 @@ const grubMkrelpathShim = "#!/bin/sh\necho \"$1\"\n"
 // buildRootUpdateGrub returns install.Options.UpdateGrub for a root being
 // built: the root's own grub-mkconfig, through chroot, with grub-probe and
 // grub-mkrelpath answered for the disk being made (restored afterwards).
-func buildRootUpdateGrub(rootUUID string) func(context.Context, string, io.Writer) error {
+func buildRootUpdateGrub(g Grub, rootUUID string) func(context.Context, string, io.Writer) error {
 	return func(ctx context.Context, root string, log io.Writer) error {
 		shims := map[string]string{
 			"usr/sbin/grub-probe":    fmt.Sprintf(grubProbeShim, rootUUID),
@@ -101,7 +101,7 @@ func buildRootUpdateGrub(rootUUID string) func(context.Context, string, io.Write
 				return fmt.Errorf("GRUB: %w", err)
 			}
 		}
-		return run(ctx, nil, "chroot", root, "grub-mkconfig", "-o", "/"+install.GrubConfig)
+		return g.MkConfig(ctx, root, "/"+install.GrubConfig)
 	}
 }
 
@@ -116,7 +116,7 @@ func grubEarlyConfig(rootUUID string) string {
 // BIOS and UEFI modules to /boot/grub/<platform>/ as grub-install does. It
 // returns core.img's host path, in outDir. (The UEFI path is Debian's signed
 // shim and GRUB, shimESP, which carries its modules built in.)
-func grubImages(ctx context.Context, root, rootUUID, outDir string) (core string, err error) {
+func grubImages(ctx context.Context, g Grub, root, rootUUID, outDir string) (core string, err error) {
 	dir := filepath.Join(root, grubBuildDir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
@@ -125,10 +125,10 @@ func grubImages(ctx context.Context, root, rootUUID, outDir string) (core string
 	if err := os.WriteFile(filepath.Join(dir, "early.cfg"), []byte(grubEarlyConfig(rootUUID)), 0o644); err != nil {
 		return "", err
 	}
-	args := []string{root, "grub-mkimage", "-O", "i386-pc", "-d", "/usr/lib/grub/i386-pc", "-p", "/boot/grub",
+	args := []string{"-O", "i386-pc", "-d", "/usr/lib/grub/i386-pc", "-p", "/boot/grub",
 		"-c", "/" + grubBuildDir + "/early.cfg", "-o", "/" + grubBuildDir + "/core.img",
 		"biosdisk", "part_gpt", "ext2", "search_fs_uuid"}
-	if err := run(ctx, nil, "chroot", args...); err != nil {
+	if err := g.MkImage(ctx, root, args...); err != nil {
 		return "", fmt.Errorf("GRUB i386-pc image: %w", err)
 	}
 	core = filepath.Join(outDir, "core.img")

@@ -62,7 +62,7 @@ const sshHostKeysUnitName = "kpreload-ssh-host-keys.service"
 // the machine-id (left empty, so systemd makes one at first boot), dbus's own
 // copy and systemd's random seed; and, where the root has an SSH server,
 // enables sshHostKeysUnit.
-func resetIdentity(ctx context.Context, root string) error {
+func resetIdentity(ctx context.Context, sc Systemctl, root string) error {
 	keys, err := filepath.Glob(filepath.Join(root, "etc/ssh/ssh_host_*"))
 	if err != nil {
 		return err
@@ -90,7 +90,7 @@ func resetIdentity(ctx context.Context, root string) error {
 	if err := writeFile(filepath.Join(root, "etc/systemd/system", sshHostKeysUnitName), []byte(sshHostKeysUnit), 0o644); err != nil {
 		return fmt.Errorf("identity: %w", err)
 	}
-	if err := run(ctx, nil, "systemctl", "--root="+root, "enable", sshHostKeysUnitName); err != nil {
+	if err := sc.Enable(ctx, root, sshHostKeysUnitName); err != nil {
 		return fmt.Errorf("identity: enable %s: %w", sshHostKeysUnitName, err)
 	}
 	return nil

@@ -1,13 +1,11 @@
 package image
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -120,7 +118,7 @@ func RootfsKey(s RootfsSpec) string {
 // rootfsTarball returns a tarball of the root filesystem of spec: from
 // cacheDir when one with its key is there, else made with mmdebstrap (and
 // stored in cacheDir unless it is "off"). work is a scratch directory.
-func rootfsTarball(ctx context.Context, spec RootfsSpec, cacheDir, work string, progress Progress) (tarball string, info RootfsInfo, err error) {
+func rootfsTarball(ctx context.Context, t Tools, spec RootfsSpec, cacheDir, work string, progress Progress) (tarball string, info RootfsInfo, err error) {
 	key := RootfsKey(spec)
 	info = RootfsInfo{Key: key, Packages: spec.Packages, Date: spec.Date}
 	cached := ""
@@ -132,7 +130,7 @@ func rootfsTarball(ctx context.Context, spec RootfsSpec, cacheDir, work string, 
 			return cached, info, nil
 		}
 	}
-	if _, err := exec.LookPath("mmdebstrap"); err != nil {
+	if _, err := t.Runner.LookPath("mmdebstrap"); err != nil {
 		return "", info, fmt.Errorf("rootfs: mmdebstrap is missing (install it with scripts/deps.sh): %w", err)
 	}
 	deb := ""
@@ -145,8 +143,8 @@ func rootfsTarball(ctx context.Context, spec RootfsSpec, cacheDir, work string, 
 			return "", info, err
 		}
 		deb = filepath.Join(toolDir, "kpreload-initramfs-tool.deb")
-		if out, err := exec.CommandContext(ctx, "dpkg-deb", "--root-owner-group", "--build", filepath.Join(toolDir, "pkg"), deb).CombinedOutput(); err != nil {
-			return "", info, fmt.Errorf("rootfs: build kpreload-initramfs-tool: %w: %s", err, bytes.TrimSpace(out))
+		if err := t.Dpkg.BuildDeb(ctx, filepath.Join(toolDir, "pkg"), deb); err != nil {
+			return "", info, fmt.Errorf("rootfs: build kpreload-initramfs-tool: %w", err)
 		}
 	}
 	out := filepath.Join(work, "rootfs.tar")
@@ -165,14 +163,8 @@ func rootfsTarball(ctx context.Context, spec RootfsSpec, cacheDir, work string, 
 	args := mmdebstrapArgs(spec, deb, out)
 	progress.say("rootfs: mmdebstrap %s with %d packages (%s)", spec.Suite, len(spec.Packages), strings.Join(spec.Packages, " "))
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, "mmdebstrap", args...)
-	var log tailLog
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Run(); err != nil {
-		if ctx.Err() != nil {
-			return "", info, fmt.Errorf("rootfs: mmdebstrap: %w", ctx.Err())
-		}
-		return "", info, fmt.Errorf("rootfs: mmdebstrap: %w; last lines:\n%s", err, log.tail(15))
+	if err := t.Mmdebstrap.Mmdebstrap(ctx, args); err != nil {
+		return "", info, fmt.Errorf("rootfs: %w", err)
 	}
 	progress.say("rootfs: mmdebstrap done in %.0fs", time.Since(start).Seconds())
 	if cached == "" {
@@ -238,34 +230,12 @@ func shellQuote(s string) string {
 
 // extractTarball unpacks a root filesystem tarball into dir as it is (owners,
 // modes, device nodes, extended attributes).
-func extractTarball(ctx context.Context, tarball, dir string) error {
+func extractTarball(ctx context.Context, t Mmdebstrap, tarball, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, "tar", "-x", "-p", "--numeric-owner", "--xattrs", "--xattrs-include=*", "-f", tarball, "-C", dir)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("rootfs: unpack %s: %w: %s", tarball, err, bytes.TrimSpace(out))
+	if err := t.Unpack(ctx, tarball, dir); err != nil {
+		return fmt.Errorf("rootfs: unpack %s: %w", tarball, err)
 	}
 	return nil
-}
-
-// tailLog keeps the last 16 KiB written to it.
-type tailLog struct{ buf []byte }
-
-// Write implements io.Writer.
-func (t *tailLog) Write(p []byte) (int, error) {
-	t.buf = append(t.buf, p...)
-	if over := len(t.buf) - 16384; over > 0 {
-		t.buf = t.buf[over:]
-	}
-	return len(p), nil
-}
-
-// tail returns the last n lines, indented.
-func (t *tailLog) tail(n int) string {
-	lines := strings.Split(strings.TrimSpace(string(t.buf)), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return "  " + strings.Join(lines, "\n  ")
 }
