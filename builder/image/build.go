@@ -37,15 +37,15 @@ func espFiles(ctx context.Context, dir, root string, kernels []string, cmdline s
 		return nil, err
 	}
 	files := []espFile{
-		{SystemdBootEFI, install.ESPBootloader},
-		{SystemdBootEFI, install.ESPSystemdBoot},
+		{Src: SystemdBootEFI, Dst: install.ESPBootloader},
+		{Src: SystemdBootEFI, Dst: install.ESPSystemdBoot},
 	}
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
 		rel, err := filepath.Rel(dir, p)
-		files = append(files, espFile{p, filepath.ToSlash(rel)})
+		files = append(files, espFile{Src: p, Dst: filepath.ToSlash(rel)})
 		return err
 	})
 	return files, err

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/kpreload/kpreload/builder/image/disk"
 	"github.com/kpreload/kpreload/builder/install"
 )
 
@@ -28,9 +29,6 @@ const (
 	// to a whole number of GiB, in a gzip'd sparse GNU tar.
 	FormatGCE = "gce"
 )
-
-// gib is one GiB in bytes.
-const gib = 1 << 30
 
 // diskFormat is one output format: its file and how it is made from the raw
 // disk. The table below is the one place formats are decided.
@@ -214,7 +212,7 @@ func gceTarball(ctx context.Context, t Tools, raw, out, scratch string) error {
 // growDisk writes a sparse copy of the GPT disk raw to out, grown to size
 // bytes, with its backup GPT moved to the new end (sfdisk --relocate): the
 // partitions are unchanged and the new space is free at the end of the disk.
-func growDisk(ctx context.Context, t Disk, raw, out string, size int64) error {
+func growDisk(ctx context.Context, t disk.Tools, raw, out string, size int64) error {
 	if err := t.CopySparse(ctx, raw, out); err != nil {
 		return err
 	}

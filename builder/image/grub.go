@@ -2,7 +2,6 @@ package image
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
@@ -154,67 +153,4 @@ func grubImages(ctx context.Context, g Grub, root, rootUUID, outDir string) (cor
 		}
 	}
 	return core, nil
-}
-
-// Offsets in GRUB's boot.img and diskboot.img (grub 2.06 include/grub/i386/pc/boot.h).
-const (
-	bootBPBStart     = 0x03  // BIOS parameter block, kept from the disk
-	bootBPBEnd       = 0x5a  //
-	bootKernelSector = 0x5c  // LBA of core.img's first sector, 8 bytes little-endian
-	bootDriveCheck   = 0x66  // a short jmp, replaced by two nops on hard disks
-	bootNTMagic      = 0x1b8 // disk signature and partition table, kept from the disk
-	bootPartEnd      = 0x1fe //
-	blocklistSize    = 12    // diskboot.img's last blocklist entry: start (8), len (2), segment (2)
-)
-
-// biosSetup makes a GPT disk boot GRUB under BIOS as grub-bios-setup does for
-// a BIOS boot partition: core.img goes into the partition, boot.img into the
-// MBR (keeping the protective partition table) pointing at core.img's first
-// sector, and core.img's first blocklist covers the rest of it. The disk must
-// hold l's partition table already.
-func biosSetup(disk string, l Layout, bootImg, coreImg string) error {
-	if l.BIOSBoot == nil {
-		return fmt.Errorf("BIOS boot: the layout has no BIOS boot partition")
-	}
-	boot, err := os.ReadFile(bootImg)
-	if err != nil {
-		return fmt.Errorf("BIOS boot: %w", err)
-	}
-	core, err := os.ReadFile(coreImg)
-	if err != nil {
-		return fmt.Errorf("BIOS boot: %w", err)
-	}
-	if len(boot) != SectorSize {
-		return fmt.Errorf("BIOS boot: %s is %d bytes, want %d", bootImg, len(boot), SectorSize)
-	}
-	if int64(len(core)) > l.BIOSBoot.Size || len(core) < SectorSize {
-		return fmt.Errorf("BIOS boot: core.img is %d bytes, the BIOS boot partition %d", len(core), l.BIOSBoot.Size)
-	}
-	if pad := len(core) % SectorSize; pad != 0 {
-		core = append(core, make([]byte, SectorSize-pad)...)
-	}
-	f, err := os.OpenFile(disk, os.O_RDWR, 0)
-	if err != nil {
-		return fmt.Errorf("BIOS boot: %w", err)
-	}
-	defer f.Close()
-	mbr := make([]byte, SectorSize)
-	if _, err := f.ReadAt(mbr, 0); err != nil {
-		return fmt.Errorf("BIOS boot: read the MBR: %w", err)
-	}
-	first := uint64(l.BIOSBoot.Offset / SectorSize)
-	copy(boot[bootBPBStart:bootBPBEnd], mbr[bootBPBStart:bootBPBEnd])
-	copy(boot[bootNTMagic:bootPartEnd], mbr[bootNTMagic:bootPartEnd])
-	binary.LittleEndian.PutUint64(boot[bootKernelSector:], first)
-	boot[bootDriveCheck], boot[bootDriveCheck+1] = 0x90, 0x90
-	bl := core[SectorSize-blocklistSize : SectorSize]
-	binary.LittleEndian.PutUint64(bl[0:], first+1)
-	binary.LittleEndian.PutUint16(bl[8:], uint16(len(core)/SectorSize-1))
-	if _, err := f.WriteAt(core, l.BIOSBoot.Offset); err != nil {
-		return fmt.Errorf("BIOS boot: write core.img: %w", err)
-	}
-	if _, err := f.WriteAt(boot, 0); err != nil {
-		return fmt.Errorf("BIOS boot: write the MBR: %w", err)
-	}
-	return f.Sync()
 }

@@ -60,10 +60,10 @@ func shimESP(root, work, rootUUID string) ([]espFile, error) {
 		return nil, err
 	}
 	return []espFile{
-		{filepath.Join(root, shimImage), install.ESPBootloader},
-		{filepath.Join(root, signedGrub), "EFI/BOOT/grubx64.efi"},
-		{filepath.Join(root, mokManager), "EFI/BOOT/mmx64.efi"},
-		{cfg, signedGrubDir + "/grub.cfg"},
+		{Src: filepath.Join(root, shimImage), Dst: install.ESPBootloader},
+		{Src: filepath.Join(root, signedGrub), Dst: "EFI/BOOT/grubx64.efi"},
+		{Src: filepath.Join(root, mokManager), Dst: "EFI/BOOT/mmx64.efi"},
+		{Src: cfg, Dst: signedGrubDir + "/grub.cfg"},
 	}, nil
 }
 

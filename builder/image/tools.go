@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/kpreload/kpreload/builder/archive"
+	"github.com/kpreload/kpreload/builder/image/disk"
 	"github.com/kpreload/kpreload/builder/internal/runner"
 )
 
@@ -23,7 +24,7 @@ type Tools struct {
 	// Systemctl enables units in a root.
 	Systemctl Systemctl
 	// Disk partitions the disk and makes its filesystems.
-	Disk Disk
+	Disk disk.Tools
 	// Grub runs the root's own GRUB tools.
 	Grub Grub
 	// QemuImg converts the raw disk to the other formats.
@@ -76,29 +77,6 @@ type Systemctl interface {
 	Enable(ctx context.Context, root string, units ...string) error
 	// Preset applies the preset files to units in root.
 	Preset(ctx context.Context, root string, units ...string) error
-}
-
-// Disk is the partitioning and filesystem tools, on a disk image file.
-type Disk interface {
-	// Partition writes the partition table script (sfdisk's input) to disk.
-	Partition(ctx context.Context, disk, script string) error
-	// RelocateBackupGPT moves the backup GPT to the end of disk.
-	RelocateBackupGPT(ctx context.Context, disk string) error
-	// MkfsVFAT makes a FAT32 filesystem of sizeKiB KiB at the offset (in
-	// sectors) of disk, with the label, volume serial and cluster size.
-	MkfsVFAT(ctx context.Context, disk string, offsetSectors, sizeKiB int64, clusterSectors int, label, volumeID string) error
-	// Mkdir makes dir (slash-separated, on the FAT filesystem at img, mtools' file@@offset).
-	Mkdir(ctx context.Context, img, dir string) error
-	// Copy copies the host file src to dst on the FAT filesystem at img.
-	Copy(ctx context.Context, img, src, dst string) error
-	// MkfsExt4 makes an ext4 filesystem of sizeKiB KiB at the byte offset of
-	// disk, populated from rootDir, with the label and UUID.
-	MkfsExt4(ctx context.Context, disk string, offset, sizeKiB int64, label, uuid, rootDir string) error
-	// CopySparse copies src to dst keeping its holes.
-	CopySparse(ctx context.Context, src, dst string) error
-	// TarSparse writes the file name of dir, alone, into the gzip'd GNU tar
-	// out with its holes recorded.
-	TarSparse(ctx context.Context, dir, name, out string) error
 }
 
 // Grub is the GRUB tools of a root, run inside it (chroot).
