@@ -230,3 +230,13 @@ func TestResolveCellsFromRemote(t *testing.T) {
 		t.Errorf("progress %q does not say the cell was pulled", said)
 	}
 }
+
+func TestOutputPath(t *testing.T) {
+	for _, c := range []struct{ format, file string }{
+		{FormatRaw, "ci.raw"}, {FormatGCE, "ci.tar.gz"}, {"manifest.json", "ci.manifest.json"},
+	} {
+		if got, want := OutputPath("/out", "ci", c.format), "/out/"+c.file; got != want {
+			t.Errorf("OutputPath(/out, ci, %s) = %q, want %q", c.format, got, want)
+		}
+	}
+}

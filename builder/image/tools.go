@@ -2,11 +2,11 @@ package image
 
 import (
 	"context"
-	"fmt"
 	"strings"
 
 	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/image/disk"
+	"github.com/kpreload/kpreload/builder/image/formats"
 	"github.com/kpreload/kpreload/builder/internal/runner"
 )
 
@@ -28,7 +28,7 @@ type Tools struct {
 	// Grub runs the root's own GRUB tools.
 	Grub Grub
 	// QemuImg converts the raw disk to the other formats.
-	QemuImg QemuImg
+	QemuImg formats.QemuImg
 	// Userspace builds a recipe's userspace source.
 	Userspace Userspace
 	// VirtFwVars writes OVMF variable stores.
@@ -38,7 +38,7 @@ type Tools struct {
 // NewTools returns the real tools, run through r.
 func NewTools(r runner.Runner) Tools {
 	t := hostTools{r}
-	return Tools{Runner: r, Mmdebstrap: t, Dpkg: t, Systemctl: t, Disk: t, Grub: t, QemuImg: t, Userspace: t, VirtFwVars: t}
+	return Tools{Runner: r, Mmdebstrap: t, Dpkg: t, Systemctl: t, Disk: disk.Host{Runner: r}, Grub: t, QemuImg: formats.Host{Runner: r}, Userspace: t, VirtFwVars: t}
 }
 
 // DefaultTools are the real tools, run by runner.Default.
@@ -85,12 +85,6 @@ type Grub interface {
 	MkImage(ctx context.Context, root string, args ...string) error
 	// MkConfig runs grub-mkconfig -o out (a path in root) in root.
 	MkConfig(ctx context.Context, root, out string) error
-}
-
-// QemuImg is qemu-img.
-type QemuImg interface {
-	// Convert converts the raw disk to out in format, with -o options.
-	Convert(ctx context.Context, format string, options []string, raw, out string) error
 }
 
 // Userspace builds a driver's userspace from source.
@@ -147,60 +141,12 @@ func (t hostTools) Preset(ctx context.Context, root string, units ...string) err
 	return t.run(ctx, runner.Cmd{Name: "systemctl", Args: append([]string{"--root=" + root, "preset"}, units...)})
 }
 
-// sfdisk's options for a disk image: no kernel to tell.
-var sfdiskImage = []string{"--quiet", "--no-reread", "--no-tell-kernel"}
-
-func (t hostTools) Partition(ctx context.Context, disk, script string) error {
-	return t.run(ctx, runner.Cmd{Name: "sfdisk", Args: append(append([]string{}, sfdiskImage...), disk), Stdin: strings.NewReader(script)})
-}
-
-func (t hostTools) RelocateBackupGPT(ctx context.Context, disk string) error {
-	return t.run(ctx, runner.Cmd{Name: "sfdisk", Args: append(append([]string{}, sfdiskImage...), "--relocate", "gpt-bak-std", disk)})
-}
-
-func (t hostTools) MkfsVFAT(ctx context.Context, disk string, offsetSectors, sizeKiB int64, clusterSectors int, label, volumeID string) error {
-	return t.run(ctx, runner.Cmd{Name: "mkfs.vfat", Args: []string{"-F", "32", "-s", fmt.Sprint(clusterSectors), "-n", label, "-i", volumeID,
-		fmt.Sprintf("--offset=%d", offsetSectors), disk, fmt.Sprint(sizeKiB)}})
-}
-
-// mtoolsEnv lets mtools work on a filesystem inside an image file.
-var mtoolsEnv = []string{"MTOOLS_SKIP_CHECK=1"}
-
-func (t hostTools) Mkdir(ctx context.Context, img, dir string) error {
-	return t.run(ctx, runner.Cmd{Name: "mmd", Args: []string{"-i", img, "::/" + dir}, Env: mtoolsEnv})
-}
-
-func (t hostTools) Copy(ctx context.Context, img, src, dst string) error {
-	return t.run(ctx, runner.Cmd{Name: "mcopy", Args: []string{"-o", "-i", img, src, "::/" + dst}, Env: mtoolsEnv})
-}
-
-func (t hostTools) MkfsExt4(ctx context.Context, disk string, offset, sizeKiB int64, label, uuid, rootDir string) error {
-	return t.run(ctx, runner.Cmd{Name: "mkfs.ext4", Args: []string{"-q", "-F", "-L", label, "-U", uuid,
-		"-E", fmt.Sprintf("offset=%d", offset), "-d", rootDir, disk, fmt.Sprintf("%dk", sizeKiB)}})
-}
-
-func (t hostTools) CopySparse(ctx context.Context, src, dst string) error {
-	return t.run(ctx, runner.Cmd{Name: "cp", Args: []string{"--sparse=always", "--reflink=auto", src, dst}})
-}
-
-func (t hostTools) TarSparse(ctx context.Context, dir, name, out string) error {
-	return t.run(ctx, runner.Cmd{Name: "tar", Args: []string{"--format=gnu", "--owner=0", "--group=0", "--numeric-owner", "-Sczf", out, name}, Dir: dir})
-}
-
 func (t hostTools) MkImage(ctx context.Context, root string, args ...string) error {
 	return t.run(ctx, runner.Cmd{Name: "chroot", Args: append([]string{root, "grub-mkimage"}, args...)})
 }
 
 func (t hostTools) MkConfig(ctx context.Context, root, out string) error {
 	return t.run(ctx, runner.Cmd{Name: "chroot", Args: []string{root, "grub-mkconfig", "-o", out}})
-}
-
-func (t hostTools) Convert(ctx context.Context, format string, options []string, raw, out string) error {
-	args := []string{"convert", "-f", "raw", "-O", format}
-	for _, o := range options {
-		args = append(args, "-o", o)
-	}
-	return t.run(ctx, runner.Cmd{Name: "qemu-img", Args: append(args, raw, out)})
 }
 
 func (t hostTools) CopySource(ctx context.Context, src, dst string) error {
