@@ -9,10 +9,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 
 	"github.com/kpreload/kpreload/builder/install"
 )
@@ -78,20 +76,6 @@ func grubFiles(ctx context.Context, g Grub, work, root, rootUUID, cmdline string
 	return esp, core, err
 }
 
-// kernelPackages returns the installed version of each kernel's linux-image
-// package in root's dpkg database.
-func kernelPackages(ctx context.Context, dpkg Dpkg, root string, kernels []string) (map[string]string, error) {
-	out := map[string]string{}
-	for _, k := range kernels {
-		v, err := dpkg.InstalledVersion(ctx, filepath.Join(root, "var/lib/dpkg"), "linux-image-"+k)
-		if err != nil {
-			return nil, fmt.Errorf("kernel %s is not installed in the root filesystem: %w", k, err)
-		}
-		out[k] = v
-	}
-	return out, nil
-}
-
 // digest returns a file's size and SHA-256.
 func digest(path string) (int64, string, error) {
 	f, err := os.Open(path)
@@ -120,30 +104,4 @@ func ReadManifest(path string) (*Manifest, error) {
 		return nil, fmt.Errorf("image manifest %s: %w", path, err)
 	}
 	return &m, nil
-}
-
-// addFiles copies extra files into the root (Options.Files), keeping modes.
-func addFiles(root string, files map[string]string) error {
-	for _, dst := range slices.Sorted(maps.Keys(files)) {
-		src := files[dst]
-		fi, err := os.Stat(src)
-		if err != nil {
-			return fmt.Errorf("file %s: %w", dst, err)
-		}
-		b, err := os.ReadFile(src)
-		if err != nil {
-			return fmt.Errorf("file %s: %w", dst, err)
-		}
-		p := filepath.Join(root, dst)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return fmt.Errorf("file %s: %w", dst, err)
-		}
-		if err := os.WriteFile(p, b, fi.Mode().Perm()); err != nil {
-			return fmt.Errorf("file %s: %w", dst, err)
-		}
-		if err := os.Chmod(p, fi.Mode().Perm()); err != nil {
-			return fmt.Errorf("file %s: %w", dst, err)
-		}
-	}
-	return nil
 }

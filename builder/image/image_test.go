@@ -170,26 +170,6 @@ func TestResolveCellsMissing(t *testing.T) {
 	}
 }
 
-func TestSetEmptyRootPassword(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "shadow")
-	if err := os.WriteFile(p, []byte("root:*:19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\n"), 0o640); err != nil {
-		t.Fatal(err)
-	}
-	if err := setEmptyRootPassword(p); err != nil {
-		t.Fatal(err)
-	}
-	b, _ := os.ReadFile(p)
-	if got, want := string(b), "root::19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\n"; got != want {
-		t.Errorf("shadow = %q, want %q", got, want)
-	}
-	if err := os.WriteFile(p, []byte("daemon:*:1::::::\n"), 0o640); err != nil {
-		t.Fatal(err)
-	}
-	if err := setEmptyRootPassword(p); err == nil {
-		t.Error("shadow without root: nil error")
-	}
-}
-
 // TestResolveCellsFromRemote builds the test driver with the real dkms and
 // pushes it to a real registry; an image's cell lookup with an empty module
 // cache then pulls exactly that cell (by its content key) instead of failing

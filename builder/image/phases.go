@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kpreload/kpreload/builder/image/rootfs"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/recipe"
 )
@@ -277,7 +278,7 @@ func (j *Job) rootfs(ctx context.Context) error {
 	if err := extractTarball(ctx, j.tools().Mmdebstrap, tarball, j.root); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
-	if j.m.KernelPackages, err = kernelPackages(ctx, j.tools().Dpkg, j.root, o.Kernels); err != nil {
+	if j.m.KernelPackages, err = rootfs.KernelPackages(ctx, j.tools().Dpkg, j.root, o.Kernels); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
 	return nil
@@ -330,17 +331,17 @@ func (j *Job) initramfs(ctx context.Context) error {
 // the machine's identity and sets up cloud-init and the units to enable.
 func (j *Job) configure(ctx context.Context) error {
 	o, root := j.o, j.root
-	if err := addFiles(root, o.Files); err != nil {
+	if err := rootfs.AddFiles(root, o.Files); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
-	if err := configureRoot(ctx, j.tools().Systemctl, root, j.m.RootUUID, j.m.ESPUUID, o.EmptyRootPassword, !o.Plain); err != nil {
+	if err := rootfs.Configure(ctx, j.tools().Systemctl, root, j.m.RootUUID, j.m.ESPUUID, o.EmptyRootPassword, !o.Plain); err != nil {
 		return fmt.Errorf("image: configure root: %w", err)
 	}
-	if err := resetIdentity(ctx, j.tools().Systemctl, root); err != nil {
+	if err := rootfs.ResetIdentity(ctx, j.tools().Systemctl, root); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
 	if o.CloudInit {
-		if err := configureCloudInit(root); err != nil {
+		if err := rootfs.ConfigureCloudInit(root); err != nil {
 			return fmt.Errorf("image: %w", err)
 		}
 	}

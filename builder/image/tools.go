@@ -2,11 +2,11 @@ package image
 
 import (
 	"context"
-	"strings"
 
 	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/image/disk"
 	"github.com/kpreload/kpreload/builder/image/formats"
+	"github.com/kpreload/kpreload/builder/image/rootfs"
 	"github.com/kpreload/kpreload/builder/internal/runner"
 )
 
@@ -37,8 +37,8 @@ type Tools struct {
 
 // NewTools returns the real tools, run through r.
 func NewTools(r runner.Runner) Tools {
-	t := hostTools{r}
-	return Tools{Runner: r, Mmdebstrap: t, Dpkg: t, Systemctl: t, Disk: disk.Host{Runner: r}, Grub: t, QemuImg: formats.Host{Runner: r}, Userspace: t, VirtFwVars: t}
+	t, root := hostTools{r}, rootfs.Host{Runner: r}
+	return Tools{Runner: r, Mmdebstrap: root, Dpkg: dpkgTools{root, t}, Systemctl: root, Disk: disk.Host{Runner: r}, Grub: t, QemuImg: formats.Host{Runner: r}, Userspace: t, VirtFwVars: t}
 }
 
 // DefaultTools are the real tools, run by runner.Default.
@@ -52,31 +52,17 @@ func (t Tools) orDefault() Tools {
 	return t
 }
 
-// Mmdebstrap makes a Debian root filesystem.
-type Mmdebstrap interface {
-	// Mmdebstrap runs mmdebstrap with args (mmdebstrapArgs).
-	Mmdebstrap(ctx context.Context, args []string) error
-	// Unpack unpacks a root filesystem tarball into dir as it is (owners,
-	// modes, device nodes, extended attributes).
-	Unpack(ctx context.Context, tarball, dir string) error
-}
+// Mmdebstrap makes a Debian root filesystem (rootfs.Mmdebstrap).
+type Mmdebstrap = rootfs.Mmdebstrap
+
+// Systemctl is systemctl on a root that is not running (rootfs.Systemctl).
+type Systemctl = rootfs.Systemctl
 
 // Dpkg is dpkg's package tools.
 type Dpkg interface {
-	// BuildDeb builds the package tree dir into deb (dpkg-deb --build).
-	BuildDeb(ctx context.Context, dir, deb string) error
-	// InstalledVersion is the version of pkg in the dpkg database admindir.
-	InstalledVersion(ctx context.Context, admindir, pkg string) (string, error)
+	rootfs.Dpkg
 	// Extract unpacks deb's files into dir (dpkg -x).
 	Extract(ctx context.Context, deb, dir string) error
-}
-
-// Systemctl is systemctl on a root that is not running.
-type Systemctl interface {
-	// Enable enables units in root (systemctl --root=root enable).
-	Enable(ctx context.Context, root string, units ...string) error
-	// Preset applies the preset files to units in root.
-	Preset(ctx context.Context, root string, units ...string) error
 }
 
 // Grub is the GRUB tools of a root, run inside it (chroot).
@@ -112,33 +98,8 @@ func (t hostTools) run(ctx context.Context, c runner.Cmd) error {
 	return err
 }
 
-func (t hostTools) Mmdebstrap(ctx context.Context, args []string) error {
-	return t.run(ctx, runner.Cmd{Name: "mmdebstrap", Args: args})
-}
-
-func (t hostTools) Unpack(ctx context.Context, tarball, dir string) error {
-	return t.run(ctx, runner.Cmd{Name: "tar", Args: []string{"-x", "-p", "--numeric-owner", "--xattrs", "--xattrs-include=*", "-f", tarball, "-C", dir}})
-}
-
-func (t hostTools) BuildDeb(ctx context.Context, dir, deb string) error {
-	return t.run(ctx, runner.Cmd{Name: "dpkg-deb", Args: []string{"--root-owner-group", "--build", dir, deb}})
-}
-
-func (t hostTools) InstalledVersion(ctx context.Context, admindir, pkg string) (string, error) {
-	out, err := t.r.Run(ctx, runner.Cmd{Name: "dpkg-query", Args: []string{"--admindir=" + admindir, "-W", "-f=${Version}", pkg}})
-	return strings.TrimSpace(string(out)), err
-}
-
 func (t hostTools) Extract(ctx context.Context, deb, dir string) error {
 	return archive.ExtractWith(ctx, t.r, deb, dir)
-}
-
-func (t hostTools) Enable(ctx context.Context, root string, units ...string) error {
-	return t.run(ctx, runner.Cmd{Name: "systemctl", Args: append([]string{"--root=" + root, "enable"}, units...)})
-}
-
-func (t hostTools) Preset(ctx context.Context, root string, units ...string) error {
-	return t.run(ctx, runner.Cmd{Name: "systemctl", Args: append([]string{"--root=" + root, "preset"}, units...)})
 }
 
 func (t hostTools) MkImage(ctx context.Context, root string, args ...string) error {
@@ -159,4 +120,15 @@ func (t hostTools) MakeInstall(ctx context.Context, dir, version, destdir string
 
 func (t hostTools) AddMOK(ctx context.Context, input, guid, pem, output string) error {
 	return t.run(ctx, runner.Cmd{Name: "virt-fw-vars", Args: []string{"--input", input, "--add-mok", guid, pem, "--output", output}})
+}
+
+// dpkgTools are the real dpkg tools: rootfs's and dpkg -x.
+type dpkgTools struct {
+	rootfs.Host
+	x hostTools
+}
+
+// Extract implements Dpkg.
+func (d dpkgTools) Extract(ctx context.Context, deb, dir string) error {
+	return d.x.Extract(ctx, deb, dir)
 }
