@@ -12,6 +12,7 @@ import (
 	"io"
 	"os/exec"
 	"strings"
+	"sync"
 
 	"github.com/kpreload/kpreload/internal/tail"
 )
@@ -34,6 +35,9 @@ type Cmd struct {
 	Dir string
 	// Stdin is its standard input (nil: none).
 	Stdin io.Reader
+	// Log, when set, is given the program's output (standard output and
+	// error) as it is written.
+	Log io.Writer
 	// Combined makes Run return the program's standard error too,
 	// interleaved with its standard output as written.
 	Combined bool
@@ -92,16 +96,16 @@ func (Exec) Run(ctx context.Context, c Cmd) ([]byte, error) {
 	}
 	cmd.Dir, cmd.Stdin = c.Dir, c.Stdin
 	var stdout bytes.Buffer
-	var log tailBuffer
-	cmd.Stdout, cmd.Stderr = io.MultiWriter(&stdout, &log), &log
+	log := &tailBuffer{log: c.Log}
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(&stdout, log), log
 	if c.Combined {
-		cmd.Stderr = cmd.Stdout
+		cmd.Stderr = cmd.Stdout // the same writer: one goroutine writes at a time
 	}
 	if err := cmd.Run(); err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, fmt.Errorf("%s: %w", c.Name, cerr)
 		}
-		return stdout.Bytes(), &Error{Cmd: c, Err: err, Tail: tail.Lines(string(log.buf), TailLines)}
+		return stdout.Bytes(), &Error{Cmd: c, Err: err, Tail: tail.Lines(log.String(), TailLines)}
 	}
 	return stdout.Bytes(), nil
 }
@@ -109,16 +113,33 @@ func (Exec) Run(ctx context.Context, c Cmd) ([]byte, error) {
 // LookPath implements Runner.
 func (Exec) LookPath(name string) (string, error) { return exec.LookPath(name) }
 
-// tailBuffer keeps the last tailBytes written to it.
-type tailBuffer struct{ buf []byte }
+// tailBuffer keeps the last tailBytes written to it and passes everything on
+// to log, if set; standard output and error may write at once.
+type tailBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+	log io.Writer
+}
 
 // Write implements io.Writer.
 func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	t.buf = append(t.buf, p...)
 	if over := len(t.buf) - tailBytes; over > 0 {
 		t.buf = t.buf[over:]
 	}
+	if t.log != nil {
+		t.log.Write(p) // a log that fails loses lines, not the program
+	}
 	return len(p), nil
+}
+
+// String returns what is kept.
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
 }
 
 // Default is the Runner the builder uses unless told otherwise.

@@ -75,3 +75,15 @@ func TestOr(t *testing.T) {
 		t.Errorf("Or(r) = %v, want r", got)
 	}
 }
+
+func TestExecRunLog(t *testing.T) {
+	var log strings.Builder
+	out, err := Exec{}.Run(context.Background(), Cmd{Name: "sh", Args: []string{"-c", "echo out; echo err >&2"}, Log: &log})
+	if err != nil || string(out) != "out\n" {
+		t.Fatalf("Run = %q, %v; want %q", out, err, "out\n")
+	}
+	// Standard output and error reach the log in either order.
+	if got := log.String(); got != "out\nerr\n" && got != "err\nout\n" {
+		t.Errorf("log = %q, want both lines", got)
+	}
+}
