@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"strings"
@@ -287,7 +286,7 @@ func DistributionGrubHook(root, phase string, env func(string) string) string {
 	// As zz-update-grub asks: systemd-detect-virt --container (on this
 	// system), else systemd's marker of a container.
 	if root == "/" {
-		if p, err := exec.LookPath("systemd-detect-virt"); err == nil && exec.Command(p, "--quiet", "--container").Run() == nil {
+		if _, err := runner.Default.Run(context.Background(), runner.Cmd{Name: "systemd-detect-virt", Args: []string{"--quiet", "--container"}}); err == nil {
 			return ""
 		}
 	}
