@@ -17,15 +17,16 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/kpreload/kpreload/builder/internal/runner"
 	"github.com/kpreload/kpreload/internal/fileutil"
 	"github.com/kpreload/kpreload/internal/tail"
 )
@@ -61,6 +62,9 @@ type Archive struct {
 
 	// extra is the archive's description when it is not Debian's (NewExtra).
 	extra *Extra
+
+	// run runs apt-get, apt-cache and dpkg (nil: runner.Default).
+	run runner.Runner
 
 	mu      sync.Mutex
 	updated bool
@@ -204,8 +208,8 @@ func (a *Archive) Update(ctx context.Context, force bool) error {
 		return fmt.Errorf("archive %s: %w", a.Suite, err)
 	}
 	args := append(a.aptOptions(), "update", "-q")
-	cmd := exec.CommandContext(ctx, "apt-get", args...)
-	out, err := cmd.CombinedOutput()
+	out, err := runner.Or(a.run).Run(ctx, runner.Cmd{Name: "apt-get", Args: args, Combined: true})
+	err, _ = ended(err)
 	if sigErr := a.signatureError(out); sigErr != nil {
 		return sigErr
 	}
@@ -230,9 +234,10 @@ func (a *Archive) aptCache(ctx context.Context, args ...string) ([]byte, error) 
 	if err := a.Update(ctx, false); err != nil {
 		return nil, err
 	}
-	out, err := exec.CommandContext(ctx, "apt-cache", append(a.aptOptions(), args...)...).Output()
+	out, err := runner.Or(a.run).Run(ctx, runner.Cmd{Name: "apt-cache", Args: append(a.aptOptions(), args...)})
 	if err != nil {
-		return nil, fmt.Errorf("archive %s: apt-cache %s: %w%s", a.Suite, strings.Join(args, " "), err, stderrOf(err))
+		err, words := ended(err)
+		return nil, fmt.Errorf("archive %s: apt-cache %s: %w%s", a.Suite, strings.Join(args, " "), err, words)
 	}
 	return out, nil
 }
@@ -347,10 +352,9 @@ func (a *Archive) Download(ctx context.Context, name, version, dir string) (stri
 	}
 	defer os.RemoveAll(tmp)
 	args := append(a.aptOptions(), "download", "-q", name+"="+version)
-	cmd := exec.CommandContext(ctx, "apt-get", args...)
-	cmd.Dir = tmp
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("apt-get download %s=%s from %s: %w: %s", name, version, a.Suite, err, bytes.TrimSpace(out))
+	if _, err := runner.Or(a.run).Run(ctx, runner.Cmd{Name: "apt-get", Args: args, Dir: tmp}); err != nil {
+		err, words := ended(err)
+		return "", fmt.Errorf("apt-get download %s=%s from %s: %w%s", name, version, a.Suite, err, words)
 	}
 	got, _ := filepath.Glob(filepath.Join(tmp, "*.deb"))
 	if len(got) != 1 {
@@ -402,13 +406,37 @@ func (a *Archive) Unpack(ctx context.Context, name, version, debs, sources strin
 
 // Extract unpacks a .deb's files into dir with dpkg -x.
 func Extract(ctx context.Context, deb, dir string) error {
+	return ExtractWith(ctx, runner.Default, deb, dir)
+}
+
+// ExtractWith is Extract with dpkg run by r.
+func ExtractWith(ctx context.Context, r runner.Runner, deb, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("dpkg -x %s: %w", deb, err)
 	}
-	if out, err := exec.CommandContext(ctx, "dpkg", "-x", deb, dir).CombinedOutput(); err != nil {
-		return fmt.Errorf("dpkg -x %s: %w: %s", deb, err, bytes.TrimSpace(out))
+	if _, err := r.Run(ctx, runner.Cmd{Name: "dpkg", Args: []string{"-x", deb, dir}}); err != nil {
+		err, words := ended(err)
+		return fmt.Errorf("dpkg -x %s: %w%s", deb, err, words)
 	}
 	return nil
+}
+
+// ended splits a program's failure (runner.Runner) into how it ended and
+// ": " with the end of its output, for messages that name the command
+// themselves.
+func ended(err error) (error, string) {
+	var re *runner.Error
+	if !errors.As(err, &re) {
+		return err, ""
+	}
+	if len(re.Tail) == 0 {
+		return re.Err, ""
+	}
+	lines := slices.Clone(re.Tail)
+	for i, l := range lines {
+		lines[i] = strings.TrimSpace(l)
+	}
+	return re.Err, ": " + strings.Join(lines, "; ")
 }
 
 // lastLines returns the last n non-empty lines of out, trimmed, joined by "; ".

@@ -4,15 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 
+	"github.com/kpreload/kpreload/builder/internal/runner"
 	"github.com/kpreload/kpreload/internal/versort"
 	"github.com/kpreload/kpreload/kmodcache/names"
 )
@@ -236,8 +235,9 @@ func finishKernel(ctx context.Context, dir, release, image string) error {
 	if _, err := os.Stat(filepath.Join(mods, "modules.dep")); err == nil {
 		return nil
 	}
-	if out, err := exec.CommandContext(ctx, "depmod", "-b", dir, release).CombinedOutput(); err != nil {
-		return fmt.Errorf("kernel %s: depmod -b %s %s: %w: %s", release, dir, release, err, bytes.TrimSpace(out))
+	if _, err := runner.Default.Run(ctx, runner.Cmd{Name: "depmod", Args: []string{"-b", dir, release}}); err != nil {
+		err, words := ended(err)
+		return fmt.Errorf("kernel %s: depmod -b %s %s: %w%s", release, dir, release, err, words)
 	}
 	return nil
 }
@@ -307,16 +307,6 @@ func parseDepends(out []byte) []string {
 		}
 	}
 	return deps
-}
-
-// stderrOf returns ": " and the trimmed standard error of a failed command,
-// or "".
-func stderrOf(err error) string {
-	var exitErr *exec.ExitError
-	if errors.As(err, &exitErr) && len(bytes.TrimSpace(exitErr.Stderr)) > 0 {
-		return ": " + string(bytes.TrimSpace(exitErr.Stderr))
-	}
-	return ""
 }
 
 // digitRun returns how many ASCII digits s begins with.

@@ -14,17 +14,15 @@
 package buildroot
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 
-	"github.com/kpreload/kpreload/internal/tail"
+	"github.com/kpreload/kpreload/builder/internal/runner"
 )
 
 // Packages are what a build root holds beyond mmdebstrap's minbase variant:
@@ -107,7 +105,7 @@ func Ensure(ctx context.Context, spec Spec, log func(string)) (*Root, error) {
 	if _, err := os.Stat(filepath.Join(dir, ".complete")); err == nil {
 		return &Root{Suite: spec.Suite, Dir: dir}, nil
 	}
-	if _, err := exec.LookPath("mmdebstrap"); err != nil {
+	if _, err := runner.Default.LookPath("mmdebstrap"); err != nil {
 		return nil, fmt.Errorf("build root for %s: mmdebstrap is not installed (run scripts/deps.sh): %w", spec.Suite, err)
 	}
 	if err := os.MkdirAll(base, 0o755); err != nil {
@@ -128,11 +126,8 @@ func Ensure(ctx context.Context, spec Spec, log func(string)) (*Root, error) {
 		"--customize-hook=rm -rf \"$1\"/var/lib/apt/lists/* \"$1\"/var/cache/apt/archives/*.deb",
 		spec.Suite, root,
 	}, spec.sources()...)
-	cmd := exec.CommandContext(ctx, "mmdebstrap", args...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("build root for %s: mmdebstrap: %w: %s", spec.Suite, err, "\n  "+strings.Join(tail.Lines(out.String(), 8), "\n  "))
+	if _, err := runner.Default.Run(ctx, runner.Cmd{Name: "mmdebstrap", Args: args}); err != nil {
+		return nil, fmt.Errorf("build root for %s: %w", spec.Suite, err)
 	}
 	if err := os.WriteFile(filepath.Join(root, ".complete"), []byte(spec.Key()+"\n"), 0o644); err != nil {
 		return nil, fmt.Errorf("build root: %w", err)
@@ -164,12 +159,9 @@ func (r *Root) Has(prog string) bool {
 // Output runs name with args in the build root (no binds) and returns its
 // standard output.
 func (r *Root) Output(ctx context.Context, name string, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, "chroot", append([]string{r.Dir, name}, args...)...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	out, err := runner.Default.Run(ctx, runner.Cmd{Name: "chroot", Args: append([]string{r.Dir, name}, args...)})
 	if err != nil {
-		return nil, fmt.Errorf("%s in the %s build root: %w: %s", name, r.Suite, err, bytes.TrimSpace(stderr.Bytes()))
+		return nil, fmt.Errorf("%s in the %s build root: %w", name, r.Suite, err)
 	}
 	return out, nil
 }

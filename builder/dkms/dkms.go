@@ -54,6 +54,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kpreload/kpreload/builder/buildroot"
+	"github.com/kpreload/kpreload/builder/internal/runner"
 	"github.com/kpreload/kpreload/internal/fileutil"
 )
 
@@ -232,7 +233,7 @@ func (d *DKMS) Version(ctx context.Context, root *buildroot.Root) (string, error
 	if root != nil {
 		out, err = root.Output(ctx, path, "--version")
 	} else {
-		out, err = exec.CommandContext(ctx, path, "--version").Output()
+		out, err = runner.Default.Run(ctx, runner.Cmd{Name: path, Args: []string{"--version"}})
 	}
 	if err != nil {
 		return "", fmt.Errorf("%s --version (is dkms installed? run scripts/deps.sh): %w", path, err)
@@ -443,7 +444,7 @@ func (p *plan) buildError(kernel string, exitErr *exec.ExitError) *BuildError {
 
 // checkDKMSVersion makes sure path is dkms 3, whose options Build relies on.
 func checkDKMSVersion(path string) error {
-	out, err := exec.Command(path, "--version").Output()
+	out, err := runner.Default.Run(context.Background(), runner.Cmd{Name: path, Args: []string{"--version"}})
 	if err != nil {
 		return fmt.Errorf("dkms build: %s --version (is dkms installed? run scripts/deps.sh): %w", path, err)
 	}
@@ -459,7 +460,7 @@ func compilerVersion(cc, kernelText string) (string, error) {
 	if _, err := exec.LookPath(cc); err != nil {
 		return "", fmt.Errorf("compiler %s not found (kernel built with %q; install Debian package %s, see scripts/deps.sh): %w", cc, kernelText, compilerPackage(cc), err)
 	}
-	out, err := exec.Command(cc, "--version").Output()
+	out, err := runner.Default.Run(context.Background(), runner.Cmd{Name: cc, Args: []string{"--version"}})
 	if err != nil {
 		return "", fmt.Errorf("%s --version: %w", cc, err)
 	}

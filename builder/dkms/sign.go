@@ -8,10 +8,10 @@ import (
 	"encoding/pem"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 
+	"github.com/kpreload/kpreload/builder/internal/runner"
 	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/kmodcache/modsig"
 )
@@ -67,10 +67,9 @@ func Sign(ctx context.Context, req SignRequest) error {
 	if _, err := os.Stat(req.Cert); err != nil {
 		return fmt.Errorf("sign %s: signing certificate %s: %w", filepath.Base(req.Module), req.Cert, err)
 	}
-	cmd := exec.CommandContext(ctx, req.SignFile, req.Hash, req.Key, req.Cert, req.Module)
-	cmd.Env = append(cmd.Environ(), "LC_ALL=C")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("sign %s: %s %s %s %s: %w: %s", filepath.Base(req.Module), req.SignFile, req.Hash, req.Key, req.Cert, err, strings.TrimSpace(string(out)))
+	c := runner.Cmd{Name: req.SignFile, Args: []string{req.Hash, req.Key, req.Cert, req.Module}, Env: []string{"LC_ALL=C"}}
+	if _, err := runner.Default.Run(ctx, c); err != nil {
+		return fmt.Errorf("sign %s: %w", filepath.Base(req.Module), err)
 	}
 	return nil
 }

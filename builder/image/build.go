@@ -9,12 +9,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
-	"strings"
 
 	"github.com/kpreload/kpreload/builder/install"
 )
@@ -39,15 +35,15 @@ func espFiles(ctx context.Context, dir, root string, kernels []string, cmdline s
 		return nil, err
 	}
 	files := []espFile{
-		{SystemdBootEFI, install.ESPBootloader},
-		{SystemdBootEFI, install.ESPSystemdBoot},
+		{Src: SystemdBootEFI, Dst: install.ESPBootloader},
+		{Src: SystemdBootEFI, Dst: install.ESPSystemdBoot},
 	}
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
 		rel, err := filepath.Rel(dir, p)
-		files = append(files, espFile{p, filepath.ToSlash(rel)})
+		files = append(files, espFile{Src: p, Dst: filepath.ToSlash(rel)})
 		return err
 	})
 	return files, err
@@ -58,15 +54,15 @@ func espFiles(ctx context.Context, dir, root string, kernels []string, cmdline s
 // puts kpreload's entries first); it returns the ESP's files (GRUB's UEFI
 // image as the removable-media loader) and core.img for the BIOS boot
 // partition.
-func grubFiles(ctx context.Context, work, root, rootUUID, cmdline string, kpreload bool) ([]espFile, string, error) {
+func grubFiles(ctx context.Context, g Grub, work, root, rootUUID, cmdline string, kpreload bool) ([]espFile, string, error) {
 	if err := writeFile(filepath.Join(root, "etc/default/grub"), []byte(defaultGrub(cmdline)), 0o644); err != nil {
 		return nil, "", err
 	}
-	core, err := grubImages(ctx, root, rootUUID, work)
+	core, err := grubImages(ctx, g, root, rootUUID, work)
 	if err != nil {
 		return nil, "", err
 	}
-	update := buildRootUpdateGrub(rootUUID)
+	update := buildRootUpdateGrub(g, rootUUID)
 	if !kpreload {
 		// A plain image: GRUB's own entries, the distribution's initramfs.
 		err = update(ctx, root, io.Discard)
@@ -78,21 +74,6 @@ func grubFiles(ctx context.Context, work, root, rootUUID, cmdline string, kprelo
 	}
 	esp, err := shimESP(root, work, rootUUID)
 	return esp, core, err
-}
-
-// kernelPackages returns the installed version of each kernel's linux-image
-// package in root's dpkg database.
-func kernelPackages(ctx context.Context, root string, kernels []string) (map[string]string, error) {
-	out := map[string]string{}
-	for _, k := range kernels {
-		cmd := exec.CommandContext(ctx, "dpkg-query", "--admindir="+filepath.Join(root, "var/lib/dpkg"), "-W", "-f=${Version}", "linux-image-"+k)
-		b, err := cmd.Output()
-		if err != nil {
-			return nil, fmt.Errorf("kernel %s is not installed in the root filesystem: %w", k, err)
-		}
-		out[k] = strings.TrimSpace(string(b))
-	}
-	return out, nil
 }
 
 // digest returns a file's size and SHA-256.
@@ -123,30 +104,4 @@ func ReadManifest(path string) (*Manifest, error) {
 		return nil, fmt.Errorf("image manifest %s: %w", path, err)
 	}
 	return &m, nil
-}
-
-// addFiles copies extra files into the root (Options.Files), keeping modes.
-func addFiles(root string, files map[string]string) error {
-	for _, dst := range slices.Sorted(maps.Keys(files)) {
-		src := files[dst]
-		fi, err := os.Stat(src)
-		if err != nil {
-			return fmt.Errorf("file %s: %w", dst, err)
-		}
-		b, err := os.ReadFile(src)
-		if err != nil {
-			return fmt.Errorf("file %s: %w", dst, err)
-		}
-		p := filepath.Join(root, dst)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return fmt.Errorf("file %s: %w", dst, err)
-		}
-		if err := os.WriteFile(p, b, fi.Mode().Perm()); err != nil {
-			return fmt.Errorf("file %s: %w", dst, err)
-		}
-		if err := os.Chmod(p, fi.Mode().Perm()); err != nil {
-			return fmt.Errorf("file %s: %w", dst, err)
-		}
-	}
-	return nil
 }

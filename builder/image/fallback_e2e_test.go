@@ -110,7 +110,7 @@ func writeFallbackDisk(ctx context.Context, t *testing.T, esp []espFile, root, r
 		t.Fatal(err)
 	}
 	disk := filepath.Join(t.TempDir(), "disk.raw")
-	if err := writeDisk(ctx, disk, l, newVolumeID(), esp, root, rootUUID); err != nil {
+	if err := writeDisk(ctx, DefaultTools().Disk, disk, l, newVolumeID(), esp, root, rootUUID); err != nil {
 		t.Fatal(err)
 	}
 	return disk, l
@@ -213,13 +213,13 @@ func TestSystemdBootFallback(t *testing.T) {
 
 	progress("disk")
 	var espList []espFile
-	espList = append(espList, espFile{SystemdBootEFI, install.ESPBootloader}, espFile{SystemdBootEFI, install.ESPSystemdBoot})
+	espList = append(espList, espFile{Src: SystemdBootEFI, Dst: install.ESPBootloader}, espFile{Src: SystemdBootEFI, Dst: install.ESPSystemdBoot})
 	if err := filepath.WalkDir(esp, func(p string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
 		rel, err := filepath.Rel(esp, p)
-		espList = append(espList, espFile{p, filepath.ToSlash(rel)})
+		espList = append(espList, espFile{Src: p, Dst: filepath.ToSlash(rel)})
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -373,7 +373,7 @@ func TestGRUBFallback(t *testing.T) {
 		t.Fatal(err)
 	}
 	progress("disk")
-	disk, l := writeFallbackDisk(ctx, t, []espFile{{bootx64, install.ESPBootloader}}, root, fr.rootUUID)
+	disk, l := writeFallbackDisk(ctx, t, []espFile{{Src: bootx64, Dst: install.ESPBootloader}}, root, fr.rootUUID)
 	grubenv := func() string {
 		t.Helper()
 		out, err := exec.CommandContext(ctx, "debugfs", "-R", "cat /"+install.GrubEnvFile, fmt.Sprintf("%s?offset=%d", disk, l.Root.Offset)).Output()

@@ -2,7 +2,6 @@ package image
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
@@ -70,7 +69,7 @@ const grubMkrelpathShim = "#!/bin/sh\necho \"$1\"\n"
 // buildRootUpdateGrub returns install.Options.UpdateGrub for a root being
 // built: the root's own grub-mkconfig, through chroot, with grub-probe and
 // grub-mkrelpath answered for the disk being made (restored afterwards).
-func buildRootUpdateGrub(rootUUID string) func(context.Context, string, io.Writer) error {
+func buildRootUpdateGrub(g Grub, rootUUID string) func(context.Context, string, io.Writer) error {
 	return func(ctx context.Context, root string, log io.Writer) error {
 		shims := map[string]string{
 			"usr/sbin/grub-probe":    fmt.Sprintf(grubProbeShim, rootUUID),
@@ -101,7 +100,7 @@ func buildRootUpdateGrub(rootUUID string) func(context.Context, string, io.Write
 				return fmt.Errorf("GRUB: %w", err)
 			}
 		}
-		return run(ctx, nil, "chroot", root, "grub-mkconfig", "-o", "/"+install.GrubConfig)
+		return g.MkConfig(ctx, root, "/"+install.GrubConfig)
 	}
 }
 
@@ -116,7 +115,7 @@ func grubEarlyConfig(rootUUID string) string {
 // BIOS and UEFI modules to /boot/grub/<platform>/ as grub-install does. It
 // returns core.img's host path, in outDir. (The UEFI path is Debian's signed
 // shim and GRUB, shimESP, which carries its modules built in.)
-func grubImages(ctx context.Context, root, rootUUID, outDir string) (core string, err error) {
+func grubImages(ctx context.Context, g Grub, root, rootUUID, outDir string) (core string, err error) {
 	dir := filepath.Join(root, grubBuildDir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
@@ -125,10 +124,10 @@ func grubImages(ctx context.Context, root, rootUUID, outDir string) (core string
 	if err := os.WriteFile(filepath.Join(dir, "early.cfg"), []byte(grubEarlyConfig(rootUUID)), 0o644); err != nil {
 		return "", err
 	}
-	args := []string{root, "grub-mkimage", "-O", "i386-pc", "-d", "/usr/lib/grub/i386-pc", "-p", "/boot/grub",
+	args := []string{"-O", "i386-pc", "-d", "/usr/lib/grub/i386-pc", "-p", "/boot/grub",
 		"-c", "/" + grubBuildDir + "/early.cfg", "-o", "/" + grubBuildDir + "/core.img",
 		"biosdisk", "part_gpt", "ext2", "search_fs_uuid"}
-	if err := run(ctx, nil, "chroot", args...); err != nil {
+	if err := g.MkImage(ctx, root, args...); err != nil {
 		return "", fmt.Errorf("GRUB i386-pc image: %w", err)
 	}
 	core = filepath.Join(outDir, "core.img")
@@ -154,67 +153,4 @@ func grubImages(ctx context.Context, root, rootUUID, outDir string) (core string
 		}
 	}
 	return core, nil
-}
-
-// Offsets in GRUB's boot.img and diskboot.img (grub 2.06 include/grub/i386/pc/boot.h).
-const (
-	bootBPBStart     = 0x03  // BIOS parameter block, kept from the disk
-	bootBPBEnd       = 0x5a  //
-	bootKernelSector = 0x5c  // LBA of core.img's first sector, 8 bytes little-endian
-	bootDriveCheck   = 0x66  // a short jmp, replaced by two nops on hard disks
-	bootNTMagic      = 0x1b8 // disk signature and partition table, kept from the disk
-	bootPartEnd      = 0x1fe //
-	blocklistSize    = 12    // diskboot.img's last blocklist entry: start (8), len (2), segment (2)
-)
-
-// biosSetup makes a GPT disk boot GRUB under BIOS as grub-bios-setup does for
-// a BIOS boot partition: core.img goes into the partition, boot.img into the
-// MBR (keeping the protective partition table) pointing at core.img's first
-// sector, and core.img's first blocklist covers the rest of it. The disk must
-// hold l's partition table already.
-func biosSetup(disk string, l Layout, bootImg, coreImg string) error {
-	if l.BIOSBoot == nil {
-		return fmt.Errorf("BIOS boot: the layout has no BIOS boot partition")
-	}
-	boot, err := os.ReadFile(bootImg)
-	if err != nil {
-		return fmt.Errorf("BIOS boot: %w", err)
-	}
-	core, err := os.ReadFile(coreImg)
-	if err != nil {
-		return fmt.Errorf("BIOS boot: %w", err)
-	}
-	if len(boot) != SectorSize {
-		return fmt.Errorf("BIOS boot: %s is %d bytes, want %d", bootImg, len(boot), SectorSize)
-	}
-	if int64(len(core)) > l.BIOSBoot.Size || len(core) < SectorSize {
-		return fmt.Errorf("BIOS boot: core.img is %d bytes, the BIOS boot partition %d", len(core), l.BIOSBoot.Size)
-	}
-	if pad := len(core) % SectorSize; pad != 0 {
-		core = append(core, make([]byte, SectorSize-pad)...)
-	}
-	f, err := os.OpenFile(disk, os.O_RDWR, 0)
-	if err != nil {
-		return fmt.Errorf("BIOS boot: %w", err)
-	}
-	defer f.Close()
-	mbr := make([]byte, SectorSize)
-	if _, err := f.ReadAt(mbr, 0); err != nil {
-		return fmt.Errorf("BIOS boot: read the MBR: %w", err)
-	}
-	first := uint64(l.BIOSBoot.Offset / SectorSize)
-	copy(boot[bootBPBStart:bootBPBEnd], mbr[bootBPBStart:bootBPBEnd])
-	copy(boot[bootNTMagic:bootPartEnd], mbr[bootNTMagic:bootPartEnd])
-	binary.LittleEndian.PutUint64(boot[bootKernelSector:], first)
-	boot[bootDriveCheck], boot[bootDriveCheck+1] = 0x90, 0x90
-	bl := core[SectorSize-blocklistSize : SectorSize]
-	binary.LittleEndian.PutUint64(bl[0:], first+1)
-	binary.LittleEndian.PutUint16(bl[8:], uint16(len(core)/SectorSize-1))
-	if _, err := f.WriteAt(core, l.BIOSBoot.Offset); err != nil {
-		return fmt.Errorf("BIOS boot: write core.img: %w", err)
-	}
-	if _, err := f.WriteAt(boot, 0); err != nil {
-		return fmt.Errorf("BIOS boot: write the MBR: %w", err)
-	}
-	return f.Sync()
 }

@@ -299,18 +299,6 @@ type Initramfs struct {
 	Modules int    `json:"modules"`
 }
 
-// RootfsInfo says how the root filesystem was made.
-type RootfsInfo struct {
-	// Key is RootfsKey's digest of the mmdebstrap inputs.
-	Key string `json:"key"`
-	// Packages are the packages asked of mmdebstrap (beyond its minimal variant).
-	Packages []string `json:"packages"`
-	// Cached is set when the tarball came from RootfsCacheDir.
-	Cached bool `json:"cached"`
-	// Date is the UTC day the tarball was made (part of the key).
-	Date string `json:"date"`
-}
-
 // imageName is what Options.Name may hold.
 var imageName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 

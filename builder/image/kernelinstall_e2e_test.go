@@ -22,12 +22,12 @@ func TestKernelInstallPlugin(t *testing.T) {
 	cache, recipes := testCache(t)
 	o := Options{Name: "ki", Kernels: []string{testKernel}, Recipes: recipes, CacheDir: cache}.withDefaults()
 	work := t.TempDir()
-	tarball, _, err := rootfsTarball(ctx, rootfsSpec(o, time.Now().UTC().Format("2006-01-02")), o.RootfsCacheDir, work, progress)
+	tarball, _, err := rootfsTarball(ctx, DefaultTools(), rootfsSpec(o, time.Now().UTC().Format("2006-01-02")), o.RootfsCacheDir, work, progress)
 	if err != nil {
 		t.Fatal(err)
 	}
 	root := filepath.Join(work, "root")
-	if err := extractTarball(ctx, tarball, root); err != nil {
+	if err := extractTarball(ctx, DefaultTools().Mmdebstrap, tarball, root); err != nil {
 		t.Fatal(err)
 	}
 	cmdline := "root=UUID=0b0e0f0a-1111-4222-8333-444444444444 rw console=ttyS0"

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/internal/inroot"
 )
@@ -29,25 +28,19 @@ func downloadDeb(ctx context.Context, r *recipe.Recipe, ref, dir, cache string) 
 	return a.Download(ctx, name, version, dir)
 }
 
-// dpkgExtract unpacks a .deb's files into dir with dpkg -x (no maintainer
-// scripts, nothing registered with dpkg).
-func dpkgExtract(ctx context.Context, deb, dir string) error {
-	return archive.Extract(ctx, deb, dir)
-}
-
 // extractFirmware unpacks a firmware package's files into root/lib/firmware,
 // where the kernel looks for them (its search path is /lib/firmware, never
 // /usr/lib/firmware). Trixie's packages ship usr/lib/firmware, bookworm's
 // lib/firmware: both land in root/lib/firmware, which on a merged-/usr root
 // (lib -> usr/lib) is usr/lib/firmware, and on a plain directory is a real
 // lib/firmware. The package's other files (documentation) are left out.
-func extractFirmware(ctx context.Context, deb, root string) error {
+func extractFirmware(ctx context.Context, dpkg Dpkg, deb, root string) error {
 	tmp, err := os.MkdirTemp("", "kpreload-firmware-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	if err := archive.Extract(ctx, deb, tmp); err != nil {
+	if err := dpkg.Extract(ctx, deb, tmp); err != nil {
 		return err
 	}
 	found := false

@@ -8,12 +8,12 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/kpreload/kpreload/builder/image/rootfs"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/recipe"
 )
@@ -68,6 +68,10 @@ const (
 // Job is one image build split into its phases (Phases); what one phase makes
 // for the next lives here. Build runs a Job from start to end.
 type Job struct {
+	// Tools are the external programs the phases run: the real ones
+	// (DefaultTools) from NewJob; a test sets fakes before the phases run.
+	Tools Tools
+
 	o Options
 
 	start     time.Time
@@ -91,7 +95,7 @@ type Job struct {
 // NewJob returns the build of the image o describes (with its defaults filled
 // in); nothing happens until its phases run.
 func NewJob(o Options) *Job {
-	return &Job{o: o.withDefaults()}
+	return &Job{Tools: DefaultTools(), o: o.withDefaults()}
 }
 
 // Options returns the job's options, defaults filled in.
@@ -146,6 +150,9 @@ func RunPhases(ctx context.Context, phases []Phase) (err error) {
 	return nil
 }
 
+// tools returns the job's tools, the real ones where none were set.
+func (j *Job) tools() Tools { return j.Tools.orDefault() }
+
 // guard makes a phase refuse to start once ctx is done.
 func (j *Job) guard(run func(context.Context) error) func(context.Context) error {
 	return func(ctx context.Context) error {
@@ -166,7 +173,7 @@ func (j *Job) prepare(ctx context.Context) error {
 		return fmt.Errorf("image: %w", err)
 	}
 	for _, tool := range []string{"mmdebstrap", "sfdisk", "mkfs.vfat", "mmd", "mcopy", "mkfs.ext4", "qemu-img", "dpkg-deb", "systemctl", "tar"} {
-		if _, err := exec.LookPath(tool); err != nil {
+		if _, err := j.tools().Runner.LookPath(tool); err != nil {
 			return fmt.Errorf("image: %s is missing (install the image tools with scripts/deps.sh: mmdebstrap fdisk dosfstools mtools e2fsprogs qemu-utils): %w", tool, err)
 		}
 	}
@@ -261,17 +268,17 @@ func (j *Job) drivers(ctx context.Context) error {
 func (j *Job) rootfs(ctx context.Context) error {
 	o := j.o
 	spec := rootfsSpec(o, time.Now().UTC().Format("2006-01-02"))
-	tarball, info, err := rootfsTarball(ctx, spec, o.RootfsCacheDir, j.work, o.Progress)
+	tarball, info, err := rootfsTarball(ctx, j.tools(), spec, o.RootfsCacheDir, j.work, o.Progress)
 	if err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
 	j.m.Rootfs = info
 	j.root = filepath.Join(j.work, "root")
 	o.Progress.say("rootfs: unpacking")
-	if err := extractTarball(ctx, tarball, j.root); err != nil {
+	if err := extractTarball(ctx, j.tools().Mmdebstrap, tarball, j.root); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
-	if j.m.KernelPackages, err = kernelPackages(ctx, j.root, o.Kernels); err != nil {
+	if j.m.KernelPackages, err = rootfs.KernelPackages(ctx, j.tools().Dpkg, j.root, o.Kernels); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
 	return nil
@@ -298,7 +305,7 @@ func (j *Job) initramfs(ctx context.Context) error {
 			Kernels: o.Kernels, Recipes: o.Recipes, CacheDir: o.CacheDir, DownloadDir: o.DownloadDir,
 			Lister: o.Lister, KpreloadBinary: o.KpreloadBinary, InitBinary: o.InitBinary,
 			Instance: o.Instance, Cmdline: m.Cmdline, Progress: o.Progress, EarlyDrivers: o.EarlyDrivers,
-			RemoteConfig: o.RemoteConfig,
+			RemoteConfig: o.RemoteConfig, Tools: j.tools(),
 			// BuildMissing already ran in the drivers phase; Stage finds the cells in the cache.
 		}, j.root)
 		if err != nil {
@@ -324,23 +331,23 @@ func (j *Job) initramfs(ctx context.Context) error {
 // the machine's identity and sets up cloud-init and the units to enable.
 func (j *Job) configure(ctx context.Context) error {
 	o, root := j.o, j.root
-	if err := addFiles(root, o.Files); err != nil {
+	if err := rootfs.AddFiles(root, o.Files); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
-	if err := configureRoot(ctx, root, j.m.RootUUID, j.m.ESPUUID, o.EmptyRootPassword, !o.Plain); err != nil {
+	if err := rootfs.Configure(ctx, j.tools().Systemctl, root, j.m.RootUUID, j.m.ESPUUID, o.EmptyRootPassword, !o.Plain); err != nil {
 		return fmt.Errorf("image: configure root: %w", err)
 	}
-	if err := resetIdentity(ctx, root); err != nil {
+	if err := rootfs.ResetIdentity(ctx, j.tools().Systemctl, root); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
 	if o.CloudInit {
-		if err := configureCloudInit(root); err != nil {
+		if err := rootfs.ConfigureCloudInit(root); err != nil {
 			return fmt.Errorf("image: %w", err)
 		}
 	}
 	if len(o.Enable) > 0 {
 		o.Progress.say("rootfs: enabling %s", strings.Join(o.Enable, ", "))
-		if err := run(ctx, nil, "systemctl", append([]string{"--root=" + root, "enable"}, o.Enable...)...); err != nil {
+		if err := j.tools().Systemctl.Enable(ctx, root, o.Enable...); err != nil {
 			return fmt.Errorf("image: enable %s: %w", strings.Join(o.Enable, " "), err)
 		}
 	}
@@ -358,10 +365,10 @@ func (j *Job) bootloader(ctx context.Context) error {
 	}
 	var err error
 	if o.Bootloader == install.GRUB {
-		j.esp, j.coreImg, err = grubFiles(ctx, j.work, j.root, j.m.RootUUID, cmdlineExtra(o), !o.Plain)
+		j.esp, j.coreImg, err = grubFiles(ctx, j.tools().Grub, j.work, j.root, j.m.RootUUID, cmdlineExtra(o), !o.Plain)
 		if err == nil && j.moduleKey != nil {
 			j.m.SecureBoot = true
-			j.m.ModuleKey, err = secureBootFiles(ctx, j.root, j.outTmp, o.OutDir, o.Name, j.moduleKey)
+			j.m.ModuleKey, err = secureBootFiles(ctx, j.tools(), j.root, j.outTmp, o.OutDir, o.Name, j.moduleKey)
 		}
 	} else {
 		j.esp, err = espFiles(ctx, espDir, j.root, o.Kernels, j.m.Cmdline)
@@ -405,7 +412,7 @@ func (j *Job) disk(ctx context.Context) error {
 	}
 	j.raw = filepath.Join(j.outTmp, o.Name+"."+FormatRaw)
 	o.Progress.say("disk: %d MiB GPT (ESP %d MiB, root ext4), mkfs.ext4 -d", o.SizeMB, o.ESPSizeMB)
-	if err := writeDisk(ctx, j.raw, layout, j.espVol, j.esp, j.root, j.m.RootUUID); err != nil {
+	if err := writeDisk(ctx, j.tools().Disk, j.raw, layout, j.espVol, j.esp, j.root, j.m.RootUUID); err != nil {
 		return fmt.Errorf("image: disk: %w", err)
 	}
 	if j.coreImg != "" {
@@ -436,7 +443,7 @@ func (j *Job) formats(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("image: disk: %s: %w", f, err)
 		}
-		p, virtual, err := writeFormat(ctx, j.raw, f, j.outTmp, o.Name, o.Progress)
+		p, virtual, err := writeFormat(ctx, j.tools(), j.raw, f, j.outTmp, o.Name, o.Progress)
 		if err != nil {
 			return fmt.Errorf("image: disk: %w", err)
 		}

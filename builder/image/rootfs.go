@@ -1,62 +1,41 @@
 package image
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
-	"time"
 
+	"github.com/kpreload/kpreload/builder/image/rootfs"
 	"github.com/kpreload/kpreload/builder/install"
-	"github.com/kpreload/kpreload/internal/fileutil"
 )
 
-// BasePackages are installed into every image on top of mmdebstrap's minbase
-// variant: systemd as init, udev, kmod, dbus (logind, systemctl), e2fsprogs and
-// dosfstools (fsck of the root and the ESP at boot).
-var BasePackages = []string{"systemd-sysv", "udev", "kmod", "dbus", "e2fsprogs", "dosfstools"}
+// The root filesystem stage lives in builder/image/rootfs; these names keep
+// the image package's API.
 
-// initramfsToolControl is the control file of kpreload-initramfs-tool, a tiny
-// package built on the fly and installed into every image. Debian's kernel
-// packages depend on "initramfs-tools | linux-initramfs-tool"; kpreload makes
-// the image's initramfs itself (Stage, and the zz-kpreload hook for kernels
-// installed later), so this package satisfies the dependency instead of
-// initramfs-tools. Installing initramfs-tools and ignoring its initrd would
-// cost a mkinitramfs run per kernel at build time and at every kernel update,
-// leave a second, unused 14 MB initrd per kernel in /boot, and make two hooks
-// fight over what boots. Being a real, installed package, it also keeps apt
-// from pulling initramfs-tools in when a kernel is installed later.
-const initramfsToolControl = `Package: kpreload-initramfs-tool
-Version: 1.0
-Architecture: all
-Maintainer: kpreload <kpreload@localhost>
-Priority: optional
-Section: kernel
-Provides: linux-initramfs-tool
-Description: kpreload makes this system's initramfs
- The kpreload kernel install hook (/etc/kernel/postinst.d/zz-kpreload) builds
- the initramfs of every kernel from its module tree and the precompiled driver
- cache. This package stands in for initramfs-tools.
-`
+// RootfsSpec is what decides the root filesystem tarball (rootfs.Spec).
+type RootfsSpec = rootfs.Spec
 
-// RootfsSpec is what decides the root filesystem tarball mmdebstrap makes.
-type RootfsSpec struct {
-	// Suite is the Debian release.
-	Suite string
-	// Sources are the apt sources lines ("deb URL suite components").
-	Sources []string
-	// Packages are installed on top of the minbase variant.
-	Packages []string
-	// Date is the UTC day (YYYY-MM-DD) the archive was read.
-	Date string
-	// DistributionInitramfs leaves out the stand-in initramfs tool: the
-	// packages bring initramfs-tools (a plain image).
-	DistributionInitramfs bool
+// RootfsInfo says how the root filesystem was made (rootfs.Info).
+type RootfsInfo = rootfs.Info
+
+// RootfsKey is the cache key of a root filesystem tarball (rootfs.Key).
+func RootfsKey(s RootfsSpec) string { return rootfs.Key(s) }
+
+// BasePackages are installed into every image (rootfs.BasePackages).
+var BasePackages = rootfs.BasePackages
+
+// CloudInitPackages are what Options.CloudInit adds (rootfs.CloudInitPackages).
+var CloudInitPackages = rootfs.CloudInitPackages
+
+const sshHostKeysUnitName = rootfs.SSHHostKeysUnitName
+
+var (
+	mmdebstrapArgs = rootfs.MmdebstrapArgs
+	extractTarball = rootfs.Unpack
+)
+
+// rootfsTarball makes or reuses the root filesystem tarball with t's tools (rootfs.Tarball).
+func rootfsTarball(ctx context.Context, t Tools, spec RootfsSpec, cacheDir, work string, progress Progress) (string, RootfsInfo, error) {
+	return rootfs.Tarball(ctx, rootfs.Tools{Runner: t.Runner, Mmdebstrap: t.Mmdebstrap, Dpkg: t.Dpkg}, spec, cacheDir, work, progress)
 }
 
 // rootfsSpec returns the spec of o's root filesystem, read on day date.
@@ -89,183 +68,4 @@ func rootfsSpec(o Options, date string) RootfsSpec {
 		Packages: sortedUnique(pkgs),
 		Date:     date,
 	}
-}
-
-// RootfsKey is the cache key of a root filesystem tarball: the SHA-256 of the
-// suite, the apt sources, the package list, the stand-in initramfs tool's
-// control file and the UTC day. A cached tarball is reused only for the same
-// inputs on the same day, so it is never older than a day: what a rebuild on
-// that day could differ in is an archive update published since, the same
-// exposure as building from a day-old mirror snapshot, and the next day's build
-// reads the archive again. Pinned inputs (kernel releases, driver versions)
-// never change under one key; set RootfsCacheDir to "off" to always read the
-// archive.
-func RootfsKey(s RootfsSpec) string {
-	h := sha256.New()
-	fmt.Fprintf(h, "kpreload-rootfs/1\nsuite %s\n", s.Suite)
-	for _, l := range s.Sources {
-		fmt.Fprintf(h, "source %s\n", l)
-	}
-	for _, p := range s.Packages {
-		fmt.Fprintf(h, "package %s\n", p)
-	}
-	if s.DistributionInitramfs {
-		fmt.Fprintf(h, "tool initramfs-tools\ndate %s\n", s.Date)
-	} else {
-		fmt.Fprintf(h, "tool %s\ndate %s\n", initramfsToolControl, s.Date)
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
-
-// rootfsTarball returns a tarball of the root filesystem of spec: from
-// cacheDir when one with its key is there, else made with mmdebstrap (and
-// stored in cacheDir unless it is "off"). work is a scratch directory.
-func rootfsTarball(ctx context.Context, spec RootfsSpec, cacheDir, work string, progress Progress) (tarball string, info RootfsInfo, err error) {
-	key := RootfsKey(spec)
-	info = RootfsInfo{Key: key, Packages: spec.Packages, Date: spec.Date}
-	cached := ""
-	if cacheDir != "off" {
-		cached = filepath.Join(cacheDir, key+".tar")
-		if _, err := os.Stat(cached); err == nil {
-			info.Cached = true
-			progress.say("rootfs: reusing %s (same packages and sources today)", cached)
-			return cached, info, nil
-		}
-	}
-	if _, err := exec.LookPath("mmdebstrap"); err != nil {
-		return "", info, fmt.Errorf("rootfs: mmdebstrap is missing (install it with scripts/deps.sh): %w", err)
-	}
-	deb := ""
-	if !spec.DistributionInitramfs {
-		toolDir := filepath.Join(work, "deb")
-		if err := os.MkdirAll(filepath.Join(toolDir, "pkg", "DEBIAN"), 0o755); err != nil {
-			return "", info, err
-		}
-		if err := os.WriteFile(filepath.Join(toolDir, "pkg", "DEBIAN", "control"), []byte(initramfsToolControl), 0o644); err != nil {
-			return "", info, err
-		}
-		deb = filepath.Join(toolDir, "kpreload-initramfs-tool.deb")
-		if out, err := exec.CommandContext(ctx, "dpkg-deb", "--root-owner-group", "--build", filepath.Join(toolDir, "pkg"), deb).CombinedOutput(); err != nil {
-			return "", info, fmt.Errorf("rootfs: build kpreload-initramfs-tool: %w: %s", err, bytes.TrimSpace(out))
-		}
-	}
-	out := filepath.Join(work, "rootfs.tar")
-	if cached != "" {
-		if err := os.MkdirAll(cacheDir, 0o755); err != nil {
-			return "", info, fmt.Errorf("rootfs cache: %w", err)
-		}
-		f, err := os.CreateTemp(cacheDir, ".tmp-"+key+"-*.tar")
-		if err != nil {
-			return "", info, fmt.Errorf("rootfs cache: %w", err)
-		}
-		f.Close()
-		out = f.Name()
-		defer os.Remove(out) // renamed into place on success
-	}
-	args := mmdebstrapArgs(spec, deb, out)
-	progress.say("rootfs: mmdebstrap %s with %d packages (%s)", spec.Suite, len(spec.Packages), strings.Join(spec.Packages, " "))
-	start := time.Now()
-	cmd := exec.CommandContext(ctx, "mmdebstrap", args...)
-	var log tailLog
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Run(); err != nil {
-		if ctx.Err() != nil {
-			return "", info, fmt.Errorf("rootfs: mmdebstrap: %w", ctx.Err())
-		}
-		return "", info, fmt.Errorf("rootfs: mmdebstrap: %w; last lines:\n%s", err, log.tail(15))
-	}
-	progress.say("rootfs: mmdebstrap done in %.0fs", time.Since(start).Seconds())
-	if cached == "" {
-		return out, info, nil
-	}
-	if err := fileutil.Publish(out, cached); err != nil {
-		return "", info, fmt.Errorf("rootfs cache: %w", err)
-	}
-	pruneRootfsCache(cacheDir, cached)
-	return cached, info, nil
-}
-
-// rootfsCacheMaxAge is how long tarballs stay in the rootfs cache: a key holds
-// its day, so older tarballs can never be used again.
-const rootfsCacheMaxAge = 48 * time.Hour
-
-// pruneRootfsCache removes tarballs (and leftovers of killed builds) older than
-// rootfsCacheMaxAge from dir, keeping keep.
-func pruneRootfsCache(dir, keep string) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		p := filepath.Join(dir, e.Name())
-		info, err := e.Info()
-		if err != nil || p == keep || !strings.HasSuffix(e.Name(), ".tar") || !info.Mode().IsRegular() {
-			continue
-		}
-		if time.Since(info.ModTime()) > rootfsCacheMaxAge {
-			os.Remove(p)
-		}
-	}
-}
-
-// mmdebstrapArgs is mmdebstrap's command line for spec: the minbase variant,
-// the packages and the stand-in initramfs tool (copied into the chroot, where
-// apt's dpkg can see it, and removed again), written as a tarball to out.
-func mmdebstrapArgs(spec RootfsSpec, deb, out string) []string {
-	include := append([]string{}, spec.Packages...)
-	var hooks []string
-	if deb != "" {
-		debDir := filepath.Dir(deb)
-		include = append(include, deb)
-		hooks = []string{
-			"--setup-hook=mkdir -p \"$1" + debDir + "\" && cp " + shellQuote(deb) + " \"$1" + debDir + "/\"",
-			"--customize-hook=rm -rf \"$1" + debDir + "\"",
-		}
-	}
-	args := append([]string{"--variant=minbase", "--include=" + strings.Join(include, ",")}, hooks...)
-	args = append(args,
-		// No apt lists and .debs in the image: apt update on first use.
-		"--customize-hook=rm -rf \"$1\"/var/lib/apt/lists/* \"$1\"/var/cache/apt/*.bin",
-		spec.Suite, out,
-	)
-	return append(args, spec.Sources...)
-}
-
-// shellQuote quotes s for sh.
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-// extractTarball unpacks a root filesystem tarball into dir as it is (owners,
-// modes, device nodes, extended attributes).
-func extractTarball(ctx context.Context, tarball, dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	cmd := exec.CommandContext(ctx, "tar", "-x", "-p", "--numeric-owner", "--xattrs", "--xattrs-include=*", "-f", tarball, "-C", dir)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("rootfs: unpack %s: %w: %s", tarball, err, bytes.TrimSpace(out))
-	}
-	return nil
-}
-
-// tailLog keeps the last 16 KiB written to it.
-type tailLog struct{ buf []byte }
-
-// Write implements io.Writer.
-func (t *tailLog) Write(p []byte) (int, error) {
-	t.buf = append(t.buf, p...)
-	if over := len(t.buf) - 16384; over > 0 {
-		t.buf = t.buf[over:]
-	}
-	return len(p), nil
-}
-
-// tail returns the last n lines, indented.
-func (t *tailLog) tail(n int) string {
-	lines := strings.Split(strings.TrimSpace(string(t.buf)), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return "  " + strings.Join(lines, "\n  ")
 }

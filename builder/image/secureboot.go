@@ -7,7 +7,6 @@ import (
 	"encoding/pem"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 
@@ -61,10 +60,10 @@ func shimESP(root, work, rootUUID string) ([]espFile, error) {
 		return nil, err
 	}
 	return []espFile{
-		{filepath.Join(root, shimImage), install.ESPBootloader},
-		{filepath.Join(root, signedGrub), "EFI/BOOT/grubx64.efi"},
-		{filepath.Join(root, mokManager), "EFI/BOOT/mmx64.efi"},
-		{cfg, signedGrubDir + "/grub.cfg"},
+		{Src: filepath.Join(root, shimImage), Dst: install.ESPBootloader},
+		{Src: filepath.Join(root, signedGrub), Dst: "EFI/BOOT/grubx64.efi"},
+		{Src: filepath.Join(root, mokManager), Dst: "EFI/BOOT/mmx64.efi"},
+		{Src: cfg, Dst: signedGrubDir + "/grub.cfg"},
 	}, nil
 }
 
@@ -163,7 +162,7 @@ func readCertificate(path string) (*x509.Certificate, error) {
 // python3-virt-firmware).
 //
 // The ModuleKey names the files where they go in outDir (moveInto puts them there).
-func secureBootFiles(ctx context.Context, root, tmp, outDir, name string, cert *x509.Certificate) (*ModuleKey, error) {
+func secureBootFiles(ctx context.Context, t Tools, root, tmp, outDir, name string, cert *x509.Certificate) (*ModuleKey, error) {
 	sigKey := modsig.ColonHex(cert.SerialNumber.Bytes())
 	k := &ModuleKey{
 		Subject: cert.Subject.CommonName, SigKey: sigKey, InImage: secureboot.KeyFile(sigKey),
@@ -180,10 +179,10 @@ func secureBootFiles(ctx context.Context, root, tmp, outDir, name string, cert *
 	if err := os.WriteFile(pemFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), 0o644); err != nil {
 		return nil, err
 	}
-	if _, err := exec.LookPath("virt-fw-vars"); err != nil {
+	if _, err := t.Runner.LookPath("virt-fw-vars"); err != nil {
 		return nil, fmt.Errorf("virt-fw-vars is missing (python3-virt-firmware from bookworm-backports: scripts/deps.sh): %w", err)
 	}
-	if err := run(ctx, nil, "virt-fw-vars", "--input", qemu.SecureBootVars, "--add-mok", shimLoaderGUID, pemFile, "--output", vars); err != nil {
+	if err := t.VirtFwVars.AddMOK(ctx, qemu.SecureBootVars, shimLoaderGUID, pemFile, vars); err != nil {
 		return nil, fmt.Errorf("enroll the module key in an OVMF variable store: %w", err)
 	}
 	return k, nil

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
@@ -18,7 +17,6 @@ import (
 	"github.com/kpreload/kpreload/initramfs/rootcheck"
 	"github.com/kpreload/kpreload/internal/fileutil"
 	"github.com/kpreload/kpreload/internal/inroot"
-	"github.com/kpreload/kpreload/internal/tail"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
@@ -72,6 +70,8 @@ type StageOptions struct {
 	NoInitramfs bool
 	// Progress, if set, is told about each long step.
 	Progress Progress
+	// Tools run dpkg and make (zero: DefaultTools).
+	Tools Tools
 }
 
 // StageResult says what Stage put into the root.
@@ -96,6 +96,7 @@ type StageResult struct {
 // that is uploaded to another machine later. Packages come from the host's apt
 // sources (scripts/deps.sh enables non-free) and are kept in DownloadDir/debs.
 func Stage(ctx context.Context, o StageOptions, root string) (*StageResult, error) {
+	o.Tools = o.Tools.orDefault()
 	if o.CacheDir == "" {
 		o.CacheDir = DefaultCacheDir()
 	}
@@ -285,7 +286,7 @@ func stagePackages(ctx context.Context, o StageOptions, root string, res *StageR
 			if err != nil {
 				return fmt.Errorf("recipe %s userspace: %w", r.Name, err)
 			}
-			if err := extractInto(ctx, deb, root, path.Join(ImageDriversDir, version)); err != nil {
+			if err := extractInto(ctx, o.Tools.Dpkg, deb, root, path.Join(ImageDriversDir, version)); err != nil {
 				return fmt.Errorf("recipe %s userspace: %w", r.Name, err)
 			}
 			if !slices.Contains(res.Userspace[version], ref) {
@@ -296,7 +297,7 @@ func stagePackages(ctx context.Context, o StageOptions, root string, res *StageR
 			ref := "source:" + r.UserspaceSource.Dir
 			if !slices.Contains(res.Userspace[version], ref) {
 				o.Progress.say("stage: userspace built from %s for %s %s", r.UserspaceSource.Dir, r.Driver.Name, version)
-				if err := buildUserspace(ctx, dir, version, root, path.Join(ImageDriversDir, version)); err != nil {
+				if err := buildUserspace(ctx, o.Tools.Userspace, dir, version, root, path.Join(ImageDriversDir, version)); err != nil {
 					return fmt.Errorf("recipe %s userspace-source: %w", r.Name, err)
 				}
 				res.Userspace[version] = append(res.Userspace[version], ref)
@@ -312,7 +313,7 @@ func stagePackages(ctx context.Context, o StageOptions, root string, res *StageR
 			if err != nil {
 				return fmt.Errorf("recipe %s firmware: %w", r.Name, err)
 			}
-			if err := extractFirmware(ctx, deb, root); err != nil {
+			if err := extractFirmware(ctx, o.Tools.Dpkg, deb, root); err != nil {
 				return fmt.Errorf("recipe %s firmware: %w", r.Name, err)
 			}
 			res.Firmware = append(res.Firmware, ref)
@@ -325,7 +326,7 @@ func stagePackages(ctx context.Context, o StageOptions, root string, res *StageR
 // recipe's directory stays clean) and installs it under dest of the tree at
 // root: "make VERSION=<version> DESTDIR=<scratch> install", with the host's
 // compiler, then copied in (inside root).
-func buildUserspace(ctx context.Context, src, version, root, dest string) error {
+func buildUserspace(ctx context.Context, u Userspace, src, version, root, dest string) error {
 	if _, err := os.Stat(filepath.Join(src, "Makefile")); err != nil {
 		return fmt.Errorf("userspace source %s: no Makefile: %w", src, err)
 	}
@@ -334,30 +335,29 @@ func buildUserspace(ctx context.Context, src, version, root, dest string) error 
 		return err
 	}
 	defer os.RemoveAll(work)
-	if out, err := exec.CommandContext(ctx, "cp", "-rL", src+"/.", work).CombinedOutput(); err != nil {
-		return fmt.Errorf("copy %s: %v: %s", src, err, out)
+	if err := u.CopySource(ctx, src, work); err != nil {
+		return fmt.Errorf("copy %s: %w", src, err)
 	}
 	destdir, err := os.MkdirTemp("", "kpreload-userspace-dest-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(destdir)
-	cmd := exec.CommandContext(ctx, "make", "-C", work, "VERSION="+version, "DESTDIR="+destdir, "install")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("make install in %s: %v\n%s", src, err, strings.Join(tail.Lines(string(out), 15), "\n"))
+	if err := u.MakeInstall(ctx, work, version, destdir); err != nil {
+		return fmt.Errorf("make install in %s: %w", src, err)
 	}
 	return inroot.CopyTree(root, dest, destdir)
 }
 
 // extractInto unpacks the package deb (dpkg -x) into dir of the tree at
 // root: into a scratch directory, then copied in (inside root).
-func extractInto(ctx context.Context, deb, root, dir string) error {
+func extractInto(ctx context.Context, dpkg Dpkg, deb, root, dir string) error {
 	tmp, err := os.MkdirTemp("", "kpreload-deb-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	if err := dpkgExtract(ctx, deb, tmp); err != nil {
+	if err := dpkg.Extract(ctx, deb, tmp); err != nil {
 		return err
 	}
 	if err := inroot.CopyTree(root, dir, tmp); err != nil {

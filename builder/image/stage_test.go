@@ -45,7 +45,7 @@ func TestStageRootLinksOut(t *testing.T) {
 					KpreloadBinary: bin, InitBinary: bin, Cmdline: "root=UUID=x rw", EarlyDrivers: true, NoInitramfs: true,
 				}, root)
 				if err == nil {
-					err = extractFirmware(context.Background(), deb, root)
+					err = extractFirmware(context.Background(), DefaultTools().Dpkg, deb, root)
 				}
 				if got := inroottest.Snapshot(t, victim); got != before {
 					t.Fatalf("staging (err %v) changed the victim tree beside the root:\nbefore\n%s\nafter\n%s", err, before, got)

@@ -6,12 +6,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"strings"
 	"unicode"
 
+	"github.com/kpreload/kpreload/builder/internal/runner"
 	"github.com/kpreload/kpreload/internal/inroot"
 )
 
@@ -220,12 +220,9 @@ func UpdateGrub(ctx context.Context, root string, log io.Writer) error {
 	if filepath.Clean(root) != "/" {
 		argv = append([]string{"chroot", root}, argv...)
 	}
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = io.MultiWriter(&out, log), io.MultiWriter(&out, log)
-	cmd.Env = append(cmd.Environ(), "PATH=/usr/sbin:/usr/bin:/sbin:/bin")
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%s: %w (grub.cfg was left as it was)", strings.Join(argv, " "), err)
+	c := runner.Cmd{Name: argv[0], Args: argv[1:], Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Log: log}
+	if _, err := runner.Default.Run(ctx, c); err != nil {
+		return fmt.Errorf("%w (grub.cfg was left as it was)", err)
 	}
 	return nil
 }
@@ -289,7 +286,7 @@ func DistributionGrubHook(root, phase string, env func(string) string) string {
 	// As zz-update-grub asks: systemd-detect-virt --container (on this
 	// system), else systemd's marker of a container.
 	if root == "/" {
-		if p, err := exec.LookPath("systemd-detect-virt"); err == nil && exec.Command(p, "--quiet", "--container").Run() == nil {
+		if _, err := runner.Default.Run(context.Background(), runner.Cmd{Name: "systemd-detect-virt", Args: []string{"--quiet", "--container"}}); err == nil {
 			return ""
 		}
 	}

@@ -1,4 +1,4 @@
-package image
+package formats
 
 import (
 	"archive/tar"
@@ -16,7 +16,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kpreload/kpreload/builder/image/disk"
 	"github.com/kpreload/kpreload/builder/install"
+	"github.com/kpreload/kpreload/builder/internal/runner"
 )
 
 func TestCheckFormats(t *testing.T) {
@@ -29,16 +31,16 @@ func TestCheckFormats(t *testing.T) {
 		{[]string{"vpc"}, []string{`format "vpc": want one of raw, qcow2, vhd, vmdk, gce`}},
 		{[]string{"raw", "VMDK", "raw"}, []string{`format "VMDK"`, "format raw given twice"}},
 	} {
-		err := CheckFormats(c.names)
+		err := Check(c.names)
 		if len(c.want) == 0 {
 			if err != nil {
-				t.Errorf("CheckFormats(%q) = %v, want nil", c.names, err)
+				t.Errorf("Check(%q) = %v, want nil", c.names, err)
 			}
 			continue
 		}
 		for _, w := range c.want {
 			if err == nil || !strings.Contains(err.Error(), w) {
-				t.Errorf("CheckFormats(%q) = %v, want an error containing %q", c.names, err, w)
+				t.Errorf("Check(%q) = %v, want an error containing %q", c.names, err, w)
 			}
 		}
 	}
@@ -48,22 +50,19 @@ func TestFormatFiles(t *testing.T) {
 	for _, c := range []struct {
 		format, file, qemu string
 	}{
-		{FormatRaw, "ci.raw", "raw"},
-		{FormatQCOW2, "ci.qcow2", "qcow2"},
-		{FormatVHD, "ci.vhd", "vpc"},
-		{FormatVMDK, "ci.vmdk", "vmdk"},
-		{FormatGCE, "ci.tar.gz", ""},
+		{Raw, "ci.raw", "raw"},
+		{QCOW2, "ci.qcow2", "qcow2"},
+		{VHD, "ci.vhd", "vpc"},
+		{VMDK, "ci.vmdk", "vmdk"},
+		{GCE, "ci.tar.gz", ""},
 		{"manifest.json", "ci.manifest.json", ""},
 	} {
-		if got := FormatFile("ci", c.format); got != c.file {
-			t.Errorf("FormatFile(ci, %s) = %q, want %q", c.format, got, c.file)
+		if got := File("ci", c.format); got != c.file {
+			t.Errorf("File(ci, %s) = %q, want %q", c.format, got, c.file)
 		}
-		if got := OutputPath("/out", "ci", c.format); got != "/out/"+c.file {
-			t.Errorf("OutputPath(/out, ci, %s) = %q, want %q", c.format, got, "/out/"+c.file)
-		}
-		got, ok := QEMUFormat(c.format)
+		got, ok := QEMU(c.format)
 		if got != c.qemu || ok != (c.qemu != "") {
-			t.Errorf("QEMUFormat(%s) = %q, %v, want %q, %v", c.format, got, ok, c.qemu, c.qemu != "")
+			t.Errorf("QEMU(%s) = %q, %v, want %q, %v", c.format, got, ok, c.qemu, c.qemu != "")
 		}
 	}
 	for _, c := range []struct {
@@ -73,8 +72,8 @@ func TestFormatFiles(t *testing.T) {
 		{install.SystemdBoot, []string{"uefi"}},
 		{install.GRUB, []string{"bios", "uefi"}},
 	} {
-		if got := bootFirmware(c.bl); !slices.Equal(got, c.want) {
-			t.Errorf("bootFirmware(%s) = %q, want %q", c.bl, got, c.want)
+		if got := BootFirmware(c.bl); !slices.Equal(got, c.want) {
+			t.Errorf("BootFirmware(%s) = %q, want %q", c.bl, got, c.want)
 		}
 	}
 }
@@ -104,54 +103,54 @@ func TestWriteFormats(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	for _, disk := range []struct {
+	for _, dc := range []struct {
 		name    string
 		size    int64 // bytes
 		vhdSize int64 // the VHD's virtual size
 		gceSize int64 // disk.raw's size in the GCE tarball
 	}{
-		{"6 MiB", 6 * mib, 6 * mib, gib},
-		{"6 MiB + 64 KiB", 6*mib + 64<<10, 7 * mib, gib}, // not a whole MiB: the VHD's copy grows
-		{"1 GiB", gib, gib, gib},                         // whole GiB: disk.raw is a link to the raw disk
+		{"6 MiB", 6 * disk.MiB, 6 * disk.MiB, disk.GiB},
+		{"6 MiB + 64 KiB", 6*disk.MiB + 64<<10, 7 * disk.MiB, disk.GiB}, // not a whole MiB: the VHD's copy grows
+		{"1 GiB", disk.GiB, disk.GiB, disk.GiB},                         // whole GiB: disk.raw is a link to the raw disk
 	} {
 		dir := t.TempDir()
 		raw := filepath.Join(dir, "t.raw")
-		l := makeGPTDisk(t, raw, disk.size)
+		l := makeGPTDisk(t, raw, dc.size)
 		for _, c := range []struct {
 			format  string
 			file    string
 			virtual int64
 			check   func(t *testing.T, path string)
 		}{
-			{FormatRaw, "t.raw", disk.size, nil},
-			{FormatQCOW2, "t.qcow2", disk.size, func(t *testing.T, p string) {
+			{Raw, "t.raw", dc.size, nil},
+			{QCOW2, "t.qcow2", dc.size, func(t *testing.T, p string) {
 				info := imgInfo(t, "qcow2", p)
 				if info.FormatSpecific.Type != "qcow2" {
 					t.Errorf("format-specific type %q, want qcow2", info.FormatSpecific.Type)
 				}
 			}},
-			{FormatVHD, "t.vhd", disk.vhdSize, func(t *testing.T, p string) {
+			{VHD, "t.vhd", dc.vhdSize, func(t *testing.T, p string) {
 				info := imgInfo(t, "vpc", p)
-				if info.VirtualSize%mib != 0 {
+				if info.VirtualSize%disk.MiB != 0 {
 					t.Errorf("virtual size %d: want a whole number of MiB (Azure)", info.VirtualSize)
 				}
 				checkVHDFooter(t, p, info.VirtualSize)
 			}},
-			{FormatVMDK, "t.vmdk", disk.size, func(t *testing.T, p string) {
+			{VMDK, "t.vmdk", dc.size, func(t *testing.T, p string) {
 				info := imgInfo(t, "vmdk", p)
 				if got := info.FormatSpecific.Data.CreateType; got != "streamOptimized" {
 					t.Errorf("vmdk create-type %q, want streamOptimized", got)
 				}
 			}},
-			{FormatGCE, "t.tar.gz", disk.gceSize, func(t *testing.T, p string) {
-				checkGCETarball(t, p, raw, l, disk.gceSize)
+			{GCE, "t.tar.gz", dc.gceSize, func(t *testing.T, p string) {
+				checkGCETarball(t, p, raw, l, dc.gceSize)
 			}},
 		} {
-			t.Run(disk.name+"/"+c.format, func(t *testing.T) {
+			t.Run(dc.name+"/"+c.format, func(t *testing.T) {
 				var msgs []string
-				p, virtual, err := writeFormat(ctx, raw, c.format, dir, "t", func(m string) { msgs = append(msgs, m) })
+				p, virtual, err := Write(ctx, hostTools, raw, c.format, dir, "t", func(m string) { msgs = append(msgs, m) })
 				if err != nil {
-					t.Fatalf("writeFormat: %v", err)
+					t.Fatalf("Write: %v", err)
 				}
 				if want := filepath.Join(dir, c.file); p != want {
 					t.Errorf("file %s, want %s", p, want)
@@ -159,16 +158,16 @@ func TestWriteFormats(t *testing.T) {
 				if virtual != c.virtual {
 					t.Errorf("virtual size %d, want %d", virtual, c.virtual)
 				}
-				if c.format != FormatRaw && len(msgs) == 0 {
+				if c.format != Raw && len(msgs) == 0 {
 					t.Error("no progress lines")
 				}
-				if q, ok := QEMUFormat(c.format); ok {
+				if q, ok := QEMU(c.format); ok {
 					info := imgInfo(t, q, p)
 					if info.Format != q || info.VirtualSize != c.virtual {
 						t.Errorf("qemu-img info: format %q, virtual size %d; want %q, %d", info.Format, info.VirtualSize, q, c.virtual)
 					}
 					// The same disk, byte for byte (any grown tail reads as zeros).
-					if c.virtual == disk.size {
+					if c.virtual == dc.size {
 						if out, err := exec.Command("qemu-img", "compare", "-q", "-f", "raw", "-F", q, raw, p).CombinedOutput(); err != nil {
 							t.Errorf("qemu-img compare raw %s: %v %s", c.format, err, out)
 						}
@@ -187,8 +186,8 @@ func TestWriteFormats(t *testing.T) {
 				}
 			})
 		}
-		if st, err := os.Stat(raw); err != nil || st.Size() != disk.size {
-			t.Errorf("raw disk after the conversions: %v (err %v), want it unchanged at %d bytes", st, err, disk.size)
+		if st, err := os.Stat(raw); err != nil || st.Size() != dc.size {
+			t.Errorf("raw disk after the conversions: %v (err %v), want it unchanged at %d bytes", st, err, dc.size)
 		}
 	}
 }
@@ -196,9 +195,9 @@ func TestWriteFormats(t *testing.T) {
 // makeGPTDisk writes a sparse GPT disk of size bytes at path with the
 // image's layout (a small ESP and a root partition, 1 MiB at each end) and
 // some random data at the start of each partition.
-func makeGPTDisk(t *testing.T, path string, size int64) Layout {
+func makeGPTDisk(t *testing.T, path string, size int64) disk.Layout {
 	t.Helper()
-	l, err := NewLayout(int(size/mib), 2, newUUID(), newUUID(), newUUID())
+	l, err := disk.NewLayout(int(size/disk.MiB), 2, disk.NewUUID(), disk.NewUUID(), disk.NewUUID())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +218,7 @@ func makeGPTDisk(t *testing.T, path string, size int64) Layout {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	for _, p := range []Partition{l.ESP, l.Root} {
+	for _, p := range []disk.Partition{l.ESP, l.Root} {
 		b := make([]byte, 300<<10)
 		rand.Read(b)
 		if _, err := f.WriteAt(b, p.Offset); err != nil {
@@ -302,7 +301,7 @@ func verifyGPT(t *testing.T, path string, size int64) {
 // checkGCETarball checks GCE's import format: a gzip'd GNU tar holding one
 // sparse member disk.raw of size bytes whose partitions are raw's and whose
 // GPT is valid at that size.
-func checkGCETarball(t *testing.T, path, raw string, l Layout, size int64) {
+func checkGCETarball(t *testing.T, path, raw string, l disk.Layout, size int64) {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -346,17 +345,17 @@ func checkGCETarball(t *testing.T, path, raw string, l Layout, size int64) {
 			t.Fatalf("read %s: %v", path, err)
 		}
 		names = append(names, h.Name)
-		if h.Format != tar.FormatGNU || h.Typeflag != tar.TypeGNUSparse || h.Size != size || h.Size%gib != 0 {
+		if h.Format != tar.FormatGNU || h.Typeflag != tar.TypeGNUSparse || h.Size != size || h.Size%disk.GiB != 0 {
 			t.Errorf("member %s: format %v, type %q, size %d; want GNU, 'S' (sparse), %d (a whole GiB)", h.Name, h.Format, h.Typeflag, h.Size, size)
 		}
 		// The partitions (from the ESP to the root's end; the first MiB holds
 		// the GPT, which a grown disk changes) are the raw disk's.
 		same := l.Root.Offset + l.Root.Size
-		got, want := make([]byte, mib), make([]byte, mib)
+		got, want := make([]byte, disk.MiB), make([]byte, disk.MiB)
 		if _, err := io.CopyN(io.Discard, tr, l.ESP.Offset); err != nil {
 			t.Fatalf("read %s: %v", h.Name, err)
 		}
-		for off := l.ESP.Offset; off < same; off += mib {
+		for off := l.ESP.Offset; off < same; off += disk.MiB {
 			if _, err := io.ReadFull(tr, got); err != nil {
 				t.Fatalf("read %s: %v", h.Name, err)
 			}
@@ -384,3 +383,6 @@ func checkGCETarball(t *testing.T, path, raw string, l Layout, size int64) {
 		t.Errorf("tar -tvzf: %v: %s", err, out)
 	}
 }
+
+// hostTools are the real programs.
+var hostTools = Tools{Disk: disk.Host{Runner: runner.Exec{}}, QemuImg: Host{Runner: runner.Exec{}}}

@@ -1,0 +1,134 @@
+package image
+
+import (
+	"context"
+
+	"github.com/kpreload/kpreload/builder/archive"
+	"github.com/kpreload/kpreload/builder/image/disk"
+	"github.com/kpreload/kpreload/builder/image/formats"
+	"github.com/kpreload/kpreload/builder/image/rootfs"
+	"github.com/kpreload/kpreload/builder/internal/runner"
+)
+
+// Tools are the external programs a Job's phases run, each behind its own
+// small interface (as a Packer plugin puts a driver in front of QEMU), all
+// over one runner.Runner: NewTools(runner.Exec{}) runs the real programs,
+// a unit test's runner records the commands and makes the files they would.
+type Tools struct {
+	// Runner finds the programs (the prepare phase's checks).
+	Runner runner.Runner
+	// Mmdebstrap makes the root filesystem tarball and unpacks it.
+	Mmdebstrap Mmdebstrap
+	// Dpkg builds, queries and unpacks Debian packages.
+	Dpkg Dpkg
+	// Systemctl enables units in a root.
+	Systemctl Systemctl
+	// Disk partitions the disk and makes its filesystems.
+	Disk disk.Tools
+	// Grub runs the root's own GRUB tools.
+	Grub Grub
+	// QemuImg converts the raw disk to the other formats.
+	QemuImg formats.QemuImg
+	// Userspace builds a recipe's userspace source.
+	Userspace Userspace
+	// VirtFwVars writes OVMF variable stores.
+	VirtFwVars VirtFwVars
+}
+
+// NewTools returns the real tools, run through r.
+func NewTools(r runner.Runner) Tools {
+	t, root := hostTools{r}, rootfs.Host{Runner: r}
+	return Tools{Runner: r, Mmdebstrap: root, Dpkg: dpkgTools{root, t}, Systemctl: root, Disk: disk.Host{Runner: r}, Grub: t, QemuImg: formats.Host{Runner: r}, Userspace: t, VirtFwVars: t}
+}
+
+// DefaultTools are the real tools, run by runner.Default.
+func DefaultTools() Tools { return NewTools(runner.Default) }
+
+// orDefault returns t, or DefaultTools when t is the zero value.
+func (t Tools) orDefault() Tools {
+	if t.Runner == nil {
+		return DefaultTools()
+	}
+	return t
+}
+
+// Mmdebstrap makes a Debian root filesystem (rootfs.Mmdebstrap).
+type Mmdebstrap = rootfs.Mmdebstrap
+
+// Systemctl is systemctl on a root that is not running (rootfs.Systemctl).
+type Systemctl = rootfs.Systemctl
+
+// Dpkg is dpkg's package tools.
+type Dpkg interface {
+	rootfs.Dpkg
+	// Extract unpacks deb's files into dir (dpkg -x).
+	Extract(ctx context.Context, deb, dir string) error
+}
+
+// Grub is the GRUB tools of a root, run inside it (chroot).
+type Grub interface {
+	// MkImage runs grub-mkimage with args in root.
+	MkImage(ctx context.Context, root string, args ...string) error
+	// MkConfig runs grub-mkconfig -o out (a path in root) in root.
+	MkConfig(ctx context.Context, root, out string) error
+}
+
+// Userspace builds a driver's userspace from source.
+type Userspace interface {
+	// CopySource copies the source tree src into the empty directory dst,
+	// following links.
+	CopySource(ctx context.Context, src, dst string) error
+	// MakeInstall runs make VERSION=version DESTDIR=destdir install in dir.
+	MakeInstall(ctx context.Context, dir, version, destdir string) error
+}
+
+// VirtFwVars is virt-fw-vars (python3-virt-firmware).
+type VirtFwVars interface {
+	// AddMOK writes output: the store input with the PEM certificate
+	// enrolled as a Machine Owner Key for the shim loader guid.
+	AddMOK(ctx context.Context, input, guid, pem, output string) error
+}
+
+// hostTools are the real programs, run through a runner.Runner.
+type hostTools struct{ r runner.Runner }
+
+// run runs name with args.
+func (t hostTools) run(ctx context.Context, c runner.Cmd) error {
+	_, err := t.r.Run(ctx, c)
+	return err
+}
+
+func (t hostTools) Extract(ctx context.Context, deb, dir string) error {
+	return archive.ExtractWith(ctx, t.r, deb, dir)
+}
+
+func (t hostTools) MkImage(ctx context.Context, root string, args ...string) error {
+	return t.run(ctx, runner.Cmd{Name: "chroot", Args: append([]string{root, "grub-mkimage"}, args...)})
+}
+
+func (t hostTools) MkConfig(ctx context.Context, root, out string) error {
+	return t.run(ctx, runner.Cmd{Name: "chroot", Args: []string{root, "grub-mkconfig", "-o", out}})
+}
+
+func (t hostTools) CopySource(ctx context.Context, src, dst string) error {
+	return t.run(ctx, runner.Cmd{Name: "cp", Args: []string{"-rL", src + "/.", dst}})
+}
+
+func (t hostTools) MakeInstall(ctx context.Context, dir, version, destdir string) error {
+	return t.run(ctx, runner.Cmd{Name: "make", Args: []string{"-C", dir, "VERSION=" + version, "DESTDIR=" + destdir, "install"}})
+}
+
+func (t hostTools) AddMOK(ctx context.Context, input, guid, pem, output string) error {
+	return t.run(ctx, runner.Cmd{Name: "virt-fw-vars", Args: []string{"--input", input, "--add-mok", guid, pem, "--output", output}})
+}
+
+// dpkgTools are the real dpkg tools: rootfs's and dpkg -x.
+type dpkgTools struct {
+	rootfs.Host
+	x hostTools
+}
+
+// Extract implements Dpkg.
+func (d dpkgTools) Extract(ctx context.Context, deb, dir string) error {
+	return d.x.Extract(ctx, deb, dir)
+}

@@ -1,0 +1,89 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestExecRun(t *testing.T) {
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name     string
+		cmd      Cmd
+		wantOut  string
+		wantErr  string // substring; "" for success
+		wantTail int
+	}{
+		{"stdout", Cmd{Name: "sh", Args: []string{"-c", "echo out; echo err >&2"}}, "out\n", "", 0},
+		{"env and dir", Cmd{Name: "sh", Args: []string{"-c", "echo $X; pwd"}, Env: []string{"X=1"}, Dir: "/"}, "1\n/\n", "", 0},
+		{"combined", Cmd{Name: "sh", Args: []string{"-c", "echo out; echo err >&2"}, Combined: true}, "out\nerr\n", "", 0},
+		{"stdin", Cmd{Name: "cat", Stdin: strings.NewReader("in")}, "in", "", 0},
+		{"one line", Cmd{Name: "sh", Args: []string{"-c", "echo bad >&2; exit 3"}}, "", "sh -c echo bad >&2; exit 3: exit status 3: bad", 1},
+		{"tail", Cmd{Name: "sh", Args: []string{"-c", "seq 1 40; exit 1"}}, "", "last lines:\n  26\n", TailLines},
+		{"missing", Cmd{Name: "kpreload-no-such-program"}, "", "kpreload-no-such-program: exec:", 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := Exec{}.Run(ctx, tt.cmd)
+			if tt.wantErr == "" {
+				if err != nil || string(out) != tt.wantOut {
+					t.Fatalf("Run = %q, %v; want %q, nil", out, err, tt.wantOut)
+				}
+				return
+			}
+			var e *Error
+			if !errors.As(err, &e) || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Run error = %v, want an *Error containing %q", err, tt.wantErr)
+			}
+			if got := len(e.Tail); got != tt.wantTail {
+				t.Errorf("tail has %d lines, want %d", got, tt.wantTail)
+			}
+		})
+	}
+}
+
+func TestExecRunCancelled(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := Exec{}.Run(ctx, Cmd{Name: "sleep", Args: []string{"30"}})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Run = %v, want it to wrap context.DeadlineExceeded", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("Run returned after %v, want the program killed at once", d)
+	}
+}
+
+func TestExecRunExitError(t *testing.T) {
+	_, err := Exec{}.Run(context.Background(), Cmd{Name: "false"})
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("Run(false) = %v, want it to wrap an *exec.ExitError with code 1", err)
+	}
+}
+
+func TestOr(t *testing.T) {
+	if got := Or(nil); got != Default {
+		t.Errorf("Or(nil) = %v, want Default", got)
+	}
+	r := Exec{}
+	if got := Or(r); got != r {
+		t.Errorf("Or(r) = %v, want r", got)
+	}
+}
+
+func TestExecRunLog(t *testing.T) {
+	var log strings.Builder
+	out, err := Exec{}.Run(context.Background(), Cmd{Name: "sh", Args: []string{"-c", "echo out; echo err >&2"}, Log: &log})
+	if err != nil || string(out) != "out\n" {
+		t.Fatalf("Run = %q, %v; want %q", out, err, "out\n")
+	}
+	// Standard output and error reach the log in either order.
+	if got := log.String(); got != "out\nerr\n" && got != "err\nout\n" {
+		t.Errorf("log = %q, want both lines", got)
+	}
+}
