@@ -105,12 +105,16 @@ func Cycle(ctx context.Context, o Options) (*Report, error) {
 	}
 	defer unlock()
 
+	cache := o.Build.DownloadDir
+	if cache == "" {
+		cache = matrix.DefaultDownloadDir
+	}
+	// Every cycle reads the archives as they are now.
+	if err := archive.Refresh(cache); err != nil {
+		return nil, fmt.Errorf("follow: %w", err)
+	}
 	arcs := o.Build.Archives
 	if arcs == nil {
-		cache := o.Build.DownloadDir
-		if cache == "" {
-			cache = matrix.DefaultDownloadDir
-		}
 		arcs = &recipe.AptArchives{Cache: cache}
 		o.Build.Archives = arcs
 	}
