@@ -81,10 +81,15 @@ func (d dates) Carried(ctx context.Context, name string) ([]archive.Carried, err
 // fresh key.
 func setup(t *testing.T, url string, published time.Time) (Options, *fakeDKMS) {
 	t.Helper()
+	return setupIn(t, t.TempDir(), url, published)
+}
+
+// setupIn is setup with its source, caches and state under dir.
+func setupIn(t *testing.T, dir, url string, published time.Time) (Options, *fakeDKMS) {
+	t.Helper()
 	if _, err := os.Stat(filepath.Join(downloads(), "kernels", testKernel)); err != nil {
 		t.Fatalf("kernel %s is not unpacked (scripts/kernels.sh): %v", testKernel, err)
 	}
-	dir := t.TempDir()
 	src := filepath.Join(dir, "src")
 	if err := os.MkdirAll(src, 0o755); err != nil {
 		t.Fatal(err)
@@ -100,21 +105,21 @@ func setup(t *testing.T, url string, published time.Time) (Options, *fakeDKMS) {
 		Build: matrix.Options{
 			Recipes: []*recipe.Recipe{r}, Kernels: []string{testKernel},
 			CacheDir: filepath.Join(dir, "cache"), DownloadDir: downloads(),
-			LogDir: filepath.Join(dir, "logs"), TempDir: dir, Driver: f,
+			LogDir: filepath.Join(dir, "logs"), TempDir: t.TempDir(), Driver: f,
 			Archives: dates{published},
-			Remote:   openRemote(t, url, filepath.Join(dir, "key")),
+			Remote:   openRemote(t, url, filepath.Join(t.TempDir(), "key"), false),
 		},
 		StateDir: filepath.Join(dir, "state"),
 	}, f
 }
 
-func openRemote(t *testing.T, url, key string) *remote.Remote {
+func openRemote(t *testing.T, url, key string, stall bool) *remote.Remote {
 	t.Helper()
 	s, err := cellsign.Generate(key, key+".pub")
 	if err != nil {
 		t.Fatal(err)
 	}
-	rm, err := remote.Open("oci://"+url+"/follow", remote.Options{PlainHTTP: true, DockerConfig: filepath.Join(t.TempDir(), "none.json"), Signer: s})
+	rm, err := remote.Open("oci://"+url+"/follow", remote.Options{PlainHTTP: true, DockerConfig: filepath.Join(t.TempDir(), "none.json"), Signer: s, StallBeforeManifest: stall})
 	if err != nil {
 		t.Fatal(err)
 	}
