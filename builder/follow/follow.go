@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -99,7 +100,7 @@ func Cycle(ctx context.Context, o Options) (*Report, error) {
 	if state == "" {
 		state = matrix.DefaultDownloadDir
 	}
-	unlock, err := lock(ctx, state, o.Wait)
+	unlock, err := lock(ctx, state, lockName(o.Build.Shard.Index, o.Build.Shard.Count), o.Wait)
 	if err != nil {
 		return nil, err
 	}
@@ -138,6 +139,16 @@ func Cycle(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	rep := &Report{Cells: make([]Row, 0, len(results))}
+	var kernels []string
+	for _, res := range results {
+		if !slices.Contains(kernels, res.Kernel) {
+			kernels = append(kernels, res.Kernel)
+		}
+	}
+	var kdates map[string]time.Time
+	if len(results) > 0 {
+		kdates = kernelDates(ctx, arcs, results[0].Recipe, kernels)
+	}
 	for _, res := range results {
 		row := Row{
 			Recipe: res.Recipe.Name, Driver: res.Recipe.Driver.Name, Version: res.Recipe.Driver.Version,
@@ -157,7 +168,7 @@ func Cycle(ctx context.Context, o Options) (*Report, error) {
 			rep.New++
 		}
 		pick := picks[res.Recipe.Name+" "+res.Recipe.Driver.Version]
-		pub := Publication(ctx, arcs, res.Recipe, res.Kernel, pick)
+		pub := Publication(ctx, arcs, res.Recipe, res.Kernel, pick, kdates)
 		if t, ok := seen.first(res.Recipe.Name+" "+res.Recipe.Driver.Version+" "+res.Kernel, pub); ok {
 			row.Published = &t
 		}
@@ -192,19 +203,68 @@ func Cycle(ctx context.Context, o Options) (*Report, error) {
 // machine's package lists last fetched it (archive.Carried): the package
 // was published at or before it. Debian's package indexes carry no date per
 // package, so this is an upper bound; the cycle keeps the earliest it has
-// seen for each cell (see Cycle). Zero when neither date is known.
-func Publication(ctx context.Context, arcs recipe.PackageArchives, r *recipe.Recipe, kernel string, pick recipe.DriverPick) time.Time {
+// seen for each cell (see Cycle). Zero when neither date is known. kernels
+// holds the kernels' dates (kernelDates).
+func Publication(ctx context.Context, arcs recipe.PackageArchives, r *recipe.Recipe, kernel string, pick recipe.DriverPick, kernels map[string]time.Time) time.Time {
 	driver := pick.Published
 	if driver.IsZero() {
 		if name, version, ok := strings.Cut(r.Source.Package, "="); ok {
 			driver = carriedDate(ctx, arcs, r, r.Suite, name, version)
 		}
 	}
-	k := carriedDate(ctx, arcs, r, archive.KernelSuite(kernel), "linux-image-"+kernel, "")
-	if k.After(driver) {
+	if k := kernels[kernel]; k.After(driver) {
 		return k
 	}
 	return driver
+}
+
+// carriedAll is the archive that lists several packages at once
+// (archive.Archive).
+type carriedAll interface {
+	CarriedAll(ctx context.Context, names ...string) (map[string][]archive.Carried, error)
+}
+
+// kernelDates returns the date of each kernel's linux-image package (see
+// Publication), asking each suite once; unknown dates are left out.
+func kernelDates(ctx context.Context, arcs recipe.PackageArchives, r *recipe.Recipe, kernels []string) map[string]time.Time {
+	bySuite := map[string][]string{}
+	for _, k := range kernels {
+		s := archive.KernelSuite(k)
+		bySuite[s] = append(bySuite[s], k)
+	}
+	out := map[string]time.Time{}
+	for suite, ks := range bySuite {
+		c, _, err := arcs.Open(r, suite)
+		if err != nil {
+			continue
+		}
+		all, ok := c.(carriedAll)
+		if !ok {
+			for _, k := range ks {
+				if t := carriedDate(ctx, arcs, r, suite, "linux-image-"+k, ""); !t.IsZero() {
+					out[k] = t
+				}
+			}
+			continue
+		}
+		var names []string
+		for _, k := range ks {
+			names = append(names, "linux-image-"+k)
+		}
+		got, err := all.CarriedAll(ctx, names...)
+		if err != nil {
+			continue
+		}
+		for _, k := range ks {
+			for _, v := range got["linux-image-"+k] {
+				if !v.Published.IsZero() {
+					out[k] = v.Published
+					break
+				}
+			}
+		}
+	}
+	return out
 }
 
 // carriedDate is the date of the suite listing version (any, when "") of

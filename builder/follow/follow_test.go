@@ -186,7 +186,7 @@ func TestCycle(t *testing.T) {
 func TestCycleLocked(t *testing.T) {
 	reg := testenv.StartRegistry(t)
 	o, f := setup(t, reg.Addr, time.Time{})
-	unlock, err := lock(context.Background(), o.StateDir, false)
+	unlock, err := lock(context.Background(), o.StateDir, LockFile, false)
 	if err != nil {
 		t.Fatal(err)
 	}

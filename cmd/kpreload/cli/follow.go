@@ -35,9 +35,10 @@ func newFollowCmd() *cobra.Command {
 		Short: "One unattended cycle: build and push the cells a new kernel or driver upload needs, and print how fresh the registry is",
 		Long: `Follow runs one cycle of following the archives. It resolves every
 selector of the recipes (kernels.select, and the driver branch of
-source.select) against the apt archives as they are now (their Release
-files' signatures and Valid-Until checked by apt: an archive that does not
-check stops the cycle before anything is built), compares the cells with
+source.select) against the apt archives as they are now (every cycle
+rereads their package lists; apt checks each Release file's signature and,
+for an extra archive, its Valid-Until: an archive that does not check stops
+the cycle before anything is built), compares the cells with
 the signed records of the --remote registry, builds only the cells the
 registry lacks, signs them with --sign and pushes them: what kpreload build
 --remote does, with the same recipe, cache, registry and trust flags. With
@@ -56,7 +57,7 @@ apt's indexes carry no date per package, so the archive published it at or
 before that time. --json prints the table as JSON.
 
 One cycle runs at a time per download cache ($KPRELOAD_CACHE/` + follow.LockFile + `, a
-lock the kernel drops when its holder dies): a second one says another cycle
+lock the kernel drops when its holder dies; each shard I/N has its own): a second one says another cycle
 runs and builds nothing, or with --wait waits for it. A cycle stopped
 mid-push (killed, a registry that fails) leaves the built cells in the
 local cache; the next cycle pushes them.
