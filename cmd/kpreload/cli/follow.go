@@ -35,16 +35,17 @@ func newFollowCmd() *cobra.Command {
 		Short: "One unattended cycle: build and push the cells a new kernel or driver upload needs, and print how fresh the registry is",
 		Long: `Follow runs one cycle of following the archives. It resolves every
 selector of the recipes (kernels.select, and the driver branch of
-source.select) against the apt archives as they are now (every cycle
-rereads their package lists; apt checks each Release file's signature and,
-for an extra archive, its Valid-Until: an archive that does not check stops
-the cycle before anything is built), compares the cells with
-the signed records of the --remote registry, builds only the cells the
-registry lacks, signs them with --sign and pushes them: what kpreload build
---remote does, with the same recipe, cache, registry and trust flags. With
-no RECIPE it follows every recipe in --recipes; RECIPE:KVER follows one
-kernel of a recipe, as build takes it. --shard I/N and --shards N split
-the cells by cost as build does.
+source.select) against the apt archives as they are now: Debian's suites
+and the extra archives a recipe's archives: or the recipes directory's
+archives.yaml names. Every cycle rereads their package lists; apt checks
+each Release file's signature and, for an extra archive, its Valid-Until,
+and an archive that does not check stops the cycle before anything is
+built. It compares the cells with the signed records of the --remote
+registry, builds only the cells the registry lacks, signs them with --sign
+and pushes them: what kpreload build --remote does, with the same recipe,
+cache, registry and trust flags. With no RECIPE it follows every recipe in
+--recipes; RECIPE:KVER follows one kernel of a recipe, as build takes it.
+--shard I/N and --shards N split the cells by cost as build does.
 
 Then it prints the freshness table: per kernel × recipe and driver version,
 the cell's state (", new" when this cycle pushed it), PUBLISHED, when the
@@ -52,15 +53,16 @@ archive published the cell's packages, PUSHED, when the registry's record
 of the cell was pushed, and LAG between the two. PUBLISHED is the later of
 the kernel's and the driver's dates, each the Date of the Release file of
 the suite that lists the package, from the first cycle on this machine that
-saw that kernel and driver version (kept in $KPRELOAD_CACHE/` + follow.SeenFile + `):
-apt's indexes carry no date per package, so the archive published it at or
-before that time. --json prints the table as JSON.
+saw that kernel and driver version (kept in
+$KPRELOAD_CACHE/` + follow.SeenFile + `): apt's indexes carry no date per
+package, so the archive published it at or before that time. --json
+prints the table as JSON.
 
-One cycle runs at a time per download cache ($KPRELOAD_CACHE/` + follow.LockFile + `, a
-lock the kernel drops when its holder dies; each shard I/N has its own): a second one says another cycle
-runs and builds nothing, or with --wait waits for it. A cycle stopped
-mid-push (killed, a registry that fails) leaves the built cells in the
-local cache; the next cycle pushes them.
+One cycle runs at a time per download cache ($KPRELOAD_CACHE/` + follow.LockFile + `,
+a lock the kernel drops when its holder dies; each shard I/N has its own):
+a second one says another cycle runs and builds nothing, or with --wait
+waits for it. A cycle stopped mid-push (killed, a registry that fails)
+leaves the built cells in the local cache; the next cycle pushes them.
 
 Exit status: 0 nothing new, 2 new cells pushed (--new-exit-code N makes it
 N: 0 for a Kubernetes Job that must succeed), 1 failures (a cell that did
