@@ -138,7 +138,10 @@ func (a *Archive) installKey() (string, error) {
 func (a *Archive) extraSources(key string) string {
 	var b strings.Builder
 	for _, s := range a.extra.Suites {
-		fmt.Fprintf(&b, "deb [signed-by=%s] %s %s %s\n", key, a.Mirror, s, strings.Join(a.extra.Components, " "))
+		// check-valid-until, check-date: a Release file past its Valid-Until
+		// (or dated in the future) is refused, whatever the host's apt
+		// configuration says.
+		fmt.Fprintf(&b, "deb [signed-by=%s check-valid-until=yes check-date=yes] %s %s %s\n", key, a.Mirror, s, strings.Join(a.extra.Components, " "))
 	}
 	return b.String()
 }
@@ -148,6 +151,9 @@ func (a *Archive) extraSources(key string) string {
 func (a *Archive) signatureError(out []byte) error {
 	if a.extra == nil {
 		return nil
+	}
+	if bytes.Contains(out, []byte("is expired")) {
+		return fmt.Errorf("archive %s (%s): its Release file is past its Valid-Until (apt: %s); nothing is read from an archive whose Release file has expired", a.Suite, a.Mirror, lastLines(grepAny(out, "is expired"), 3))
 	}
 	for _, mark := range []string{"NO_PUBKEY", "is not signed", "GPG error", "BADSIG", "EXPKEYSIG", "signatures were invalid", "couldn't be verified"} {
 		if bytes.Contains(out, []byte(mark)) {

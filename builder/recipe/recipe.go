@@ -175,7 +175,8 @@ func (s Selector) String() string {
 	return str
 }
 
-// Load reads, strictly decodes and validates the recipe at path. Errors name
+// Load reads, strictly decodes and validates the recipe at path, with the
+// extra archives of the SharedArchivesFile beside it. Errors name
 // the file, the line and the field; all problems found are joined.
 func Load(path string) (*Recipe, error) {
 	data, err := inroot.ReadPath(path, MaxFile)
@@ -186,13 +187,16 @@ func Load(path string) (*Recipe, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := r.addShared(); err != nil {
+		return nil, err
+	}
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
 	return r, nil
 }
 
-// LoadDir loads every *.yaml recipe directly in dir, sorted by file name,
+// LoadDir loads every *.yaml recipe directly in dir (but SharedArchivesFile), sorted by file name,
 // and checks that recipe names are unique. It reports the problems of all
 // files at once.
 func LoadDir(dir string) ([]*Recipe, error) {
@@ -200,6 +204,10 @@ func LoadDir(dir string) ([]*Recipe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list recipes in %s: %w", dir, err)
 	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no recipes (*.yaml) in %s", dir)
+	}
+	files = slices.DeleteFunc(files, func(f string) bool { return filepath.Base(f) == SharedArchivesFile })
 	if len(files) == 0 {
 		return nil, fmt.Errorf("no recipes (*.yaml) in %s", dir)
 	}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // AptArchive is a real apt archive a test publishes into with reprepro,
@@ -103,7 +104,23 @@ func (a *AptArchive) NewKey(file string) string {
 // re-signing the suite's Release files.
 func (a *AptArchive) Publish(suite, name, version string) {
 	a.t.Helper()
+	a.PublishFiles(suite, name, version, nil)
+}
+
+// PublishFiles is Publish of a package holding files (path in the package:
+// content).
+func (a *AptArchive) PublishFiles(suite, name, version string, files map[string]string) {
+	a.t.Helper()
 	root := filepath.Join(a.t.TempDir(), "pkg")
+	for path, content := range files {
+		p := filepath.Join(root, path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			a.t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			a.t.Fatal(err)
+		}
+	}
 	control := fmt.Sprintf("Package: %s\nVersion: %s\nArchitecture: amd64\nSection: misc\nPriority: optional\nMaintainer: kpreload tests <tests@kpreload.invalid>\nDescription: test package\n", name, version)
 	if err := os.MkdirAll(filepath.Join(root, "DEBIAN"), 0o755); err != nil {
 		a.t.Fatal(err)
@@ -129,6 +146,60 @@ func (a *AptArchive) Unsign() {
 			}
 		}
 	}
+}
+
+// Expire rewrites suite's Release file with a Valid-Until an hour past
+// (dated now) and signs it again with the archive's key: a
+// correctly signed Release file that is no longer valid.
+func (a *AptArchive) Expire(suite string) {
+	a.t.Helper()
+	dist := filepath.Join(a.Dir, "dists", suite)
+	data, err := os.ReadFile(filepath.Join(dist, "Release"))
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	var out []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(l, "Date:") {
+			l = "Date: " + time.Now().UTC().Format(time.RFC1123)
+			l += "\nValid-Until: " + time.Now().Add(-time.Hour).UTC().Format(time.RFC1123)
+		}
+		out = append(out, l)
+	}
+	release := filepath.Join(dist, "Release")
+	if err := os.WriteFile(release, []byte(strings.Join(out, "\n")), 0o644); err != nil {
+		a.t.Fatal(err)
+	}
+	for _, f := range []string{"InRelease", "Release.gpg"} {
+		os.Remove(filepath.Join(dist, f))
+	}
+	a.gpg("--armor", "--detach-sign", "--output", filepath.Join(dist, "Release.gpg"), release)
+	a.gpg("--clearsign", "--output", filepath.Join(dist, "InRelease"), release)
+}
+
+// Corrupt changes one byte of every file of package name in the pool,
+// keeping its size: the signed indexes then name a checksum it lacks.
+// Calling the function returned undoes it.
+func (a *AptArchive) Corrupt(name string) (restore func()) {
+	a.t.Helper()
+	debs, _ := filepath.Glob(filepath.Join(a.Dir, "pool", "*", "*", name, name+"_*.deb"))
+	if len(debs) == 0 {
+		a.t.Fatalf("no %s in %s/pool", name, a.Dir)
+	}
+	flip := func() {
+		for _, deb := range debs {
+			data, err := os.ReadFile(deb)
+			if err != nil {
+				a.t.Fatal(err)
+			}
+			data[len(data)-1] ^= 0xff
+			if err := os.WriteFile(deb, data, 0o644); err != nil {
+				a.t.Fatal(err)
+			}
+		}
+	}
+	flip()
+	return flip
 }
 
 func (a *AptArchive) gpg(args ...string) string {

@@ -49,6 +49,9 @@ func Execute(args []string, stdout, stderr io.Writer) int {
 		root.SetOut(stdout)
 		root.SetErr(stderr)
 		if err := root.ExecuteContext(ctx); err != nil {
+			if s, ok := err.(*exitStatus); ok && s.err == nil {
+				return s.code
+			}
 			fmt.Fprintf(stderr, "kpreload: %v\n", err)
 			return exitCode(err)
 		}
@@ -63,6 +66,9 @@ func Execute(args []string, stdout, stderr io.Writer) int {
 const ExitCellsFailed = 3
 
 func exitCode(err error) int {
+	if s, ok := err.(*exitStatus); ok {
+		return s.code
+	}
 	if errors.Is(err, matrix.ErrCellsFailed) && !errors.Is(err, matrix.ErrPushFailed) && !errors.Is(err, context.Canceled) {
 		return ExitCellsFailed
 	}

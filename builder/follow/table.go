@@ -1,0 +1,44 @@
+package follow
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+)
+
+// WriteTable prints the freshness table: per kernel × driver version the
+// cell's state, when the archive published it, when it was pushed, the lag,
+// then the failures and a summary line.
+func (r *Report) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KERNEL\tRECIPE\tVERSION\tSTATE\tPUBLISHED\tPUSHED\tLAG")
+	for _, c := range r.Cells {
+		state := c.State
+		if c.New {
+			state += ", new"
+		}
+		lag := "-"
+		if c.LagSeconds != nil {
+			lag = (time.Duration(*c.LagSeconds) * time.Second).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Kernel, c.Recipe, c.Version, state, stamp(c.Published), stamp(c.Pushed), lag)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, c := range r.Cells {
+		if c.Error != "" {
+			fmt.Fprintf(w, "\nFAILED %s for %s:\n  %s\n", c.Recipe, c.Kernel, c.Error)
+		}
+	}
+	_, err := fmt.Fprintf(w, "\n%d cells: %d new, %d failed (%.1f s)\n", len(r.Cells), r.New, r.Failed, r.Seconds)
+	return err
+}
+
+func stamp(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02 15:04Z")
+}

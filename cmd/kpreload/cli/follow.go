@@ -1,0 +1,167 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kpreload/kpreload/builder/follow"
+	"github.com/kpreload/kpreload/builder/matrix"
+	"github.com/kpreload/kpreload/builder/recipe"
+)
+
+func init() { register(newFollowCmd) }
+
+// ExitFollowNew is follow's default exit status when the cycle pushed new
+// cells (--new-exit-code changes it).
+const ExitFollowNew = 2
+
+func newFollowCmd() *cobra.Command {
+	var (
+		opts       matrix.Options
+		recipesDir string
+		asJSON     bool
+		rf         remoteFlags
+		shard      string
+		shards     int
+		newCode    int
+		wait       bool
+	)
+	cmd := &cobra.Command{
+		Use:   "follow [RECIPE...] --remote oci://HOST[:PORT]/REPO --sign KEY [--trust KEY...] [--shard I/N | --shards N] [--json] [--new-exit-code N]",
+		Short: "One unattended cycle: build and push the cells a new kernel or driver upload needs, and print how fresh the registry is",
+		Long: `Follow runs one cycle of following the archives. It resolves every
+selector of the recipes (kernels.select, and the driver branch of
+source.select) against the apt archives as they are now: Debian's suites
+and the extra archives a recipe's archives: or the recipes directory's
+archives.yaml names. Every cycle rereads their package lists; apt checks
+each Release file's signature and, for an extra archive, its Valid-Until,
+and an archive that does not check stops the cycle before anything is
+built. It compares the cells with the signed records of the --remote
+registry, builds only the cells the registry lacks, signs them with --sign
+and pushes them: what kpreload build --remote does, with the same recipe,
+cache, registry and trust flags. With no RECIPE it follows every recipe in
+--recipes; RECIPE:KVER follows one kernel of a recipe, as build takes it.
+--shard I/N and --shards N split the cells by cost as build does.
+
+Then it prints the freshness table: per kernel × recipe and driver version,
+the cell's state (", new" when this cycle pushed it), PUBLISHED, when the
+archive published the cell's packages, PUSHED, when the registry's record
+of the cell was pushed, and LAG between the two. PUBLISHED is the later of
+the kernel's and the driver's dates, each the Date of the Release file of
+the suite that lists the package, from the first cycle on this machine that
+saw that kernel and driver version (kept in
+$KPRELOAD_CACHE/` + follow.SeenFile + `): apt's indexes carry no date per
+package, so the archive published it at or before that time. --json
+prints the table as JSON.
+
+One cycle runs at a time per download cache ($KPRELOAD_CACHE/` + follow.LockFile + `,
+a lock the kernel drops when its holder dies; each shard I/N has its own):
+a second one says another cycle runs and builds nothing, or with --wait
+waits for it. A cycle stopped mid-push (killed, a registry that fails)
+leaves the built cells in the local cache; the next cycle pushes them.
+
+Exit status: 0 nothing new, 2 new cells pushed (--new-exit-code N makes it
+N: 0 for a Kubernetes Job that must succeed), 1 failures (a cell that did
+not build, a push that failed, an archive or registry that did not check).
+
+Examples:
+  kpreload follow testdriver:6.1.0-56-cloud-amd64 --remote oci://127.0.0.1:5000/team --plain-http --sign team.key --new-exit-code 0
+  kpreload follow testdriver:6.1.0-56-cloud-amd64 --remote oci://127.0.0.1:5000/team --plain-http --sign team.key --trust team.pub --json
+
+`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(cacheContext(cmd), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if rf.url == "" || rf.sign == "" {
+				return fmt.Errorf("follow pushes signed cells: give --remote oci://HOST[:PORT]/REPO and --sign KEY")
+			}
+			if newCode < 0 || newCode > 125 {
+				return fmt.Errorf("--new-exit-code %d: want 0..125", newCode)
+			}
+			rm, err := rf.open()
+			if err != nil {
+				return err
+			}
+			opts.Remote = rm
+			switch {
+			case shard != "" && shards > 0:
+				return fmt.Errorf("--shard and --shards: give one")
+			case shard != "":
+				if opts.Shard, err = matrix.ParseShard(shard); err != nil {
+					return err
+				}
+			case shards > 0:
+				index, set := os.LookupEnv("JOB_COMPLETION_INDEX")
+				if opts.Shard, err = matrix.ShardFromIndex(index, set, shards); err != nil {
+					return err
+				}
+			}
+			var recipes []*recipe.Recipe
+			kernels := map[*recipe.Recipe][]string{}
+			if len(args) == 0 {
+				if recipes, err = recipe.LoadDir(recipesDir); err != nil {
+					return err
+				}
+			} else if recipes, kernels, err = loadCells(args, recipesDir); err != nil {
+				return err
+			}
+			opts.Recipes, opts.RecipeKernels = recipes, kernels
+			if opts.DownloadDir == "" {
+				opts.DownloadDir = envDownloadDir()
+			}
+			p := newBuildProgress(cmd.ErrOrStderr())
+			opts.Progress = p.event
+			rep, err := follow.Cycle(ctx, follow.Options{Build: opts, StateDir: downloadDefaultDir(), Wait: wait})
+			p.stop()
+			if rep != nil {
+				out := cmd.OutOrStdout()
+				if asJSON {
+					if jerr := printJSON(out, rep); jerr != nil {
+						return jerr
+					}
+				} else if terr := rep.WriteTable(out); terr != nil {
+					return terr
+				}
+			}
+			switch {
+			case err != nil:
+				return &exitStatus{code: 1, err: err}
+			case rep.New > 0 && newCode != 0:
+				return &exitStatus{code: newCode}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.CacheDir, "cache", cacheDefaultDir(), "module cache directory")
+	f.IntVar(&opts.Jobs, "jobs", 0, "cells to build at once (default: one per two CPUs)")
+	f.BoolVar(&asJSON, "json", false, "print the freshness table as JSON")
+	f.StringVar(&recipesDir, "recipes", "recipes", "directory of recipes: RECIPE names, and every recipe when none is named")
+	rf.register(f)
+	f.BoolVar(&opts.RetryFailed, "retry-failed", false, "rebuild cells the registry records as failed with the same key")
+	f.StringVar(&shard, "shard", "", "follow shard I of N of the matrix (I/N, 1-based)")
+	f.IntVar(&shards, "shards", 0, "follow shard $JOB_COMPLETION_INDEX (0-based) of N (a Kubernetes Indexed Job)")
+	f.IntVar(&newCode, "new-exit-code", ExitFollowNew, "exit status when the cycle pushed new cells")
+	f.BoolVar(&wait, "wait", false, "when another cycle runs, wait for it instead of stopping")
+	return cmd
+}
+
+// exitStatus is an error that sets the process's exit status; with no err
+// it prints nothing.
+type exitStatus struct {
+	code int
+	err  error
+}
+
+func (e *exitStatus) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitStatus) Unwrap() error { return e.err }

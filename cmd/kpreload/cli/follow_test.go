@@ -1,0 +1,80 @@
+package cli
+
+import (
+	"encoding/json"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/kmodcache/cellsign"
+)
+
+// TestFollowHelpExamples runs every example of `kpreload follow --help`
+// exactly as written, against a real registry on 127.0.0.1:5000 with the
+// real dkms: the first cycle builds and pushes the test driver's cell
+// (exit 0 with --new-exit-code 0), the second finds nothing new.
+func TestFollowHelpExamples(t *testing.T) {
+	testenv.SkipShort(t, "builds the test driver with the real dkms")
+	examples := helpExamples(t, "follow", "testdriver:6.1.0-56-cloud-amd64")
+	reg := testenv.StartRegistry(t)
+	l, err := net.Listen("tcp", "127.0.0.1:5000")
+	if err != nil {
+		t.Fatalf("the examples name 127.0.0.1:5000, which is taken: %v", err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r, err := net.Dial("tcp", reg.Addr)
+				if err != nil {
+					return
+				}
+				defer r.Close()
+				go io.Copy(r, c)
+				io.Copy(c, r)
+			}()
+		}
+	}()
+	recipes, err := filepath.Abs("../../../recipes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(t.TempDir())
+	if err := os.Symlink(recipes, "recipes"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cellsign.Generate("team.key", "team.pub"); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KPRELOAD_CACHE_DIR", filepath.Join(t.TempDir(), "cache"))
+	t.Setenv("DOCKER_CONFIG", t.TempDir())
+	if len(examples) != 2 {
+		t.Fatalf("follow --help has %d examples, want 2", len(examples))
+	}
+	for i, args := range examples {
+		code, out, errOut := runCLI(args...)
+		if code != 0 {
+			t.Fatalf("example %v: exit %d: %s\n%s", args, code, out, errOut)
+		}
+		if i == 1 {
+			var rep struct {
+				New   int `json:"new"`
+				Cells []struct {
+					Kernel string `json:"kernel"`
+					Pushed string `json:"pushed"`
+				} `json:"cells"`
+			}
+			if err := json.Unmarshal([]byte(out), &rep); err != nil || rep.New != 0 || len(rep.Cells) != 1 || rep.Cells[0].Pushed == "" {
+				t.Fatalf("example %v: %v: %s", args, err, out)
+			}
+		}
+	}
+}

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# bench-follow.sh: one follow cycle, measured against a local registry.
+#
+#   scripts/bench-follow.sh [--keep] [--nvidia] [--vm]
+#
+#   --keep    keep the work directory (it is always kept when something fails)
+#   --nvidia  add the rows of one NVIDIA branch (nvidia-535: minutes of compiling)
+#   --vm      add the rows upload → cell in the registry and upload → VM on the new
+#             kernel with its driver, from the end-to-end test TestFollowE2E
+#             (builder/follow/e2e; KPRELOAD_FOLLOW_TIMINGS names its JSON file)
+#
+# A real registry (Debian's docker-registry) runs on a free loopback port. The recipe's
+# kernel matrix first holds 6.1.0-56 and a cycle pushes its cell (not timed); then
+#   nothing new:  `kpreload follow` with nothing to build (the archives are still read
+#                 afresh and every cell looked up in the registry);
+#   one new kernel: 6.12.117 joins the matrix (as a new upload joins a kernels.select);
+#                 the cycle builds and pushes its one cell, against
+#   full rebuild: `kpreload build --remote` of the same two-kernel matrix into an empty
+#                 cache and a fresh repository, in the same run; ratio = cycle / rebuild.
+# Progress goes to stderr, a markdown table to stdout.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+top=$(cd "$here/.." && pwd)
+
+keep=0
+nvidia=0
+vm=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --keep) keep=1 ;;
+    --nvidia) nvidia=1 ;;
+    --vm) vm=1 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument $1 (see --help)" ;;
+  esac
+  shift
+done
+
+k61=6.1.0-56-cloud-amd64
+k612=6.12.117+deb12-cloud-amd64
+registry=/usr/bin/docker-registry
+[ -x "$registry" ] || die "$registry is missing: run scripts/deps.sh"
+for tool in dkms go curl jq; do
+  command -v "$tool" >/dev/null || die "$tool is missing: run scripts/deps.sh"
+done
+
+work=$(mktemp -d /tmp/kpreload-bench-follow.XXXXXX)
+ok=0
+regpid=
+cleanup() {
+  [ -n "$regpid" ] && kill "$regpid" 2>/dev/null || true
+  if [ "$ok" = 1 ] && [ "$keep" = 0 ]; then rm -rf "$work"; else echo "work directory kept: $work" >&2; fi
+}
+trap cleanup EXIT
+
+log "building kpreload"
+(cd "$top" && CGO_ENABLED=0 go build -o "$work/kpreload" ./cmd/kpreload)
+kp="$work/kpreload"
+log "fetching the kernels (not timed)"
+for k in "$k61" "$k612"; do "$here/kernels.sh" "$k" >&2; done
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+cat >"$work/registry.yml" <<CFG
+version: 0.1
+log: {level: warn, accesslog: {disabled: true}}
+storage: {filesystem: {rootdirectory: $work/registry}}
+http: {addr: 127.0.0.1:$port}
+CFG
+"$registry" serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
+regpid=$!
+for _ in $(seq 100); do curl -fs "http://127.0.0.1:$port/v2/" >/dev/null && break; sleep 0.1; done
+curl -fs "http://127.0.0.1:$port/v2/" >/dev/null || die "the registry did not start: $(tail -5 "$work/registry.log")"
+"$kp" cache keygen "$work/team" >/dev/null
+
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f\n", b - a }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f\n", a / b }'; }
+remote() { echo --remote "oci://127.0.0.1:$port/$1" --plain-http --docker-config "$work/none.json"; }
+
+# matrix RECIPE KVER...: the recipe in $work/recipes with these kernels.
+mkdir -p "$work/recipes"
+for d in testdriver testdriver-userspace patches; do cp -r "$top/recipes/$d" "$work/recipes/$d"; done
+matrix() {
+  local name=$1; shift
+  local ks; ks=$(IFS=,; echo "$*")
+  awk -v ks="$ks" '
+    /^kernels:/ { print "kernels:"; print "  releases: [" ks "]"; skip=1; next }
+    skip && /^[^ #]/ { skip=0 }
+    !skip { print }' "$top/recipes/$name.yaml" >"$work/recipes/$name.yaml"
+}
+follow() { # follow NAME LOG: one cycle of the recipe NAME, JSON to LOG.json
+  local name=$1 out=$2
+  "$kp" follow "$name" --recipes "$work/recipes" --cache "$work/follow-cache-$name" $(remote "follow/$name") \
+    --sign "$work/team.key" --json --new-exit-code 0 >"$work/$out.json" 2>"$work/$out.log" \
+    || die "follow $name ($out) failed: $(tail -5 "$work/$out.log")"
+}
+
+rows=()
+bench() { # bench NAME LABEL
+  local name=$1 label=$2
+  matrix "$name" "$k61"
+  log "$label: first cycle for $k61 (not timed)"
+  follow "$name" "$name-first"
+  log "$label: a cycle with nothing new"
+  t=$(now); follow "$name" "$name-nothing"; nothing=$(since "$t")
+  [ "$(jq .new "$work/$name-nothing.json")" = 0 ] || die "the cycle with nothing new pushed cells"
+  matrix "$name" "$k61" "$k612"
+  log "$label: a cycle with one new kernel ($k612)"
+  t=$(now); follow "$name" "$name-new"; new=$(since "$t")
+  [ "$(jq .new "$work/$name-new.json")" = 1 ] || die "the cycle with one new kernel pushed $(jq .new "$work/$name-new.json") cells, want 1"
+  log "$label: full rebuild of the same matrix (kpreload build --remote, empty cache)"
+  t=$(now)
+  "$kp" build "$name" --recipes "$work/recipes" --cache "$work/full-cache-$name" $(remote "full/$name") \
+    --sign "$work/team.key" --json >"$work/$name-full.json" 2>"$work/$name-full.log" \
+    || die "the full rebuild failed: $(tail -5 "$work/$name-full.log")"
+  full=$(since "$t")
+  rows+=("| $label: cycle with nothing new | ${nothing} s | |")
+  rows+=("| $label: cycle with one new kernel vs full rebuild (2 cells) | ${new} s vs ${full} s | $(ratio "$new" "$full") |")
+}
+
+bench testdriver "test driver"
+[ "$nvidia" = 1 ] && bench nvidia-535 "nvidia-535"
+
+if [ "$vm" = 1 ]; then
+  [ -d "$top/builder/follow/e2e" ] || die "--vm: builder/follow/e2e (TestFollowE2E) is not in this tree"
+  log "end to end: TestFollowE2E (VM boots)"
+  (cd "$top" && KPRELOAD_FOLLOW_TIMINGS="$work/e2e.json" go test -count=1 -run TestFollowE2E ./builder/follow/e2e/) >&2 \
+    || die "TestFollowE2E failed"
+  rows+=("| upload → cell in the registry | $(jq -r '.upload_to_cell_s / 60 | . * 100 | round / 100' "$work/e2e.json") min | |")
+  rows+=("| upload → VM on the new kernel with its driver | $(jq -r '.upload_to_vm_s / 60 | . * 100 | round / 100' "$work/e2e.json") min | |")
+fi
+
+echo "Follow benchmark ($(nproc) CPUs, load average at the end $(cut -d' ' -f1-3 /proc/loadavg)); registry: Debian's docker-registry on loopback"
+echo
+echo "| measure | time | ratio |"
+echo "| --- | --- | --- |"
+printf '%s\n' "${rows[@]}"
+ok=1
