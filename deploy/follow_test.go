@@ -22,37 +22,19 @@ import (
 	"mvdan.cc/sh/v3/syntax"
 	k8syaml "sigs.k8s.io/yaml"
 
+	"github.com/kpreload/kpreload/cmd/kpreload/cli"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 )
 
-// followFlags returns the flags `kpreload follow` accepts, to parse the
-// manifests' command lines with. It is written from the command's contract;
-// once the command exists it is to return the real command's flags:
-//
-//	cmd, _, err := cli.NewRoot().Find([]string{"follow"}) // + t.Fatal on err
-//	return cmd.Flags()
+// followFlags returns the flags the real `kpreload follow` command accepts,
+// to parse the manifests' command lines with.
 func followFlags(t *testing.T) *pflag.FlagSet {
 	t.Helper()
-	f := pflag.NewFlagSet("follow", pflag.ContinueOnError)
-	f.String("shard", "", "")
-	f.Int("shards", 0, "")
-	f.Int("new-exit-code", 2, "")
-	f.Bool("json", false, "")
-	f.Bool("wait", false, "")
-	f.Int("jobs", 0, "")
-	f.Bool("retry-failed", false, "")
-	f.String("recipes", "recipes", "")
-	f.String("cache", "", "")
-	f.String("remote", "", "")
-	f.Bool("plain-http", false, "")
-	f.String("docker-config", "", "")
-	f.Duration("timeout", 0, "")
-	f.Duration("connect-timeout", 0, "")
-	f.Duration("first-byte-timeout", 0, "")
-	f.Duration("idle-timeout", 0, "")
-	f.String("sign", "", "")
-	f.StringArray("trust", nil, "")
-	return f
+	cmd, _, err := cli.NewRoot().Find([]string{"follow"})
+	if err != nil || cmd.Name() != "follow" {
+		t.Fatalf("kpreload has no follow command: %v", err)
+	}
+	return cmd.Flags()
 }
 
 // parseFollow parses a `kpreload follow` command line (without "follow")

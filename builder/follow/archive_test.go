@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/recipe"
-	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // TestCycleArchiveFaults follows a recipe whose driver comes from a real

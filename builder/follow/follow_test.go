@@ -21,9 +21,9 @@ import (
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/internal/fileutil"
-	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/cellsign"
 	"github.com/kpreload/kpreload/kmodcache/remote"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // testKernel is unpacked under the download cache (scripts/kernels.sh).

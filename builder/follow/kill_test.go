@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // TestCycleKilledHelper is the cycle TestCycleKilled kills: it runs only
