@@ -129,7 +129,7 @@ mkfs makes it by default.`,
 func newKernelHookCmd() *cobra.Command {
 	var f installFlags
 	c := &cobra.Command{
-		Use:   "kernel-hook postinst|postrm KVER [IMAGE] | grub-entries | boot-ok",
+		Use:   "kernel-hook postinst|postrm KVER [IMAGE] | grub-entries | boot-ok | refresh",
 		Short: "What the kernel packages and grub-mkconfig run (installed by kpreload install)",
 		Long: `Debian's kernel packages run /etc/kernel/postinst.d/zz-kpreload and
 postrm.d/zz-kpreload after installing or removing a kernel; both hand over to
@@ -156,11 +156,23 @@ in case the root could not be mounted (GRUB's one-shot next_entry, when it still
 names one of kpreload's entries; systemd-boot's counted entry, marked good where
 the root lacks systemd-bless-boot).
 
+  kpreload kernel-hook refresh
+
+is for a kernel that arrived before its driver cells (the postinst hook then kept
+the default on the newest kernel with them): every kernel the module cache has no
+driver cell for is tried again against the registry of /etc/kpreload/remote.yaml,
+its cells are pulled and verified as the postinst hook pulls them, its kpreload
+initramfs is built, and the boot loader's default moves to the newest kernel with
+its driver cells, from the next boot on. A cell still missing, or a registry that
+cannot be reached, is a warning and changes no default; run it again later (a
+timer or cron job may run it).
+
 The hooks never fail the kernel package over configuration: a bad or unknown
 key in /etc/kpreload/boot.yaml, or an /etc/kpreload/cmdline of more than one
 line, is a warning, and the defaults (or the running system's command line)
 are used. Every path is resolved inside --root, as in a chroot of it.`,
-		Args: cobra.RangeArgs(1, 3),
+		Example: `  kpreload kernel-hook refresh`,
+		Args:    cobra.RangeArgs(1, 3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if args[0] == "grub-entries" {
 				if len(args) != 1 {
@@ -183,6 +195,20 @@ are used. Every path is resolved inside --root, as in a chroot of it.`,
 				_, err := install.BootOK(cmd.Context(), install.BootOKOptions{Root: f.root, ESP: f.esp, Log: cmd.OutOrStdout()})
 				return err
 			}
+			if args[0] == "refresh" {
+				if len(args) != 1 {
+					return fmt.Errorf("refresh takes no arguments")
+				}
+				o, err := f.options(cmd.ErrOrStderr())
+				if err != nil {
+					return err
+				}
+				res, err := install.Refresh(cmd.Context(), o)
+				if err != nil {
+					return fmt.Errorf("kernel-hook refresh: %w", err)
+				}
+				return f.print(cmd, res)
+			}
 			if len(args) < 2 {
 				return fmt.Errorf("%s needs the kernel release: kernel-hook %s KVER [IMAGE]", args[0], args[0])
 			}
@@ -202,7 +228,7 @@ are used. Every path is resolved inside --root, as in a chroot of it.`,
 			case "postrm":
 				res, err = install.KernelRemoved(cmd.Context(), o, args[1])
 			default:
-				return fmt.Errorf("unknown hook %q: postinst, postrm, grub-entries or boot-ok", args[0])
+				return fmt.Errorf("unknown hook %q: postinst, postrm, grub-entries, boot-ok or refresh", args[0])
 			}
 			if err != nil {
 				return fmt.Errorf("kernel %s hook for %s: %w", args[0], args[1], err)

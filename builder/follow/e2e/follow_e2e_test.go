@@ -1,0 +1,277 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kpreload/kpreload/builder/image"
+	"github.com/kpreload/kpreload/builder/install"
+	"github.com/kpreload/kpreload/builder/qemu"
+	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/kmodcache/cellsign"
+)
+
+const (
+	// oldKernel is the image's kernel.
+	oldKernel = "6.1.0-56-cloud-amd64"
+	// kernelA arrives in the archive and the cycle runs before the VM installs it.
+	kernelA = "6.12.117+deb12-cloud-amd64"
+	// kernelB arrives in the archive and the VM installs it before the cycle runs.
+	kernelB = "6.12.118+deb13-cloud-amd64"
+	// suite is the test archive's suite.
+	suite = "kernels"
+	// guestArchive and guestRegistry are where the guest reaches the
+	// archive and the registry on the host's loopback.
+	guestArchive  = "10.0.2.101:8080"
+	guestRegistry = "10.0.2.100:5000"
+	// refresh is what the guest runs once it waits for a kernel's cells
+	// (the example of `kpreload kernel-hook --help`, as written).
+	refresh = "kpreload kernel-hook refresh"
+)
+
+// step runs on every boot of the image after kpreload-drivers.target and
+// says what it sees and does on the console, "kpreload-test:" lines. What
+// it does follows from the running kernel.
+const step = `#!/bin/sh
+say() { echo "kpreload-test: $*"; }
+hook() { sed -n 's/^kpreload: /kpreload-test: hook: /p' "$1"; }
+old=` + oldKernel + `
+a=` + kernelA + `
+b=` + kernelB + `
+say "running $(uname -r), kpreload-ready $(systemctl is-active kpreload-ready.service)"
+online() { /lib/systemd/systemd-networkd-wait-online --timeout=60 >/dev/null 2>&1 || say "network not online"; }
+install_kernel() {
+	{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "linux-image-$1-unsigned"; } >/tmp/apt.log 2>&1 && say "apt-get install $1 ok" || { say "apt-get install $1 FAILED"; tail -n 25 /tmp/apt.log | sed 's/^/kpreload-test: apt: /'; }
+	hook /tmp/apt.log
+}
+case "$(uname -r)" in
+"$old")
+	online
+	install_kernel "$a" ;;
+"$a")
+	online
+	install_kernel "$b"
+	kpreload status | sed 's/^/kpreload-test: status: /'
+	say "waiting for the cells of $b"
+	n=0
+	while :; do
+		` + refresh + ` >/tmp/refresh.log 2>&1
+		grep -q "boots kernel $b with kpreload" /tmp/refresh.log && break
+		n=$((n+1))
+		[ $n -ge 120 ] && { say "no cells for $b"; break; }
+		sleep 10
+	done
+	hook /tmp/refresh.log ;;
+*)
+	kpreload status | sed 's/^/kpreload-test: status: /' ;;
+esac
+sync
+say "done"
+`
+
+const stepUnit = `[Unit]
+Description=kpreload follow test step
+After=kpreload-drivers.target
+
+[Service]
+Type=oneshot
+ExecStart=/usr/local/sbin/kpreload-test-step
+StandardOutput=journal+console
+
+[Install]
+WantedBy=multi-user.target
+`
+
+var (
+	stepDone    = regexp.MustCompile(`kpreload-test: done`)
+	stepWaiting = regexp.MustCompile(`kpreload-test: waiting for the cells of `)
+)
+
+// TestFollowE2E proves the chain from a kernel upload to a VM on that
+// kernel with its driver, twice, with one image and one VM (three TCG boots
+// through SeaBIOS and GRUB): a signed apt archive on loopback (reprepro,
+// gpg) publishes Debian's real kernel packages, a cycle builds the test
+// driver's cell by the real dkms and pushes it, signed, to a real registry,
+// and a VM of a kpreload image (6.1, the test driver, apt pointed at the
+// archive and the kernel hook at the registry, both reached through QEMU's
+// user network) installs the kernel with apt-get.
+//
+//  1. The archive publishes 6.12 (bookworm-backports'), the cycle pushes its
+//     cell; boot 1 (6.1): apt-get update && apt-get install; the kernel hook
+//     pulls the trusted cell and makes 6.12 the default.
+//  2. Boot 2 comes up on 6.12 with the driver bound before systemd. The
+//     archive publishes trixie's 6.12 first: apt-get install; its hook finds
+//     no cell and keeps the default on the running 6.12 with its driver.
+//     Then the cycle runs, and kpreload kernel-hook refresh pulls the cell
+//     and moves the default.
+//  3. Boot 3 comes up on trixie's 6.12 with the driver bound before systemd.
+func TestFollowE2E(t *testing.T) {
+	testenv.SkipShort(t, "dkms builds, an image build and three TCG boots")
+	began := time.Now()
+	progress := func(msg string) { t.Logf("[%6.1fs] %s", time.Since(began).Seconds(), msg) }
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 45*time.Minute))
+	defer cancel()
+	testenv.KernelTree(t, oldKernel)
+	debA, debB := kernelDeb(t, kernelA), kernelDeb(t, kernelB)
+	work := t.TempDir()
+	kpreload := testenv.GoBuildStatic(t, work, "kpreload", "./cmd/kpreload")
+	initBin := testenv.GoBuildStatic(t, work, "kpreload-init", "./initramfs/cmd/init")
+	checkRefreshExample(t, kpreload)
+	recipes := filepath.Join(testenv.RepoRoot(t), "recipes")
+	r, err := recipe.Load(filepath.Join(recipes, "testdriver.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, pub := filepath.Join(work, "builder.key"), filepath.Join(work, "builder.pub")
+	if _, err := cellsign.Generate(key, pub); err != nil {
+		t.Fatal(err)
+	}
+	reg := testenv.StartRegistry(t)
+	archive := testenv.StartAptArchive(t, suite)
+	archiveAddr := strings.TrimPrefix(archive.URL, "http://")
+
+	// The image: 6.1 with the test driver; apt's only source is the
+	// archive, signed by its key; the hook's registry trusts the builder.
+	files := map[string]string{}
+	for name, f := range map[string]struct{ guest, text string }{
+		"step":         {"/usr/local/sbin/kpreload-test-step", step},
+		"unit":         {"/etc/systemd/system/kpreload-test-step.service", stepUnit},
+		"sources.list": {"/etc/apt/sources.list", "deb [signed-by=/etc/apt/keyrings/kpreload-test.asc] http://" + guestArchive + " " + suite + " main\n"},
+		"remote.yaml":  {"", "remote: oci://" + guestRegistry + "/cells\nplain_http: true\ntrust: [builder.pub]\ntimeout: 2m\n"},
+	} {
+		mode := os.FileMode(0o644)
+		if name == "step" {
+			mode = 0o755
+		}
+		if err := os.WriteFile(filepath.Join(work, name), []byte(f.text), mode); err != nil {
+			t.Fatal(err)
+		}
+		if f.guest != "" {
+			files[f.guest] = filepath.Join(work, name)
+		}
+	}
+	files["/etc/apt/keyrings/kpreload-test.asc"] = archive.Key
+	progress("image build")
+	imageCache := t.TempDir()
+	m, err := image.Build(ctx, image.Options{
+		Name: "follow", OutDir: t.TempDir(), Kernels: []string{oldKernel}, Recipes: []*recipe.Recipe{r}, CacheDir: imageCache,
+		BuildMissing: true, Bootloader: install.GRUB, SizeMB: 1536, ESPSizeMB: 64, Formats: []string{image.FormatRaw},
+		Cmdline: "console=ttyS0 panic=-1", Files: files, Enable: []string{"kpreload-test-step.service"},
+		Instance:       filepath.Join(testenv.RepoRoot(t), "images", "instance-testdriver.yaml"),
+		RemoteConfig:   filepath.Join(work, "remote.yaml"),
+		KpreloadBinary: kpreload, InitBinary: initBin, TempDir: t.TempDir(), Progress: progress,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	disk := m.Files[0].Path
+	cycleCache := t.TempDir()
+	forwards := []string{guestForward(t, guestArchive, archiveAddr), guestForward(t, guestRegistry, reg.Addr)}
+	boot := func(n int, kernel string, snapshot bool, until *regexp.Regexp, at func(ctx context.Context, console string) error, wants, nots []string) {
+		t.Helper()
+		name := fmt.Sprintf("boot %d", n)
+		progress(name)
+		consoleLog := filepath.Join(t.TempDir(), "console.log")
+		cfg := qemu.Config{
+			Firmware: qemu.FirmwareBIOS, RootDisk: disk, Snapshot: snapshot, Devices: []string{"edu"},
+			GuestForwards: forwards, Until: until, ConsoleLog: consoleLog, Timeout: testenv.Deadline(t, 600*time.Second),
+		}
+		if at != nil {
+			cfg.AtUntil = func(ctx context.Context) error { return at(ctx, consoleLog) }
+		}
+		res, err := (&qemu.Runner{WorkDir: t.TempDir()}).Run(ctx, cfg)
+		console, _ := os.ReadFile(consoleLog)
+		logSteps := func() {
+			for _, l := range strings.Split(string(console), "\n") {
+				if strings.Contains(l, "kpreload-test: ") {
+					t.Log(l)
+				}
+			}
+		}
+		if err != nil {
+			logSteps()
+			t.Fatalf("%s: %v", name, err)
+		}
+		t.Logf("%s: QEMU ran %s", name, res.Duration.Round(time.Second))
+		checkBoundBeforeSystemd(t, name, res, kernel)
+		wants = append(wants, "kpreload-test: running "+kernel+", kpreload-ready active", "kpreload-test: done")
+		bad := t.Failed()
+		for _, w := range wants {
+			if !strings.Contains(string(console), w) {
+				t.Errorf("%s: console lacks %q", name, w)
+				bad = true
+			}
+		}
+		for _, w := range nots {
+			if strings.Contains(string(console), w) {
+				t.Errorf("%s: console has %q", name, w)
+				bad = true
+			}
+		}
+		if bad {
+			logSteps()
+			t.FailNow()
+		}
+	}
+
+	// 1. The archive publishes A; the cycle pushes its cell; the VM installs A.
+	progress("archive publishes " + kernelA)
+	publishedA := archive.IncludeDeb(suite, debA)
+	runCycle(ctx, t, kpreload, recipes, cycleCache, reg.Addr, key, kernelA)
+	toCell := time.Since(publishedA)
+	boot(1, oldKernel, false, stepDone, nil, []string{
+		"kpreload-test: apt-get install " + kernelA + " ok",
+		"kpreload-test: hook: pulled kpreload-edu 1.0.0 open (set ",
+		"kpreload-test: hook: grub boots kernel " + kernelA + " with kpreload by default",
+	}, nil)
+
+	// 2. On A with its driver. The archive publishes B; the VM installs it
+	// before its cell exists and keeps A; then the cycle runs and refresh
+	// pulls B's cell.
+	progress("archive publishes " + kernelB)
+	archive.IncludeDeb(suite, debB)
+	var toVM time.Duration
+	boot(2, kernelA, false, stepWaiting, func(ctx context.Context, console string) error {
+		toVM = time.Since(publishedA) // the driver was bound before the step ran
+		// The cycle only once the VM has installed B (and waits for its cells).
+		runCycle(ctx, t, kpreload, recipes, cycleCache, reg.Addr, key, kernelB)
+		return waitConsole(ctx, console, stepDone)
+	}, []string{
+		"kpreload-test: apt-get install " + kernelB + " ok",
+		"kpreload-test: hook: WARNING: the module cache has no driver cell for kernel " + kernelB,
+		"kpreload-test: hook: grub boots kernel " + kernelA + " with kpreload by default",
+		"kpreload-test: status: default: " + kernelA,
+		"kpreload-test: status:   " + kernelB + ": no driver cells",
+		"kpreload-test: hook: pulled kpreload-edu 1.0.0 open (set ",
+		"kpreload-test: hook: grub boots kernel " + kernelB + " with kpreload by default",
+	}, []string{"kpreload-test: no cells for "})
+
+	// 3. On B with its driver.
+	boot(3, kernelB, true, stepDone, nil, []string{"kpreload-test: status: default: " + kernelB}, nil)
+	writeTimings(t, toCell, toVM)
+	t.Logf("upload to cell %s, upload to VM on the new kernel with its driver %s; the whole test %s",
+		toCell.Round(time.Second), toVM.Round(time.Second), time.Since(began).Round(time.Second))
+}
+
+// checkRefreshExample checks that the example of `kpreload kernel-hook
+// --help` is the command the VM runs, as written.
+func checkRefreshExample(t *testing.T, kpreload string) {
+	t.Helper()
+	out, err := exec.Command(kpreload, "kernel-hook", "--help").Output()
+	if err != nil {
+		t.Fatalf("kpreload kernel-hook --help: %v", err)
+	}
+	_, ex, ok := strings.Cut(string(out), "Examples:\n")
+	ex, _, _ = strings.Cut(ex, "\n\n")
+	if got := strings.TrimSpace(ex); !ok || got != refresh {
+		t.Fatalf("kernel-hook --help's example %q is not what the VM runs (%q)", got, refresh)
+	}
+}

@@ -1,0 +1,170 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kpreload/kpreload/builder/qemu"
+	"github.com/kpreload/kpreload/internal/testenv"
+)
+
+// forwardEnv, set, makes the test binary a forwarder (see TestMain).
+const forwardEnv = "KPRELOAD_FOLLOW_E2E_FORWARD"
+
+// TestMain: with forwardEnv set to HOST:PORT the test binary is not a test
+// but the command QEMU's user network spawns for each guest connection to
+// a forwarded address (guestfwd=…-cmd:): it joins its standard input and
+// output (the guest's connection) to HOST:PORT on the host's loopback. A
+// chardev forward (-tcp:) carries one host connection for all the guest's,
+// which apt, opening one per process, would lose.
+func TestMain(m *testing.M) {
+	if addr := os.Getenv(forwardEnv); addr != "" {
+		os.Exit(forward(addr))
+	}
+	os.Exit(m.Run())
+}
+
+func forward(addr string) int {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return 1
+	}
+	go func() {
+		io.Copy(c, os.Stdin)
+		c.(*net.TCPConn).CloseWrite()
+	}()
+	io.Copy(os.Stdout, c)
+	return 0
+}
+
+// guestForward returns a QEMU guest forward from guest (IP:PORT) to host
+// (127.0.0.1:PORT), one forwarder process per connection (TestMain).
+func guestForward(t *testing.T, guest, host string) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(t.TempDir(), "fwd")
+	text := "#!/bin/sh\n" + forwardEnv + "=" + host + " exec " + self + "\n"
+	if err := os.WriteFile(script, []byte(text), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return "tcp:" + guest + "-cmd:" + script
+}
+
+// kernelDeb returns the linux-image .deb of kernel in the download cache
+// (scripts/kernels.sh fills it; testenv.KernelTree runs it).
+func kernelDeb(t *testing.T, kernel string) string {
+	t.Helper()
+	testenv.KernelTree(t, kernel)
+	debs, _ := filepath.Glob(filepath.Join(testenv.CacheRoot(), "debs", "linux-image-"+kernel+"-unsigned_*_amd64.deb"))
+	if len(debs) != 1 {
+		t.Fatalf("the linux-image .deb of %s is not in %s/debs (found %v): run scripts/kernels.sh %s", kernel, testenv.CacheRoot(), debs, kernel)
+	}
+	return debs[0]
+}
+
+// runCycle runs one cycle of following the archive for kernel: the test
+// driver's cell built by the real dkms and pushed, signed with key, to the
+// registry. It returns when the cell is in the registry.
+func runCycle(ctx context.Context, t *testing.T, kpreload, recipes, cache, registry, key, kernel string) {
+	t.Helper()
+	start := time.Now()
+	// follow: `kpreload follow testdriver --remote … --sign …` once it is merged.
+	cmd := exec.CommandContext(ctx, kpreload, "build", "testdriver:"+kernel, "--recipes", recipes, "--cache", cache,
+		"--remote", "oci://"+registry+"/cells", "--plain-http", "--sign", key, "--json")
+	cmd.Env = append(os.Environ(), "KPRELOAD_CACHE="+testenv.CacheRoot(), "DOCKER_CONFIG="+t.TempDir())
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("cycle for %s: %v%s\n%s", kernel, err, stderrOf(err), out)
+	}
+	if !strings.Contains(string(out), `"pushed"`) {
+		t.Fatalf("cycle for %s pushed nothing:\n%s", kernel, out)
+	}
+	t.Logf("cycle for %s: built and pushed in %s", kernel, time.Since(start).Round(time.Second))
+}
+
+func stderrOf(err error) string {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ": " + strings.TrimSpace(string(ee.Stderr))
+	}
+	return ""
+}
+
+// waitConsole waits until the console log file holds re.
+func waitConsole(ctx context.Context, file string, re *regexp.Regexp) error {
+	for {
+		if b, _ := os.ReadFile(file); re.Match(b) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// checkBoundBeforeSystemd checks a boot's report: kernel booted, the test
+// driver loaded by /init from the root's cache and bound before the real
+// init's first line.
+func checkBoundBeforeSystemd(t *testing.T, name string, res *qemu.Result, kernel string) {
+	t.Helper()
+	rep := res.Report
+	if rep == nil {
+		t.Fatalf("%s: no kpreload report; warnings %v; console %s", name, res.Warnings, res.Console)
+	}
+	t.Logf("%s: report: %s", name, rep.Summary())
+	if rep.Kernel != kernel {
+		t.Errorf("%s: booted kernel %s, want %s", name, rep.Kernel, kernel)
+	}
+	testenv.CheckEduLoaded(t, rep, "rootfs")
+	console, _ := os.ReadFile(res.Console)
+	probe, ok := qemu.Find(res.Kernel, "bound, id 0x010000ed")
+	systemd, sok := firstPrintk(console, "systemd[1]:")
+	if !ok || !sok || probe.Time >= systemd {
+		t.Errorf("%s: test driver probe %+v (found %v), systemd's first line at %.3f (found %v): want the driver bound before the real init", name, probe, ok, systemd, sok)
+	}
+}
+
+var printkTime = regexp.MustCompile(`^\[\s*(\d+\.\d+)\] `)
+
+// firstPrintk returns the printk time of the first console line containing s.
+func firstPrintk(console []byte, s string) (float64, bool) {
+	for _, line := range strings.Split(string(console), "\n") {
+		m := printkTime.FindStringSubmatch(line)
+		if m != nil && strings.Contains(line, s) {
+			t, err := strconv.ParseFloat(m[1], 64)
+			return t, err == nil
+		}
+	}
+	return 0, false
+}
+
+// writeTimings writes the chain's timings to the file named by
+// KPRELOAD_FOLLOW_TIMINGS, when set (scripts/bench-follow.sh reads it).
+func writeTimings(t *testing.T, toCell, toVM time.Duration) {
+	t.Helper()
+	file := os.Getenv("KPRELOAD_FOLLOW_TIMINGS")
+	if file == "" {
+		return
+	}
+	b, err := json.Marshal(map[string]float64{"upload_to_cell_s": toCell.Seconds(), "upload_to_vm_s": toVM.Seconds()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, append(b, '\n'), 0o644); err != nil {
+		t.Fatalf("KPRELOAD_FOLLOW_TIMINGS: %v", err)
+	}
+}
