@@ -15,8 +15,8 @@ import (
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/builder/recipe"
-	"github.com/kpreload/kpreload/internal/testenv"
 	"github.com/kpreload/kpreload/kmodcache/cellsign"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 const (

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -15,7 +16,8 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/qemu"
-	"github.com/kpreload/kpreload/internal/testenv"
+	"github.com/kpreload/kpreload/testsupport/boottest"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // forwardEnv, set, makes the test binary a forwarder (see TestMain).
@@ -75,22 +77,38 @@ func kernelDeb(t *testing.T, kernel string) string {
 	return debs[0]
 }
 
-// runCycle runs one cycle of following the archive for kernel: the test
-// driver's cell built by the real dkms and pushed, signed with key, to the
-// registry. It returns when the cell is in the registry.
+// runCycle runs one cycle of following the archive for kernel with the real
+// `kpreload follow`: the test driver's cell built by the real dkms and pushed,
+// signed with key, to the registry. It returns when the cell is in the
+// registry, and fails unless the cycle says so with exit status 2 ("new
+// cells") and a table row for kernel marked new.
 func runCycle(ctx context.Context, t *testing.T, kpreload, recipes, cache, registry, key, kernel string) {
 	t.Helper()
 	start := time.Now()
-	// follow: `kpreload follow testdriver --remote … --sign …` once it is merged.
-	cmd := exec.CommandContext(ctx, kpreload, "build", "testdriver:"+kernel, "--recipes", recipes, "--cache", cache,
-		"--remote", "oci://"+registry+"/cells", "--plain-http", "--sign", key, "--json")
+	cmd := exec.CommandContext(ctx, kpreload, "follow", "testdriver:"+kernel, "--recipes", recipes, "--cache", cache,
+		"--remote", "oci://"+registry+"/cells", "--plain-http", "--sign", key, "--wait", "--json")
 	cmd.Env = append(os.Environ(), "KPRELOAD_CACHE="+testenv.CacheRoot(), "DOCKER_CONFIG="+t.TempDir())
 	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("cycle for %s: %v%s\n%s", kernel, err, stderrOf(err), out)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+		t.Fatalf("cycle for %s: want exit status 2 (new cells), got %v%s\n%s", kernel, err, stderrOf(err), out)
 	}
-	if !strings.Contains(string(out), `"pushed"`) {
-		t.Fatalf("cycle for %s pushed nothing:\n%s", kernel, out)
+	var rep struct {
+		Cells []struct {
+			Kernel string `json:"kernel"`
+			New    bool   `json:"new"`
+		} `json:"cells"`
+		New int `json:"new"`
+	}
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("cycle for %s: --json: %v\n%s", kernel, err, out)
+	}
+	pushed := false
+	for _, c := range rep.Cells {
+		pushed = pushed || (c.Kernel == kernel && c.New)
+	}
+	if !pushed {
+		t.Fatalf("cycle for %s pushed no new cell for it:\n%s", kernel, out)
 	}
 	t.Logf("cycle for %s: built and pushed in %s", kernel, time.Since(start).Round(time.Second))
 }
@@ -129,7 +147,7 @@ func checkBoundBeforeSystemd(t *testing.T, name string, res *qemu.Result, kernel
 	if rep.Kernel != kernel {
 		t.Errorf("%s: booted kernel %s, want %s", name, rep.Kernel, kernel)
 	}
-	testenv.CheckEduLoaded(t, rep, "rootfs")
+	boottest.CheckEduLoaded(t, rep, "rootfs")
 	console, _ := os.ReadFile(res.Console)
 	probe, ok := qemu.Find(res.Kernel, "bound, id 0x010000ed")
 	systemd, sok := firstPrintk(console, "systemd[1]:")
