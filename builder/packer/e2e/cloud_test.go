@@ -188,7 +188,7 @@ build {
   }
 }
 `, base.Files[0].Path, cloudUser, key, out, console, testKernel, filepath.Join(repoRoot(t), "recipes"),
-		filepath.Join(dir, "cache"), filepath.Join(repoRoot(t), "images", "instance-testdriver.yaml"))), 0o644); err != nil {
+		moduleCache(t), filepath.Join(repoRoot(t), "images", "instance-testdriver.yaml"))), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	start = time.Now()

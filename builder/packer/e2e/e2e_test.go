@@ -60,8 +60,10 @@ func TestValidateTemplates(t *testing.T) {
 var defaultTarget = regexp.MustCompile(`Reached target .*(Multi-User System|Graphical Interface)|\n\S+ login: `)
 
 // TestBuildAndBootCITestdriver runs the real `packer build` of
-// images/ci-testdriver.pkr.hcl with a fresh module cache (the real dkms builds
-// the test driver) and, for trixie, a fresh root filesystem cache (mmdebstrap
+// images/ci-testdriver.pkr.hcl with the package's shared module cache (the
+// real dkms builds the test driver: trixie's cell always, since no other test
+// builds it; bookworm's unless an earlier test of this run built the same
+// cell) and, for trixie, a fresh root filesystem cache (mmdebstrap
 // runs under the plugin, against the Debian archive; bookworm's build takes
 // the machine's root filesystem cache, which the image tests share, so one
 // mmdebstrap of the same tarball is not run again), then boots the produced qcow2 in QEMU through OVMF and the
@@ -94,7 +96,7 @@ func buildAndBootCITestdriver(t *testing.T, suite, kernel, welcome string, fresh
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 40*time.Minute))
 	defer cancel()
 	outDir := filepath.Join(t.TempDir(), "out")
-	cache := filepath.Join(t.TempDir(), "cache")
+	cache := moduleCache(t)
 	rootfsCache := "" // the template's default: the machine's cache
 	if freshRootfs {
 		rootfsCache = filepath.Join(t.TempDir(), "rootfs")

@@ -29,7 +29,40 @@ var (
 	pluginOnce sync.Once
 	pluginDir  string
 	pluginErr  error
+
+	moduleCacheOnce sync.Once
+	moduleCacheDir  string
+	moduleCacheErr  error
 )
+
+// TestMain removes the package's shared module cache and plugin directory
+// after its tests.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, d := range []string{moduleCacheDir, pluginDir} {
+		if d != "" {
+			os.RemoveAll(d)
+		}
+	}
+	os.Exit(code)
+}
+
+// moduleCache returns the module cache directory (cache_dir) that this
+// package's builds of the test driver for 6.1.0-56-cloud-amd64 share: the
+// first test that needs the cell runs the real dkms build into it (its cache
+// is empty at the start of every test run), the later ones take the built
+// cell from it, as a second build on one machine does, instead of running the
+// same dkms build three times.
+func moduleCache(t testing.TB) string {
+	t.Helper()
+	moduleCacheOnce.Do(func() {
+		moduleCacheDir, moduleCacheErr = os.MkdirTemp("", "kpreload-packer-cache-")
+	})
+	if moduleCacheErr != nil {
+		t.Fatal(moduleCacheErr)
+	}
+	return moduleCacheDir
+}
 
 // root is the repository's root directory, taken when the test binary starts
 // (tests may change directory later).
@@ -74,21 +107,30 @@ func packerBinary(t testing.TB) string {
 
 // plugins builds, once per test run, a PACKER_PLUGIN_PATH directory holding
 // packer-plugin-kpreload from this tree and, next to it, the static kpreload
-// CLI and /init the plugin finds there by default.
+// CLI and /init the plugin finds there by default. Each is built as the
+// Makefile builds it: the plugin (which runs on the host) as `make plugin`
+// does, the binaries that go into images as `make build` does (static,
+// -trimpath), so that `make test` compiles none of their packages again.
 func plugins(t testing.TB) string {
 	t.Helper()
 	pluginOnce.Do(func() {
 		if pluginDir, pluginErr = os.MkdirTemp("", "kpreload-packer-plugins-"); pluginErr != nil {
 			return
 		}
-		for _, b := range []struct{ out, pkg string }{
-			{"packer-plugin-kpreload", "./cmd/packer-plugin-kpreload"},
-			{"kpreload", "./cmd/kpreload"},
-			{"kpreload-init", "./initramfs/cmd/init"},
+		static := []string{"-trimpath", "-ldflags", "-s -w"}
+		for _, b := range []struct {
+			out, pkg string
+			flags    []string
+			env      []string
+		}{
+			{"packer-plugin-kpreload", "./cmd/packer-plugin-kpreload", nil, nil},
+			{"kpreload", "./cmd/kpreload", static, []string{"CGO_ENABLED=0"}},
+			{"kpreload-init", "./initramfs/cmd/init", static, []string{"CGO_ENABLED=0"}},
 		} {
-			cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(pluginDir, b.out), b.pkg)
+			args := append(append([]string{"build"}, b.flags...), "-o", filepath.Join(pluginDir, b.out), b.pkg)
+			cmd := exec.Command("go", args...)
 			cmd.Dir = repoRoot(t)
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			cmd.Env = append(os.Environ(), b.env...)
 			if out, err := cmd.CombinedOutput(); err != nil {
 				pluginErr = fmt.Errorf("go build %s: %w\n%s", b.pkg, err, out)
 				return

@@ -156,7 +156,7 @@ build {
     remote_staging_directory = %q
   }
 }
-`, port, key, testKernel, filepath.Join(repoRoot(t), "recipes"), filepath.Join(t.TempDir(), "cache"),
+`, port, key, testKernel, filepath.Join(repoRoot(t), "recipes"), moduleCache(t),
 		filepath.Join(repoRoot(t), "images", "instance-example.yaml"), target, staging)), 0o644); err != nil {
 		t.Fatal(err)
 	}
