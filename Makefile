@@ -51,7 +51,7 @@ vet:
 # alone at the end.
 # -vet=off: the vet target just ran the full `go vet ./...`, whose analyzers
 # include every one go test would run again on each package.
-SLOW_FIRST := ./builder/image ./builder/packer/e2e ./initramfs/e2e ./builder/e2e
+SLOW_FIRST := ./builder/image ./builder/packer/e2e ./builder/follow/e2e ./initramfs/e2e ./builder/e2e
 test: deps build vet
 	$(GO) test -count=1 -vet=off -p 2 -timeout 60m $(SLOW_FIRST) ./...
 
