@@ -70,8 +70,14 @@ type Report struct {
 	Cells []Row `json:"cells"`
 	// New counts the cells this cycle pushed.
 	New int `json:"new"`
-	// Failed counts the cells that failed to build or to be pushed.
+	// Failed counts the cells that failed to build or to be pushed in
+	// this cycle.
 	Failed int `json:"failed"`
+	// KnownFailures counts the cells the registry already records as
+	// failed with the same key: not rebuilt (their inputs have not
+	// changed; --retry-failed rebuilds them), shown in the table, and no
+	// failure of this cycle.
+	KnownFailures int `json:"known_failures"`
 	// Seconds is how long the cycle took.
 	Seconds float64 `json:"seconds"`
 }
@@ -160,7 +166,10 @@ func Cycle(ctx context.Context, o Options) (*Report, error) {
 		case res.PushErr != nil:
 			row.Error = res.PushErr.Error()
 		}
-		if row.Error != "" {
+		switch {
+		case row.Error != "" && res.Remote == tiered.RemoteKnownFailure && res.PushErr == nil:
+			rep.KnownFailures++
+		case row.Error != "":
 			rep.Failed++
 		}
 		if res.Remote == tiered.RemotePushed {
@@ -186,6 +195,11 @@ func Cycle(ctx context.Context, o Options) (*Report, error) {
 			row.LagSeconds = &lag
 		}
 		rep.Cells = append(rep.Cells, row)
+	}
+	if rep.Failed == 0 && rep.KnownFailures > 0 && errors.Is(runErr, matrix.ErrCellsFailed) && !errors.Is(runErr, matrix.ErrPushFailed) {
+		// Every failed cell is one the registry recorded before: nothing
+		// failed in this cycle.
+		runErr = nil
 	}
 	if err := seen.save(); err != nil {
 		runErr = errors.Join(runErr, err)

@@ -38,7 +38,10 @@ func downloads() string {
 
 // fakeDKMS stands in for dkms in these unit tests: a build copies the
 // kernel's own dummy module.
-type fakeDKMS struct{ calls atomic.Int32 }
+type fakeDKMS struct {
+	calls atomic.Int32
+	fail  atomic.Bool // every build fails, as a driver that does not build on a kernel
+}
 
 func (f *fakeDKMS) Version(ctx context.Context, root *buildroot.Root) (string, error) {
 	return "fake-dkms", nil
@@ -46,6 +49,10 @@ func (f *fakeDKMS) Version(ctx context.Context, root *buildroot.Root) (string, e
 
 func (f *fakeDKMS) Build(ctx context.Context, req dkms.BuildRequest) (*dkms.BuildResult, error) {
 	f.calls.Add(1)
+	if f.fail.Load() {
+		return nil, &dkms.BuildError{Name: "alpha", Version: "1.0", Kernel: req.Kernel, ExitCode: 10,
+			FirstError: "error: implicit declaration of function 'pci_resize'", Err: errors.New("exit status 10")}
+	}
 	tree := filepath.Join(downloads(), "kernels", req.Kernel, "lib", "modules", req.Kernel, "kernel", "drivers", "net")
 	found, _ := filepath.Glob(filepath.Join(tree, "dummy.ko*"))
 	if len(found) != 1 {
@@ -166,10 +173,7 @@ func TestCycle(t *testing.T) {
 	if c2.New || !c2.Published.Equal(published) || !c2.Pushed.Equal(*c.Pushed) {
 		t.Errorf("second cycle's row: %+v, want not new, published %s, pushed %s", c2, published, c.Pushed)
 	}
-	if took > 10*time.Second {
-		t.Errorf("a cycle with nothing new took %s, want under 10 s", took)
-	}
-	t.Logf("cycle with nothing new: %s", took)
+	t.Logf("cycle with nothing new: %s (scripts/bench-follow.sh measures it)", took)
 	var b strings.Builder
 	if err := rep2.WriteTable(&b); err != nil {
 		t.Fatal(err)
@@ -178,6 +182,46 @@ func TestCycle(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+// TestCycleKnownFailure: a cell that fails to build is a failure of its
+// cycle (recorded in the registry); the next cycle, on another builder,
+// does not rebuild it, lists it as a known failure and is no failure: an
+// unattended cycle over a driver that cannot build on one kernel does not
+// fail forever. A cycle with --retry-failed rebuilds it.
+func TestCycleKnownFailure(t *testing.T) {
+	reg := testenv.StartRegistry(t)
+	o, f := setup(t, reg.Addr, time.Date(2026, 11, 20, 8, 0, 0, 0, time.UTC))
+	f.fail.Store(true)
+	ctx := context.Background()
+
+	rep, err := Cycle(ctx, o)
+	if err == nil || rep == nil || rep.Failed != 1 || rep.KnownFailures != 0 {
+		t.Fatalf("first cycle: %v, %+v; want an error and 1 failed", err, rep)
+	}
+	o.Build.CacheDir = filepath.Join(t.TempDir(), "another-builder")
+	rep, err = Cycle(ctx, o)
+	if err != nil {
+		t.Fatalf("second cycle over a recorded failure: %v\n%+v", err, rep.Cells)
+	}
+	if got, want := fmt.Sprint(rep.New, rep.Failed, rep.KnownFailures, f.calls.Load()), "0 0 1 1"; got != want {
+		t.Fatalf("second cycle: new, failed, known, builds = %s, want %s: %+v", got, want, rep.Cells)
+	}
+	if c := rep.Cells[0]; !strings.Contains(c.Error, "pci_resize") {
+		t.Errorf("known failure's row: %+v, want the recorded error", c)
+	}
+	var b strings.Builder
+	if err := rep.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	if want := "0 failed, 1 known failures"; !strings.Contains(b.String(), want) {
+		t.Errorf("table lacks %q:\n%s", want, b.String())
+	}
+
+	o.Build.RetryFailed = true
+	if rep, err = Cycle(ctx, o); err == nil || rep.Failed != 1 || f.calls.Load() != 2 {
+		t.Fatalf("cycle with retry-failed: %v, %+v, builds %d; want it rebuilt and failed", err, rep, f.calls.Load())
 	}
 }
 

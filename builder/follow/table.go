@@ -32,7 +32,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 			fmt.Fprintf(w, "\nFAILED %s for %s:\n  %s\n", c.Recipe, c.Kernel, c.Error)
 		}
 	}
-	_, err := fmt.Fprintf(w, "\n%d cells: %d new, %d failed (%.1f s)\n", len(r.Cells), r.New, r.Failed, r.Seconds)
+	known := ""
+	if r.KnownFailures > 0 {
+		known = fmt.Sprintf(", %d known failures (recorded before; --retry-failed rebuilds them)", r.KnownFailures)
+	}
+	_, err := fmt.Fprintf(w, "\n%d cells: %d new, %d failed%s (%.1f s)\n", len(r.Cells), r.New, r.Failed, known, r.Seconds)
 	return err
 }
 

@@ -66,7 +66,10 @@ leaves the built cells in the local cache; the next cycle pushes them.
 
 Exit status: 0 nothing new, 2 new cells pushed (--new-exit-code N makes it
 N: 0 for a Kubernetes Job that must succeed), 1 failures (a cell that did
-not build, a push that failed, an archive or registry that did not check).
+not build in this cycle, a push that failed, an archive or registry that
+did not check). A cell the registry records as failed with the same key is
+not built again (--retry-failed does): it is listed as a known failure and
+is no failure of the cycle.
 
 Examples:
   kpreload follow testdriver:6.1.0-56-cloud-amd64 --remote oci://127.0.0.1:5000/team --plain-http --sign team.key --new-exit-code 0
