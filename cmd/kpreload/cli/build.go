@@ -26,13 +26,10 @@ func init() { register(newBuildCmd) }
 
 func newBuildCmd() *cobra.Command {
 	var (
-		opts       matrix.Options
-		recipesDir string
-		asJSON     bool
-		rf         remoteFlags
-		shard      string
-		shards     int
-		report     bool
+		opts   matrix.Options
+		cf     cellFlags
+		asJSON bool
+		report bool
 	)
 	cmd := &cobra.Command{
 		Use:   "build RECIPE[:KVER]... [--kernel KVER]... [--cache DIR] [--jobs N] [--remote oci://HOST/REPO] [--shard I/N] [--json]",
@@ -107,7 +104,7 @@ builds and leaves the cache (and the registry) as it was.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cacheContext(cmd), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			rm, err := rf.open()
+			rm, err := cf.rf.open()
 			if err != nil {
 				return err
 			}
@@ -124,20 +121,10 @@ builds and leaves the cache (and the registry) as it was.`,
 			if opts.FetchOnly && (rm != nil || opts.PullOnly) {
 				return fmt.Errorf("--fetch-only prepares this machine only: leave out --remote and --pull-only")
 			}
-			switch {
-			case shard != "" && shards > 0:
-				return fmt.Errorf("--shard and --shards: give one")
-			case shard != "":
-				if opts.Shard, err = matrix.ParseShard(shard); err != nil {
-					return err
-				}
-			case shards > 0:
-				index, set := os.LookupEnv("JOB_COMPLETION_INDEX")
-				if opts.Shard, err = matrix.ShardFromIndex(index, set, shards); err != nil {
-					return err
-				}
+			if err := cf.setShard(&opts); err != nil {
+				return err
 			}
-			recipes, kernels, err := loadCells(args, recipesDir)
+			recipes, kernels, err := loadCells(args, cf.recipesDir)
 			if err != nil {
 				return err
 			}
@@ -178,17 +165,11 @@ builds and leaves the cache (and the registry) as it was.`,
 	}
 	f := cmd.Flags()
 	f.StringArrayVar(&opts.Kernels, "kernel", nil, "kernel release to build for, instead of the recipes' matrices (repeatable)")
-	f.StringVar(&opts.CacheDir, "cache", cacheDefaultDir(), "module cache directory")
-	f.IntVar(&opts.Jobs, "jobs", 0, "cells to build at once (default: one per two CPUs)")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
-	f.StringVar(&recipesDir, "recipes", "recipes", "directory of recipes for RECIPE names")
-	rf.register(f)
+	cf.register(f, &opts, "build", "directory of recipes for RECIPE names")
 	f.BoolVar(&opts.PullOnly, "pull-only", false, "never compile: take cells from the local cache or the registry only")
 	f.BoolVar(&opts.FetchOnly, "fetch-only", false, "download and prepare kernels, sources and build roots, compute keys, compile nothing (cells the cache lacks: \"fetched\")")
-	f.BoolVar(&opts.RetryFailed, "retry-failed", false, "rebuild cells the registry records as failed with the same key")
 	f.BoolVar(&report, "report", false, "print the matrix state the registry holds (--remote), building nothing")
-	f.StringVar(&shard, "shard", "", "build shard I of N of the matrix (I/N, 1-based)")
-	f.IntVar(&shards, "shards", 0, "build shard $JOB_COMPLETION_INDEX (0-based) of N (a Kubernetes Indexed Job)")
 	return cmd
 }
 

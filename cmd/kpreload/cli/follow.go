@@ -21,14 +21,11 @@ const ExitFollowNew = 2
 
 func newFollowCmd() *cobra.Command {
 	var (
-		opts       matrix.Options
-		recipesDir string
-		asJSON     bool
-		rf         remoteFlags
-		shard      string
-		shards     int
-		newCode    int
-		wait       bool
+		opts    matrix.Options
+		cf      cellFlags
+		asJSON  bool
+		newCode int
+		wait    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "follow [RECIPE...] --remote oci://HOST[:PORT]/REPO --sign KEY [--trust KEY...] [--shard I/N | --shards N] [--json] [--new-exit-code N]",
@@ -79,37 +76,27 @@ Examples:
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cacheContext(cmd), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			if rf.url == "" || rf.sign == "" {
+			if cf.rf.url == "" || cf.rf.sign == "" {
 				return fmt.Errorf("follow pushes signed cells: give --remote oci://HOST[:PORT]/REPO and --sign KEY")
 			}
 			if newCode < 0 || newCode > 125 {
 				return fmt.Errorf("--new-exit-code %d: want 0..125", newCode)
 			}
-			rm, err := rf.open()
+			rm, err := cf.rf.open()
 			if err != nil {
 				return err
 			}
 			opts.Remote = rm
-			switch {
-			case shard != "" && shards > 0:
-				return fmt.Errorf("--shard and --shards: give one")
-			case shard != "":
-				if opts.Shard, err = matrix.ParseShard(shard); err != nil {
-					return err
-				}
-			case shards > 0:
-				index, set := os.LookupEnv("JOB_COMPLETION_INDEX")
-				if opts.Shard, err = matrix.ShardFromIndex(index, set, shards); err != nil {
-					return err
-				}
+			if err := cf.setShard(&opts); err != nil {
+				return err
 			}
 			var recipes []*recipe.Recipe
 			kernels := map[*recipe.Recipe][]string{}
 			if len(args) == 0 {
-				if recipes, err = recipe.LoadDir(recipesDir); err != nil {
+				if recipes, err = recipe.LoadDir(cf.recipesDir); err != nil {
 					return err
 				}
-			} else if recipes, kernels, err = loadCells(args, recipesDir); err != nil {
+			} else if recipes, kernels, err = loadCells(args, cf.recipesDir); err != nil {
 				return err
 			}
 			opts.Recipes, opts.RecipeKernels = recipes, kernels
@@ -140,14 +127,8 @@ Examples:
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.CacheDir, "cache", cacheDefaultDir(), "module cache directory")
-	f.IntVar(&opts.Jobs, "jobs", 0, "cells to build at once (default: one per two CPUs)")
 	f.BoolVar(&asJSON, "json", false, "print the freshness table as JSON")
-	f.StringVar(&recipesDir, "recipes", "recipes", "directory of recipes: RECIPE names, and every recipe when none is named")
-	rf.register(f)
-	f.BoolVar(&opts.RetryFailed, "retry-failed", false, "rebuild cells the registry records as failed with the same key")
-	f.StringVar(&shard, "shard", "", "follow shard I of N of the matrix (I/N, 1-based)")
-	f.IntVar(&shards, "shards", 0, "follow shard $JOB_COMPLETION_INDEX (0-based) of N (a Kubernetes Indexed Job)")
+	cf.register(f, &opts, "follow", "directory of recipes: RECIPE names, and every recipe when none is named")
 	f.IntVar(&newCode, "new-exit-code", ExitFollowNew, "exit status when the cycle pushed new cells")
 	f.BoolVar(&wait, "wait", false, "when another cycle runs, wait for it instead of stopping")
 	return cmd

@@ -1,0 +1,49 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/pflag"
+
+	"github.com/kpreload/kpreload/builder/matrix"
+)
+
+// cellFlags are the flags build and follow share: the module cache, the
+// builds at once, the recipes directory, the registry (with its signing and
+// trust keys) and the shard of the matrix.
+type cellFlags struct {
+	recipesDir string
+	rf         remoteFlags
+	shard      string
+	shards     int
+}
+
+// register adds the shared flags to f, writing the cache, jobs and
+// retry-failed flags into opts; verb starts the shard flags' help ("build
+// shard I of N") and recipesHelp is the --recipes help.
+func (c *cellFlags) register(f *pflag.FlagSet, opts *matrix.Options, verb, recipesHelp string) {
+	f.StringVar(&opts.CacheDir, "cache", cacheDefaultDir(), "module cache directory")
+	f.IntVar(&opts.Jobs, "jobs", 0, "cells to build at once (default: one per two CPUs)")
+	f.StringVar(&c.recipesDir, "recipes", "recipes", recipesHelp)
+	c.rf.register(f)
+	f.BoolVar(&opts.RetryFailed, "retry-failed", false, "rebuild cells the registry records as failed with the same key")
+	f.StringVar(&c.shard, "shard", "", verb+" shard I of N of the matrix (I/N, 1-based)")
+	f.IntVar(&c.shards, "shards", 0, verb+" shard $JOB_COMPLETION_INDEX (0-based) of N (a Kubernetes Indexed Job)")
+}
+
+// setShard sets opts.Shard from --shard I/N or from --shards N and
+// $JOB_COMPLETION_INDEX; with neither it leaves opts.Shard as it is.
+func (c *cellFlags) setShard(opts *matrix.Options) error {
+	var err error
+	switch {
+	case c.shard != "" && c.shards > 0:
+		return fmt.Errorf("--shard and --shards: give one")
+	case c.shard != "":
+		opts.Shard, err = matrix.ParseShard(c.shard)
+	case c.shards > 0:
+		index, set := os.LookupEnv("JOB_COMPLETION_INDEX")
+		opts.Shard, err = matrix.ShardFromIndex(index, set, c.shards)
+	}
+	return err
+}
