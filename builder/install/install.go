@@ -163,11 +163,7 @@ func KernelAdded(ctx context.Context, o Options, release string) (*Result, error
 	if err := CheckRelease(release); err != nil {
 		return nil, err
 	}
-	if err := o.defaults(); err != nil {
-		return nil, err
-	}
-	o.hook = true
-	bl, err := o.bootloader()
+	bl, err := o.startHook()
 	if err != nil {
 		return nil, err
 	}
@@ -191,12 +187,7 @@ func KernelAdded(ctx context.Context, o Options, release string) (*Result, error
 	if _, err := o.buildInitramfs(release); err != nil {
 		return nil, err
 	}
-	res, err := o.sync(ctx, bl)
-	if res != nil {
-		res.Pulled = pulled
-		res.Warnings = append(warnings, res.Warnings...)
-	}
-	return res, err
+	return o.syncPulled(ctx, bl, pulled, warnings)
 }
 
 // KernelRemoved is the postrm hook: it deletes a removed kernel's kpreload
@@ -206,11 +197,7 @@ func KernelRemoved(ctx context.Context, o Options, release string) (*Result, err
 	if err := CheckRelease(release); err != nil {
 		return nil, err
 	}
-	if err := o.defaults(); err != nil {
-		return nil, err
-	}
-	o.hook = true
-	bl, err := o.bootloader()
+	bl, err := o.startHook()
 	if err != nil {
 		return nil, err
 	}
@@ -219,6 +206,27 @@ func KernelRemoved(ctx context.Context, o Options, release string) (*Result, err
 	}
 	o.logf("removed the kpreload initramfs of %s", release)
 	return o.syncAfter(ctx, bl, true)
+}
+
+// startHook fills o's defaults, marks o as run by a kernel hook and
+// returns the root's boot loader.
+func (o *Options) startHook() (Bootloader, error) {
+	if err := o.defaults(); err != nil {
+		return "", err
+	}
+	o.hook = true
+	return o.bootloader()
+}
+
+// syncPulled updates the boot loader (see sync) and records in the result
+// the cells a hook pulled and its warnings, ahead of the sync's own.
+func (o *Options) syncPulled(ctx context.Context, bl Bootloader, pulled, warnings []string) (*Result, error) {
+	res, err := o.sync(ctx, bl)
+	if res != nil {
+		res.Pulled = pulled
+		res.Warnings = append(warnings, res.Warnings...)
+	}
+	return res, err
 }
 
 func (o *Options) bootloader() (Bootloader, error) {

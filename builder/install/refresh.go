@@ -14,11 +14,7 @@ import (
 // driver cells. A registry that cannot be reached, or still lacks a cell, is
 // a warning, as in the postinst hook: the default stays where it was.
 func Refresh(ctx context.Context, o Options) (*Result, error) {
-	if err := o.defaults(); err != nil {
-		return nil, err
-	}
-	o.hook = true
-	bl, err := o.bootloader()
+	bl, err := o.startHook()
 	if err != nil {
 		return nil, err
 	}
@@ -69,10 +65,5 @@ func Refresh(ctx context.Context, o Options) (*Result, error) {
 			return nil, fmt.Errorf("kernel %s: %w", k.Release, err)
 		}
 	}
-	res, err := o.sync(ctx, bl)
-	if res != nil {
-		res.Pulled = pulled
-		res.Warnings = append(warnings, res.Warnings...)
-	}
-	return res, err
+	return o.syncPulled(ctx, bl, pulled, warnings)
 }
