@@ -39,20 +39,7 @@ done
 
 k61=6.1.0-56-cloud-amd64
 k612=6.12.117+deb12-cloud-amd64
-registry=/usr/bin/docker-registry
-[ -x "$registry" ] || die "$registry is missing: run scripts/deps.sh"
-for tool in dkms go curl jq; do
-  command -v "$tool" >/dev/null || die "$tool is missing: run scripts/deps.sh"
-done
-
-work=$(mktemp -d /tmp/kpreload-bench-follow.XXXXXX)
-ok=0
-regpid=
-cleanup() {
-  [ -n "$regpid" ] && kill "$regpid" 2>/dev/null || true
-  if [ "$ok" = 1 ] && [ "$keep" = 0 ]; then rm -rf "$work"; else echo "work directory kept: $work" >&2; fi
-}
-trap cleanup EXIT
+bench_start bench-follow dkms go curl jq
 
 log "building kpreload"
 (cd "$top" && CGO_ENABLED=0 go build -o "$work/kpreload" ./cmd/kpreload)
@@ -60,21 +47,9 @@ kp="$work/kpreload"
 log "fetching the kernels (not timed)"
 for k in "$k61" "$k612"; do "$here/kernels.sh" "$k" >&2; done
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-cat >"$work/registry.yml" <<CFG
-version: 0.1
-log: {level: warn, accesslog: {disabled: true}}
-storage: {filesystem: {rootdirectory: $work/registry}}
-http: {addr: 127.0.0.1:$port}
-CFG
-"$registry" serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
-regpid=$!
-for _ in $(seq 100); do curl -fs "http://127.0.0.1:$port/v2/" >/dev/null && break; sleep 0.1; done
-curl -fs "http://127.0.0.1:$port/v2/" >/dev/null || die "the registry did not start: $(tail -5 "$work/registry.log")"
+start_registry
 "$kp" cache keygen "$work/team" >/dev/null
 
-now() { date +%s.%N; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f\n", b - a }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f\n", a / b }'; }
 remote() { echo --remote "oci://127.0.0.1:$port/$1" --plain-http --docker-config "$work/none.json"; }
 

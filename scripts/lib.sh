@@ -102,3 +102,45 @@ apt_suite_opts() {
   fi
   printf '%s\n' "${opts[@]}"
 }
+
+# The registry benchmarks' (bench-dist.sh, bench-follow.sh) common parts.
+# bench_start WORKNAME TOOL...: die unless Debian's docker-registry and the TOOLs are
+# installed, make the work directory $work (/tmp/kpreload-WORKNAME.XXXXXX) and set the
+# EXIT trap that stops the registry and removes $work once the script set ok=1 (and
+# keep=0), else says where it is.
+REGISTRY=/usr/bin/docker-registry
+bench_start() {
+  local name=$1 tool; shift
+  [ -x "$REGISTRY" ] || die "$REGISTRY is missing: run scripts/deps.sh"
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null || die "$tool is missing: run scripts/deps.sh"
+  done
+  work=$(mktemp -d "/tmp/kpreload-$name.XXXXXX")
+  ok=0
+  REGISTRY_PID=
+  trap bench_cleanup EXIT
+}
+bench_cleanup() {
+  [ -n "$REGISTRY_PID" ] && kill "$REGISTRY_PID" 2>/dev/null || true
+  if [ "$ok" = 1 ] && [ "$keep" = 0 ]; then rm -rf "$work"; else echo "work directory kept: $work" >&2; fi
+}
+
+# start_registry: run the registry on a free loopback port ($port), storing under
+# $work/registry, and wait until it answers.
+start_registry() {
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  cat >"$work/registry.yml" <<CFG
+version: 0.1
+log: {level: warn, accesslog: {disabled: true}}
+storage: {filesystem: {rootdirectory: $work/registry}}
+http: {addr: 127.0.0.1:$port}
+CFG
+  "$REGISTRY" serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
+  REGISTRY_PID=$!
+  for _ in $(seq 100); do curl -fs "http://127.0.0.1:$port/v2/" >/dev/null && break; sleep 0.1; done
+  curl -fs "http://127.0.0.1:$port/v2/" >/dev/null || die "the registry did not start: $(tail -5 "$work/registry.log")"
+}
+
+# now: the time in seconds; since T: the seconds since T (two decimals).
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f\n", b - a }'; }
