@@ -10,9 +10,6 @@ import (
 
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/recipe"
-	"github.com/kpreload/kpreload/kmodcache/cellsign"
-	"github.com/kpreload/kpreload/kmodcache/remote"
-	"github.com/kpreload/kpreload/kmodcache/store"
 	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
@@ -25,61 +22,18 @@ func TestRefreshPullsLateCells(t *testing.T) {
 	testenv.SkipShort(t, "real dkms builds and a registry")
 	const newer = "6.12.117+deb12-cloud-amd64"
 	ctx := context.Background()
-	keys := t.TempDir()
-	signer, err := cellsign.Generate(filepath.Join(keys, "builder.key"), filepath.Join(keys, "builder.pub"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := testenv.StartRegistry(t)
-	url := "oci://" + reg.Addr + "/cells"
-	rm, err := remote.Open(url, remote.Options{PlainHTTP: true, DockerConfig: filepath.Join(t.TempDir(), "none.json"), Signer: signer})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := recipe.Load(filepath.Join(testenv.RepoRoot(t), "recipes", "testdriver.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.KernelTree(t, testKernel)
-	ktree := testenv.KernelTree(t, newer)
-	built := t.TempDir()
+	h := newCellHook(t, newer)
 	push := func(kernel string) string {
 		t.Helper()
-		res, err := matrix.Run(ctx, matrix.Options{Recipes: []*recipe.Recipe{r}, Kernels: []string{kernel}, CacheDir: built, Remote: rm})
+		res, err := matrix.Run(ctx, matrix.Options{Recipes: []*recipe.Recipe{h.r}, Kernels: []string{kernel}, CacheDir: h.built, Remote: h.rm})
 		if err != nil || len(res) != 1 || res[0].Remote != "pushed" {
 			t.Fatalf("build and push %s: %+v, %v", kernel, res, err)
 		}
 		return res[0].SetID
 	}
-	oldSet := push(testKernel)
-	vmlinuz, err := os.ReadFile(filepath.Join(ktree, "boot", "vmlinuz-"+newer))
-	if err != nil {
-		t.Fatal(err)
-	}
-	init, err := os.ReadFile(testInit(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, _ := os.ReadFile(filepath.Join(keys, "builder.pub"))
-	root := fakeRoot(t, map[string]string{
-		"boot/vmlinuz-" + newer: string(vmlinuz), Init: string(init), Cmdline: "root=UUID=x rw\n",
-		"boot/vmlinuz-" + testKernel: "6.1 kernel", InitramfsPath(testKernel): "6.1 initramfs",
-		"boot/efi/loader/": "", "lib/modules/": "",
-		"etc/kpreload/keys/builder.pub": string(pub),
-		RemoteFile:                      "remote: " + url + "\nplain_http: true\ntrust: [/etc/kpreload/keys/builder.pub]\n",
+	root := h.root(t, push(testKernel), map[string]string{
+		RemoteFile: "remote: " + h.url + "\nplain_http: true\ntrust: [/etc/kpreload/keys/builder.pub]\n",
 	})
-	copyTree(t, filepath.Join(ktree, "lib/modules", newer), filepath.Join(root, "lib/modules", newer))
-	from, err := store.Open(built)
-	if err != nil {
-		t.Fatal(err)
-	}
-	to, err := store.Open(filepath.Join(root, CacheDir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := from.CopySet(ctx, to, oldSet); err != nil {
-		t.Fatal(err)
-	}
 
 	for _, c := range []struct {
 		name        string

@@ -13,9 +13,6 @@ import (
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/cellsign"
-	"github.com/kpreload/kpreload/kmodcache/remote"
-	"github.com/kpreload/kpreload/kmodcache/store"
-	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 func TestParseRemoteConfig(t *testing.T) {
@@ -47,28 +44,12 @@ func TestKernelHookPullsFromRegistry(t *testing.T) {
 	}
 	const newer = "6.12.117+deb12-cloud-amd64"
 	ctx := context.Background()
-	keys := t.TempDir()
-	signer, err := cellsign.Generate(filepath.Join(keys, "builder.key"), filepath.Join(keys, "builder.pub"))
-	if err != nil {
+	h := newCellHook(t, newer)
+	if _, err := cellsign.Generate(filepath.Join(h.keys, "other.key"), filepath.Join(h.keys, "other.pub")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cellsign.Generate(filepath.Join(keys, "other.key"), filepath.Join(keys, "other.pub")); err != nil {
-		t.Fatal(err)
-	}
-	reg := testenv.StartRegistry(t)
-	url := "oci://" + reg.Addr + "/cells"
-	rm, err := remote.Open(url, remote.Options{PlainHTTP: true, DockerConfig: filepath.Join(t.TempDir(), "none.json"), Signer: signer})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := recipe.Load(filepath.Join(testenv.RepoRoot(t), "recipes", "testdriver.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.KernelTree(t, testKernel)
-	ktree := testenv.KernelTree(t, newer)
-	built := t.TempDir()
-	res, err := matrix.Run(ctx, matrix.Options{Recipes: []*recipe.Recipe{r}, Kernels: []string{testKernel, newer}, CacheDir: built, Remote: rm})
+	url := h.url
+	res, err := matrix.Run(ctx, matrix.Options{Recipes: []*recipe.Recipe{h.r}, Kernels: []string{testKernel, newer}, CacheDir: h.built, Remote: h.rm})
 	if err != nil || len(res) != 2 {
 		t.Fatalf("build and push: %+v, %v", res, err)
 	}
@@ -78,16 +59,7 @@ func TestKernelHookPullsFromRegistry(t *testing.T) {
 			oldSet = c.SetID
 		}
 	}
-	vmlinuz, err := os.ReadFile(filepath.Join(ktree, "boot", "vmlinuz-"+newer))
-	if err != nil {
-		t.Fatal(err)
-	}
-	init, err := os.ReadFile(testInit(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, _ := os.ReadFile(filepath.Join(keys, "builder.pub"))
-	other, _ := os.ReadFile(filepath.Join(keys, "other.pub"))
+	other, _ := os.ReadFile(filepath.Join(h.keys, "other.pub"))
 
 	for _, c := range []struct {
 		name, config string
@@ -99,27 +71,9 @@ func TestKernelHookPullsFromRegistry(t *testing.T) {
 		{"no trust", "remote: " + url + "\nplain_http: true\n", false, "no trust keys"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			root := fakeRoot(t, map[string]string{
-				"boot/vmlinuz-" + newer: string(vmlinuz), Init: string(init), Cmdline: "root=UUID=x rw\n",
-				"boot/vmlinuz-" + testKernel: "6.1 kernel", InitramfsPath(testKernel): "6.1 initramfs",
-				"boot/efi/loader/": "", "lib/modules/": "",
-				"etc/kpreload/keys/builder.pub": string(pub), "etc/kpreload/keys/other.pub": string(other),
-				RemoteFile: c.config,
+			root := h.root(t, oldSet, map[string]string{
+				"etc/kpreload/keys/other.pub": string(other), RemoteFile: c.config,
 			})
-			// A copy, not a link out of the root: the hook resolves every
-			// path inside the root, as a chroot would.
-			copyTree(t, filepath.Join(ktree, "lib/modules", newer), filepath.Join(root, "lib/modules", newer))
-			from, err := store.Open(built)
-			if err != nil {
-				t.Fatal(err)
-			}
-			to, err := store.Open(filepath.Join(root, CacheDir))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := from.CopySet(ctx, to, oldSet); err != nil {
-				t.Fatal(err)
-			}
 			var log bytes.Buffer
 			got, err := KernelAdded(ctx, Options{Root: root, Log: &log}, newer)
 			if err != nil {
