@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 
 	"github.com/kpreload/kpreload/builder/install"
+	"github.com/kpreload/kpreload/internal/fileutil"
 )
 
 // espFiles lays out the ESP in dir through builder/install (the same door the
@@ -55,7 +56,7 @@ func espFiles(ctx context.Context, dir, root string, kernels []string, cmdline s
 // image as the removable-media loader) and core.img for the BIOS boot
 // partition.
 func grubFiles(ctx context.Context, g Grub, work, root, rootUUID, cmdline string, kpreload bool) ([]espFile, string, error) {
-	if err := writeFile(filepath.Join(root, "etc/default/grub"), []byte(defaultGrub(cmdline)), 0o644); err != nil {
+	if err := fileutil.WriteAtomicAll(filepath.Join(root, "etc/default/grub"), []byte(defaultGrub(cmdline)), 0o644, false); err != nil {
 		return nil, "", err
 	}
 	core, err := grubImages(ctx, g, root, rootUUID, work)

@@ -27,6 +27,7 @@ import (
 	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/internal/progress"
 	"github.com/kpreload/kpreload/kmodcache/names"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/store"
@@ -515,9 +516,7 @@ func OutputPath(outDir, name, format string) string {
 
 // say calls p if it is set.
 func (p Progress) say(format string, a ...any) {
-	if p != nil {
-		p(fmt.Sprintf(format, a...))
-	}
+	progress.Say(p, format, a...)
 }
 
 // sortedUnique returns s sorted without duplicates.

@@ -14,6 +14,7 @@ import (
 	"github.com/kpreload/kpreload/builder/modkey"
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/internal/fileutil"
 	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/kmodcache/modsig"
 	"github.com/kpreload/kpreload/kmodcache/secureboot"
@@ -170,7 +171,7 @@ func secureBootFiles(ctx context.Context, t Tools, root, tmp, outDir, name strin
 		OVMFVars: filepath.Join(outDir, name+".ovmf-vars.fd"),
 	}
 	der, pemFile, vars := filepath.Join(tmp, filepath.Base(k.DER)), filepath.Join(tmp, filepath.Base(k.PEM)), filepath.Join(tmp, filepath.Base(k.OVMFVars))
-	if err := writeFile(filepath.Join(root, k.InImage), cert.Raw, 0o644); err != nil {
+	if err := fileutil.WriteAtomicAll(filepath.Join(root, k.InImage), cert.Raw, 0o644, false); err != nil {
 		return nil, err
 	}
 	if err := os.WriteFile(der, cert.Raw, 0o644); err != nil {

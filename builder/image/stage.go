@@ -15,7 +15,6 @@ import (
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/initramfs/rootcheck"
-	"github.com/kpreload/kpreload/internal/fileutil"
 	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/store"
@@ -409,13 +408,4 @@ func writeIn(root, name string, data []byte, mode os.FileMode) error {
 		return err
 	}
 	return inroot.WriteFile(root, name, data, mode)
-}
-
-// writeFile writes data to path (parents created) with mode, through a
-// temporary file renamed into place.
-func writeFile(path string, data []byte, mode os.FileMode) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return fileutil.WriteAtomic(path, data, mode, false)
 }

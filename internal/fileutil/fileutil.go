@@ -105,6 +105,15 @@ func WriteAtomic(path string, data []byte, perm fs.FileMode, sync bool) error {
 	return t.Commit(perm, sync)
 }
 
+// WriteAtomicAll is WriteAtomic that first creates path's missing parent
+// directories (mode 0755).
+func WriteAtomicAll(path string, data []byte, perm fs.FileMode, sync bool) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return WriteAtomic(path, data, perm, sync)
+}
+
 // WriteNew writes data to a new file in dir, named by pattern with its last
 // "*" replaced by a random string (as os.CreateTemp names files), through a
 // temporary file renamed into place without replacing anything (see Commit for

@@ -13,6 +13,14 @@ import (
 	"time"
 )
 
+// Say tells report, when set, one line made from format and a as by
+// fmt.Sprintf.
+func Say(report func(string), format string, a ...any) {
+	if report != nil {
+		report(fmt.Sprintf(format, a...))
+	}
+}
+
 // Line is the progress display of one piece of long work. Its methods may
 // be called from several goroutines.
 type Line struct {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/image/disk"
 	"github.com/kpreload/kpreload/builder/install"
+	"github.com/kpreload/kpreload/internal/progress"
 )
 
 // Formats an image can be written in (Options.Formats, `--format`). Every
@@ -137,7 +138,7 @@ func BootFirmware(b install.Bootloader) []string {
 // Write writes the raw disk raw in format into dir as File(name,
 // format) and returns the file's path and the virtual disk size it holds.
 // Raw returns raw itself (which must be that file already).
-func Write(ctx context.Context, t Tools, raw, format, dir, name string, progress func(string)) (string, int64, error) {
+func Write(ctx context.Context, t Tools, raw, format, dir, name string, report func(string)) (string, int64, error) {
 	f, ok := lookupFormat(format)
 	if !ok {
 		return "", 0, Check([]string{format})
@@ -158,7 +159,7 @@ func Write(ctx context.Context, t Tools, raw, format, dir, name string, progress
 	src := raw
 	if f.align > 0 && size%f.align != 0 {
 		grown := (size + f.align - 1) / f.align * f.align
-		say(progress, "disk: %s wants a whole number of %s: growing a copy of the disk from %d to %d bytes", format, unitName(f.align), size, grown)
+		progress.Say(report, "disk: %s wants a whole number of %s: growing a copy of the disk from %d to %d bytes", format, unitName(f.align), size, grown)
 		src = filepath.Join(scratch, "disk.raw")
 		if err := growDisk(ctx, t.Disk, raw, src, grown); err != nil {
 			return "", 0, fmt.Errorf("%s: %w", format, err)
@@ -166,7 +167,7 @@ func Write(ctx context.Context, t Tools, raw, format, dir, name string, progress
 		size = grown
 	}
 	out := filepath.Join(dir, File(name, format))
-	say(progress, "disk: %s (%s)", format, f.how)
+	progress.Say(report, "disk: %s (%s)", format, f.how)
 	if err := f.make(ctx, t, src, out, scratch); err != nil {
 		os.Remove(out)
 		return "", 0, fmt.Errorf("%s: %w", format, err)
@@ -226,13 +227,6 @@ func growDisk(ctx context.Context, t disk.Tools, raw, out string, size int64) er
 		return fmt.Errorf("move the backup GPT to the end of the grown disk (is it a GPT disk?): %w", err)
 	}
 	return nil
-}
-
-// say tells progress, when set, one line.
-func say(progress func(string), format string, a ...any) {
-	if progress != nil {
-		progress(fmt.Sprintf(format, a...))
-	}
 }
 
 // Tools are the programs that write the formats.

@@ -22,6 +22,7 @@ import (
 	"github.com/kpreload/kpreload/builder/image/rootfiles"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/internal/fileutil"
+	"github.com/kpreload/kpreload/internal/progress"
 )
 
 // BasePackages are installed into every image on top of mmdebstrap's minbase
@@ -96,7 +97,7 @@ func Key(s Spec) string {
 // Tarball returns a tarball of the root filesystem of spec: from
 // cacheDir when one with its key is there, else made with mmdebstrap (and
 // stored in cacheDir unless it is "off"). work is a scratch directory.
-func Tarball(ctx context.Context, t Tools, spec Spec, cacheDir, work string, progress func(string)) (tarball string, info Info, err error) {
+func Tarball(ctx context.Context, t Tools, spec Spec, cacheDir, work string, report func(string)) (tarball string, info Info, err error) {
 	key := Key(spec)
 	info = Info{Key: key, Packages: spec.Packages, Date: spec.Date}
 	cached := ""
@@ -104,7 +105,7 @@ func Tarball(ctx context.Context, t Tools, spec Spec, cacheDir, work string, pro
 		cached = filepath.Join(cacheDir, key+".tar")
 		if _, err := os.Stat(cached); err == nil {
 			info.Cached = true
-			say(progress, "rootfs: reusing %s (same packages and sources today)", cached)
+			progress.Say(report, "rootfs: reusing %s (same packages and sources today)", cached)
 			return cached, info, nil
 		}
 	}
@@ -139,12 +140,12 @@ func Tarball(ctx context.Context, t Tools, spec Spec, cacheDir, work string, pro
 		defer os.Remove(out) // renamed into place on success
 	}
 	args := MmdebstrapArgs(spec, deb, out)
-	say(progress, "rootfs: mmdebstrap %s with %d packages (%s)", spec.Suite, len(spec.Packages), strings.Join(spec.Packages, " "))
+	progress.Say(report, "rootfs: mmdebstrap %s with %d packages (%s)", spec.Suite, len(spec.Packages), strings.Join(spec.Packages, " "))
 	start := time.Now()
 	if err := t.Mmdebstrap.Mmdebstrap(ctx, args); err != nil {
 		return "", info, fmt.Errorf("rootfs: %w", err)
 	}
-	say(progress, "rootfs: mmdebstrap done in %.0fs", time.Since(start).Seconds())
+	progress.Say(report, "rootfs: mmdebstrap done in %.0fs", time.Since(start).Seconds())
 	if cached == "" {
 		return out, info, nil
 	}
@@ -281,7 +282,7 @@ func ResetIdentity(ctx context.Context, sc Systemctl, root string) error {
 			return fmt.Errorf("identity: %w", err)
 		}
 	}
-	if err := writeFile(filepath.Join(root, "etc/machine-id"), nil, 0o444); err != nil {
+	if err := fileutil.WriteAtomicAll(filepath.Join(root, "etc/machine-id"), nil, 0o444, false); err != nil {
 		return fmt.Errorf("identity: %w", err)
 	}
 	for _, p := range []string{"var/lib/dbus/machine-id", "var/lib/systemd/random-seed"} {
@@ -296,7 +297,7 @@ func ResetIdentity(ctx context.Context, sc Systemctl, root string) error {
 	if _, err := os.Stat(filepath.Join(root, "usr/sbin/sshd")); err != nil {
 		return nil
 	}
-	if err := writeFile(filepath.Join(root, "etc/systemd/system", SSHHostKeysUnitName), []byte(sshHostKeysUnit), 0o644); err != nil {
+	if err := fileutil.WriteAtomicAll(filepath.Join(root, "etc/systemd/system", SSHHostKeysUnitName), []byte(sshHostKeysUnit), 0o644, false); err != nil {
 		return fmt.Errorf("identity: %w", err)
 	}
 	if err := sc.Enable(ctx, root, SSHHostKeysUnitName); err != nil {
@@ -310,7 +311,7 @@ func ConfigureCloudInit(root string) error {
 	if _, err := os.Stat(filepath.Join(root, "usr/bin/cloud-init")); err != nil {
 		return fmt.Errorf("cloud-init: not installed in the image: %w", err)
 	}
-	return writeFile(filepath.Join(root, cloudInitConfigPath), []byte(cloudInitConfig), 0o644)
+	return fileutil.WriteAtomicAll(filepath.Join(root, cloudInitConfigPath), []byte(cloudInitConfig), 0o644, false)
 }
 
 // Configure makes the root tree bootable as an image: fstab (root and ESP
@@ -326,7 +327,7 @@ func Configure(ctx context.Context, sc Systemctl, root, rootUUID, espUUID string
 		"etc/systemd/network/80-kpreload-dhcp.network": "[Match]\nName=en* eth*\n\n[Network]\nDHCP=yes\n",
 	}
 	for name, content := range files {
-		if err := writeFile(filepath.Join(root, name), []byte(content), 0o644); err != nil {
+		if err := fileutil.WriteAtomicAll(filepath.Join(root, name), []byte(content), 0o644, false); err != nil {
 			return err
 		}
 	}
@@ -381,7 +382,7 @@ func SetEmptyRootPassword(shadow string) error {
 	if !found {
 		return fmt.Errorf("%s has no root entry", shadow)
 	}
-	return writeFile(shadow, []byte(strings.Join(lines, "\n")), 0o640)
+	return fileutil.WriteAtomicAll(shadow, []byte(strings.Join(lines, "\n")), 0o640, false)
 }
 
 // KernelPackages returns the installed version of each kernel's linux-image
@@ -434,20 +435,4 @@ type Info struct {
 	Cached bool `json:"cached"`
 	// Date is the UTC day the tarball was made (part of the key).
 	Date string `json:"date"`
-}
-
-// say tells progress, when set, one line.
-func say(progress func(string), format string, a ...any) {
-	if progress != nil {
-		progress(fmt.Sprintf(format, a...))
-	}
-}
-
-// writeFile writes data to path (parents created) with mode, through a
-// temporary file renamed into place.
-func writeFile(path string, data []byte, mode os.FileMode) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return fileutil.WriteAtomic(path, data, mode, false)
 }
