@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -326,7 +325,7 @@ func checkImageBoot(t *testing.T, res *qemu.Result, kernel, cmdline string) {
 	// from another clock, which drifts from printk's under TCG.)
 	console, _ := os.ReadFile(res.Console)
 	probe, ok := qemu.Find(res.Kernel, "bound, id 0x010000ed")
-	systemd, sok := firstPrintk(console, "systemd[1]:")
+	systemd, sok := qemu.FirstPrintk(console, "systemd[1]:")
 	if !ok || !sok || probe.Time >= systemd {
 		t.Errorf("test driver probe line %+v (found %v), systemd's first line at %.3f (found %v): want the probe logged before the real init ran", probe, ok, systemd, sok)
 	}
@@ -345,18 +344,3 @@ func checkImageBoot(t *testing.T, res *qemu.Result, kernel, cmdline string) {
 // driversReady is systemd reaching kpreload-drivers.target; systemd shortens the
 // unit name to the console's width, so match its start and its description.
 var driversReady = regexp.MustCompile(`Reached target .*kpreload-dr.*GPU drivers loaded and ready`)
-
-// printkTime matches a console line's printk timestamp.
-var printkTime = regexp.MustCompile(`^\[\s*(\d+\.\d+)\] `)
-
-// firstPrintk returns the printk time of the first console line containing s.
-func firstPrintk(console []byte, s string) (float64, bool) {
-	for _, line := range strings.Split(string(console), "\n") {
-		m := printkTime.FindStringSubmatch(line)
-		if m != nil && strings.Contains(line, s) {
-			t, err := strconv.ParseFloat(m[1], 64)
-			return t, err == nil
-		}
-	}
-	return 0, false
-}

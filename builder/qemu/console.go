@@ -67,6 +67,19 @@ func Find(lines []KernelLine, s string) (KernelLine, bool) {
 	return KernelLine{}, false
 }
 
+// FirstPrintk returns the printk time of the console's first kernel log
+// line that contains s, and whether there is one.
+func FirstPrintk(console []byte, s string) (float64, bool) {
+	for _, line := range strings.Split(string(console), "\n") {
+		m := printkLine.FindStringSubmatch(line)
+		if m != nil && strings.Contains(line, s) {
+			t, err := strconv.ParseFloat(m[1], 64)
+			return t, err == nil
+		}
+	}
+	return 0, false
+}
+
 // panicLine returns the console's kernel panic line without its timestamp, or "".
 func panicLine(console []byte) string {
 	for _, line := range strings.Split(string(console), "\n") {

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -150,24 +149,10 @@ func checkBoundBeforeSystemd(t *testing.T, name string, res *qemu.Result, kernel
 	boottest.CheckEduLoaded(t, rep, "rootfs")
 	console, _ := os.ReadFile(res.Console)
 	probe, ok := qemu.Find(res.Kernel, "bound, id 0x010000ed")
-	systemd, sok := firstPrintk(console, "systemd[1]:")
+	systemd, sok := qemu.FirstPrintk(console, "systemd[1]:")
 	if !ok || !sok || probe.Time >= systemd {
 		t.Errorf("%s: test driver probe %+v (found %v), systemd's first line at %.3f (found %v): want the driver bound before the real init", name, probe, ok, systemd, sok)
 	}
-}
-
-var printkTime = regexp.MustCompile(`^\[\s*(\d+\.\d+)\] `)
-
-// firstPrintk returns the printk time of the first console line containing s.
-func firstPrintk(console []byte, s string) (float64, bool) {
-	for _, line := range strings.Split(string(console), "\n") {
-		m := printkTime.FindStringSubmatch(line)
-		if m != nil && strings.Contains(line, s) {
-			t, err := strconv.ParseFloat(m[1], 64)
-			return t, err == nil
-		}
-	}
-	return 0, false
 }
 
 // writeTimings writes the chain's timings to the file named by
