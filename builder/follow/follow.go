@@ -111,6 +111,12 @@ func Cycle(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	defer unlock()
+	// The first-seen record is read before anything is built, so a damaged
+	// one stops the cycle before hours of work.
+	seen, err := openSeen(state, seenName(o.Build.Shard.Index, o.Build.Shard.Count))
+	if err != nil {
+		return nil, err
+	}
 
 	cache := o.Build.DownloadDir
 	if cache == "" {
@@ -139,10 +145,6 @@ func Cycle(ctx context.Context, o Options) (*Report, error) {
 	results, runErr := matrix.Run(ctx, o.Build)
 	if results == nil {
 		return nil, fmt.Errorf("follow: %w", runErr)
-	}
-	seen, err := openSeen(state)
-	if err != nil {
-		return nil, err
 	}
 	rep := &Report{Cells: make([]Row, 0, len(results))}
 	var kernels []string
@@ -190,7 +192,9 @@ func Cycle(ctx context.Context, o Options) (*Report, error) {
 				row.Pushed = &t
 			}
 		}
-		if row.Published != nil && row.Pushed != nil {
+		if row.Published != nil && row.Pushed != nil && !row.Pushed.Before(*row.Published) {
+			// (A cell pushed before this machine first saw its packages
+			// has no lag to tell: its PUBLISHED is an upper bound.)
 			lag := row.Pushed.Sub(*row.Published).Seconds()
 			row.LagSeconds = &lag
 		}

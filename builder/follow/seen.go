@@ -2,18 +2,32 @@ package follow
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"path/filepath"
 	"time"
 
 	"github.com/kpreload/kpreload/internal/fileutil"
+	"github.com/kpreload/kpreload/internal/inroot"
 )
 
 // SeenFile is the first-seen record's file name in the state directory: per
 // cell ("recipe version kernel") the earliest publication date a cycle has
-// read for it.
+// read for it. Shard I of N keeps its own, follow-published-I-of-N.json, as
+// it has its own lock.
 const SeenFile = "follow-published.json"
+
+// maxSeen bounds the record's size: it may come back from a CI cache.
+const maxSeen = 16 << 20
+
+// seenName is the first-seen record of shard (SeenFile when shard is zero).
+func seenName(index, count int) string {
+	if count == 0 {
+		return SeenFile
+	}
+	return fmt.Sprintf("follow-published-%d-of-%d.json", index, count)
+}
 
 // seenDates is the first-seen record.
 type seenDates struct {
@@ -22,19 +36,23 @@ type seenDates struct {
 	changed bool
 }
 
-// openSeen reads dir's record; a missing one is empty, a damaged one an
-// error naming the file.
-func openSeen(dir string) (*seenDates, error) {
-	s := &seenDates{path: filepath.Join(dir, SeenFile), dates: map[string]time.Time{}}
-	data, err := os.ReadFile(s.path)
+// openSeen reads dir's record name, a regular file of at most maxSeen
+// bytes (never waited on); a missing one is empty, a damaged one an error
+// naming the file.
+func openSeen(dir, name string) (*seenDates, error) {
+	s := &seenDates{path: filepath.Join(dir, name), dates: map[string]time.Time{}}
+	data, err := inroot.ReadPath(s.path, maxSeen)
 	switch {
-	case os.IsNotExist(err):
+	case errors.Is(err, fs.ErrNotExist):
 		return s, nil
 	case err != nil:
-		return nil, fmt.Errorf("follow: %w", err)
+		return nil, fmt.Errorf("follow: first-seen dates: %w (remove it: the next cycle rereads the dates from the archives)", err)
 	}
 	if err := json.Unmarshal(data, &s.dates); err != nil {
 		return nil, fmt.Errorf("follow: %s: %w (remove it: the next cycle rereads the dates from the archives)", s.path, err)
+	}
+	if s.dates == nil { // the file said null
+		s.dates = map[string]time.Time{}
 	}
 	return s, nil
 }

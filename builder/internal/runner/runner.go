@@ -13,6 +13,8 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
+	"time"
 
 	"github.com/kpreload/kpreload/internal/tail"
 )
@@ -85,6 +87,10 @@ func (e *Error) Error() string {
 // Unwrap returns how the program ended.
 func (e *Error) Unwrap() error { return e.Err }
 
+// WaitDelay is how long Run waits for a killed program's output pipes to
+// close before it returns all the same.
+const WaitDelay = 10 * time.Second
+
 // Exec runs the real programs.
 type Exec struct{}
 
@@ -95,6 +101,13 @@ func (Exec) Run(ctx context.Context, c Cmd) ([]byte, error) {
 		cmd.Env = append(cmd.Environ(), c.Env...)
 	}
 	cmd.Dir, cmd.Stdin = c.Dir, c.Stdin
+	// The program runs in its own process group, and a cancelled context
+	// kills the whole group: apt's methods, make's compilers and
+	// mmdebstrap's helpers too, which would otherwise hold the output pipe
+	// open and keep Run waiting. WaitDelay bounds the wait for the pipes.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = WaitDelay
 	var stdout bytes.Buffer
 	log := &tailBuffer{log: c.Log}
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(&stdout, log), log

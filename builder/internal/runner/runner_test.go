@@ -87,3 +87,22 @@ func TestExecRunLog(t *testing.T) {
 		t.Errorf("log = %q, want both lines", got)
 	}
 }
+
+// TestExecRunCancelledGrandchild: a program whose child keeps the output
+// pipe open (apt's methods, make's compilers) is stopped with its whole
+// process group when the context ends; Run does not wait for the child.
+func TestExecRunCancelledGrandchild(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := Exec{}.Run(ctx, Cmd{Name: "sh", Args: []string{"-c", "sleep 299 & echo started; wait"}})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Run: %v, want the context's error", err)
+	}
+	if took := time.Since(start); took >= 300*time.Second {
+		t.Fatalf("Run returned after %s: it waited for the grandchild", took)
+	}
+	if out, _ := exec.Command("pgrep", "-f", "^sleep 299$").Output(); len(out) > 0 {
+		t.Errorf("the grandchild still runs (pids %s): the process group was not killed", strings.TrimSpace(string(out)))
+	}
+}

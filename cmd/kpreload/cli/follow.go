@@ -51,7 +51,8 @@ of the cell was pushed, and LAG between the two. PUBLISHED is the later of
 the kernel's and the driver's dates, each the Date of the Release file of
 the suite that lists the package, from the first cycle on this machine that
 saw that kernel and driver version (kept in
-$KPRELOAD_CACHE/` + follow.SeenFile + `): apt's indexes carry no date per
+$KPRELOAD_CACHE/` + follow.SeenFile + `, follow-published-I-of-N.json for
+shard I/N): apt's indexes carry no date per
 package, so the archive published it at or before that time. --json
 prints the table as JSON.
 
