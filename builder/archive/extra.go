@@ -3,6 +3,8 @@ package archive
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -18,7 +20,7 @@ import (
 
 // Extra is an apt archive besides Debian's (NVIDIA's CUDA repository, a
 // team's mirror): read through a private apt configuration of its own under
-// <cache>/apt/extra-<name>/, its Release files checked against Key only
+// <cache>/apt/extra-<name>-<id>/, its Release files checked against Key only
 // (apt's signed-by). An unsigned archive, or one signed by another key, is
 // refused.
 type Extra struct {
@@ -81,7 +83,10 @@ func (e Extra) Check() error {
 }
 
 // NewExtra returns the archive e, read through a private apt configuration
-// under cache/apt/extra-<name>. Nothing is fetched until needed.
+// under cache/apt/extra-<name>-<id>, id a digest of its URL, suites,
+// components and key, so two archives called by one name (a recipe's own and
+// a shared archives.yaml's) never share package lists. Nothing is fetched
+// until needed.
 func NewExtra(e Extra, cache string) (*Archive, error) {
 	if err := e.Check(); err != nil {
 		return nil, fmt.Errorf("archive %s: %w", e.Name, err)
@@ -91,7 +96,13 @@ func NewExtra(e Extra, cache string) (*Archive, error) {
 	}
 	x := e
 	x.Suites, x.Components = slices.Clone(e.Suites), slices.Clone(e.Components)
-	return &Archive{Suite: e.Name, Dir: filepath.Join(cache, "apt", "extra-"+e.Name), Mirror: e.URL, extra: &x}, nil
+	return &Archive{Suite: e.Name, Dir: filepath.Join(cache, "apt", "extra-"+e.Name+"-"+e.id()), Mirror: e.URL, extra: &x}, nil
+}
+
+// id is a short digest of everything that names the archive but its name.
+func (e Extra) id() string {
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%q %q %q %q", e.URL, e.Suites, e.Components, e.Key)))
+	return hex.EncodeToString(sum[:6])
 }
 
 // keyFile is where a private configuration keeps its copy of an extra
