@@ -70,8 +70,8 @@ not built again (--retry-failed does): it is listed as a known failure and
 is no failure of the cycle.
 
 Examples:
-  kpreload follow testdriver:6.1.0-56-cloud-amd64 --remote oci://127.0.0.1:5000/team --plain-http --sign team.key --new-exit-code 0
-  kpreload follow testdriver:6.1.0-56-cloud-amd64 --remote oci://127.0.0.1:5000/team --plain-http --sign team.key --trust team.pub --json
+  kpreload follow testdriver:6.1.0-56-cloud-amd64 --remote oci://127.0.0.1:5055/team --plain-http --sign team.key --new-exit-code 0
+  kpreload follow testdriver:6.1.0-56-cloud-amd64 --remote oci://127.0.0.1:5055/team --plain-http --sign team.key --trust team.pub --json
 
 `,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -13,16 +13,17 @@ import (
 )
 
 // TestFollowHelpExamples runs every example of `kpreload follow --help`
-// exactly as written, against a real registry on 127.0.0.1:5000 with the
+// exactly as written, against a real registry on 127.0.0.1:5055 (not 5000,
+// where a host's docker-registry service listens) with the
 // real dkms: the first cycle builds and pushes the test driver's cell
 // (exit 0 with --new-exit-code 0), the second finds nothing new.
 func TestFollowHelpExamples(t *testing.T) {
 	testenv.SkipShort(t, "builds the test driver with the real dkms")
 	examples := helpExamples(t, "follow", "testdriver:6.1.0-56-cloud-amd64")
 	reg := testenv.StartRegistry(t)
-	l, err := net.Listen("tcp", "127.0.0.1:5000")
+	l, err := net.Listen("tcp", "127.0.0.1:5055")
 	if err != nil {
-		t.Fatalf("the examples name 127.0.0.1:5000, which is taken: %v", err)
+		t.Fatalf("the examples name 127.0.0.1:5055, which is taken: %v", err)
 	}
 	defer l.Close()
 	go func() {
