@@ -18,6 +18,7 @@ import (
 	"github.com/kpreload/kpreload/internal/fileutil"
 	"github.com/kpreload/kpreload/kmodcache/cellsign"
 	"github.com/kpreload/kpreload/kmodcache/remote"
+	"github.com/kpreload/kpreload/testsupport/boottest"
 	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
@@ -65,19 +66,6 @@ else
 fi
 sync
 say "done"
-`
-
-const grubStepUnit = `[Unit]
-Description=kpreload GRUB image test step
-After=kpreload-drivers.target
-
-[Service]
-Type=oneshot
-ExecStart=/usr/local/sbin/kpreload-test-step
-StandardOutput=journal+console
-
-[Install]
-WantedBy=multi-user.target
 `
 
 // newKernel is the kernel update the GRUB test installs in the VM: the 6.12
@@ -157,15 +145,15 @@ func TestGRUBImageBIOSAndUEFI(t *testing.T) {
 	}
 	files := map[string]string{}
 	for name, text := range map[string]string{
-		"step": grubStep, "unit": grubStepUnit,
+		"step": grubStep, "unit": boottest.StepUnit("kpreload GRUB image test step"),
 		"remote.yaml": "remote: oci://" + guestRegistry + "/cells\nplain_http: true\ntrust: [builder.pub]\ntimeout: 2m\n",
 	} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	files["/usr/local/sbin/kpreload-test-step"] = filepath.Join(dir, "step")
-	files["/etc/systemd/system/kpreload-test-step.service"] = filepath.Join(dir, "unit")
+	files[boottest.StepScript] = filepath.Join(dir, "step")
+	files["/etc/systemd/system/"+boottest.StepService] = filepath.Join(dir, "unit")
 
 	out := t.TempDir()
 	start := time.Now()
@@ -175,7 +163,7 @@ func TestGRUBImageBIOSAndUEFI(t *testing.T) {
 	m, err := Build(ctx, Options{
 		Name: "grub", OutDir: out, Kernels: []string{testKernel}, Recipes: recipes, CacheDir: cache,
 		Bootloader: install.GRUB, SizeMB: 1536, ESPSizeMB: 64, Formats: []string{FormatRaw},
-		Cmdline: cmdline, Files: files, Enable: []string{"kpreload-test-step.service"},
+		Cmdline: cmdline, Files: files, Enable: []string{boottest.StepService},
 		Instance:       filepath.Join(testenv.RepoRoot(t), "images", "instance-testdriver.yaml"),
 		RemoteConfig:   filepath.Join(dir, "remote.yaml"),
 		KpreloadBinary: kpreload, InitBinary: initBin, TempDir: t.TempDir(),

@@ -16,6 +16,7 @@ import (
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/kmodcache/cellsign"
+	"github.com/kpreload/kpreload/testsupport/boottest"
 	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
@@ -77,19 +78,6 @@ sync
 say "done"
 `
 
-const stepUnit = `[Unit]
-Description=kpreload follow test step
-After=kpreload-drivers.target
-
-[Service]
-Type=oneshot
-ExecStart=/usr/local/sbin/kpreload-test-step
-StandardOutput=journal+console
-
-[Install]
-WantedBy=multi-user.target
-`
-
 var (
 	stepDone    = regexp.MustCompile(`kpreload-test: done`)
 	stepWaiting = regexp.MustCompile(`kpreload-test: waiting for the cells of `)
@@ -142,8 +130,8 @@ func TestFollowE2E(t *testing.T) {
 	// archive, signed by its key; the hook's registry trusts the builder.
 	files := map[string]string{}
 	for name, f := range map[string]struct{ guest, text string }{
-		"step":         {"/usr/local/sbin/kpreload-test-step", step},
-		"unit":         {"/etc/systemd/system/kpreload-test-step.service", stepUnit},
+		"step":         {boottest.StepScript, step},
+		"unit":         {"/etc/systemd/system/" + boottest.StepService, boottest.StepUnit("kpreload follow test step")},
 		"sources.list": {"/etc/apt/sources.list", "deb [signed-by=/etc/apt/keyrings/kpreload-test.asc] http://" + guestArchive + " " + suite + " main\n"},
 		"remote.yaml":  {"", "remote: oci://" + guestRegistry + "/cells\nplain_http: true\ntrust: [builder.pub]\ntimeout: 2m\n"},
 	} {
@@ -164,7 +152,7 @@ func TestFollowE2E(t *testing.T) {
 	m, err := image.Build(ctx, image.Options{
 		Name: "follow", OutDir: t.TempDir(), Kernels: []string{oldKernel}, Recipes: []*recipe.Recipe{r}, CacheDir: imageCache,
 		BuildMissing: true, Bootloader: install.GRUB, SizeMB: 1536, ESPSizeMB: 64, Formats: []string{image.FormatRaw},
-		Cmdline: "console=ttyS0 panic=-1", Files: files, Enable: []string{"kpreload-test-step.service"},
+		Cmdline: "console=ttyS0 panic=-1", Files: files, Enable: []string{boottest.StepService},
 		Instance:       filepath.Join(testenv.RepoRoot(t), "images", "instance-testdriver.yaml"),
 		RemoteConfig:   filepath.Join(work, "remote.yaml"),
 		KpreloadBinary: kpreload, InitBinary: initBin, TempDir: t.TempDir(), Progress: progress,
