@@ -66,14 +66,13 @@ in_debian_ns() {
 # apt_suite_opts SUITE: print (one per line) the apt-get/apt-cache -o options that read
 # Debian suite SUITE through kpreload's private apt configuration under
 # $KPRELOAD_CACHE/apt/SUITE (own sources list, lists, archive cache, empty dpkg status),
-# running apt-get update for it when its lists are missing or a day old. Prints nothing
-# for the default suite (bookworm: the host's sources, set up by deps.sh). The layout
-# and sources are builder/archive's (TestScriptMatchesArchive checks they agree); the
-# host's apt state is never touched.
+# running apt-get update for it when its lists are missing or a day old. Every suite,
+# bookworm (the default, for an empty SUITE) included, has one. The layout and sources
+# are builder/archive's (TestScriptMatchesArchive checks they agree); the host's apt
+# state is never touched.
 apt_suite_opts() {
-  local suite=$1 dir comps="main contrib non-free non-free-firmware" m=http://deb.debian.org/debian
-  [ -z "$suite" ] || [ "$suite" = bookworm ] && return 0
-  case "$suite" in trixie|forky|sid|unstable|experimental) ;; *) die "unknown Debian suite $suite: kpreload reads bookworm, trixie, forky, sid, unstable, experimental" ;; esac
+  local suite=${1:-bookworm} dir comps="main contrib non-free non-free-firmware" m=http://deb.debian.org/debian
+  case "$suite" in bookworm|trixie|forky|sid|unstable|experimental) ;; *) die "unknown Debian suite $suite: kpreload reads bookworm, trixie, forky, sid, unstable, experimental" ;; esac
   dir="$KPRELOAD_CACHE/apt/$suite"
   mkdir -p "$dir/sources.list.d" "$dir/preferences.d" "$dir/lists/partial" "$dir/cache/archives/partial"
   local want

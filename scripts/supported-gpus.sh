@@ -2,7 +2,7 @@
 # supported-gpus.sh [RECIPE.yaml...]: fetch the supported-gpus.json that NVIDIA ships in
 # the Debian driver package each recipe names (its `supported-gpus: {package, path}`),
 # with apt-get download and dpkg -x (nothing is installed) from the recipe's suite (its
-# top-level `suite:`, default bookworm; other suites through apt_suite_opts), into
+# top-level `suite:`, default bookworm; every suite through apt_suite_opts), into
 #   $KPRELOAD_CACHE/supported-gpus/<package>_<version>/supported-gpus.json   (uncompressed)
 # Default recipes: recipes/nvidia-*.yaml (nvidia-driver 535.261.03-1 and 550.163.01-2,
 # nvidia-tesla-535/-470 drivers from bookworm, nvidia-tesla-550/-450 drivers from sid). Idempotent: present files are kept; each file is written to a
@@ -51,7 +51,7 @@ for recipe in "$@"; do
     if [ -z "$deb" ]; then
       mkdir -p "$KPRELOAD_CACHE/logs"
       (cd "$debs" && apt-get "${apt_opts[@]}" download -q "$pkg=$ver" >>"$KPRELOAD_CACHE/logs/supported-gpus-apt.log" 2>&1) ||
-        die "apt-get download $pkg=$ver (suite ${suite:-bookworm}) failed: is non-free enabled in the apt sources (scripts/deps.sh) and apt-get update run?"
+        die "apt-get download $pkg=$ver (suite ${suite:-bookworm}) failed (log: $KPRELOAD_CACHE/logs/supported-gpus-apt.log)"
       deb=$(ls "$debs/${pkg}_${ver}_"*.deb | head -n1)
     fi
     tmp=$(mktemp -d "$out/.tmp.XXXXXX")

@@ -4,13 +4,14 @@
 // versions a suite carries and lists its kernels, for any suite (bookworm,
 // trixie, sid, experimental, ...).
 //
-// The build host's own apt configuration is never changed. The default
-// suite (bookworm, the host's own release) is read through the host's apt
-// sources, which scripts/deps.sh sets up; every other suite is read through
-// an apt configuration of kpreload's own under <cache>/apt/<suite>/ (its own
-// sources list, package lists, archive cache and an empty dpkg status), so a
-// trixie or sid package can be downloaded and unpacked but never installed,
-// and the host's apt state stays as it was.
+// The build host's own apt configuration is never changed. Every suite,
+// bookworm included, is read through an apt configuration of kpreload's own
+// under <cache>/apt/<suite>/ (its own sources list, package lists, archive
+// cache and an empty dpkg status), refreshed when its lists are a day old
+// (Refresh forces it), so a package can be downloaded and unpacked but never
+// installed, a new upload is seen without the host's apt-get update, and
+// the host's apt state stays as it was. Only an archive made with no cache
+// directory (New(DefaultSuite, "")) reads the host's own sources and lists.
 package archive
 
 import (
@@ -32,7 +33,7 @@ import (
 )
 
 // DefaultSuite is the suite recipes and images use when they name none: the
-// build host's own Debian release, read through the host's apt sources.
+// build host's own Debian release.
 const DefaultSuite = "bookworm"
 
 // DefaultMirror is the Debian archive private configurations read from.
@@ -55,10 +56,15 @@ type Archive struct {
 	// Suite is the suite's name, such as "bookworm" or "trixie".
 	Suite string
 	// Dir is the private apt configuration's root (<cache>/apt/<suite>), or
-	// "" when the host's apt sources are used (DefaultSuite).
+	// "" when the host's apt sources are used (DefaultSuite with no cache).
 	Dir string
 	// Mirror and SecurityMirror are the archives a private configuration reads.
 	Mirror, SecurityMirror string
+	// SignedBy is the OpenPGP key file that signs the mirrors' Release files
+	// (apt's signed-by), for a mirror that is not Debian's; "" trusts the
+	// host's keyrings, which hold Debian's archive keys. Signatures are
+	// checked either way.
+	SignedBy string
 
 	// extra is the archive's description when it is not Debian's (NewExtra).
 	extra *Extra
@@ -71,9 +77,12 @@ type Archive struct {
 	kernels []string
 }
 
-// New returns the archive of suite ("" means DefaultSuite), keeping a
-// private configuration under cache/apt/<suite> for suites other than the
-// default. It checks the name only; nothing is fetched until needed.
+// New returns the archive of suite ("" means DefaultSuite), read through a
+// private configuration under cache/apt/<suite>, DefaultSuite's as every
+// other's. With no cache ("") DefaultSuite is read through the host's own
+// apt sources and lists (which only the host's apt-get update refreshes),
+// and any other suite is refused. It checks the name only; nothing is
+// fetched until needed.
 func New(suite, cache string) (*Archive, error) {
 	if suite == "" {
 		suite = DefaultSuite
@@ -82,11 +91,11 @@ func New(suite, cache string) (*Archive, error) {
 		return nil, err
 	}
 	a := &Archive{Suite: suite, Mirror: DefaultMirror, SecurityMirror: DefaultSecurityMirror}
-	if suite != DefaultSuite {
-		if cache == "" {
-			return nil, fmt.Errorf("archive %s: no cache directory for its private apt configuration", suite)
-		}
+	switch {
+	case cache != "":
 		a.Dir = filepath.Join(cache, "apt", suite)
+	case suite != DefaultSuite:
+		return nil, fmt.Errorf("archive %s: no cache directory for its private apt configuration", suite)
 	}
 	return a, nil
 }
@@ -109,8 +118,12 @@ func CheckSuite(suite string) error {
 // unstable have none; experimental comes with sid, whose packages it needs).
 func (a *Archive) SourcesList() string {
 	var b strings.Builder
+	opts := ""
+	if a.SignedBy != "" {
+		opts = "[signed-by=" + a.SignedBy + "] "
+	}
 	line := func(uri, suite string) {
-		fmt.Fprintf(&b, "deb %s %s %s\n", uri, suite, components)
+		fmt.Fprintf(&b, "deb %s%s %s %s\n", opts, uri, suite, components)
 	}
 	switch a.Suite {
 	case "sid", "unstable":
@@ -148,7 +161,8 @@ func (a *Archive) aptOptions() []string {
 
 // AptOptions returns the -o options for apt-get and apt-cache that read this
 // suite (nil for the host's own), after making sure the private package
-// lists exist and are fresh. Scripts use it through "kpreload archive apt-options".
+// lists exist and are fresh. The scripts' scripts/lib.sh apt_suite_opts
+// prints the same options.
 func (a *Archive) AptOptions(ctx context.Context) ([]string, error) {
 	if err := a.Update(ctx, false); err != nil {
 		return nil, err
@@ -158,7 +172,7 @@ func (a *Archive) AptOptions(ctx context.Context) ([]string, error) {
 
 // Update writes the private configuration and runs apt-get update for it
 // when its lists are missing, older than a day, or force is set. It does
-// nothing for the host's configuration (scripts/deps.sh updates that).
+// nothing for the host's configuration (an archive made with no cache).
 func (a *Archive) Update(ctx context.Context, force bool) error {
 	if a.Dir == "" {
 		return nil
@@ -173,6 +187,11 @@ func (a *Archive) Update(ctx context.Context, force bool) error {
 			return fmt.Errorf("archive %s: %w", a.Suite, err)
 		}
 	}
+	unlock, err := lockDir(ctx, a.Dir)
+	if err != nil {
+		return fmt.Errorf("archive %s: %w", a.Suite, err)
+	}
+	defer unlock()
 	sources := filepath.Join(a.Dir, "sources.list")
 	list := a.SourcesList()
 	if a.extra != nil {

@@ -3,6 +3,7 @@ package archive
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,10 @@ import (
 
 func TestSourcesList(t *testing.T) {
 	for _, tt := range []struct{ suite, want string }{
+		{"bookworm", "deb http://deb.debian.org/debian bookworm main contrib non-free non-free-firmware\n" +
+			"deb http://deb.debian.org/debian bookworm-updates main contrib non-free non-free-firmware\n" +
+			"deb http://deb.debian.org/debian-security bookworm-security main contrib non-free non-free-firmware\n" +
+			"deb http://deb.debian.org/debian bookworm-backports main contrib non-free non-free-firmware\n"},
 		{"trixie", "deb http://deb.debian.org/debian trixie main contrib non-free non-free-firmware\n" +
 			"deb http://deb.debian.org/debian trixie-updates main contrib non-free non-free-firmware\n" +
 			"deb http://deb.debian.org/debian-security trixie-security main contrib non-free non-free-firmware\n" +
@@ -33,12 +38,25 @@ func TestSourcesList(t *testing.T) {
 }
 
 func TestNew(t *testing.T) {
-	a, err := New("", "/c")
-	if err != nil || a.Suite != DefaultSuite || a.Dir != "" {
-		t.Errorf(`New("") = %+v, %v; want the host's bookworm`, a, err)
+	for _, tt := range []struct{ suite, cache, wantSuite, wantDir string }{
+		// Every suite has its private configuration under the cache, bookworm's too.
+		{"", "/c", "bookworm", "/c/apt/bookworm"},
+		{"bookworm", "/c", "bookworm", "/c/apt/bookworm"},
+		{"trixie", "/c", "trixie", "/c/apt/trixie"},
+		// With no cache, only the host's own configuration is left.
+		{"bookworm", "", "bookworm", ""},
+	} {
+		a, err := New(tt.suite, tt.cache)
+		if err != nil {
+			t.Errorf("New(%q, %q): %v", tt.suite, tt.cache, err)
+			continue
+		}
+		if got, want := a.Suite+" "+a.Dir, tt.wantSuite+" "+tt.wantDir; got != want {
+			t.Errorf("New(%q, %q) = suite and Dir %q, want %q", tt.suite, tt.cache, got, want)
+		}
 	}
-	if a, err = New("trixie", "/c"); err != nil || a.Dir != "/c/apt/trixie" {
-		t.Errorf(`New("trixie") = %+v, %v; want Dir /c/apt/trixie`, a, err)
+	if _, err := New("trixie", ""); err == nil || !strings.Contains(err.Error(), "no cache directory") {
+		t.Errorf(`New("trixie", "") error = %v, want no cache directory`, err)
 	}
 	if _, err := New("buster-ish", "/c"); err == nil || !strings.Contains(err.Error(), "kpreload reads bookworm, trixie") {
 		t.Errorf(`New("buster-ish") error = %v, want the known suites`, err)
@@ -125,36 +143,74 @@ func TestTrixieThroughPrivateConfig(t *testing.T) {
 }
 
 // TestScriptMatchesArchive runs scripts/lib.sh's apt_suite_opts and checks
-// it writes the same private configuration as this package.
+// it writes the same private configuration as this package, bookworm's as
+// trixie's.
 func TestScriptMatchesArchive(t *testing.T) {
-	cache := t.TempDir()
-	a, err := New("trixie", cache)
-	if err != nil {
-		t.Fatal(err)
-	}
 	lib, _ := filepath.Abs("../../scripts/lib.sh")
-	// Skip the network: the stamp says the lists are fresh.
-	dir := filepath.Join(cache, "apt", "trixie")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	for _, suite := range []string{"bookworm", "trixie"} {
+		cache := t.TempDir()
+		a, err := New(suite, cache)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Skip the network: the stamp says the lists are fresh.
+		dir := filepath.Join(cache, "apt", suite)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "sources.list"), []byte("# kpreload's private apt configuration for "+suite+" (never used to install)\n"+a.SourcesList()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "updated"), []byte("now\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("bash", "-c", `. "$1" && apt_suite_opts "$2"`, "x", lib, suite)
+		cmd.Env = append(os.Environ(), "KPRELOAD_CACHE="+cache)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("apt_suite_opts %s: %v\n%s", suite, err, out)
+		}
+		if got, want := strings.Join(strings.Fields(string(out)), " "), strings.Join(a.aptOptions(), " "); got != want {
+			t.Errorf("apt_suite_opts %s printed\n%s\nwant builder/archive's\n%s", suite, got, want)
+		}
+		if data, _ := os.ReadFile(filepath.Join(dir, "sources.list")); !strings.HasSuffix(string(data), a.SourcesList()) {
+			t.Errorf("apt_suite_opts %s rewrote sources.list as\n%s\nwant\n%s", suite, data, a.SourcesList())
+		}
+	}
+}
+
+// TestRefresh: Refresh removes the freshness stamp of every private
+// configuration of the cache, bookworm's included, and leaves one linked
+// from another cache (as testenv.DownloadCache links the machine's
+// bookworm lists) to that cache.
+func TestRefresh(t *testing.T) {
+	cache, other := t.TempDir(), t.TempDir()
+	stamp := func(dir string) string {
+		t.Helper()
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, "updated")
+		if err := os.WriteFile(p, []byte("now\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	own := []string{stamp(filepath.Join(cache, "apt", "bookworm")), stamp(filepath.Join(cache, "apt", "trixie"))}
+	linked := stamp(filepath.Join(other, "apt", "sid"))
+	if err := os.Symlink(filepath.Dir(linked), filepath.Join(cache, "apt", "sid")); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "sources.list"), []byte("# kpreload's private apt configuration for trixie (never used to install)\n"+a.SourcesList()), 0o644); err != nil {
+	if err := Refresh(cache); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "updated"), []byte("now\n"), 0o644); err != nil {
-		t.Fatal(err)
+	for _, p := range own {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("after Refresh %s: %v, want it removed", p, err)
+		}
 	}
-	cmd := exec.Command("bash", "-c", `. "$1" && apt_suite_opts trixie`, "x", lib)
-	cmd.Env = append(os.Environ(), "KPRELOAD_CACHE="+cache)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("apt_suite_opts: %v\n%s", err, out)
-	}
-	if got, want := strings.Join(strings.Fields(string(out)), " "), strings.Join(a.aptOptions(), " "); got != want {
-		t.Errorf("apt_suite_opts printed\n%s\nwant builder/archive's\n%s", got, want)
-	}
-	if data, _ := os.ReadFile(filepath.Join(dir, "sources.list")); !strings.HasSuffix(string(data), a.SourcesList()) {
-		t.Errorf("apt_suite_opts rewrote sources.list as\n%s\nwant\n%s", data, a.SourcesList())
+	if _, err := os.Stat(linked); err != nil {
+		t.Errorf("Refresh removed the stamp of a configuration linked from another cache: %v", err)
 	}
 }
 
@@ -174,4 +230,76 @@ func listDir(t *testing.T, dir string) string {
 		b.WriteString(e.Name() + " " + fi.ModTime().String() + "\n")
 	}
 	return b.String()
+}
+
+// TestBookwormThroughPrivateConfig reads bookworm through its private
+// configuration from a mirror on loopback (reprepro, Release files signed by
+// the mirror's own key) that carries a package the host's lists lack, and
+// lacks one the host's lists carry: resolution, the publication date and
+// downloads read the private lists only; after Refresh a new upload is seen
+// at once; the host's lists stay as they were.
+func TestBookwormThroughPrivateConfig(t *testing.T) {
+	ctx := context.Background()
+	repo := testenv.StartAptArchive(t, "bookworm", "bookworm-updates", "bookworm-security", "bookworm-backports")
+	repo.Publish("bookworm-backports", "kpreload-private-bookworm", "1.0-1")
+	hostLists := listDir(t, "/var/lib/apt/lists")
+	cache := t.TempDir()
+	open := func() *Archive {
+		t.Helper()
+		a, err := New("bookworm", cache)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := a.Dir, filepath.Join(cache, "apt", "bookworm"); got != want {
+			t.Fatalf(`New("bookworm", cache).Dir = %q, want %q: bookworm has no private configuration`, got, want)
+		}
+		a.Mirror, a.SecurityMirror, a.SignedBy = repo.URL, repo.URL, repo.Key
+		return a
+	}
+	a := open()
+	got, err := a.VersionsOf(ctx, "kpreload-private-bookworm", "base-files")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(got), "map[base-files:[] kpreload-private-bookworm:[1.0-1]]"; got != want {
+		t.Errorf("VersionsOf = %s, want %s (the private lists only)", got, want)
+	}
+	sources, err := os.ReadFile(filepath.Join(a.Dir, "sources.list"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "deb [signed-by=" + repo.Key + "] " + repo.URL + " bookworm-security main contrib non-free non-free-firmware\n"; !strings.Contains(string(sources), want) {
+		t.Errorf("sources.list =\n%s\nwant the line %q", sources, want)
+	}
+	carried, err := a.Carried(ctx, "kpreload-private-bookworm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(carried) != 1 || carried[0].Suite != "bookworm-backports" || carried[0].Published.IsZero() {
+		t.Errorf("Carried = %+v, want 1.0-1 in bookworm-backports with its Release file's date", carried)
+	}
+	deb, err := a.Download(ctx, "kpreload-private-bookworm", "1.0-1", filepath.Join(cache, "debs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := filepath.Base(deb), "kpreload-private-bookworm_1.0-1_amd64.deb"; got != want {
+		t.Errorf("Download = %s, want %s", got, want)
+	}
+
+	// An upload after the lists were read: Refresh, as every follow cycle
+	// does, and the next archive sees it.
+	repo.Publish("bookworm-updates", "kpreload-private-bookworm", "1.0-2")
+	if err := Refresh(cache); err != nil {
+		t.Fatal(err)
+	}
+	has, err := open().Versions(ctx, "kpreload-private-bookworm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(has, " "), "1.0-2 1.0-1"; got != want {
+		t.Errorf("after Refresh: Versions = %q, want %q", got, want)
+	}
+	if got := listDir(t, "/var/lib/apt/lists"); got != hostLists {
+		t.Errorf("the host's /var/lib/apt/lists changed while reading bookworm")
+	}
 }

@@ -8,15 +8,21 @@ import (
 
 // Refresh makes every private configuration under cache read its package
 // lists afresh at its next use, as if they were a day old: what a command
-// that follows the archives needs to see an upload at once. The host's own
-// configuration (bookworm's) is left to apt.
+// that follows the archives needs to see an upload at once. Every suite's
+// configuration is refreshed, bookworm's included; the host's own apt lists
+// are left to the host. A configuration that is a symbolic link to another
+// cache's (cache/apt/<suite> -> …, as tests share the machine's bookworm
+// lists) is left to that cache: its lists keep their own 24 hour rule.
 func Refresh(cache string) error {
-	stamps, err := filepath.Glob(filepath.Join(cache, "apt", "*", "updated"))
+	dirs, err := filepath.Glob(filepath.Join(cache, "apt", "*"))
 	if err != nil {
 		return fmt.Errorf("refresh package lists: %w", err)
 	}
-	for _, s := range stamps {
-		if err := os.Remove(s); err != nil && !os.IsNotExist(err) {
+	for _, d := range dirs {
+		if fi, err := os.Lstat(d); err != nil || !fi.IsDir() {
+			continue // a link to another cache's configuration, or gone
+		}
+		if err := os.Remove(filepath.Join(d, "updated")); err != nil && !os.IsNotExist(err) {
 			return fmt.Errorf("refresh package lists: %w", err)
 		}
 	}

@@ -58,12 +58,8 @@ kernels:
 		return r
 	}
 	o, f := setup(t, reg.Addr, time.Time{})
-	// Its own download cache (the kernels are the machine's).
-	own := t.TempDir()
-	if err := os.Symlink(filepath.Join(downloads(), "kernels"), filepath.Join(own, "kernels")); err != nil {
-		t.Fatal(err)
-	}
-	o.Build.DownloadDir, o.Build.Archives = own, nil
+	// Its own download cache (the kernels and bookworm's lists are the machine's).
+	o.Build.DownloadDir, o.Build.Archives = testenv.DownloadCache(t), nil
 	ctx := context.Background()
 	pushed := func() int {
 		t.Helper()
