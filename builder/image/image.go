@@ -201,7 +201,7 @@ type Options struct {
 	// console without one: for test images only.
 	EmptyRootPassword bool
 	// Lister lists the archive's kernels to check Kernels against (nil:
-	// recipe.AptKernelsIn(DownloadDir), the host's apt sources).
+	// recipe.AptKernelsIn(DownloadDir), the archive's package lists).
 	Lister recipe.KernelLister
 	// Progress, if set, is told about each long step.
 	Progress Progress

@@ -11,9 +11,8 @@ import (
 )
 
 // downloadDeb returns the .deb of a pinned package ("name=version") of
-// recipe r in dir, fetching it from the recipe's suite (builder/archive: the
-// host's apt sources for bookworm, kpreload's private configuration for the
-// others) when dir does not have it. Pinned versions never change, so a .deb
+// recipe r in dir, fetching it from the recipe's suite (builder/archive's
+// private apt configuration under cache) when dir does not have it. Pinned versions never change, so a .deb
 // found there is the right one; a version the suite lacks is refused, naming
 // what it has.
 func downloadDeb(ctx context.Context, r *recipe.Recipe, ref, dir, cache string) (string, error) {

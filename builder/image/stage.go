@@ -92,8 +92,9 @@ type StageResult struct {
 // root), rootfiles.FS, the kpreload binaries, the instance YAML, the kernel
 // install hooks and one kpreload initramfs per kernel (ImageInitramfsDir). It
 // works on any directory: a root filesystem being built or a staging directory
-// that is uploaded to another machine later. Packages come from the host's apt
-// sources (scripts/deps.sh enables non-free) and are kept in DownloadDir/debs.
+// that is uploaded to another machine later. Packages come from the recipes'
+// suites (builder/archive's private apt configurations under DownloadDir) and
+// are kept in DownloadDir/debs.
 func Stage(ctx context.Context, o StageOptions, root string) (*StageResult, error) {
 	o.Tools = o.Tools.orDefault()
 	if o.CacheDir == "" {

@@ -33,9 +33,8 @@ type SuiteLister interface {
 	InSuite(suite string) (KernelLister, error)
 }
 
-// AptLister lists the kernels of a Debian suite through builder/archive (the
-// host's apt sources for the default suite, kpreload's private apt
-// configuration for the others): the releases for which both
+// AptLister lists the kernels of a Debian suite through builder/archive
+// (kpreload's private apt configuration of the suite under the cache): the releases for which both
 // linux-image-<release> and linux-headers-<release> exist (DKMS needs the
 // headers, the image boots), leaving out the -unsigned and -dbg variants and
 // the metapackages. It asks apt once per suite and remembers the answer;
@@ -109,7 +108,7 @@ func (a *AptLister) Available() ([]string, error) {
 	}
 	rels := parseAptKernels([]byte(strings.Join(names, "\n")))
 	if len(rels) == 0 {
-		return nil, fmt.Errorf("suite %s: apt knows no linux-image/linux-headers pairs: run apt-get update (scripts/deps.sh sets up the apt sources)", arc.Suite)
+		return nil, fmt.Errorf("suite %s: apt knows no linux-image/linux-headers pairs (package lists: %s)", arc.Suite, arc.Dir)
 	}
 	a.cache = rels
 	return slices.Clone(rels), nil

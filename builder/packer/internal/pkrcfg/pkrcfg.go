@@ -20,8 +20,8 @@ import (
 )
 
 // Lister resolves recipes' kernel selectors when a kernel is not named in a
-// recipe's explicit releases; nil (the default) is the host's apt sources
-// (recipe.AptKernelsIn the download directory); tests replace it.
+// recipe's explicit releases; nil (the default) is the archive's package
+// lists (recipe.AptKernelsIn the download directory); tests replace it.
 var Lister recipe.KernelLister
 
 // Executable returns the running program's path; tests replace it.
@@ -124,8 +124,8 @@ func listNames(m map[string]*recipe.Recipe) string {
 
 // CheckKernels checks that every kernel is in every recipe's matrix. Explicit
 // releases are checked directly; selectors are resolved against the archive
-// (Lister, else the host's apt sources with their private configurations
-// under downloadDir) only when needed. Errors name the list entry
+// (Lister, else the archive's private apt configurations under
+// downloadDir) only when needed. Errors name the list entry
 // ("kernels[0]").
 func CheckKernels(kernels []string, recipes []*recipe.Recipe, downloadDir string) []error {
 	lister := Lister
