@@ -156,7 +156,7 @@ func (r *runner) prepare(ctx context.Context, c Cell) (*inputs, error) {
 	rid := r.recipeID(c.Recipe)
 	var err error
 	in.src, err = r.sources.get(rid, func() (*source, error) {
-		return prepareSource(ctx, c.Recipe, r.downloads)
+		return prepareSource(ctx, r.tools, c.Recipe, r.downloads)
 	})
 	if err != nil {
 		return nil, err
@@ -184,7 +184,7 @@ func (r *runner) prepare(ctx context.Context, c Cell) (*inputs, error) {
 		if err != nil {
 			return nil, fmt.Errorf("kernel %s: %w", c.Kernel, err)
 		}
-		return prepareKernel(ctx, c.Kernel, arc, r.downloads, in.root, r.driver)
+		return prepareKernel(ctx, r.tools, c.Kernel, arc, r.downloads, in.root, r.driver)
 	})
 	if err != nil {
 		return nil, err

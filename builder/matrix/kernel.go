@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/buildroot"
 	"github.com/kpreload/kpreload/builder/dkms"
+	toolrun "github.com/kpreload/kpreload/builder/internal/runner"
 	"github.com/kpreload/kpreload/builder/recipe"
 )
 
@@ -50,8 +50,9 @@ type kernel struct {
 
 // prepareKernel makes sure kernel release is unpacked under
 // downloads/kernels/<release> (fetching it from arc, the archive of its
-// suite, when it is not) and reads what the cache key needs from its headers.
-func prepareKernel(ctx context.Context, release string, arc *archive.Archive, downloads string, root *buildroot.Root, driver dkms.Driver) (*kernel, error) {
+// suite, when it is not) and reads what the cache key needs from its headers,
+// running dpkg-deb and the compiler through run (nil: runner.Default).
+func prepareKernel(ctx context.Context, run toolrun.Runner, release string, arc *archive.Archive, downloads string, root *buildroot.Root, driver dkms.Driver) (*kernel, error) {
 	kroot, err := arc.FetchKernel(ctx, release, downloads, nil)
 	if err != nil {
 		return nil, err // names the kernel
@@ -91,7 +92,7 @@ func prepareKernel(ctx context.Context, release string, arc *archive.Archive, do
 			}
 		}
 	}
-	if k.headersPackage, err = headersPackageVersion(ctx, filepath.Join(downloads, "debs"), release); err != nil {
+	if k.headersPackage, err = headersPackageVersion(ctx, run, filepath.Join(downloads, "debs"), release); err != nil {
 		return nil, err
 	}
 	k.root = root
@@ -106,7 +107,7 @@ func prepareKernel(ctx context.Context, release string, arc *archive.Archive, do
 		first, _, _ := bytes.Cut(out, []byte("\n"))
 		k.compiler = root.Suite + " build root: " + strings.TrimSpace(string(first))
 	} else if h.CC != "" {
-		if k.compiler, err = compilerVersion(ctx, h.CC); err != nil {
+		if k.compiler, err = compilerVersion(ctx, run, h.CC); err != nil {
 			return nil, fmt.Errorf("kernel %s (built with %q): %w", release, h.CCVersionText, err)
 		}
 	}
@@ -115,13 +116,14 @@ func prepareKernel(ctx context.Context, release string, arc *archive.Archive, do
 
 // headersPackageVersion returns the Version field of the linux-headers .deb
 // of release in debs (the newest if several), or "unknown" when there is none.
-func headersPackageVersion(ctx context.Context, debs, release string) (string, error) {
+// dpkg-deb runs through run (nil: runner.Default).
+func headersPackageVersion(ctx context.Context, run toolrun.Runner, debs, release string) (string, error) {
 	found, _ := filepath.Glob(filepath.Join(debs, "linux-headers-"+release+"_*.deb"))
 	var versions []string
 	for _, deb := range found {
-		out, err := exec.CommandContext(ctx, "dpkg-deb", "-f", deb, "Version").Output()
+		out, err := toolrun.Or(run).Run(ctx, toolrun.Cmd{Name: "dpkg-deb", Args: []string{"-f", deb, "Version"}})
 		if err != nil {
-			return "", fmt.Errorf("kernel %s: dpkg-deb -f %s Version: %w", release, deb, err)
+			return "", fmt.Errorf("kernel %s: headers package version: %w", release, err)
 		}
 		versions = append(versions, strings.TrimSpace(string(out)))
 	}
@@ -132,14 +134,16 @@ func headersPackageVersion(ctx context.Context, debs, release string) (string, e
 	return versions[len(versions)-1], nil
 }
 
-// compilerVersion returns the first line of "cc --version".
-func compilerVersion(ctx context.Context, cc string) (string, error) {
-	if _, err := exec.LookPath(cc); err != nil {
+// compilerVersion returns the first line of "cc --version", run through run
+// (nil: runner.Default).
+func compilerVersion(ctx context.Context, run toolrun.Runner, cc string) (string, error) {
+	run = toolrun.Or(run)
+	if _, err := run.LookPath(cc); err != nil {
 		return "", fmt.Errorf("compiler %s is not installed (run scripts/deps.sh): %w", cc, err)
 	}
-	out, err := exec.CommandContext(ctx, cc, "--version").Output()
+	out, err := run.Run(ctx, toolrun.Cmd{Name: cc, Args: []string{"--version"}})
 	if err != nil {
-		return "", fmt.Errorf("%s --version: %w", cc, err)
+		return "", fmt.Errorf("compiler version: %w", err)
 	}
 	first, _, _ := bytes.Cut(out, []byte("\n"))
 	return strings.TrimSpace(string(first)), nil

@@ -32,6 +32,7 @@ import (
 	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/buildroot"
 	"github.com/kpreload/kpreload/builder/dkms"
+	toolrun "github.com/kpreload/kpreload/builder/internal/runner"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/store"
@@ -328,6 +329,7 @@ type runner struct {
 	cache                  *tiered.Cache
 	driver                 dkms.Driver
 	downloads, logDir, tmp string
+	tools                  toolrun.Runner // cp, patch, dpkg-deb, the compiler (nil: runner.Default)
 	suites                 map[string]string
 	makeJobs               int
 	progressMu             sync.Mutex

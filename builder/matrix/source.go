@@ -8,11 +8,10 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 
 	"github.com/kpreload/kpreload/builder/archive"
+	toolrun "github.com/kpreload/kpreload/builder/internal/runner"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/internal/inroot"
 )
@@ -34,8 +33,9 @@ type source struct {
 // downloaded from the recipe's suite into downloads/debs and unpacked into
 // downloads/sources/<name>_<version>. With patches, the tree is copied to
 // downloads/sources/<tree>+patched-<digest of the patches> and patched there
-// (see applyPatches); the original stays untouched.
-func prepareSource(ctx context.Context, r *recipe.Recipe, downloads string) (*source, error) {
+// (see applyPatches, which runs cp and patch through run; nil is
+// runner.Default); the original stays untouched.
+func prepareSource(ctx context.Context, run toolrun.Runner, r *recipe.Recipe, downloads string) (*source, error) {
 	dir := r.SourceDir()
 	if dir == "" {
 		name, version, ok := recipe.SplitPackage(r.Source.Package)
@@ -51,7 +51,7 @@ func prepareSource(ctx context.Context, r *recipe.Recipe, downloads string) (*so
 	var patches string
 	if len(r.Patches) > 0 {
 		var err error
-		if dir, patches, err = applyPatches(ctx, r, dir, filepath.Join(downloads, "sources")); err != nil {
+		if dir, patches, err = applyPatches(ctx, run, r, dir, filepath.Join(downloads, "sources")); err != nil {
 			return nil, fmt.Errorf("recipe %s: %w", r.Name, err)
 		}
 	}
@@ -91,8 +91,10 @@ func unpackPackage(ctx context.Context, r *recipe.Recipe, downloads, name, versi
 // the recipe's patches there in order with "patch -p1 --forward --batch".
 // It returns the patched tree and the digest of the patches (the SHA-256 of
 // each patch's name and contents, in order), which is part of the cell's
-// content key. A patch that does not apply fails the recipe, naming it.
-func applyPatches(ctx context.Context, r *recipe.Recipe, dir, sources string) (string, string, error) {
+// content key. A patch that does not apply fails the recipe, naming it, the
+// command and the end of patch's output. cp and patch run through run (nil:
+// runner.Default).
+func applyPatches(ctx context.Context, run toolrun.Runner, r *recipe.Recipe, dir, sources string) (string, string, error) {
 	// Read the patches through the paths the recipe resolved and checked to
 	// lie inside its directory, never through the names as written.
 	files, err := r.PatchFiles()
@@ -122,14 +124,14 @@ func applyPatches(ctx context.Context, r *recipe.Recipe, dir, sources string) (s
 	}
 	defer os.RemoveAll(tmp) // a no-op once renamed
 	work := filepath.Join(tmp, "src")
-	if out, err := exec.CommandContext(ctx, "cp", "-a", dir, work).CombinedOutput(); err != nil {
-		return "", "", fmt.Errorf("patches: copy %s: %w: %s", dir, err, strings.TrimSpace(string(out)))
+	run = toolrun.Or(run)
+	if _, err := run.Run(ctx, toolrun.Cmd{Name: "cp", Args: []string{"-a", dir, work}, Combined: true}); err != nil {
+		return "", "", fmt.Errorf("patches: copy %s: %w", dir, err)
 	}
 	for i, file := range files {
-		cmd := exec.CommandContext(ctx, "patch", "-p1", "--forward", "--batch", "--no-backup-if-mismatch", "-i", file)
-		cmd.Dir = work
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return "", "", fmt.Errorf("patch %s does not apply to %s: %w: %s", r.Path(r.Patches[i]), dir, err, strings.TrimSpace(string(out)))
+		c := toolrun.Cmd{Name: "patch", Args: []string{"-p1", "--forward", "--batch", "--no-backup-if-mismatch", "-i", file}, Dir: work, Combined: true}
+		if _, err := run.Run(ctx, c); err != nil {
+			return "", "", fmt.Errorf("patch %s does not apply to %s: %w", r.Path(r.Patches[i]), dir, err)
 		}
 	}
 	if err := os.Rename(work, dest); err != nil {
