@@ -55,9 +55,8 @@ a .complete marker: an interrupted fetch leaves nothing half-made, and a kernel
 already there is kept and not fetched again.
 
 The suite is --suite, else the one the release names (+deb13: trixie, +deb14:
-forky, anything else bookworm). Bookworm is read through the host's apt
-sources; other suites through kpreload's own apt configuration under
-DIR/apt/SUITE. A kernel the suite lacks is an error that lists its cloud
+forky, anything else bookworm). Every suite, bookworm included, is read
+through kpreload's own apt configuration under DIR/apt/SUITE. A kernel the suite lacks is an error that lists its cloud
 kernels. DIR is --cache, else $KPRELOAD_CACHE, else /var/cache/kpreload.
 
 Progress goes to stderr; --json prints one object per kernel (kernel, suite,
