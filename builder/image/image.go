@@ -25,6 +25,7 @@ import (
 	"strings"
 
 	"github.com/kpreload/kpreload/builder/archive"
+	"github.com/kpreload/kpreload/builder/image/stage"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/internal/progress"
@@ -63,7 +64,7 @@ const (
 	ImageEarlyDrivers = install.EarlyDrivers
 	// ImageDriversDir holds each driver version's userspace, unpacked with dpkg -x,
 	// as <version>/ (side by side, so /init can choose the version at boot).
-	ImageDriversDir = "opt/kpreload/drivers"
+	ImageDriversDir = stage.DriversDir
 	// ImageKpreload is the kpreload CLI (static), used by the kernel install hook.
 	ImageKpreload = install.Kpreload
 	// ImageInit is the static /init every kpreload initramfs carries.
@@ -150,7 +151,7 @@ type Options struct {
 	// cloud images do: a BIOS boot partition and GRUB's UEFI image on the ESP).
 	Bootloader install.Bootloader
 	// RemoteConfig, if set, is a registry configuration file for the kernel
-	// hook (StageOptions.RemoteConfig).
+	// hook (stage.Options.RemoteConfig).
 	RemoteConfig string
 	// Plain makes an image without kpreload, as Debian's cloud images are:
 	// GRUB, initramfs-tools and the distribution's own initramfs, no module
@@ -273,32 +274,20 @@ type File struct {
 	SHA256 string `json:"sha256"`
 }
 
-// Driver is one module cache set an image carries.
-type Driver struct {
-	// Recipe is the recipe's name.
-	Recipe string `json:"recipe"`
-	// Driver, Version and Flavor name the driver ("nvidia", "535.261.03", "open").
-	Driver  string `json:"driver"`
-	Version string `json:"version"`
-	Flavor  string `json:"flavor,omitempty"`
-	// Kernel is the kernel release the set was built for.
-	Kernel string `json:"kernel"`
-	// SetID is the cache set's id (the SHA-256 of its manifest).
-	SetID string `json:"set_id"`
-	// CacheKey is the build cache key the set was made from, when recorded.
-	CacheKey map[string]string `json:"cache_key,omitempty"`
-	// Modules are the module names of the set.
-	Modules []string `json:"modules"`
-}
+// Driver is one module cache set an image carries (stage.Driver: Stage
+// records them, the manifest lists them).
+type Driver = stage.Driver
 
-// Initramfs is the kpreload initramfs of one kernel.
-type Initramfs struct {
-	Kernel  string `json:"kernel"`
-	Path    string `json:"path"` // inside the image
-	Size    int64  `json:"size"`
-	SHA256  string `json:"sha256"`
-	Modules int    `json:"modules"`
-}
+// Initramfs is the kpreload initramfs of one kernel (stage.Initramfs).
+type Initramfs = stage.Initramfs
+
+// ErrMissingCells is wrapped by Build's error when the module cache lacks a
+// (recipe, kernel) cell and BuildMissing is off (stage.ErrMissingCells).
+var ErrMissingCells = stage.ErrMissingCells
+
+// ErrUnknownKernel is wrapped by Build's error when a kernel is not in the
+// archive or not in a recipe's kernel matrix (stage.ErrUnknownKernel).
+var ErrUnknownKernel = stage.ErrUnknownKernel
 
 // imageName is what Options.Name may hold.
 var imageName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)

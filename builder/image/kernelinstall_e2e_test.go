@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kpreload/kpreload/builder/image/stage"
 	"github.com/kpreload/kpreload/builder/install"
 )
 
@@ -31,7 +32,7 @@ func TestKernelInstallPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmdline := "root=UUID=0b0e0f0a-1111-4222-8333-444444444444 rw console=ttyS0"
-	if _, err := Stage(ctx, StageOptions{Kernels: o.Kernels, Recipes: recipes, CacheDir: cache,
+	if _, err := stage.Stage(ctx, stage.Options{Kernels: o.Kernels, Recipes: recipes, CacheDir: cache,
 		KpreloadBinary: kpreload, InitBinary: initBin, Cmdline: cmdline, Progress: progress}, root); err != nil {
 		t.Fatal(err)
 	}

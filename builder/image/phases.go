@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/image/rootfs"
+	"github.com/kpreload/kpreload/builder/image/stage"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/recipe"
 )
@@ -180,7 +181,7 @@ func (j *Job) prepare(ctx context.Context) error {
 	if err := checkPackages(o, archiveControls(ctx, o)); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
-	recipes, err := pinRecipes(ctx, o.Recipes, &recipe.AptArchives{Cache: o.DownloadDir}, o.Progress)
+	recipes, err := stage.PinRecipes(ctx, o.Recipes, &recipe.AptArchives{Cache: o.DownloadDir}, o.Progress)
 	if err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
@@ -203,7 +204,7 @@ func (j *Job) prepare(ctx context.Context) error {
 		}
 	}
 	// Fail on unknown kernels and missing cells before the slow phases.
-	if err := CheckKernels(o.Kernels, o.Recipes, o.Lister, o.BuildMissing, o.Suite); err != nil {
+	if err := stage.CheckKernels(o.Kernels, o.Recipes, o.Lister, o.BuildMissing, o.Suite); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
 	if o.SecureBoot {
@@ -257,7 +258,10 @@ func (j *Job) cleanupPrepare(failed bool) {
 // whole or not at all, so a later build uses them.
 func (j *Job) drivers(ctx context.Context) error {
 	o := j.o
-	if _, err := resolveCells(ctx, o.CacheDir, o.DownloadDir, o.Recipes, o.Kernels, o.BuildMissing, o.Remote, o.Lister, o.Progress); err != nil {
+	if err := stage.EnsureCells(ctx, stage.Options{
+		Kernels: o.Kernels, Recipes: o.Recipes, CacheDir: o.CacheDir, DownloadDir: o.DownloadDir,
+		BuildMissing: o.BuildMissing, Remote: o.Remote, Lister: o.Lister, Progress: o.Progress,
+	}); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
 	return nil
@@ -295,17 +299,18 @@ func (j *Job) cleanupRootfs(bool) {
 	}
 }
 
-// initramfs stages everything kpreload-specific into the root (nothing in a
+// initramfs stages everything kpreload-specific into the root (stage.Stage; nothing in a
 // plain image), each kernel's initramfs included, and checks that the kernels
 // are signed for Secure Boot.
 func (j *Job) initramfs(ctx context.Context) error {
 	o, m := j.o, j.m
 	if !o.Plain {
-		res, err := Stage(ctx, StageOptions{
+		t := j.tools()
+		res, err := stage.Stage(ctx, stage.Options{
 			Kernels: o.Kernels, Recipes: o.Recipes, CacheDir: o.CacheDir, DownloadDir: o.DownloadDir,
 			Lister: o.Lister, KpreloadBinary: o.KpreloadBinary, InitBinary: o.InitBinary,
 			Instance: o.Instance, Cmdline: m.Cmdline, Progress: o.Progress, EarlyDrivers: o.EarlyDrivers,
-			RemoteConfig: o.RemoteConfig, Tools: j.tools(),
+			RemoteConfig: o.RemoteConfig, Tools: stage.Tools{Dpkg: t.Dpkg, Userspace: t.Userspace},
 			// BuildMissing already ran in the drivers phase; Stage finds the cells in the cache.
 		}, j.root)
 		if err != nil {

@@ -15,49 +15,6 @@ import (
 	"time"
 )
 
-// TestUserspaceAndDebs builds a recipe's userspace and unpacks a package
-// into a root through the faked make, cp and dpkg, and reports their failures.
-func TestUserspaceAndDebs(t *testing.T) {
-	ctx := context.Background()
-	f := &fakeRunner{t: t}
-	tools := NewTools(f)
-	src := t.TempDir()
-	if err := os.WriteFile(filepath.Join(src, "Makefile"), []byte("install:\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	root := t.TempDir()
-	if err := buildUserspace(ctx, tools.Userspace, src, "1.0", root, "opt/kpreload/drivers/1.0"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(root, "opt/kpreload/drivers/1.0/usr/bin/fake-smi")); err != nil {
-		t.Errorf("make install's file not in the root: %v", err)
-	}
-	if len(f.ran("cp -rL "+src+"/.")) != 1 || len(f.ran("make -C ")) != 1 {
-		t.Errorf("ran %q, want cp -rL and make install", f.cmds)
-	}
-	if err := extractInto(ctx, tools.Dpkg, "x.deb", root, "opt/x"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(root, "opt/x/usr/share/doc/fake/copyright")); err != nil {
-		t.Errorf("dpkg -x's file not in the root: %v", err)
-	}
-	for _, tt := range []struct{ fail, wantErr string }{
-		{"cp -rL", "copy " + src},
-		{"make -C", "make install in " + src},
-	} {
-		f := &fakeRunner{t: t, fail: tt.fail}
-		if err := buildUserspace(ctx, NewTools(f).Userspace, src, "1.0", root, "opt/y"); err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-			t.Errorf("buildUserspace with %s failing = %v, want %q", tt.fail, err, tt.wantErr)
-		}
-	}
-	if err := buildUserspace(ctx, tools.Userspace, t.TempDir(), "1.0", root, "opt/y"); err == nil || !strings.Contains(err.Error(), "no Makefile") {
-		t.Errorf("buildUserspace without a Makefile = %v", err)
-	}
-	if err := extractInto(ctx, NewTools(&fakeRunner{t: t, fail: "dpkg -x"}).Dpkg, "x.deb", root, "opt/z"); err == nil || !strings.Contains(err.Error(), "dpkg -x x.deb") {
-		t.Errorf("extractInto with dpkg failing = %v", err)
-	}
-}
-
 // TestSecureBootFiles writes the module certificate into the root and beside
 // the image, and enrolls it through the faked virt-fw-vars.
 func TestSecureBootFiles(t *testing.T) {
