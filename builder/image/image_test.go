@@ -10,15 +10,6 @@ import (
 	"github.com/kpreload/kpreload/builder/install"
 )
 
-func TestImageCmdlineFor(t *testing.T) {
-	if got, want := ImageCmdlineFor("u-u-i-d", " console=ttyS0 "), "root=UUID=u-u-i-d rw console=ttyS0"; got != want {
-		t.Errorf("ImageCmdlineFor = %q, want %q", got, want)
-	}
-	if got, want := ImageCmdlineFor("x", ""), "root=UUID=x rw"; got != want {
-		t.Errorf("ImageCmdlineFor = %q, want %q", got, want)
-	}
-}
-
 func TestRootfsKey(t *testing.T) {
 	o := Options{Kernels: []string{"6.1.0-56-cloud-amd64"}}.withDefaults()
 	base := rootfsSpec(o, "2025-01-01")

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kpreload/kpreload/builder/image/bootloader"
 	"github.com/kpreload/kpreload/builder/image/stage"
 	"github.com/kpreload/kpreload/builder/install"
 )
@@ -37,7 +38,7 @@ func TestKernelInstallPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	esp := filepath.Join(root, install.ESPMount)
-	if _, err := espFiles(ctx, esp, root, o.Kernels, cmdline); err != nil {
+	if _, err := bootloader.SystemdBootFiles(ctx, esp, root, o.Kernels, cmdline); err != nil {
 		t.Fatal(err)
 	}
 	if !install.UsesKernelInstall(root) {

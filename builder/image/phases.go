@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kpreload/kpreload/builder/image/bootloader"
 	"github.com/kpreload/kpreload/builder/image/rootfs"
 	"github.com/kpreload/kpreload/builder/image/stage"
 	"github.com/kpreload/kpreload/builder/install"
@@ -49,7 +50,7 @@ const (
 	// PhaseRootfs makes the root filesystem: mmdebstrap or the cached
 	// tarball, unpacked into the work directory.
 	PhaseRootfs = "rootfs"
-	// PhaseInitramfs stages kpreload into the root (Stage: the module cache
+	// PhaseInitramfs stages kpreload into the root (stage.Stage: the module cache
 	// subset, userspace, firmware, binaries, hooks) and builds the kpreload
 	// initramfs of each kernel.
 	PhaseInitramfs = "initramfs"
@@ -186,11 +187,11 @@ func (j *Job) prepare(ctx context.Context) error {
 		return fmt.Errorf("image: %w", err)
 	}
 	o.Recipes, j.o.Recipes = recipes, recipes
-	if _, err := os.Stat(SystemdBootEFI); err != nil && o.Bootloader == install.SystemdBoot {
+	if _, err := os.Stat(bootloader.SystemdBootEFI); err != nil && o.Bootloader == install.SystemdBoot {
 		return fmt.Errorf("image: systemd-boot is missing (install systemd-boot-efi with scripts/deps.sh): %w", err)
 	}
 	if o.SecureBoot {
-		recipes, key, created, err := autoSign(o.Recipes, o.CacheDir)
+		recipes, key, created, err := bootloader.AutoSign(o.Recipes, o.CacheDir)
 		if err != nil {
 			return fmt.Errorf("image: secure boot: %w", err)
 		}
@@ -208,7 +209,7 @@ func (j *Job) prepare(ctx context.Context) error {
 		return fmt.Errorf("image: %w", err)
 	}
 	if o.SecureBoot {
-		cert, path, unsigned, err := moduleCert(o.Recipes)
+		cert, path, unsigned, err := bootloader.ModuleCert(o.Recipes)
 		if err != nil {
 			return fmt.Errorf("image: secure boot: %w", err)
 		}
@@ -234,7 +235,7 @@ func (j *Job) prepare(ctx context.Context) error {
 	}
 	j.espVol = newVolumeID()
 	j.m.ESPUUID = fatUUID(j.espVol)
-	j.m.Cmdline = ImageCmdlineFor(j.m.RootUUID, cmdlineExtra(o))
+	j.m.Cmdline = bootloader.Cmdline(j.m.RootUUID, bootloader.CmdlineExtra(o.SecureBoot, o.Cmdline))
 	return nil
 }
 
@@ -299,9 +300,9 @@ func (j *Job) cleanupRootfs(bool) {
 	}
 }
 
-// initramfs stages everything kpreload-specific into the root (stage.Stage; nothing in a
-// plain image), each kernel's initramfs included, and checks that the kernels
-// are signed for Secure Boot.
+// initramfs stages everything kpreload-specific into the root (stage.Stage;
+// nothing in a plain image), each kernel's initramfs included, and checks
+// that the kernels are signed for Secure Boot.
 func (j *Job) initramfs(ctx context.Context) error {
 	o, m := j.o, j.m
 	if !o.Plain {
@@ -311,7 +312,7 @@ func (j *Job) initramfs(ctx context.Context) error {
 			Lister: o.Lister, KpreloadBinary: o.KpreloadBinary, InitBinary: o.InitBinary,
 			Instance: o.Instance, Cmdline: m.Cmdline, Progress: o.Progress, EarlyDrivers: o.EarlyDrivers,
 			RemoteConfig: o.RemoteConfig, Tools: stage.Tools{Dpkg: t.Dpkg, Userspace: t.Userspace},
-			// BuildMissing already ran in the drivers phase; Stage finds the cells in the cache.
+			// BuildMissing already ran in the drivers phase; stage.Stage finds the cells in the cache.
 		}, j.root)
 		if err != nil {
 			return fmt.Errorf("image: %w", err)
@@ -323,7 +324,7 @@ func (j *Job) initramfs(ctx context.Context) error {
 	}
 	if o.SecureBoot {
 		for _, k := range o.Kernels {
-			if err := checkSignedKernel(filepath.Join(j.root, install.KernelImagePath(k))); err != nil {
+			if err := bootloader.CheckSignedKernel(filepath.Join(j.root, install.KernelImagePath(k))); err != nil {
 				return fmt.Errorf("image: secure boot: %w", err)
 			}
 		}
@@ -370,13 +371,13 @@ func (j *Job) bootloader(ctx context.Context) error {
 	}
 	var err error
 	if o.Bootloader == install.GRUB {
-		j.esp, j.coreImg, err = grubFiles(ctx, j.tools().Grub, j.work, j.root, j.m.RootUUID, cmdlineExtra(o), !o.Plain)
+		j.esp, j.coreImg, err = bootloader.GrubFiles(ctx, j.tools().Grub, j.work, j.root, j.m.RootUUID, bootloader.CmdlineExtra(o.SecureBoot, o.Cmdline), !o.Plain)
 		if err == nil && j.moduleKey != nil {
 			j.m.SecureBoot = true
-			j.m.ModuleKey, err = secureBootFiles(ctx, j.tools(), j.root, j.outTmp, o.OutDir, o.Name, j.moduleKey)
+			j.m.ModuleKey, err = bootloader.SecureBootFiles(ctx, bootloader.Tools{Runner: j.tools().Runner, Grub: j.tools().Grub, VirtFwVars: j.tools().VirtFwVars}, j.root, j.outTmp, o.OutDir, o.Name, j.moduleKey)
 		}
 	} else {
-		j.esp, err = espFiles(ctx, espDir, j.root, o.Kernels, j.m.Cmdline)
+		j.esp, err = bootloader.SystemdBootFiles(ctx, espDir, j.root, o.Kernels, j.m.Cmdline)
 	}
 	if err != nil {
 		return fmt.Errorf("image: %s: %w", o.Bootloader, err)
@@ -397,7 +398,7 @@ func (j *Job) cleanupBootloader(bool) {
 		return
 	}
 	if k := j.m.ModuleKey; k != nil {
-		for _, p := range k.files() {
+		for _, p := range k.Files() {
 			os.Remove(filepath.Join(j.outTmp, filepath.Base(p)))
 		}
 	}
@@ -480,7 +481,7 @@ func (j *Job) formats(ctx context.Context) error {
 		}
 	}
 	if k := m.ModuleKey; k != nil {
-		for _, p := range k.files() {
+		for _, p := range k.Files() {
 			if err := j.place(filepath.Join(j.outTmp, filepath.Base(p)), p); err != nil {
 				return err
 			}
