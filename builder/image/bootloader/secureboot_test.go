@@ -7,8 +7,6 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"errors"
-	"fmt"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -17,52 +15,23 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/internal/runner"
+	"github.com/kpreload/kpreload/builder/internal/runner/runnertest"
 )
 
-// recorder stands in for virt-fw-vars and GRUB's tools: it records each
-// command line, makes the file virt-fw-vars would, and fails the command
-// that begins or ends with fail; LookPath does not find missing.
-type recorder struct {
-	t       *testing.T
-	fail    string
-	missing string
-	cmds    []string
-}
-
-func (r *recorder) LookPath(name string) (string, error) {
-	if name == r.missing {
-		return "", fmt.Errorf("exec: %q: executable file not found in $PATH", name)
-	}
-	return "/fake/" + name, nil
-}
-
-func (r *recorder) Run(ctx context.Context, c runner.Cmd) ([]byte, error) {
-	line := c.String()
-	r.cmds = append(r.cmds, line)
-	if r.fail != "" && (strings.HasPrefix(line, r.fail) || strings.HasSuffix(line, r.fail)) {
-		return nil, &runner.Error{Cmd: c, Err: errors.New("exit status 1"), Tail: []string{"fake failure"}}
-	}
-	if c.Name == "virt-fw-vars" {
-		if err := os.WriteFile(c.Args[len(c.Args)-1], []byte("fake"), 0o644); err != nil {
-			r.t.Fatal(err)
+// recorder stands in for virt-fw-vars: it records each command line, makes
+// the variable store virt-fw-vars would, and fails the command that begins
+// or ends with fail; LookPath does not find missing.
+func recorder(t *testing.T, fail string, missing ...string) *runnertest.Recorder {
+	return &runnertest.Recorder{Fail: fail, Missing: missing, Make: func(c runner.Cmd) ([]byte, error) {
+		if c.Name != "virt-fw-vars" {
+			return nil, nil
 		}
-	}
-	return nil, nil
-}
-
-// ran returns the recorded command lines that start with prefix.
-func (r *recorder) ran(prefix string) []string {
-	var out []string
-	for _, c := range r.cmds {
-		if strings.HasPrefix(c, prefix) {
-			out = append(out, c)
-		}
-	}
-	return out
+		return nil, os.WriteFile(c.Args[len(c.Args)-1], []byte("fake"), 0o644)
+	}}
 }
 
 // tools are the real tools, run by r.
-func tools(r *recorder) Tools {
+func tools(r *runnertest.Recorder) Tools {
 	h := Host{Runner: r}
 	return Tools{Runner: r, Grub: h, VirtFwVars: h}
 }
@@ -81,7 +50,7 @@ func TestSecureBootFiles(t *testing.T) {
 	}
 	cert, _ := x509.ParseCertificate(der)
 	root, tmp := t.TempDir(), t.TempDir()
-	f := &recorder{t: t}
+	f := recorder(t, "")
 	k, err := SecureBootFiles(context.Background(), tools(f), root, tmp, "/out", "img", cert)
 	if err != nil {
 		t.Fatal(err)
@@ -94,13 +63,13 @@ func TestSecureBootFiles(t *testing.T) {
 			t.Errorf("%v", err)
 		}
 	}
-	if len(f.ran("virt-fw-vars --input ")) != 1 {
-		t.Errorf("ran %q, want virt-fw-vars", f.cmds)
+	if len(f.Ran("virt-fw-vars --input ")) != 1 {
+		t.Errorf("ran %q, want virt-fw-vars", f.Ran(""))
 	}
-	if _, err := SecureBootFiles(context.Background(), tools(&recorder{t: t, missing: "virt-fw-vars"}), root, tmp, "/out", "img", cert); err == nil || !strings.Contains(err.Error(), "virt-fw-vars is missing") {
+	if _, err := SecureBootFiles(context.Background(), tools(recorder(t, "", "virt-fw-vars")), root, tmp, "/out", "img", cert); err == nil || !strings.Contains(err.Error(), "virt-fw-vars is missing") {
 		t.Errorf("SecureBootFiles without virt-fw-vars = %v", err)
 	}
-	if _, err := SecureBootFiles(context.Background(), tools(&recorder{t: t, fail: "virt-fw-vars"}), root, tmp, "/out", "img", cert); err == nil || !strings.Contains(err.Error(), "enroll the module key") {
+	if _, err := SecureBootFiles(context.Background(), tools(recorder(t, "virt-fw-vars")), root, tmp, "/out", "img", cert); err == nil || !strings.Contains(err.Error(), "enroll the module key") {
 		t.Errorf("SecureBootFiles with virt-fw-vars failing = %v", err)
 	}
 	// A kernel that is no signed PE image is refused.

@@ -45,7 +45,7 @@ func TestStageCachedCell(t *testing.T) {
 	if err := os.WriteFile(bin, []byte("#!/bin/true\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	f := &recorder{t: t}
+	f := recorder(t, "")
 	var said []string
 	root := t.TempDir()
 	res, err := Stage(ctx, Options{
