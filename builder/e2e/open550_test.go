@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/builder/image"
+	"github.com/kpreload/kpreload/builder/image/stage"
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/builder/rootdisk"
@@ -57,7 +58,7 @@ func TestOpen550BuildAndBoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := t.TempDir()
-	staged, err := image.Stage(context.Background(), image.StageOptions{
+	staged, err := stage.Stage(context.Background(), stage.Options{
 		Kernels: []string{k61}, Recipes: []*recipe.Recipe{r}, CacheDir: nvidiaStore(), DownloadDir: downloads(),
 		KpreloadBinary: kp, InitBinary: initBin, NoInitramfs: true,
 	}, root)

@@ -21,6 +21,7 @@ import (
 	"github.com/kpreload/kpreload/testsupport/boottest"
 	"github.com/kpreload/kpreload/testsupport/testenv"
 
+	"github.com/kpreload/kpreload/builder/image/stage"
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/builder/recipe"
@@ -90,7 +91,7 @@ func TestStageDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	var msgs []string
-	res, err := Stage(context.Background(), StageOptions{
+	res, err := stage.Stage(context.Background(), stage.Options{
 		Kernels: []string{testKernel}, Recipes: recipes, CacheDir: cache,
 		KpreloadBinary: kpreload, InitBinary: initBin, Instance: instance,
 		Progress: func(m string) { msgs = append(msgs, m) },
@@ -133,7 +134,7 @@ func TestStageDirectory(t *testing.T) {
 	// --early-drivers: the set goes into the initramfs too, the index is marked
 	// complete, the instance file is copied in, the image is marked for the hook.
 	early := t.TempDir()
-	if _, err := Stage(context.Background(), StageOptions{
+	if _, err := stage.Stage(context.Background(), stage.Options{
 		Kernels: []string{testKernel}, Recipes: recipes, CacheDir: cache,
 		KpreloadBinary: kpreload, InitBinary: initBin, Instance: instance, EarlyDrivers: true,
 	}, early); err != nil {
@@ -150,7 +151,7 @@ func TestStageDirectory(t *testing.T) {
 
 	// A missing cell fails Stage with what the cache holds, before writing anything.
 	other := t.TempDir()
-	_, err = Stage(context.Background(), StageOptions{
+	_, err = stage.Stage(context.Background(), stage.Options{
 		Kernels: []string{"6.12.117+deb12-cloud-amd64"}, Recipes: recipes, CacheDir: cache,
 		KpreloadBinary: kpreload, InitBinary: initBin,
 	}, other)

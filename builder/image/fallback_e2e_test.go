@@ -14,6 +14,7 @@ import (
 	"time"
 
 	debarchive "github.com/kpreload/kpreload/builder/archive"
+	"github.com/kpreload/kpreload/builder/image/bootloader"
 	"github.com/kpreload/kpreload/builder/image/rootfiles"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/qemu"
@@ -213,7 +214,7 @@ func TestSystemdBootFallback(t *testing.T) {
 
 	progress("disk")
 	var espList []espFile
-	espList = append(espList, espFile{Src: SystemdBootEFI, Dst: install.ESPBootloader}, espFile{Src: SystemdBootEFI, Dst: install.ESPSystemdBoot})
+	espList = append(espList, espFile{Src: bootloader.SystemdBootEFI, Dst: install.ESPBootloader}, espFile{Src: bootloader.SystemdBootEFI, Dst: install.ESPSystemdBoot})
 	if err := filepath.WalkDir(esp, func(p string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
@@ -356,7 +357,7 @@ func TestGRUBFallback(t *testing.T) {
 	}
 	work := t.TempDir()
 	early := filepath.Join(work, "early.cfg")
-	if err := os.WriteFile(early, []byte(grubEarlyConfig(fr.rootUUID)), 0o644); err != nil {
+	if err := os.WriteFile(early, []byte(bootloader.GrubEarlyConfig(fr.rootUUID)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	bootx64 := filepath.Join(work, "BOOTX64.EFI")

@@ -1,16 +1,20 @@
 // Package image assembles kpreload golden images offline, with no VM and no loop
-// mounts: a Debian root filesystem made by mmdebstrap, everything kpreload puts
-// into an image (Stage: the module cache subset for the image's kernels, each
-// driver version's userspace side by side, firmware, the kpreload binaries, the
-// kernel install hook, the kpreload initramfs per kernel), an EFI system
-// partition with systemd-boot and one loader entry per kernel, and a GPT disk
-// (sfdisk on the image file, mkfs.ext4 -d, mkfs.vfat + mtools) written in the
-// formats the clouds import (raw, qcow2, VHD, VMDK, GCE's tar.gz; formats.go)
-// with a manifest of what went in.
+// mounts: a Debian root filesystem made by mmdebstrap (rootfs), everything
+// kpreload puts into an image (stage: the module cache subset for the image's
+// kernels, each driver version's userspace side by side, firmware, the
+// kpreload binaries, the kernel install hook, the kpreload initramfs per
+// kernel), the boot loader (bootloader: an EFI system partition with
+// systemd-boot and one loader entry per kernel, or GRUB for BIOS and UEFI), and
+// a GPT disk (disk: sfdisk on the image file, mkfs.ext4 -d, mkfs.vfat + mtools)
+// written in the formats the clouds import (formats: raw, qcow2, VHD, VMDK,
+// GCE's tar.gz) with a manifest of what went in.
 //
-// Build makes a whole image; Stage fills a directory tree (a staging directory
-// for another builder's image, as the Packer provisioner uses it, or the root
-// filesystem Build is assembling) and never assumes it runs on the image itself.
+// This package holds the build as a Job of phases (Build runs them, the Packer
+// builder runs each as a step), its Options, the Manifest and the progress
+// display; each stage's work lives in its subpackage. stage.Stage alone fills
+// a directory tree (a staging directory for another builder's image, as the
+// Packer provisioner uses it, or the root filesystem Build is assembling) and
+// never assumes it runs on the image itself.
 package image
 
 import (
@@ -25,6 +29,8 @@ import (
 	"strings"
 
 	"github.com/kpreload/kpreload/builder/archive"
+	"github.com/kpreload/kpreload/builder/image/bootloader"
+	"github.com/kpreload/kpreload/builder/image/stage"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/internal/progress"
@@ -51,7 +57,7 @@ const (
 	DefaultRootfsCacheDir = "/var/cache/kpreload/rootfs"
 )
 
-// Paths inside an image (and inside a Stage root), relative to its root: the
+// Paths inside an image (and inside a stage.Stage root), relative to its root: the
 // same as builder/install's, which makes the root boot them.
 const (
 	// ImageCacheDir is the module cache subset for the image's kernels; /init's
@@ -63,7 +69,7 @@ const (
 	ImageEarlyDrivers = install.EarlyDrivers
 	// ImageDriversDir holds each driver version's userspace, unpacked with dpkg -x,
 	// as <version>/ (side by side, so /init can choose the version at boot).
-	ImageDriversDir = "opt/kpreload/drivers"
+	ImageDriversDir = stage.DriversDir
 	// ImageKpreload is the kpreload CLI (static), used by the kernel install hook.
 	ImageKpreload = install.Kpreload
 	// ImageInit is the static /init every kpreload initramfs carries.
@@ -150,7 +156,7 @@ type Options struct {
 	// cloud images do: a BIOS boot partition and GRUB's UEFI image on the ESP).
 	Bootloader install.Bootloader
 	// RemoteConfig, if set, is a registry configuration file for the kernel
-	// hook (StageOptions.RemoteConfig).
+	// hook (stage.Options.RemoteConfig).
 	RemoteConfig string
 	// Plain makes an image without kpreload, as Debian's cloud images are:
 	// GRUB, initramfs-tools and the distribution's own initramfs, no module
@@ -273,32 +279,24 @@ type File struct {
 	SHA256 string `json:"sha256"`
 }
 
-// Driver is one module cache set an image carries.
-type Driver struct {
-	// Recipe is the recipe's name.
-	Recipe string `json:"recipe"`
-	// Driver, Version and Flavor name the driver ("nvidia", "535.261.03", "open").
-	Driver  string `json:"driver"`
-	Version string `json:"version"`
-	Flavor  string `json:"flavor,omitempty"`
-	// Kernel is the kernel release the set was built for.
-	Kernel string `json:"kernel"`
-	// SetID is the cache set's id (the SHA-256 of its manifest).
-	SetID string `json:"set_id"`
-	// CacheKey is the build cache key the set was made from, when recorded.
-	CacheKey map[string]string `json:"cache_key,omitempty"`
-	// Modules are the module names of the set.
-	Modules []string `json:"modules"`
-}
+// Driver is one module cache set an image carries (stage.Driver: Stage
+// records them, the manifest lists them).
+type Driver = stage.Driver
 
-// Initramfs is the kpreload initramfs of one kernel.
-type Initramfs struct {
-	Kernel  string `json:"kernel"`
-	Path    string `json:"path"` // inside the image
-	Size    int64  `json:"size"`
-	SHA256  string `json:"sha256"`
-	Modules int    `json:"modules"`
-}
+// Initramfs is the kpreload initramfs of one kernel (stage.Initramfs).
+type Initramfs = stage.Initramfs
+
+// ModuleKey is the certificate a Secure Boot image's driver modules are
+// signed with, and the files the build wrote for it (bootloader.ModuleKey).
+type ModuleKey = bootloader.ModuleKey
+
+// ErrMissingCells is wrapped by Build's error when the module cache lacks a
+// (recipe, kernel) cell and BuildMissing is off (stage.ErrMissingCells).
+var ErrMissingCells = stage.ErrMissingCells
+
+// ErrUnknownKernel is wrapped by Build's error when a kernel is not in the
+// archive or not in a recipe's kernel matrix (stage.ErrUnknownKernel).
+var ErrUnknownKernel = stage.ErrUnknownKernel
 
 // imageName is what Options.Name may hold.
 var imageName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
@@ -526,7 +524,7 @@ func sortedUnique(s []string) []string {
 	return slices.Compact(out)
 }
 
-// Build makes the image described by o: root filesystem, Stage, ESP, GPT disk,
+// Build makes the image described by o: root filesystem, stage.Stage, ESP, GPT disk,
 // the requested formats and the manifest, and returns the manifest. It runs
 // the phases of NewJob(o) in order (RunPhases), as the Packer builder runs
 // them as steps. The outputs are written under temporary names and renamed

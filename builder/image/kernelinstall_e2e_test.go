@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kpreload/kpreload/builder/image/bootloader"
+	"github.com/kpreload/kpreload/builder/image/stage"
 	"github.com/kpreload/kpreload/builder/install"
 )
 
@@ -31,12 +33,12 @@ func TestKernelInstallPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmdline := "root=UUID=0b0e0f0a-1111-4222-8333-444444444444 rw console=ttyS0"
-	if _, err := Stage(ctx, StageOptions{Kernels: o.Kernels, Recipes: recipes, CacheDir: cache,
+	if _, err := stage.Stage(ctx, stage.Options{Kernels: o.Kernels, Recipes: recipes, CacheDir: cache,
 		KpreloadBinary: kpreload, InitBinary: initBin, Cmdline: cmdline, Progress: progress}, root); err != nil {
 		t.Fatal(err)
 	}
 	esp := filepath.Join(root, install.ESPMount)
-	if _, err := espFiles(ctx, esp, root, o.Kernels, cmdline); err != nil {
+	if _, err := bootloader.SystemdBootFiles(ctx, esp, root, o.Kernels, cmdline); err != nil {
 		t.Fatal(err)
 	}
 	if !install.UsesKernelInstall(root) {

@@ -13,7 +13,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kpreload/kpreload/builder/image/bootloader"
 	"github.com/kpreload/kpreload/builder/image/rootfs"
+	"github.com/kpreload/kpreload/builder/image/stage"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/recipe"
 )
@@ -48,7 +50,7 @@ const (
 	// PhaseRootfs makes the root filesystem: mmdebstrap or the cached
 	// tarball, unpacked into the work directory.
 	PhaseRootfs = "rootfs"
-	// PhaseInitramfs stages kpreload into the root (Stage: the module cache
+	// PhaseInitramfs stages kpreload into the root (stage.Stage: the module cache
 	// subset, userspace, firmware, binaries, hooks) and builds the kpreload
 	// initramfs of each kernel.
 	PhaseInitramfs = "initramfs"
@@ -180,16 +182,16 @@ func (j *Job) prepare(ctx context.Context) error {
 	if err := checkPackages(o, archiveControls(ctx, o)); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
-	recipes, err := pinRecipes(ctx, o.Recipes, &recipe.AptArchives{Cache: o.DownloadDir}, o.Progress)
+	recipes, err := stage.PinRecipes(ctx, o.Recipes, &recipe.AptArchives{Cache: o.DownloadDir}, o.Progress)
 	if err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
 	o.Recipes, j.o.Recipes = recipes, recipes
-	if _, err := os.Stat(SystemdBootEFI); err != nil && o.Bootloader == install.SystemdBoot {
+	if _, err := os.Stat(bootloader.SystemdBootEFI); err != nil && o.Bootloader == install.SystemdBoot {
 		return fmt.Errorf("image: systemd-boot is missing (install systemd-boot-efi with scripts/deps.sh): %w", err)
 	}
 	if o.SecureBoot {
-		recipes, key, created, err := autoSign(o.Recipes, o.CacheDir)
+		recipes, key, created, err := bootloader.AutoSign(o.Recipes, o.CacheDir)
 		if err != nil {
 			return fmt.Errorf("image: secure boot: %w", err)
 		}
@@ -203,11 +205,11 @@ func (j *Job) prepare(ctx context.Context) error {
 		}
 	}
 	// Fail on unknown kernels and missing cells before the slow phases.
-	if err := CheckKernels(o.Kernels, o.Recipes, o.Lister, o.BuildMissing, o.Suite); err != nil {
+	if err := stage.CheckKernels(o.Kernels, o.Recipes, o.Lister, o.BuildMissing, o.Suite); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
 	if o.SecureBoot {
-		cert, path, unsigned, err := moduleCert(o.Recipes)
+		cert, path, unsigned, err := bootloader.ModuleCert(o.Recipes)
 		if err != nil {
 			return fmt.Errorf("image: secure boot: %w", err)
 		}
@@ -233,7 +235,7 @@ func (j *Job) prepare(ctx context.Context) error {
 	}
 	j.espVol = newVolumeID()
 	j.m.ESPUUID = fatUUID(j.espVol)
-	j.m.Cmdline = ImageCmdlineFor(j.m.RootUUID, cmdlineExtra(o))
+	j.m.Cmdline = bootloader.Cmdline(j.m.RootUUID, bootloader.CmdlineExtra(o.SecureBoot, o.Cmdline))
 	return nil
 }
 
@@ -257,7 +259,10 @@ func (j *Job) cleanupPrepare(failed bool) {
 // whole or not at all, so a later build uses them.
 func (j *Job) drivers(ctx context.Context) error {
 	o := j.o
-	if _, err := resolveCells(ctx, o.CacheDir, o.DownloadDir, o.Recipes, o.Kernels, o.BuildMissing, o.Remote, o.Lister, o.Progress); err != nil {
+	if err := stage.EnsureCells(ctx, stage.Options{
+		Kernels: o.Kernels, Recipes: o.Recipes, CacheDir: o.CacheDir, DownloadDir: o.DownloadDir,
+		BuildMissing: o.BuildMissing, Remote: o.Remote, Lister: o.Lister, Progress: o.Progress,
+	}); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
 	return nil
@@ -295,18 +300,19 @@ func (j *Job) cleanupRootfs(bool) {
 	}
 }
 
-// initramfs stages everything kpreload-specific into the root (nothing in a
-// plain image), each kernel's initramfs included, and checks that the kernels
-// are signed for Secure Boot.
+// initramfs stages everything kpreload-specific into the root (stage.Stage;
+// nothing in a plain image), each kernel's initramfs included, and checks
+// that the kernels are signed for Secure Boot.
 func (j *Job) initramfs(ctx context.Context) error {
 	o, m := j.o, j.m
 	if !o.Plain {
-		res, err := Stage(ctx, StageOptions{
+		t := j.tools()
+		res, err := stage.Stage(ctx, stage.Options{
 			Kernels: o.Kernels, Recipes: o.Recipes, CacheDir: o.CacheDir, DownloadDir: o.DownloadDir,
 			Lister: o.Lister, KpreloadBinary: o.KpreloadBinary, InitBinary: o.InitBinary,
 			Instance: o.Instance, Cmdline: m.Cmdline, Progress: o.Progress, EarlyDrivers: o.EarlyDrivers,
-			RemoteConfig: o.RemoteConfig, Tools: j.tools(),
-			// BuildMissing already ran in the drivers phase; Stage finds the cells in the cache.
+			RemoteConfig: o.RemoteConfig, Tools: stage.Tools{Dpkg: t.Dpkg, Userspace: t.Userspace},
+			// BuildMissing already ran in the drivers phase; stage.Stage finds the cells in the cache.
 		}, j.root)
 		if err != nil {
 			return fmt.Errorf("image: %w", err)
@@ -318,7 +324,7 @@ func (j *Job) initramfs(ctx context.Context) error {
 	}
 	if o.SecureBoot {
 		for _, k := range o.Kernels {
-			if err := checkSignedKernel(filepath.Join(j.root, install.KernelImagePath(k))); err != nil {
+			if err := bootloader.CheckSignedKernel(filepath.Join(j.root, install.KernelImagePath(k))); err != nil {
 				return fmt.Errorf("image: secure boot: %w", err)
 			}
 		}
@@ -365,13 +371,13 @@ func (j *Job) bootloader(ctx context.Context) error {
 	}
 	var err error
 	if o.Bootloader == install.GRUB {
-		j.esp, j.coreImg, err = grubFiles(ctx, j.tools().Grub, j.work, j.root, j.m.RootUUID, cmdlineExtra(o), !o.Plain)
+		j.esp, j.coreImg, err = bootloader.GrubFiles(ctx, j.tools().Grub, j.work, j.root, j.m.RootUUID, bootloader.CmdlineExtra(o.SecureBoot, o.Cmdline), !o.Plain)
 		if err == nil && j.moduleKey != nil {
 			j.m.SecureBoot = true
-			j.m.ModuleKey, err = secureBootFiles(ctx, j.tools(), j.root, j.outTmp, o.OutDir, o.Name, j.moduleKey)
+			j.m.ModuleKey, err = bootloader.SecureBootFiles(ctx, bootloader.Tools{Runner: j.tools().Runner, Grub: j.tools().Grub, VirtFwVars: j.tools().VirtFwVars}, j.root, j.outTmp, o.OutDir, o.Name, j.moduleKey)
 		}
 	} else {
-		j.esp, err = espFiles(ctx, espDir, j.root, o.Kernels, j.m.Cmdline)
+		j.esp, err = bootloader.SystemdBootFiles(ctx, espDir, j.root, o.Kernels, j.m.Cmdline)
 	}
 	if err != nil {
 		return fmt.Errorf("image: %s: %w", o.Bootloader, err)
@@ -392,7 +398,7 @@ func (j *Job) cleanupBootloader(bool) {
 		return
 	}
 	if k := j.m.ModuleKey; k != nil {
-		for _, p := range k.files() {
+		for _, p := range k.Files() {
 			os.Remove(filepath.Join(j.outTmp, filepath.Base(p)))
 		}
 	}
@@ -475,7 +481,7 @@ func (j *Job) formats(ctx context.Context) error {
 		}
 	}
 	if k := m.ModuleKey; k != nil {
-		for _, p := range k.files() {
+		for _, p := range k.Files() {
 			if err := j.place(filepath.Join(j.outTmp, filepath.Base(p)), p); err != nil {
 				return err
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/kpreload/kpreload/builder/image/bootloader"
 	"github.com/kpreload/kpreload/builder/image/rootfs"
 	"github.com/kpreload/kpreload/builder/install"
 )
@@ -50,8 +51,8 @@ func rootfsSpec(o Options, date string) RootfsSpec {
 		pkgs = append(pkgs, CloudInitPackages...)
 	}
 	if o.Bootloader == install.GRUB {
-		pkgs = append(pkgs, GrubPackages...)
-		pkgs = append(pkgs, SecureBootPackages...)
+		pkgs = append(pkgs, bootloader.GrubPackages...)
+		pkgs = append(pkgs, bootloader.SecureBootPackages...)
 	}
 	if o.Plain {
 		pkgs = append(pkgs, "initramfs-tools")

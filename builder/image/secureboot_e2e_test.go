@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kpreload/kpreload/builder/image/bootloader"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/modkey"
 	"github.com/kpreload/kpreload/builder/qemu"
@@ -96,7 +97,7 @@ func TestSecureBootImage(t *testing.T) {
 	if got, err := x509.ParseCertificate(der); err != nil || !got.Equal(cert) || k.Subject != modkey.CommonName {
 		t.Errorf("%s: %v, subject %q: want the cache's module key in DER", k.DER, err, k.Subject)
 	}
-	if pemCert, err := readCertificate(k.PEM); err != nil || !pemCert.Equal(cert) {
+	if pemCert, err := bootloader.ReadCertificate(k.PEM); err != nil || !pemCert.Equal(cert) {
 		t.Errorf("%s: %v: want the cache's module key in PEM", k.PEM, err)
 	}
 	if k.InImage != secureboot.KeyFile(k.SigKey) || k.SigKey != auto.SigKey() {

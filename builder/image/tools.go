@@ -3,10 +3,11 @@ package image
 import (
 	"context"
 
-	"github.com/kpreload/kpreload/builder/archive"
+	"github.com/kpreload/kpreload/builder/image/bootloader"
 	"github.com/kpreload/kpreload/builder/image/disk"
 	"github.com/kpreload/kpreload/builder/image/formats"
 	"github.com/kpreload/kpreload/builder/image/rootfs"
+	"github.com/kpreload/kpreload/builder/image/stage"
 	"github.com/kpreload/kpreload/builder/internal/runner"
 )
 
@@ -26,19 +27,19 @@ type Tools struct {
 	// Disk partitions the disk and makes its filesystems.
 	Disk disk.Tools
 	// Grub runs the root's own GRUB tools.
-	Grub Grub
+	Grub bootloader.Grub
 	// QemuImg converts the raw disk to the other formats.
 	QemuImg formats.QemuImg
 	// Userspace builds a recipe's userspace source.
-	Userspace Userspace
+	Userspace stage.Userspace
 	// VirtFwVars writes OVMF variable stores.
-	VirtFwVars VirtFwVars
+	VirtFwVars bootloader.VirtFwVars
 }
 
 // NewTools returns the real tools, run through r.
 func NewTools(r runner.Runner) Tools {
-	t, root := hostTools{r}, rootfs.Host{Runner: r}
-	return Tools{Runner: r, Mmdebstrap: root, Dpkg: dpkgTools{root, t}, Systemctl: root, Disk: disk.Host{Runner: r}, Grub: t, QemuImg: formats.Host{Runner: r}, Userspace: t, VirtFwVars: t}
+	boot, root, st := bootloader.Host{Runner: r}, rootfs.Host{Runner: r}, stage.Host{Runner: r}
+	return Tools{Runner: r, Mmdebstrap: root, Dpkg: dpkgTools{root, st}, Systemctl: root, Disk: disk.Host{Runner: r}, Grub: boot, QemuImg: formats.Host{Runner: r}, Userspace: st, VirtFwVars: boot}
 }
 
 // DefaultTools are the real tools, run by runner.Default.
@@ -58,74 +59,16 @@ type Mmdebstrap = rootfs.Mmdebstrap
 // Systemctl is systemctl on a root that is not running (rootfs.Systemctl).
 type Systemctl = rootfs.Systemctl
 
-// Dpkg is dpkg's package tools.
+// Dpkg is dpkg's package tools: rootfs's and stage's.
 type Dpkg interface {
 	rootfs.Dpkg
-	// Extract unpacks deb's files into dir (dpkg -x).
-	Extract(ctx context.Context, deb, dir string) error
+	stage.Dpkg
 }
 
-// Grub is the GRUB tools of a root, run inside it (chroot).
-type Grub interface {
-	// MkImage runs grub-mkimage with args in root.
-	MkImage(ctx context.Context, root string, args ...string) error
-	// MkConfig runs grub-mkconfig -o out (a path in root) in root.
-	MkConfig(ctx context.Context, root, out string) error
-}
-
-// Userspace builds a driver's userspace from source.
-type Userspace interface {
-	// CopySource copies the source tree src into the empty directory dst,
-	// following links.
-	CopySource(ctx context.Context, src, dst string) error
-	// MakeInstall runs make VERSION=version DESTDIR=destdir install in dir.
-	MakeInstall(ctx context.Context, dir, version, destdir string) error
-}
-
-// VirtFwVars is virt-fw-vars (python3-virt-firmware).
-type VirtFwVars interface {
-	// AddMOK writes output: the store input with the PEM certificate
-	// enrolled as a Machine Owner Key for the shim loader guid.
-	AddMOK(ctx context.Context, input, guid, pem, output string) error
-}
-
-// hostTools are the real programs, run through a runner.Runner.
-type hostTools struct{ r runner.Runner }
-
-// run runs name with args.
-func (t hostTools) run(ctx context.Context, c runner.Cmd) error {
-	_, err := t.r.Run(ctx, c)
-	return err
-}
-
-func (t hostTools) Extract(ctx context.Context, deb, dir string) error {
-	return archive.ExtractWith(ctx, t.r, deb, dir)
-}
-
-func (t hostTools) MkImage(ctx context.Context, root string, args ...string) error {
-	return t.run(ctx, runner.Cmd{Name: "chroot", Args: append([]string{root, "grub-mkimage"}, args...)})
-}
-
-func (t hostTools) MkConfig(ctx context.Context, root, out string) error {
-	return t.run(ctx, runner.Cmd{Name: "chroot", Args: []string{root, "grub-mkconfig", "-o", out}})
-}
-
-func (t hostTools) CopySource(ctx context.Context, src, dst string) error {
-	return t.run(ctx, runner.Cmd{Name: "cp", Args: []string{"-rL", src + "/.", dst}})
-}
-
-func (t hostTools) MakeInstall(ctx context.Context, dir, version, destdir string) error {
-	return t.run(ctx, runner.Cmd{Name: "make", Args: []string{"-C", dir, "VERSION=" + version, "DESTDIR=" + destdir, "install"}})
-}
-
-func (t hostTools) AddMOK(ctx context.Context, input, guid, pem, output string) error {
-	return t.run(ctx, runner.Cmd{Name: "virt-fw-vars", Args: []string{"--input", input, "--add-mok", guid, pem, "--output", output}})
-}
-
-// dpkgTools are the real dpkg tools: rootfs's and dpkg -x.
+// dpkgTools are the real dpkg tools: rootfs's and stage's (dpkg -x).
 type dpkgTools struct {
 	rootfs.Host
-	x hostTools
+	x stage.Host
 }
 
 // Extract implements Dpkg.

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/kpreload/kpreload/builder/image/bootloader"
 	"github.com/kpreload/kpreload/builder/internal/runner"
 )
 
@@ -163,9 +164,9 @@ func (f *fakeRunner) root(dir string) {
 		"usr/lib/grub/x86_64-efi/normal.mod":               "",
 		"usr/sbin/grub-probe":                              "real grub-probe",
 		"usr/bin/grub-mkrelpath":                           "real grub-mkrelpath",
-		shimImage:                                          "shim",
-		mokManager:                                         "mm",
-		signedGrub:                                         "grub",
+		bootloader.ShimImage:                               "shim",
+		bootloader.MokManager:                              "mm",
+		bootloader.SignedGrub:                              "grub",
 		"usr/share/doc/base-files/copyright":               "",
 		"dev/.keep":                                        "",
 		"var/lib/dpkg/status":                              "",

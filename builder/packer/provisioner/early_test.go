@@ -15,7 +15,7 @@ import (
 )
 
 // TestProvisionEarlyDrivers installs into a target root with early_drivers
-// (a pkrcfg.Shared field the builder had alone before): real image.Stage,
+// (a pkrcfg.Shared field the builder had alone before): real stage.Stage,
 // dkms and install script; the target is marked for the kernel hook and
 // `kpreload install` builds the initramfs with the driver set, a complete
 // index and the instance file.

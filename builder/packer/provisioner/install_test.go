@@ -81,7 +81,7 @@ func staticBinaries(t *testing.T) (kpreload, initBin string) {
 	return filepath.Join(dir, "kpreload"), filepath.Join(dir, "kpreload-init")
 }
 
-// TestProvisionInstallsIntoRoot runs the provisioner for real (image.Stage with
+// TestProvisionInstallsIntoRoot runs the provisioner for real (stage.Stage with
 // the test driver built by the real dkms, the archive, the install script
 // with tar, ldconfig and the kernel install hook) against a target root that
 // holds the real 6.1 cloud kernel's modules, through localComm.

@@ -37,6 +37,7 @@ import (
 	"github.com/hashicorp/packer-plugin-sdk/template/interpolate"
 
 	"github.com/kpreload/kpreload/builder/image"
+	"github.com/kpreload/kpreload/builder/image/stage"
 	"github.com/kpreload/kpreload/builder/packer/internal/pkrcfg"
 )
 
@@ -71,8 +72,8 @@ type Provisioner struct {
 	// Env is the plugin's environment, filled in by its command.
 	Env    Env
 	config Config
-	// stage is image.Stage; tests replace it.
-	stage func(context.Context, image.StageOptions, string) (*image.StageResult, error)
+	// stage is stage.Stage; tests replace it.
+	stage func(context.Context, stage.Options, string) (*stage.Result, error)
 }
 
 var _ packersdk.Provisioner = (*Provisioner)(nil)
@@ -145,9 +146,9 @@ func (p *Provisioner) Prepare(raws ...interface{}) error {
 // Provision stages kpreload's files, uploads them and installs them on the target.
 func (p *Provisioner) Provision(ctx context.Context, ui packersdk.Ui, comm packersdk.Communicator, _ map[string]interface{}) error {
 	c := &p.config
-	stage := p.stage
-	if stage == nil {
-		stage = image.Stage
+	stageRoot := p.stage
+	if stageRoot == nil {
+		stageRoot = stage.Stage
 	}
 	start := time.Now()
 	var mu sync.Mutex
@@ -165,7 +166,7 @@ func (p *Provisioner) Provision(ctx context.Context, ui packersdk.Ui, comm packe
 	root := filepath.Join(work, "root")
 
 	ui.Say(fmt.Sprintf("Staging kpreload for kernels %v (recipes %v)", c.Kernels, c.Recipes))
-	res, err := stage(ctx, image.StageOptions{
+	res, err := stageRoot(ctx, stage.Options{
 		Kernels:        c.Kernels,
 		Recipes:        c.LoadedRecipes(),
 		CacheDir:       c.CacheDir,

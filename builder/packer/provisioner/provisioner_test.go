@@ -15,6 +15,7 @@ import (
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
 
 	"github.com/kpreload/kpreload/builder/image"
+	"github.com/kpreload/kpreload/builder/image/stage"
 )
 
 const (
@@ -101,9 +102,9 @@ func (c *recordingComm) Start(ctx context.Context, rc *packersdk.RemoteCmd) erro
 	return c.MockCommunicator.Start(ctx, rc)
 }
 
-// fakeStage writes a small staged tree, standing in for image.Stage.
-func fakeStage(t *testing.T, got *image.StageOptions) func(context.Context, image.StageOptions, string) (*image.StageResult, error) {
-	return func(_ context.Context, o image.StageOptions, root string) (*image.StageResult, error) {
+// fakeStage writes a small staged tree, standing in for stage.Stage.
+func fakeStage(t *testing.T, got *stage.Options) func(context.Context, stage.Options, string) (*stage.Result, error) {
+	return func(_ context.Context, o stage.Options, root string) (*stage.Result, error) {
 		*got = o
 		for p, data := range map[string]string{
 			image.ImageKpreload:                                    "kpreload",
@@ -124,7 +125,7 @@ func fakeStage(t *testing.T, got *image.StageOptions) func(context.Context, imag
 		if err := os.Symlink("kpreload", filepath.Join(root, "usr/bin/kp")); err != nil {
 			return nil, err
 		}
-		return &image.StageResult{Drivers: []image.Driver{{Recipe: "testdriver", Driver: "kpreload-edu", Version: "1.0.0", Kernel: testKernel, SetID: "f0b28c9ee728"}}}, nil
+		return &stage.Result{Drivers: []stage.Driver{{Recipe: "testdriver", Driver: "kpreload-edu", Version: "1.0.0", Kernel: testKernel, SetID: "f0b28c9ee728"}}}, nil
 	}
 }
 
@@ -140,7 +141,7 @@ func TestProvisionMockCommunicator(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	var staged image.StageOptions
+	var staged stage.Options
 	p.stage = fakeStage(t, &staged)
 	comm := &recordingComm{MockCommunicator: new(packersdk.MockCommunicator)}
 	if err := p.Provision(context.Background(), packersdk.TestUi(t), comm, nil); err != nil {
@@ -218,7 +219,7 @@ func TestProvisionRemoteFailure(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	var staged image.StageOptions
+	var staged stage.Options
 	p.stage = fakeStage(t, &staged)
 	comm := &packersdk.MockCommunicator{StartExitStatus: 3, StartStderr: "kpreload: kernel 6.1.0-56-cloud-amd64 is not installed on the target\n"}
 	err := p.Provision(context.Background(), packersdk.TestUi(t), comm, nil)

@@ -8,13 +8,13 @@ import (
 
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
 
-	"github.com/kpreload/kpreload/builder/image"
+	"github.com/kpreload/kpreload/builder/image/stage"
 	"github.com/kpreload/kpreload/kmodcache/cellsign"
 )
 
 // TestSharedConfig checks the fields the provisioner shares with the builder
 // (pkrcfg.Shared) that it had not had before: the remote module cache and
-// the early decision reach image.Stage, and their problems are reported as
+// the early decision reach stage.Stage, and their problems are reported as
 // the builder reports them.
 func TestSharedConfig(t *testing.T) {
 	kpreload, initBin := fakeBinaries(t)
@@ -54,7 +54,7 @@ func TestSharedConfig(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Prepare: %v", err)
 			}
-			var staged image.StageOptions
+			var staged stage.Options
 			p.stage = fakeStage(t, &staged)
 			comm := &recordingComm{MockCommunicator: new(packersdk.MockCommunicator)}
 			if err := p.Provision(context.Background(), packersdk.TestUi(t), comm, nil); err != nil {

@@ -1,4 +1,4 @@
-package image
+package bootloader
 
 import (
 	"context"
@@ -47,7 +47,7 @@ GRUB_DISABLE_RECOVERY=true
 // /boot on it. Only the build uses it; on the image, update-grub runs the
 // real grub-probe.
 const grubProbeShim = `#!/bin/sh
-# kpreload image build: grub-probe for the disk being built (see builder/image/grub.go).
+# kpreload image build: grub-probe for the disk being built (see builder/image/bootloader/grub.go).
 target=
 for a in "$@"; do case "$a" in --target=*) target=${a#--target=} ;; esac; done
 case "$target" in
@@ -104,9 +104,9 @@ func buildRootUpdateGrub(g Grub, rootUUID string) func(context.Context, string, 
 	}
 }
 
-// grubEarlyConfig is embedded in GRUB's core images: find the root
+// GrubEarlyConfig is embedded in GRUB's core images: find the root
 // filesystem by UUID and read /boot/grub from it.
-func grubEarlyConfig(rootUUID string) string {
+func GrubEarlyConfig(rootUUID string) string {
 	return "search.fs_uuid " + rootUUID + " root\nset prefix=($root)/boot/grub\n"
 }
 
@@ -121,7 +121,7 @@ func grubImages(ctx context.Context, g Grub, root, rootUUID, outDir string) (cor
 		return "", err
 	}
 	defer os.RemoveAll(dir)
-	if err := os.WriteFile(filepath.Join(dir, "early.cfg"), []byte(grubEarlyConfig(rootUUID)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "early.cfg"), []byte(GrubEarlyConfig(rootUUID)), 0o644); err != nil {
 		return "", err
 	}
 	args := []string{"-O", "i386-pc", "-d", "/usr/lib/grub/i386-pc", "-p", "/boot/grub",

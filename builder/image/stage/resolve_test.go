@@ -1,4 +1,4 @@
-package image
+package stage
 
 import (
 	"context"
@@ -50,7 +50,7 @@ func TestPinRecipes(t *testing.T) {
 		"kpreload-edu-utils": {{Version: "2.1.0-1", Suite: "trixie"}},
 	}
 	var said []string
-	got, err := pinRecipes(context.Background(), []*recipe.Recipe{sel, pinning}, arcs, func(m string) { said = append(said, m) })
+	got, err := PinRecipes(context.Background(), []*recipe.Recipe{sel, pinning}, arcs, func(m string) { said = append(said, m) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestPinRecipes(t *testing.T) {
 	if len(said) != 1 || !strings.Contains(said[0], "2.1.0-1") {
 		t.Errorf("progress = %q, want one line naming the version picked", said)
 	}
-	if _, err := pinRecipes(context.Background(), []*recipe.Recipe{sel}, fakeArchives{}, nil); err == nil || !strings.Contains(err.Error(), "edu-follow") {
+	if _, err := PinRecipes(context.Background(), []*recipe.Recipe{sel}, fakeArchives{}, nil); err == nil || !strings.Contains(err.Error(), "edu-follow") {
 		t.Errorf("nothing carried: err = %v, want an error naming the recipe", err)
 	}
 }

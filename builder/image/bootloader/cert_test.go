@@ -1,4 +1,4 @@
-package image
+package bootloader
 
 import (
 	"errors"
@@ -15,8 +15,8 @@ import (
 func TestCertificateFIFO(t *testing.T) {
 	fifo := filepath.Join(t.TempDir(), "signing.crt")
 	inroottest.FIFO(t, fifo)
-	err := inroottest.Within(5*time.Second, func() error { _, err := readCertificate(fifo); return err })
+	err := inroottest.Within(5*time.Second, func() error { _, err := ReadCertificate(fifo); return err })
 	if errors.Is(err, inroottest.ErrHung) || err == nil || !strings.Contains(err.Error(), fifo+": not a regular file") {
-		t.Errorf("readCertificate of a FIFO: %v; want a not-a-regular-file error naming %s", err, fifo)
+		t.Errorf("ReadCertificate of a FIFO: %v; want a not-a-regular-file error naming %s", err, fifo)
 	}
 }

@@ -1,4 +1,4 @@
-package image
+package bootloader
 
 import (
 	"os"
@@ -12,9 +12,9 @@ import (
 func TestAutoSign(t *testing.T) {
 	cache := t.TempDir()
 	a, b := &recipe.Recipe{Name: "a"}, &recipe.Recipe{Name: "b"}
-	got, key, created, err := autoSign([]*recipe.Recipe{a, b}, cache)
+	got, key, created, err := AutoSign([]*recipe.Recipe{a, b}, cache)
 	if err != nil || key == nil || !created {
-		t.Fatalf("autoSign(no recipe key) = %v, key %v, created %v; want a new key", err, key, created)
+		t.Fatalf("AutoSign(no recipe key) = %v, key %v, created %v; want a new key", err, key, created)
 	}
 	for i, r := range got {
 		if s := r.Signing; s == nil || s.Key != key.Key || s.Cert != key.Cert || s.Hash != recipe.DefaultSignHash {
@@ -22,25 +22,25 @@ func TestAutoSign(t *testing.T) {
 		}
 	}
 	if a.Signing != nil || b.Signing != nil {
-		t.Error("autoSign changed the caller's recipes")
+		t.Error("AutoSign changed the caller's recipes")
 	}
 	// The key the image enrolls is the one the recipes now sign with.
-	cert, _, _, err := moduleCert(got)
+	cert, _, _, err := ModuleCert(got)
 	if err != nil || !cert.Equal(key.Certificate) {
-		t.Errorf("moduleCert = %v, want the cache's certificate", err)
+		t.Errorf("ModuleCert = %v, want the cache's certificate", err)
 	}
 	// A later build reuses it.
-	_, again, created, err := autoSign([]*recipe.Recipe{a}, cache)
+	_, again, created, err := AutoSign([]*recipe.Recipe{a}, cache)
 	if err != nil || created || !again.Certificate.Equal(key.Certificate) {
-		t.Errorf("second autoSign = %v, created %v; want the same key reused", err, created)
+		t.Errorf("second AutoSign = %v, created %v; want the same key reused", err, created)
 	}
 
 	// A recipe's own key wins: nothing changes, no key is made.
 	other := t.TempDir()
 	own := &recipe.Recipe{Name: "own", Signing: &recipe.Signing{Key: "k.pem", Cert: "c.pem"}}
-	got, key, _, err = autoSign([]*recipe.Recipe{a, own}, other)
+	got, key, _, err = AutoSign([]*recipe.Recipe{a, own}, other)
 	if err != nil || key != nil || got[0] != a || got[1] != own {
-		t.Errorf("autoSign(a recipe key) = %v, key %v; want the recipes as they are", err, key)
+		t.Errorf("AutoSign(a recipe key) = %v, key %v; want the recipes as they are", err, key)
 	}
 	if _, err := os.Stat(modkey.Dir(other)); !os.IsNotExist(err) {
 		t.Errorf("a key was made although a recipe names one: %v", err)
@@ -51,7 +51,7 @@ func TestAutoSign(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := autoSign([]*recipe.Recipe{a}, file); err == nil {
-		t.Error("autoSign into a file: no error")
+	if _, _, _, err := AutoSign([]*recipe.Recipe{a}, file); err == nil {
+		t.Error("AutoSign into a file: no error")
 	}
 }

@@ -1,4 +1,11 @@
-package image
+// Package stage puts everything kpreload-specific into a directory tree (Stage):
+// the module cache subset of the image's kernels (cells from the cache, a
+// registry or dkms through builder/matrix), each driver version's userspace,
+// firmware, the kpreload binaries, the kernel install hooks and one kpreload
+// initramfs per kernel. It works on any directory: the root filesystem
+// builder/image is assembling, or a staging directory the Packer provisioner
+// uploads to another builder's machine.
+package stage
 
 import (
 	"context"
@@ -11,35 +18,42 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/image/rootfiles"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/initramfs/rootcheck"
 	"github.com/kpreload/kpreload/internal/inroot"
+	"github.com/kpreload/kpreload/internal/progress"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
 
-// StageOptions describes what Stage puts into a root tree.
-type StageOptions struct {
+// DriversDir holds each driver version's userspace inside the root, unpacked
+// with dpkg -x, as <version>/ (side by side, so /init can choose the version
+// at boot).
+const DriversDir = "opt/kpreload/drivers"
+
+// Options describes what Stage puts into a root tree.
+type Options struct {
 	// Kernels are the kernel releases the image boots; the cache subset and the
 	// initramfs images are made for them.
 	Kernels []string
 	// Recipes are the drivers the image carries.
 	Recipes []*recipe.Recipe
-	// CacheDir is the module cache the cells are read from (default DefaultCacheDir()).
+	// CacheDir is the module cache the cells are read from (default store.DefaultDir).
 	CacheDir string
 	// BuildMissing builds missing cells with dkms (builder/matrix) instead of
 	// failing with ErrMissingCells.
 	BuildMissing bool
 	// Remote, if set, is a registry of cells: missing cells are pulled from it
-	// (see Options.Remote).
+	// (as for builder/image's Options.Remote).
 	Remote *remote.Remote
 	// EarlyDrivers puts the driver sets into each initramfs with a complete
-	// index (see Options.EarlyDrivers).
+	// index (as for builder/image's Options.EarlyDrivers).
 	EarlyDrivers bool
 	// DownloadDir holds downloaded .debs (debs/) and unpacked kernels
-	// (kernels/<release>/) (default DefaultDownloadDir()).
+	// (kernels/<release>/) (default archive.DefaultCache()).
 	DownloadDir string
 	// ModulesDir returns the module tree (lib/modules/<release>) of a kernel,
 	// used to build its initramfs; nil means <root>/lib/modules/<release> when
@@ -48,64 +62,100 @@ type StageOptions struct {
 	ModulesDir func(release string) string
 	// Lister checks the kernels when BuildMissing is set (nil: recipe.AptKernelsIn(DownloadDir)).
 	Lister recipe.KernelLister
-	// KpreloadBinary is the static kpreload CLI, put at ImageKpreload. Required.
+	// KpreloadBinary is the static kpreload CLI, put at install.Kpreload. Required.
 	KpreloadBinary string
-	// InitBinary is the static /init, put at ImageInit and into each initramfs. Required.
+	// InitBinary is the static /init, put at install.Init and into each initramfs. Required.
 	InitBinary string
-	// Instance, if set, is an instance YAML file put at ImageInstance.
+	// Instance, if set, is an instance YAML file put at install.Instance.
 	Instance string
 	// RemoteConfig, if set, is a registry configuration file (see
 	// install.RemoteConfig) put at /etc/kpreload/remote.yaml with the trusted
 	// keys and credentials it names: the kernel hook pulls new kernels'
 	// cells from there.
 	RemoteConfig string
-	// Cmdline, if set, is written to ImageCmdline: the kernel command line the
-	// install hook gives new loader entries (Build writes "root=UUID=<root> rw"
-	// and Options.Cmdline). When the image has none, the hook uses the running
+	// Cmdline, if set, is written to install.Cmdline: the kernel command line the
+	// install hook gives new loader entries (builder/image's Build writes
+	// "root=UUID=<root> rw" and its Options.Cmdline). When the image has none, the hook uses the running
 	// system's /proc/cmdline.
 	Cmdline string
 	// NoInitramfs leaves out the initramfs images (a provisioner that runs the
 	// install hook on the target instead).
 	NoInitramfs bool
 	// Progress, if set, is told about each long step.
-	Progress Progress
-	// Tools run dpkg and make (zero: DefaultTools).
+	Progress func(msg string)
+	// Tools run dpkg and make (a nil one: Host's).
 	Tools Tools
 }
 
-// StageResult says what Stage put into the root.
-type StageResult struct {
-	// Drivers are the cache sets copied into ImageCacheDir.
-	Drivers []Driver
-	// Userspace lists, per driver version, the packages unpacked under ImageDriversDir.
-	Userspace map[string][]string
-	// Firmware lists the firmware packages unpacked into the root.
-	Firmware []string
-	// Initramfs are the kpreload initramfs images written under ImageInitramfsDir.
-	Initramfs []Initramfs
-}
-
-// Stage puts everything kpreload-specific into the directory tree root: the
-// module cache subset for the kernels (ImageCacheDir), each driver version's
-// userspace (the recipes' userspace packages, apt-get download + dpkg -x, under
-// ImageDriversDir/<version>/), the recipes' firmware packages (dpkg -x into the
-// root), rootfiles.FS, the kpreload binaries, the instance YAML, the kernel
-// install hooks and one kpreload initramfs per kernel (ImageInitramfsDir). It
-// works on any directory: a root filesystem being built or a staging directory
-// that is uploaded to another machine later. Packages come from the recipes'
-// suites (builder/archive's private apt configurations under DownloadDir) and
-// are kept in DownloadDir/debs.
-func Stage(ctx context.Context, o StageOptions, root string) (*StageResult, error) {
+// withDefaults returns o with its zero fields filled in.
+func (o Options) withDefaults() Options {
 	o.Tools = o.Tools.orDefault()
 	if o.CacheDir == "" {
-		o.CacheDir = DefaultCacheDir()
+		o.CacheDir = store.DefaultDir
 	}
 	if o.DownloadDir == "" {
-		o.DownloadDir = DefaultDownloadDir()
+		o.DownloadDir = archive.DefaultCache()
 	}
 	if o.Lister == nil {
 		o.Lister = recipe.AptKernelsIn(o.DownloadDir)
 	}
+	return o
+}
+
+// say tells o.Progress, if set.
+func (o Options) say(format string, a ...any) { progress.Say(o.Progress, format, a...) }
+
+// Result says what Stage put into the root.
+type Result struct {
+	// Drivers are the cache sets copied into install.CacheDir.
+	Drivers []Driver
+	// Userspace lists, per driver version, the packages unpacked under DriversDir.
+	Userspace map[string][]string
+	// Firmware lists the firmware packages unpacked into the root.
+	Firmware []string
+	// Initramfs are the kpreload initramfs images written under install.InitramfsDir.
+	Initramfs []Initramfs
+}
+
+// Driver is one module cache set a root carries.
+type Driver struct {
+	// Recipe is the recipe's name.
+	Recipe string `json:"recipe"`
+	// Driver, Version and Flavor name the driver ("nvidia", "535.261.03", "open").
+	Driver  string `json:"driver"`
+	Version string `json:"version"`
+	Flavor  string `json:"flavor,omitempty"`
+	// Kernel is the kernel release the set was built for.
+	Kernel string `json:"kernel"`
+	// SetID is the cache set's id (the SHA-256 of its manifest).
+	SetID string `json:"set_id"`
+	// CacheKey is the build cache key the set was made from, when recorded.
+	CacheKey map[string]string `json:"cache_key,omitempty"`
+	// Modules are the module names of the set.
+	Modules []string `json:"modules"`
+}
+
+// Initramfs is the kpreload initramfs of one kernel.
+type Initramfs struct {
+	Kernel  string `json:"kernel"`
+	Path    string `json:"path"` // inside the root
+	Size    int64  `json:"size"`
+	SHA256  string `json:"sha256"`
+	Modules int    `json:"modules"`
+}
+
+// Stage puts everything kpreload-specific into the directory tree root: the
+// module cache subset for the kernels (install.CacheDir), each driver version's
+// userspace (the recipes' userspace packages, apt-get download + dpkg -x, under
+// DriversDir/<version>/), the recipes' firmware packages (dpkg -x into the
+// root), rootfiles.FS, the kpreload binaries, the instance YAML, the kernel
+// install hooks and one kpreload initramfs per kernel (install.InitramfsDir). It
+// works on any directory: a root filesystem being built or a staging directory
+// that is uploaded to another machine later. Packages come from the recipes'
+// suites (builder/archive's private apt configurations under DownloadDir) and
+// are kept in DownloadDir/debs.
+func Stage(ctx context.Context, o Options, root string) (*Result, error) {
+	o = o.withDefaults()
 	if len(o.Kernels) == 0 {
 		return nil, errors.New("stage: no kernels")
 	}
@@ -129,14 +179,14 @@ func Stage(ctx context.Context, o StageOptions, root string) (*StageResult, erro
 	if err != nil {
 		return nil, fmt.Errorf("stage: %w", err)
 	}
-	res := &StageResult{Userspace: map[string][]string{}}
+	res := &Result{Userspace: map[string][]string{}}
 
-	o.Progress.say("stage: module cache subset (%d set(s)) into /%s", len(cells), ImageCacheDir)
+	o.say("stage: module cache subset (%d set(s)) into /%s", len(cells), install.CacheDir)
 	// The store takes a path: the cache directory, made and resolved inside the root.
-	if err := inroot.MkdirAll(root, ImageCacheDir, 0o755); err != nil {
+	if err := inroot.MkdirAll(root, install.CacheDir, 0o755); err != nil {
 		return nil, fmt.Errorf("stage: %w", err)
 	}
-	cacheDir, err := inroot.Resolve(root, ImageCacheDir)
+	cacheDir, err := inroot.Resolve(root, install.CacheDir)
 	if err != nil {
 		return nil, fmt.Errorf("stage: %w", err)
 	}
@@ -153,14 +203,14 @@ func Stage(ctx context.Context, o StageOptions, root string) (*StageResult, erro
 		src, dst string
 		mode     os.FileMode
 	}{
-		{o.KpreloadBinary, ImageKpreload, 0o755},
-		{o.InitBinary, ImageInit, 0o755},
+		{o.KpreloadBinary, install.Kpreload, 0o755},
+		{o.InitBinary, install.Init, 0o755},
 	}
 	if o.Instance != "" {
 		files = append(files, struct {
 			src, dst string
 			mode     os.FileMode
-		}{o.Instance, ImageInstance, 0o644})
+		}{o.Instance, install.Instance, 0o644})
 	}
 	for _, f := range files {
 		if err := copyIn(f.src, root, f.dst, f.mode); err != nil {
@@ -168,7 +218,7 @@ func Stage(ctx context.Context, o StageOptions, root string) (*StageResult, erro
 		}
 	}
 	if o.Cmdline != "" {
-		if err := writeIn(root, ImageCmdline, []byte(strings.TrimSpace(o.Cmdline)+"\n"), 0o644); err != nil {
+		if err := writeIn(root, install.Cmdline, []byte(strings.TrimSpace(o.Cmdline)+"\n"), 0o644); err != nil {
 			return nil, fmt.Errorf("stage: %w", err)
 		}
 	}
@@ -184,7 +234,7 @@ func Stage(ctx context.Context, o StageOptions, root string) (*StageResult, erro
 	}
 	if o.EarlyDrivers {
 		marker := "# kpreload: this image's initramfs images carry its driver sets with a complete index\n# (kpreload image build --early-drivers): /init decides and loads drivers while it finds\n# the root. The kernel install hook builds new ones the same way; remove this file to stop.\n"
-		if err := writeIn(root, ImageEarlyDrivers, []byte(marker), 0o644); err != nil {
+		if err := writeIn(root, install.EarlyDrivers, []byte(marker), 0o644); err != nil {
 			return nil, fmt.Errorf("stage: %w", err)
 		}
 	}
@@ -208,7 +258,7 @@ func Stage(ctx context.Context, o StageOptions, root string) (*StageResult, erro
 			}
 			return filepath.Join(o.DownloadDir, "kernels", k, "lib", "modules", k)
 		},
-		// The image's root is ext4 (disk.go); vfat and iso9660 are the
+		// The image's root is ext4 (builder/image/disk); vfat and iso9660 are the
 		// filesystems of cloud-init seeds, whose user-data /init reads.
 		Filesystems: []string{"ext4", "vfat", "iso9660"},
 		// Each initramfs must mount that root, or the build stops here,
@@ -217,9 +267,9 @@ func Stage(ctx context.Context, o StageOptions, root string) (*StageResult, erro
 	}
 	for _, k := range o.Kernels {
 		if o.EarlyDrivers {
-			o.Progress.say("stage: kpreload initramfs for %s, with the driver sets and a complete index (early decision)", k)
+			o.say("stage: kpreload initramfs for %s, with the driver sets and a complete index (early decision)", k)
 		} else {
-			o.Progress.say("stage: kpreload initramfs for %s", k)
+			o.say("stage: kpreload initramfs for %s", k)
 		}
 		r, err := install.BuildInitramfs(iopts, k)
 		if rc := (*rootcheck.Error)(nil); errors.As(err, &rc) {
@@ -271,8 +321,8 @@ func copyCells(ctx context.Context, src, dst string, cells []cell) ([]Driver, er
 }
 
 // stagePackages unpacks each recipe's userspace packages under
-// ImageDriversDir/<version>/ and its firmware packages into the root.
-func stagePackages(ctx context.Context, o StageOptions, root string, res *StageResult) error {
+// DriversDir/<version>/ and its firmware packages into the root.
+func stagePackages(ctx context.Context, o Options, root string, res *Result) error {
 	debs := filepath.Join(o.DownloadDir, "debs")
 	seenFW := map[string]bool{}
 	for _, r := range o.Recipes {
@@ -281,12 +331,12 @@ func stagePackages(ctx context.Context, o StageOptions, root string, res *StageR
 			if slices.Contains(res.Userspace[version], ref) {
 				continue // another flavour of the same version brought it already
 			}
-			o.Progress.say("stage: userspace %s for %s %s", ref, r.Driver.Name, version)
+			o.say("stage: userspace %s for %s %s", ref, r.Driver.Name, version)
 			deb, err := downloadDeb(ctx, r, ref, debs, o.DownloadDir)
 			if err != nil {
 				return fmt.Errorf("recipe %s userspace: %w", r.Name, err)
 			}
-			if err := extractInto(ctx, o.Tools.Dpkg, deb, root, path.Join(ImageDriversDir, version)); err != nil {
+			if err := extractInto(ctx, o.Tools.Dpkg, deb, root, path.Join(DriversDir, version)); err != nil {
 				return fmt.Errorf("recipe %s userspace: %w", r.Name, err)
 			}
 			if !slices.Contains(res.Userspace[version], ref) {
@@ -296,8 +346,8 @@ func stagePackages(ctx context.Context, o StageOptions, root string, res *StageR
 		if dir := r.UserspaceSourceDir(); dir != "" {
 			ref := "source:" + r.UserspaceSource.Dir
 			if !slices.Contains(res.Userspace[version], ref) {
-				o.Progress.say("stage: userspace built from %s for %s %s", r.UserspaceSource.Dir, r.Driver.Name, version)
-				if err := buildUserspace(ctx, o.Tools.Userspace, dir, version, root, path.Join(ImageDriversDir, version)); err != nil {
+				o.say("stage: userspace built from %s for %s %s", r.UserspaceSource.Dir, r.Driver.Name, version)
+				if err := buildUserspace(ctx, o.Tools.Userspace, dir, version, root, path.Join(DriversDir, version)); err != nil {
 					return fmt.Errorf("recipe %s userspace-source: %w", r.Name, err)
 				}
 				res.Userspace[version] = append(res.Userspace[version], ref)
@@ -308,7 +358,7 @@ func stagePackages(ctx context.Context, o StageOptions, root string, res *StageR
 				continue
 			}
 			seenFW[ref] = true
-			o.Progress.say("stage: firmware %s", ref)
+			o.say("stage: firmware %s", ref)
 			deb, err := downloadDeb(ctx, r, ref, debs, o.DownloadDir)
 			if err != nil {
 				return fmt.Errorf("recipe %s firmware: %w", r.Name, err)

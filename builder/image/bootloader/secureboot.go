@@ -1,4 +1,4 @@
-package image
+package bootloader
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/kpreload/kpreload/builder/image/disk"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/modkey"
 	"github.com/kpreload/kpreload/builder/qemu"
@@ -37,9 +38,13 @@ var SecureBootPackages = []string{"shim-signed", "grub-efi-amd64-signed"}
 
 // Signed boot files inside a root with SecureBootPackages.
 const (
-	shimImage      = "usr/lib/shim/shimx64.efi.signed"
-	mokManager     = "usr/lib/shim/mmx64.efi.signed"
-	signedGrub     = "usr/lib/grub/x86_64-efi-signed/grubx64.efi.signed"
+	// ShimImage is shim, signed by Microsoft's UEFI CA.
+	ShimImage = "usr/lib/shim/shimx64.efi.signed"
+	// MokManager is shim's MokManager, which enrolls a Machine Owner Key.
+	MokManager = "usr/lib/shim/mmx64.efi.signed"
+	// SignedGrub is GRUB's UEFI image signed by Debian.
+	SignedGrub = "usr/lib/grub/x86_64-efi-signed/grubx64.efi.signed"
+
 	signedGrubDir  = "EFI/debian" // the prefix Debian's signed GRUB reads grub.cfg from
 	shimLoaderGUID = modkey.ShimLockGUID
 )
@@ -49,8 +54,8 @@ const (
 // NVRAM entry), the signed GRUB and MokManager beside it, and
 // EFI/debian/grub.cfg, which sends the signed GRUB to the root filesystem's
 // /boot/grub/grub.cfg as grub-install does for it.
-func shimESP(root, work, rootUUID string) ([]espFile, error) {
-	for _, f := range []string{shimImage, mokManager, signedGrub} {
+func shimESP(root, work, rootUUID string) ([]disk.File, error) {
+	for _, f := range []string{ShimImage, MokManager, SignedGrub} {
 		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
 			return nil, fmt.Errorf("UEFI boot through shim: %w (are %s in the image?)", err, strings.Join(SecureBootPackages, " and "))
 		}
@@ -60,18 +65,18 @@ func shimESP(root, work, rootUUID string) ([]espFile, error) {
 	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
 		return nil, err
 	}
-	return []espFile{
-		{Src: filepath.Join(root, shimImage), Dst: install.ESPBootloader},
-		{Src: filepath.Join(root, signedGrub), Dst: "EFI/BOOT/grubx64.efi"},
-		{Src: filepath.Join(root, mokManager), Dst: "EFI/BOOT/mmx64.efi"},
+	return []disk.File{
+		{Src: filepath.Join(root, ShimImage), Dst: install.ESPBootloader},
+		{Src: filepath.Join(root, SignedGrub), Dst: "EFI/BOOT/grubx64.efi"},
+		{Src: filepath.Join(root, MokManager), Dst: "EFI/BOOT/mmx64.efi"},
 		{Src: cfg, Dst: signedGrubDir + "/grub.cfg"},
 	}, nil
 }
 
-// checkSignedKernel fails unless the kernel image at path carries an
+// CheckSignedKernel fails unless the kernel image at path carries an
 // Authenticode signature (a PE certificate table), as Debian's signed
 // linux-image packages do; GRUB under Secure Boot refuses any other.
-func checkSignedKernel(path string) error {
+func CheckSignedKernel(path string) error {
 	f, err := pe.Open(path)
 	if err != nil {
 		return fmt.Errorf("kernel %s: %w", path, err)
@@ -113,11 +118,11 @@ type ModuleKey struct {
 	OVMFVars string `json:"ovmf_vars"`
 }
 
-// moduleCert returns the certificate the recipes sign their modules with.
+// ModuleCert returns the certificate the recipes sign their modules with.
 // A Secure Boot image needs exactly one: recipes that sign nothing are
 // named in the warning (their modules are refused at boot), recipes with
 // another certificate are an error.
-func moduleCert(recipes []*recipe.Recipe) (cert *x509.Certificate, path string, unsigned []string, err error) {
+func ModuleCert(recipes []*recipe.Recipe) (cert *x509.Certificate, path string, unsigned []string, err error) {
 	var from string
 	for _, r := range recipes {
 		if r.Signing == nil {
@@ -125,7 +130,7 @@ func moduleCert(recipes []*recipe.Recipe) (cert *x509.Certificate, path string, 
 			continue
 		}
 		p := r.Path(r.Signing.Cert)
-		c, err := readCertificate(p)
+		c, err := ReadCertificate(p)
 		if err != nil {
 			return nil, "", nil, fmt.Errorf("recipe %s: %w", r.Name, err)
 		}
@@ -140,8 +145,8 @@ func moduleCert(recipes []*recipe.Recipe) (cert *x509.Certificate, path string, 
 	return cert, path, unsigned, nil
 }
 
-// readCertificate reads an X.509 certificate in PEM or DER form.
-func readCertificate(path string) (*x509.Certificate, error) {
+// ReadCertificate reads an X.509 certificate in PEM or DER form.
+func ReadCertificate(path string) (*x509.Certificate, error) {
 	b, err := inroot.ReadPath(path, inroot.MaxText)
 	if err != nil {
 		return nil, fmt.Errorf("module certificate: %w", err)
@@ -156,14 +161,15 @@ func readCertificate(path string) (*x509.Certificate, error) {
 	return c, nil
 }
 
-// secureBootFiles puts the module certificate where the image's users and
+// SecureBootFiles puts the module certificate where the image's users and
 // /init's refusals name it (secureboot.KeyFile) and writes, into tmp, the
 // certificate as <name>.module-key.der and .pem and an OVMF variable store
 // (Microsoft's keys, Secure Boot on) with it enrolled as a MOK (virt-fw-vars,
 // python3-virt-firmware).
 //
-// The ModuleKey names the files where they go in outDir (moveInto puts them there).
-func secureBootFiles(ctx context.Context, t Tools, root, tmp, outDir, name string, cert *x509.Certificate) (*ModuleKey, error) {
+// The ModuleKey names the files where they go in outDir (the caller moves
+// them there: ModuleKey.Files).
+func SecureBootFiles(ctx context.Context, t Tools, root, tmp, outDir, name string, cert *x509.Certificate) (*ModuleKey, error) {
 	sigKey := modsig.ColonHex(cert.SerialNumber.Bytes())
 	k := &ModuleKey{
 		Subject: cert.Subject.CommonName, SigKey: sigKey, InImage: secureboot.KeyFile(sigKey),
@@ -189,5 +195,5 @@ func secureBootFiles(ctx context.Context, t Tools, root, tmp, outDir, name strin
 	return k, nil
 }
 
-// files are the module key's outputs, by their final paths.
-func (k *ModuleKey) files() []string { return []string{k.DER, k.PEM, k.OVMFVars} }
+// Files are the module key's outputs, by their final paths.
+func (k *ModuleKey) Files() []string { return []string{k.DER, k.PEM, k.OVMFVars} }

@@ -1,4 +1,4 @@
-package image
+package stage
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kpreload/kpreload/builder/image/disk"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/initramfs/rootfs"
 	"github.com/kpreload/kpreload/testsupport/testenv"
@@ -25,7 +26,7 @@ func TestImageRootIsWhatMkfsMakes(t *testing.T) {
 	if err := os.Truncate(img, 64<<20); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-L", "root", "-U", newUUID(), "-d", t.TempDir(), img, "65536k").CombinedOutput(); err != nil {
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-L", "root", "-U", disk.NewUUID(), "-d", t.TempDir(), img, "65536k").CombinedOutput(); err != nil {
 		t.Fatalf("mkfs.ext4: %v\n%s (install e2fsprogs: scripts/deps.sh)", err, out)
 	}
 	fstype, features, err := rootfs.ReadFeatures(img)
@@ -72,7 +73,7 @@ func TestStageRefusesUnmountableRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := t.TempDir()
-	_, err := Stage(context.Background(), StageOptions{
+	_, err := Stage(context.Background(), Options{
 		Kernels: []string{k}, CacheDir: t.TempDir(), DownloadDir: t.TempDir(), KpreloadBinary: bin, InitBinary: bin,
 		ModulesDir: func(string) string { return mods },
 	}, root)

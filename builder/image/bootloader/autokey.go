@@ -1,4 +1,4 @@
-package image
+package bootloader
 
 import (
 	"fmt"
@@ -7,12 +7,12 @@ import (
 	"github.com/kpreload/kpreload/builder/recipe"
 )
 
-// autoSign gives every recipe the module cache's own signing key
+// AutoSign gives every recipe the module cache's own signing key
 // (builder/modkey, made on first use as DKMS makes its MOK) when no recipe
 // names one, for a Secure Boot image; the recipes are copied, not changed.
 // Where a recipe names a key the recipes are returned as they are and key is
 // nil: recipe keys win.
-func autoSign(recipes []*recipe.Recipe, cacheDir string) (out []*recipe.Recipe, key *modkey.Key, created bool, err error) {
+func AutoSign(recipes []*recipe.Recipe, cacheDir string) (out []*recipe.Recipe, key *modkey.Key, created bool, err error) {
 	for _, r := range recipes {
 		if r.Signing != nil {
 			return recipes, nil, false, nil

@@ -1,4 +1,4 @@
-package image
+package stage
 
 import (
 	"context"
@@ -10,13 +10,15 @@ import (
 	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/internal/progress"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
 
-// ErrMissingCells is wrapped by the error of Build and Stage when the module
-// cache lacks a (recipe, kernel) cell and BuildMissing is off.
+// ErrMissingCells is wrapped by the error of Stage and EnsureCells (and so
+// builder/image's Build) when the module cache lacks a (recipe, kernel) cell
+// and BuildMissing is off.
 var ErrMissingCells = errors.New("module cache lacks cells")
 
 // ErrUnknownKernel is wrapped by CheckKernels' error when a kernel is not in
@@ -114,6 +116,16 @@ func listOrNone(s []string) string {
 	return strings.Join(s, ", ")
 }
 
+// EnsureCells makes sure the module cache o.CacheDir holds the cell of every
+// recipe for every kernel of o: found there, pulled from o.Remote or, with
+// o.BuildMissing, built with dkms (see resolveCells). The cells it adds stay:
+// the cache is content-addressed and each cell is stored whole or not at all.
+func EnsureCells(ctx context.Context, o Options) error {
+	o = o.withDefaults()
+	_, err := resolveCells(ctx, o.CacheDir, o.DownloadDir, o.Recipes, o.Kernels, o.BuildMissing, o.Remote, o.Lister, o.Progress)
+	return err
+}
+
 // resolveCells finds the cache set of every recipe for every kernel. With
 // buildMissing, the cells are first run through builder/matrix (which skips the
 // ones whose cache key is already there and builds the rest with dkms);
@@ -125,7 +137,7 @@ func listOrNone(s []string) string {
 // pulled from the registry (exactly the cells the image needs, verified),
 // and, with buildMissing, cells the registry lacks are built and pushed;
 // without it they are an error naming the cell and the registry.
-func resolveCells(ctx context.Context, cacheDir, downloadDir string, recipes []*recipe.Recipe, kernels []string, buildMissing bool, rm *remote.Remote, lister recipe.KernelLister, progress Progress) ([]cell, error) {
+func resolveCells(ctx context.Context, cacheDir, downloadDir string, recipes []*recipe.Recipe, kernels []string, buildMissing bool, rm *remote.Remote, lister recipe.KernelLister, report func(string)) ([]cell, error) {
 	if len(recipes) == 0 {
 		return nil, nil
 	}
@@ -133,14 +145,15 @@ func resolveCells(ctx context.Context, cacheDir, downloadDir string, recipes []*
 	if err != nil {
 		return nil, err
 	}
+	say := func(format string, a ...any) { progress.Say(report, format, a...) }
 	if buildMissing || rm != nil {
 		switch {
 		case rm != nil && buildMissing:
-			progress.say("drivers: %d recipe(s) x %d kernel(s): cells missing here are pulled from %s, else built with dkms and pushed", len(recipes), len(kernels), rm)
+			say("drivers: %d recipe(s) x %d kernel(s): cells missing here are pulled from %s, else built with dkms and pushed", len(recipes), len(kernels), rm)
 		case rm != nil:
-			progress.say("drivers: %d recipe(s) x %d kernel(s): cells missing here are pulled from %s", len(recipes), len(kernels), rm)
+			say("drivers: %d recipe(s) x %d kernel(s): cells missing here are pulled from %s", len(recipes), len(kernels), rm)
 		default:
-			progress.say("drivers: building missing cells of %d recipe(s) x %d kernel(s) with dkms (cached cells are skipped)", len(recipes), len(kernels))
+			say("drivers: building missing cells of %d recipe(s) x %d kernel(s) with dkms (cached cells are skipped)", len(recipes), len(kernels))
 		}
 		results, err := matrix.Run(ctx, matrix.Options{
 			Recipes:     recipes,
@@ -156,7 +169,7 @@ func resolveCells(ctx context.Context, cacheDir, downloadDir string, recipes []*
 					if t := e.Result.Trust; t != "" && t != remote.TrustVerified {
 						state += ", " + t + ": taken without trusted keys" // unsigned is never silent
 					}
-					progress.say("drivers: %s for %s: %s (%.1fs)", e.Cell.Recipe.Name, e.Cell.Kernel, state, e.Result.Duration.Seconds())
+					say("drivers: %s for %s: %s (%.1fs)", e.Cell.Recipe.Name, e.Cell.Kernel, state, e.Result.Duration.Seconds())
 				}
 			},
 		})

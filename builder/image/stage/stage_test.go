@@ -1,4 +1,4 @@
-package image
+package stage
 
 import (
 	"context"
@@ -40,12 +40,12 @@ func TestStageRootLinksOut(t *testing.T) {
 					t.Fatal(err)
 				}
 				before := inroottest.Snapshot(t, victim)
-				_, err := Stage(context.Background(), StageOptions{
+				_, err := Stage(context.Background(), Options{
 					Kernels: []string{"6.1.0-56-cloud-amd64"}, CacheDir: t.TempDir(), DownloadDir: t.TempDir(),
 					KpreloadBinary: bin, InitBinary: bin, Cmdline: "root=UUID=x rw", EarlyDrivers: true, NoInitramfs: true,
 				}, root)
 				if err == nil {
-					err = extractFirmware(context.Background(), DefaultTools().Dpkg, deb, root)
+					err = extractFirmware(context.Background(), Host{}, deb, root)
 				}
 				if got := inroottest.Snapshot(t, victim); got != before {
 					t.Fatalf("staging (err %v) changed the victim tree beside the root:\nbefore\n%s\nafter\n%s", err, before, got)
