@@ -106,7 +106,8 @@ func (o *Options) logf(format string, a ...any) { fmt.Fprintf(o.Log, "kpreload: 
 // saying what it looked for, when there is none), writes the kernel hooks
 // (and GRUB's script), builds the kpreload initramfs of each kernel and
 // points the boot loader's default entry at the default kernel's. It fails
-// when the boot would not use kpreload afterwards.
+// when the boot would not use kpreload afterwards. It holds the root's
+// HookLock while it runs, as the kernel hooks do.
 func Install(ctx context.Context, o Options) (*Result, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
