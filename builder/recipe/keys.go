@@ -26,6 +26,9 @@ func confineKey(dir, key string) (string, error) {
 		return "", fmt.Errorf("%s leaves the recipes directory %s: keep the archive's key beside the recipes", key, dir)
 	}
 	realDir, err := filepath.EvalSymlinks(dir)
+	if err == nil {
+		realDir, err = filepath.Abs(realDir)
+	}
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", key, err)
 	}
