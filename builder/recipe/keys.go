@@ -11,7 +11,7 @@ import (
 )
 
 // confineKey checks the key file of an extra archive, key as a recipe or
-// SharedArchivesFile in dir names it, and returns its path with every link
+// SharedArchivesFile in dir names it, and returns its absolute path with every link
 // resolved. The key belongs beside the recipes: key must be relative to
 // dir and stay inside it (no "..", no link out of it), and name a regular,
 // non-empty file of at most archive.MaxKeySize bytes, read confined to dir.
