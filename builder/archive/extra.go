@@ -114,16 +114,16 @@ func (a *Archive) keyFile(armored bool) string {
 	return filepath.Join(a.Dir, "signed-by.gpg")
 }
 
-// maxKeySize bounds an extra archive's key file: a public key with its
+// MaxKeySize bounds an extra archive's key file: a public key with its
 // signatures is a few kilobytes.
-const maxKeySize = 1 << 20
+const MaxKeySize = 1 << 20
 
 // installKey copies the extra archive's key into the private configuration
 // and returns the path its sources name in signed-by.
 func (a *Archive) installKey() (string, error) {
 	// The recipe names the file: a regular file of a key's size, never a
 	// FIFO or a device that would block or never end.
-	data, err := inroot.ReadPath(a.extra.Key, maxKeySize)
+	data, err := inroot.ReadPath(a.extra.Key, MaxKeySize)
 	if err != nil {
 		return "", fmt.Errorf("archive %s: key: %w", a.Suite, err)
 	}

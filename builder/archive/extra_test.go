@@ -100,7 +100,7 @@ func TestExtraKeyHostile(t *testing.T) {
 		t.Fatal(err)
 	}
 	huge := filepath.Join(dir, "huge.asc")
-	if err := os.WriteFile(huge, make([]byte, maxKeySize+1), 0o644); err != nil {
+	if err := os.WriteFile(huge, make([]byte, MaxKeySize+1), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	good := filepath.Join(dir, "good.asc")

@@ -24,9 +24,18 @@ func TestCycleArchiveFaults(t *testing.T) {
 	repo.PublishFiles("stable", "follow-kernel-dkms", "555.1.2-1", map[string]string{
 		"usr/src/follow-555.1.2/dkms.conf": "PACKAGE_NAME=\"follow\"\nPACKAGE_VERSION=\"555.1.2\"\nBUILT_MODULE_NAME[0]=\"dummy\"\n",
 	})
-	wrong := repo.NewKey(filepath.Join(t.TempDir(), "wrong.asc"))
 	reg := testenv.StartRegistry(t)
 	dir := t.TempDir()
+	// The keys beside the recipe (a key outside the recipes directory is refused).
+	repo.NewKey(filepath.Join(dir, "wrong.asc"))
+	key, err := os.ReadFile(repo.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	right := "right" + filepath.Ext(repo.Key)
+	if err := os.WriteFile(filepath.Join(dir, right), key, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	writeRecipe := func(key string) *recipe.Recipe {
 		t.Helper()
 		text := fmt.Sprintf(`name: follow-555
@@ -75,13 +84,13 @@ kernels:
 		return Cycle(ctx, o)
 	}
 
-	rep, err := cycle(wrong)
+	rep, err := cycle("wrong.asc")
 	if err == nil || rep != nil || !strings.Contains(err.Error(), "is not signed by the key") || f.calls.Load() != 0 || pushed() != 0 {
 		t.Fatalf("archive signed by another key: %v (report %v, %d builds, %d pushed), want a signature error, nothing built or pushed", err, rep, f.calls.Load(), pushed())
 	}
 
 	restore := repo.Corrupt("follow-kernel-dkms")
-	rep, err = cycle(repo.Key)
+	rep, err = cycle(right)
 	if err == nil || rep == nil || rep.Failed != 1 || rep.New != 0 || f.calls.Load() != 0 || pushed() != 0 {
 		t.Fatalf("package with a bad checksum: %v (report %+v, %d builds, %d pushed), want a failed cell, nothing built or pushed", err, rep, f.calls.Load(), pushed())
 	}
@@ -91,7 +100,7 @@ kernels:
 	restore()
 
 	repo.Expire("stable")
-	rep, err = cycle(repo.Key)
+	rep, err = cycle(right)
 	if err == nil || rep != nil || f.calls.Load() != 0 || pushed() != 0 {
 		t.Fatalf("expired Release file: %v (report %v, %d builds, %d pushed), want an error, nothing built or pushed", err, rep, f.calls.Load(), pushed())
 	}
@@ -103,7 +112,7 @@ kernels:
 	repo.PublishFiles("stable", "follow-kernel-dkms", "555.1.3-1", map[string]string{
 		"usr/src/follow-555.1.3/dkms.conf": "PACKAGE_NAME=\"follow\"\nPACKAGE_VERSION=\"555.1.3\"\nBUILT_MODULE_NAME[0]=\"dummy\"\n",
 	})
-	rep, err = cycle(repo.Key)
+	rep, err = cycle(right)
 	if err != nil || rep.New != 1 || rep.Cells[0].Version != "555.1.3" || rep.Cells[0].Published == nil || pushed() != 1 {
 		t.Fatalf("mended archive: %v, %+v, %d pushed; want 555.1.3's cell pushed with its date", err, rep, pushed())
 	}

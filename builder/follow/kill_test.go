@@ -35,8 +35,12 @@ func TestCycleKilled(t *testing.T) {
 	}
 	reg := testenvRegistry(t)
 	dir := t.TempDir()
+	// The helper's own t.TempDir directories (and any other temporary file
+	// it makes) go under tmp, which this test owns: killed, the helper never
+	// cleans up, and nothing of it may be left in /tmp.
+	tmp := t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCycleKilledHelper$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "FOLLOW_KILLED_DIR="+dir, "FOLLOW_KILLED_REGISTRY="+reg)
+	cmd.Env = append(os.Environ(), "FOLLOW_KILLED_DIR="+dir, "FOLLOW_KILLED_REGISTRY="+reg, "TMPDIR="+tmp)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -69,6 +73,9 @@ func TestCycleKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd.Wait()
+	if left, _ := filepath.Glob(filepath.Join(tmp, "TestCycleKilledHelper*")); len(left) == 0 {
+		t.Errorf("the killed helper made no temporary directory in %s, the test's own: it left them elsewhere", tmp)
+	}
 
 	o, f := setupIn(t, dir, reg, time.Time{})
 	recs, _, _ := o.Build.Remote.List(context.Background())

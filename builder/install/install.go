@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/kpreload/kpreload/initramfs/archive"
 	"github.com/kpreload/kpreload/initramfs/assemble"
@@ -57,6 +58,9 @@ type Options struct {
 	GrubRegeneratedBy string
 	// Log receives one line per step (nil: discarded).
 	Log io.Writer
+	// LockTimeout is how long Install and the kernel hooks wait while
+	// another holds the root's HookLock (0: DefaultLockTimeout).
+	LockTimeout time.Duration
 
 	// hook is set by the kernel hooks, which must not fail the kernel
 	// package over configuration: a bad boot.yaml or cmdline file is a
@@ -102,11 +106,17 @@ func (o *Options) logf(format string, a ...any) { fmt.Fprintf(o.Log, "kpreload: 
 // saying what it looked for, when there is none), writes the kernel hooks
 // (and GRUB's script), builds the kpreload initramfs of each kernel and
 // points the boot loader's default entry at the default kernel's. It fails
-// when the boot would not use kpreload afterwards.
+// when the boot would not use kpreload afterwards. It holds the root's
+// HookLock while it runs, as the kernel hooks do.
 func Install(ctx context.Context, o Options) (*Result, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
+	unlock, err := o.lock(ctx, "kpreload install")
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	bl, err := o.bootloader()
 	if err != nil {
 		return nil, err
@@ -163,10 +173,11 @@ func KernelAdded(ctx context.Context, o Options, release string) (*Result, error
 	if err := CheckRelease(release); err != nil {
 		return nil, err
 	}
-	bl, err := o.startHook()
+	bl, unlock, err := o.startHook(ctx, "kpreload kernel-hook postinst "+release)
 	if err != nil {
 		return nil, err
 	}
+	defer unlock()
 	// A kernel the cache has no cell for: pull its cells from the root's
 	// registry, if it names one, before its initramfs is built.
 	var pulled, warnings []string
@@ -197,10 +208,11 @@ func KernelRemoved(ctx context.Context, o Options, release string) (*Result, err
 	if err := CheckRelease(release); err != nil {
 		return nil, err
 	}
-	bl, err := o.startHook()
+	bl, unlock, err := o.startHook(ctx, "kpreload kernel-hook postrm "+release)
 	if err != nil {
 		return nil, err
 	}
+	defer unlock()
 	if err := inroot.Remove(o.Root, InitramfsPath(release)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
@@ -208,14 +220,22 @@ func KernelRemoved(ctx context.Context, o Options, release string) (*Result, err
 	return o.syncAfter(ctx, bl, true)
 }
 
-// startHook fills o's defaults, marks o as run by a kernel hook and
-// returns the root's boot loader.
-func (o *Options) startHook() (Bootloader, error) {
+// startHook fills o's defaults, marks o as run by a kernel hook, takes the
+// root's HookLock for the hook what (unlock releases it) and returns the
+// root's boot loader.
+func (o *Options) startHook(ctx context.Context, what string) (bl Bootloader, unlock func(), err error) {
 	if err := o.defaults(); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	o.hook = true
-	return o.bootloader()
+	if unlock, err = o.lock(ctx, what); err != nil {
+		return "", nil, err
+	}
+	if bl, err = o.bootloader(); err != nil {
+		unlock()
+		return "", nil, err
+	}
+	return bl, unlock, nil
 }
 
 // syncPulled updates the boot loader (see sync) and records in the result

@@ -12,12 +12,14 @@ import (
 // cells (or had no kpreload initramfs) gets its initramfs built, and the
 // boot loader is updated, so that its default is the newest kernel with its
 // driver cells. A registry that cannot be reached, or still lacks a cell, is
-// a warning, as in the postinst hook: the default stays where it was.
+// a warning, as in the postinst hook: the default stays where it was. Like
+// the hooks and Install, it holds the root's HookLock while it runs.
 func Refresh(ctx context.Context, o Options) (*Result, error) {
-	bl, err := o.startHook()
+	bl, unlock, err := o.startHook(ctx, "kpreload kernel-hook refresh")
 	if err != nil {
 		return nil, err
 	}
+	defer unlock()
 	kernels, err := Kernels(o.Root)
 	if err != nil {
 		return nil, err

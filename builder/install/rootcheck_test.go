@@ -141,6 +141,13 @@ func TestInstallRefusesUnmountableRoot(t *testing.T) {
 				t.Error("update-grub ran")
 			}
 			after := snapshot(t, root)
+			// Install holds the hook lock while it runs: the empty lock
+			// file and its directories are no change to the root's boot.
+			for p := HookLock; p != "."; p = filepath.Dir(p) {
+				if _, was := before["/"+p]; !was {
+					delete(after, "/"+p)
+				}
+			}
 			for p, v := range after {
 				if before[p] != v {
 					t.Errorf("refused install changed %s (%.40q, was %.40q)", p, v, before[p])

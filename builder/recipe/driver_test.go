@@ -177,7 +177,7 @@ func TestSelectFromSignedArchive(t *testing.T) {
 		repo.Publish(p.suite, name, v)
 	}
 	dir := t.TempDir()
-	write := func(key string) *Recipe {
+	writeRecipe := func(key string) *Recipe {
 		t.Helper()
 		text := fmt.Sprintf(`name: team-555
 driver:
@@ -211,7 +211,15 @@ kernels:
 		return r
 	}
 	arcs := &AptArchives{Cache: t.TempDir()}
-	got, pick, err := write(repo.Key).ResolveDriver(context.Background(), arcs)
+	// The archive's key beside the recipe (a key outside the recipes
+	// directory is refused).
+	team, err := os.ReadFile(repo.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	teamKey := "team" + filepath.Ext(repo.Key)
+	write(t, filepath.Join(dir, teamKey), string(team))
+	got, pick, err := writeRecipe(teamKey).ResolveDriver(context.Background(), arcs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,8 +238,8 @@ kernels:
 		t.Errorf("download from the resolved archive: %v", err)
 	}
 
-	wrong := repo.NewKey(filepath.Join(t.TempDir(), "wrong.asc"))
-	_, _, err = write(wrong).ResolveDriver(context.Background(), &AptArchives{Cache: t.TempDir()})
+	wrong := repo.NewKey(filepath.Join(dir, "wrong.asc"))
+	_, _, err = writeRecipe("wrong.asc").ResolveDriver(context.Background(), &AptArchives{Cache: t.TempDir()})
 	if err == nil || !strings.Contains(err.Error(), "is not signed by the key "+wrong) || !strings.Contains(err.Error(), "source.select.suites[0]") {
 		t.Errorf("wrong key: error = %v, want the signature refused, naming the field", err)
 	}

@@ -70,7 +70,8 @@ type Recipe struct {
 	// archive.DefaultSuite (bookworm).
 	Suite string `yaml:"suite"`
 	// Archives are extra apt archives (URL, suites, components, signing
-	// key relative to the recipe) that source.select.suites may name.
+	// key relative to the recipe, inside its directory) that
+	// source.select.suites may name.
 	Archives []archive.Extra `yaml:"archives"`
 	// Patches are patch files (relative to the recipe file, inside its
 	// directory once links are followed: see PatchFiles) applied with
@@ -176,7 +177,8 @@ func (s Selector) String() string {
 }
 
 // Load reads, strictly decodes and validates the recipe at path, with the
-// extra archives of the SharedArchivesFile beside it. Errors name
+// extra archives of the SharedArchivesFile beside it; the key files of
+// extra archives must lie beside the recipes (confineKey). Errors name
 // the file, the line and the field; all problems found are joined.
 func Load(path string) (*Recipe, error) {
 	data, err := inroot.ReadPath(path, MaxFile)
@@ -187,10 +189,11 @@ func Load(path string) (*Recipe, error) {
 	if err != nil {
 		return nil, err
 	}
+	keyErrs := r.confineKeys()
 	if err := r.addShared(); err != nil {
 		return nil, err
 	}
-	if err := r.Validate(); err != nil {
+	if err := errors.Join(append(keyErrs, r.Validate())...); err != nil {
 		return nil, err
 	}
 	return r, nil

@@ -19,7 +19,8 @@ import (
 // archives every recipe of its directory may use, as if each recipe's own
 // archives: listed them (a recipe's own archive of the same name takes its
 // place). Its one field is archives:, a list of archive.Extra; key paths are
-// relative to the file. LoadDir does not read it as a recipe.
+// relative to the file and stay inside its directory (confineKey). LoadDir
+// does not read it as a recipe.
 const SharedArchivesFile = "archives.yaml"
 
 // sharedArchives reads dir's SharedArchivesFile: nil when there is none, an
@@ -42,7 +43,7 @@ func sharedArchives(dir string) ([]archive.Extra, error) {
 		return nil, &Error{File: file, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}
 	}
 	// Each item's line, for the errors.
-	var lines []int
+	var lines, keyLines []int
 	var root yaml.Node
 	if yaml.Unmarshal(data, &root) == nil && len(root.Content) == 1 {
 		m := root.Content[0]
@@ -50,6 +51,13 @@ func sharedArchives(dir string) ([]archive.Extra, error) {
 			if m.Content[i].Value == "archives" {
 				for _, item := range m.Content[i+1].Content {
 					lines = append(lines, item.Line)
+					keyLine := item.Line
+					for j := 0; j+1 < len(item.Content); j += 2 {
+						if item.Content[j].Value == "key" {
+							keyLine = item.Content[j].Line
+						}
+					}
+					keyLines = append(keyLines, keyLine)
 				}
 			}
 		}
@@ -72,12 +80,16 @@ func sharedArchives(dir string) ([]archive.Extra, error) {
 			errs = append(errs, &Error{File: file, Line: line, Field: field + ".name", Msg: fmt.Sprintf("%s is used twice (also archives[%d])", x.Name, j)})
 		}
 		seen[x.Name] = i
-		if x.Key != "" && !filepath.IsAbs(x.Key) {
-			abs, err := filepath.Abs(filepath.Join(dir, x.Key))
-			if err != nil {
-				return nil, err
+		if x.Key != "" {
+			keyLine := line
+			if i < len(keyLines) {
+				keyLine = keyLines[i]
 			}
-			doc.Archives[i].Key = abs
+			p, err := confineKey(dir, x.Key)
+			if err != nil {
+				errs = append(errs, &Error{File: file, Line: keyLine, Field: field + ".key", Msg: err.Error()})
+			}
+			doc.Archives[i].Key = p
 		}
 	}
 	if len(errs) > 0 {

@@ -167,6 +167,10 @@ its driver cells, from the next boot on. A cell still missing, or a registry tha
 cannot be reached, is a warning and changes no default; run it again later (a
 timer or cron job may run it).
 
+postinst, postrm, refresh and "kpreload install" run one at a time: each holds
+/var/lib/kpreload/kernel-hook.lock (flock, inside --root) and waits up to five
+minutes for another holder, then fails naming the file and the holder.
+
 The hooks never fail the kernel package over configuration: a bad or unknown
 key in /etc/kpreload/boot.yaml, or an /etc/kpreload/cmdline of more than one
 line, is a warning, and the defaults (or the running system's command line)
