@@ -26,8 +26,6 @@ type bootCase struct {
 	// driverOnRoot puts the test driver's cache on the root filesystem (loaded after
 	// root is mounted, before switch_root) instead of in the initramfs.
 	driverOnRoot bool
-	// extra are module files added to the initramfs as they are.
-	extra []string
 	// rootSpec is the root= value.
 	rootSpec string
 	// append is added to the kernel command line after root=.
@@ -47,32 +45,26 @@ func boot(t *testing.T, c bootCase) booted {
 	initBin, _ := binaries(t)
 
 	// The test driver goes into a real kpreload cache, built by the real dkms.
-	var cacheDir string
-	if c.driverOnRoot || c.extra == nil {
-		cacheDir = filepath.Join(dir, "cache")
-		s, err := store.Open(cacheDir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := s.AddFiles(context.Background(), store.AddRequest{
-			Driver: "kpreload-edu", Version: "1.0.0", Files: []string{eduModule(t, c.kernel, "")},
-		}); err != nil {
-			t.Fatalf("cache add: %v", err)
-		}
+	cacheDir := filepath.Join(dir, "cache")
+	s, err := store.Open(cacheDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.AddFiles(context.Background(), store.AddRequest{
+		Driver: "kpreload-edu", Version: "1.0.0", Files: []string{eduModule(t, c.kernel, "")},
+	}); err != nil {
+		t.Fatalf("cache add: %v", err)
 	}
 	o := assemble.Options{
 		Kernel:     c.kernel,
 		ModulesDir: filepath.Join(ktree, "lib", "modules", c.kernel),
 		Init:       initBin,
-		ExtraFiles: c.extra,
 	}
 	extraRoot := map[string]string{}
-	if cacheDir != "" {
-		if c.driverOnRoot {
-			extraRoot["/var/lib/kpreload/cache"] = cacheDir
-		} else {
-			o.CacheDir = cacheDir
-		}
+	if c.driverOnRoot {
+		extraRoot["/var/lib/kpreload/cache"] = cacheDir
+	} else {
+		o.CacheDir = cacheDir
 	}
 	initrd := filepath.Join(dir, "initrd.img")
 	if _, err := assemble.WriteFile(o, initrd); err != nil {
