@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -52,9 +53,28 @@ func TestBuildTestDriver(t *testing.T) {
 				}
 				t.Logf("built kpreload-edu %s for %s in %v with %s: %v", version, kver, res.Duration.Round(time.Millisecond), res.CC, res.Modules)
 				checkTestDriver(t, res, kver, version)
+				if version == "1.0.0" && len(res.Modules) == 1 {
+					keepPlainBuild(t, kver, res.Modules[0])
+				}
 			}
 		})
 	}
+}
+
+// plainBuilds holds, per kernel, the module of TestBuildTestDriver's build
+// of recipes/testdriver as it is, in a fresh WorkDir <temp>/work:
+// TestBuildReproducible's first build, which it compares with a build in a
+// deeper work directory, instead of running the same dkms build again.
+var plainBuilds sync.Map // kver -> []byte
+
+// keepPlainBuild keeps the module a plain build of the test driver for kver made.
+func keepPlainBuild(t *testing.T, kver, ko string) {
+	t.Helper()
+	b, err := os.ReadFile(ko)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plainBuilds.Store(kver, b)
 }
 
 func checkTestDriver(t *testing.T, res *BuildResult, kver, version string) {

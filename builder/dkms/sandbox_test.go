@@ -22,6 +22,12 @@ func TestBuildReproducible(t *testing.T) {
 				filepath.Join(t.TempDir(), "work"),
 				filepath.Join(t.TempDir(), "a", "much", "deeper", "work-directory"),
 			} {
+				// The build in <temp>/work is TestBuildTestDriver's, when it ran.
+				if b, ok := plainBuilds.Load(kver); ok && i == 0 {
+					mods[i] = b.([]byte)
+					t.Logf("the build in <temp>/work is TestBuildTestDriver's")
+					continue
+				}
 				res, err := build(t, testDriverDir(t), kver, func(r *BuildRequest) { r.WorkDir = work })
 				if err != nil {
 					t.Fatalf("Build(testdriver, %s) in %s: %v", kver, work, err)

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/dkms"
-	"github.com/kpreload/kpreload/builder/rootdisk"
 	"github.com/kpreload/kpreload/initramfs/assemble"
 	"github.com/kpreload/kpreload/kmodcache/store"
 	"github.com/kpreload/kpreload/testsupport/buildtest"
@@ -47,8 +46,7 @@ func TestDistributedBuild(t *testing.T) {
 	}
 	reg := testenv.StartRegistry(t)
 	url := "oci://" + reg.Addr + "/kpreload/cells"
-	bins := t.TempDir()
-	kp := testenv.GoBuildStatic(t, bins, "kpreload", "./cmd/kpreload")
+	kp := staticBinary(t, "kpreload")
 	work := t.TempDir()
 	// The matrix: test driver 1.0.0 and 2.0.0, each for 6.1 and 6.12.
 	matrixArgs := []string{"testdriver:" + k61, "testdriver:" + k612, "testdriver-2"}
@@ -215,11 +213,8 @@ func TestDistributedBuild(t *testing.T) {
 		t.Fatalf("pulled cache holds %v (%v), want the 2 sets for %s", ents, err, k61)
 	}
 	dir := t.TempDir()
-	initBin := testenv.GoBuildStatic(t, bins, "kpreload-init", "./initramfs/cmd/init")
-	rootInit := filepath.Join(bins, "kpreload-rootinit")
-	if err := rootdisk.BuildRootInit(t.Context(), rootInit); err != nil {
-		t.Fatal(err)
-	}
+	initBin := staticBinary(t, "kpreload-init")
+	rootInit := staticBinary(t, "kpreload-rootinit")
 	initrd := filepath.Join(dir, "initrd.img")
 	if _, err := assemble.WriteFile(assemble.Options{
 		Kernel: k61, ModulesDir: filepath.Join(kernelRoot(t, k61), "lib", "modules", k61), Init: initBin, CacheDir: pulledCache,

@@ -163,15 +163,9 @@ func TestBuildAndBoot(t *testing.T) {
 	for _, k := range testKernels {
 		kernelRoot(t, k)
 	}
-	bins := t.TempDir()
-	kp := filepath.Join(bins, "kpreload")
-	initBin := filepath.Join(bins, "kpreload-init")
-	rootInit := filepath.Join(bins, "kpreload-rootinit")
-	testenv.GoBuildStatic(t, filepath.Dir(kp), filepath.Base(kp), "./cmd/kpreload")
-	testenv.GoBuildStatic(t, filepath.Dir(initBin), filepath.Base(initBin), "./initramfs/cmd/init")
-	if err := rootdisk.BuildRootInit(context.Background(), rootInit); err != nil {
-		t.Fatal(err)
-	}
+	kp := staticBinary(t, "kpreload")
+	initBin := staticBinary(t, "kpreload-init")
+	rootInit := staticBinary(t, "kpreload-rootinit")
 	work := t.TempDir()
 	cache := filepath.Join(work, "cache")
 

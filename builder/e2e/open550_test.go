@@ -11,7 +11,6 @@ import (
 	"github.com/kpreload/kpreload/builder/image/stage"
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/recipe"
-	"github.com/kpreload/kpreload/builder/rootdisk"
 	"github.com/kpreload/kpreload/initramfs/assemble"
 	"github.com/kpreload/kpreload/kmodcache/modinfo"
 	"github.com/kpreload/kpreload/kmodcache/store"
@@ -33,15 +32,9 @@ func TestOpen550BuildAndBoot(t *testing.T) {
 		t.Skip("a real dkms build of the open NVIDIA modules and a QEMU boot: skipped with -short")
 	}
 	kernelRoot(t, k61)
-	bins := t.TempDir()
-	kp := filepath.Join(bins, "kpreload")
-	initBin := filepath.Join(bins, "kpreload-init")
-	rootInit := filepath.Join(bins, "kpreload-rootinit")
-	testenv.GoBuildStatic(t, bins, "kpreload", "./cmd/kpreload")
-	testenv.GoBuildStatic(t, bins, "kpreload-init", "./initramfs/cmd/init")
-	if err := rootdisk.BuildRootInit(context.Background(), rootInit); err != nil {
-		t.Fatal(err)
-	}
+	kp := staticBinary(t, "kpreload")
+	initBin := staticBinary(t, "kpreload-init")
+	rootInit := staticBinary(t, "kpreload-rootinit")
 
 	code, cells := kpreloadBuild(t, kp, "--cache", nvidiaStore(), "nvidia-550-open:"+k61)
 	c := cells["nvidia-550-open/"+k61]

@@ -26,7 +26,7 @@ func TestSignedRegistry(t *testing.T) {
 	kernelRoot(t, k61)
 	reg := testenv.StartRegistry(t)
 	url := "oci://" + reg.Addr + "/kpreload/signed"
-	kp := testenv.GoBuildStatic(t, t.TempDir(), "kpreload", "./cmd/kpreload")
+	kp := staticBinary(t, "kpreload")
 	work := t.TempDir()
 	recipes := filepath.Join(testenv.RepoRoot(t), "recipes")
 	run := func(wantOK bool, args ...string) string {

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +35,7 @@ type fault struct {
 	noInit       bool   // the root has no /sbin/init
 	lateRoot     bool   // the root disk is plugged in 10 s after QEMU starts
 	noRoot       bool   // root= names a disk that never appears
+	root         string // root=, when not UUID=rootUUID
 	// until ends a boot that never reaches a root init.
 	until *regexp.Regexp
 	// check returns the outcome and the reason the boot shows, or fails.
@@ -118,7 +120,7 @@ func firmwareCache(t *testing.T) string {
 	if err := os.WriteFile(recipe, []byte(strings.Replace(string(yml), "name: testdriver\n", "name: testdriver-fw\n", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	bin := testenv.GoBuildStatic(t, dir, "kpreload", "./cmd/kpreload")
+	bin := kpreloadBinary(t)
 	cache := filepath.Join(dir, "cache")
 	if out, err := exec.Command(bin, "build", recipe+":"+kernels[0], "--cache", cache).CombinedOutput(); err != nil {
 		t.Fatalf("kpreload build: %v\n%s", err, out)
@@ -169,6 +171,9 @@ func bootFault(t *testing.T, f fault) (*qemu.Result, string) {
 		t.Fatalf("root disk: %v", err)
 	}
 	root := "root=UUID=" + rootUUID
+	if f.root != "" {
+		root = "root=" + f.root
+	}
 	if f.noRoot {
 		root = "root=UUID=0b7c6a52-0000-4000-8000-00000000dead"
 	}
@@ -232,6 +237,10 @@ func bootFault(t *testing.T, f fault) (*qemu.Result, string) {
 // checks that every boot reaches the root's /sbin/init (or, with no root to
 // reach, keeps saying why and never panics) and that the report names the
 // fault. The table of fault, outcome and reason is printed in the log.
+// Faults that cannot hide one another share a boot (bad requests from three
+// sources; a fallback in the decision and a failing init in the loader). A
+// module whose init blocks and an unsigned module under module.sig_enforce=1
+// are booted by TestLoadDeadline and TestSignatureEnforcement/unsigned.
 func TestFaultCampaign(t *testing.T) {
 	if testing.Short() {
 		t.Skip("QEMU boots; -short")
@@ -257,14 +266,37 @@ func TestFaultCampaign(t *testing.T) {
 			}
 			return "refused, " + reachedInit(t, res), e.Reason
 		}},
+		// The test driver built for 6.12 in the 6.1 initramfs (and root= by
+		// device name): /init must refuse it before calling the kernel (the
+		// kernel log never mentions it), say why, and still boot to /sbin/init.
 		{name: "module built for another kernel (vermagic)", cache: func(t *testing.T) string { return t.TempDir() },
 			extraModules: func(t *testing.T) []string { return []string{eduModule(t, kernels[1], "")} },
+			root:         "/dev/vda",
 			check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
 				e := eduEntry(t, res.Report)
 				if e.Result != "refused" || !strings.Contains(e.Reason, "vermagic mismatch") {
 					t.Errorf("kpreload_edu %+v, want refused for its vermagic", e)
 				}
-				return "refused, " + reachedInit(t, res), e.Reason
+				if want := "built for kernel " + kernels[1] + ", running " + kernels[0]; !strings.Contains(e.Reason, want) {
+					t.Errorf("refusal reason %q, want it to say %q", e.Reason, want)
+				}
+				outcome := "refused, " + reachedInit(t, res)
+				root := res.RootInit
+				for _, l := range root.Kmsg {
+					if strings.Contains(l.Text, "kpreload_edu") {
+						t.Errorf("kernel log mentions the refused module, so it reached the kernel: %q", l.Text)
+					}
+				}
+				if slices.Contains(root.Modules, "kpreload_edu") {
+					t.Errorf("kpreload_edu is loaded: %v", root.Modules)
+				}
+				if edu, _ := pciDriver(root, "1234:11e8"); edu.Driver != "" {
+					t.Errorf("edu bound to %q, want unbound", edu.Driver)
+				}
+				if root.PID != 1 {
+					t.Errorf("root init pid %d, want 1: the boot must reach the real init", root.PID)
+				}
+				return outcome, e.Reason
 			}},
 		{name: "declared firmware missing", cache: firmwareCache, check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
 			e := eduEntry(t, res.Report)
@@ -273,60 +305,6 @@ func TestFaultCampaign(t *testing.T) {
 				t.Errorf("kpreload_edu %+v, warnings %q: want the missing firmware named", e, w)
 			}
 			return e.Result + " (the kernel decides), " + reachedInit(t, res), firstLine(w, "firmware")
-		}},
-		{name: "module whose init fails", append: "kpreload_edu.init_errno=5", check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
-			e := eduEntry(t, res.Report)
-			if e.Result != "failed" || e.Errno != "EIO" {
-				t.Errorf("kpreload_edu %+v, want failed with EIO", e)
-			}
-			return "failed " + e.Errno + ", " + reachedInit(t, res), e.Reason
-		}},
-		{name: "module whose init blocks", append: "kpreload.load_timeout=2 kpreload_edu.probe_delay_ms=12000", check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
-			e := eduEntry(t, res.Report)
-			if e.Result != "still loading" {
-				t.Errorf("kpreload_edu %+v, want still loading", e)
-			}
-			return e.Result + ", " + reachedInit(t, res), e.Reason
-		}},
-		{name: "unsigned module, signatures enforced", append: "module.sig_enforce=1", check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
-			// The decision refuses the set before the loader, or the kernel, sees it.
-			for _, m := range res.Report.Modules {
-				if m.Name == "kpreload_edu" {
-					t.Errorf("kpreload_edu reached the loader: %+v", m)
-				}
-			}
-			reason := ""
-			if sel := res.Report.Selection; sel != nil && len(sel.Drivers) == 1 && len(sel.Drivers[0].Candidates) > 0 {
-				c := sel.Drivers[0].Candidates[0]
-				if c.Excluded != "signature" || !strings.Contains(c.Reason, "is unsigned") {
-					t.Errorf("kpreload-edu candidate %+v, want excluded by the signature rule as unsigned", c)
-				}
-				reason = c.Reason
-			} else {
-				t.Errorf("selection %+v, want the test driver's set excluded", sel)
-			}
-			return "refused by the decision, " + reachedInit(t, res), reason
-		}},
-		{name: "garbage base64 on the command line", append: "kpreload.instance=%%%not-base64%%%", check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
-			errs := selectionErrors(res.Report)
-			if !strings.Contains(errs, "kernel command line") {
-				t.Errorf("selection errors %q do not name the command line", errs)
-			}
-			return "request skipped, default used, " + reachedInit(t, res), firstLine(errs, "")
-		}},
-		{name: "bad YAML through fw_cfg", fwcfg: "resources: [\n", check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
-			errs := selectionErrors(res.Report)
-			if !strings.Contains(errs, "fw_cfg") {
-				t.Errorf("selection errors %q do not name fw_cfg", errs)
-			}
-			return "request skipped, default used, " + reachedInit(t, res), firstLine(errs, "")
-		}},
-		{name: "bad /etc/kpreload/instance.yaml", image: "resources:\n  driver:\n    version: newest\n", check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
-			errs := selectionErrors(res.Report)
-			if !strings.Contains(errs, "/etc/kpreload/instance.yaml:3") {
-				t.Errorf("selection errors %q do not name the file and line", errs)
-			}
-			return "request skipped, default used, " + reachedInit(t, res), firstLine(errs, "")
 		}},
 		{name: "corrupt root cache index", cache: func(t *testing.T) string {
 			c := copyCache(t)
@@ -341,13 +319,38 @@ func TestFaultCampaign(t *testing.T) {
 			}
 			return "no driver loaded, " + reachedInit(t, res), firstLine(errs, "boot index")
 		}},
-		{name: "instance asks for an absent version", append: "kpreload.driver=3.0.0", check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
+		// Three bad requests, one per source the initramfs reads (the
+		// command line, fw_cfg, the image's file): each is skipped with an
+		// error naming its source, and the default is used.
+		{name: "garbage base64 on the command line, bad YAML through fw_cfg, bad /etc/kpreload/instance.yaml",
+			append: "kpreload.instance=%%%not-base64%%%", fwcfg: "resources: [\n", image: "resources:\n  driver:\n    version: newest\n",
+			check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
+				errs := selectionErrors(res.Report)
+				if !strings.Contains(errs, "kernel command line") {
+					t.Errorf("selection errors %q do not name the command line", errs)
+				}
+				if !strings.Contains(errs, "fw_cfg") {
+					t.Errorf("selection errors %q do not name fw_cfg", errs)
+				}
+				if !strings.Contains(errs, "/etc/kpreload/instance.yaml:3") {
+					t.Errorf("selection errors %q do not name the file and line", errs)
+				}
+				return "3 requests skipped, default used, " + reachedInit(t, res), strings.ReplaceAll(errs, "\n", "; ")
+			}},
+		// A request for an absent version (the decision falls back to the
+		// default) and a module whose init fails (the loader): one fault in
+		// each stage.
+		{name: "instance asks for an absent version; module whose init fails", append: "kpreload.driver=3.0.0 kpreload_edu.init_errno=5", check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
+			e := eduEntry(t, res.Report)
+			if e.Result != "failed" || e.Errno != "EIO" {
+				t.Errorf("kpreload_edu %+v, want failed with EIO", e)
+			}
 			sel := res.Report.Selection
 			want := "asked version 3.0.0 (cmdline kpreload.driver=3.0.0), which this image does not hold (it holds 2.0.0, 1.0.0): going on with the default"
 			if sel == nil || len(sel.Drivers) != 1 || sel.Drivers[0].Chosen == nil || sel.Drivers[0].Chosen.Version != "2.0.0" || !strings.HasPrefix(sel.Drivers[0].Fallback, want) {
 				t.Fatalf("selection %+v, want the default 2.0.0 chosen and a fallback starting %q", sel, want)
 			}
-			return "the default 2.0.0 loaded, " + reachedInit(t, res), sel.Drivers[0].Fallback
+			return "the default 2.0.0 chosen, failed " + e.Errno + ", " + reachedInit(t, res), sel.Drivers[0].Fallback + "; " + e.Reason
 		}},
 		{name: "root disk appears only after 10 s", lateRoot: true, check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
 			r := res.Report.Root

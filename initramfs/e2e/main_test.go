@@ -7,11 +7,14 @@ import (
 )
 
 // TestMain removes the temporary directories the shared, once-per-run helpers
-// (binaries, twoVersions) made.
+// (binaries, kpreloadBinary, twoVersions) made.
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)
+	}
+	if kpreloadDir != "" {
+		os.RemoveAll(kpreloadDir)
 	}
 	if twoVersionsCache != "" {
 		os.RemoveAll(filepath.Dir(twoVersionsCache))

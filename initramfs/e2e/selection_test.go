@@ -29,20 +29,14 @@ var (
 // twoVersions builds the test driver's two versions (recipes/testdriver.yaml,
 // 1.0.0, and recipes/testdriver-2.yaml, 2.0.0) for kver with the real dkms, through
 // `kpreload build`, into a fresh module cache, once per test run.
-func twoVersions(t *testing.T, kver string) string {
+func twoVersions(t testing.TB, kver string) string {
 	t.Helper()
 	twoVersionsOnce.Do(func() {
 		testenv.KernelTree(t, kver)
+		bin := kpreloadBinary(t)
 		dir, err := os.MkdirTemp("", "kpreload-e2e-2v-")
 		if err != nil {
 			twoVersionsErr = err.Error()
-			return
-		}
-		bin := filepath.Join(dir, "kpreload")
-		build := exec.Command("go", "build", "-o", bin, "./cmd/kpreload")
-		build.Dir = testenv.RepoRoot(t)
-		if out, err := build.CombinedOutput(); err != nil {
-			twoVersionsErr = "go build ./cmd/kpreload: " + err.Error() + "\n" + string(out)
 			return
 		}
 		twoVersionsCache = filepath.Join(dir, "cache")
@@ -237,6 +231,9 @@ func TestBootSelectsDriverVersion(t *testing.T) {
 	t.Run("fw_cfg 2.0.0 from the initramfs", func(t *testing.T) {
 		b, con := bootSelect(t, selectBoot{instance: "resources:\n  driver:\n    version: 2.0.0\n    flavor: auto\n"})
 		checkChosen(t, b, con, "2.0.0", instance.SourceFwCfg, "initramfs")
+		// The initramfs index is not marked complete: the decision waited
+		// for the root, and the report says why (TestEarlyDecision's case).
+		checkNotComplete(t, b.rep)
 		// fw_cfg was read through its I/O ports before the first coldplug:
 		// qemu_fw_cfg does not load beside the root's storage modules.
 		if m, ok := moduleResult(b.rep, "qemu_fw_cfg"); ok {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/dkms"
 	"github.com/kpreload/kpreload/builder/rootdisk"
+	"github.com/kpreload/kpreload/kmodcache/store"
 )
 
 // Kernels are the two kernels the boot path is proven on: 6.1 (plain .ko, virtio
@@ -60,15 +61,50 @@ type buildErr struct {
 
 func (e *buildErr) Error() string { return "go build " + e.pkg + ": " + e.err.Error() + "\n" + e.out }
 
+var (
+	kpreloadOnce sync.Once
+	kpreloadDir  string
+	kpreloadErr  error
+)
+
+// kpreloadBinary builds the static kpreload CLI once per test run (as `make
+// build` does), for the tests that build module caches with `kpreload build`.
+func kpreloadBinary(t testing.TB) string {
+	t.Helper()
+	kpreloadOnce.Do(func() {
+		if kpreloadDir, kpreloadErr = os.MkdirTemp("", "kpreload-e2e-cli-"); kpreloadErr != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(kpreloadDir, "kpreload"), "./cmd/kpreload")
+		cmd.Dir = testenv.RepoRoot(t)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			kpreloadErr = &buildErr{pkg: "./cmd/kpreload", out: string(b), err: err}
+		}
+	})
+	if kpreloadErr != nil {
+		t.Fatal(kpreloadErr)
+	}
+	return filepath.Join(kpreloadDir, "kpreload")
+}
+
 var eduBuilds sync.Map // kver+"/"+version -> path
 
-// eduModule builds the project's test driver for kver with the real dkms (once per
-// kernel and version) and returns the path of kpreload_edu.ko.
+// eduModule returns the path of the project's test driver, kpreload_edu.ko,
+// built for kver with the real dkms (once per kernel and version). For
+// kernels[0] at the recipe's own version it is the module of twoVersions'
+// 1.0.0 set (`kpreload build` ran the real dkms for it), not a second dkms
+// build of the same source for the same kernel.
 func eduModule(t testing.TB, kver, version string) string {
 	t.Helper()
 	key := kver + "/" + version
 	if p, ok := eduBuilds.Load(key); ok {
 		return p.(string)
+	}
+	if kver == kernels[0] && version == "" {
+		p := moduleFromCache(t, twoVersions(t, kver), "1.0.0")
+		eduBuilds.Store(key, p)
+		return p
 	}
 	root := testenv.KernelTree(t, kver)
 	src := filepath.Join(testenv.RepoRoot(t), "recipes", "testdriver")
@@ -130,4 +166,45 @@ func rootDisk(t testing.TB, dir, uuid string, extra map[string]string) string {
 		t.Fatalf("root disk: %v", err)
 	}
 	return img
+}
+
+// moduleFromCache copies the one module of version's set in a module cache
+// out under its own file name (kpreload_edu.ko) and returns the copy's path.
+func moduleFromCache(t testing.TB, cache, version string) string {
+	t.Helper()
+	st, err := store.Open(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ents, err := st.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.Version != version {
+			continue
+		}
+		m, err := st.Get(e.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.Modules) != 1 {
+			t.Fatalf("set %s of version %s in %s holds %d modules, want the test driver's one", e.ID, version, cache, len(m.Modules))
+		}
+		b, err := os.ReadFile(st.ObjectPath(m.Modules[0].SHA256))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir, err := os.MkdirTemp(filepath.Dir(cache), "edu-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(dir, filepath.Base(m.Modules[0].File))
+		if err := os.WriteFile(out, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	t.Fatalf("no set of version %s in %s", version, cache)
+	return ""
 }

@@ -28,7 +28,7 @@ func TestProvisionEarlyDrivers(t *testing.T) {
 	p := &Provisioner{}
 	if err := p.Prepare(map[string]interface{}{
 		"kernels": []string{testKernel}, "recipes": []string{"testdriver"}, "recipes_dir": recipesDir,
-		"cache_dir": filepath.Join(t.TempDir(), "cache"), "kpreload_binary": kpreload, "init_binary": initBin,
+		"cache_dir": moduleCache(t), "kpreload_binary": kpreload, "init_binary": initBin,
 		"instance_file": "../../../images/instance-example.yaml", "early_drivers": true,
 		"target_root": target, "remote_staging_directory": filepath.Join(t.TempDir(), "staging"),
 		"kernel_cmdline": "root=UUID=0b0e0f0a-1111-4222-8333-444444444444 rw console=ttyS0",

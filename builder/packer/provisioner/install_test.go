@@ -66,19 +66,11 @@ func (localComm) DownloadDir(string, string, []string) error {
 	return errors.New("localComm: DownloadDir not supported")
 }
 
-// staticBinaries builds the static kpreload CLI and /init the target runs.
+// staticBinaries returns the static kpreload CLI and /init the target runs,
+// built once per test run (sharedbins_test.go).
 func staticBinaries(t *testing.T) (kpreload, initBin string) {
 	t.Helper()
-	dir := t.TempDir()
-	for out, pkg := range map[string]string{"kpreload": "./cmd/kpreload", "kpreload-init": "./initramfs/cmd/init"} {
-		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, out), pkg)
-		cmd.Dir = "../../.."
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, b)
-		}
-	}
-	return filepath.Join(dir, "kpreload"), filepath.Join(dir, "kpreload-init")
+	return staticBinary(t, "kpreload", "./cmd/kpreload"), staticBinary(t, "kpreload-init", "./initramfs/cmd/init")
 }
 
 // TestProvisionInstallsIntoRoot runs the provisioner for real (stage.Stage with
@@ -92,7 +84,7 @@ func TestProvisionInstallsIntoRoot(t *testing.T) {
 	kpreload, initBin := staticBinaries(t)
 	target := kernelTarget(t)
 	staging := filepath.Join(t.TempDir(), "staging")
-	cache := filepath.Join(t.TempDir(), "cache")
+	cache := moduleCache(t)
 
 	p := &Provisioner{}
 	if err := p.Prepare(map[string]interface{}{

@@ -9,7 +9,6 @@ import (
 
 	"github.com/kpreload/kpreload/builder/image"
 	"github.com/kpreload/kpreload/internal/inroot/inroottest"
-	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // TestInstallScriptRootLinksOut runs the real install script (without the
@@ -18,7 +17,7 @@ import (
 // nothing outside the root is created, changed or removed, and the script
 // fails naming the path. A link inside the root is followed there.
 func TestInstallScriptRootLinksOut(t *testing.T) {
-	kpreload := testenv.GoBuildStatic(t, t.TempDir(), "kpreload", "./cmd/kpreload")
+	kpreload := staticBinary(t, "kpreload", "./cmd/kpreload")
 	tree := t.TempDir()
 	for p, s := range map[string]string{
 		image.ImageKpreload: "", "etc/kpreload/instance.yaml": "instance\n", image.ImagePostinstHook: "#!/bin/sh\n",
