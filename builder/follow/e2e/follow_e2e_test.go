@@ -162,6 +162,7 @@ func TestFollowE2E(t *testing.T) {
 	}
 	disk := m.Files[0].Path
 	cycleCache := t.TempDir()
+	downloads := testenv.DownloadCache(t)
 	forwards := []string{guestForward(t, guestArchive, archiveAddr), guestForward(t, guestRegistry, reg.Addr)}
 	boot := func(n int, kernel string, snapshot bool, until *regexp.Regexp, at func(ctx context.Context, console string) error, wants, nots []string) {
 		t.Helper()
@@ -213,7 +214,7 @@ func TestFollowE2E(t *testing.T) {
 	// 1. The archive publishes A; the cycle pushes its cell; the VM installs A.
 	progress("archive publishes " + kernelA)
 	publishedA := archive.IncludeDeb(suite, debA)
-	runCycle(ctx, t, kpreload, recipes, cycleCache, reg.Addr, key, kernelA)
+	runCycle(ctx, t, kpreload, recipes, cycleCache, downloads, reg.Addr, key, kernelA)
 	toCell := time.Since(publishedA)
 	boot(1, oldKernel, false, stepDone, nil, []string{
 		"kpreload-test: apt-get install " + kernelA + " ok",
@@ -230,7 +231,7 @@ func TestFollowE2E(t *testing.T) {
 	boot(2, kernelA, false, stepWaiting, func(ctx context.Context, console string) error {
 		toVM = time.Since(publishedA) // the driver was bound before the step ran
 		// The cycle only once the VM has installed B (and waits for its cells).
-		runCycle(ctx, t, kpreload, recipes, cycleCache, reg.Addr, key, kernelB)
+		runCycle(ctx, t, kpreload, recipes, cycleCache, downloads, reg.Addr, key, kernelB)
 		return waitConsole(ctx, console, stepDone)
 	}, []string{
 		"kpreload-test: apt-get install " + kernelB + " ok",

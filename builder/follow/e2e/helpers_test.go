@@ -80,13 +80,15 @@ func kernelDeb(t *testing.T, kernel string) string {
 // `kpreload follow`: the test driver's cell built by the real dkms and pushed,
 // signed with key, to the registry. It returns when the cell is in the
 // registry, and fails unless the cycle says so with exit status 2 ("new
-// cells") and a table row for kernel marked new.
-func runCycle(ctx context.Context, t *testing.T, kpreload, recipes, cache, registry, key, kernel string) {
+// cells") and a table row for kernel marked new. downloads is the cycle's
+// download cache (testenv.DownloadCache: the machine's kernels and bookworm
+// lists, which a cycle does not refresh, so the test pays no apt-get update).
+func runCycle(ctx context.Context, t *testing.T, kpreload, recipes, cache, downloads, registry, key, kernel string) {
 	t.Helper()
 	start := time.Now()
 	cmd := exec.CommandContext(ctx, kpreload, "follow", "testdriver:"+kernel, "--recipes", recipes, "--cache", cache,
 		"--remote", "oci://"+registry+"/cells", "--plain-http", "--sign", key, "--wait", "--json")
-	cmd.Env = append(os.Environ(), "KPRELOAD_CACHE="+testenv.CacheRoot(), "DOCKER_CONFIG="+t.TempDir())
+	cmd.Env = append(os.Environ(), "KPRELOAD_CACHE="+downloads, "DOCKER_CONFIG="+t.TempDir())
 	out, err := cmd.Output()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
