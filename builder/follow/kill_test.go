@@ -33,6 +33,7 @@ func TestCycleKilled(t *testing.T) {
 	if os.Getenv("FOLLOW_KILLED_DIR") != "" {
 		return
 	}
+	testenv.KernelTree(t, testKernel) // the helper's cycle needs it; not in -short
 	reg := testenvRegistry(t)
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCycleKilledHelper$", "-test.count=1")
