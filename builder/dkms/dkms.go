@@ -43,12 +43,10 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -138,6 +136,9 @@ type BuildResult struct {
 type DKMS struct {
 	// Path is the dkms program; "" means DefaultPath.
 	Path string
+	// Runner runs dkms in its sandbox and the tools Build checks first
+	// (dkms --version, the compiler); nil means runner.Default.
+	Runner runner.Runner
 }
 
 // New returns the real dkms driver, running DefaultPath.
@@ -164,29 +165,21 @@ func (d *DKMS) Build(ctx context.Context, req BuildRequest) (*BuildResult, error
 	if req.Root != nil {
 		root = req.Root.Dir
 	}
-	cmd := sandboxCommand(ctx, root, p.mounts, p.dkms, p.args...)
-	cmd.Dir = req.WorkDir
-	cmd.Env = p.env
-	cmd.Stdout = out
-	cmd.Stderr = out
-	// dkms runs make in the background and make runs the compilers: put them
-	// all in one process group and kill the group on cancellation.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return killGroup(cmd.Process.Pid) }
-	cmd.WaitDelay = 5 * time.Second
+	// dkms runs make in the background and make runs the compilers: the
+	// runner puts them all in one process group, kills the group on
+	// cancellation and leaves nothing of it behind once dkms ends.
+	c := sandboxCmd(root, p.mounts, p.dkms, p.args...)
+	c.Dir, c.Env, c.OnlyEnv = req.WorkDir, p.env, true
+	c.Log, c.Combined = out, true
 
 	start := time.Now()
-	runErr := cmd.Run()
+	_, runErr := d.runner().Run(ctx, c)
 	duration := time.Since(start)
-	if cmd.Process != nil {
-		// Leave nothing behind, whatever happened (ESRCH when all is gone).
-		_ = killGroup(cmd.Process.Pid)
-	}
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return nil, fmt.Errorf("dkms build of %s/%s for kernel %s: %w", p.name, p.version, req.Kernel, ctxErr)
 	}
 	if runErr != nil {
-		var exitErr *exec.ExitError
+		var exitErr exitCoder
 		if !errors.As(runErr, &exitErr) {
 			return nil, fmt.Errorf("dkms build of %s/%s for kernel %s: %w", p.name, p.version, req.Kernel, runErr)
 		}
@@ -221,6 +214,15 @@ func (d *DKMS) Build(ctx context.Context, req BuildRequest) (*BuildResult, error
 	}, nil
 }
 
+// runner is d.Runner, or runner.Default.
+func (d *DKMS) runner() runner.Runner { return runner.Or(d.Runner) }
+
+// exitCoder is how a program that ran ended (an *exec.ExitError).
+type exitCoder interface {
+	error
+	ExitCode() int
+}
+
 // Version returns "dkms --version" of the dkms Build runs on the host (root
 // nil), or in root prefixed with its suite.
 func (d *DKMS) Version(ctx context.Context, root *buildroot.Root) (string, error) {
@@ -233,7 +235,7 @@ func (d *DKMS) Version(ctx context.Context, root *buildroot.Root) (string, error
 	if root != nil {
 		out, err = root.Output(ctx, path, "--version")
 	} else {
-		out, err = runner.Default.Run(ctx, runner.Cmd{Name: path, Args: []string{"--version"}})
+		out, err = d.runner().Run(ctx, runner.Cmd{Name: path, Args: []string{"--version"}})
 	}
 	if err != nil {
 		return "", fmt.Errorf("%s --version (is dkms installed? run scripts/deps.sh): %w", path, err)
@@ -304,14 +306,14 @@ func (d *DKMS) prepare(req BuildRequest) (*plan, error) {
 			return nil, fmt.Errorf("dkms build: the %s build root %s lacks pahole, which kernel %s needs for BTF", req.Root.Suite, req.Root.Dir, req.Kernel)
 		}
 	} else {
-		if err := checkDKMSVersion(p.dkms); err != nil {
+		if err := checkDKMSVersion(d.runner(), p.dkms); err != nil {
 			return nil, err
 		}
-		if _, err := exec.LookPath("make"); err != nil {
+		if _, err := d.runner().LookPath("make"); err != nil {
 			return nil, fmt.Errorf("dkms build: make is not installed (run scripts/deps.sh): %w", err)
 		}
 		if p.headers.BTFModules {
-			if _, err := exec.LookPath("pahole"); err != nil {
+			if _, err := d.runner().LookPath("pahole"); err != nil {
 				return nil, fmt.Errorf("dkms build: kernel %s generates BTF for modules, which needs pahole (Debian package dwarves; run scripts/deps.sh): %w", req.Kernel, err)
 			}
 		}
@@ -328,7 +330,7 @@ func (d *DKMS) prepare(req BuildRequest) (*plan, error) {
 			}
 			first, _, _ := bytes.Cut(out, []byte("\n"))
 			p.ccVersion = strings.TrimSpace(string(first))
-		} else if p.ccVersion, err = compilerVersion(p.cc, p.headers.CCVersionText); err != nil {
+		} else if p.ccVersion, err = compilerVersion(d.runner(), p.cc, p.headers.CCVersionText); err != nil {
 			return nil, fmt.Errorf("dkms build: %w", err)
 		}
 		if !sameCompiler(p.ccVersion, p.headers.CCVersionText) {
@@ -396,7 +398,7 @@ func (d *DKMS) prepare(req BuildRequest) (*plan, error) {
 		}
 	}
 	p.dkmsLog = filepath.Join(req.WorkDir, "dkms.log")
-	if p.mounts, err = sandboxMounts(root, req.WorkDir, p.kernelRoot); err != nil {
+	if p.mounts, err = sandboxMounts(d.runner(), root, req.WorkDir, p.kernelRoot); err != nil {
 		return nil, fmt.Errorf("dkms build: %w", err)
 	}
 
@@ -415,7 +417,7 @@ func (d *DKMS) prepare(req BuildRequest) (*plan, error) {
 }
 
 // buildError describes a failed dkms run from its logs.
-func (p *plan) buildError(kernel string, exitErr *exec.ExitError) *BuildError {
+func (p *plan) buildError(kernel string, exitErr exitCoder) *BuildError {
 	e := &BuildError{
 		Name:        p.name,
 		Version:     p.version,
@@ -443,8 +445,8 @@ func (p *plan) buildError(kernel string, exitErr *exec.ExitError) *BuildError {
 }
 
 // checkDKMSVersion makes sure path is dkms 3, whose options Build relies on.
-func checkDKMSVersion(path string) error {
-	out, err := runner.Default.Run(context.Background(), runner.Cmd{Name: path, Args: []string{"--version"}})
+func checkDKMSVersion(r runner.Runner, path string) error {
+	out, err := r.Run(context.Background(), runner.Cmd{Name: path, Args: []string{"--version"}})
 	if err != nil {
 		return fmt.Errorf("dkms build: %s --version (is dkms installed? run scripts/deps.sh): %w", path, err)
 	}
@@ -456,11 +458,11 @@ func checkDKMSVersion(path string) error {
 }
 
 // compilerVersion returns the first line of "cc --version".
-func compilerVersion(cc, kernelText string) (string, error) {
-	if _, err := exec.LookPath(cc); err != nil {
+func compilerVersion(r runner.Runner, cc, kernelText string) (string, error) {
+	if _, err := r.LookPath(cc); err != nil {
 		return "", fmt.Errorf("compiler %s not found (kernel built with %q; install Debian package %s, see scripts/deps.sh): %w", cc, kernelText, compilerPackage(cc), err)
 	}
-	out, err := runner.Default.Run(context.Background(), runner.Cmd{Name: cc, Args: []string{"--version"}})
+	out, err := r.Run(context.Background(), runner.Cmd{Name: cc, Args: []string{"--version"}})
 	if err != nil {
 		return "", fmt.Errorf("%s --version: %w", cc, err)
 	}
@@ -484,17 +486,6 @@ func sameCompiler(version, kernelText string) bool {
 	_, a, _ := strings.Cut(version, " ")
 	_, b, _ := strings.Cut(kernelText, " ")
 	return a == b
-}
-
-// killGroup kills the process group led by pid.
-func killGroup(pid int) error {
-	if pid <= 0 {
-		return nil
-	}
-	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("kill dkms process group %d: %w", pid, err)
-	}
-	return nil
 }
 
 // CopyModules copies the built modules of res into dir (created if needed),

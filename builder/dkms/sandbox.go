@@ -1,12 +1,12 @@
 package dkms
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/kpreload/kpreload/builder/internal/runner"
 )
 
 // The sandbox: every dkms run happens in a private mount namespace
@@ -93,8 +93,8 @@ type mount struct{ kind, src, dst string }
 // since the fixed paths live there. The host's /tmp stays as it is (a
 // compiler wrapper may live there); a build root's gets a fresh tmpfs, so
 // nothing is written into the build root.
-func sandboxMounts(root, work, kernel string) ([]mount, error) {
-	if _, err := exec.LookPath("unshare"); err != nil {
+func sandboxMounts(r runner.Runner, root, work, kernel string) ([]mount, error) {
+	if _, err := r.LookPath("unshare"); err != nil {
 		return nil, fmt.Errorf("unshare (util-linux) is not installed: %w", err)
 	}
 	at := func(p string) string { return filepath.Join(root, p) }
@@ -141,15 +141,15 @@ func layoutSandbox(work string) error {
 	return os.WriteFile(filepath.Join(work, "etc", "framework.conf"), []byte(frameworkConf), 0o644)
 }
 
-// sandboxCommand returns the command that runs name with args in a sandbox
+// sandboxCmd returns the command that runs name with args in a sandbox
 // with mounts ms, chrooted in root unless it is "/".
-func sandboxCommand(ctx context.Context, root string, ms []mount, name string, args ...string) *exec.Cmd {
+func sandboxCmd(root string, ms []mount, name string, args ...string) runner.Cmd {
 	a := []string{"--mount", "--propagation", "private", "--", "/bin/sh", "-c", sandboxScript, "kpreload-dkms", root}
 	for _, m := range ms {
 		a = append(a, m.kind, m.src, m.dst)
 	}
 	a = append(a, "--", name)
-	return exec.CommandContext(ctx, "unshare", append(a, args...)...)
+	return runner.Cmd{Name: "unshare", Args: append(a, args...)}
 }
 
 // sandboxEnv is the whole environment of a build: nothing of the caller's

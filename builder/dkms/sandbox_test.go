@@ -74,7 +74,7 @@ func TestSandboxMounts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ms, err := sandboxMounts(root, "/w", "/k")
+	ms, err := sandboxMounts(&fakeRunner{}, root, "/w", "/k")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestSandboxMounts(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(root, "var/lib/dkms")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sandboxMounts(root, "/w", "/k"); err == nil || !strings.Contains(err.Error(), "/var/lib/dkms") {
+	if _, err := sandboxMounts(&fakeRunner{}, root, "/w", "/k"); err == nil || !strings.Contains(err.Error(), "/var/lib/dkms") {
 		t.Errorf("sandboxMounts without /var/lib/dkms: err = %v, want one naming /var/lib/dkms", err)
 	}
 }

@@ -94,9 +94,7 @@ func setup(t *testing.T, url string, published time.Time) (Options, *fakeDKMS) {
 // setupIn is setup with its source, caches and state under dir.
 func setupIn(t *testing.T, dir, url string, published time.Time) (Options, *fakeDKMS) {
 	t.Helper()
-	if _, err := os.Stat(filepath.Join(downloads(), "kernels", testKernel)); err != nil {
-		t.Fatalf("kernel %s is not unpacked (scripts/kernels.sh): %v", testKernel, err)
-	}
+	testenv.KernelTree(t, testKernel) // its dummy module is what fakeDKMS builds; not in -short
 	src := filepath.Join(dir, "src")
 	if err := os.MkdirAll(src, 0o755); err != nil {
 		t.Fatal(err)

@@ -33,6 +33,7 @@ func TestCycleKilled(t *testing.T) {
 	if os.Getenv("FOLLOW_KILLED_DIR") != "" {
 		return
 	}
+	testenv.KernelTree(t, testKernel) // the helper's cycle needs it; not in -short
 	reg := testenvRegistry(t)
 	dir := t.TempDir()
 	// The helper's own t.TempDir directories (and any other temporary file

@@ -11,12 +11,12 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kpreload/kpreload/builder/internal/runner"
 	"github.com/kpreload/kpreload/internal/fileutil"
 )
 
@@ -52,6 +52,8 @@ type Options struct {
 	// Extra maps a destination directory inside the image to a host directory whose
 	// contents are copied there, e.g. "/var/lib/kpreload/cache" -> a module cache.
 	Extra map[string]string
+	// Runner runs mkfs, debugfs and xfs_db; nil means runner.Default.
+	Runner runner.Runner
 }
 
 // skeleton lists the directories every image has (mount points and the like).
@@ -85,8 +87,8 @@ func Build(ctx context.Context, o Options) error {
 	if len(label) > fsys.maxLabel {
 		return fmt.Errorf("rootdisk: label %q has %d characters; %s labels hold at most %d", label, len(label), fsys.name, fsys.maxLabel)
 	}
-	mkfs, err := exec.LookPath(fsys.mkfs)
-	if err != nil {
+	r := runner.Or(o.Runner)
+	if _, err := r.LookPath(fsys.mkfs); err != nil {
 		return fmt.Errorf("rootdisk: %s not found (install %s: scripts/deps.sh): %w", fsys.mkfs, fsys.pkg, err)
 	}
 	stage, err := os.MkdirTemp("", "kpreload-rootdisk-")
@@ -113,29 +115,26 @@ func Build(ctx context.Context, o Options) error {
 	}
 	switch fsys.name {
 	case FSXFS:
-		return buildXFS(ctx, mkfs, stage, o.Out, size, o.UUID, label)
+		return buildXFS(ctx, r, stage, o.Out, size, o.UUID, label)
 	case FSBtrfs:
-		return buildBtrfs(ctx, mkfs, stage, o.Out, size, o.UUID, label)
+		return buildBtrfs(ctx, r, stage, o.Out, size, o.UUID, label)
 	}
-	args := MkfsArgs(stage, o.Out, size, o.UUID, label)
-	cmd := exec.CommandContext(ctx, mkfs, args...)
 	// Fixed timestamps and hash seed make the image depend only on its inputs.
-	cmd.Env = append(cmd.Environ(), fmt.Sprintf("E2FSPROGS_FAKE_TIME=%d", int64(fixedTime/1e9)))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("rootdisk: mkfs.ext4 %s: %w\n%s", strings.Join(args, " "), err, out)
+	c := runner.Cmd{Name: fsys.mkfs, Args: MkfsArgs(stage, o.Out, size, o.UUID, label), Env: []string{fakeTimeEnv}, Combined: true}
+	if _, err := r.Run(ctx, c); err != nil {
+		return fmt.Errorf("rootdisk: %w", err)
 	}
-	if err := pinInodeTimes(ctx, stage, o.Out); err != nil {
-		return err
-	}
-	return nil
+	return pinInodeTimes(ctx, r, stage, o.Out)
 }
+
+// fakeTimeEnv makes e2fsprogs stamp fixedTime wherever it would stamp the time.
+var fakeTimeEnv = fmt.Sprintf("E2FSPROGS_FAKE_TIME=%d", int64(fixedTime/1e9))
 
 // pinInodeTimes sets the ctime and atime of every inode mkfs.ext4 copied from the stage
 // to fixedTime with debugfs: mkfs copies them from the stage, where ctime cannot be set
 // and reading the files moves atime. Names debugfs cannot quote are left alone.
-func pinInodeTimes(ctx context.Context, stage, img string) error {
-	debugfs, err := exec.LookPath("debugfs")
-	if err != nil {
+func pinInodeTimes(ctx context.Context, r runner.Runner, stage, img string) error {
+	if _, err := r.LookPath("debugfs"); err != nil {
 		return fmt.Errorf("rootdisk: debugfs not found (install e2fsprogs: scripts/deps.sh): %w", err)
 	}
 	var script strings.Builder
@@ -144,7 +143,7 @@ func pinInodeTimes(ctx context.Context, stage, img string) error {
 		fmt.Fprintf(&script, "sif \"%s\" ctime %s\nsif \"%s\" atime %s\n", name, at, name, at)
 	}
 	pin("/lost+found")
-	err = filepath.WalkDir(stage, func(p string, _ fs.DirEntry, err error) error {
+	err := filepath.WalkDir(stage, func(p string, _ fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -162,11 +161,9 @@ func pinInodeTimes(ctx context.Context, stage, img string) error {
 	if err != nil {
 		return fmt.Errorf("rootdisk: list staged files: %w", err)
 	}
-	cmd := exec.CommandContext(ctx, debugfs, "-w", "-f", "-", img)
-	cmd.Stdin = strings.NewReader(script.String())
-	cmd.Env = append(cmd.Environ(), fmt.Sprintf("E2FSPROGS_FAKE_TIME=%d", int64(fixedTime/1e9)))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("rootdisk: debugfs -w %s (pin inode times): %w\n%s", img, err, out)
+	c := runner.Cmd{Name: "debugfs", Args: []string{"-w", "-f", "-", img}, Stdin: strings.NewReader(script.String()), Env: []string{fakeTimeEnv}, Combined: true}
+	if _, err := r.Run(ctx, c); err != nil {
+		return fmt.Errorf("rootdisk: pin inode times: %w", err)
 	}
 	return nil
 }

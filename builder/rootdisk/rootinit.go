@@ -6,10 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+
+	"github.com/kpreload/kpreload/builder/internal/runner"
 )
 
 // ModulePath is the Go module path of kpreload, used to recognise its source tree.
@@ -32,11 +33,16 @@ func BuildRootInit(ctx context.Context, outPath string) error {
 // BuildRootInitFrom is BuildRootInit from the source tree src (commands pass
 // $KPRELOAD_SRC; "" finds it as ModuleRoot does).
 func BuildRootInitFrom(ctx context.Context, src, outPath string) error {
+	return buildRootInit(ctx, runner.Default, src, outPath)
+}
+
+// buildRootInit is BuildRootInitFrom with the go tool run by r.
+func buildRootInit(ctx context.Context, r runner.Runner, src, outPath string) error {
 	root, err := ModuleRoot(src)
 	if err != nil {
 		return err
 	}
-	goBin, err := exec.LookPath("go")
+	goBin, err := r.LookPath("go")
 	if err != nil {
 		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
 		if _, statErr := os.Stat(goBin); statErr != nil {
@@ -47,11 +53,10 @@ func BuildRootInitFrom(ctx context.Context, src, outPath string) error {
 	if err != nil {
 		return fmt.Errorf("rootdisk: output path: %w", err)
 	}
-	cmd := exec.CommandContext(ctx, goBin, "build", "-trimpath", "-ldflags=-s -w", "-o", abs, RootInitPackage)
-	cmd.Dir = root
-	cmd.Env = append(cmd.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("rootdisk: go build %s in %s: %w\n%s", RootInitPackage, root, err, out)
+	c := runner.Cmd{Name: goBin, Args: []string{"build", "-trimpath", "-ldflags=-s -w", "-o", abs, RootInitPackage},
+		Dir: root, Env: []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64"}, Combined: true}
+	if _, err := r.Run(ctx, c); err != nil {
+		return fmt.Errorf("rootdisk: build %s in %s: %w", RootInitPackage, root, err)
 	}
 	return nil
 }

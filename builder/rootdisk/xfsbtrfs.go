@@ -6,18 +6,19 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"unicode"
+
+	"github.com/kpreload/kpreload/builder/internal/runner"
 )
 
 // buildXFS writes an xfs image of sizeMB MiB at out from the stage with
 // mkfs.xfs -p (a prototype file describing the tree: XFSProto), then gives
 // the directories that have one their sticky bit, which prototype files
 // cannot express, with xfs_db.
-func buildXFS(ctx context.Context, mkfs, stage, out string, sizeMB int, uuid, label string) error {
+func buildXFS(ctx context.Context, r runner.Runner, stage, out string, sizeMB int, uuid, label string) error {
 	proto, sticky, err := XFSProto(stage)
 	if err != nil {
 		return err
@@ -30,15 +31,13 @@ func buildXFS(ctx context.Context, mkfs, stage, out string, sizeMB int, uuid, la
 	if err := sparseFile(out, sizeMB); err != nil {
 		return err
 	}
-	args := MkfsXFSArgs(protoFile, out, uuid, label)
-	if b, err := exec.CommandContext(ctx, mkfs, args...).CombinedOutput(); err != nil {
-		return fmt.Errorf("rootdisk: mkfs.xfs %s: %w\n%s", strings.Join(args, " "), err, b)
+	if _, err := r.Run(ctx, runner.Cmd{Name: "mkfs.xfs", Args: MkfsXFSArgs(protoFile, out, uuid, label), Combined: true}); err != nil {
+		return fmt.Errorf("rootdisk: %w", err)
 	}
 	if len(sticky) == 0 {
 		return nil
 	}
-	xfsDB, err := exec.LookPath("xfs_db")
-	if err != nil {
+	if _, err := r.LookPath("xfs_db"); err != nil {
 		return fmt.Errorf("rootdisk: xfs_db not found (install xfsprogs: scripts/deps.sh): %w", err)
 	}
 	dbArgs := []string{"-x"}
@@ -46,8 +45,8 @@ func buildXFS(ctx context.Context, mkfs, stage, out string, sizeMB int, uuid, la
 		dbArgs = append(dbArgs, "-c", "path "+s.path, "-c", fmt.Sprintf("write core.mode 0%o", s.mode))
 	}
 	dbArgs = append(dbArgs, out)
-	if b, err := exec.CommandContext(ctx, xfsDB, dbArgs...).CombinedOutput(); err != nil {
-		return fmt.Errorf("rootdisk: xfs_db %s (sticky bits): %w\n%s", strings.Join(dbArgs, " "), err, b)
+	if _, err := r.Run(ctx, runner.Cmd{Name: "xfs_db", Args: dbArgs, Combined: true}); err != nil {
+		return fmt.Errorf("rootdisk: sticky bits: %w", err)
 	}
 	return nil
 }
@@ -64,13 +63,12 @@ func MkfsXFSArgs(proto, out, uuid, label string) []string {
 
 // buildBtrfs writes a btrfs image of sizeMB MiB at out from the stage with
 // mkfs.btrfs --rootdir.
-func buildBtrfs(ctx context.Context, mkfs, stage, out string, sizeMB int, uuid, label string) error {
+func buildBtrfs(ctx context.Context, r runner.Runner, stage, out string, sizeMB int, uuid, label string) error {
 	if err := sparseFile(out, sizeMB); err != nil {
 		return err
 	}
-	args := MkfsBtrfsArgs(stage, out, uuid, label)
-	if b, err := exec.CommandContext(ctx, mkfs, args...).CombinedOutput(); err != nil {
-		return fmt.Errorf("rootdisk: mkfs.btrfs %s: %w\n%s", strings.Join(args, " "), err, b)
+	if _, err := r.Run(ctx, runner.Cmd{Name: "mkfs.btrfs", Args: MkfsBtrfsArgs(stage, out, uuid, label), Combined: true}); err != nil {
+		return fmt.Errorf("rootdisk: %w", err)
 	}
 	return nil
 }

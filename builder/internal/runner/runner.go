@@ -33,6 +33,8 @@ type Cmd struct {
 	Args []string
 	// Env is added to the environment the program inherits.
 	Env []string
+	// OnlyEnv makes Env the program's whole environment: it inherits none.
+	OnlyEnv bool
 	// Dir is its working directory ("": the current one).
 	Dir string
 	// Stdin is its standard input (nil: none).
@@ -97,7 +99,10 @@ type Exec struct{}
 // Run implements Runner.
 func (Exec) Run(ctx context.Context, c Cmd) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, c.Name, c.Args...)
-	if c.Env != nil {
+	switch {
+	case c.OnlyEnv:
+		cmd.Env = append([]string{}, c.Env...) // non-nil: nothing inherited
+	case c.Env != nil:
 		cmd.Env = append(cmd.Environ(), c.Env...)
 	}
 	cmd.Dir, cmd.Stdin = c.Dir, c.Stdin
@@ -105,6 +110,9 @@ func (Exec) Run(ctx context.Context, c Cmd) ([]byte, error) {
 	// kills the whole group: apt's methods, make's compilers and
 	// mmdebstrap's helpers too, which would otherwise hold the output pipe
 	// open and keep Run waiting. WaitDelay bounds the wait for the pipes.
+	// Whatever of the group outlives the program (a background job of a
+	// script that failed) is killed when it ends too: nothing a program
+	// started runs on after Run returns.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = WaitDelay
@@ -114,7 +122,11 @@ func (Exec) Run(ctx context.Context, c Cmd) ([]byte, error) {
 	if c.Combined {
 		cmd.Stderr = cmd.Stdout // the same writer: one goroutine writes at a time
 	}
-	if err := cmd.Run(); err != nil {
+	err := cmd.Run()
+	if cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // ESRCH when none is left
+	}
+	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, fmt.Errorf("%s: %w", c.Name, cerr)
 		}

@@ -106,3 +106,54 @@ func TestExecRunCancelledGrandchild(t *testing.T) {
 		t.Errorf("the grandchild still runs (pids %s): the process group was not killed", strings.TrimSpace(string(out)))
 	}
 }
+
+// TestExecRunOnlyEnv: with OnlyEnv the program sees Env and nothing of the
+// caller's environment.
+func TestExecRunOnlyEnv(t *testing.T) {
+	t.Setenv("KPRELOAD_RUNNER_LEAK", "1")
+	for _, tt := range []struct {
+		name    string
+		onlyEnv bool
+		want    string
+	}{
+		{"inherited", false, "KPRELOAD_RUNNER_LEAK=1\nX=1\n"},
+		{"only Env", true, "X=1\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Cmd{Name: "/usr/bin/env", Env: []string{"X=1"}, OnlyEnv: tt.onlyEnv}
+			out, err := Exec{}.Run(context.Background(), c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, l := range strings.Split(string(out), "\n") {
+				if strings.HasPrefix(l, "X=") || strings.HasPrefix(l, "KPRELOAD_RUNNER_LEAK=") {
+					got = append(got, l)
+				}
+			}
+			if g := strings.Join(got, "\n") + "\n"; g != tt.want {
+				t.Errorf("environment = %q, want %q", g, tt.want)
+			}
+		})
+	}
+}
+
+// TestExecRunKillsLeftovers: a program's background job that outlives it
+// (and does not hold its output open) is killed when the program ends.
+func TestExecRunKillsLeftovers(t *testing.T) {
+	c := Cmd{Name: "sh", Args: []string{"-c", "sleep 298 >/dev/null 2>&1 & exit 1"}}
+	if _, err := (Exec{}).Run(context.Background(), c); err == nil {
+		t.Fatal("Run of a failing script: no error")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		out, _ := exec.Command("pgrep", "-f", "^sleep 298$").Output()
+		if len(out) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the background job still runs (pids %s): the process group was not killed", strings.TrimSpace(string(out)))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
