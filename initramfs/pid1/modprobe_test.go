@@ -176,8 +176,10 @@ func TestModprobeDeadline(t *testing.T) {
 	modprobeDeadline = 300 * time.Millisecond
 	f := newFixture(t, "")
 	f.writeIndexes()
+	// Never released: a released load would go on writing into the fixture's
+	// sys/module while the test's temporary directory is being removed. The
+	// blocked goroutine ends with the test binary.
 	stuck := stuckKernel{Kernel: f.kern, release: make(chan struct{})}
-	defer close(stuck.release)
 	o := f.options()
 	o.Kernel = stuck
 	f.write("dev/kmsg", "")
