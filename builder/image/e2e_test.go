@@ -317,7 +317,10 @@ func checkImageBoot(t *testing.T, res *qemu.Result, kernel, cmdline string) {
 	}
 	// The readiness target (WantedBy=multi-user.target, so ordered before it):
 	// the units from rootfiles are enabled and /run/kpreload/ready was there.
-	if !driversReady.Match(console) {
+	// systemd's status lines end on the console once the serial getty starts
+	// (it hangs the line up); where the target comes later, a guest check
+	// says it through the kernel log instead (podmanScript).
+	if !driversReady.Match(console) && !strings.Contains(string(console), "E2E: drivers target active") {
 		t.Errorf("console lacks systemd reaching kpreload-drivers.target (%s)", res.Console)
 	}
 }

@@ -53,6 +53,7 @@ container second
 T=$(systemctl get-default)
 for i in $(seq 120); do systemctl is-active -q $T && break; sleep 1; done
 say "default target $(systemctl is-active $T)"
+say "drivers target $(systemctl is-active kpreload-drivers.target)"
 say "end"
 `
 
@@ -91,6 +92,7 @@ func checkPodmanLines(t *testing.T, lines, first, second string) {
 		"second device /dev/kpreload-edu0: kpreload-edu " + second + " id 0x010000ed",
 		"second rc=0",
 		"default target active",
+		"drivers target active",
 	} {
 		if !strings.Contains(lines, want) {
 			t.Errorf("the in-VM podman CDI check lacks %q", want)
