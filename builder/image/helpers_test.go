@@ -24,7 +24,7 @@ var (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	for _, d := range []string{binDir, bothDir} {
+	for _, d := range []string{binDir, bothDir, ciDir} {
 		if d != "" {
 			os.RemoveAll(d)
 		}

@@ -13,16 +13,20 @@ import (
 	"github.com/kpreload/kpreload/builder/install"
 )
 
-// TestKernelInstallPlugin: in a root made like a kpreload image (mmdebstrap,
-// the kernel package, kpreload staged, systemd-boot's ESP), a kernel handed to
-// systemd's real kernel-install (Debian's systemd-boot package does that, as do
-// dracut and ukify users) gets its kpreload initramfs and boot entry from
-// kpreload's kernel-install plugin, after kernel-install's own entry, and stays
-// the default. kernel-install runs in the root (chroot, with its own /proc).
+// TestKernelInstallPlugin: in a root made like a kpreload image (the shared
+// image's mmdebstrap root, ciRootfsOptions, with the kernel package, kpreload
+// staged, systemd-boot's ESP), a kernel handed to systemd's real
+// kernel-install (Debian's systemd-boot package does that, as do dracut and
+// ukify users) gets its kpreload initramfs and boot entry from kpreload's
+// kernel-install plugin, after kernel-install's own entry, and stays the
+// default. kernel-install runs in the root (chroot, with its own /proc).
 func TestKernelInstallPlugin(t *testing.T) {
 	ctx, kpreload, initBin, progress := e2eStart(t, "mmdebstrap (or the day's rootfs tarball) and a chroot", 20*time.Minute)
 	cache, recipes := testCache(t)
-	o := Options{Name: "ki", Kernels: []string{testKernel}, Recipes: recipes, CacheDir: cache}.withDefaults()
+	// The shared image's root (ciRootfsOptions): one mmdebstrap tarball a day for both.
+	o := ciRootfsOptions()
+	o.Name, o.Recipes, o.CacheDir = "ki", recipes, cache
+	o = o.withDefaults()
 	work := t.TempDir()
 	tarball, _, err := rootfsTarball(ctx, DefaultTools(), rootfsSpec(o, time.Now().UTC().Format("2006-01-02")), o.RootfsCacheDir, work, progress)
 	if err != nil {

@@ -8,13 +8,18 @@ import (
 	"github.com/kpreload/kpreload/builder/qemu"
 )
 
-// podmanScript runs inside the booted image once kpreload-drivers.target is
-// reached (the test driver active, its CDI spec written by kpreload-cdi), and
-// prints every finding on the console behind "E2E: ", through the kernel log
-// (/dev/kmsg, unthrottled): a write to /dev/ttyS0 dies once the serial getty
-// starts and hangs the line up. The container root is a
-// tarball of the VM's own loader, libc, sh and cat, imported offline: the
-// driver's library and program come from the CDI spec, nothing else.
+// podmanScriptPath is where the shared image (ciImage) carries podmanScript.
+const podmanScriptPath = "/usr/local/sbin/kpreload-podman-e2e"
+
+// podmanScript runs inside the booted image, from the first cloud-init
+// instance's user-data (runcmd: cloud-final, after multi-user.target, so the
+// test driver is active and its CDI spec written by kpreload-cdi), with the
+// version to switch to as its argument, and prints every finding on the
+// console behind "E2E: ", through the kernel log (/dev/kmsg, unthrottled): a
+// write to /dev/ttyS0 dies once the serial getty starts and hangs the line
+// up. The container root is a tarball of the VM's own loader, libc, sh and
+// cat, imported offline: the driver's library and program come from the CDI
+// spec, nothing else.
 const podmanScript = `#!/bin/sh
 echo on >/proc/sys/kernel/printk_devkmsg
 exec >/dev/kmsg 2>&1
@@ -40,7 +45,7 @@ container() {
 	echo "$out" | while IFS= read -r l; do echo "E2E: $1 $l"; done
 }
 container first
-if kpreload switch 2.0.0 >/tmp/switch.log 2>&1; then say "switch ok"; else say "switch failed: $(tail -5 /tmp/switch.log)"; fi
+if kpreload switch "$1" >/tmp/switch.log 2>&1; then say "switch ok"; else say "switch failed: $(tail -5 /tmp/switch.log)"; fi
 say "ready $(tr -d '\n ' </run/kpreload/ready)"
 for n in /dev/kpreload-edu*; do say "node $n $(cat $n)"; done
 say "specs $(ls /var/run/cdi)"
@@ -48,8 +53,8 @@ container second
 T=$(systemctl get-default)
 for i in $(seq 120); do systemctl is-active -q $T && break; sleep 1; done
 say "default target $(systemctl is-active $T)"
+say "drivers target $(systemctl is-active kpreload-drivers.target)"
 say "end"
-systemctl poweroff
 `
 
 // containersConf and storageConf make every podman of the VM (the check's and
@@ -67,42 +72,27 @@ runroot = "/run/containers/storage"
 graphroot = "/var/lib/containers/storage"
 `
 
-// podmanUnit starts the check once the drivers are ready; Type=exec, not
-// oneshot, so that multi-user.target (which orders itself after the units it
-// wants) is reached while the check runs: the same boot proves the image
-// reaches its default target, which the script waits for before "end".
-const podmanUnit = `[Unit]
-Description=kpreload podman CDI end-to-end check
-After=kpreload-drivers.target kpreload-cdi.service
-Wants=kpreload-drivers.target
-
-[Service]
-Type=exec
-ExecStart=/usr/local/sbin/kpreload-podman-e2e
-
-[Install]
-WantedBy=multi-user.target
-`
-
 // checkPodmanLines checks the in-VM podman CDI check's lines (podmanScript's
-// findings, e2eLines of the console) of TestBuildAndBootImage's boot.
-func checkPodmanLines(t *testing.T, lines string) {
+// findings, e2eLines of the console): first is the version active at boot,
+// second the one podmanScript switched to.
+func checkPodmanLines(t *testing.T, lines, first, second string) {
 	t.Helper()
 	t.Logf("podman CDI check:\n%s", lines)
 	for _, want := range []string{
-		`"driver":"kpreload-edu","version":"1.0.0"`,
-		"node /dev/kpreload-edu0 kpreload-edu 1.0.0 id 0x010000ed",
+		`"driver":"kpreload-edu","version":"` + first + `"`,
+		"node /dev/kpreload-edu0 kpreload-edu " + first + " id 0x010000ed",
 		"specs kpreload-edu.yaml",
 		`report cdi "cdi":{"path":"/var/run/cdi/kpreload-edu.yaml","sha256":"`,
-		"first library 1.0.0 (libkpreload_edu.so.1)",
-		"first device /dev/kpreload-edu0: kpreload-edu 1.0.0 id 0x010000ed",
+		"first library " + first + " (libkpreload_edu.so.1)",
+		"first device /dev/kpreload-edu0: kpreload-edu " + first + " id 0x010000ed",
 		"first rc=0",
 		"switch ok",
-		`"driver":"kpreload-edu","version":"2.0.0"`,
-		"second library 2.0.0 (libkpreload_edu.so.1)",
-		"second device /dev/kpreload-edu0: kpreload-edu 2.0.0 id 0x010000ed",
+		`"driver":"kpreload-edu","version":"` + second + `"`,
+		"second library " + second + " (libkpreload_edu.so.1)",
+		"second device /dev/kpreload-edu0: kpreload-edu " + second + " id 0x010000ed",
 		"second rc=0",
 		"default target active",
+		"drivers target active",
 	} {
 		if !strings.Contains(lines, want) {
 			t.Errorf("the in-VM podman CDI check lacks %q", want)

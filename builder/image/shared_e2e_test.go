@@ -1,0 +1,112 @@
+package image
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kpreload/kpreload/builder/qemu"
+	"github.com/kpreload/kpreload/testsupport/testenv"
+)
+
+// The systemd-boot image that TestBuildAndBootImage checks as built and
+// TestCloudInitImage boots is built once per test run (ciImage): one
+// mmdebstrap root, one staging, one disk and its conversions serve both,
+// and the podman CDI check runs in the first cloud-init instance's boot
+// rather than in a boot of its own.
+
+// ciImageSizeMB is the shared image's disk size: room for podman and crun.
+const ciImageSizeMB = 2048
+
+// ciCmdline is the shared image's kernel command line.
+const ciCmdline = "console=ttyS0 panic=-1 kpreload.report=" + qemu.ReportDevice
+
+// ciRootfsOptions are the options that decide the shared image's mmdebstrap
+// root (rootfsSpec): TestKernelInstallPlugin takes the same root, so a run
+// makes (or takes from the day's rootfs cache) one tarball for both.
+func ciRootfsOptions() Options {
+	return Options{Kernels: []string{testKernel}, CloudInit: true, Packages: []string{"podman", "crun"}}
+}
+
+// ciBuild is the shared image: the output directory and what Build returned.
+type ciBuild struct {
+	out  string
+	m    *Manifest
+	took time.Duration
+}
+
+var (
+	ciOnce sync.Once
+	ciDir  string
+	ciImg  ciBuild
+	ciErr  error
+)
+
+// ciImage builds, once per test run, the shared image "ci": both versions of
+// the test driver, each with its userspace built from C; an instance YAML
+// asking for 1.0.0; cloud-init with the clouds' datasources; Debian's podman
+// and crun with the podman CDI check's script and configuration (run by the
+// first cloud-init instance's user-data); written raw, as qcow2, as a
+// streamOptimized VMDK and a fixed VHD.
+func ciImage(t *testing.T) ciBuild {
+	t.Helper()
+	ciOnce.Do(func() {
+		cache, recipes := bothVersionsCache(t)
+		kpreload, initBin := binaries(t)
+		if ciDir, ciErr = os.MkdirTemp("", "kpreload-image-ci-"); ciErr != nil {
+			return
+		}
+		files := filepath.Join(ciDir, "files")
+		tmp := filepath.Join(ciDir, "tmp")
+		out := filepath.Join(ciDir, "out")
+		for _, d := range []string{files, tmp, out} {
+			if ciErr = os.MkdirAll(d, 0o755); ciErr != nil {
+				return
+			}
+		}
+		write := func(name, content string, mode os.FileMode) string {
+			p := filepath.Join(files, name)
+			if err := os.WriteFile(p, []byte(content), mode); err != nil && ciErr == nil {
+				ciErr = err
+			}
+			return p
+		}
+		instance := write("instance.yaml", "# kpreload instance for the image test\nresources:\n  driver:\n    version: \"1.0.0\"\n", 0o644)
+		o := ciRootfsOptions()
+		o.Name, o.OutDir, o.Recipes, o.CacheDir = "ci", out, recipes, cache
+		o.BuildMissing, o.Instance, o.SizeMB, o.ESPSizeMB = true, instance, ciImageSizeMB, 128
+		o.Formats = []string{FormatRaw, FormatQCOW2, FormatVMDK, FormatVHD}
+		o.Files = map[string]string{
+			podmanScriptPath:                  write("script", podmanScript, 0o755),
+			"/etc/containers/containers.conf": write("containers.conf", containersConf, 0o644),
+			"/etc/containers/storage.conf":    write("storage.conf", storageConf, 0o644),
+		}
+		o.Cmdline = ciCmdline
+		o.KpreloadBinary, o.InitBinary, o.TempDir = kpreload, initBin, tmp
+		if ciErr != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 40*time.Minute))
+		defer cancel()
+		start := time.Now()
+		o.Progress = func(msg string) { t.Logf("[%6.1fs] ci image: %s", time.Since(start).Seconds(), msg) }
+		m, err := Build(ctx, o)
+		if err != nil {
+			ciErr = fmt.Errorf("build the shared image: %w", err)
+			return
+		}
+		ciImg = ciBuild{out: out, m: m, took: time.Since(start)}
+		t.Logf("shared image built in %s (rootfs tarball cached: %v; once for the package's tests)", ciImg.took.Round(time.Second), m.Rootfs.Cached)
+	})
+	if ciErr == nil && ciImg.m == nil {
+		ciErr = fmt.Errorf("the shared image was not built: the test that began it failed first")
+	}
+	if ciErr != nil {
+		t.Fatal(ciErr)
+	}
+	return ciImg
+}
