@@ -71,8 +71,10 @@ in_debian_ns() {
 # are builder/archive's (TestScriptMatchesArchive checks they agree); the host's apt
 # state is never touched.
 apt_suite_opts() {
-  local suite=${1:-bookworm} dir comps="main contrib non-free non-free-firmware" m=http://deb.debian.org/debian
+  local suite=${1:-bookworm} dir comps="main contrib non-free non-free-firmware" m keyring=/usr/share/keyrings/debian-archive-keyring.gpg
   case "$suite" in bookworm|trixie|forky|sid|unstable|experimental) ;; *) die "unknown Debian suite $suite: kpreload reads bookworm, trixie, forky, sid, unstable, experimental" ;; esac
+  [ -f "$keyring" ] || die "Debian's archive keyring $keyring, which kpreload's $suite configuration trusts alone, is missing (install debian-archive-keyring)"
+  m="[signed-by=$keyring] http://deb.debian.org/debian"
   dir="$KPRELOAD_CACHE/apt/$suite"
   mkdir -p "$dir/sources.list.d" "$dir/preferences.d" "$dir/lists/partial" "$dir/cache/archives/partial"
   local want
@@ -80,7 +82,7 @@ apt_suite_opts() {
   case "$suite" in
     sid|unstable) want+="deb $m sid $comps"$'\n' ;;
     experimental) want+="deb $m sid $comps"$'\n'"deb $m experimental $comps"$'\n' ;;
-    *) want+="deb $m $suite $comps"$'\n'"deb $m $suite-updates $comps"$'\n'"deb http://deb.debian.org/debian-security $suite-security $comps"$'\n'"deb $m $suite-backports $comps"$'\n' ;;
+    *) want+="deb $m $suite $comps"$'\n'"deb $m $suite-updates $comps"$'\n'"deb [signed-by=$keyring] http://deb.debian.org/debian-security $suite-security $comps"$'\n'"deb $m $suite-backports $comps"$'\n' ;;
   esac
   local changed=0
   if [ "$(cat "$dir/sources.list" 2>/dev/null)"$'\n' != "$want" ]; then

@@ -14,18 +14,19 @@ import (
 )
 
 func TestSourcesList(t *testing.T) {
+	const o = "[signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] "
 	for _, tt := range []struct{ suite, want string }{
-		{"bookworm", "deb http://deb.debian.org/debian bookworm main contrib non-free non-free-firmware\n" +
-			"deb http://deb.debian.org/debian bookworm-updates main contrib non-free non-free-firmware\n" +
-			"deb http://deb.debian.org/debian-security bookworm-security main contrib non-free non-free-firmware\n" +
-			"deb http://deb.debian.org/debian bookworm-backports main contrib non-free non-free-firmware\n"},
-		{"trixie", "deb http://deb.debian.org/debian trixie main contrib non-free non-free-firmware\n" +
-			"deb http://deb.debian.org/debian trixie-updates main contrib non-free non-free-firmware\n" +
-			"deb http://deb.debian.org/debian-security trixie-security main contrib non-free non-free-firmware\n" +
-			"deb http://deb.debian.org/debian trixie-backports main contrib non-free non-free-firmware\n"},
-		{"sid", "deb http://deb.debian.org/debian sid main contrib non-free non-free-firmware\n"},
-		{"experimental", "deb http://deb.debian.org/debian sid main contrib non-free non-free-firmware\n" +
-			"deb http://deb.debian.org/debian experimental main contrib non-free non-free-firmware\n"},
+		{"bookworm", "deb "+o+"http://deb.debian.org/debian bookworm main contrib non-free non-free-firmware\n" +
+			"deb "+o+"http://deb.debian.org/debian bookworm-updates main contrib non-free non-free-firmware\n" +
+			"deb "+o+"http://deb.debian.org/debian-security bookworm-security main contrib non-free non-free-firmware\n" +
+			"deb "+o+"http://deb.debian.org/debian bookworm-backports main contrib non-free non-free-firmware\n"},
+		{"trixie", "deb "+o+"http://deb.debian.org/debian trixie main contrib non-free non-free-firmware\n" +
+			"deb "+o+"http://deb.debian.org/debian trixie-updates main contrib non-free non-free-firmware\n" +
+			"deb "+o+"http://deb.debian.org/debian-security trixie-security main contrib non-free non-free-firmware\n" +
+			"deb "+o+"http://deb.debian.org/debian trixie-backports main contrib non-free non-free-firmware\n"},
+		{"sid", "deb "+o+"http://deb.debian.org/debian sid main contrib non-free non-free-firmware\n"},
+		{"experimental", "deb "+o+"http://deb.debian.org/debian sid main contrib non-free non-free-firmware\n" +
+			"deb "+o+"http://deb.debian.org/debian experimental main contrib non-free non-free-firmware\n"},
 	} {
 		a, err := New(tt.suite, t.TempDir())
 		if err != nil {
@@ -34,6 +35,19 @@ func TestSourcesList(t *testing.T) {
 		if got := a.SourcesList(); got != tt.want {
 			t.Errorf("%s: SourcesList() =\n%s\nwant\n%s", tt.suite, got, tt.want)
 		}
+	}
+}
+
+// TestNewNoKeyring: without Debian's archive keyring New refuses a private
+// configuration (which would otherwise trust every key of the host) and
+// names the keyring.
+func TestNewNoKeyring(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "debian-archive-keyring.gpg")
+	defer func(k string) { debianKeyring = k }(debianKeyring)
+	debianKeyring = missing
+	_, err := New("bookworm", t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), missing) {
+		t.Errorf(`New("bookworm", cache) without the keyring: error = %v, want one naming %s`, err, missing)
 	}
 }
 
