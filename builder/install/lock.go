@@ -25,8 +25,10 @@ import (
 // holder exits, however it exits.
 const HookLock = "var/lib/kpreload/kernel-hook.lock"
 
-// DefaultLockTimeout is how long a hook waits for HookLock when
-// Options.LockTimeout is zero.
+// DefaultLockTimeout is how long refresh and install wait for HookLock when
+// Options.LockTimeout is zero. The postinst and postrm hooks wait without a
+// limit: they run inside a kernel package's upgrade, which must not fail
+// because a refresh is slow.
 const DefaultLockTimeout = 5 * time.Minute
 
 // ErrLocked is the error (wrapped) of a hook that gave up waiting for HookLock.
@@ -35,10 +37,11 @@ var ErrLocked = errors.New("another kpreload kernel hook or install holds the lo
 // lockPoll is how often a waiting hook tries the lock again.
 const lockPoll = 100 * time.Millisecond
 
-// lock takes o.Root's HookLock, waiting up to o.LockTimeout (or ctx's end)
-// while another process holds it; what is the one that holds it, for
-// the lock file (the verb, the pid and the time it took it).
-func (o *Options) lock(ctx context.Context, what string) (unlock func(), err error) {
+// lock takes o.Root's HookLock, waiting while another process holds it up
+// to o.LockTimeout when limited, else until it is free (or ctx's end); what
+// is the one that takes it, for the lock file (the verb, the pid and the
+// time it took it).
+func (o *Options) lock(ctx context.Context, what string, limited bool) (unlock func(), err error) {
 	f, err := openLock(o.Root)
 	if err != nil {
 		return nil, err
@@ -49,6 +52,10 @@ func (o *Options) lock(ctx context.Context, what string) (unlock func(), err err
 	}
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
+	expired := deadline.C
+	if !limited {
+		expired = nil
+	}
 	logged := false
 	for {
 		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
@@ -60,7 +67,11 @@ func (o *Options) lock(ctx context.Context, what string) (unlock func(), err err
 			return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
 		}
 		if !logged {
-			o.logf("waiting up to %s for %s (held by %s)", timeout, f.Name(), holder(f))
+			if limited {
+				o.logf("waiting up to %s for %s (held by %s)", timeout, f.Name(), holder(f))
+			} else {
+				o.logf("waiting for %s (held by %s), without a time limit", f.Name(), holder(f))
+			}
 			logged = true
 		}
 		select {
@@ -68,7 +79,7 @@ func (o *Options) lock(ctx context.Context, what string) (unlock func(), err err
 			h := holder(f)
 			f.Close()
 			return nil, fmt.Errorf("%w: %s holds %s: %w", ErrLocked, h, f.Name(), ctx.Err())
-		case <-deadline.C:
+		case <-expired:
 			h := holder(f)
 			f.Close()
 			return nil, fmt.Errorf("%w: %s holds %s, waited %s; let it finish and run this again", ErrLocked, h, f.Name(), timeout)
