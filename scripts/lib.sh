@@ -94,13 +94,19 @@ apt_suite_opts() {
     -o "Dir::Etc::Preferences=$dir/preferences" -o "Dir::Etc::PreferencesParts=$dir/preferences.d"
     -o "Dir::State::Lists=$dir/lists" -o "Dir::State::status=$dir/status" -o "Dir::Cache=$dir/cache"
     -o "APT::Get::List-Cleanup=0" -o "Debug::NoLocking=1")
+  # The update lock (builder/archive's too) keeps two fetches out of one lists directory;
+  # a failed update must not leave the last good stamp behind.
+  local lockfd
+  exec {lockfd}>"$dir/update.lock" && flock "$lockfd" || die "cannot lock $dir/update.lock"
   if [ "$changed" = 1 ] || [ -z "$(find "$dir/updated" -mmin -1440 2>/dev/null)" ]; then
     local log="$KPRELOAD_CACHE/logs/apt-$suite.log"
     mkdir -p "$KPRELOAD_CACHE/logs"
+    rm -f "$dir/updated"
     apt-get "${opts[@]}" update -q >"$log" 2>&1 || die "apt-get update of kpreload's $suite configuration failed (log: $log)"
     ! grep -q '^Err:' "$log" || die "apt-get update of kpreload's $suite configuration could not read every source (log: $log)"
     date -u +%FT%TZ >"$dir/updated"
   fi
+  exec {lockfd}>&-
   printf '%s\n' "${opts[@]}"
 }
 

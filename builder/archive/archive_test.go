@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kpreload/kpreload/testsupport/testenv"
 )
@@ -16,17 +17,17 @@ import (
 func TestSourcesList(t *testing.T) {
 	const o = "[signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] "
 	for _, tt := range []struct{ suite, want string }{
-		{"bookworm", "deb "+o+"http://deb.debian.org/debian bookworm main contrib non-free non-free-firmware\n" +
-			"deb "+o+"http://deb.debian.org/debian bookworm-updates main contrib non-free non-free-firmware\n" +
-			"deb "+o+"http://deb.debian.org/debian-security bookworm-security main contrib non-free non-free-firmware\n" +
-			"deb "+o+"http://deb.debian.org/debian bookworm-backports main contrib non-free non-free-firmware\n"},
-		{"trixie", "deb "+o+"http://deb.debian.org/debian trixie main contrib non-free non-free-firmware\n" +
-			"deb "+o+"http://deb.debian.org/debian trixie-updates main contrib non-free non-free-firmware\n" +
-			"deb "+o+"http://deb.debian.org/debian-security trixie-security main contrib non-free non-free-firmware\n" +
-			"deb "+o+"http://deb.debian.org/debian trixie-backports main contrib non-free non-free-firmware\n"},
-		{"sid", "deb "+o+"http://deb.debian.org/debian sid main contrib non-free non-free-firmware\n"},
-		{"experimental", "deb "+o+"http://deb.debian.org/debian sid main contrib non-free non-free-firmware\n" +
-			"deb "+o+"http://deb.debian.org/debian experimental main contrib non-free non-free-firmware\n"},
+		{"bookworm", "deb " + o + "http://deb.debian.org/debian bookworm main contrib non-free non-free-firmware\n" +
+			"deb " + o + "http://deb.debian.org/debian bookworm-updates main contrib non-free non-free-firmware\n" +
+			"deb " + o + "http://deb.debian.org/debian-security bookworm-security main contrib non-free non-free-firmware\n" +
+			"deb " + o + "http://deb.debian.org/debian bookworm-backports main contrib non-free non-free-firmware\n"},
+		{"trixie", "deb " + o + "http://deb.debian.org/debian trixie main contrib non-free non-free-firmware\n" +
+			"deb " + o + "http://deb.debian.org/debian trixie-updates main contrib non-free non-free-firmware\n" +
+			"deb " + o + "http://deb.debian.org/debian-security trixie-security main contrib non-free non-free-firmware\n" +
+			"deb " + o + "http://deb.debian.org/debian trixie-backports main contrib non-free non-free-firmware\n"},
+		{"sid", "deb " + o + "http://deb.debian.org/debian sid main contrib non-free non-free-firmware\n"},
+		{"experimental", "deb " + o + "http://deb.debian.org/debian sid main contrib non-free non-free-firmware\n" +
+			"deb " + o + "http://deb.debian.org/debian experimental main contrib non-free non-free-firmware\n"},
 	} {
 		a, err := New(tt.suite, t.TempDir())
 		if err != nil {
@@ -315,5 +316,58 @@ func TestBookwormThroughPrivateConfig(t *testing.T) {
 	}
 	if got := listDir(t, "/var/lib/apt/lists"); got != hostLists {
 		t.Errorf("the host's /var/lib/apt/lists changed while reading bookworm")
+	}
+}
+
+// TestScriptUpdateLock: apt_suite_opts fetches a suite's lists under the
+// configuration's update lock, as Update does, and removes the stamp before
+// it fetches. While another holds the lock it runs no apt-get; a fetch that
+// fails (a fake apt-get on PATH) leaves no stamp that would call the lists
+// of a changed sources.list fresh.
+func TestScriptUpdateLock(t *testing.T) {
+	lib, _ := filepath.Abs("../../scripts/lib.sh")
+	cache := t.TempDir()
+	dir := filepath.Join(cache, "apt", "trixie")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A fresh stamp over an old sources.list: the script must fetch.
+	if err := os.WriteFile(filepath.Join(dir, "sources.list"), []byte("deb http://example.invalid/old trixie main\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stamp := filepath.Join(dir, "updated")
+	if err := os.WriteFile(stamp, []byte("now\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	ran := filepath.Join(bin, "ran")
+	if err := os.WriteFile(filepath.Join(bin, "apt-get"), []byte("#!/bin/sh\ntouch "+ran+"\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	unlock, err := lockDir(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", "-c", `. "$1" && apt_suite_opts "$2"`, "x", lib, "trixie")
+	cmd.Env = append(os.Environ(), "KPRELOAD_CACHE="+cache, "PATH="+bin+":"+os.Getenv("PATH"))
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if _, err := os.Stat(ran); err == nil {
+		t.Errorf("apt_suite_opts ran apt-get update while another held %s", filepath.Join(dir, updateLock))
+	}
+	unlock()
+	if err := cmd.Wait(); err == nil {
+		t.Errorf("apt_suite_opts succeeded with a failing apt-get update:\n%s", out.String())
+	}
+	if _, err := os.Stat(ran); err != nil {
+		t.Errorf("apt_suite_opts never ran apt-get update once the lock was free:\n%s", out.String())
+	}
+	if _, err := os.Stat(stamp); err == nil {
+		t.Errorf("a failed apt-get update left the stamp %s: the lists of the changed sources.list would count as fresh", stamp)
 	}
 }
