@@ -216,7 +216,7 @@ func TestRefresh(t *testing.T) {
 	if err := os.Symlink(filepath.Dir(linked), filepath.Join(cache, "apt", "sid")); err != nil {
 		t.Fatal(err)
 	}
-	if err := Refresh(cache); err != nil {
+	if err := Refresh(context.Background(), cache); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range own {
@@ -304,7 +304,7 @@ func TestBookwormThroughPrivateConfig(t *testing.T) {
 	// An upload after the lists were read: Refresh, as every follow cycle
 	// does, and the next archive sees it.
 	repo.Publish("bookworm-updates", "kpreload-private-bookworm", "1.0-2")
-	if err := Refresh(cache); err != nil {
+	if err := Refresh(context.Background(), cache); err != nil {
 		t.Fatal(err)
 	}
 	has, err := open().Versions(ctx, "kpreload-private-bookworm")
@@ -369,5 +369,40 @@ func TestScriptUpdateLock(t *testing.T) {
 	}
 	if _, err := os.Stat(stamp); err == nil {
 		t.Errorf("a failed apt-get update left the stamp %s: the lists of the changed sources.list would count as fresh", stamp)
+	}
+}
+
+// TestRefreshWaitsForUpdate: Refresh removes a stamp under the
+// configuration's update lock, so while an Update holds it (and may yet
+// stamp lists fetched before the Refresh) the stamp stays, and it goes once
+// the lock is free.
+func TestRefreshWaitsForUpdate(t *testing.T) {
+	cache := t.TempDir()
+	dir := filepath.Join(cache, "apt", "trixie")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stamp := filepath.Join(dir, "updated")
+	if err := os.WriteFile(stamp, []byte("now\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	unlock, err := lockDir(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- Refresh(ctx, cache) }()
+	select {
+	case err := <-done:
+		t.Errorf("Refresh returned (%v) while an update held %s, want it to wait", err, filepath.Join(dir, updateLock))
+	case <-time.After(500 * time.Millisecond):
+	}
+	unlock()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stamp); !os.IsNotExist(err) {
+		t.Errorf("after Refresh %s: %v, want it removed", stamp, err)
 	}
 }
