@@ -395,7 +395,8 @@ func TestRefreshWaitsForUpdate(t *testing.T) {
 	go func() { done <- Refresh(ctx, cache) }()
 	select {
 	case err := <-done:
-		t.Errorf("Refresh returned (%v) while an update held %s, want it to wait", err, filepath.Join(dir, updateLock))
+		unlock()
+		t.Fatalf("Refresh returned (%v) while an update held %s, want it to wait", err, filepath.Join(dir, updateLock))
 	case <-time.After(500 * time.Millisecond):
 	}
 	unlock()
