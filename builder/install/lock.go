@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kpreload/kpreload/internal/flock"
 	"github.com/kpreload/kpreload/internal/inroot"
 )
 
@@ -50,41 +51,30 @@ func (o *Options) lock(ctx context.Context, what string, limited bool) (unlock f
 	if timeout <= 0 {
 		timeout = DefaultLockTimeout
 	}
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	expired := deadline.C
-	if !limited {
-		expired = nil
+	lctx := ctx
+	if limited {
+		var cancel context.CancelFunc
+		lctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
 	}
-	logged := false
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			break
+	busy := func() error {
+		if limited {
+			o.logf("waiting up to %s for %s (held by %s)", timeout, f.Name(), holder(f))
+		} else {
+			o.logf("waiting for %s (held by %s), without a time limit", f.Name(), holder(f))
 		}
-		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
-		}
-		if !logged {
-			if limited {
-				o.logf("waiting up to %s for %s (held by %s)", timeout, f.Name(), holder(f))
-			} else {
-				o.logf("waiting for %s (held by %s), without a time limit", f.Name(), holder(f))
-			}
-			logged = true
-		}
-		select {
-		case <-ctx.Done():
-			h := holder(f)
-			f.Close()
+		return nil
+	}
+	if err := flock.Lock(lctx, f, lockPoll, busy); err != nil {
+		h := holder(f)
+		f.Close()
+		switch {
+		case ctx.Err() != nil:
 			return nil, fmt.Errorf("%w: %s holds %s: %w", ErrLocked, h, f.Name(), ctx.Err())
-		case <-expired:
-			h := holder(f)
-			f.Close()
+		case lctx.Err() != nil:
 			return nil, fmt.Errorf("%w: %s holds %s, waited %s; let it finish and run this again", ErrLocked, h, f.Name(), timeout)
-		case <-time.After(lockPoll):
 		}
+		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
 	}
 	if err := f.Truncate(0); err == nil {
 		_, _ = fmt.Fprintf(f, "%s (pid %d) since %s\n", what, os.Getpid(), time.Now().UTC().Format(time.RFC3339))
