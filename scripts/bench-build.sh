@@ -246,7 +246,8 @@ if [ "$nvidia" = 1 ]; then
   pkgdir="$KPRELOAD_CACHE/sources/nvidia-kernel-dkms_535.261.03-1"
   if [ ! -d "$pkgdir" ]; then
     mkdir -p "$KPRELOAD_CACHE/debs"
-    mapfile -t apt_opts < <(apt_suite_opts bookworm)
+    o=$(apt_suite_opts bookworm) || exit 1
+    mapfile -t apt_opts <<<"$o"
     (cd "$KPRELOAD_CACHE/debs" && [ -n "$(ls nvidia-kernel-dkms_535.261.03-1_*.deb 2>/dev/null)" ] || apt-get "${apt_opts[@]}" download -q nvidia-kernel-dkms=535.261.03-1 >&2)
     tmp=$(mktemp -d "$KPRELOAD_CACHE/sources/.tmp-bench-XXXXXX")
     dpkg -x "$KPRELOAD_CACHE"/debs/nvidia-kernel-dkms_535.261.03-1_*.deb "$tmp"

@@ -71,8 +71,10 @@ in_debian_ns() {
 # are builder/archive's (TestScriptMatchesArchive checks they agree); the host's apt
 # state is never touched.
 apt_suite_opts() {
-  local suite=${1:-bookworm} dir comps="main contrib non-free non-free-firmware" m=http://deb.debian.org/debian
+  local suite=${1:-bookworm} dir comps="main contrib non-free non-free-firmware" m keyring=/usr/share/keyrings/debian-archive-keyring.gpg
   case "$suite" in bookworm|trixie|forky|sid|unstable|experimental) ;; *) die "unknown Debian suite $suite: kpreload reads bookworm, trixie, forky, sid, unstable, experimental" ;; esac
+  [ -f "$keyring" ] || die "Debian's archive keyring $keyring, which kpreload's $suite configuration trusts alone, is missing (install debian-archive-keyring)"
+  m="[signed-by=$keyring] http://deb.debian.org/debian"
   dir="$KPRELOAD_CACHE/apt/$suite"
   mkdir -p "$dir/sources.list.d" "$dir/preferences.d" "$dir/lists/partial" "$dir/cache/archives/partial"
   local want
@@ -80,7 +82,7 @@ apt_suite_opts() {
   case "$suite" in
     sid|unstable) want+="deb $m sid $comps"$'\n' ;;
     experimental) want+="deb $m sid $comps"$'\n'"deb $m experimental $comps"$'\n' ;;
-    *) want+="deb $m $suite $comps"$'\n'"deb $m $suite-updates $comps"$'\n'"deb http://deb.debian.org/debian-security $suite-security $comps"$'\n'"deb $m $suite-backports $comps"$'\n' ;;
+    *) want+="deb $m $suite $comps"$'\n'"deb $m $suite-updates $comps"$'\n'"deb [signed-by=$keyring] http://deb.debian.org/debian-security $suite-security $comps"$'\n'"deb $m $suite-backports $comps"$'\n' ;;
   esac
   local changed=0
   if [ "$(cat "$dir/sources.list" 2>/dev/null)"$'\n' != "$want" ]; then
@@ -92,13 +94,19 @@ apt_suite_opts() {
     -o "Dir::Etc::Preferences=$dir/preferences" -o "Dir::Etc::PreferencesParts=$dir/preferences.d"
     -o "Dir::State::Lists=$dir/lists" -o "Dir::State::status=$dir/status" -o "Dir::Cache=$dir/cache"
     -o "APT::Get::List-Cleanup=0" -o "Debug::NoLocking=1")
+  # The update lock (builder/archive's too) keeps two fetches out of one lists directory;
+  # a failed update must not leave the last good stamp behind.
+  local lockfd
+  exec {lockfd}>"$dir/update.lock" && flock "$lockfd" || die "cannot lock $dir/update.lock"
   if [ "$changed" = 1 ] || [ -z "$(find "$dir/updated" -mmin -1440 2>/dev/null)" ]; then
     local log="$KPRELOAD_CACHE/logs/apt-$suite.log"
     mkdir -p "$KPRELOAD_CACHE/logs"
+    rm -f "$dir/updated"
     apt-get "${opts[@]}" update -q >"$log" 2>&1 || die "apt-get update of kpreload's $suite configuration failed (log: $log)"
     ! grep -q '^Err:' "$log" || die "apt-get update of kpreload's $suite configuration could not read every source (log: $log)"
     date -u +%FT%TZ >"$dir/updated"
   fi
+  exec {lockfd}>&-
   printf '%s\n' "${opts[@]}"
 }
 

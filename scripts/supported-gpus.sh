@@ -39,7 +39,8 @@ for recipe in "$@"; do
   [ -z "${done_pkgs[$spec]+x}" ] || continue
   done_pkgs[$spec]=1
   suite=$(awk '/^suite:/ { sub(/^suite:[ \t]*/, ""); sub(/[ \t]+#.*$/, ""); gsub(/"/, ""); print; exit }' "$recipe")
-  mapfile -t apt_opts < <(apt_suite_opts "$suite")
+  o=$(apt_suite_opts "$suite") || exit 1
+  mapfile -t apt_opts <<<"$o"
   pkg=${spec%%=*}
   ver=${spec#*=}
   [ "$pkg" != "$spec" ] || die "$recipe: supported-gpus.package $spec: want PACKAGE=VERSION"

@@ -42,6 +42,13 @@ const DefaultMirror = "http://deb.debian.org/debian"
 // DefaultSecurityMirror is Debian's security archive.
 const DefaultSecurityMirror = "http://deb.debian.org/debian-security"
 
+// DebianKeyring is Debian's archive keyring (package debian-archive-keyring),
+// the only keys a private configuration of Debian's own suites trusts.
+const DebianKeyring = "/usr/share/keyrings/debian-archive-keyring.gpg"
+
+// debianKeyring is DebianKeyring, a variable so tests can move it.
+var debianKeyring = DebianKeyring
+
 // components are the archive components every suite is read with: NVIDIA's
 // drivers are in non-free and contrib, its GSP firmware in non-free-firmware.
 const components = "main contrib non-free non-free-firmware"
@@ -61,9 +68,9 @@ type Archive struct {
 	// Mirror and SecurityMirror are the archives a private configuration reads.
 	Mirror, SecurityMirror string
 	// SignedBy is the OpenPGP key file that signs the mirrors' Release files
-	// (apt's signed-by), for a mirror that is not Debian's; "" trusts the
-	// host's keyrings, which hold Debian's archive keys. Signatures are
-	// checked either way.
+	// (apt's signed-by): New sets DebianKeyring for a private configuration;
+	// "" (the host's configuration) trusts the host's keyrings. Signatures
+	// are checked either way.
 	SignedBy string
 
 	// extra is the archive's description when it is not Debian's (NewExtra).
@@ -79,7 +86,8 @@ type Archive struct {
 
 // New returns the archive of suite ("" means DefaultSuite), read through a
 // private configuration under cache/apt/<suite>, DefaultSuite's as every
-// other's. With no cache ("") DefaultSuite is read through the host's own
+// other's, trusting DebianKeyring alone (New fails without it). With no
+// cache ("") DefaultSuite is read through the host's own
 // apt sources and lists (which only the host's apt-get update refreshes),
 // and any other suite is refused. It checks the name only; nothing is
 // fetched until needed.
@@ -94,6 +102,10 @@ func New(suite, cache string) (*Archive, error) {
 	switch {
 	case cache != "":
 		a.Dir = filepath.Join(cache, "apt", suite)
+		if _, err := os.Stat(debianKeyring); err != nil {
+			return nil, fmt.Errorf("archive %s: Debian's archive keyring, which its private configuration trusts alone (install debian-archive-keyring): %w", suite, err)
+		}
+		a.SignedBy = debianKeyring
 	case suite != DefaultSuite:
 		return nil, fmt.Errorf("archive %s: no cache directory for its private apt configuration", suite)
 	}

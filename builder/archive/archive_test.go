@@ -9,23 +9,25 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 func TestSourcesList(t *testing.T) {
+	const o = "[signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] "
 	for _, tt := range []struct{ suite, want string }{
-		{"bookworm", "deb http://deb.debian.org/debian bookworm main contrib non-free non-free-firmware\n" +
-			"deb http://deb.debian.org/debian bookworm-updates main contrib non-free non-free-firmware\n" +
-			"deb http://deb.debian.org/debian-security bookworm-security main contrib non-free non-free-firmware\n" +
-			"deb http://deb.debian.org/debian bookworm-backports main contrib non-free non-free-firmware\n"},
-		{"trixie", "deb http://deb.debian.org/debian trixie main contrib non-free non-free-firmware\n" +
-			"deb http://deb.debian.org/debian trixie-updates main contrib non-free non-free-firmware\n" +
-			"deb http://deb.debian.org/debian-security trixie-security main contrib non-free non-free-firmware\n" +
-			"deb http://deb.debian.org/debian trixie-backports main contrib non-free non-free-firmware\n"},
-		{"sid", "deb http://deb.debian.org/debian sid main contrib non-free non-free-firmware\n"},
-		{"experimental", "deb http://deb.debian.org/debian sid main contrib non-free non-free-firmware\n" +
-			"deb http://deb.debian.org/debian experimental main contrib non-free non-free-firmware\n"},
+		{"bookworm", "deb " + o + "http://deb.debian.org/debian bookworm main contrib non-free non-free-firmware\n" +
+			"deb " + o + "http://deb.debian.org/debian bookworm-updates main contrib non-free non-free-firmware\n" +
+			"deb " + o + "http://deb.debian.org/debian-security bookworm-security main contrib non-free non-free-firmware\n" +
+			"deb " + o + "http://deb.debian.org/debian bookworm-backports main contrib non-free non-free-firmware\n"},
+		{"trixie", "deb " + o + "http://deb.debian.org/debian trixie main contrib non-free non-free-firmware\n" +
+			"deb " + o + "http://deb.debian.org/debian trixie-updates main contrib non-free non-free-firmware\n" +
+			"deb " + o + "http://deb.debian.org/debian-security trixie-security main contrib non-free non-free-firmware\n" +
+			"deb " + o + "http://deb.debian.org/debian trixie-backports main contrib non-free non-free-firmware\n"},
+		{"sid", "deb " + o + "http://deb.debian.org/debian sid main contrib non-free non-free-firmware\n"},
+		{"experimental", "deb " + o + "http://deb.debian.org/debian sid main contrib non-free non-free-firmware\n" +
+			"deb " + o + "http://deb.debian.org/debian experimental main contrib non-free non-free-firmware\n"},
 	} {
 		a, err := New(tt.suite, t.TempDir())
 		if err != nil {
@@ -34,6 +36,19 @@ func TestSourcesList(t *testing.T) {
 		if got := a.SourcesList(); got != tt.want {
 			t.Errorf("%s: SourcesList() =\n%s\nwant\n%s", tt.suite, got, tt.want)
 		}
+	}
+}
+
+// TestNewNoKeyring: without Debian's archive keyring New refuses a private
+// configuration (which would otherwise trust every key of the host) and
+// names the keyring.
+func TestNewNoKeyring(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "debian-archive-keyring.gpg")
+	defer func(k string) { debianKeyring = k }(debianKeyring)
+	debianKeyring = missing
+	_, err := New("bookworm", t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), missing) {
+		t.Errorf(`New("bookworm", cache) without the keyring: error = %v, want one naming %s`, err, missing)
 	}
 }
 
@@ -201,7 +216,7 @@ func TestRefresh(t *testing.T) {
 	if err := os.Symlink(filepath.Dir(linked), filepath.Join(cache, "apt", "sid")); err != nil {
 		t.Fatal(err)
 	}
-	if err := Refresh(cache); err != nil {
+	if err := Refresh(context.Background(), cache); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range own {
@@ -289,7 +304,7 @@ func TestBookwormThroughPrivateConfig(t *testing.T) {
 	// An upload after the lists were read: Refresh, as every follow cycle
 	// does, and the next archive sees it.
 	repo.Publish("bookworm-updates", "kpreload-private-bookworm", "1.0-2")
-	if err := Refresh(cache); err != nil {
+	if err := Refresh(context.Background(), cache); err != nil {
 		t.Fatal(err)
 	}
 	has, err := open().Versions(ctx, "kpreload-private-bookworm")
@@ -301,5 +316,94 @@ func TestBookwormThroughPrivateConfig(t *testing.T) {
 	}
 	if got := listDir(t, "/var/lib/apt/lists"); got != hostLists {
 		t.Errorf("the host's /var/lib/apt/lists changed while reading bookworm")
+	}
+}
+
+// TestScriptUpdateLock: apt_suite_opts fetches a suite's lists under the
+// configuration's update lock, as Update does, and removes the stamp before
+// it fetches. While another holds the lock it runs no apt-get; a fetch that
+// fails (a fake apt-get on PATH) leaves no stamp that would call the lists
+// of a changed sources.list fresh.
+func TestScriptUpdateLock(t *testing.T) {
+	lib, _ := filepath.Abs("../../scripts/lib.sh")
+	cache := t.TempDir()
+	dir := filepath.Join(cache, "apt", "trixie")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A fresh stamp over an old sources.list: the script must fetch.
+	if err := os.WriteFile(filepath.Join(dir, "sources.list"), []byte("deb http://example.invalid/old trixie main\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stamp := filepath.Join(dir, "updated")
+	if err := os.WriteFile(stamp, []byte("now\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	ran := filepath.Join(bin, "ran")
+	if err := os.WriteFile(filepath.Join(bin, "apt-get"), []byte("#!/bin/sh\ntouch "+ran+"\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	unlock, err := lockDir(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", "-c", `. "$1" && apt_suite_opts "$2"`, "x", lib, "trixie")
+	cmd.Env = append(os.Environ(), "KPRELOAD_CACHE="+cache, "PATH="+bin+":"+os.Getenv("PATH"))
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if _, err := os.Stat(ran); err == nil {
+		t.Errorf("apt_suite_opts ran apt-get update while another held %s", filepath.Join(dir, updateLock))
+	}
+	unlock()
+	if err := cmd.Wait(); err == nil {
+		t.Errorf("apt_suite_opts succeeded with a failing apt-get update:\n%s", out.String())
+	}
+	if _, err := os.Stat(ran); err != nil {
+		t.Errorf("apt_suite_opts never ran apt-get update once the lock was free:\n%s", out.String())
+	}
+	if _, err := os.Stat(stamp); err == nil {
+		t.Errorf("a failed apt-get update left the stamp %s: the lists of the changed sources.list would count as fresh", stamp)
+	}
+}
+
+// TestRefreshWaitsForUpdate: Refresh removes a stamp under the
+// configuration's update lock, so while an Update holds it (and may yet
+// stamp lists fetched before the Refresh) the stamp stays, and it goes once
+// the lock is free.
+func TestRefreshWaitsForUpdate(t *testing.T) {
+	cache := t.TempDir()
+	dir := filepath.Join(cache, "apt", "trixie")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stamp := filepath.Join(dir, "updated")
+	if err := os.WriteFile(stamp, []byte("now\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	unlock, err := lockDir(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- Refresh(ctx, cache) }()
+	select {
+	case err := <-done:
+		unlock()
+		t.Fatalf("Refresh returned (%v) while an update held %s, want it to wait", err, filepath.Join(dir, updateLock))
+	case <-time.After(500 * time.Millisecond):
+	}
+	unlock()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stamp); !os.IsNotExist(err) {
+		t.Errorf("after Refresh %s: %v, want it removed", stamp, err)
 	}
 }

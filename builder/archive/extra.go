@@ -37,6 +37,9 @@ type Extra struct {
 	// Key is the OpenPGP public key file (armored or binary) that signs the
 	// archive's Release files.
 	Key string `yaml:"key"`
+	// KeyData, when set, is Key's content as read (confined) when the
+	// recipe was loaded: what the archive trusts, never Key read again.
+	KeyData []byte `yaml:"-"`
 }
 
 var (
@@ -95,7 +98,7 @@ func NewExtra(e Extra, cache string) (*Archive, error) {
 		return nil, fmt.Errorf("archive %s: no cache directory for its private apt configuration", e.Name)
 	}
 	x := e
-	x.Suites, x.Components = slices.Clone(e.Suites), slices.Clone(e.Components)
+	x.Suites, x.Components, x.KeyData = slices.Clone(e.Suites), slices.Clone(e.Components), bytes.Clone(e.KeyData)
 	return &Archive{Suite: e.Name, Dir: filepath.Join(cache, "apt", "extra-"+e.Name+"-"+e.id()), Mirror: e.URL, extra: &x}, nil
 }
 
@@ -118,14 +121,17 @@ func (a *Archive) keyFile(armored bool) string {
 // signatures is a few kilobytes.
 const MaxKeySize = 1 << 20
 
-// installKey copies the extra archive's key into the private configuration
+// installKey copies the extra archive's key (KeyData, else Key read now) into the private configuration
 // and returns the path its sources name in signed-by.
 func (a *Archive) installKey() (string, error) {
 	// The recipe names the file: a regular file of a key's size, never a
 	// FIFO or a device that would block or never end.
-	data, err := inroot.ReadPath(a.extra.Key, MaxKeySize)
-	if err != nil {
-		return "", fmt.Errorf("archive %s: key: %w", a.Suite, err)
+	data := a.extra.KeyData
+	if data == nil {
+		var err error
+		if data, err = inroot.ReadPath(a.extra.Key, MaxKeySize); err != nil {
+			return "", fmt.Errorf("archive %s: key: %w", a.Suite, err)
+		}
 	}
 	if len(data) == 0 {
 		return "", fmt.Errorf("archive %s: key: %s is empty", a.Suite, a.extra.Key)

@@ -132,3 +132,32 @@ func TestExtraKeyHostile(t *testing.T) {
 		})
 	}
 }
+
+// TestExtraKeyData: an archive whose key was read (confined) at load
+// installs that content, even once its key file has become a link out.
+func TestExtraKeyData(t *testing.T) {
+	dir := t.TempDir()
+	evil := filepath.Join(dir, "evil.asc")
+	if err := os.WriteFile(evil, []byte("-----BEGIN PGP PUBLIC KEY BLOCK-----\nevil\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(dir, "team.asc")
+	if err := os.Symlink(evil, key); err != nil {
+		t.Fatal(err)
+	}
+	const loaded = "-----BEGIN PGP PUBLIC KEY BLOCK-----\nloaded\n"
+	a, err := NewExtra(Extra{Name: "team", URL: "https://apt.example.com/debian", Suites: []string{"stable"}, Components: []string{"main"}, Key: key, KeyData: []byte(loaded)}, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(a.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dest, err := a.installKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(dest); string(got) != loaded {
+		t.Errorf("installKey wrote %q, want the key read at load %q", got, loaded)
+	}
+}

@@ -2,13 +2,14 @@ package archive
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kpreload/kpreload/internal/flock"
 )
 
 // updateLock is the file in a private configuration that Update holds
@@ -25,20 +26,12 @@ func lockDir(ctx context.Context, dir string) (unlock func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return func() { unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
+	if err := flock.Lock(ctx, f, 100*time.Millisecond, nil); err != nil {
+		f.Close()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("waiting for another update of %s: %w", dir, err)
 		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, err)
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("waiting for another update of %s: %w", dir, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
+		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
+	return func() { unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
 }

@@ -26,6 +26,7 @@ func TestMain(m *testing.M) {
 	if binsDir != "" {
 		os.RemoveAll(binsDir)
 	}
+	testenv.RemoveStaticBinaries()
 	os.Exit(code)
 }
 
@@ -47,9 +48,9 @@ func staticBinary(t *testing.T, name string) string {
 	if !ok {
 		switch name {
 		case "kpreload":
-			testenv.GoBuildStatic(t, binsDir, name, "./cmd/kpreload")
+			return testenv.StaticBinary(t, name, "./cmd/kpreload")
 		case "kpreload-init":
-			testenv.GoBuildStatic(t, binsDir, name, "./initramfs/cmd/init")
+			return testenv.StaticBinary(t, name, "./initramfs/cmd/init")
 		case "kpreload-rootinit":
 			err = rootdisk.BuildRootInit(context.Background(), out)
 		default:

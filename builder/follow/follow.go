@@ -123,7 +123,7 @@ func Cycle(ctx context.Context, o Options) (*Report, error) {
 		cache = matrix.DefaultDownloadDir
 	}
 	// Every cycle reads the archives as they are now.
-	if err := archive.Refresh(cache); err != nil {
+	if err := archive.Refresh(ctx, cache); err != nil {
 		return nil, fmt.Errorf("follow: %w", err)
 	}
 	arcs := o.Build.Archives

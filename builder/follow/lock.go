@@ -7,8 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/kpreload/kpreload/internal/flock"
 )
 
 // ErrRunning is Cycle's error when another cycle holds the lock.
@@ -39,27 +40,23 @@ func lock(ctx context.Context, dir, name string, wait bool) (unlock func(), err 
 	if err != nil {
 		return nil, fmt.Errorf("follow: lock: %w", err)
 	}
-	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("follow: lock %s: %w", path, err)
-		}
-		if !wait {
+	var busy func() error
+	if !wait {
+		busy = func() error {
 			holder := make([]byte, 200)
 			n, _ := f.ReadAt(holder, 0)
-			f.Close()
-			return nil, fmt.Errorf("follow: %w (%s holds %s); this one builds nothing: let it finish, or run with --wait", ErrRunning, strings.TrimSpace(string(holder[:n])), path)
+			return fmt.Errorf("follow: %w (%s holds %s); this one builds nothing: let it finish, or run with --wait", ErrRunning, strings.TrimSpace(string(holder[:n])), path)
 		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("follow: waiting for another cycle: %w", ctx.Err())
-		case <-time.After(200 * time.Millisecond):
+	}
+	if err := flock.Lock(ctx, f, 200*time.Millisecond, busy); err != nil {
+		f.Close()
+		switch {
+		case errors.Is(err, ErrRunning):
+			return nil, err
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("follow: waiting for another cycle: %w", err)
 		}
+		return nil, fmt.Errorf("follow: lock %s: %w", path, err)
 	}
 	_ = f.Truncate(0)
 	_, _ = f.WriteAt([]byte(fmt.Sprintf("pid %d since %s\n", os.Getpid(), time.Now().UTC().Format(time.RFC3339))), 0)

@@ -58,8 +58,9 @@ type Options struct {
 	GrubRegeneratedBy string
 	// Log receives one line per step (nil: discarded).
 	Log io.Writer
-	// LockTimeout is how long Install and the kernel hooks wait while
-	// another holds the root's HookLock (0: DefaultLockTimeout).
+	// LockTimeout is how long Install and Refresh wait while another holds
+	// the root's HookLock (0: DefaultLockTimeout); KernelAdded and
+	// KernelRemoved wait without a limit.
 	LockTimeout time.Duration
 
 	// hook is set by the kernel hooks, which must not fail the kernel
@@ -112,7 +113,7 @@ func Install(ctx context.Context, o Options) (*Result, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
-	unlock, err := o.lock(ctx, "kpreload install")
+	unlock, err := o.lock(ctx, "kpreload install", true)
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +174,7 @@ func KernelAdded(ctx context.Context, o Options, release string) (*Result, error
 	if err := CheckRelease(release); err != nil {
 		return nil, err
 	}
-	bl, unlock, err := o.startHook(ctx, "kpreload kernel-hook postinst "+release)
+	bl, unlock, err := o.startHook(ctx, "kpreload kernel-hook postinst "+release, false)
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +209,7 @@ func KernelRemoved(ctx context.Context, o Options, release string) (*Result, err
 	if err := CheckRelease(release); err != nil {
 		return nil, err
 	}
-	bl, unlock, err := o.startHook(ctx, "kpreload kernel-hook postrm "+release)
+	bl, unlock, err := o.startHook(ctx, "kpreload kernel-hook postrm "+release, false)
 	if err != nil {
 		return nil, err
 	}
@@ -221,14 +222,14 @@ func KernelRemoved(ctx context.Context, o Options, release string) (*Result, err
 }
 
 // startHook fills o's defaults, marks o as run by a kernel hook, takes the
-// root's HookLock for the hook what (unlock releases it) and returns the
-// root's boot loader.
-func (o *Options) startHook(ctx context.Context, what string) (bl Bootloader, unlock func(), err error) {
+// root's HookLock for the hook what (unlock releases it; limited: waiting
+// at most o.LockTimeout) and returns the root's boot loader.
+func (o *Options) startHook(ctx context.Context, what string, limited bool) (bl Bootloader, unlock func(), err error) {
 	if err := o.defaults(); err != nil {
 		return "", nil, err
 	}
 	o.hook = true
-	if unlock, err = o.lock(ctx, what); err != nil {
+	if unlock, err = o.lock(ctx, what, limited); err != nil {
 		return "", nil, err
 	}
 	if bl, err = o.bootloader(); err != nil {

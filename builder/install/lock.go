@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kpreload/kpreload/internal/flock"
 	"github.com/kpreload/kpreload/internal/inroot"
 )
 
@@ -25,8 +26,10 @@ import (
 // holder exits, however it exits.
 const HookLock = "var/lib/kpreload/kernel-hook.lock"
 
-// DefaultLockTimeout is how long a hook waits for HookLock when
-// Options.LockTimeout is zero.
+// DefaultLockTimeout is how long refresh and install wait for HookLock when
+// Options.LockTimeout is zero. The postinst and postrm hooks wait without a
+// limit: they run inside a kernel package's upgrade, which must not fail
+// because a refresh is slow.
 const DefaultLockTimeout = 5 * time.Minute
 
 // ErrLocked is the error (wrapped) of a hook that gave up waiting for HookLock.
@@ -35,10 +38,11 @@ var ErrLocked = errors.New("another kpreload kernel hook or install holds the lo
 // lockPoll is how often a waiting hook tries the lock again.
 const lockPoll = 100 * time.Millisecond
 
-// lock takes o.Root's HookLock, waiting up to o.LockTimeout (or ctx's end)
-// while another process holds it; what is the one that holds it, for
-// the lock file (the verb, the pid and the time it took it).
-func (o *Options) lock(ctx context.Context, what string) (unlock func(), err error) {
+// lock takes o.Root's HookLock, waiting while another process holds it up
+// to o.LockTimeout when limited, else until it is free (or ctx's end); what
+// is the one that takes it, for the lock file (the verb, the pid and the
+// time it took it).
+func (o *Options) lock(ctx context.Context, what string, limited bool) (unlock func(), err error) {
 	f, err := openLock(o.Root)
 	if err != nil {
 		return nil, err
@@ -47,33 +51,30 @@ func (o *Options) lock(ctx context.Context, what string) (unlock func(), err err
 	if timeout <= 0 {
 		timeout = DefaultLockTimeout
 	}
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	logged := false
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
-		}
-		if !logged {
+	lctx := ctx
+	if limited {
+		var cancel context.CancelFunc
+		lctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	busy := func() error {
+		if limited {
 			o.logf("waiting up to %s for %s (held by %s)", timeout, f.Name(), holder(f))
-			logged = true
+		} else {
+			o.logf("waiting for %s (held by %s), without a time limit", f.Name(), holder(f))
 		}
-		select {
-		case <-ctx.Done():
-			h := holder(f)
-			f.Close()
+		return nil
+	}
+	if err := flock.Lock(lctx, f, lockPoll, busy); err != nil {
+		h := holder(f)
+		f.Close()
+		switch {
+		case ctx.Err() != nil:
 			return nil, fmt.Errorf("%w: %s holds %s: %w", ErrLocked, h, f.Name(), ctx.Err())
-		case <-deadline.C:
-			h := holder(f)
-			f.Close()
+		case lctx.Err() != nil:
 			return nil, fmt.Errorf("%w: %s holds %s, waited %s; let it finish and run this again", ErrLocked, h, f.Name(), timeout)
-		case <-time.After(lockPoll):
 		}
+		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
 	}
 	if err := f.Truncate(0); err == nil {
 		_, _ = fmt.Fprintf(f, "%s (pid %d) since %s\n", what, os.Getpid(), time.Now().UTC().Format(time.RFC3339))

@@ -86,8 +86,10 @@ func TestHooksSerialize(t *testing.T) {
 }
 
 // TestHookLockTimeout: while another process holds the root's hook lock,
-// a hook waits its LockTimeout, then fails naming the lock file and its
-// holder, and changes nothing (update-grub never runs).
+// refresh and install wait their LockTimeout, then fail naming the lock
+// file and its holder, and change nothing (update-grub never runs). The
+// postinst and postrm hooks wait past it, saying for whom, and run once the
+// lock is free.
 func TestHookLockTimeout(t *testing.T) {
 	root := grubRootOneKernel(t)
 	file := filepath.Join(root, HookLock)
@@ -112,7 +114,6 @@ func TestHookLockTimeout(t *testing.T) {
 		run  func(Options) error
 	}{
 		{"refresh", func(o Options) error { _, err := Refresh(ctx, o); return err }},
-		{"postrm", func(o Options) error { _, err := KernelRemoved(ctx, o, "6.1.0-1-cloud-amd64"); return err }},
 		{"install", func(o Options) error { _, err := Install(ctx, o); return err }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -134,4 +135,56 @@ func TestHookLockTimeout(t *testing.T) {
 			}
 		})
 	}
+	for _, c := range []struct {
+		name string
+		run  func(Options) error
+	}{
+		{"postrm", func(o Options) error { _, err := KernelRemoved(ctx, o, "6.1.0-1-cloud-amd64"); return err }},
+		{"postinst", func(o Options) error { _, err := KernelAdded(ctx, o, "6.1.0-1-cloud-amd64"); return err }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var log strings.Builder
+			var logMu sync.Mutex
+			o := Options{Root: root, Bootloader: GRUB, SkipInitramfs: true, LockTimeout: 300 * time.Millisecond,
+				Log:        writerFunc(func(p []byte) (int, error) { logMu.Lock(); defer logMu.Unlock(); return log.Write(p) }),
+				UpdateGrub: fakeUpdateGrub}
+			done := make(chan error, 1)
+			go func() { done <- c.run(o) }()
+			select {
+			case err := <-done:
+				t.Fatalf("%s returned %v while another held the lock, want it to wait past LockTimeout", c.name, err)
+			case <-time.After(time.Second):
+			}
+			logMu.Lock()
+			got := log.String()
+			logMu.Unlock()
+			if want := "waiting for " + file + " (held by " + holder + "), without a time limit"; !strings.Contains(got, want) {
+				t.Errorf("log %q, want it to say %q", got, want)
+			}
+			if err := unix.Flock(int(f.Fd()), unix.LOCK_UN); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := f.WriteAt([]byte(holder+"\n"), 0); err != nil {
+					t.Fatal(err)
+				}
+			}()
+			select {
+			case err := <-done:
+				if err != nil && errors.Is(err, ErrLocked) {
+					t.Errorf("%s after the lock was freed: %v", c.name, err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("%s still waits 30s after the lock was freed", c.name)
+			}
+		})
+	}
 }
+
+// writerFunc is an io.Writer made of a function.
+type writerFunc func([]byte) (int, error)
+
+func (w writerFunc) Write(p []byte) (int, error) { return w(p) }

@@ -15,7 +15,7 @@ import (
 // a warning, as in the postinst hook: the default stays where it was. Like
 // the hooks and Install, it holds the root's HookLock while it runs.
 func Refresh(ctx context.Context, o Options) (*Result, error) {
-	bl, unlock, err := o.startHook(ctx, "kpreload kernel-hook refresh")
+	bl, unlock, err := o.startHook(ctx, "kpreload kernel-hook refresh", true)
 	if err != nil {
 		return nil, err
 	}

@@ -147,6 +147,9 @@ type Options struct {
 	// Lister resolves recipes' kernel matrices when Kernels is empty; nil
 	// means recipe.AptKernelsIn(DownloadDir).
 	Lister recipe.KernelLister
+	// Tools runs cp, patch, dpkg-deb and the compiler; nil means the real
+	// programs (runner.Default).
+	Tools toolrun.Runner
 	// Archives resolves recipes that select their driver version
 	// (source.select); nil means recipe.AptArchives over DownloadDir.
 	Archives recipe.PackageArchives
@@ -235,7 +238,7 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	if opts.FetchOnly && (opts.Remote != nil || opts.PullOnly) {
 		return nil, errors.New("build: fetch-only neither pulls nor pushes: leave out the remote cache")
 	}
-	r := &runner{opts: opts, driver: opts.Driver, suites: suites}
+	r := &runner{opts: opts, driver: opts.Driver, suites: suites, tools: opts.Tools}
 	r.downloads = downloadsOf(opts)
 	lister := opts.Lister
 	if lister == nil {
@@ -329,7 +332,7 @@ type runner struct {
 	cache                  *tiered.Cache
 	driver                 dkms.Driver
 	downloads, logDir, tmp string
-	tools                  toolrun.Runner // cp, patch, dpkg-deb, the compiler (nil: runner.Default)
+	tools                  toolrun.Runner // Options.Tools
 	suites                 map[string]string
 	makeJobs               int
 	progressMu             sync.Mutex

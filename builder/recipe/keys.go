@@ -12,51 +12,53 @@ import (
 
 // confineKey checks the key file of an extra archive, key as a recipe or
 // SharedArchivesFile in dir names it, and returns its absolute path with every link
-// resolved. The key belongs beside the recipes: key must be relative to
+// resolved and its content as read then (which the archive then trusts, so a
+// link swapped in later cannot lead out). The key belongs beside the recipes: key must be relative to
 // dir and stay inside it (no "..", no link out of it), and name a regular,
 // non-empty file of at most archive.MaxKeySize bytes, read confined to dir.
 // The error says what is wrong with key (the caller adds file, line and
 // field).
-func confineKey(dir, key string) (string, error) {
+func confineKey(dir, key string) (string, []byte, error) {
 	if filepath.IsAbs(key) {
-		return "", fmt.Errorf("%s: an absolute path is refused: keep the archive's key beside the recipes and name it relative to %s", key, dir)
+		return "", nil, fmt.Errorf("%s: an absolute path is refused: keep the archive's key beside the recipes and name it relative to %s", key, dir)
 	}
 	clean := filepath.Clean(key)
 	if clean == ".." || strings.HasPrefix(clean, "../") {
-		return "", fmt.Errorf("%s leaves the recipes directory %s: keep the archive's key beside the recipes", key, dir)
+		return "", nil, fmt.Errorf("%s leaves the recipes directory %s: keep the archive's key beside the recipes", key, dir)
 	}
 	realDir, err := filepath.EvalSymlinks(dir)
 	if err == nil {
 		realDir, err = filepath.Abs(realDir)
 	}
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", key, err)
+		return "", nil, fmt.Errorf("%s: %w", key, err)
 	}
 	real, err := filepath.EvalSymlinks(filepath.Join(dir, clean))
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", key, err)
+		return "", nil, fmt.Errorf("%s: %w", key, err)
 	}
 	rel, err := filepath.Rel(realDir, real)
 	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-		return "", fmt.Errorf("%s is a link to %s, outside the recipes directory %s: keep the archive's key beside the recipes", key, real, dir)
+		return "", nil, fmt.Errorf("%s is a link to %s, outside the recipes directory %s: keep the archive's key beside the recipes", key, real, dir)
 	}
 	// Read inside dir (a link swapped in meanwhile cannot lead out), as a
 	// regular file of a key's size: never a FIFO, a device or a huge file.
 	data, err := inroot.ReadFile(realDir, rel, archive.MaxKeySize)
 	if err != nil {
 		if errors.Is(err, inroot.ErrTooLarge) {
-			return "", fmt.Errorf("%s: too big for an OpenPGP public key: %w", key, err)
+			return "", nil, fmt.Errorf("%s: too big for an OpenPGP public key: %w", key, err)
 		}
-		return "", fmt.Errorf("%s: %w", key, err)
+		return "", nil, fmt.Errorf("%s: %w", key, err)
 	}
 	if len(data) == 0 {
-		return "", fmt.Errorf("%s is empty", key)
+		return "", nil, fmt.Errorf("%s is empty", key)
 	}
-	return filepath.Join(realDir, rel), nil
+	return filepath.Join(realDir, rel), data, nil
 }
 
 // confineKeys checks the key of each of r's own extra archives (confineKey,
-// relative to the recipe file) and replaces it with its resolved path; the
+// relative to the recipe file) and replaces it with its resolved path and
+// content; the
 // errors name the file, the line and the field.
 func (r *Recipe) confineKeys() []error {
 	var errs []error
@@ -65,12 +67,12 @@ func (r *Recipe) confineKeys() []error {
 			continue // Validate says it is missing
 		}
 		field := fmt.Sprintf("archives[%d].key", i)
-		p, err := confineKey(filepath.Dir(r.File), x.Key)
+		p, data, err := confineKey(filepath.Dir(r.File), x.Key)
 		if err != nil {
 			errs = append(errs, r.errorf(field, "%v", err))
 			continue
 		}
-		r.Archives[i].Key = p
+		r.Archives[i].Key, r.Archives[i].KeyData = p, data
 	}
 	return errs
 }

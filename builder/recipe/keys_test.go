@@ -110,6 +110,16 @@ func TestArchiveKeyConfined(t *testing.T) {
 					if got != want {
 						t.Errorf("key: got %s, want %s", got, want)
 					}
+					// A link out swapped in after the load changes nothing:
+					// the archive trusts the content read, confined, then.
+					write(t, filepath.Join(outside, "evil.asc"), "evil")
+					if err := os.Remove(got); err != nil {
+						t.Fatal(err)
+					}
+					symlink(t, filepath.Join(outside, "evil.asc"), got)
+					if got, want := string(r.Archives[0].KeyData), pub; got != want {
+						t.Errorf("key data: got %q, want the content read at load %q", got, want)
+					}
 					return
 				}
 				t.Log(err)

@@ -85,11 +85,11 @@ func sharedArchives(dir string) ([]archive.Extra, error) {
 			if i < len(keyLines) {
 				keyLine = keyLines[i]
 			}
-			p, err := confineKey(dir, x.Key)
+			p, data, err := confineKey(dir, x.Key)
 			if err != nil {
 				errs = append(errs, &Error{File: file, Line: keyLine, Field: field + ".key", Msg: err.Error()})
 			}
-			doc.Archives[i].Key = p
+			doc.Archives[i].Key, doc.Archives[i].KeyData = p, data
 		}
 	}
 	if len(errs) > 0 {

@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // TestMain removes the temporary directories the shared, once-per-run helpers
@@ -13,9 +15,7 @@ func TestMain(m *testing.M) {
 	if binDir != "" {
 		os.RemoveAll(binDir)
 	}
-	if kpreloadDir != "" {
-		os.RemoveAll(kpreloadDir)
-	}
+	testenv.RemoveStaticBinaries()
 	if twoVersionsCache != "" {
 		os.RemoveAll(filepath.Dir(twoVersionsCache))
 	}

@@ -61,31 +61,11 @@ type buildErr struct {
 
 func (e *buildErr) Error() string { return "go build " + e.pkg + ": " + e.err.Error() + "\n" + e.out }
 
-var (
-	kpreloadOnce sync.Once
-	kpreloadDir  string
-	kpreloadErr  error
-)
-
 // kpreloadBinary builds the static kpreload CLI once per test run (as `make
 // build` does), for the tests that build module caches with `kpreload build`.
 func kpreloadBinary(t testing.TB) string {
 	t.Helper()
-	kpreloadOnce.Do(func() {
-		if kpreloadDir, kpreloadErr = os.MkdirTemp("", "kpreload-e2e-cli-"); kpreloadErr != nil {
-			return
-		}
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(kpreloadDir, "kpreload"), "./cmd/kpreload")
-		cmd.Dir = testenv.RepoRoot(t)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			kpreloadErr = &buildErr{pkg: "./cmd/kpreload", out: string(b), err: err}
-		}
-	})
-	if kpreloadErr != nil {
-		t.Fatal(kpreloadErr)
-	}
-	return filepath.Join(kpreloadDir, "kpreload")
+	return testenv.StaticBinary(t, "kpreload", "./cmd/kpreload")
 }
 
 var eduBuilds sync.Map // kver+"/"+version -> path

@@ -23,13 +23,13 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/kpreload/kpreload/internal/fileutil"
+	"github.com/kpreload/kpreload/internal/flock"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"golang.org/x/sys/unix"
 )
@@ -114,21 +114,12 @@ func (s *Store) lock(ctx context.Context) (unlock func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock module cache: %w", err)
 	}
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			break
+	if err := flock.Lock(ctx, f, lockPollInterval, nil); err != nil {
+		f.Close()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("lock module cache %s: another writer holds it: %w", path, err)
 		}
-		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
-			f.Close()
-			return nil, fmt.Errorf("lock module cache %s: %w", path, err)
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("lock module cache %s: another writer holds it: %w", path, ctx.Err())
-		case <-time.After(lockPollInterval):
-		}
+		return nil, fmt.Errorf("lock module cache %s: %w", path, err)
 	}
 	return func() {
 		unix.Flock(int(f.Fd()), unix.LOCK_UN)

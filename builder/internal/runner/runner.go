@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 	"time"
 
 	"github.com/kpreload/kpreload/internal/tail"
@@ -122,9 +124,19 @@ func (Exec) Run(ctx context.Context, c Cmd) ([]byte, error) {
 	if c.Combined {
 		cmd.Stderr = cmd.Stdout // the same writer: one goroutine writes at a time
 	}
-	err := cmd.Run()
-	if cmd.Process != nil {
+	err := cmd.Start()
+	if err == nil {
+		// Wait for the program to end without reaping it: while it is a
+		// zombie its pid, the group's id, cannot be reused, so the kill
+		// reaches its own group only.
+		var info unix.Siginfo
+		for {
+			if werr := unix.Waitid(unix.P_PID, cmd.Process.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil); werr != unix.EINTR {
+				break
+			}
+		}
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // ESRCH when none is left
+		err = cmd.Wait()
 	}
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {

@@ -1,10 +1,16 @@
 package runner
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
+	"os"
 	"os/exec"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -95,15 +101,42 @@ func TestExecRunCancelledGrandchild(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := Exec{}.Run(ctx, Cmd{Name: "sh", Args: []string{"-c", "sleep 299 & echo started; wait"}})
+	var log bytes.Buffer
+	_, err := Exec{}.Run(ctx, Cmd{Name: "sh", Args: []string{"-c", "sleep 299 & echo $!; wait"}, Log: &log})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Run: %v, want the context's error", err)
 	}
 	if took := time.Since(start); took >= 300*time.Second {
 		t.Fatalf("Run returned after %s: it waited for the grandchild", took)
 	}
-	if out, _ := exec.Command("pgrep", "-f", "^sleep 299$").Output(); len(out) > 0 {
-		t.Errorf("the grandchild still runs (pids %s): the process group was not killed", strings.TrimSpace(string(out)))
+	waitGone(t, log.String())
+}
+
+// waitGone fails t unless the process whose pid out holds (a shell's $!)
+// is gone, or a zombie, within 5 s: its process group was killed.
+func waitGone(t *testing.T, out string) {
+	t.Helper()
+	pid, err := strconv.Atoi(strings.TrimSpace(out))
+	if err != nil || pid <= 0 {
+		t.Fatalf("the script printed %q, want its background job's pid", out)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ESRCH) {
+				t.Fatal(err)
+			}
+			return
+		}
+		// The state follows the command's closing parenthesis.
+		if f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:])); len(f) > 0 && f[0] == "Z" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the background job (pid %d) still runs: the process group was not killed", pid)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -141,19 +174,10 @@ func TestExecRunOnlyEnv(t *testing.T) {
 // TestExecRunKillsLeftovers: a program's background job that outlives it
 // (and does not hold its output open) is killed when the program ends.
 func TestExecRunKillsLeftovers(t *testing.T) {
-	c := Cmd{Name: "sh", Args: []string{"-c", "sleep 298 >/dev/null 2>&1 & exit 1"}}
+	var log bytes.Buffer
+	c := Cmd{Name: "sh", Args: []string{"-c", "sleep 298 >/dev/null 2>&1 & echo $!; exit 1"}, Log: &log}
 	if _, err := (Exec{}).Run(context.Background(), c); err == nil {
 		t.Fatal("Run of a failing script: no error")
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		out, _ := exec.Command("pgrep", "-f", "^sleep 298$").Output()
-		if len(out) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the background job still runs (pids %s): the process group was not killed", strings.TrimSpace(string(out)))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitGone(t, log.String())
 }

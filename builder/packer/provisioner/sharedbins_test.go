@@ -3,10 +3,11 @@ package provisioner
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // What the package's tests share, made once per test run and removed after
@@ -15,11 +16,9 @@ import (
 // real dkms build fills it; a later run takes the cell from it, as a second
 // build on one machine does).
 var (
-	sharedMu   sync.Mutex
-	sharedDir  string
-	binaries   = map[string]string{} // name -> path
-	cacheDir   string
-	sharedErrs = map[string]error{}
+	sharedMu  sync.Mutex
+	sharedDir string
+	cacheDir  string
 )
 
 // TestMain removes what the package's tests shared.
@@ -28,6 +27,7 @@ func TestMain(m *testing.M) {
 	if sharedDir != "" {
 		os.RemoveAll(sharedDir)
 	}
+	testenv.RemoveStaticBinaries()
 	os.Exit(code)
 }
 
@@ -47,28 +47,7 @@ func shared() (string, error) {
 // run as a static binary named name, as `make build` does, and returns it.
 func staticBinary(t testing.TB, name, pkg string) string {
 	t.Helper()
-	sharedMu.Lock()
-	defer sharedMu.Unlock()
-	if err := sharedErrs[name]; err != nil {
-		t.Fatal(err)
-	}
-	if p, ok := binaries[name]; ok {
-		return p
-	}
-	dir, err := shared()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(dir, name)
-	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
-	cmd.Dir = "../../.."
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		sharedErrs[name] = fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
-		t.Fatal(sharedErrs[name])
-	}
-	binaries[name] = out
-	return out
+	return testenv.StaticBinary(t, name, pkg)
 }
 
 // moduleCache returns the module cache (cache_dir) that the package's real

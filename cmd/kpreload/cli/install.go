@@ -168,8 +168,10 @@ cannot be reached, is a warning and changes no default; run it again later (a
 timer or cron job may run it).
 
 postinst, postrm, refresh and "kpreload install" run one at a time: each holds
-/var/lib/kpreload/kernel-hook.lock (flock, inside --root) and waits up to five
-minutes for another holder, then fails naming the file and the holder.
+/var/lib/kpreload/kernel-hook.lock (flock, inside --root). refresh and "kpreload
+install" wait up to five minutes for another holder, then fail naming the file
+and the holder; postinst and postrm wait as long as it takes (saying for whom),
+so a kernel package's upgrade never fails over a slow refresh.
 
 The hooks never fail the kernel package over configuration: a bad or unknown
 key in /etc/kpreload/boot.yaml, or an /etc/kpreload/cmdline of more than one
