@@ -71,7 +71,8 @@ func copyCache(t *testing.T) string {
 	return dst
 }
 
-// setOf returns the manifest path pieces of a version's set in a cache.
+// moduleObject returns the path, in the cache's object store, of the first
+// module of version's set (moduleFromCache copies the one module out).
 func moduleObject(t *testing.T, cache, version string) string {
 	t.Helper()
 	st, err := store.Open(cache)
