@@ -100,7 +100,7 @@ bench testdriver "test driver"
 if [ "$vm" = 1 ]; then
   [ -d "$top/builder/follow/e2e" ] || die "--vm: builder/follow/e2e (TestFollowE2E) is not in this tree"
   log "end to end: TestFollowE2E (VM boots)"
-  (cd "$top" && KPRELOAD_FOLLOW_TIMINGS="$work/e2e.json" go test -count=1 -run TestFollowE2E ./builder/follow/e2e/) >&2 \
+  (cd "$top" && KPRELOAD_FOLLOW_TIMINGS="$work/e2e.json" go test -count=1 -timeout 60m -run TestFollowE2E ./builder/follow/e2e/) >&2 \
     || die "TestFollowE2E failed"
   rows+=("| upload → cell in the registry | $(jq -r '.upload_to_cell_s / 60 | . * 100 | round / 100' "$work/e2e.json") min | |")
   rows+=("| upload → VM on the new kernel with its driver | $(jq -r '.upload_to_vm_s / 60 | . * 100 | round / 100' "$work/e2e.json") min | |")

@@ -40,27 +40,33 @@ const (
 
 // step runs on every boot of the image after kpreload-drivers.target and
 // says what it sees and does on the console, "kpreload-test:" lines. What
-// it does follows from the running kernel.
+// it does follows from the running kernel and whether a driver is ready.
 const step = `#!/bin/sh
 say() { echo "kpreload-test: $*"; }
 hook() { sed -n 's/^kpreload: /kpreload-test: hook: /p' "$1"; }
+entries() { grep -o "^menuentry '[^']*'" /boot/grub/grub.cfg | cut -d"'" -f2 | sed "s/^/kpreload-test: $1entry: /"; }
 old=` + oldKernel + `
 a=` + kernelA + `
 b=` + kernelB + `
-say "running $(uname -r), kpreload-ready $(systemctl is-active kpreload-ready.service)"
+state=$(systemctl is-active kpreload-ready.service)
+say "running $(uname -r), kpreload-ready $state"
+say "first entry: $(grep -m1 '^menuentry ' /boot/grub/grub.cfg | cut -d"'" -f2)"
 online() { /lib/systemd/systemd-networkd-wait-online --timeout=60 >/dev/null 2>&1 || say "network not online"; }
 install_kernel() {
 	{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "linux-image-$1-unsigned"; } >/tmp/apt.log 2>&1 && say "apt-get install $1 ok" || { say "apt-get install $1 FAILED"; tail -n 25 /tmp/apt.log | sed 's/^/kpreload-test: apt: /'; }
 	hook /tmp/apt.log
 }
-case "$(uname -r)" in
-"$old")
+case "$(uname -r)/$state" in
+"$old/active")
+	# The image's real update-grub, then kernel A from the archive.
+	update-grub >/dev/null 2>&1 && say "update-grub ok" || say "update-grub FAILED"
 	online
 	install_kernel "$a" ;;
-"$a")
+"$a/active")
 	online
 	install_kernel "$b"
 	kpreload status | sed 's/^/kpreload-test: status: /'
+	entries ""
 	say "waiting for the cells of $b"
 	n=0
 	while :; do
@@ -71,8 +77,18 @@ case "$(uname -r)" in
 		sleep 10
 	done
 	hook /tmp/refresh.log ;;
+"$b/active")
+	# Removing the old kernel (postrm.d) takes its entries away.
+	kpreload status | sed 's/^/kpreload-test: status: /'
+	pkg=$(dpkg-query -W -f '${Package} ${Status}\n' "linux-image-$old*" | awk '/ installed$/ { print $1 }')
+	dpkg -r "$pkg" >/tmp/dpkg-r.log 2>&1 && say "dpkg -r ok" || { say "dpkg -r FAILED"; tail -n 15 /tmp/dpkg-r.log | sed 's/^/kpreload-test: dpkg: /'; }
+	hook /tmp/dpkg-r.log
+	entries "after removal " ;;
 *)
-	kpreload status | sed 's/^/kpreload-test: status: /' ;;
+	# No driver at boot: kpreload switch brings one up, and readiness follows.
+	kpreload switch 1.0.0 >/dev/null 2>&1 && say "switch ok" || say "switch FAILED"
+	sleep 2
+	say "after switch kpreload-ready $(systemctl is-active kpreload-ready.service)" ;;
 esac
 sync
 say "done"
@@ -84,28 +100,39 @@ var (
 )
 
 // TestFollowE2E proves the chain from a kernel upload to a VM on that
-// kernel with its driver, twice, with one image and one VM (three TCG boots
-// through SeaBIOS and GRUB): a signed apt archive on loopback (reprepro,
-// gpg) publishes Debian's real kernel packages, a cycle builds the test
-// driver's cell by the real dkms and pushes it, signed, to a real registry,
-// and a VM of a kpreload image (6.1, the test driver, apt pointed at the
-// archive and the kernel hook at the registry, both reached through QEMU's
-// user network) installs the kernel with apt-get.
+// kernel with its driver, twice, and the GRUB image's kernel updates around
+// it, with one image and one VM: four TCG boots of one GPT disk through
+// GRUB, under SeaBIOS and (boot 2) OVMF. A signed apt archive on loopback
+// (reprepro, gpg) publishes Debian's real kernel packages, a cycle builds
+// the test driver's cell by the real dkms and pushes it, signed, to a real
+// registry, and a VM of a kpreload image (6.1, the test driver, apt pointed
+// at the archive and the kernel hook at the registry, both reached through
+// QEMU's user network) installs the kernels with apt-get. Every boot with a
+// driver: GRUB boots kpreload's entry of the default kernel, the test
+// driver is bound before systemd, and the report comes back on the channel
+// the harness names through fw_cfg (no kpreload.report= on the command line).
 //
 //  1. The archive publishes 6.12 (bookworm-backports'), the cycle pushes its
-//     cell; boot 1 (6.1): apt-get update && apt-get install; the kernel hook
-//     pulls the trusted cell and makes 6.12 the default.
-//  2. Boot 2 comes up on 6.12 with the driver bound before systemd. The
-//     archive publishes trixie's 6.12 first: apt-get install; its hook finds
-//     no cell and keeps the default on the running 6.12 with its driver.
-//     Then the cycle runs, and kpreload kernel-hook refresh pulls the cell
-//     and moves the default.
-//  3. Boot 3 comes up on trixie's 6.12 with the driver bound before systemd.
+//     cell; boot 1 (6.1, SeaBIOS): the image's real update-grub, then
+//     apt-get update && apt-get install; the kernel hook builds 6.12's
+//     initramfs, pulls the trusted cell and makes 6.12 the default.
+//  2. Boot 2 (OVMF) comes up on 6.12 with the driver. The archive publishes
+//     trixie's 6.12 first: apt-get install; its hook finds no cell and keeps
+//     the default on the running 6.12 with its driver; kpreload status and
+//     grub.cfg list all three kernels. Then the cycle runs, and kpreload
+//     kernel-hook refresh pulls the cell and moves the default.
+//  3. Boot 3 (SeaBIOS, a snapshot) comes up on trixie's 6.12 with the driver,
+//     its entry first; dpkg -r of the 6.1 kernel (postrm) takes 6.1's
+//     entries away.
+//  4. Boot 4 (SeaBIOS, a snapshot of the disk after boot 2) with an instance
+//     request through fw_cfg for a flavour the cache lacks: no driver is
+//     ready at boot; kpreload switch brings the test driver up, and
+//     kpreload-ready follows.
 func TestFollowE2E(t *testing.T) {
-	testenv.SkipShort(t, "dkms builds, an image build and three TCG boots")
+	testenv.SkipShort(t, "dkms builds, an image build and four TCG boots")
 	began := time.Now()
 	progress := func(msg string) { t.Logf("[%6.1fs] %s", time.Since(began).Seconds(), msg) }
-	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 45*time.Minute))
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 50*time.Minute))
 	defer cancel()
 	testenv.KernelTree(t, oldKernel)
 	debA, debB := kernelDeb(t, kernelA), kernelDeb(t, kernelB)
@@ -134,6 +161,9 @@ func TestFollowE2E(t *testing.T) {
 		"unit":         {"/etc/systemd/system/" + boottest.StepService, boottest.StepUnit("kpreload follow test step")},
 		"sources.list": {"/etc/apt/sources.list", "deb [signed-by=/etc/apt/keyrings/kpreload-test.asc] http://" + guestArchive + " " + suite + " main\n"},
 		"remote.yaml":  {"", "remote: oci://" + guestRegistry + "/cells\nplain_http: true\ntrust: [builder.pub]\ntimeout: 2m\n"},
+		// A cached version in a flavour the cache lacks: refused at boot (a
+		// version the image lacks altogether would go on with the default).
+		"refused.yaml": {"", "resources:\n  driver:\n    version: \"1.0.0\"\n    flavor: proprietary\n"},
 	} {
 		mode := os.FileMode(0o644)
 		if name == "step" {
@@ -148,11 +178,13 @@ func TestFollowE2E(t *testing.T) {
 	}
 	files["/etc/apt/keyrings/kpreload-test.asc"] = archive.Key
 	progress("image build")
-	imageCache := t.TempDir()
+	// No kpreload.report= (as "kpreload image build --help" shows): the
+	// harness names the report channel through fw_cfg.
+	const cmdline = "console=ttyS0 panic=-1"
 	m, err := image.Build(ctx, image.Options{
-		Name: "follow", OutDir: t.TempDir(), Kernels: []string{oldKernel}, Recipes: []*recipe.Recipe{r}, CacheDir: imageCache,
+		Name: "follow", OutDir: t.TempDir(), Kernels: []string{oldKernel}, Recipes: []*recipe.Recipe{r}, CacheDir: t.TempDir(),
 		BuildMissing: true, Bootloader: install.GRUB, SizeMB: 1536, ESPSizeMB: 64, Formats: []string{image.FormatRaw},
-		Cmdline: "console=ttyS0 panic=-1", Files: files, Enable: []string{boottest.StepService},
+		Cmdline: cmdline, Files: files, Enable: []string{boottest.StepService},
 		Instance:       filepath.Join(testenv.RepoRoot(t), "images", "instance-testdriver.yaml"),
 		RemoteConfig:   filepath.Join(work, "remote.yaml"),
 		KpreloadBinary: kpreload, InitBinary: initBin, TempDir: t.TempDir(), Progress: progress,
@@ -160,21 +192,36 @@ func TestFollowE2E(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if m.Bootloader != install.GRUB || len(m.Files) != 1 {
+		t.Fatalf("manifest bootloader %q, files %+v: want grub and one raw disk", m.Bootloader, m.Files)
+	}
 	disk := m.Files[0].Path
 	cycleCache := t.TempDir()
 	downloads := testenv.DownloadCache(t)
 	forwards := []string{guestForward(t, guestArchive, archiveAddr), guestForward(t, guestRegistry, reg.Addr)}
-	boot := func(n int, kernel string, snapshot bool, until *regexp.Regexp, at func(ctx context.Context, console string) error, wants, nots []string) {
+	entry := func(k string) string { return "Debian GNU/Linux, with Linux " + k + " (kpreload)" }
+	type bootSpec struct {
+		firmware string
+		kernel   string // the kernel GRUB boots by default
+		bound    bool   // the driver is bound at boot
+		snapshot bool
+		until    *regexp.Regexp
+		at       func(ctx context.Context, console string) error
+		fwCfg    map[string]string
+		wants    []string
+		nots     []string
+	}
+	boot := func(n int, b bootSpec) {
 		t.Helper()
-		name := fmt.Sprintf("boot %d", n)
+		name := fmt.Sprintf("boot %d (%s)", n, b.firmware)
 		progress(name)
 		consoleLog := filepath.Join(t.TempDir(), "console.log")
 		cfg := qemu.Config{
-			Firmware: qemu.FirmwareBIOS, RootDisk: disk, Snapshot: snapshot, Devices: []string{"edu"},
-			GuestForwards: forwards, Until: until, ConsoleLog: consoleLog, Timeout: testenv.Deadline(t, 600*time.Second),
+			Firmware: b.firmware, RootDisk: disk, Snapshot: b.snapshot, Devices: []string{"edu"}, FwCfg: b.fwCfg,
+			GuestForwards: forwards, Until: b.until, ConsoleLog: consoleLog, Timeout: testenv.Deadline(t, 600*time.Second),
 		}
-		if at != nil {
-			cfg.AtUntil = func(ctx context.Context) error { return at(ctx, consoleLog) }
+		if b.at != nil {
+			cfg.AtUntil = func(ctx context.Context) error { return b.at(ctx, consoleLog) }
 		}
 		res, err := (&qemu.Runner{WorkDir: t.TempDir()}).Run(ctx, cfg)
 		console, _ := os.ReadFile(consoleLog)
@@ -190,8 +237,11 @@ func TestFollowE2E(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		t.Logf("%s: QEMU ran %s", name, res.Duration.Round(time.Second))
-		checkBoundBeforeSystemd(t, name, res, kernel)
-		wants = append(wants, "kpreload-test: running "+kernel+", kpreload-ready active", "kpreload-test: done")
+		wants := append(b.wants, "Booting `"+entry(b.kernel)+"'", "kpreload-test: done")
+		if b.bound {
+			checkImageBoot(t, name, res, b.kernel, "root=UUID="+m.RootUUID+" ro "+cmdline)
+			wants = append(wants, "kpreload-test: running "+b.kernel+", kpreload-ready active")
+		}
 		bad := t.Failed()
 		for _, w := range wants {
 			if !strings.Contains(string(console), w) {
@@ -199,7 +249,7 @@ func TestFollowE2E(t *testing.T) {
 				bad = true
 			}
 		}
-		for _, w := range nots {
+		for _, w := range b.nots {
 			if strings.Contains(string(console), w) {
 				t.Errorf("%s: console has %q", name, w)
 				bad = true
@@ -211,41 +261,65 @@ func TestFollowE2E(t *testing.T) {
 		}
 	}
 
-	// 1. The archive publishes A; the cycle pushes its cell; the VM installs A.
+	// 1. The archive publishes A; the cycle pushes its cell; the VM runs
+	// update-grub and installs A.
 	progress("archive publishes " + kernelA)
 	publishedA := archive.IncludeDeb(suite, debA)
 	runCycle(ctx, t, kpreload, recipes, cycleCache, downloads, reg.Addr, key, kernelA)
 	toCell := time.Since(publishedA)
-	boot(1, oldKernel, false, stepDone, nil, []string{
+	boot(1, bootSpec{firmware: qemu.FirmwareBIOS, kernel: oldKernel, bound: true, until: stepDone, wants: []string{
+		"kpreload-test: update-grub ok",
 		"kpreload-test: apt-get install " + kernelA + " ok",
+		"kpreload-test: hook: built /boot/kpreload/initrd.img-" + kernelA,
 		"kpreload-test: hook: pulled kpreload-edu 1.0.0 open (set ",
 		"kpreload-test: hook: grub boots kernel " + kernelA + " with kpreload by default",
-	}, nil)
+	}})
 
-	// 2. On A with its driver. The archive publishes B; the VM installs it
-	// before its cell exists and keeps A; then the cycle runs and refresh
-	// pulls B's cell.
+	// 2. On A with its driver, through OVMF. The archive publishes B; the VM
+	// installs it before its cell exists and keeps A; then the cycle runs
+	// and refresh pulls B's cell.
 	progress("archive publishes " + kernelB)
 	archive.IncludeDeb(suite, debB)
 	var toVM time.Duration
-	boot(2, kernelA, false, stepWaiting, func(ctx context.Context, console string) error {
+	boot(2, bootSpec{firmware: qemu.FirmwareUEFI, kernel: kernelA, bound: true, until: stepWaiting, at: func(ctx context.Context, console string) error {
 		toVM = time.Since(publishedA) // the driver was bound before the step ran
 		// The cycle only once the VM has installed B (and waits for its cells).
 		runCycle(ctx, t, kpreload, recipes, cycleCache, downloads, reg.Addr, key, kernelB)
 		return waitConsole(ctx, console, stepDone)
-	}, []string{
+	}, wants: []string{
 		"kpreload-test: apt-get install " + kernelB + " ok",
+		"kpreload-test: hook: built /boot/kpreload/initrd.img-" + kernelB,
 		"kpreload-test: hook: WARNING: the module cache has no driver cell for kernel " + kernelB,
 		"kpreload-test: hook: grub boots kernel " + kernelA + " with kpreload by default",
-		"kpreload-test: status: default: " + kernelA,
+		"kpreload-test: status: default: " + kernelA + " (the newest kernel with its driver cells)",
 		"kpreload-test: status:   " + kernelB + ": no driver cells",
+		"kpreload-test: status: * " + kernelA + ": kpreload-edu 1.0.0",
+		"kpreload-test: status:   " + oldKernel + ": kpreload-edu 1.0.0",
+		"kpreload-test: entry: " + entry(oldKernel),
+		"kpreload-test: entry: " + entry(kernelA),
+		"kpreload-test: entry: " + entry(kernelB),
 		"kpreload-test: hook: pulled kpreload-edu 1.0.0 open (set ",
 		"kpreload-test: hook: grub boots kernel " + kernelB + " with kpreload by default",
-	}, []string{"kpreload-test: no cells for "})
+	}, nots: []string{"kpreload-test: no cells for "}})
 
-	// 3. On B with its driver.
-	boot(3, kernelB, true, stepDone, nil, []string{"kpreload-test: status: default: " + kernelB}, nil)
+	// 3. On B with its driver; dpkg -r of 6.1 (nothing boots this disk
+	// after it but boot 4, which needs the disk as boot 2 left it).
+	boot(3, bootSpec{firmware: qemu.FirmwareBIOS, kernel: kernelB, bound: true, snapshot: true, until: stepDone, wants: []string{
+		"kpreload-test: first entry: " + entry(kernelB),
+		"kpreload-test: status: default: " + kernelB,
+		"kpreload-test: dpkg -r ok",
+		"kpreload-test: after removal entry: " + entry(kernelB),
+		"kpreload-test: after removal entry: " + entry(kernelA),
+	}, nots: []string{"kpreload-test: after removal entry: " + entry(oldKernel)}})
 	writeTimings(t, toCell, toVM)
+
+	// 4. On B, asked for a flavour the cache lacks: no driver at boot, then
+	// kpreload switch.
+	boot(4, bootSpec{firmware: qemu.FirmwareBIOS, kernel: kernelB, snapshot: true, until: stepDone,
+		fwCfg: map[string]string{"kpreload/instance.yaml": filepath.Join(work, "refused.yaml")}, wants: []string{
+			"kpreload-test: running " + kernelB + ", kpreload-ready failed",
+			"kpreload-test: switch ok", "kpreload-test: after switch kpreload-ready active",
+		}})
 	t.Logf("upload to cell %s, upload to VM on the new kernel with its driver %s; the whole test %s",
 		toCell.Round(time.Second), toVM.Round(time.Second), time.Since(began).Round(time.Second))
 }

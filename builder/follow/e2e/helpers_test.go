@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -135,27 +136,51 @@ func waitConsole(ctx context.Context, file string, re *regexp.Regexp) error {
 	}
 }
 
-// checkBoundBeforeSystemd checks a boot's report: kernel booted, the test
-// driver loaded by /init from the root's cache and bound before the real
-// init's first line.
-func checkBoundBeforeSystemd(t *testing.T, name string, res *qemu.Result, kernel string) {
+// checkImageBoot checks a boot's report and console: kernel booted by its
+// kpreload entry (the image's cmdline), the report came back on the channel
+// the harness named through fw_cfg (not kpreload.report=, not the console),
+// root ext4 on /dev/vda2, the test driver loaded by /init from the root's
+// cache and bound before the real init's first line, and systemd reaching
+// Debian 12's boot and kpreload-drivers.target.
+func checkImageBoot(t *testing.T, name string, res *qemu.Result, kernel, cmdline string) {
 	t.Helper()
 	rep := res.Report
 	if rep == nil {
 		t.Fatalf("%s: no kpreload report; warnings %v; console %s", name, res.Warnings, res.Console)
 	}
 	t.Logf("%s: report: %s", name, rep.Summary())
-	if rep.Kernel != kernel {
-		t.Errorf("%s: booted kernel %s, want %s", name, rep.Kernel, kernel)
+	if rep.Kernel != kernel || !strings.Contains(rep.Cmdline, cmdline) {
+		t.Errorf("%s: report kernel %q cmdline %q: want %s booted by its entry (%s)", name, rep.Kernel, rep.Cmdline, kernel, cmdline)
+	}
+	if strings.Contains(rep.Cmdline, "kpreload.report=") || slices.Contains(res.Warnings, "report read from the console, not the report channel") {
+		t.Errorf("%s: cmdline %q, warnings %q: want the report on the channel fw_cfg named", name, rep.Cmdline, res.Warnings)
+	}
+	if rep.Root.FSType != "ext4" || rep.Root.Device != "/dev/vda2" || rep.Root.Mounted <= 0 {
+		t.Errorf("%s: root = %+v, want ext4 on /dev/vda2 mounted", name, rep.Root)
 	}
 	boottest.CheckEduLoaded(t, rep, "rootfs")
+	// The probe's kernel line and systemd's first line carry the same
+	// (printk) clock.
 	console, _ := os.ReadFile(res.Console)
 	probe, ok := qemu.Find(res.Kernel, "bound, id 0x010000ed")
 	systemd, sok := qemu.FirstPrintk(console, "systemd[1]:")
 	if !ok || !sok || probe.Time >= systemd {
 		t.Errorf("%s: test driver probe %+v (found %v), systemd's first line at %.3f (found %v): want the driver bound before the real init", name, probe, ok, systemd, sok)
 	}
+	for _, want := range []string{"Welcome to", "Debian GNU/Linux 12"} {
+		if !strings.Contains(string(console), want) {
+			t.Errorf("%s: console lacks %q (%s)", name, want, res.Console)
+		}
+	}
+	if !driversReady.Match(console) {
+		t.Errorf("%s: console lacks systemd reaching kpreload-drivers.target (%s)", name, res.Console)
+	}
 }
+
+// driversReady is systemd reaching kpreload-drivers.target; systemd shortens
+// the unit name to the console's width, so match its start and its
+// description.
+var driversReady = regexp.MustCompile(`Reached target .*kpreload-dr.*GPU drivers loaded and ready`)
 
 // writeTimings writes the chain's timings to the file named by
 // KPRELOAD_FOLLOW_TIMINGS, when set (scripts/bench-follow.sh reads it).
