@@ -93,7 +93,7 @@ apt_suite_opts() {
   local opts=(-o "Dir::Etc::SourceList=$dir/sources.list" -o "Dir::Etc::SourceParts=$dir/sources.list.d"
     -o "Dir::Etc::Preferences=$dir/preferences" -o "Dir::Etc::PreferencesParts=$dir/preferences.d"
     -o "Dir::State::Lists=$dir/lists" -o "Dir::State::status=$dir/status" -o "Dir::Cache=$dir/cache"
-    -o "APT::Get::List-Cleanup=0" -o "Debug::NoLocking=1")
+    -o "Dir::Cache::pkgcache=pkgcache.bin" -o "APT::Get::List-Cleanup=0" -o "Debug::NoLocking=1")
   # The update lock (builder/archive's too) keeps two fetches out of one lists directory;
   # a failed update must not leave the last good stamp behind.
   local lockfd

@@ -153,7 +153,12 @@ func (a *Archive) SourcesList() string {
 }
 
 // aptOptions returns the -o options that point apt at the private
-// configuration (none for the host's).
+// configuration (none for the host's). Dir::Cache::pkgcache names the binary
+// package cache, which hosts built from Debian's container images turn off
+// (their docker-clean sets it to ""): without it every apt-cache call parses
+// all of a suite's package lists again (1.7 CPU-seconds for bookworm,
+// against 0.1 with the cache; apt rebuilds it when the lists change and
+// writes it through a temporary file and a rename).
 func (a *Archive) aptOptions() []string {
 	if a.Dir == "" {
 		return nil
@@ -166,6 +171,7 @@ func (a *Archive) aptOptions() []string {
 		"-o", "Dir::State::Lists=" + filepath.Join(a.Dir, "lists"),
 		"-o", "Dir::State::status=" + filepath.Join(a.Dir, "status"),
 		"-o", "Dir::Cache=" + filepath.Join(a.Dir, "cache"),
+		"-o", "Dir::Cache::pkgcache=pkgcache.bin",
 		"-o", "APT::Get::List-Cleanup=0",
 		"-o", "Debug::NoLocking=1",
 	}

@@ -279,6 +279,13 @@ func TestBookwormThroughPrivateConfig(t *testing.T) {
 	if got, want := fmt.Sprint(got), "map[base-files:[] kpreload-private-bookworm:[1.0-1]]"; got != want {
 		t.Errorf("VersionsOf = %s, want %s (the private lists only)", got, want)
 	}
+	// apt-cache kept its binary cache, so the next call does not parse the
+	// lists again, even where the host's apt configuration turns it off (as
+	// Debian's container images do); the Refresh below shows it is rebuilt
+	// when the lists change.
+	if _, err := os.Stat(filepath.Join(a.Dir, "cache", "pkgcache.bin")); err != nil {
+		t.Errorf("apt-cache kept no binary cache in the private configuration: %v", err)
+	}
 	sources, err := os.ReadFile(filepath.Join(a.Dir, "sources.list"))
 	if err != nil {
 		t.Fatal(err)

@@ -36,16 +36,19 @@ func build(t *testing.T, src, kver string, mutate func(*BuildRequest)) (*BuildRe
 
 // TestBuildTestDriver builds recipes/testdriver with the real dkms for every
 // test kernel, as v1.0.0 (its dkms.conf) and as v2.0.0 (an edited copy).
+// The v2.0.0 build for the last test kernel is TestBuildUsesCC's, which
+// makes the same checks of it.
 func TestBuildTestDriver(t *testing.T) {
 	requireTools(t)
 	for _, kver := range testKernels {
 		t.Run(kver, func(t *testing.T) {
 			for _, version := range []string{"1.0.0", "2.0.0"} {
+				if version == "2.0.0" && kver == ccKernel {
+					continue
+				}
 				src := testDriverDir(t)
 				if version != "1.0.0" {
-					src = filepath.Join(t.TempDir(), "src")
-					copyTree(t, testDriverDir(t), src)
-					editFile(t, filepath.Join(src, "dkms.conf"), `PACKAGE_VERSION="1.0.0"`, `PACKAGE_VERSION="`+version+`"`)
+					src = testDriverVersion(t, version)
 				}
 				res, err := build(t, src, kver, nil)
 				if err != nil {
@@ -59,6 +62,16 @@ func TestBuildTestDriver(t *testing.T) {
 			}
 		})
 	}
+}
+
+// testDriverVersion returns a copy of recipes/testdriver whose dkms.conf
+// says version.
+func testDriverVersion(t *testing.T, version string) string {
+	t.Helper()
+	src := filepath.Join(t.TempDir(), "src")
+	copyTree(t, testDriverDir(t), src)
+	editFile(t, filepath.Join(src, "dkms.conf"), `PACKAGE_VERSION="1.0.0"`, `PACKAGE_VERSION="`+version+`"`)
+	return src
 }
 
 // plainBuilds holds, per kernel, the module of TestBuildTestDriver's build
@@ -310,11 +323,16 @@ func TestBuildExclusive(t *testing.T) {
 	}
 }
 
+// ccKernel is the kernel of TestBuildUsesCC's build.
+var ccKernel = testKernels[len(testKernels)-1]
+
 // TestBuildUsesCC checks that the compiler Build chooses reaches every
 // compile: a wrapper given as CC records its calls and runs the real gcc.
+// The build is the test driver as v2.0.0, TestBuildTestDriver's case for
+// ccKernel, and gets all of that test's checks too.
 func TestBuildUsesCC(t *testing.T) {
 	requireTools(t)
-	kver := testKernels[1]
+	kver := ccKernel
 	dir := t.TempDir()
 	calls := filepath.Join(dir, "calls")
 	wrapper := filepath.Join(dir, "kpreload-test-cc")
@@ -322,10 +340,11 @@ func TestBuildUsesCC(t *testing.T) {
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	res, err := build(t, testDriverDir(t), kver, func(r *BuildRequest) { r.CC = wrapper })
+	res, err := build(t, testDriverVersion(t, "2.0.0"), kver, func(r *BuildRequest) { r.CC = wrapper })
 	if err != nil {
 		t.Fatalf("Build(CC=%s): %v", wrapper, err)
 	}
+	checkTestDriver(t, res, kver, "2.0.0")
 	if res.CC != wrapper || len(res.Warnings) != 0 {
 		t.Errorf("BuildResult CC=%q Warnings=%q, want %q and no warnings", res.CC, res.Warnings, wrapper)
 	}

@@ -23,10 +23,11 @@ type cellHook struct {
 	rm    *remote.Remote // the registry, pushing signed by builder.key
 	r     *recipe.Recipe // the testdriver recipe
 	ktree string         // the newer kernel's tree
-	built string         // the cache cells are built in
+	built string         // the cache the cells are in (built once: copyBuiltCells)
 }
 
-// newCellHook starts the registry and unpacks the kernels for newer.
+// newCellHook starts the registry, unpacks the kernels for newer and puts
+// the testdriver cells of testKernel and newer into h.built.
 func newCellHook(t *testing.T, newer string) *cellHook {
 	t.Helper()
 	h := &cellHook{newer: newer, keys: t.TempDir(), built: t.TempDir()}
@@ -44,6 +45,7 @@ func newCellHook(t *testing.T, newer string) *cellHook {
 	}
 	testenv.KernelTree(t, testKernel)
 	h.ktree = testenv.KernelTree(t, newer)
+	copyBuiltCells(t, h.r, newer, h.built)
 	return h
 }
 

@@ -97,7 +97,7 @@ func TestHookKilledMidWrite(t *testing.T) {
 	if testing.Short() {
 		t.Skip("many runs of the real hook; -short")
 	}
-	bin := testenv.GoBuildStatic(t, t.TempDir(), "kpreload", "./cmd/kpreload")
+	bin := testKpreload(t)
 	root := hookRoot(t)
 	run := func() *exec.Cmd {
 		cmd := exec.Command(bin, "kernel-hook", "postinst", "--root", root, testKernel)
@@ -168,7 +168,7 @@ func TestHookReadOnlyAndFullBoot(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Fatal("mounting a read-only or full /boot needs root (make test runs as root)")
 	}
-	bin := testenv.GoBuildStatic(t, t.TempDir(), "kpreload", "./cmd/kpreload")
+	bin := testKpreload(t)
 	for _, c := range []struct{ name, mount, want string }{
 		{"read-only", `mount --bind "$R/boot" "$R/boot" && mount -o remount,bind,ro "$R/boot"`, "read-only file system"},
 		{"full", `mount -t tmpfs -o size=1m tmpfs "$R/boot/kpreload"`, "no space left on device"},

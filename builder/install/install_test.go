@@ -229,7 +229,7 @@ var (
 func testInit(t *testing.T) string {
 	t.Helper()
 	initOnce.Do(func() {
-		initBin = testenv.GoBuildStatic(t, os.TempDir(), "kpreload-init-install-test", "./initramfs/cmd/init")
+		initBin = testenv.GoBuildStatic(t, sharedDir(t), "kpreload-init", "./initramfs/cmd/init")
 	})
 	return initBin
 }

@@ -49,7 +49,7 @@ func TestRealMatrix(t *testing.T) {
 	opts := Options{
 		Recipes:     []*recipe.Recipe{good, broken},
 		Kernels:     testKernels,
-		CacheDir:    filepath.Join(t.TempDir(), "cache"),
+		CacheDir:    keptCacheDir(t),
 		DownloadDir: downloadDir(),
 		LogDir:      filepath.Join(t.TempDir(), "logs"),
 		TempDir:     t.TempDir(),
@@ -126,5 +126,8 @@ func TestRealMatrix(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(opts.TempDir); len(left) != 0 {
 		t.Errorf("Run left %d entries in TempDir", len(left))
+	}
+	if !t.Failed() {
+		keepRealCells(opts.CacheDir)
 	}
 }

@@ -16,10 +16,11 @@ import (
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
 
-// TestRebuild builds the test driver's 6.1 cell with the real dkms, then
-// rebuilds it by set id and by key digest (identical), rebuilds a forged
-// set stored under the same key (refused: the bytes differ), and asks a
-// recipe whose source changed (refused: another key, naming the entry).
+// TestRebuild takes the test driver's 6.1 cell built with the real dkms
+// (TestRealMatrix's when it ran), rebuilds it by set id (identical),
+// rebuilds a forged set stored under the same key, asked by the key's
+// digest (refused: the bytes differ), and asks a recipe whose source
+// changed (refused: another key, naming the entry).
 func TestRebuild(t *testing.T) {
 	requireTools(t)
 	requireKernels(t)
@@ -36,33 +37,29 @@ func TestRebuild(t *testing.T) {
 	opts := func() Options {
 		return Options{DownloadDir: downloadDir(), TempDir: t.TempDir(), LogDir: t.TempDir(), Driver: dkms.New()}
 	}
-	o := opts()
-	o.Recipes, o.Kernels, o.CacheDir = []*recipe.Recipe{good}, []string{kver}, cache
-	res, err := Run(context.Background(), o)
-	if err != nil || res[0].State != StateOK {
-		t.Fatalf("Run(testdriver, %s) = %+v, %v", kver, res, err)
-	}
-	set := res[0].SetID
+	// The stored cell: TestRealMatrix's, when it ran (testdriverCell).
+	set := testdriverCell(t, kver, cache, t.TempDir())
 	st, err := store.Open(cache)
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	for _, ref := range []string{set[:12], manifest.KeyID(res[0].Key)[:12]} {
-		got, err := Rebuild(context.Background(), st, ref, []*recipe.Recipe{other, good}, opts())
-		if err != nil {
-			t.Fatalf("Rebuild(%s): %v", ref, err)
-		}
-		if !got.Identical || got.RebuiltSet != set || got.Recipe != good.File || len(got.Modules) != 1 || !got.Modules[0].Identical {
-			t.Errorf("Rebuild(%s) = %+v, want identical set %s from %s", ref, got, set, good.File)
-		}
-	}
-
-	// A forged set under the same key: the module with bytes appended.
 	m, err := st.Get(set)
 	if err != nil {
 		t.Fatal(err)
 	}
+	keyID := manifest.KeyID(m.CacheKey)
+	got, err := Rebuild(context.Background(), st, set[:12], []*recipe.Recipe{other, good}, opts())
+	if err != nil {
+		t.Fatalf("Rebuild(%s): %v", set[:12], err)
+	}
+	if !got.Identical || got.RebuiltSet != set || got.Set != set || got.KeyID != keyID || got.Recipe != good.File || len(got.Modules) != 1 || !got.Modules[0].Identical {
+		t.Errorf("Rebuild(%s) = %+v, want identical set %s (key %s) from %s", set[:12], got, set, keyID, good.File)
+	}
+
+	// A forged set under the same key: the module with bytes appended. It
+	// is asked by its key digest, which now names the forged set: one dkms
+	// build checks both the lookup by key and the refusal.
 	forged := filepath.Join(t.TempDir(), m.Modules[0].File)
 	data, err := os.ReadFile(st.ObjectPath(m.Modules[0].SHA256))
 	if err != nil {
@@ -75,9 +72,9 @@ func TestRebuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := Rebuild(context.Background(), st, fid, []*recipe.Recipe{good}, opts())
-	if !errors.Is(err, ErrNotReproduced) || got == nil || got.Identical || got.Modules[0].Identical || got.Modules[0].StoredSize != int64(len(data))+6 {
-		t.Errorf("Rebuild(forged set) = %+v, %v; want ErrNotReproduced with the module differing", got, err)
+	got, err = Rebuild(context.Background(), st, keyID[:12], []*recipe.Recipe{good}, opts())
+	if !errors.Is(err, ErrNotReproduced) || got == nil || got.Set != fid || got.KeyID != keyID || got.Identical || got.Modules[0].Identical || got.Modules[0].StoredSize != int64(len(data))+6 {
+		t.Errorf("Rebuild(%s, the forged set's key) = %+v, %v; want set %.12s, ErrNotReproduced with the module differing", keyID[:12], got, err, fid)
 	}
 
 	// A recipe whose source changed gives another key: nothing to compare.

@@ -56,7 +56,10 @@ func TestReproducibleOnHostileHost(t *testing.T) {
 		t.Fatalf("unshare (util-linux) is needed: %v", err)
 	}
 
-	here := buildRepro(t, filepath.Join(t.TempDir(), "cache"), t.TempDir())
+	// This host's build: TestRealMatrix's, in a TempDir of its own, when it ran.
+	hereCache := filepath.Join(t.TempDir(), "cache")
+	testdriverCell(t, reproKernel, hereCache, t.TempDir())
+	here := readRepro(t, hereCache)
 
 	job := hostileJob{
 		Kernel:  reproKernel,

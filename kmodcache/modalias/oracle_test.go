@@ -62,42 +62,17 @@ func loadKernelTree(t testing.TB, k kernelTree) *Tree {
 	return tr
 }
 
-// parallel runs f(i) for i in [0, n) on a few goroutines.
-func parallel(n int, f func(i int)) {
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for w := 0; w < 4; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				f(i)
-			}
-		}()
-	}
-	for i := 0; i < n; i++ {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-}
-
 // checkResolveAgainstModprobe compares Tree.Resolve with the real `modprobe -R`
 // for every modalias and returns the modules modprobe named and the modaliases
 // that found any. Each mismatch is reported with its modalias and kernel.
 func checkResolveAgainstModprobe(t *testing.T, k kernelTree, tree *Tree, modaliases []string) (named, found []string) {
 	t.Helper()
-	wants := make([][]string, len(modaliases))
-	errs := make([]error, len(modaliases))
-	parallel(len(modaliases), func(i int) {
-		wants[i], errs[i] = modprobetest.Resolve(k.root, k.kver, modaliases[i])
-	})
+	wants, err := modprobetest.ResolveAll(k.root, k.kver, modaliases)
+	if err != nil {
+		t.Fatalf("kernel %s: %v", k.kver, err)
+	}
 	matched := 0
 	for i, a := range modaliases {
-		if errs[i] != nil {
-			t.Errorf("kernel %s: modprobe -R %q: %v", k.kver, a, errs[i])
-			continue
-		}
 		got, want := tree.Resolve(a), wants[i]
 		if len(want) > 0 {
 			matched++
@@ -119,11 +94,10 @@ func checkResolveAgainstModprobe(t *testing.T, k kernelTree, tree *Tree, modalia
 // crc32_pclmul and crc32_generic, whose alias it is.)
 func checkLoadOrderAgainstModprobe(t *testing.T, k kernelTree, tree *Tree, lookups []string) {
 	t.Helper()
-	wants := make([][]Module, len(lookups))
-	errs := make([]error, len(lookups))
-	parallel(len(lookups), func(i int) {
-		wants[i], errs[i] = modprobeShowDepends(k.root, k.kver, lookups[i])
-	})
+	wants, errs, err := modprobeShowDependsAll(k.root, k.kver, lookups)
+	if err != nil {
+		t.Fatalf("kernel %s: %v", k.kver, err)
+	}
 	for i, name := range lookups {
 		if errs[i] != nil {
 			t.Errorf("kernel %s: modprobe --show-depends %s: %v", k.kver, name, errs[i])
@@ -299,6 +273,22 @@ func TestTreeResolveVirtioBlk(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("Resolve and LoadOrder(virtio_blk) = %q, want %q", got, want)
 	}
+}
+
+// modprobeShowDependsAll is modprobeShowDepends of every name, asked of
+// modprobe in a few runs (modprobetest.ShowDependsAll).
+func modprobeShowDependsAll(root, kver string, names []string) ([][]Module, []error, error) {
+	all, errs, err := modprobetest.ShowDependsAll(root, kver, names)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([][]Module, len(all))
+	for i, steps := range all {
+		for _, s := range steps {
+			out[i] = append(out[i], Module{Name: s.Name, Path: s.Path, Builtin: s.Builtin})
+		}
+	}
+	return out, errs, nil
 }
 
 // modprobeShowDepends is modprobetest.ShowDepends as this package's Modules.

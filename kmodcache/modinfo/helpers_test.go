@@ -93,6 +93,31 @@ func kmodField(t testing.TB, field, file string) []string {
 	return lines(run(t, "modinfo", "-F", field, file))
 }
 
+// kmodFields returns every field of kmod's `modinfo -0 file` (key=value
+// entries ended by NUL, after the filename), values in order by key: what
+// `modinfo -F key file` prints, one value per line, for each key (parm and
+// parmtype, which kmod merges, aside).
+func kmodFields(t testing.TB, file string) map[string][]string {
+	t.Helper()
+	out := run(t, "modinfo", "-0", file)
+	entries := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
+	if len(entries) == 0 || !strings.HasPrefix(entries[0], "filename:") {
+		t.Fatalf("modinfo -0 %s: output does not start with its filename: %q", file, out)
+	}
+	fields := map[string][]string{}
+	for _, e := range entries[1:] {
+		if strings.HasPrefix(e, "parm:") {
+			continue // parm and parmtype merged, in the padded "key: value" form
+		}
+		key, value, ok := strings.Cut(e, "=")
+		if !ok {
+			t.Fatalf("modinfo -0 %s: entry %q is not key=value", file, e)
+		}
+		fields[key] = append(fields[key], value)
+	}
+	return fields
+}
+
 // kmodVersions returns kmod's `modprobe --dump-modversions file` as symbols.
 func kmodVersions(t testing.TB, file string) []Symbol {
 	t.Helper()
@@ -144,17 +169,10 @@ func checkAgainstKmod(t *testing.T, file string, info *Info) {
 	if info.File != file {
 		t.Logf("comparing %s with kmod's reading of %s", info.File, file)
 	}
-	// Each field is asked of kmod once: the raw keys below repeat the named
-	// fields, and every modinfo run of a .ko.xz decompresses the whole module.
-	asked := map[string][]string{}
-	askKmod := func(t testing.TB, field, file string) []string {
-		if v, ok := asked[field]; ok {
-			return v
-		}
-		v := kmodField(t, field, file)
-		asked[field] = v
-		return v
-	}
+	// kmod is asked once for every field (modinfo -0): every modinfo run of
+	// a .ko.xz decompresses the whole module.
+	all := kmodFields(t, file)
+	askKmod := func(_ testing.TB, field, _ string) []string { return all[field] }
 	for _, c := range []struct {
 		field string
 		got   string

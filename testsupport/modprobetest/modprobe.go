@@ -94,6 +94,13 @@ func ShowDepends(root, kver, name string) ([]Module, error) {
 	if notFound {
 		return nil, fmt.Errorf("modprobe --show-depends %s: module not found in %s", name, filepath.Join(root, "lib/modules", kver))
 	}
+	return parseShowDepends(root, kver, name, out)
+}
+
+// parseShowDepends reads the output of `modprobe --show-depends NAME` against
+// ROOT/lib/modules/KVER: "insmod PATH" lines as modules with Path made relative
+// to the modules directory, "builtin NAME" lines as built-in modules.
+func parseShowDepends(root, kver, name, out string) ([]Module, error) {
 	raw := root + "/lib/modules/" + kver + "/"
 	clean := filepath.Join(root, "lib/modules", kver) + "/"
 	var mods []Module

@@ -154,7 +154,7 @@ func TestBuildJSONAndExitStatus(t *testing.T) {
 		t.Skip("real dkms builds: skipped with -short")
 	}
 	const kver = "6.1.0-56-cloud-amd64"
-	dir := t.TempDir()
+	dir := keptDir(t)
 	src := filepath.Join(dir, "testdriver")
 	if out, err := exec.Command("cp", "-rL", filepath.Join(recipesDir, "testdriver"), src).CombinedOutput(); err != nil {
 		t.Fatalf("cp: %v %s", err, out)
@@ -220,5 +220,8 @@ func TestBuildJSONAndExitStatus(t *testing.T) {
 		t.Errorf("broken cell has no log path")
 	} else if b, err := os.ReadFile(log); err != nil || !strings.Contains(string(b), first) {
 		t.Errorf("log %s (%v) lacks the first error", log, err)
+	}
+	if !t.Failed() {
+		keep(dir) // the good cell, for TestFollowHelpExamples
 	}
 }

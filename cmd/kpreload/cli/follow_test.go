@@ -15,7 +15,8 @@ import (
 // TestFollowHelpExamples runs every example of `kpreload follow --help`
 // exactly as written, against a real registry on 127.0.0.1:5055 (not 5000,
 // where a host's docker-registry service listens) with the
-// real dkms: the first cycle builds and pushes the test driver's cell
+// real dkms: the first cycle pushes the test driver's cell (built by
+// TestBuildJSONAndExitStatus, or by this cycle when that did not run)
 // (exit 0 with --new-exit-code 0), the second finds nothing new.
 func TestFollowHelpExamples(t *testing.T) {
 	testenv.SkipShort(t, "builds the test driver with the real dkms")
@@ -55,7 +56,11 @@ func TestFollowHelpExamples(t *testing.T) {
 	if _, err := cellsign.Generate("team.key", "team.pub"); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("KPRELOAD_CACHE_DIR", filepath.Join(t.TempDir(), "cache"))
+	// The cell the first cycle pushes: TestBuildJSONAndExitStatus's real dkms
+	// build when that test ran (seedCache), else the first cycle builds it.
+	cache := filepath.Join(t.TempDir(), "cache")
+	seedCache(t, cache)
+	t.Setenv("KPRELOAD_CACHE_DIR", cache)
 	t.Setenv("DOCKER_CONFIG", t.TempDir())
 	if len(examples) != 2 {
 		t.Fatalf("follow --help has %d examples, want 2", len(examples))

@@ -28,7 +28,9 @@ func TestMain(m *testing.M) {
 		register(newStuckCmd)
 		os.Exit(Execute([]string{"stuck", fifo}, os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	removeKept()
+	os.Exit(code)
 }
 
 // newStuckCmd is a command that, like a pull, catches SIGINT and SIGTERM
