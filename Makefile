@@ -8,15 +8,6 @@ BIN := bin
 KPRELOAD := $(BIN)/kpreload
 INIT := $(BIN)/kpreload-init
 GOFLAGS_STATIC := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w'
-# One build configuration for build, vet, unit and test, and for the binaries the
-# tests build with `go build` (they inherit it): static, as the images' binaries
-# must be, and -trimpath (no package of the project uses cgo). Go caches compiles
-# per configuration, so a cold `make test` compiles each dependency once, not once
-# for bin/ and again for vet and the tests.
-# (GOFLAGS keeps what `go env` has, from the environment or go's own env file.)
-STATIC_ENV := build vet unit test
-$(STATIC_ENV): export CGO_ENABLED := 0
-$(STATIC_ENV): export GOFLAGS := -trimpath $(shell $(GO) env GOFLAGS)
 
 .PHONY: all build plugin deps demo demo-initramfs test unit vet fmt bench bench-build bench-matrix bench-image clean fuzz
 
