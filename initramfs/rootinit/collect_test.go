@@ -191,7 +191,7 @@ func TestRealKmsg(t *testing.T) {
 // prints the record on stdout and exits without touching the machine.
 func TestBinaryOnHost(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "rootinit")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, ".")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)

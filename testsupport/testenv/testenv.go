@@ -5,28 +5,38 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
 )
 
-// root is the repository root: two levels above this file.
-var root = func() string {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		return ""
+// root is the repository root: the nearest directory at or above the working
+// directory (go test runs a package's tests in its source directory) that holds
+// a go.mod. The tests are built with -trimpath (`make test` builds everything
+// so), which leaves runtime.Caller no absolute source path to start from.
+var root, rootErr = func() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("working directory: %w", err)
 	}
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		if filepath.Dir(dir) == dir {
+			return "", fmt.Errorf("no go.mod at or above %s", wd)
+		}
+	}
 }()
 
 // RepoRoot returns the repository root (where go.mod is).
 func RepoRoot(t testing.TB) string {
 	t.Helper()
-	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-		t.Fatalf("repository root not found from %q: %v", root, err)
+	if rootErr != nil {
+		t.Fatalf("repository root not found: %v", rootErr)
 	}
 	return root
 }
