@@ -43,7 +43,7 @@ vet:
 # Every test, the real-DKMS and real-QEMU ones included, never from the test cache
 # (-count=1: they depend on kernels, dkms and QEMU outside Go's view). -p 2: two cores.
 # -timeout only catches a hang (60m: within CI's 90 minutes with deps and builds;
-# builder/image takes about 21 on an idle host): each VM test's own deadlines follow the host's
+# builder/image takes about 12 on an idle host): each VM test's own deadlines follow the host's
 # measured slowdown (testenv.Deadline), so a busy host needs the room.
 # go test starts packages in the order named (each once): the four longest (image
 # builds and boots, Packer, /init's boots, build-to-boot) first, so that the many
@@ -51,7 +51,7 @@ vet:
 # alone at the end.
 # -vet=off: the vet target just ran the full `go vet ./...`, whose analyzers
 # include every one go test would run again on each package.
-SLOW_FIRST := ./builder/image ./builder/packer/e2e ./builder/follow/e2e ./initramfs/e2e ./builder/e2e
+SLOW_FIRST := ./builder/image ./builder/follow/e2e ./builder/packer/e2e ./initramfs/e2e ./builder/e2e
 test: deps build vet
 	$(GO) test -count=1 -vet=off -p 2 -timeout 60m $(SLOW_FIRST) ./...
 
