@@ -19,7 +19,6 @@ import (
 
 	"github.com/hashicorp/hcl/v2/hcldec"
 	"github.com/hashicorp/packer-plugin-sdk/multistep"
-	"github.com/hashicorp/packer-plugin-sdk/multistep/commonsteps"
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
 
 	"github.com/kpreload/kpreload/builder/image"
@@ -78,14 +77,14 @@ func (b *Builder) Run(ctx context.Context, ui packersdk.Ui, hook packersdk.Hook)
 	state.Put("start", start)
 
 	steps := []multistep.Step{
-		&commonsteps.StepOutputDir{Force: b.config.PackerForce, Path: b.config.OutputDir},
+		&stepOutputDir{force: b.config.PackerForce, path: b.config.OutputDir},
 	}
 	for _, p := range jobPhases(job) {
 		steps = append(steps, &stepPhase{phase: p})
 	}
 	steps = append(steps, &stepArtifact{})
 	ui.Say(fmt.Sprintf("Building image %s (kernels %v, recipes %v) into %s", opts.Name, opts.Kernels, recipeNames(&b.config), opts.OutDir))
-	b.runner = commonsteps.NewRunner(steps, b.config.PackerConfig, ui)
+	b.runner = newRunner(steps, b.config.PackerConfig, ui)
 	b.runner.Run(ctx, state)
 
 	if err, ok := state.GetOk("error"); ok {

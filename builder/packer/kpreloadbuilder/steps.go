@@ -21,6 +21,10 @@ type stepPhase struct {
 	phase image.Phase
 }
 
+// InnerStepName names the step after its phase (in -debug's pauses and
+// -on-error's messages).
+func (s *stepPhase) InnerStepName() string { return "phase " + s.phase.Name }
+
 // Run runs the phase; a failure halts the build with the phase's error.
 func (s *stepPhase) Run(ctx context.Context, state multistep.StateBag) multistep.StepAction {
 	c := state.Get("config").(*Config)
