@@ -15,6 +15,7 @@ import (
 
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/cellsign"
+	"github.com/kpreload/kpreload/kmodcache/remote/remotetest"
 )
 
 // closedPort returns a loopback address nothing listens on: a port that was
@@ -28,43 +29,6 @@ func closedPort(t *testing.T) string {
 	addr := l.Addr().String()
 	l.Close()
 	return addr
-}
-
-// silentPort returns a loopback address that accepts connections and never
-// answers on them (they stay open, their bytes read and dropped, until the
-// test ends).
-func silentPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			go func() { _, _ = c.Read(make([]byte, 64<<10)) }()
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return l.Addr().String()
 }
 
 // stampedLog is a hook's output with the time each line arrived.
@@ -151,8 +115,8 @@ func TestKernelHookUnreachableRegistry(t *testing.T) {
 		want       string // what the warning says went wrong
 	}{
 		{"closed port", closedPort(t), true, "connection refused"},
-		{"silent port", silentPort(t), true, "deadline exceeded"},
-		{"silent port TLS", silentPort(t), false, "deadline exceeded"},
+		{"silent port", remotetest.Silent(t), true, "deadline exceeded"},
+		{"silent port TLS", remotetest.Silent(t), false, "deadline exceeded"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			root := hookRoot(t)

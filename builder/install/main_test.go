@@ -9,7 +9,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/recipe"
-	"github.com/kpreload/kpreload/kmodcache/store"
+	"github.com/kpreload/kpreload/testsupport/buildtest"
 	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
@@ -84,21 +84,5 @@ func copyBuiltCells(t *testing.T, r *recipe.Recipe, newer, dst string) {
 		}
 		builtCells.dirs[newer] = cache
 	}
-	from, err := store.Open(cache)
-	if err != nil {
-		t.Fatal(err)
-	}
-	to, err := store.Open(dst)
-	if err != nil {
-		t.Fatal(err)
-	}
-	entries, err := from.List()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if _, err := from.CopySet(context.Background(), to, e.ID); err != nil {
-			t.Fatal(err)
-		}
-	}
+	buildtest.CopyCells(t, cache, dst)
 }

@@ -93,6 +93,14 @@ func testdriverCell(t *testing.T, kver, cache, temp string) string {
 			return id
 		}
 	}
+	return buildTestdriver(t, kver, cache, temp).SetID
+}
+
+// buildTestdriver builds recipes/testdriver.yaml for kver with the real dkms
+// into the cache at cache (temp is the build's TempDir) and returns the one
+// cell's result, failing the test unless it is ok.
+func buildTestdriver(t *testing.T, kver, cache, temp string) Result {
+	t.Helper()
 	r, err := recipe.Load(filepath.Join(testenv.RepoRoot(t), "recipes", "testdriver.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -109,5 +117,5 @@ func testdriverCell(t *testing.T, kver, cache, temp string) string {
 	if err != nil || len(results) != 1 || results[0].State != StateOK {
 		t.Fatalf("Run(testdriver, %s) = %+v, %v; want one ok cell", kver, results, err)
 	}
-	return results[0].SetID
+	return results[0]
 }

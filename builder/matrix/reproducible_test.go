@@ -2,7 +2,6 @@ package matrix
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -15,7 +14,6 @@ import (
 	"github.com/kpreload/kpreload/testsupport/testenv"
 
 	"github.com/kpreload/kpreload/builder/dkms"
-	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
 
@@ -111,22 +109,7 @@ type repro struct {
 // buildRepro builds the test driver for reproKernel into an empty cache.
 func buildRepro(t *testing.T, cache, temp string) repro {
 	t.Helper()
-	r, err := recipe.Load(filepath.Join(testenv.RepoRoot(t), "recipes", "testdriver.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	results, err := Run(context.Background(), Options{
-		Recipes:     []*recipe.Recipe{r},
-		Kernels:     []string{reproKernel},
-		CacheDir:    cache,
-		DownloadDir: downloadDir(),
-		LogDir:      filepath.Join(temp, "logs"),
-		TempDir:     temp,
-		Driver:      dkms.New(),
-	})
-	if err != nil || len(results) != 1 || results[0].State != StateOK {
-		t.Fatalf("Run(testdriver, %s) = %+v, %v; want one ok cell", reproKernel, results, err)
-	}
+	buildTestdriver(t, reproKernel, cache, temp)
 	return readRepro(t, cache)
 }
 

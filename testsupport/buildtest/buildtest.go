@@ -2,12 +2,15 @@
 package buildtest
 
 import (
+	"context"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kpreload/kpreload/kmodcache/store"
 )
 
 // RequireTools fails the test, saying how to install them, when the programs a
@@ -57,4 +60,30 @@ func EditFile(t testing.TB, path, old, new string) {
 	if err := os.WriteFile(path, []byte(strings.Replace(string(data), old, new, 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// CopyCells copies every driver set of the module cache at from into the
+// module cache at to (made if absent) and returns what it copied: tests that
+// need cells another test of the run already built by the real dkms take
+// them this way instead of building them again.
+func CopyCells(t testing.TB, from, to string) []store.Entry {
+	t.Helper()
+	src, err := store.Open(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := store.Open(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := src.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if _, err := src.CopySet(context.Background(), dst, e.ID); err != nil {
+			t.Fatalf("copy set %.12s from %s to %s: %v", e.ID, from, to, err)
+		}
+	}
+	return entries
 }

@@ -1,13 +1,12 @@
 package cli
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 
-	"github.com/kpreload/kpreload/kmodcache/store"
+	"github.com/kpreload/kpreload/testsupport/buildtest"
 )
 
 // kept is the cache of TestBuildJSONAndExitStatus's real dkms build (the test
@@ -62,22 +61,7 @@ func seedCache(t *testing.T, dst string) {
 	if dir == "" {
 		return
 	}
-	from, err := store.Open(filepath.Join(dir, "cache"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	to, err := store.Open(dst)
-	if err != nil {
-		t.Fatal(err)
-	}
-	entries, err := from.List()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if _, err := from.CopySet(context.Background(), to, e.ID); err != nil {
-			t.Fatal(err)
-		}
+	for _, e := range buildtest.CopyCells(t, filepath.Join(dir, "cache"), dst) {
 		t.Logf("cache starts with set %.12s (%s %s for %s), built by TestBuildJSONAndExitStatus", e.ID, e.Driver, e.Version, e.Kernel)
 	}
 }
