@@ -15,8 +15,8 @@ import (
 
 // root is the repository root: the nearest directory at or above the working
 // directory (go test runs a package's tests in its source directory) that holds
-// a go.mod. The tests are built with -trimpath (`make test` builds everything
-// so), which leaves runtime.Caller no absolute source path to start from.
+// a go.mod. Not runtime.Caller: a test binary built with -trimpath has no
+// absolute source path to start from.
 var root, rootErr = func() (string, error) {
 	wd, err := os.Getwd()
 	if err != nil {
