@@ -108,9 +108,9 @@ func packerBinary(t testing.TB) string {
 // plugins builds, once per test run, a PACKER_PLUGIN_PATH directory holding
 // packer-plugin-kpreload from this tree and, next to it, the static kpreload
 // CLI and /init the plugin finds there by default. Each is built as the
-// Makefile builds it: the plugin (which runs on the host) as `make plugin`
-// does, the binaries that go into images as `make build` does (static,
-// -trimpath), so that `make test` compiles none of their packages again.
+// Makefile builds it (CGO_ENABLED=0, -trimpath; the binaries that go into
+// images also stripped), so that `make test` compiles none of their packages
+// again.
 func plugins(t testing.TB) string {
 	t.Helper()
 	pluginOnce.Do(func() {
@@ -123,7 +123,7 @@ func plugins(t testing.TB) string {
 			flags    []string
 			env      []string
 		}{
-			{"packer-plugin-kpreload", "./cmd/packer-plugin-kpreload", nil, nil},
+			{"packer-plugin-kpreload", "./cmd/packer-plugin-kpreload", []string{"-trimpath"}, []string{"CGO_ENABLED=0"}},
 			{"kpreload", "./cmd/kpreload", static, []string{"CGO_ENABLED=0"}},
 			{"kpreload-init", "./initramfs/cmd/init", static, []string{"CGO_ENABLED=0"}},
 		} {

@@ -78,7 +78,8 @@ directories can be copied in with --add.
   btrfs  mkfs.btrfs --rootdir (btrfs-progs); at least 109 MiB (sparse)
 
 The init program is --init, else kpreload-rootinit beside this executable, else it
-is built from kpreload's source tree with the go tool.`,
+is built with the go tool from kpreload's source tree: $KPRELOAD_SRC, else the
+working directory or the nearest one above it with kpreload's go.mod.`,
 		Example: `  kpreload rootdisk -o root.img
   kpreload rootdisk -o root.img --uuid 5f1d2c3b-8a9e-4f70-b6d5-4c3b2a190807 --add /var/lib/kpreload/cache=./cache
   kpreload rootdisk -o root-xfs.img --fstype xfs --uuid 5f1d2c3b-8a9e-4f70-b6d5-4c3b2a190807`,

@@ -6,10 +6,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kpreload/kpreload/builder/rootdisk"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // TestRootdiskHelpExamples runs every example of `kpreload rootdisk --help`
-// exactly as written (in an empty directory, with ./cache made for --add) and
+// exactly as written (in an empty directory, with ./cache made for --add, and
+// $KPRELOAD_SRC naming the source tree, as a user outside it sets it) and
 // checks each image with blkid: the filesystem type the example asked for.
 func TestRootdiskHelpExamples(t *testing.T) {
 	code, help, _ := runCLI("rootdisk", "--help")
@@ -21,6 +25,9 @@ func TestRootdiskHelpExamples(t *testing.T) {
 		t.Fatalf("rootdisk --help has no Examples:\n%s", help)
 	}
 	ex, _, _ = strings.Cut(ex, "\n\n")
+	// Outside the source tree, and with a -trimpath test binary (make test's),
+	// nothing else tells the examples where the root init's source is.
+	t.Setenv(rootdisk.SourceEnv, testenv.RepoRoot(t))
 	t.Chdir(t.TempDir())
 	if err := os.MkdirAll("cache/sets", 0o755); err != nil {
 		t.Fatal(err)
