@@ -33,7 +33,7 @@ type fault struct {
 	fwcfg        string // instance YAML through fw_cfg
 	image        string // /etc/kpreload/instance.yaml on the root
 	noInit       bool   // the root has no /sbin/init
-	lateRoot     bool   // the root disk is plugged in 10 s after QEMU starts
+	lateRoot     bool   // the root disk is plugged in once /init says it waits for it
 	noRoot       bool   // root= names a disk that never appears
 	root         string // root=, when not UUID=rootUUID
 	// until ends a boot that never reaches a root init.
@@ -140,10 +140,7 @@ func bootFault(t *testing.T, f fault) (*qemu.Result, string) {
 	if f.extraModules != nil {
 		o.ExtraFiles = f.extraModules(t)
 	}
-	initrd := filepath.Join(dir, "initrd.img")
-	if _, err := assemble.WriteFile(o, initrd); err != nil {
-		t.Fatalf("initramfs: %v", err)
-	}
+	initrd := sharedInitramfs(t, o)
 	cache := ""
 	if f.cache != nil {
 		cache = f.cache(t)
@@ -199,12 +196,20 @@ func bootFault(t *testing.T, f fault) (*qemu.Result, string) {
 		cfg.FwCfg = map[string]string{instance.FwCfgName: p}
 	}
 	var plugged chan error
+	runCtx, stopPlug := context.WithCancel(ctx)
+	defer stopPlug()
 	if f.lateRoot {
 		cfg.RootDisk = ""
 		cfg.MonitorSocket = filepath.Join(dir, "monitor.sock")
 		plugged = make(chan error, 1)
 		go func() {
-			time.Sleep(10 * time.Second)
+			// Plugged in once /init says it is waiting for the root (it
+			// says so after 5 s of waiting), however late a loaded host
+			// brought the kernel to /init.
+			if err := waitConsoleText(runCtx, cfg.ConsoleLog, waitingForRoot); err != nil {
+				plugged <- fmt.Errorf("the console never showed %q: %w", waitingForRoot, err)
+				return
+			}
 			ans, err := qemu.Monitor(cfg.MonitorSocket,
 				"drive_add 0 if=none,id=late,format=raw,file="+disk,
 				"device_add virtio-blk-pci,drive=late,bus="+qemu.HotplugBus)
@@ -215,9 +220,10 @@ func bootFault(t *testing.T, f fault) (*qemu.Result, string) {
 		}()
 	}
 	res, err := qemu.Run(ctx, cfg)
+	stopPlug()
 	if plugged != nil {
 		if perr := <-plugged; perr != nil {
-			t.Fatalf("plug the root disk in: %v", perr)
+			t.Fatalf("plug the root disk in: %v (boot: %v)", perr, err)
 		}
 	}
 	con := ""
@@ -353,22 +359,15 @@ func TestFaultCampaign(t *testing.T) {
 			}
 			return "the default 2.0.0 chosen, failed " + e.Errno + ", " + reachedInit(t, res), sel.Drivers[0].Fallback + "; " + e.Reason
 		}},
-		{name: "root disk appears only after 10 s", lateRoot: true, check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
+		{name: "root disk appears only once /init waits for it", lateRoot: true, check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
 			r := res.Report.Root
-			// Plugged 10 s of wall time after QEMU started: some 9 s of the
-			// kernel's clock. How long /init waited for it depends on when
-			// the kernel reached /init (later on a loaded host); it says it
-			// is waiting once it has waited 5 s.
+			// Plugged in once the console said /init was waiting for it,
+			// which it says after 5 s of waiting.
 			waited := r.Mounted - res.Report.InitStart
-			msg := strings.Contains(con, "kpreload: waiting for root")
-			if waited < 2 || waited >= 6 && !msg {
-				t.Errorf("root %+v, /init started at %.2fs: want it mounted after waiting for the late plug-in, and the waiting message once it waited over 5 s (message: %v)", r, res.Report.InitStart, msg)
+			if waited < 5 || !strings.Contains(con, waitingForRoot) {
+				t.Errorf("root %+v, /init started at %.2fs: want it mounted after waiting over 5 s for the late plug-in, and the waiting message", r, res.Report.InitStart)
 			}
-			reason := firstLine(con, "kpreload: waiting for root")
-			if !msg {
-				reason = fmt.Sprintf("waited %.1fs for the root (the message comes after 5 s)", waited)
-			}
-			return fmt.Sprintf("root mounted at %.1fs, %s", r.Mounted, reachedInit(t, res)), reason
+			return fmt.Sprintf("root mounted at %.1fs after %.1fs of waiting, %s", r.Mounted, waited, reachedInit(t, res)), firstLine(con, waitingForRoot)
 		}},
 		{name: "root never appears", noRoot: true, until: regexp.MustCompile(`(?s)(kpreload: waiting for root.*){3}`), check: func(t *testing.T, res *qemu.Result, con string) (string, string) {
 			if n := strings.Count(con, "kpreload: waiting for root"); n < 3 || res.RootInit != nil {
@@ -396,6 +395,24 @@ func TestFaultCampaign(t *testing.T) {
 		})
 	}
 	t.Logf("fault campaign:\n| fault | outcome | reason seen |\n| --- | --- | --- |\n%s", strings.Join(table, "\n"))
+}
+
+// waitingForRoot is what /init's console says once it has waited 5 s for
+// the root device.
+const waitingForRoot = "kpreload: waiting for root"
+
+// waitConsoleText waits until the console log file holds text.
+func waitConsoleText(ctx context.Context, file, text string) error {
+	for {
+		if b, _ := os.ReadFile(file); strings.Contains(string(b), text) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // selectionErrors joins the selection's request errors.

@@ -9,11 +9,14 @@ import (
 )
 
 // TestMain removes the temporary directories the shared, once-per-run helpers
-// (binaries, kpreloadBinary, twoVersions) made.
+// (binaries, kpreloadBinary, twoVersions, sharedInitramfs) made.
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)
+	}
+	if initrdDir != "" {
+		os.RemoveAll(initrdDir)
 	}
 	testenv.RemoveStaticBinaries()
 	if twoVersionsCache != "" {

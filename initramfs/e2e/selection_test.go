@@ -110,10 +110,7 @@ func bootSelect(t *testing.T, c selectBoot) (booted, string) {
 	} else {
 		o.CacheDir = cache
 	}
-	initrd := filepath.Join(dir, "initrd.img")
-	if _, err := assemble.WriteFile(o, initrd); err != nil {
-		t.Fatalf("initramfs: %v", err)
-	}
+	initrd := sharedInitramfs(t, o)
 	disk := rootDisk(t, dir, rootUUID, extra)
 	cfg := qemu.Config{
 		Kernel:     filepath.Join(ktree, "boot", "vmlinuz-"+kver),
@@ -223,7 +220,9 @@ func checkChosen(t *testing.T, b booted, con, version, source, phase string) {
 // --instance) choosing 2.0.0 from the initramfs; the kernel command line choosing
 // 1.0.0 from the root's cache while fw_cfg asks 2.0.0 (the command line wins);
 // and a request for an absent 3.0.0 baked into the image's /etc/kpreload/instance.yaml
-// (the default, 2.0.0, loads; the report and console name the fault and its line).
+// (the default, 2.0.0, loads; the report and console name the fault and its line)
+// with an initramfs index marked complete and kpreload.early=0, which keeps the
+// decision after the root mount (TestEarlyDecision's today's-order case).
 func TestBootSelectsDriverVersion(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU (-short)")
@@ -260,7 +259,14 @@ func TestBootSelectsDriverVersion(t *testing.T) {
 		checkChosen(t, b, con, "1.0.0", instance.SourceCmdline, "rootfs")
 	})
 	t.Run("absent 3.0.0 from the image goes on with the default", func(t *testing.T) {
-		b, con := bootSelect(t, selectBoot{imageInstance: "resources:\n  driver:\n    version: 3.0.0\n"})
+		b, con := bootSelect(t, selectBoot{imageInstance: "resources:\n  driver:\n    version: 3.0.0\n",
+			complete: true, append: "kpreload.early=0"})
+		// kpreload.early=0: with the index marked complete, the decision
+		// still waits for the root (phase initramfs, not initramfs-early),
+		// and the events say why; the root's file is what it reads.
+		if events := strings.Join(eventTexts(b.rep), "\n"); !strings.Contains(events, "driver decision after the root mount: kpreload.early=0") {
+			t.Errorf("with kpreload.early=0: events %q; want today's order", events)
+		}
 		checkChosen(t, b, con, "2.0.0", instance.SourceImage, "initramfs")
 		sel := b.rep.Selection
 		if sel.Origin != "/newroot/"+instance.ImagePath {

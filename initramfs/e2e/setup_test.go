@@ -5,6 +5,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/dkms"
 	"github.com/kpreload/kpreload/builder/rootdisk"
+	"github.com/kpreload/kpreload/initramfs/assemble"
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
 
@@ -132,6 +134,39 @@ func eduModule(t testing.TB, kver, version string) string {
 	}
 	eduBuilds.Store(key, mods[0])
 	return mods[0]
+}
+
+var (
+	initrdMu  sync.Mutex
+	initrdDir string
+	initrds   = map[string]string{} // assemble.Options, printed -> initramfs
+)
+
+// sharedInitramfs writes the initramfs o describes once per test run and
+// returns its path: boots whose initramfs is the same (kernel, /init, cache,
+// extra modules, index marked complete or not) share one file, which QEMU
+// only reads. TestMain removes them.
+func sharedInitramfs(t testing.TB, o assemble.Options) string {
+	t.Helper()
+	key := fmt.Sprintf("%#v", o)
+	initrdMu.Lock()
+	defer initrdMu.Unlock()
+	if p, ok := initrds[key]; ok {
+		return p
+	}
+	if initrdDir == "" {
+		d, err := os.MkdirTemp("", "kpreload-e2e-initrd-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		initrdDir = d
+	}
+	p := filepath.Join(initrdDir, fmt.Sprintf("initrd-%d.img", len(initrds)))
+	if _, err := assemble.WriteFile(o, p); err != nil {
+		t.Fatalf("initramfs: %v", err)
+	}
+	initrds[key] = p
+	return p
 }
 
 // rootDisk builds an ext4 root disk whose /sbin/init is the test init, with extra

@@ -36,6 +36,10 @@ const (
 	// refresh is what the guest runs once it waits for a kernel's cells
 	// (the example of `kpreload kernel-hook --help`, as written).
 	refresh = "kpreload kernel-hook refresh"
+	// cyclePushed is the file the test puts in the archive once the cycle
+	// for kernelB has pushed its cells; the guest waits for it before it
+	// runs refresh.
+	cyclePushed = "kpreload-test/cycle-pushed"
 )
 
 // step runs on every boot of the image after kpreload-drivers.target and
@@ -56,18 +60,32 @@ install_kernel() {
 	{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "linux-image-$1-unsigned"; } >/tmp/apt.log 2>&1 && say "apt-get install $1 ok" || { say "apt-get install $1 FAILED"; tail -n 25 /tmp/apt.log | sed 's/^/kpreload-test: apt: /'; }
 	hook /tmp/apt.log
 }
+# The image's real update-grub, as the kernel package's
+# /etc/kernel/postinst.d/zz-update-grub runs it (run-parts --exit-on-error:
+# its failure fails the install): grub-mkconfig's first and last lines (apt
+# runs dpkg on a terminal, whose lines end in CR LF).
+grub_mkconfig() { awk '{ sub(/\r$/, "") } /^Generating grub configuration file/ { g = 1 } g && /^done$/ { print "kpreload-test: update-grub by zz-update-grub ran to its end"; exit }' "$1"; }
 case "$(uname -r)/$state" in
 "$old/active")
-	# The image's real update-grub, then kernel A from the archive.
-	update-grub >/dev/null 2>&1 && say "update-grub ok" || say "update-grub FAILED"
+	# Kernel A from the archive; its package runs the image's update-grub.
 	online
-	install_kernel "$a" ;;
+	install_kernel "$a"
+	grub_mkconfig /tmp/apt.log ;;
 "$a/active")
 	online
 	install_kernel "$b"
 	kpreload status | sed 's/^/kpreload-test: status: /'
 	entries ""
 	say "waiting for the cells of $b"
+	# Each refresh regenerates grub.cfg, cells or not: the first runs once
+	# the host says its cycle has pushed them (` + cyclePushed + ` in the
+	# archive), not every 10 s while the cycle runs.
+	n=0
+	until /usr/lib/apt/apt-helper download-file "http://` + guestArchive + `/` + cyclePushed + `" /tmp/cycle-pushed >/dev/null 2>&1; do
+		n=$((n+1))
+		[ $n -ge 360 ] && { say "the host never said its cycle pushed the cells of $b"; break; }
+		sleep 5
+	done
 	n=0
 	while :; do
 		` + refresh + ` >/tmp/refresh.log 2>&1
@@ -113,14 +131,16 @@ var (
 // the harness names through fw_cfg (no kpreload.report= on the command line).
 //
 //  1. The archive publishes 6.12 (bookworm-backports'), the cycle pushes its
-//     cell; boot 1 (6.1, SeaBIOS): the image's real update-grub, then
-//     apt-get update && apt-get install; the kernel hook builds 6.12's
-//     initramfs, pulls the trusted cell and makes 6.12 the default.
+//     cell; boot 1 (6.1, SeaBIOS): apt-get update && apt-get install; the
+//     kernel hook builds 6.12's initramfs, pulls the trusted cell and makes
+//     6.12 the default, and the package's zz-update-grub runs the image's
+//     real update-grub to its end.
 //  2. Boot 2 (OVMF) comes up on 6.12 with the driver. The archive publishes
 //     trixie's 6.12 first: apt-get install; its hook finds no cell and keeps
 //     the default on the running 6.12 with its driver; kpreload status and
-//     grub.cfg list all three kernels. Then the cycle runs, and kpreload
-//     kernel-hook refresh pulls the cell and moves the default.
+//     grub.cfg list all three kernels. Then the cycle runs, and once the
+//     test says so in the archive, kpreload kernel-hook refresh pulls the
+//     cell and moves the default.
 //  3. Boot 3 (SeaBIOS, a snapshot) comes up on trixie's 6.12 with the driver,
 //     its entry first; dpkg -r of the 6.1 kernel (postrm) takes 6.1's
 //     entries away.
@@ -261,15 +281,15 @@ func TestFollowE2E(t *testing.T) {
 		}
 	}
 
-	// 1. The archive publishes A; the cycle pushes its cell; the VM runs
-	// update-grub and installs A.
+	// 1. The archive publishes A; the cycle pushes its cell; the VM installs
+	// A, whose package runs update-grub.
 	progress("archive publishes " + kernelA)
 	publishedA := archive.IncludeDeb(suite, debA)
 	runCycle(ctx, t, kpreload, recipes, cycleCache, downloads, reg.Addr, key, kernelA)
 	toCell := time.Since(publishedA)
 	boot(1, bootSpec{firmware: qemu.FirmwareBIOS, kernel: oldKernel, bound: true, until: stepDone, wants: []string{
-		"kpreload-test: update-grub ok",
 		"kpreload-test: apt-get install " + kernelA + " ok",
+		"kpreload-test: update-grub by zz-update-grub ran to its end",
 		"kpreload-test: hook: built /boot/kpreload/initrd.img-" + kernelA,
 		"kpreload-test: hook: pulled kpreload-edu 1.0.0 open (set ",
 		"kpreload-test: hook: grub boots kernel " + kernelA + " with kpreload by default",
@@ -285,6 +305,13 @@ func TestFollowE2E(t *testing.T) {
 		toVM = time.Since(publishedA) // the driver was bound before the step ran
 		// The cycle only once the VM has installed B (and waits for its cells).
 		runCycle(ctx, t, kpreload, recipes, cycleCache, downloads, reg.Addr, key, kernelB)
+		marker := filepath.Join(archive.Dir, filepath.FromSlash(cyclePushed))
+		if err := os.MkdirAll(filepath.Dir(marker), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(marker, []byte(kernelB+"\n"), 0o644); err != nil {
+			return err
+		}
 		return waitConsole(ctx, console, stepDone)
 	}, wants: []string{
 		"kpreload-test: apt-get install " + kernelB + " ok",
@@ -300,7 +327,7 @@ func TestFollowE2E(t *testing.T) {
 		"kpreload-test: entry: " + entry(kernelB),
 		"kpreload-test: hook: pulled kpreload-edu 1.0.0 open (set ",
 		"kpreload-test: hook: grub boots kernel " + kernelB + " with kpreload by default",
-	}, nots: []string{"kpreload-test: no cells for "}})
+	}, nots: []string{"kpreload-test: no cells for ", "kpreload-test: the host never said"}})
 
 	// 3. On B with its driver; dpkg -r of 6.1 (nothing boots this disk
 	// after it but boot 4, which needs the disk as boot 2 left it).
