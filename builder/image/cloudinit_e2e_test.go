@@ -205,7 +205,7 @@ func TestCloudInitImage(t *testing.T) {
 		t.Errorf("instance 1: report user_data %+v, want none: the seed's request stands", ud)
 	}
 	if size, err := strconv.ParseInt(one.said["size"], 10, 64); err != nil || size < 5<<29 {
-		t.Errorf("instance 1: root filesystem is %q bytes: want it grown to the %d-byte disk (the image's is 2 GiB with its ESP)", one.said["size"], diskBytes)
+		t.Errorf("instance 1: root filesystem is %q bytes: want it grown to the %d-byte disk (the image's is %d MiB with its ESP)", one.said["size"], diskBytes, ciImageSizeMB)
 	}
 
 	// 2. The same request in a MIME multipart archive: applied after boot.
