@@ -57,10 +57,16 @@ say "drivers target $(systemctl is-active kpreload-drivers.target)"
 say "end"
 `
 
-// containersConf and storageConf make every podman of the VM (the check's and
-// the units Debian's package brings) use one storage driver and no systemd
-// D-Bus: minbase images have no D-Bus, and TCG guests have no need for
-// overlayfs.
+// podmanMaskedUnits are the units Debian's podman package enables (its API
+// service and socket, podman-restart, and a daily auto-update whose timer
+// fires at first boot): each runs podman in both cloud-init instances' TCG
+// boots, and the CDI check, which runs podman itself, reads none of them.
+// ciImage masks them with an empty unit file in /etc (systemd.unit(5)).
+var podmanMaskedUnits = []string{"podman.service", "podman.socket", "podman-restart.service", "podman-auto-update.service", "podman-auto-update.timer"}
+
+// containersConf and storageConf make every podman of the VM use one storage
+// driver and no systemd D-Bus: minbase images have no D-Bus, and TCG guests
+// have no need for overlayfs.
 const containersConf = `[engine]
 cgroup_manager = "cgroupfs"
 events_logger = "file"

@@ -75,7 +75,7 @@ func TestSecureBootImage(t *testing.T) {
 	cmdline := "console=ttyS0 panic=-1 kpreload.report=" + qemu.ReportDevice
 	m, err := Build(ctx, Options{
 		Name: "sb", OutDir: out, Kernels: []string{testKernel}, Recipes: recipes, CacheDir: cache, BuildMissing: true,
-		Bootloader: install.GRUB, SecureBoot: true, SizeMB: 1536, ESPSizeMB: 64, Formats: []string{FormatRaw},
+		Bootloader: install.GRUB, SecureBoot: true, SizeMB: 1024, ESPSizeMB: 64, Formats: []string{FormatRaw},
 		Cmdline: cmdline, KpreloadBinary: kpreload, InitBinary: initBin, TempDir: t.TempDir(), Progress: progress,
 	})
 	if err != nil {
