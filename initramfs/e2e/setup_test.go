@@ -145,9 +145,16 @@ var (
 // sharedInitramfs writes the initramfs o describes once per test run and
 // returns its path: boots whose initramfs is the same (kernel, /init, cache,
 // extra modules, index marked complete or not) share one file, which QEMU
-// only reads. TestMain removes them.
+// only reads. TestMain removes them. The key is the options as printed, so
+// the files and directories they name must not change during the run (the
+// callers' are per-test temporary paths or the run's shared, finished caches),
+// and Root, a pointer whose printed address says nothing of its content, must
+// be nil.
 func sharedInitramfs(t testing.TB, o assemble.Options) string {
 	t.Helper()
+	if o.Root != nil {
+		t.Fatal("sharedInitramfs: Options.Root is a pointer; its address is no key for the initramfs")
+	}
 	key := fmt.Sprintf("%#v", o)
 	initrdMu.Lock()
 	defer initrdMu.Unlock()
