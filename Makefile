@@ -12,7 +12,11 @@ INIT := $(BIN)/kpreload-init
 # compile with CGO_ENABLED=0 and -trimpath, so each package (the standard library
 # included) is compiled once for all of them instead of once per configuration.
 STATIC := CGO_ENABLED=0
-GOFLAGS_STATIC := $(STATIC) $(GO) build -trimpath -ldflags '-s -w'
+# The commit goes into `kpreload --version`, the plugin's describe and image
+# manifests (internal/version); the version itself is internal/version.Release.
+COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo +dirty)
+VERSION_LDFLAGS := -X github.com/kpreload/kpreload/internal/version.commit=$(COMMIT)
+GOFLAGS_STATIC := $(STATIC) $(GO) build -trimpath -ldflags '-s -w $(VERSION_LDFLAGS)'
 # The one exception: gpu/k8sconfig's tests read the files it writes back with
 # mig-parted's own types, whose go-nvml dependency needs cgo. They are vetted and
 # run with cgo after the rest (a cgo-less build of them fails, saying so).
@@ -34,7 +38,7 @@ build:
 # The Packer plugin; Packer loads it from PACKER_PLUGIN_PATH=bin and finds
 # bin/kpreload and bin/kpreload-init next to it.
 plugin: build
-	$(STATIC) $(GO) build -trimpath -o $(BIN)/packer-plugin-kpreload ./cmd/packer-plugin-kpreload
+	$(STATIC) $(GO) build -trimpath -ldflags '$(VERSION_LDFLAGS)' -o $(BIN)/packer-plugin-kpreload ./cmd/packer-plugin-kpreload
 
 # The main job on its built-in default: packer build images/ci-testdriver.pkr.hcl
 # with the real Packer, boot the image in QEMU, print the timeline and report.

@@ -24,7 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime/debug"
+
 	"slices"
 	"strings"
 
@@ -34,6 +34,7 @@ import (
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/internal/progress"
+	"github.com/kpreload/kpreload/internal/version"
 	"github.com/kpreload/kpreload/kmodcache/names"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/store"
@@ -476,34 +477,14 @@ func DefaultDownloadDir() string {
 	return archive.DefaultCache()
 }
 
-// Version is the kpreload version recorded in manifests: the VCS revision this
-// binary was built from (with "+dirty" for a modified tree), else "devel".
+// Version is the kpreload version recorded in manifests: the release and
+// the commit it was built from (internal/version), such as "0.2.0+0123456789ab".
 func Version() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "devel"
+	v := version.Get()
+	if v.Commit == "" {
+		return v.Version
 	}
-	var rev, dirty string
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				dirty = "+dirty"
-			}
-		}
-	}
-	if rev == "" {
-		if v := info.Main.Version; v != "" && v != "(devel)" {
-			return v
-		}
-		return "devel"
-	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
-	return rev + dirty
+	return v.Version + "+" + v.Commit
 }
 
 // OutputPath is where Build writes an image file of the given format

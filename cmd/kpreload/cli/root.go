@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kpreload/kpreload/builder/matrix"
+	"github.com/kpreload/kpreload/internal/version"
 )
 
 // commands collects the constructors of the top-level subcommands.
@@ -32,7 +33,11 @@ hardware present to cached modules and loads them before userspace starts, and
 boots such images in QEMU to prove it.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version.Version(),
 	}
+	// --version prints the version, the commit and the Go toolchain, as
+	// `kpreload version 0.2.0 (commit …, go1.26.8)`-style tools do.
+	root.SetVersionTemplate(version.Get().String() + "\n")
 	for _, f := range commands {
 		root.AddCommand(f())
 	}
