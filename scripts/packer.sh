@@ -1,38 +1,70 @@
 #!/usr/bin/env bash
-# packer.sh: build and install HashiCorp Packer (and the plugin SDK's packer-sdc code generator)
-# from source through the Go module proxy, cached under $KPRELOAD_CACHE/packer/<version>/.
+# packer.sh: build and install HashiCorp Packer (and the plugin SDK's packer-sdc code generator,
+# and Packer's QEMU plugin) from source through the Go module proxy, cached under
+# $KPRELOAD_CACHE/packer/<version>/, $KPRELOAD_CACHE/packer-sdc/<version>/ and
+# $KPRELOAD_CACHE/packer-plugin-qemu/<version>/.
 #
-#   scripts/packer.sh            install Packer if missing; print its path
-#   scripts/packer.sh --sdc      also install packer-sdc; print both paths (packer first)
+#   scripts/packer.sh                  install Packer if missing; print its path
+#   scripts/packer.sh --sdc            also install packer-sdc; print its path after Packer's
+#   scripts/packer.sh --qemu           also build packer-plugin-qemu; print its path after Packer's
+#   scripts/packer.sh --qemu --install also install that plugin into Packer's plugin directory
+#                                      (packer plugins install --path; PACKER_PLUGIN_PATH, else
+#                                      Packer's default): Packer 1.10 and later no longer bundle it
 #
 # `go install github.com/hashicorp/packer@vX` is refused by the module proxy here, so the build
-# happens in a scratch module that requires Packer and runs `go build github.com/hashicorp/packer`.
-# Installs are idempotent and atomic: binaries are built into a temporary directory beside the
-# final one and renamed into place, so an interrupted build never leaves a half-written binary.
+# happens in a scratch module that requires Packer and runs `go build github.com/hashicorp/packer`
+# (the QEMU plugin likewise). Installs are idempotent and atomic: binaries are built into a
+# temporary directory beside the final one and renamed into place, so an interrupted build never
+# leaves a half-written binary. Versions live side by side: PACKER_VERSION=1.9.4 scripts/packer.sh
+# builds the last MPL release next to the default one.
 #
-# Environment: PACKER_VERSION (default 1.9.4), PACKER_SDC_VERSION (default: the SDK version in
-# go.mod), KPRELOAD_CACHE (default /var/cache/kpreload).
+# Environment: PACKER_VERSION (default 1.15.0), PACKER_SDC_VERSION (default: the SDK version in
+# go.mod), PACKER_QEMU_VERSION (default 1.1.7), KPRELOAD_CACHE (default /var/cache/kpreload).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=lib.sh
 . "$here/lib.sh"
 
-: "${PACKER_VERSION:=1.9.4}"
+: "${PACKER_VERSION:=1.15.0}"
+: "${PACKER_QEMU_VERSION:=1.1.7}"
 if [ -z "${PACKER_SDC_VERSION:-}" ]; then
   PACKER_SDC_VERSION="$(awk '$1 == "github.com/hashicorp/packer-plugin-sdk" { print $2; exit }' "$here/../go.mod" 2>/dev/null || true)"
   PACKER_SDC_VERSION="${PACKER_SDC_VERSION#v}"
   : "${PACKER_SDC_VERSION:=0.6.4}"
 fi
 
-want_sdc=0
+want_sdc=0 want_qemu=0 want_install=0
 for arg in "$@"; do
   case "$arg" in
     --sdc) want_sdc=1 ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) die "unknown argument $arg (want --sdc or nothing)" ;;
+    --qemu) want_qemu=1 ;;
+    --install) want_install=1 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+    *) die "unknown argument $arg (want --sdc, --qemu, --install or nothing)" ;;
   esac
 done
+[ "$want_install" = 0 ] || [ "$want_qemu" = 1 ] || die "--install installs the QEMU plugin: give --qemu too"
+
+# replaces GOMOD: print each replace directive of GOMOD that points at a module (not a local
+# directory) as "OLD[@VERSION] NEW@VERSION", one a line; single-line and block forms, with
+# comments (// to the end of the line) stripped first.
+replaces() {
+  awk '
+    function emit(l,   n, side, lhs, rhs) {
+      n = split(l, side, /=>/)
+      if (n != 2) return
+      split(side[1], lhs, " "); split(side[2], rhs, " ")
+      if (rhs[1] ~ /^(\.\.?\/|\/)/) return          # a local directory: not in the module proxy
+      printf "%s%s %s%s\n", lhs[1], (lhs[2] != "" ? "@" lhs[2] : ""), rhs[1], (rhs[2] != "" ? "@" rhs[2] : "")
+    }
+    { sub(/[ \t]*\/\/.*$/, "") }
+    /^replace[ \t]*\(/ { inblock = 1; next }
+    inblock && /^[ \t]*\)/ { inblock = 0; next }
+    inblock && NF { emit($0); next }
+    /^replace[ \t]/ { sub(/^replace[ \t]+/, ""); emit($0) }
+  ' "$1"
+}
 
 # gobuild MODULE VERSION PACKAGE DEST: build PACKAGE from MODULE@VERSION into DEST atomically.
 # Replace directives of the required module are copied into the scratch module, because Go
@@ -57,19 +89,10 @@ gobuild() {
     local gomod
     gomod="$(go mod download -json "$module@v$version" | sed -n 's/.*"GoMod": "\(.*\)",*/\1/p')"
     [ -f "$gomod" ] || die "cannot find go.mod of $module@v$version"
-    # Copy single-line and block replace directives.
-    awk '
-      /^replace[ \t]*\(/ { inblock = 1; next }
-      inblock && /^\)/ { inblock = 0; next }
-      inblock && NF { print; next }
-      /^replace[ \t]/ { sub(/^replace[ \t]+/, ""); print }
-    ' "$gomod" | while read -r line; do
-      [ -n "$line" ] || continue
-      from="$(printf '%s' "$line" | awk -F'=>' '{ gsub(/^[ \t]+|[ \t]+$/, "", $1); print $1 }')"
-      to="$(printf '%s' "$line" | awk -F'=>' '{ gsub(/^[ \t]+|[ \t]+$/, "", $2); print $2 }')"
-      from="${from%% *}"   # drop a version on the left-hand side
-      case "$to" in ./*|../*|/*) continue ;; esac
-      go mod edit -replace="$from=${to// /@}"
+    # Copy single-line and block replace directives, comments stripped: go.mod comments
+    # run from // to the end of the line (Packer 1.15's go-cty replace carries one).
+    replaces "$gomod" | while read -r from to; do
+      go mod edit -replace="$from=$to"
     done
     go get "$module@v$version" >/dev/null
     CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$work/out" "$pkg"
@@ -82,7 +105,7 @@ packer_bin="$KPRELOAD_CACHE/packer/$PACKER_VERSION/packer"
 gobuild github.com/hashicorp/packer "$PACKER_VERSION" github.com/hashicorp/packer "$packer_bin"
 got="$("$packer_bin" version 2>/dev/null | head -n1)"
 case "$got" in
-  *"$PACKER_VERSION"*) ;;
+  *"v$PACKER_VERSION") ;;
   *) die "$packer_bin reports version '$got', want $PACKER_VERSION" ;;
 esac
 echo "$packer_bin"
@@ -92,4 +115,25 @@ if [ "$want_sdc" = 1 ]; then
   gobuild github.com/hashicorp/packer-plugin-sdk "$PACKER_SDC_VERSION" \
     github.com/hashicorp/packer-plugin-sdk/cmd/packer-sdc "$sdc_bin"
   echo "$sdc_bin"
+fi
+
+if [ "$want_qemu" = 1 ]; then
+  # The plugin's tagged source says its own version (version.Version, no prerelease), which
+  # its `describe` reports and `packer plugins install --path` names the install by.
+  qemu_bin="$KPRELOAD_CACHE/packer-plugin-qemu/$PACKER_QEMU_VERSION/packer-plugin-qemu"
+  gobuild github.com/hashicorp/packer-plugin-qemu "$PACKER_QEMU_VERSION" \
+    github.com/hashicorp/packer-plugin-qemu "$qemu_bin"
+  described="$("$qemu_bin" describe 2>/dev/null || true)"
+  case "$described" in
+    *"\"version\":\"$PACKER_QEMU_VERSION\""*) ;;
+    *) die "$qemu_bin describe says '$described', want version $PACKER_QEMU_VERSION" ;;
+  esac
+  if [ "$want_install" = 1 ]; then
+    case "$PACKER_VERSION" in
+      1.[0-9].*) log "Packer $PACKER_VERSION bundles its QEMU builder: nothing to install" ;;
+      *) CHECKPOINT_DISABLE=1 "$packer_bin" plugins install --path "$qemu_bin" github.com/hashicorp/qemu >&2 ||
+           die "packer plugins install --path $qemu_bin github.com/hashicorp/qemu failed" ;;
+    esac
+  fi
+  echo "$qemu_bin"
 fi
