@@ -35,8 +35,9 @@ build:
 	$(GOFLAGS_STATIC) -o $(INIT) ./initramfs/cmd/init
 	$(GOFLAGS_STATIC) -o $(BIN)/kpreload-rootinit ./initramfs/rootinit
 
-# The Packer plugin; Packer loads it from PACKER_PLUGIN_PATH=bin and finds
-# bin/kpreload and bin/kpreload-init next to it.
+# The Packer plugin: `packer plugins install --path bin/packer-plugin-kpreload
+# github.com/kpreload/kpreload` installs it (docs/packer.md); it finds bin/kpreload
+# and bin/kpreload-init next to itself, else under bin/ where Packer runs.
 plugin: build
 	$(STATIC) $(GO) build -trimpath -ldflags '$(VERSION_LDFLAGS)' -o $(BIN)/packer-plugin-kpreload ./cmd/packer-plugin-kpreload
 

@@ -5,11 +5,22 @@
 # without a GPU. The kernel command line sends the console to ttyS0 and kpreload's boot
 # report to ttyS1, where builder/qemu reads them.
 #
-#   PACKER_PLUGIN_PATH=bin packer build images/ci-testdriver.pkr.hcl
-#   PACKER_PLUGIN_PATH=bin packer build -var suite=trixie images/ci-testdriver.pkr.hcl
+#   packer plugins install --path bin/packer-plugin-kpreload github.com/kpreload/kpreload
+#   packer init images/ci-testdriver.pkr.hcl
+#   packer build images/ci-testdriver.pkr.hcl
+#   packer build -var suite=trixie images/ci-testdriver.pkr.hcl
 #
-# (no `packer { required_plugins }` block: Packer 1.9 then insists on a plugin installed by
-# `packer init` from a release, and ignores one found through PACKER_PLUGIN_PATH.)
+# (after `make plugin`; the plugin finds bin/kpreload and bin/kpreload-init in the directory
+# Packer runs in: docs/packer.md.)
+
+packer {
+  required_plugins {
+    kpreload = {
+      source  = "github.com/kpreload/kpreload"
+      version = ">= 0.2.0"
+    }
+  }
+}
 
 variable "output_directory" {
   type        = string

@@ -6,10 +6,20 @@
 # A cold build compiles the driver once (about 4 minutes on 2 cores) into the module cache;
 # later builds read it from there.
 #
-#   PACKER_PLUGIN_PATH=bin packer build images/debian12-gpu.pkr.hcl
-#   PACKER_PLUGIN_PATH=bin packer build -var kernel=6.1.0-57-cloud-amd64 images/debian12-gpu.pkr.hcl
+#   packer init images/debian12-gpu.pkr.hcl
+#   packer build images/debian12-gpu.pkr.hcl
+#   packer build -var kernel=6.1.0-57-cloud-amd64 images/debian12-gpu.pkr.hcl
 #
-# (no `packer { required_plugins }` block: see ci-testdriver.pkr.hcl.)
+# (with the plugin installed: see ci-testdriver.pkr.hcl and docs/packer.md.)
+
+packer {
+  required_plugins {
+    kpreload = {
+      source  = "github.com/kpreload/kpreload"
+      version = ">= 0.2.0"
+    }
+  }
+}
 
 variable "output_directory" {
   type        = string

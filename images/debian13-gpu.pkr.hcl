@@ -5,7 +5,19 @@
 # userspace (libcuda1, libnvidia-ml1, libnvidia-cfg1, nvidia-smi, nvidia-persistenced) is
 # under /opt/kpreload/drivers/550.163.01, the GSP firmware in /lib/firmware/nvidia/550.163.01.
 #
-#   PACKER_PLUGIN_PATH=bin packer build images/debian13-gpu.pkr.hcl
+#   packer init images/debian13-gpu.pkr.hcl
+#   packer build images/debian13-gpu.pkr.hcl
+#
+# (with the plugin installed: see ci-testdriver.pkr.hcl and docs/packer.md.)
+
+packer {
+  required_plugins {
+    kpreload = {
+      source  = "github.com/kpreload/kpreload"
+      version = ">= 0.2.0"
+    }
+  }
+}
 
 variable "output_directory" {
   type        = string

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # deps.sh: install everything kpreload's build, tests and demo need, idempotently.
 #
-#   scripts/deps.sh            apt sources + packages + Go modules + Packer + the default kernels
+#   scripts/deps.sh            apt sources + packages + Go modules + Packer (1.15.0 and 1.9.4)
+#                              + the default kernels
 #                              (KPRELOAD_KERNELS, and KPRELOAD_FLAVOUR_KERNELS unpacked for the tests)
 #   scripts/deps.sh --no-kernels
 #
@@ -93,9 +94,12 @@ else
   die "go not found on PATH (need Go >= 1.24)"
 fi
 
-# Packer 1.9.4, built once from a scratch module (about 6 minutes on 2 cores), cached
-# under $KPRELOAD_CACHE/packer/<version>/packer.
-log "packer: $("$here/packer.sh" | tail -n1)"
+# Packer 1.15.0 (what users download today) and 1.9.4 (the last MPL release), each built
+# once from a scratch module (several minutes on 2 cores), side by side under
+# $KPRELOAD_CACHE/packer/<version>/packer; and Packer's QEMU plugin, which Packer no longer
+# bundles, for the tests' QEMU builder (built only: tests install it where they need it).
+log "packer: $("$here/packer.sh" --qemu | tr '\n' ' ')"
+log "packer (MPL): $(PACKER_VERSION=1.9.4 "$here/packer.sh" | tail -n1)"
 
 if [ "$want_kernels" = 1 ]; then
   "$here/kernels.sh" "${KPRELOAD_KERNELS[@]}" "${KPRELOAD_FLAVOUR_KERNELS[@]}"

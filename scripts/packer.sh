@@ -19,7 +19,7 @@
 # builds the last MPL release next to the default one.
 #
 # Environment: PACKER_VERSION (default 1.15.0), PACKER_SDC_VERSION (default: the SDK version in
-# go.mod), PACKER_QEMU_VERSION (default 1.1.7), KPRELOAD_CACHE (default /var/cache/kpreload).
+# go.mod), PACKER_QEMU_VERSION (default 1.0.9), KPRELOAD_CACHE (default /var/cache/kpreload).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -27,7 +27,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$here/lib.sh"
 
 : "${PACKER_VERSION:=1.15.0}"
-: "${PACKER_QEMU_VERSION:=1.1.7}"
+: "${PACKER_QEMU_VERSION:=1.0.9}"
 if [ -z "${PACKER_SDC_VERSION:-}" ]; then
   PACKER_SDC_VERSION="$(awk '$1 == "github.com/hashicorp/packer-plugin-sdk" { print $2; exit }' "$here/../go.mod" 2>/dev/null || true)"
   PACKER_SDC_VERSION="${PACKER_SDC_VERSION#v}"
@@ -66,6 +66,10 @@ replaces() {
   ' "$1"
 }
 
+# The scratch build directories, removed when the script ends, however it ends.
+build_dirs=()
+trap 'rm -rf "${build_dirs[@]}"' EXIT
+
 # gobuild MODULE VERSION PACKAGE DEST: build PACKAGE from MODULE@VERSION into DEST atomically.
 # Replace directives of the required module are copied into the scratch module, because Go
 # ignores replacements in dependencies (Packer and the SDK pin forks such as go-cty that way).
@@ -78,7 +82,7 @@ gobuild() {
   destdir="$(dirname "$dest")"
   mkdir -p "$destdir"
   work="$(mktemp -d "$destdir/.build.XXXXXX")"
-  trap 'rm -rf "$work"' RETURN
+  build_dirs+=("$work")
   log "building $pkg from $module v$version (several minutes on a small machine)"
   (
     cd "$work"
@@ -106,7 +110,7 @@ gobuild github.com/hashicorp/packer "$PACKER_VERSION" github.com/hashicorp/packe
 got="$("$packer_bin" version 2>/dev/null | head -n1)"
 case "$got" in
   *"v$PACKER_VERSION") ;;
-  *) die "$packer_bin reports version '$got', want $PACKER_VERSION" ;;
+  *) rm -f "$packer_bin"; die "$packer_bin reports version '$got', want $PACKER_VERSION (removed)" ;;
 esac
 echo "$packer_bin"
 
@@ -119,14 +123,16 @@ fi
 
 if [ "$want_qemu" = 1 ]; then
   # The plugin's tagged source says its own version (version.Version, no prerelease), which
-  # its `describe` reports and `packer plugins install --path` names the install by.
+  # its `describe` reports and `packer plugins install --path` names the install by. 1.0.9
+  # is the QEMU builder Packer 1.9.4 bundled; later releases need packer-plugin-sdk versions
+  # (v0.6.11 for 1.1.7) that the module proxy here does not serve.
   qemu_bin="$KPRELOAD_CACHE/packer-plugin-qemu/$PACKER_QEMU_VERSION/packer-plugin-qemu"
   gobuild github.com/hashicorp/packer-plugin-qemu "$PACKER_QEMU_VERSION" \
     github.com/hashicorp/packer-plugin-qemu "$qemu_bin"
   described="$("$qemu_bin" describe 2>/dev/null || true)"
   case "$described" in
     *"\"version\":\"$PACKER_QEMU_VERSION\""*) ;;
-    *) die "$qemu_bin describe says '$described', want version $PACKER_QEMU_VERSION" ;;
+    *) rm -f "$qemu_bin"; die "$qemu_bin describe says '$described', want version $PACKER_QEMU_VERSION (removed)" ;;
   esac
   if [ "$want_install" = 1 ]; then
     case "$PACKER_VERSION" in

@@ -22,14 +22,18 @@ func TestAccKpreloadBuilder(t *testing.T) {
 	}
 	root := repoRoot(t)
 	packer := packerBinary(t)
-	pluginPath := plugins(t)
+	pluginDir := plugins(t)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out")
 	// acctest.TestPlugin writes the template and Packer's log into the working
 	// directory and finds packer on $PATH.
 	t.Chdir(dir)
 	t.Setenv("PATH", filepath.Dir(packer)+string(os.PathListSeparator)+os.Getenv("PATH"))
-	t.Setenv("PACKER_PLUGIN_PATH", pluginPath)
+	// The plugin as plugins installed it (packer plugins install --path);
+	// it runs in dir, so kpreload_binary and init_binary name the
+	// repository's bin/ (make plugin) that it finds by default from the root.
+	t.Setenv("PACKER_PLUGIN_PATH", filepath.Join(pluginDir, "plugins"))
+	t.Setenv("PACKER_CONFIG_DIR", filepath.Join(pluginDir, "config"))
 	t.Setenv("CHECKPOINT_DISABLE", "1")
 
 	acctest.TestPlugin(t, &acctest.PluginTestCase{
@@ -44,12 +48,15 @@ source "kpreload" "acc" {
   recipes_dir      = %q
   cache_dir        = %q
   kernel_cmdline   = "console=ttyS0"
+  kpreload_binary  = %q
+  init_binary      = %q
   disk_size        = "1536M"
   esp_size         = "128M"
   formats          = ["qcow2"]
 }
 build { sources = ["source.kpreload.acc"] }
-`, out, filepath.Join(root, "recipes"), filepath.Join(dir, "cache")),
+`, out, filepath.Join(root, "recipes"), filepath.Join(dir, "cache"),
+			filepath.Join(root, "bin", "kpreload"), filepath.Join(root, "bin", "kpreload-init")),
 		Check: func(cmd *exec.Cmd, logfile string) error {
 			if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 0 {
 				return fmt.Errorf("packer build failed: %v", cmd.ProcessState)

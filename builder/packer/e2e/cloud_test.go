@@ -14,6 +14,7 @@ import (
 	"github.com/kpreload/kpreload/builder/image"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/qemu"
+	"github.com/kpreload/kpreload/internal/version"
 	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
@@ -124,6 +125,9 @@ func TestProvisionerCloudBuilder(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 40*time.Minute))
 	defer cancel()
+	// Packer's QEMU builder is a plugin of its own since Packer 1.10:
+	// scripts/packer.sh builds it from the module proxy and installs it.
+	qemuPlugin(t)
 	dir := t.TempDir()
 	key := filepath.Join(dir, "id_ed25519")
 	if b, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key).CombinedOutput(); err != nil {
@@ -160,6 +164,19 @@ func TestProvisionerCloudBuilder(t *testing.T) {
 	console := filepath.Join(dir, "packer-console.log")
 	tmpl := filepath.Join(dir, "cloud.pkr.hcl")
 	if err := os.WriteFile(tmpl, []byte(fmt.Sprintf(`
+packer {
+  required_plugins {
+    qemu = {
+      source  = "github.com/hashicorp/qemu"
+      version = "%s"
+    }
+    kpreload = {
+      source  = "github.com/kpreload/kpreload"
+      version = ">= %s"
+    }
+  }
+}
+
 source "qemu" "cloud" {
   disk_image           = true
   iso_url              = %q
@@ -194,7 +211,7 @@ build {
     use_sudo      = true
   }
 }
-`, base.Files[0].Path, cloudUser, key, out, console, testKernel, filepath.Join(repoRoot(t), "recipes"),
+`, QEMUPluginVersion, version.Release, base.Files[0].Path, cloudUser, key, out, console, testKernel, filepath.Join(repoRoot(t), "recipes"),
 		moduleCache(t), filepath.Join(repoRoot(t), "images", "instance-testdriver.yaml"))), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/image"
 	"github.com/kpreload/kpreload/builder/qemu"
+	"github.com/kpreload/kpreload/internal/version"
 	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
@@ -51,6 +52,55 @@ func TestValidateTemplates(t *testing.T) {
 	}
 }
 
+// TestDocumentedPackerCommands checks that docs/packer.md shows the commands
+// the tests run to install each Packer (packerCommand), and that README.md and
+// docs/packer.md show the same plugin flow, which plugins and
+// TestBuildAndBootCITestdriver run as written.
+func TestDocumentedPackerCommands(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "packer.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{PackerVersion, MPLPackerVersion} {
+		re := regexp.MustCompile(`(?m)^    ` + regexp.QuoteMeta(packerCommand(v)) + `\s+# /var/cache/kpreload/packer/` + regexp.QuoteMeta(v) + `/packer$`)
+		if !re.Match(b) {
+			t.Errorf("docs/packer.md does not show %q (printing Packer %s's path)", packerCommand(v), v)
+		}
+	}
+	flow := documentedFlow(t)
+	for _, want := range []string{
+		"packer plugins install --path bin/packer-plugin-kpreload github.com/kpreload/kpreload",
+		"packer init images/ci-testdriver.pkr.hcl",
+		"packer validate images/ci-testdriver.pkr.hcl",
+		"packer build images/ci-testdriver.pkr.hcl",
+	} {
+		if !strings.Contains(flow.install+"\n"+flow.build, "\n"+want+"\n") && !strings.HasSuffix(flow.build, "\n"+want) {
+			t.Errorf("the documented flow lacks the line %q:\n%s\n%s", want, flow.install, flow.build)
+		}
+	}
+}
+
+// TestMPLPacker is the one cheap check of MPLPackerVersion, the last
+// MPL-licensed Packer: with the plugin directory that PackerVersion's
+// `packer plugins install --path` wrote (the same layout: source path, a
+// versioned binary and its _SHA256SUM), it lists the plugin as installed and
+// validates the CI template, required_plugins block included, with no
+// `packer init`.
+func TestMPLPacker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 5*time.Minute))
+	defer cancel()
+	packer := packerOf(t, MPLPackerVersion)
+	want := installedPlugin(filepath.Join(plugins(t), "plugins"), "github.com/kpreload/kpreload", "kpreload", version.Release)
+	out, err := packerRunWith(ctx, t, packer, "plugins", "installed")
+	if err != nil || !strings.Contains(out, want) {
+		t.Errorf("packer %s plugins installed: %v; want %s listed:\n%s", MPLPackerVersion, err, want, out)
+	}
+	out, err = packerRunWith(ctx, t, packer, "validate", "-var", "output_directory="+filepath.Join(t.TempDir(), "out"), "images/ci-testdriver.pkr.hcl")
+	if err != nil || !strings.Contains(out, "The configuration is valid.") {
+		t.Errorf("packer %s validate images/ci-testdriver.pkr.hcl: %v\n%s", MPLPackerVersion, err, out)
+	}
+}
+
 // defaultTarget is what systemd prints when it reaches the image's default
 // target, or the serial getty's login prompt. systemd prints no status while
 // a unit is on the console (the serial getty on ttyS0, the console here), so
@@ -69,68 +119,99 @@ var defaultTarget = regexp.MustCompile(`Reached target .*(Multi-User System|Grap
 // mmdebstrap of the same tarball is not run again), then boots the produced qcow2 in QEMU through OVMF and the
 // image's systemd-boot with -device edu: /init's report shows kpreload_edu
 // loaded and the device bound before switch_root to /sbin/init, and systemd
-// reaches its default target.
+// reaches its default target. Bookworm's build is the documented flow run as
+// written (docs/packer.md and README.md: `packer init`, `packer validate`,
+// `packer build images/ci-testdriver.pkr.hcl`, the template's variables set
+// through PKR_VAR_ in the environment); trixie's adds -var suite=trixie and
+// -machine-readable, whose artifact records give the files in their order.
 func TestBuildAndBootCITestdriver(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real packer build (mmdebstrap, dkms) and a UEFI boot under TCG; -short")
 	}
 	for _, tc := range []struct {
 		suite, kernel, welcome string
-		freshRootfs            bool
+		documented             bool
 	}{
-		{"bookworm", "6.1.0-56-cloud-amd64", "Debian GNU/Linux 12", false},
+		{"bookworm", "6.1.0-56-cloud-amd64", "Debian GNU/Linux 12", true},
 		// -var suite=trixie: the template defaults to trixie's cloud kernel,
 		// the test driver is built in the trixie build root (gcc-14).
-		{"trixie", "6.12.118+deb13-cloud-amd64", "Debian GNU/Linux 13", true},
+		{"trixie", "6.12.118+deb13-cloud-amd64", "Debian GNU/Linux 13", false},
 	} {
 		t.Run(tc.suite, func(t *testing.T) {
-			buildAndBootCITestdriver(t, tc.suite, tc.kernel, tc.welcome, tc.freshRootfs)
+			buildAndBootCITestdriver(t, tc.suite, tc.kernel, tc.welcome, tc.documented)
 		})
 	}
 }
 
 // buildAndBootCITestdriver is TestBuildAndBootCITestdriver for one suite;
-// freshRootfs gives the build an empty root filesystem cache of its own, so
-// that mmdebstrap runs under the plugin, else the machine's default one.
-func buildAndBootCITestdriver(t *testing.T, suite, kernel, welcome string, freshRootfs bool) {
+// documented runs docs/packer.md's flow as written with the machine's root
+// filesystem cache, else `packer build -machine-readable -var …` with an
+// empty root filesystem cache of its own, so that mmdebstrap runs under the
+// plugin.
+func buildAndBootCITestdriver(t *testing.T, suite, kernel, welcome string, documented bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 40*time.Minute))
 	defer cancel()
 	outDir := filepath.Join(t.TempDir(), "out")
 	cache := moduleCache(t)
-	rootfsCache := "" // the template's default: the machine's cache
-	if freshRootfs {
-		rootfsCache = filepath.Join(t.TempDir(), "rootfs")
-	}
-
-	start := time.Now()
-	out, err := packerRun(ctx, t, "build", "-machine-readable",
-		"-var", "output_directory="+outDir,
-		"-var", "cache_dir="+cache,
-		"-var", "rootfs_cache_dir="+rootfsCache,
-		"-var", "suite="+suite,
-		"images/ci-testdriver.pkr.hcl")
-	recs := machineReadable(out)
-	if err != nil {
-		var ui []string
-		for _, r := range recs {
-			if len(r) >= 3 && r[1] == "ui" {
-				ui = append(ui, r[len(r)-1])
-			}
-		}
-		t.Fatalf("packer build: %v\n%s", err, lastLines(strings.Join(ui, "\n"), 40))
-	}
-	t.Logf("packer build took %s", time.Since(start).Round(time.Second))
-
-	files := artifactFiles(recs)
 	want := []string{
 		filepath.Join(outDir, "ci-testdriver.raw"),
 		filepath.Join(outDir, "ci-testdriver.qcow2"),
 		filepath.Join(outDir, "ci-testdriver.manifest.json"),
 	}
-	if !slices.Equal(files, want) {
-		t.Fatalf("artifact files = %q, want %q", files, want)
+
+	start := time.Now()
+	if documented {
+		flow := documentedFlow(t)
+		out, err := runScript(ctx, t, flow.build, append(packerEnv(plugins(t)),
+			"PKR_VAR_output_directory="+outDir,
+			"PKR_VAR_cache_dir="+cache,
+			"PKR_VAR_suite="+suite))
+		if err != nil {
+			t.Fatalf("the documented flow\n%s\nfailed: %v\n%s", flow.build, err, lastLines(out, 40))
+		}
+		for _, w := range []string{
+			"The configuration is valid.",
+			"Builds finished. The artifacts of successful builds are:",
+			"--> kpreload.ci-testdriver: ",
+		} {
+			if !strings.Contains(out, w) {
+				t.Errorf("the documented flow's output lacks %q:\n%s", w, lastLines(out, 40))
+			}
+		}
+		ents, err := os.ReadDir(outDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var files []string
+		for _, e := range ents {
+			files = append(files, filepath.Join(outDir, e.Name()))
+		}
+		if wantSorted := slices.Sorted(slices.Values(want)); !slices.Equal(files, wantSorted) {
+			t.Fatalf("output directory holds %q, want %q", files, wantSorted)
+		}
+	} else {
+		out, err := packerRun(ctx, t, "build", "-machine-readable",
+			"-var", "output_directory="+outDir,
+			"-var", "cache_dir="+cache,
+			"-var", "rootfs_cache_dir="+filepath.Join(t.TempDir(), "rootfs"),
+			"-var", "suite="+suite,
+			"images/ci-testdriver.pkr.hcl")
+		recs := machineReadable(out)
+		if err != nil {
+			var ui []string
+			for _, r := range recs {
+				if len(r) >= 3 && r[1] == "ui" {
+					ui = append(ui, r[len(r)-1])
+				}
+			}
+			t.Fatalf("packer build: %v\n%s", err, lastLines(strings.Join(ui, "\n"), 40))
+		}
+		if files := artifactFiles(recs); !slices.Equal(files, want) {
+			t.Fatalf("artifact files = %q, want %q", files, want)
+		}
 	}
-	for _, f := range files {
+	t.Logf("packer build took %s", time.Since(start).Round(time.Second))
+	for _, f := range want {
 		if st, err := os.Stat(f); err != nil || st.Size() == 0 {
 			t.Errorf("artifact file %s: %v", f, err)
 		}
@@ -139,10 +220,10 @@ func buildAndBootCITestdriver(t *testing.T, suite, kernel, welcome string, fresh
 	if err != nil {
 		t.Fatal(err)
 	}
-	if freshRootfs && m.Rootfs.Cached {
+	if !documented && m.Rootfs.Cached {
 		t.Errorf("manifest says the root filesystem came from a cache; want mmdebstrap run by this build")
 	}
-	t.Logf("root filesystem from the cache: %v (fresh cache: %v)", m.Rootfs.Cached, freshRootfs)
+	t.Logf("root filesystem from the cache: %v (fresh cache: %v)", m.Rootfs.Cached, !documented)
 	if len(m.Drivers) != 1 || m.Drivers[0].Recipe != "testdriver" || m.Drivers[0].Kernel != kernel {
 		t.Errorf("manifest drivers = %+v, want the testdriver set for %s", m.Drivers, kernel)
 	}
