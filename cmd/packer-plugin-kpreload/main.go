@@ -3,7 +3,8 @@
 // cache, built offline) and the "kpreload" provisioner (installs the same
 // cache, userspace and initramfs into an image another builder made).
 //
-// Packer starts it; put it in a directory named by PACKER_PLUGIN_PATH.
+// Packer starts it once it is installed: `packer plugins install --path
+// bin/packer-plugin-kpreload github.com/kpreload/kpreload` (docs/packer.md).
 package main
 
 import (
