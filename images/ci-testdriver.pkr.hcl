@@ -90,6 +90,18 @@ variable "extra_cmdline" {
   description = "Appended to the kernel command line (scripts/bench-image.sh adds systemd.log_target=kmsg)."
 }
 
+variable "kpreload_binary" {
+  type        = string
+  default     = ""
+  description = "The static kpreload CLI put into the image; empty: kpreload next to the plugin, else bin/kpreload where Packer runs (make build)."
+}
+
+variable "init_binary" {
+  type        = string
+  default     = ""
+  description = "The static /init program; empty: kpreload-init next to the plugin, else bin/kpreload-init where Packer runs (make build)."
+}
+
 source "kpreload" "ci-testdriver" {
   name             = "ci-testdriver"
   output_directory = var.output_directory
@@ -107,6 +119,8 @@ source "kpreload" "ci-testdriver" {
   disk_size        = "1536M"
   esp_size         = "128M"
   formats          = ["raw", "qcow2"]
+  kpreload_binary  = var.kpreload_binary
+  init_binary      = var.init_binary
 }
 
 build {

@@ -106,6 +106,11 @@ log "building the plugin, the static kpreload CLI and /init"
   go build -o "$work/benchimage" ./builder/packer/internal/benchimage
 ) || die "go build failed"
 bi="$work/benchimage"
+# Packer 1.11 and later load only installed plugins: install this one into the bench's own
+# plugin directory; the installed copy is told where the static CLI and /init are.
+export PACKER_PLUGIN_PATH="$work/packer/plugins" PACKER_CONFIG_DIR="$work/packer/config"
+CHECKPOINT_DISABLE=1 "$packer" plugins install --path "$work/plugins/packer-plugin-kpreload" github.com/kpreload/kpreload >&2 ||
+  die "packer plugins install failed"
 
 extra="systemd.log_target=kmsg printk.devkmsg=on"
 out="$work/out"
@@ -113,8 +118,9 @@ build() { # build NAME LABEL [BOOTLOADER [OUT [-var K=V]...]]: one packer build 
   local name=$1 label=$2 lg="$work/logs/build-$1.log" s bl=${3:-systemd-boot} o=${4:-$out}
   shift $(($# < 4 ? $# : 4))
   s=$(now)
-  (cd "$top" && PACKER_PLUGIN_PATH="$work/plugins" CHECKPOINT_DISABLE=1 TMPDIR="$work/tmp" \
+  (cd "$top" && CHECKPOINT_DISABLE=1 TMPDIR="$work/tmp" \
     "$packer" build -force -color=false \
+    -var "kpreload_binary=$work/plugins/kpreload" -var "init_binary=$work/plugins/kpreload-init" \
     -var "output_directory=$o" -var "cache_dir=$work/cache" -var "rootfs_cache_dir=$work/rootfs" \
     -var "bootloader=$bl" -var "kernel=$kver" -var "extra_cmdline=$extra" "$@" images/ci-testdriver.pkr.hcl) >"$lg" 2>&1 ||
     fail "packer build ($name) failed" "$lg"
