@@ -57,7 +57,8 @@ echo "packer build took $(( $(date +%s) - start )) s"
 ls -l "$out/image"
 
 log "3/4 kpreload boot --image: the qcow2 through OVMF and systemd-boot, -device edu, instance YAML via fw_cfg"
-"$top/bin/kpreload" boot --image "$out/image/ci-testdriver.qcow2" --device edu \
+# --timeout: TCG on a busy 2-core host can take more than boot's default 2 minutes.
+"$top/bin/kpreload" boot --image "$out/image/ci-testdriver.qcow2" --device edu --timeout 10m \
   --instance "$top/images/instance-testdriver.yaml" --work-dir "$out/boot" >"$out/boot/summary.txt" ||
   { cat "$out/boot/summary.txt"; die "the image did not boot (see above)"; }
 
