@@ -110,8 +110,8 @@ func TestRefreshActiveLeavesOthers(t *testing.T) {
 		opts    Options
 		// want: the result's written file, removed files, left files;
 		// wantErr in the error; wantWarn in a warning.
-		written          string
-		removed, left    []string
+		written           string
+		removed, left     []string
 		wantErr, wantWarn string
 		// gone: a file that must not exist afterwards.
 		gone string
