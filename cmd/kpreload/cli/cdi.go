@@ -149,7 +149,7 @@ kpreload's NVIDIA spec off. The boot report's "cdi" section records the spec
 written. --json prints what was done as JSON.`,
 		Example: `  kpreload cdi refresh
   kpreload cdi refresh --json
-  kpreload cdi refresh --root /newroot -o /run/cdi/kpreload-nvidia.yaml`,
+  kpreload cdi refresh --root /mnt -o /run/cdi/kpreload-nvidia.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			target := file

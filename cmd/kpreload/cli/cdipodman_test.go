@@ -276,3 +276,93 @@ func mustWrite(t *testing.T, p, content string) {
 		t.Fatal(err)
 	}
 }
+
+// refreshExamplesScript runs the help's examples of cdi refresh, exactly as
+// written, in a mount namespace of its own: /etc, /run and /var are overlays
+// (NVIDIA's toolkit spec at /var/run/cdi/nvidia.yaml, no kpreload driver:
+// the host as the toolkit leaves it), /mnt a tmpfs holding a kpreload image
+// with NVIDIA's driver active.
+const refreshExamplesScript = `set -eu
+W=$1 TREE=$2 EXAMPLES=$3
+mount --make-rprivate /
+ov() { mkdir -p "$W/ov/$1.u" "$W/ov/$1.w"; mount -t overlay overlay -o "lowerdir=/$1,upperdir=$W/ov/$1.u,workdir=$W/ov/$1.w" "/$1"; }
+ov etc; ov run; ov var
+mkdir -p /var/run/cdi
+cp "$W/ctk.yaml" /var/run/cdi/nvidia.yaml
+mount -t tmpfs tmpfs /mnt
+cp -a "$TREE/." /mnt/
+while IFS= read -r line; do
+	echo "\$ $line"
+	sh -c "$line" 2>&1 || echo "exit $?"
+done <"$EXAMPLES"
+echo "/var/run/cdi: $(ls /var/run/cdi | tr '\n' ' ')"
+echo "/mnt/run/cdi: $(ls /mnt/run/cdi | tr '\n' ' ')"
+cmp -s "$W/ctk.yaml" /var/run/cdi/nvidia.yaml && echo "toolkit's spec unchanged"
+`
+
+// TestCDIRefreshHelpExamples runs every example of cdi refresh --help
+// exactly as written (a kpreload on PATH), on a host where kpreload drives
+// no driver beside NVIDIA's toolkit spec, and on a kpreload image at /mnt.
+func TestCDIRefreshHelpExamples(t *testing.T) {
+	for _, tool := range []string{"unshare", "sh"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is missing: %v", tool, err)
+		}
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("the examples run as root in a mount namespace of their own: run the tests as root")
+	}
+	if st, err := os.Stat("/mnt"); err != nil || !st.IsDir() {
+		t.Fatalf("the example's /mnt: %v", err)
+	}
+	w := t.TempDir()
+	binDir := filepath.Join(w, "bin")
+	testenv.GoBuildStatic(t, binDir, "kpreload", "./cmd/kpreload")
+	tree := cdiTree(t)
+	drv := filepath.Join(tree, "opt/kpreload/drivers", podmanVersion, "usr/lib/x86_64-linux-gnu")
+	mustWrite(t, filepath.Join(drv, "libcuda.so."+podmanVersion), "elf")
+	run := filepath.Join(tree, activate.RunDir)
+	if err := activate.Point(run, tree, activate.DriversDir, podmanVersion); err != nil {
+		t.Fatal(err)
+	}
+	if err := activate.MarkReady(run, activate.Ready{Driver: "nvidia", Version: podmanVersion, By: "init"}); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, filepath.Join(w, "ctk.yaml"), toolkitSpec(t))
+	var lines []string
+	for _, args := range helpExamples(t, "cdi", "refresh") {
+		lines = append(lines, "kpreload "+strings.Join(args, " "))
+	}
+	if len(lines) != 3 {
+		t.Fatalf("examples %q; the test knows 3", lines)
+	}
+	mustWrite(t, filepath.Join(w, "examples"), strings.Join(lines, "\n")+"\n")
+	mustWrite(t, filepath.Join(w, "script.sh"), refreshExamplesScript)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, time.Minute))
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "unshare", "-m", "sh", filepath.Join(w, "script.sh"), w, tree, filepath.Join(w, "examples"))
+	cmd.Env = append(os.Environ(), "PATH="+binDir+":"+os.Getenv("PATH"))
+	b, err := cmd.CombinedOutput()
+	out := string(b)
+	t.Logf("cdi refresh examples:\n%s", out)
+	if err != nil {
+		t.Fatalf("the examples' script: %v", err)
+	}
+	left := "no active driver kpreload describes; no kpreload spec to remove; left /var/run/cdi/nvidia.yaml (not written by kpreload)"
+	for _, want := range []string{
+		"$ kpreload cdi refresh\ncdi: " + left + "\n",
+		"$ kpreload cdi refresh --json\n{",
+		`"summary": "` + left + `"`,
+		"$ kpreload cdi refresh --root /mnt -o /run/cdi/kpreload-nvidia.yaml\ncdi: wrote /run/cdi/kpreload-nvidia.yaml (nvidia.com/gpu, the active nvidia driver)",
+		"/var/run/cdi: nvidia.yaml \n",
+		"/mnt/run/cdi: kpreload-nvidia.yaml \n",
+		"toolkit's spec unchanged",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the examples' output lacks %q", want)
+		}
+	}
+	if strings.Contains(out, "exit ") {
+		t.Errorf("an example failed:\n%s", out)
+	}
+}
