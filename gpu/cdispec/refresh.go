@@ -108,14 +108,14 @@ type Foreign struct {
 	Shared []string `json:"shared,omitempty"`
 }
 
-// kind is one spec kpreload writes: the driver it describes, its file and kind.
-type kind struct {
+// specKind is one spec kpreload writes: the driver it describes, its file and kind.
+type specKind struct {
 	driver, file, kind string
 	generate           func(root string, opts Options) (*specs.Spec, *Found, error)
 }
 
 // specKinds are the drivers kpreload writes specs for, with their files.
-var specKinds = []kind{
+var specKinds = []specKind{
 	{"nvidia", DefaultSpecFile, Kind, Generate},
 	{EduDriver, EduSpecFile, EduKind, GenerateEdu},
 }
