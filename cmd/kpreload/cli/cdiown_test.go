@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -8,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/gpu/cdispec"
+	"github.com/kpreload/kpreload/report"
 )
 
 // toolkitSpec is a real `nvidia-ctk cdi generate` output (NVIDIA Container
@@ -90,5 +93,35 @@ func TestCDIGenerateOwn(t *testing.T) {
 	}
 	if code, _, errOut := runCLI("cdi", "generate", "--root", root, "--json", "-o", js); code != 1 || !strings.Contains(errOut, js+" exists") {
 		t.Errorf("generate --json over a JSON spec: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestCDIRefreshOlderKpreloadSpec: a spec an older kpreload wrote at
+// /var/run/cdi/nvidia.yaml (no marker) goes only while it is the one the boot
+// report records; once the toolkit has written over it, it stays.
+func TestCDIRefreshOlderKpreloadSpec(t *testing.T) {
+	old := "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: all\n  containerEdits:\n    env: [A=1]\n"
+	sum := sha256.Sum256([]byte(old))
+	tests := []struct {
+		name, content, want string
+	}{
+		{"as recorded", old, "cdi: no active driver kpreload describes; removed /var/run/cdi/nvidia.yaml (written by kpreload)\n"},
+		{"rewritten by the toolkit", toolkitSpec(t), "cdi: no active driver kpreload describes; no kpreload spec to remove; left /var/run/cdi/nvidia.yaml (not written by kpreload)\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			spec := filepath.Join(root, "var/run/cdi/nvidia.yaml")
+			mustWrite(t, spec, tt.content)
+			mustWrite(t, filepath.Join(root, report.Path), `{"format":1,"kernel":"k","cdi":{"path":"/var/run/cdi/nvidia.yaml","sha256":"`+hex.EncodeToString(sum[:])+`","written":"2026-11-25T08:00:00Z"}}`)
+			code, out, errOut := runCLI("cdi", "refresh", "--root", root)
+			if code != 0 || out != tt.want {
+				t.Errorf("cdi refresh: exit %d, stdout %q, stderr %q; want %q", code, out, errOut, tt.want)
+			}
+			_, err := os.Stat(spec)
+			if gone := os.IsNotExist(err); gone != (tt.content == old) {
+				t.Errorf("spec gone %v (%v)", gone, err)
+			}
+		})
 	}
 }
