@@ -53,20 +53,18 @@ start_registry
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f\n", a / b }'; }
 remote() { echo --remote "oci://127.0.0.1:$port/$1" --plain-http --docker-config "$work/none.json"; }
 
-# matrix RECIPE KVER...: the recipe in $work/recipes with these kernels.
-mkdir -p "$work/recipes"
-for d in testdriver testdriver-userspace patches; do cp -r "$top/recipes/$d" "$work/recipes/$d"; done
+# matrix RECIPE KVER...: the cells RECIPE:KVER the next cycles follow and build, as a
+# kernels.select does when a new upload joins it (the recipe itself is read by
+# kpreload alone: no second recipe grammar here).
+cells=()
 matrix() {
   local name=$1; shift
-  local ks; ks=$(IFS=,; echo "$*")
-  awk -v ks="$ks" '
-    /^kernels:/ { print "kernels:"; print "  releases: [" ks "]"; skip=1; next }
-    skip && /^[^ #]/ { skip=0 }
-    !skip { print }' "$top/recipes/$name.yaml" >"$work/recipes/$name.yaml"
+  cells=()
+  for k in "$@"; do cells+=("$name:$k"); done
 }
 follow() { # follow NAME LOG: one cycle of the recipe NAME, JSON to LOG.json
   local name=$1 out=$2
-  "$kp" follow "$name" --recipes "$work/recipes" --cache "$work/follow-cache-$name" $(remote "follow/$name") \
+  "$kp" follow "${cells[@]}" --recipes "$top/recipes" --cache "$work/follow-cache-$name" $(remote "follow/$name") \
     --sign "$work/team.key" --json --new-exit-code 0 >"$work/$out.json" 2>"$work/$out.log" \
     || die "follow $name ($out) failed: $(tail -5 "$work/$out.log")"
 }
@@ -86,7 +84,7 @@ bench() { # bench NAME LABEL
   [ "$(jq .new "$work/$name-new.json")" = 1 ] || die "the cycle with one new kernel pushed $(jq .new "$work/$name-new.json") cells, want 1"
   log "$label: full rebuild of the same matrix (kpreload build --remote, empty cache)"
   t=$(now)
-  "$kp" build "$name" --recipes "$work/recipes" --cache "$work/full-cache-$name" $(remote "full/$name") \
+  "$kp" build "${cells[@]}" --recipes "$top/recipes" --cache "$work/full-cache-$name" $(remote "full/$name") \
     --sign "$work/team.key" --json >"$work/$name-full.json" 2>"$work/$name-full.log" \
     || die "the full rebuild failed: $(tail -5 "$work/$name-full.log")"
   full=$(since "$t")

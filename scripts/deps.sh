@@ -59,6 +59,7 @@ packages=(
   chromium                           # the boot timeline pictures checked in a real browser (headless)
   docker-registry                    # a real OCI registry (distribution 2.8) for the remote cache tests
   reprepro gnupg                     # a local signed apt archive for the extra-archive tests
+  podman crun                        # CDI: kpreload's spec beside NVIDIA's toolkit spec in a real runtime (TestCDIPodmanBesideToolkit)
 )
 
 stamp="$KPRELOAD_CACHE/.deps-apt"

@@ -244,6 +244,9 @@ func (a *Archive) Update(ctx context.Context, force bool) error {
 	if err := os.Remove(stamp); err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("archive %s: %w", a.Suite, err)
 	}
+	if err := backdateReleases(filepath.Join(a.Dir, "lists")); err != nil {
+		return fmt.Errorf("archive %s: %w", a.Suite, err)
+	}
 	args := append(a.aptOptions(), "update", "-q")
 	out, err := runner.Or(a.run).Run(ctx, runner.Cmd{Name: "apt-get", Args: args, Combined: true})
 	err, _ = ended(err)
@@ -532,4 +535,35 @@ func KernelSuite(release string) string {
 		return "forky"
 	}
 	return DefaultSuite
+}
+
+// backdateReleases moves the modification time of every Release file apt
+// keeps in lists (InRelease, Release, Release.gpg) one second back. apt sets
+// a fetched file's time to the server's Last-Modified and asks again with
+// If-Modified-Since that time; Last-Modified counts whole seconds, so an
+// archive that re-signs a suite within the second of the copy apt holds (an
+// upload right after a cycle read the lists) answers "304 Not Modified" and
+// the upload goes unseen until the suite changes again. A second earlier, the
+// server sends the Release file whenever it is not older than the copy; the
+// Packages indexes it lists are fetched only when their hashes changed.
+func backdateReleases(lists string) error {
+	files, err := filepath.Glob(filepath.Join(lists, "*Release*"))
+	if err != nil {
+		return fmt.Errorf("package lists: %w", err)
+	}
+	for _, f := range files {
+		name := filepath.Base(f)
+		if !strings.HasSuffix(name, "_InRelease") && !strings.HasSuffix(name, "_Release") && !strings.HasSuffix(name, "_Release.gpg") {
+			continue
+		}
+		fi, err := os.Lstat(f)
+		if err != nil || !fi.Mode().IsRegular() {
+			continue // gone, or not apt's: apt fetches it again
+		}
+		t := fi.ModTime().Add(-time.Second)
+		if err := os.Chtimes(f, t, t); err != nil {
+			return fmt.Errorf("package lists: %w", err)
+		}
+	}
+	return nil
 }

@@ -309,8 +309,22 @@ func TestBookwormThroughPrivateConfig(t *testing.T) {
 	}
 
 	// An upload after the lists were read: Refresh, as every follow cycle
-	// does, and the next archive sees it.
+	// does, and the next archive sees it — even when the upload re-signs the
+	// suite within the second of the Release file apt holds (HTTP's
+	// Last-Modified counts whole seconds: apt's If-Modified-Since of that
+	// second would be answered 304). The new Release files are given the old
+	// ones' time, as an upload in that second would leave them.
+	dists := filepath.Join(repo.Dir, "dists", "bookworm-updates")
+	before, err := os.Stat(filepath.Join(dists, "InRelease"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	repo.Publish("bookworm-updates", "kpreload-private-bookworm", "1.0-2")
+	for _, f := range []string{"InRelease", "Release", "Release.gpg"} {
+		if err := os.Chtimes(filepath.Join(dists, f), before.ModTime(), before.ModTime()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := Refresh(context.Background(), cache); err != nil {
 		t.Fatal(err)
 	}

@@ -101,14 +101,8 @@ func fetchSupportedGPUs(ctx context.Context, r *recipe.Recipe, downloads, dir st
 			return "", "", fmt.Errorf("recipe %s: supported-gpus %s: %w", r.Name, src, err)
 		}
 	}
-	var doc struct {
-		Chips []json.RawMessage `json:"chips"`
-	}
-	if err := json.Unmarshal(data, &doc); err != nil {
-		return "", "", fmt.Errorf("recipe %s: supported-gpus %s is not JSON: %w", r.Name, src, err)
-	}
-	if len(doc.Chips) == 0 {
-		return "", "", fmt.Errorf("recipe %s: supported-gpus %s has no \"chips\" list: not NVIDIA's supported-gpus.json", r.Name, src)
+	if _, err := checkSupportedGPUs(data, src); err != nil {
+		return "", "", fmt.Errorf("recipe %s: %w", r.Name, err)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", "", fmt.Errorf("recipe %s: supported-gpus: %w", r.Name, err)
@@ -117,8 +111,29 @@ func fetchSupportedGPUs(ctx context.Context, r *recipe.Recipe, downloads, dir st
 	if err := os.WriteFile(out, data, 0o644); err != nil {
 		return "", "", fmt.Errorf("recipe %s: supported-gpus: %w", r.Name, err)
 	}
+	return out, sha256Hex(data), nil
+}
+
+// checkSupportedGPUs checks that data, read from src, is NVIDIA's
+// supported-gpus.json (a JSON object with a "chips" list) and returns how
+// many chips it lists.
+func checkSupportedGPUs(data []byte, src string) (int, error) {
+	var doc struct {
+		Chips []json.RawMessage `json:"chips"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return 0, fmt.Errorf("supported-gpus %s is not JSON: %w", src, err)
+	}
+	if len(doc.Chips) == 0 {
+		return 0, fmt.Errorf("supported-gpus %s has no \"chips\" list: not NVIDIA's supported-gpus.json", src)
+	}
+	return len(doc.Chips), nil
+}
+
+// sha256Hex is the SHA-256 of data in lowercase hex.
+func sha256Hex(data []byte) string {
 	sum := sha256.Sum256(data)
-	return out, hex.EncodeToString(sum[:]), nil
+	return hex.EncodeToString(sum[:])
 }
 
 // signModules signs every file with the kernel's sign-file, in place.

@@ -86,6 +86,10 @@ type Options struct {
 	// HookPath is the host path of the kpreload binary the createContainer hook
 	// runs (DefaultHookPath when empty).
 	HookPath string
+	// Recorded is the spec the boot report says kpreload wrote (its "cdi"
+	// section); RefreshActive removes it when an older kpreload wrote it
+	// without the marker and it is unchanged (RemoveRecorded).
+	Recorded *Record
 }
 
 // GPU is one GPU the driver registered.

@@ -334,10 +334,11 @@ func TestRefresh(t *testing.T) {
 		if err := s.setup(); err != nil {
 			t.Fatal(err)
 		}
-		wrote, err := Refresh(root, DefaultSpecFile, Options{})
+		res, err := Refresh(root, DefaultSpecFile, Options{})
 		if err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
+		wrote := res.Written != ""
 		_, statErr := os.Stat(spec)
 		if got := statErr == nil; got != s.want || wrote != s.want {
 			t.Errorf("%s: spec exists %v (wrote %v), want %v", s.name, got, wrote, s.want)

@@ -83,12 +83,12 @@ func TestRefreshActive(t *testing.T) {
 	if err := os.MkdirAll(filepath.Dir(stale), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(stale, []byte("stale"), 0o644); err != nil {
+	if err := os.WriteFile(stale, Mark([]byte("stale")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	file, err := RefreshActive(root, Options{})
-	if err != nil || file != EduSpecFile {
-		t.Fatalf("RefreshActive = %q, %v; want %s", file, err, EduSpecFile)
+	res, err := RefreshActive(root, Options{})
+	if err != nil || res.Written != EduSpecFile {
+		t.Fatalf("RefreshActive = %+v, %v; want %s", res, err, EduSpecFile)
 	}
 	if _, err := ValidateFile(filepath.Join(root, EduSpecFile)); err != nil {
 		t.Errorf("written spec: %v", err)
@@ -99,8 +99,8 @@ func TestRefreshActive(t *testing.T) {
 	if err := activate.ClearReady(filepath.Join(root, activate.RunDir)); err != nil {
 		t.Fatal(err)
 	}
-	if file, err := RefreshActive(root, Options{}); err != nil || file != "" {
-		t.Errorf("RefreshActive with no active driver = %q, %v", file, err)
+	if res, err := RefreshActive(root, Options{}); err != nil || res.Written != "" {
+		t.Errorf("RefreshActive with no active driver = %+v, %v", res, err)
 	}
 	if _, err := os.Stat(filepath.Join(root, EduSpecFile)); !os.IsNotExist(err) {
 		t.Errorf("the spec outlived the driver: %v", err)

@@ -13,7 +13,6 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/kpreload/kpreload/gpu/activate"
 	"github.com/kpreload/kpreload/internal/fileutil"
 )
 
@@ -98,41 +97,4 @@ func Remove(file string) error {
 		return fmt.Errorf("cdi: %w", err)
 	}
 	return nil
-}
-
-// DefaultSpecFile is where Refresh keeps the spec of a kpreload image: a
-// directory CDI runtimes read by default, on /run, so it never outlives the boot.
-const DefaultSpecFile = "/var/run/cdi/nvidia.yaml"
-
-// Refresh brings a kpreload image's spec file in line with the active driver:
-// with an activation record (<root>/run/kpreload/ready) for an NVIDIA driver it
-// writes the spec atomically (validated); with none, or another driver active,
-// or no NVIDIA driver loaded, it removes the file, so containers never get
-// another version's libraries. file is a path on the
-// system (joined to root). It reports whether a spec was written. When
-// generation fails the file is removed too and the error returned.
-func Refresh(root, file string, opts Options) (bool, error) {
-	target := filepath.Join(root, file)
-	ready, err := activate.ReadReadyIn(root, activate.RunDir)
-	if errors.Is(err, fs.ErrNotExist) || (err == nil && ready.Driver != "nvidia") {
-		return false, Remove(target) // no driver active, or not NVIDIA's
-	}
-	if err != nil {
-		return false, errors.Join(err, Remove(target))
-	}
-	spec, _, err := Generate(root, opts)
-	if errors.Is(err, ErrNoDriver) {
-		return false, Remove(target)
-	}
-	if err != nil {
-		return false, errors.Join(err, Remove(target))
-	}
-	data, err := Marshal(spec, filepath.Ext(file) == ".json")
-	if err != nil {
-		return false, errors.Join(err, Remove(target))
-	}
-	if err := WriteFile(target, data, filepath.Ext(file) == ".json"); err != nil {
-		return false, errors.Join(err, Remove(target))
-	}
-	return true, nil
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -63,8 +64,11 @@ of it), only regular files are read and each read is bounded (1 MiB for
 /proc files, 64 KiB for sysfs attributes, 16 MiB for /etc/ld.so.cache); an
 input that breaks these rules is an error naming the file. The spec is validated with the CDI library before it is
 written; with -o it replaces FILE atomically (runtimes read /etc/cdi and
-/var/run/cdi).`,
-		Example: `  kpreload cdi generate -o /var/run/cdi/nvidia.yaml
+/var/run/cdi), marked as kpreload's by its first line, and only when FILE is
+missing or a spec kpreload wrote: a spec another tool wrote (NVIDIA's toolkit
+keeps /var/run/cdi/nvidia.yaml and /etc/cdi/nvidia.yaml) is refused, never
+replaced. A JSON FILE (--json) carries no marker, so it is only created.`,
+		Example: `  kpreload cdi generate -o /var/run/cdi/kpreload-nvidia.yaml
   kpreload cdi generate --json | jq '.devices[].name'
   kpreload cdi generate --root /tmp/h200-tree
   docker run --rm --device nvidia.com/gpu=all ubuntu nvidia-smi
@@ -90,7 +94,12 @@ written; with -o it replaces FILE atomically (runtimes read /etc/cdi and
 				return err
 			}
 			if out != "" {
-				if err := cdispec.WriteFile(out, data, asJSON); err != nil {
+				if asJSON {
+					err = cdispec.WriteNew(out, data, true)
+				} else {
+					err = writeOwnSpec(out, data)
+				}
+				if err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "cdi: wrote %s (%d devices, valid CDI %s)\n", out, len(spec.Devices), spec.Version)
@@ -113,47 +122,70 @@ written; with -o it replaces FILE atomically (runtimes read /etc/cdi and
 
 func newCDIRefreshCmd() *cobra.Command {
 	var root, file, hookPath string
+	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "refresh [--root DIR] [-o FILE]",
-		Short: "Write or remove a kpreload image's CDI spec to match the active driver",
+		Use:   "refresh [--root DIR] [-o FILE] [--json]",
+		Short: "Write or remove kpreload's CDI specs to match the active driver",
 		Long: `refresh is for kpreload images (after activation at boot, after kpreload
 switch). Without -o it keeps every spec kpreload writes in line with the driver
 /run/kpreload/ready names: an active NVIDIA driver gets ` + cdispec.DefaultSpecFile + `
-(kind nvidia.com/gpu, as "generate" makes it), kpreload's test driver gets
+(kind ` + cdispec.Kind + `, as "generate" makes it), kpreload's test driver gets
 ` + cdispec.EduSpecFile + ` (kind ` + cdispec.EduKind + `), each validated and written
 atomically, and the other file is removed; with no active driver both are
 removed, so containers never get another driver's or version's files. With -o
-FILE only NVIDIA's spec is written there (or FILE removed). FILE is a path of the
-system under DIR. The boot report's "cdi" section records the spec written.`,
+FILE (a .yaml path of the system under DIR) only NVIDIA's spec is written there
+(or FILE removed).
+
+kpreload writes over or removes only the specs it wrote: each starts with the
+line "` + cdispec.Marker + `".
+Any other file is left as it is and named ("left /var/run/cdi/nvidia.yaml (not
+written by kpreload)": NVIDIA Container Toolkit's nvidia-cdi-refresh keeps that
+one); a file kpreload did not write at kpreload's own name is an error naming it.
+A spec an older kpreload wrote at /var/run/cdi/nvidia.yaml goes only while it is
+byte for byte the one the boot report records. Two specs in one directory that
+define the same device names (both nvidia.com/gpu=all) make runtimes refuse
+those names: refresh warns, and "nvidia: false" in ` + cdispec.ConfigFile + ` turns
+kpreload's NVIDIA spec off. The boot report's "cdi" section records the spec
+written. --json prints what was done as JSON.`,
 		Example: `  kpreload cdi refresh
-  kpreload cdi refresh --root /newroot -o /run/cdi/nvidia.yaml`,
+  kpreload cdi refresh --json
+  kpreload cdi refresh --root /mnt -o /run/cdi/kpreload-nvidia.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			target := file
 			if !cmd.Flags().Changed("output") {
 				target = ""
 			}
-			wrote, err := refreshCDI(root, target, cdispec.Options{HookPath: hookPath})
-			if err != nil {
+			res, err := refreshCDI(root, target, cdispec.Options{HookPath: hookPath})
+			if res == nil {
+				res = &cdispec.Result{}
+			}
+			if asJSON {
+				out := struct {
+					*cdispec.Result
+					Summary string `json:"summary"`
+					Error   string `json:"error,omitempty"`
+				}{Result: res, Summary: cdiSummary(res)}
+				if err != nil {
+					out.Error = err.Error()
+				}
+				if jerr := printJSON(cmd.OutOrStdout(), out); jerr != nil {
+					return errors.Join(err, jerr)
+				}
 				return err
 			}
-			switch {
-			case wrote && target == "":
-				fmt.Fprintln(cmd.OutOrStdout(), "cdi: wrote the active driver's spec")
-			case wrote:
-				fmt.Fprintf(cmd.OutOrStdout(), "cdi: wrote %s\n", file)
-			case target == "":
-				fmt.Fprintln(cmd.OutOrStdout(), "cdi: no active driver kpreload describes; specs removed")
-			default:
-				fmt.Fprintf(cmd.OutOrStdout(), "cdi: no active NVIDIA driver; %s removed\n", file)
+			fmt.Fprintln(cmd.OutOrStdout(), "cdi: "+cdiSummary(res))
+			for _, w := range res.Warnings {
+				fmt.Fprintln(cmd.ErrOrStderr(), "cdi: warning: "+w)
 			}
-			return nil
+			return err
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&root, "root", "/", "root of the system")
-	f.StringVarP(&file, "output", "o", cdispec.DefaultSpecFile, "spec file (a path of the system under --root)")
+	f.StringVarP(&file, "output", "o", cdispec.DefaultSpecFile, "spec file (a .yaml path of the system under --root)")
 	f.StringVar(&hookPath, "hook-path", "", "host path of the kpreload binary the hook runs (default "+cdispec.DefaultHookPath+")")
+	f.BoolVar(&asJSON, "json", false, "print what was done as JSON")
 	return cmd
 }
 

@@ -42,12 +42,12 @@ func TestRecordCDI(t *testing.T) {
 		t.Fatal(err)
 	}
 	stale := filepath.Join(root, cdispec.DefaultSpecFile)
-	if err := os.WriteFile(stale, []byte("stale"), 0o644); err != nil {
+	if err := os.WriteFile(stale, cdispec.Mark([]byte("stale")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	wrote, err := refreshCDI(root, cdispec.DefaultSpecFile, cdispec.Options{})
-	if err != nil || wrote {
-		t.Fatalf("refreshCDI without a driver = %v, %v", wrote, err)
+	res, err := refreshCDI(root, cdispec.DefaultSpecFile, cdispec.Options{})
+	if err != nil || res.Written != "" || len(res.Removed) != 1 {
+		t.Fatalf("refreshCDI without a driver = %+v, %v; want %s removed", res, err, cdispec.DefaultSpecFile)
 	}
 	if _, err := os.Stat(stale); !os.IsNotExist(err) {
 		t.Errorf("stale spec left: %v", err)

@@ -127,7 +127,17 @@ kpreload-persistenced), then run kpreload switch with the version or branch.`,
 			}
 			// The CDI spec follows the driver now active (the new one, the old one
 			// after a rollback, or none: then the spec is removed).
-			if _, cerr := refreshCDI("/", "", cdispec.Options{}); cerr != nil {
+			cres, cerr := refreshCDI("/", "", cdispec.Options{})
+			if cres != nil && len(cres.Warnings) > 0 {
+				if res != nil {
+					res.Warnings = append(res.Warnings, cres.Warnings...)
+				} else {
+					for _, w := range cres.Warnings {
+						fmt.Fprintf(cmd.ErrOrStderr(), "kpreload switch: warning: cdi: %s\n", w)
+					}
+				}
+			}
+			if cerr != nil {
 				if res != nil {
 					res.Warnings = append(res.Warnings, cerr.Error())
 				} else {

@@ -1,0 +1,87 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kpreload/kpreload/builder/matrix"
+	"github.com/kpreload/kpreload/builder/recipe"
+)
+
+func init() { register(newRecipeCmd) }
+
+func newRecipeCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "recipe",
+		Short: "What the driver recipes name, read by the one recipe loader builds use",
+	}
+	cmd.AddCommand(newRecipeSupportedGPUsCmd())
+	return cmd
+}
+
+func newRecipeSupportedGPUsCmd() *cobra.Command {
+	var (
+		recipesDir, cache string
+		asJSON            bool
+	)
+	cmd := &cobra.Command{
+		Use:   "supported-gpus [RECIPE...] [--recipes DIR] [--cache DIR] [--json]",
+		Short: "Fetch NVIDIA's supported-gpus.json each recipe names, as a build would",
+		Long: `Supported-gpus fetches the supported-gpus.json that NVIDIA ships in the
+Debian package each recipe's supported-gpus: block names, and prints one line
+per package: PACKAGE=VERSION PATH. The recipe is read and its driver version
+resolved as kpreload build reads and resolves it: a recipe with source.select
+takes the version the archive has now, and its supported-gpus package the
+newest version of the same upstream release.
+
+The package is downloaded with apt-get download into DIR/debs and unpacked
+with dpkg -x (nothing is installed); the list, uncompressed and checked to be
+NVIDIA's format, goes to DIR/supported-gpus/PACKAGE_VERSION/supported-gpus.json,
+renamed into place whole. A list already there is kept. DIR is --cache, else
+$KPRELOAD_CACHE, else /var/cache/kpreload.
+
+With no RECIPE it reads every recipe in --recipes; recipes that name no list
+(the test drivers) are left out. RECIPE is a recipe's name or file.
+scripts/supported-gpus.sh runs this command.
+
+Examples:
+  kpreload recipe supported-gpus nvidia-550 --recipes recipes
+  kpreload recipe supported-gpus nvidia-tesla-470 --recipes recipes --json`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(cacheContext(cmd), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			var recipes []*recipe.Recipe
+			var err error
+			if len(args) == 0 {
+				if recipes, err = recipe.LoadDir(recipesDir); err != nil {
+					return fmt.Errorf("recipe supported-gpus: %w", err)
+				}
+			} else if recipes, err = loadRecipes(args, recipesDir); err != nil {
+				return fmt.Errorf("recipe supported-gpus: %w", err)
+			}
+			lists, err := matrix.FetchSupportedGPUs(ctx, recipes, matrix.Options{DownloadDir: cache})
+			if err != nil {
+				return err
+			}
+			if len(lists) == 0 {
+				return fmt.Errorf("recipe supported-gpus: none of the %d recipes names a supported-gpus list", len(recipes))
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), lists)
+			}
+			for _, l := range lists {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s=%s %s\n", l.Package, l.Version, l.Path)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&recipesDir, "recipes", "recipes", "directory of recipes: RECIPE names, and every recipe when none is named")
+	f.StringVar(&cache, "cache", downloadDefaultDir(), "download cache: debs/, apt/, supported-gpus/ ($KPRELOAD_CACHE)")
+	f.BoolVar(&asJSON, "json", false, "print the lists as JSON (recipes, package, version, path, sha256, fetched)")
+	return cmd
+}
