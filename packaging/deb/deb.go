@@ -328,7 +328,9 @@ func Build(ctx context.Context, o Options) (string, error) {
 	}
 	out := filepath.Join(o.OutDir, o.FileName())
 	cmd := exec.CommandContext(ctx, "dpkg-deb", "--root-owner-group", "-Zxz", "--build", stage, out)
-	cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH="+strconv.FormatInt(o.Date.Unix(), 10))
+	// A fixed environment: dpkg-deb finds tar on Debian's PATH, and dates
+	// what it writes itself by SOURCE_DATE_EPOCH.
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", "SOURCE_DATE_EPOCH=" + strconv.FormatInt(o.Date.Unix(), 10)}
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("deb: dpkg-deb --build: %w: %s", err, strings.TrimSpace(string(b)))
 	}

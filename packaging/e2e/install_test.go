@@ -31,7 +31,7 @@ func codeBlock(t *testing.T, file, heading string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rest, ok := strings.Cut(string(b), "\n"+heading+"\n")
+	_, rest, ok := strings.Cut("\n"+string(b), "\n"+heading+"\n")
 	if !ok {
 		t.Fatalf("%s has no %q", file, heading)
 	}
