@@ -20,8 +20,9 @@ import (
 )
 
 // rootPackages are what the test roots hold beyond mmdebstrap's minbase:
-// man-db for man, and the shells whose completion the package ships.
-var rootPackages = []string{"fish", "man-db", "zsh"}
+// man-db for man, and the shells whose completion the package ships, with
+// bash-completion (which loads bash's, and whose functions cobra's use).
+var rootPackages = []string{"bash-completion", "fish", "man-db", "zsh"}
 
 // codeBlock returns the command lines (comments and the blanks before them
 // cut) of the first ```sh block after heading in the Markdown file.
@@ -50,10 +51,12 @@ func codeBlock(t *testing.T, file, heading string) []string {
 	return lines
 }
 
-// chroot runs script with sh in root, with a clean environment, and returns
+// chroot runs script with sh in root, in mount and PID namespaces of its
+// own with /proc mounted (as on an installed system: kpreload finds its
+// programs through /proc/self/exe), with a clean environment, and returns
 // its standard output and error together.
 func chroot(ctx context.Context, root, dir, script string) (string, error) {
-	cmd := exec.CommandContext(ctx, "chroot", root, "/bin/sh", "-c", "cd "+dir+" && "+script)
+	cmd := exec.CommandContext(ctx, "unshare", "--mount", "--pid", "--fork", "--mount-proc", "--root="+root, "/bin/sh", "-c", "cd "+dir+" && "+script)
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8", "DEBIAN_FRONTEND=noninteractive", "TERM=dumb"}
 	out, err := cmd.CombinedOutput()
 	return string(out), err
@@ -65,7 +68,7 @@ func chroot(ctx context.Context, root, dir, script string) (string, error) {
 // plugin and the packaged recipes. lintian reports no error.
 func TestInstallPackage(t *testing.T) {
 	testenv.SkipShort(t, "builds the package, runs mmdebstrap and lintian")
-	for _, tool := range []string{"mmdebstrap", "lintian", "dpkg-deb", "chroot", "make", "git"} {
+	for _, tool := range []string{"mmdebstrap", "lintian", "dpkg-deb", "unshare", "make", "git"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("%s is missing: run scripts/deps.sh (%v)", tool, err)
 		}
@@ -207,7 +210,7 @@ func installIn(ctx context.Context, t *testing.T, suite, deb, install string, ch
 	run("man page of a subcommand", "man kpreload-image-build", "kpreload-image-build - Build a bootable")
 
 	// Completion from the directories Debian's shells read.
-	run("bash completion", `bash -c 'source /usr/share/bash-completion/completions/kpreload && complete -p kpreload && COMP_WORDS=(kpreload bui) COMP_CWORD=1 COMP_LINE="kpreload bui" COMP_POINT=12 && __start_kpreload && printf "reply:%s\n" "${COMPREPLY[@]}"'`,
+	run("bash completion", `bash -c 'source /usr/share/bash-completion/bash_completion && source /usr/share/bash-completion/completions/kpreload && complete -p kpreload && COMP_WORDS=(kpreload bui) COMP_CWORD=1 COMP_LINE="kpreload bui" COMP_POINT=12 && __start_kpreload && printf "reply:%s\n" "${COMPREPLY[@]}"'`,
 		"complete -o default -F __start_kpreload kpreload", "reply:build")
 	run("zsh completion", `zsh -fc 'autoload -U compinit && compinit -u && print -r -- "found:${_comps[kpreload]}"'`, "found:_kpreload")
 	run("fish completion", `fish -c 'complete -C"kpreload bui"'`, "build")
