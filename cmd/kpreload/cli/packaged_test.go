@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
+
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/internal/layout"
 )
@@ -90,6 +92,25 @@ func TestPackagedHooksInert(t *testing.T) {
 // without one the packaged copy or, where that is missing too, an error
 // naming both.
 func TestRecipesDefault(t *testing.T) {
+	// Every --recipes of the command tree leaves its default to
+	// resolveRecipesDir and says so.
+	var found []string
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if f := c.Flags().Lookup("recipes"); f != nil {
+			found = append(found, c.CommandPath())
+			if f.DefValue != "" || !strings.HasSuffix(f.Usage, recipesDefaultHelp) {
+				t.Errorf("%s --recipes: default %q, help %q; want no default of its own and the help ending %q (resolveRecipesDir decides)", c.CommandPath(), f.DefValue, f.Usage, recipesDefaultHelp)
+			}
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(NewRoot())
+	if len(found) < 4 {
+		t.Errorf("--recipes found on %q; want build, follow, image build and cache verify at least", found)
+	}
 	for _, args := range [][]string{{"build"}, {"follow"}, {"image", "build"}, {"cache", "verify"}} {
 		_, help, _ := runCLI(append(args, "--help")...)
 		if want := "(default: ./recipes when it is a directory, else " + layout.Recipes + ")"; !strings.Contains(strings.Join(strings.Fields(help), " "), want) {
