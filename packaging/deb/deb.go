@@ -16,6 +16,7 @@ import (
 	"io"
 	"io/fs"
 	"maps"
+	"net/mail"
 	"os"
 	"os/exec"
 	"path"
@@ -109,12 +110,19 @@ func (o Options) check() error {
 		return fmt.Errorf("deb: no command tree")
 	case o.Version == "" || strings.ContainsAny(o.Version, " _-/"):
 		return fmt.Errorf("deb: upstream version %q: want a version such as 0.2.0 (no '-', '_', '/' or space)", o.Version)
-	case !strings.Contains(o.Maintainer, "<") || !strings.HasSuffix(o.Maintainer, ">"):
+	case !isMaintainer(o.Maintainer):
 		return fmt.Errorf("deb: maintainer %q: want \"Name <address>\"", o.Maintainer)
 	case o.Date.IsZero():
 		return fmt.Errorf("deb: no build date")
 	}
 	return nil
+}
+
+// isMaintainer reports whether s is "Name <address>", as Debian's
+// Maintainer field wants it.
+func isMaintainer(s string) bool {
+	a, err := mail.ParseAddress(s)
+	return err == nil && a.Name != "" && strings.HasSuffix(s, "<"+a.Address+">")
 }
 
 // file is one entry of the package's tree.

@@ -124,6 +124,8 @@ func TestOptionsRefused(t *testing.T) {
 	}{
 		{"version with a dash", func(o *Options) { o.Version = "0.2.0-1" }, "want a version such as 0.2.0"},
 		{"maintainer without address", func(o *Options) { o.Maintainer = "someone" }, `want "Name <address>"`},
+		{"maintainer without name", func(o *Options) { o.Maintainer = "<a@b.invalid>" }, `want "Name <address>"`},
+		{"maintainer with a stray >", func(o *Options) { o.Maintainer = "A <a@b>>" }, `want "Name <address>"`},
 		{"no date", func(o *Options) { o.Date = time.Time{} }, "no build date"},
 		{"no recipes", func(o *Options) { o.RecipesDir = t.TempDir() }, "no recipes (*.yaml)"},
 		{"no programs", func(o *Options) { o.BinDir = t.TempDir() }, "make build and make plugin make it"},
