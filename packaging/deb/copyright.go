@@ -43,21 +43,22 @@ Comment: The programs are statically linked Go programs. Besides kpreload's own
 	for _, p := range slices.Sorted(maps.Keys(mods)) {
 		fmt.Fprintf(&b, " %s %s\n", p, mods[p])
 	}
-	b.WriteString(`
+	var gpl []string
+	for _, d := range GPLRecipes {
+		gpl = append(gpl, strings.TrimPrefix(layout.Recipes, "/")+"/"+d+"/*")
+	}
+	// The notices' year is the release's: the build date is the last commit's.
+	fmt.Fprintf(&b, `
 Files: *
-Copyright: the kpreload authors
+Copyright: %[1]d the kpreload authors
 License: not-stated
  The kpreload source tree this package was made from names no license.
 
-Files:`)
-	for _, d := range GPLRecipes {
-		fmt.Fprintf(&b, " %s/%s/*", strings.TrimPrefix(layout.Recipes, "/"), d)
-	}
-	b.WriteString(`
-Copyright: the kpreload authors
+Files: %[2]s
+Copyright: %[1]d the kpreload authors
 License: GPL-2
  On Debian systems, the complete text of the GNU General Public License
  version 2 can be found in "/usr/share/common-licenses/GPL-2".
-`)
+`, o.Date.Year(), strings.Join(gpl, " "))
 	return []byte(b.String()), nil
 }

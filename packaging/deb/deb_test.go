@@ -102,7 +102,7 @@ func TestTree(t *testing.T) {
 		t.Errorf("changelog.Debian:\n%s", cl)
 	}
 	cr := string(tr["usr/share/doc/kpreload/copyright"].data)
-	for _, want := range []string{"Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/", " golang.org/x/sys v", "usr/share/kpreload/recipes/testdriver/*", "License: GPL-2"} {
+	for _, want := range []string{"Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/", " golang.org/x/sys v", "usr/share/kpreload/recipes/testdriver/*", "License: GPL-2", "Copyright: 2026 the kpreload authors\nLicense: not-stated\n"} {
 		if !strings.Contains(cr, want) {
 			t.Errorf("copyright lacks %q:\n%s", want, cr)
 		}
