@@ -3,8 +3,12 @@ package deb
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -167,5 +171,48 @@ func TestGPLRecipes(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBuildReproducible: dpkg-deb packs the tree into FileName; the same
+// options give the same bytes; the control file says what the package is,
+// and every file under /etc is a conffile.
+func TestBuildReproducible(t *testing.T) {
+	if _, err := exec.LookPath("dpkg-deb"); err != nil {
+		t.Fatalf("dpkg-deb (dpkg, on every Debian host) is missing: %v", err)
+	}
+	o := options(t)
+	var sums []string
+	for i := range 2 {
+		o.OutDir = t.TempDir()
+		deb, err := Build(context.Background(), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if filepath.Base(deb) != o.FileName() {
+			t.Errorf("Build made %s, want %s", deb, o.FileName())
+		}
+		b, err := os.ReadFile(deb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sums = append(sums, fmt.Sprintf("%x", sha256.Sum256(b)))
+		if i > 0 {
+			continue
+		}
+		for field, want := range map[string]string{"Package": "kpreload", "Version": "0.2.0-1", "Architecture": "amd64", "Maintainer": DefaultMaintainer} {
+			out, err := exec.Command("dpkg-deb", "-f", deb, field).Output()
+			if got := strings.TrimSpace(string(out)); err != nil || got != want {
+				t.Errorf("dpkg-deb -f %s: %q, %v; want %q", field, got, err, want)
+			}
+		}
+		out, err := exec.Command("dpkg-deb", "-I", deb, "conffiles").Output()
+		want := "/etc/grub.d/09_kpreload\n/etc/kernel/postinst.d/zz-kpreload\n/etc/kernel/postrm.d/zz-kpreload\n"
+		if err != nil || string(out) != want {
+			t.Errorf("conffiles: %q, %v; want %q", out, err, want)
+		}
+	}
+	if sums[0] != sums[1] {
+		t.Errorf("two builds of the same tree differ: %s and %s", sums[0], sums[1])
 	}
 }
