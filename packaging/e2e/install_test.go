@@ -226,5 +226,12 @@ func installIn(ctx context.Context, t *testing.T, suite, deb, install string, ch
 	}
 	run("the Packer plugin", layout.LibDir+"/"+layout.Plugin+" describe", `"version":"`+version.Release+`"`)
 
+	// Removed, not purged: the hooks (conffiles) stay and find no kpreload;
+	// purged: they are gone.
+	conffileHooks := `/etc/kernel/postinst.d/zz-kpreload 6.1.0-99-cloud-amd64 /boot/vmlinuz-6.1.0-99-cloud-amd64 && /etc/kernel/postrm.d/zz-kpreload 6.1.0-99-cloud-amd64 && /etc/grub.d/09_kpreload`
+	if out := run("apt-get remove", "apt-get remove -y -q kpreload </dev/null && ! test -e /usr/bin/kpreload && "+conffileHooks); strings.Contains(out, "zz-kpreload") || strings.Contains(out, "kpreload:") {
+		t.Errorf("the hooks after apt-get remove kpreload printed:\n%s", out)
+	}
+	run("dpkg --purge", "dpkg --purge kpreload && ! test -e /etc/kernel/postinst.d/zz-kpreload && ! test -e /etc/grub.d/09_kpreload")
 	t.Logf("%s: done in %.0fs", suite, time.Since(start).Seconds())
 }
