@@ -35,7 +35,7 @@ build:
 	$(GOFLAGS_STATIC) -o $(INIT) ./initramfs/cmd/init
 	$(GOFLAGS_STATIC) -o $(BIN)/kpreload-rootinit ./initramfs/rootinit
 
-# The Packer plugin (static and stripped, as the rest); Packer loads it from PACKER_PLUGIN_PATH=bin and finds
+# The Packer plugin; Packer loads it from PACKER_PLUGIN_PATH=bin and finds
 # bin/kpreload and bin/kpreload-init next to it.
 plugin: build
 	$(GOFLAGS_STATIC) -o $(BIN)/packer-plugin-kpreload ./cmd/packer-plugin-kpreload
