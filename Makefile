@@ -23,7 +23,7 @@ GOFLAGS_STATIC := $(STATIC) $(GO) build -trimpath -ldflags '-s -w $(VERSION_LDFL
 CGO_PKGS := ./gpu/k8sconfig
 NOCGO_PKGS = $(filter-out $(shell $(GO) list $(CGO_PKGS)),$(shell $(GO) list ./...))
 
-.PHONY: all build plugin deps demo demo-initramfs test unit vet fmt bench bench-build bench-matrix bench-image clean fuzz
+.PHONY: all build plugin deb deps demo demo-initramfs test unit vet fmt bench bench-build bench-matrix bench-image clean fuzz
 
 all: build
 
@@ -39,7 +39,14 @@ build:
 # github.com/kpreload/kpreload` installs it (docs/packer.md); it finds bin/kpreload
 # and bin/kpreload-init next to itself, else under bin/ where Packer runs.
 plugin: build
-	$(STATIC) $(GO) build -trimpath -ldflags '$(VERSION_LDFLAGS)' -o $(BIN)/packer-plugin-kpreload ./cmd/packer-plugin-kpreload
+	$(GOFLAGS_STATIC) -o $(BIN)/packer-plugin-kpreload ./cmd/packer-plugin-kpreload
+
+# kpreload's Debian package, out/kpreload_<version>-1_amd64.deb (cmd/mkdeb,
+# packaging/deb; docs/package.md): the programs above, man pages and completion
+# from the command tree, the recipes, the kernel hooks. Dated by the last commit
+# (SOURCE_DATE_EPOCH), so the same tree gives the same package.
+deb: plugin
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct) $(STATIC) $(GO) run -trimpath ./cmd/mkdeb --bin $(BIN) --recipes recipes --out out
 
 # The main job on its built-in default: packer build images/ci-testdriver.pkr.hcl
 # with the real Packer, boot the image in QEMU, print the timeline and report.

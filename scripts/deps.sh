@@ -51,7 +51,8 @@ packages=(
   xfsprogs btrfs-progs               # xfs and btrfs roots: their superblocks, install's root check
   initramfs-tools-core busybox       # the baseline benchmarks compare against
   dpkg-dev                           # dpkg -x / apt-get download helpers
-  mmdebstrap                         # image rootfs, without a VM or loop mounts
+  mmdebstrap                         # image rootfs, without a VM or loop mounts; make deb's install test roots (bookworm, trixie)
+  lintian                            # make deb's package checked as Debian checks packages
   systemd-boot-efi dosfstools mtools fdisk  # UEFI ESP: systemd-boot, mkfs.vfat, mcopy, sfdisk
   openssl                            # module signing keys
   sbsigntool python3-virt-firmware   # Secure Boot: sbverify of boot binaries, OVMF variable stores with a MOK (virt-fw-vars, bookworm-backports)

@@ -80,3 +80,10 @@ func (h Host) Enable(ctx context.Context, root string, units ...string) error {
 func (h Host) Preset(ctx context.Context, root string, units ...string) error {
 	return h.run(ctx, runner.Cmd{Name: "systemctl", Args: append([]string{"--root=" + root, "preset"}, units...)})
 }
+
+// HostTools are the real tools run by the builder's default runner, for
+// callers outside the builder (tests that make roots of their own).
+func HostTools() Tools {
+	h := Host{Runner: runner.Default}
+	return Tools{Runner: runner.Default, Mmdebstrap: h, Dpkg: h}
+}

@@ -221,7 +221,8 @@ func loadCells(args []string, dir string) ([]*recipe.Recipe, map[*recipe.Recipe]
 }
 
 // loadRecipes loads each argument: a recipe file, or the name of a recipe
-// in dir (dir/NAME.yaml, else the recipe whose name: is NAME).
+// in dir (dir/NAME.yaml, else the recipe whose name: is NAME); an empty dir
+// is --recipes' default (resolveRecipesDir), looked for only when a name is.
 func loadRecipes(args []string, dir string) ([]*recipe.Recipe, error) {
 	var out []*recipe.Recipe
 	var all []*recipe.Recipe
@@ -236,6 +237,13 @@ func loadRecipes(args []string, dir string) ([]*recipe.Recipe, error) {
 		}
 		if strings.ContainsRune(arg, filepath.Separator) || strings.HasSuffix(arg, ".yaml") {
 			return nil, fmt.Errorf("recipe %s: no such file", arg)
+		}
+		if dir == "" {
+			d, err := resolveRecipesDir(dir)
+			if err != nil {
+				return nil, fmt.Errorf("recipe %s: not a file, so looked for it by name: %w", arg, err)
+			}
+			dir = d
 		}
 		if file := filepath.Join(dir, arg+".yaml"); fileExists(file) {
 			r, err := recipe.Load(file)

@@ -249,7 +249,7 @@ is non-zero when they differ.
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	cmd.Flags().StringVar(&rebuild, "rebuild", "", "rebuild this set (id or cache key digest, or a prefix) and compare it byte for byte")
 	cmd.Flags().StringArrayVar(&recipeRefs, "recipe", nil, "with --rebuild: the recipe (file or name) the set was built from (repeatable; default: every recipe in --recipes)")
-	cmd.Flags().StringVar(&recipesDir, "recipes", "recipes", "with --rebuild: directory of recipes")
+	cmd.Flags().StringVar(&recipesDir, "recipes", "", "with --rebuild: directory of recipes"+recipesDefaultHelp)
 	return cmd
 }
 
@@ -261,6 +261,8 @@ func runRebuild(cmd *cobra.Command, s *store.Store, ref string, refs []string, d
 	var err error
 	if len(refs) > 0 {
 		candidates, err = loadRecipes(refs, dir)
+	} else if dir, err = resolveRecipesDir(dir); err != nil {
+		err = fmt.Errorf("--rebuild looks for the set's recipe in --recipes: %w", err)
 	} else if candidates, err = recipe.LoadDir(dir); err != nil {
 		err = fmt.Errorf("--rebuild looks for the set's recipe in --recipes %s: %w", dir, err)
 	}

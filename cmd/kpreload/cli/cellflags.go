@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/kpreload/kpreload/builder/matrix"
+	"github.com/kpreload/kpreload/internal/layout"
 )
 
 // cellFlags are the flags build and follow share: the module cache, the
@@ -25,11 +26,24 @@ type cellFlags struct {
 func (c *cellFlags) register(f *pflag.FlagSet, opts *matrix.Options, verb, recipesHelp string) {
 	f.StringVar(&opts.CacheDir, "cache", cacheDefaultDir(), "module cache directory")
 	f.IntVar(&opts.Jobs, "jobs", 0, "cells to build at once (default: one per two CPUs)")
-	f.StringVar(&c.recipesDir, "recipes", "recipes", recipesHelp)
+	f.StringVar(&c.recipesDir, "recipes", "", recipesHelp+recipesDefaultHelp)
 	c.rf.register(f)
 	f.BoolVar(&opts.RetryFailed, "retry-failed", false, "rebuild cells the registry records as failed with the same key")
 	f.StringVar(&c.shard, "shard", "", verb+" shard I of N of the matrix (I/N, 1-based)")
 	f.IntVar(&c.shards, "shards", 0, verb+" shard $JOB_COMPLETION_INDEX (0-based) of N (a Kubernetes Indexed Job)")
+}
+
+// recipesDefaultHelp ends every --recipes help: where the default comes
+// from (layout.RecipesDir decides it).
+const recipesDefaultHelp = " (default: ./recipes when it is a directory, else " + layout.Recipes + ")"
+
+// resolveRecipesDir is the --recipes value dir, or layout.RecipesDir's
+// default when it was not given.
+func resolveRecipesDir(dir string) (string, error) {
+	if dir != "" {
+		return dir, nil
+	}
+	return layout.RecipesDir()
 }
 
 // setShard sets opts.Shard from --shard I/N or from --shards N and

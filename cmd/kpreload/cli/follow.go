@@ -94,7 +94,11 @@ Examples:
 			var recipes []*recipe.Recipe
 			kernels := map[*recipe.Recipe][]string{}
 			if len(args) == 0 {
-				if recipes, err = recipe.LoadDir(cf.recipesDir); err != nil {
+				dir, err := resolveRecipesDir(cf.recipesDir)
+				if err != nil {
+					return err
+				}
+				if recipes, err = recipe.LoadDir(dir); err != nil {
 					return err
 				}
 			} else if recipes, kernels, err = loadCells(args, cf.recipesDir); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/image"
 	"github.com/kpreload/kpreload/builder/install"
+	"github.com/kpreload/kpreload/internal/layout"
 	"github.com/kpreload/kpreload/internal/progress"
 )
 
@@ -182,7 +183,7 @@ whole manifest) to stdout.`,
 	f.StringVar(&o.Name, "name", "", "image name: output files are OUT/NAME.{raw,qcow2,vhd,vmdk,tar.gz,manifest.json}")
 	f.StringArrayVar(&o.Kernels, "kernel", nil, "kernel release to install (linux-image-KVER; repeatable, the first boots by default)")
 	f.StringArrayVar(&recipeArgs, "recipe", nil, "driver recipe the image carries: a file, or a name in --recipes (repeatable)")
-	f.StringVar(&recipesDir, "recipes", "recipes", "directory of recipes for --recipe names")
+	f.StringVar(&recipesDir, "recipes", "", "directory of recipes for --recipe names"+recipesDefaultHelp)
 	f.StringVar(&o.CacheDir, "cache", cacheDefaultDir(), "module cache the driver cells are read from")
 	f.BoolVar(&o.BuildMissing, "build-missing", false, "build cells missing from the cache with dkms instead of failing")
 	rf.register(f) // --remote: pull the cells the image needs; with --build-missing, push what was built
@@ -204,7 +205,7 @@ whole manifest) to stdout.`,
 	f.IntVar(&o.SizeMB, "size", image.DefaultSizeMB, "disk size in MiB")
 	f.StringSliceVar(&o.Formats, "format", []string{image.FormatRaw, image.FormatQCOW2}, "disk formats to write, comma-separated: "+strings.Join(image.FormatNames(), ", ")+" (gce: NAME.tar.gz)")
 	f.StringVar(&o.KpreloadBinary, "kpreload-binary", "", "static kpreload binary to install in the image (default: this executable)")
-	f.StringVar(&o.InitBinary, "init", "", "the static /init binary (default: kpreload-init beside this executable)")
+	f.StringVar(&o.InitBinary, "init", "", "the static /init binary (default: kpreload-init beside this executable, else in "+layout.LibDir+")")
 	f.StringVar(&o.RootfsCacheDir, "rootfs-cache", image.DefaultRootfsCacheDir, `where mmdebstrap tarballs are kept for the day ("off": always run mmdebstrap)`)
 	f.BoolVar(&o.EmptyRootPassword, "empty-root-password", false, "let root log in on the console without a password (test images only)")
 	f.BoolVar(&asJSON, "json", false, "print the image manifest as JSON")

@@ -8,18 +8,20 @@ import (
 
 	"github.com/kpreload/kpreload/initramfs/archive"
 	"github.com/kpreload/kpreload/initramfs/assemble"
+	"github.com/kpreload/kpreload/internal/layout"
 	"github.com/spf13/cobra"
 )
 
 func init() { register(newInitramfsCmd) }
 
-// defaultInit finds the /init binary shipped beside the kpreload executable.
+// defaultInit finds the /init binary shipped with the kpreload executable:
+// beside it (make build's bin/), else where the package installs it.
 func defaultInit() string {
 	exe, err := os.Executable()
 	if err != nil {
 		return ""
 	}
-	return filepath.Join(filepath.Dir(exe), "kpreload-init")
+	return layout.Companion(exe, layout.Init)
 }
 
 func newInitramfsCmd() *cobra.Command {
@@ -92,7 +94,7 @@ the uncompressed initramfs, which the kernel decompresses before /init runs.`,
 	f.StringSliceVar(&o.Modules, "module", nil, "also include this kernel module and its dependencies (repeatable)")
 	f.StringSliceVar(&o.ExtraFiles, "add-module", nil, "include this module file as is, in set \"extra\" (repeatable; /init still checks vermagic)")
 	f.StringVar(&o.FirmwareDir, "firmware-dir", "/lib/firmware", "where declared firmware is taken from")
-	f.StringVar(&o.Init, "init", "", "the static /init binary (default: kpreload-init beside this executable)")
+	f.StringVar(&o.Init, "init", "", "the static /init binary (default: kpreload-init beside this executable, else in "+layout.LibDir+")")
 	f.StringVar(&o.Shell, "debug-shell", "", "a static shell (e.g. /bin/busybox) to include as /bin/sh for kpreload.debug")
 	f.StringVar(&comp, "compression", "zstd", "zstd, lz4 (larger, faster to unpack), gzip or none")
 	f.StringVarP(&out, "output", "o", "", "where to write the initramfs")

@@ -173,6 +173,10 @@ install" wait up to five minutes for another holder, then fail naming the file
 and the holder; postinst and postrm wait as long as it takes (saying for whom),
 so a kernel package's upgrade never fails over a slow refresh.
 
+On a root "kpreload install" has not made boot kpreload (no /boot/kpreload),
+postinst, postrm and grub-entries do nothing and print nothing: the kpreload
+package ships the hooks, and installing it changes no boot.
+
 The hooks never fail the kernel package over configuration: a bad or unknown
 key in /etc/kpreload/boot.yaml, or an /etc/kpreload/cmdline of more than one
 line, is a warning, and the defaults (or the running system's command line)
@@ -187,6 +191,9 @@ are used. Every path is resolved inside --root, as in a chroot of it.`,
 				// Run inside grub-mkconfig, which must finish with the
 				// distribution's entries whatever happens here: a problem
 				// is a warning on standard error, and no entry is printed.
+				if !install.Installed(f.root) {
+					return nil // the packaged hook, before kpreload install: quiet
+				}
 				env := install.GrubEnvFromEnviron(os.Getenv)
 				env.Log = cmd.ErrOrStderr()
 				if err := install.GrubEntries(cmd.OutOrStdout(), f.root, env); err != nil {
@@ -217,6 +224,14 @@ are used. Every path is resolved inside --root, as in a chroot of it.`,
 			}
 			if len(args) < 2 {
 				return fmt.Errorf("%s needs the kernel release: kernel-hook %s KVER [IMAGE]", args[0], args[0])
+			}
+			if err := install.CheckRelease(args[1]); err != nil {
+				return err
+			}
+			if (args[0] == "postinst" || args[0] == "postrm") && !install.Installed(f.root) {
+				// The kpreload package ships the hooks; until kpreload
+				// install has run they change nothing, and say nothing.
+				return nil
 			}
 			o, err := f.options(cmd.ErrOrStderr())
 			if err != nil {

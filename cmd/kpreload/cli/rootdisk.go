@@ -10,17 +10,19 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kpreload/kpreload/builder/rootdisk"
+	"github.com/kpreload/kpreload/internal/layout"
 )
 
 func init() { register(newRootdiskCmd) }
 
-// defaultRootInit finds a prebuilt test /sbin/init beside the kpreload executable.
+// defaultRootInit finds a prebuilt test /sbin/init shipped with the kpreload
+// executable: beside it (make build's bin/), else where the package installs it.
 func defaultRootInit() string {
 	exe, err := os.Executable()
 	if err != nil {
 		return ""
 	}
-	return filepath.Join(filepath.Dir(exe), "kpreload-rootinit")
+	return layout.Companion(exe, layout.RootInit)
 }
 
 // parseSizeMB parses "64M", "1G", "512" (MiB) into MiB.
@@ -77,9 +79,10 @@ directories can be copied in with --add.
          least 300 MiB (sparse), label at most 12 characters (default kpreloadroot)
   btrfs  mkfs.btrfs --rootdir (btrfs-progs); at least 109 MiB (sparse)
 
-The init program is --init, else kpreload-rootinit beside this executable, else it
-is built with the go tool from kpreload's source tree: $KPRELOAD_SRC, else the
-working directory or the nearest one above it with kpreload's go.mod.`,
+The init program is --init, else kpreload-rootinit beside this executable or in
+` + layout.LibDir + ` (the package's), else it is built with the go tool from
+kpreload's source tree: $KPRELOAD_SRC, else the working directory or the
+nearest one above it with kpreload's go.mod.`,
 		Example: `  kpreload rootdisk -o root.img
   kpreload rootdisk -o root.img --uuid 5f1d2c3b-8a9e-4f70-b6d5-4c3b2a190807 --add /var/lib/kpreload/cache=./cache
   kpreload rootdisk -o root-xfs.img --fstype xfs --uuid 5f1d2c3b-8a9e-4f70-b6d5-4c3b2a190807`,
@@ -146,7 +149,7 @@ working directory or the nearest one above it with kpreload's go.mod.`,
 	f.StringVar(&size, "size", "", "image size (e.g. 64M, 1G); default fits the contents, at least 64M (btrfs 128M, xfs 300M)")
 	f.StringVar(&o.UUID, "uuid", "", "filesystem UUID (default random)")
 	f.StringVar(&o.Label, "label", "", "filesystem label (default "+rootdisk.DefaultLabel+", on xfs "+rootdisk.DefaultLabelXFS+")")
-	f.StringVar(&o.Init, "init", "", "program to install as /sbin/init (default: kpreload-rootinit beside kpreload, else built)")
+	f.StringVar(&o.Init, "init", "", "program to install as /sbin/init (default: kpreload-rootinit beside kpreload or in "+layout.LibDir+", else built)")
 	f.StringArrayVar(&adds, "add", nil, "copy a host directory into the image, DEST=SRC (repeatable)")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return c
