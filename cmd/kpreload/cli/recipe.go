@@ -55,7 +55,10 @@ Examples:
 			ctx, stop := signal.NotifyContext(cacheContext(cmd), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			var recipes []*recipe.Recipe
-			var err error
+			recipesDir, err := resolveRecipesDir(recipesDir)
+			if err != nil {
+				return fmt.Errorf("recipe supported-gpus: %w", err)
+			}
 			if len(args) == 0 {
 				if recipes, err = recipe.LoadDir(recipesDir); err != nil {
 					return fmt.Errorf("recipe supported-gpus: %w", err)
@@ -80,7 +83,7 @@ Examples:
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&recipesDir, "recipes", "recipes", "directory of recipes: RECIPE names, and every recipe when none is named")
+	f.StringVar(&recipesDir, "recipes", "", "directory of recipes: RECIPE names, and every recipe when none is named"+recipesDefaultHelp)
 	f.StringVar(&cache, "cache", downloadDefaultDir(), "download cache: debs/, apt/, supported-gpus/ ($KPRELOAD_CACHE)")
 	f.BoolVar(&asJSON, "json", false, "print the lists as JSON (recipes, package, version, path, sha256, fetched)")
 	return cmd
