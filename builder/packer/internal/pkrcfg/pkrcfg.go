@@ -17,6 +17,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/gpu/instance"
+	"github.com/kpreload/kpreload/internal/layout"
 )
 
 // Lister resolves recipes' kernel selectors when a kernel is not named in a
@@ -231,8 +232,11 @@ func ParseSize(field, s string) (int, error) {
 }
 
 // DefaultBinary finds a kpreload program next to the running plugin, else
-// under bin/ in the working directory (where `make build` puts it); it returns
-// the latter path when neither exists, so the error names where it looked.
+// under bin/ in the working directory (where `make build` puts it), else
+// where the kpreload package installs it (internal/layout: /usr/bin/kpreload,
+// /usr/lib/kpreload/NAME; a plugin `packer plugins install` copied sits
+// beside neither); it returns bin/NAME when none exists, so the error names
+// where it looked.
 func DefaultBinary(name string) string {
 	if exe, err := Executable(); err == nil {
 		p := filepath.Join(filepath.Dir(exe), name)
@@ -240,7 +244,18 @@ func DefaultBinary(name string) string {
 			return p
 		}
 	}
-	return filepath.Join("bin", name)
+	local := filepath.Join("bin", name)
+	if _, err := os.Stat(local); err == nil {
+		return local
+	}
+	installed := filepath.Join(layout.LibDir, name)
+	if name == filepath.Base(layout.Kpreload) {
+		installed = layout.Kpreload
+	}
+	if _, err := os.Stat(installed); err == nil {
+		return installed
+	}
+	return local
 }
 
 // Unjoin splits an errors.Join error into its parts.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/image"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/internal/layout"
 	"github.com/kpreload/kpreload/kmodcache/cellsign"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 )
@@ -129,7 +130,12 @@ func (s *Shared) SetEnv(e Env) { s.env = e }
 // written when builds or pulls add to it. It returns every problem found.
 func (s *Shared) Prepare() []error {
 	if s.RecipesDir == "" {
+		// ./recipes in a checkout, else the packaged recipes (one decider:
+		// internal/layout); neither there leaves ./recipes for the error.
 		s.RecipesDir = "recipes"
+		if d, err := layout.RecipesDir(); err == nil {
+			s.RecipesDir = d
+		}
 	}
 	if s.CacheDir == "" {
 		s.CacheDir = cmp.Or(s.env.CacheDir, image.DefaultCacheDir())
