@@ -58,6 +58,7 @@ packages=(
   chromium                           # the boot timeline pictures checked in a real browser (headless)
   docker-registry                    # a real OCI registry (distribution 2.8) for the remote cache tests
   reprepro gnupg                     # a local signed apt archive for the extra-archive tests
+  python3-diskimage-builder debootstrap sudo  # an image another tool made (diskimage-builder, which runs sudo) for the install --stage test
 )
 
 stamp="$KPRELOAD_CACHE/.deps-apt"

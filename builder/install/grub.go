@@ -176,7 +176,7 @@ func GrubEntries(w io.Writer, root string, env GrubEnv) error {
 		fmt.Fprintf(&b, "\tinitrd\t%s/%s\n", env.BootPath, initrd)
 		b.WriteString("}\n")
 	}
-	fmt.Fprintf(&b, "# kpreload: default %s (%s)\n", def, st.Describe())
+	fmt.Fprintf(&b, "# kpreload: default %s (%s)\n", def, st.DescribeDefault(kernels, def))
 	order := []string{def}
 	for _, k := range kernels {
 		if k.Bootable() && k.Release != def {
