@@ -109,19 +109,33 @@ type ImageOptions struct {
 }
 
 // Image puts kpreload into the disk image file (raw) as Root does for a
-// directory: its root partition (RootPartition) is mounted through a loop
-// device at its offset (no partition scanning is needed), with /dev, /proc
-// and /sys bound into it for the boot loader's tools that run in a chroot
-// of it (update-grub's grub-probe), and unmounted afterwards.
-func Image(ctx context.Context, file string, io ImageOptions, o Options) (*Result, error) {
-	fi, err := os.Stat(file)
+// directory, on the image's root mounted by Mount, unmounted afterwards.
+func Image(ctx context.Context, file string, img ImageOptions, o Options) (*Result, error) {
+	root, unmount, err := Mount(ctx, file, img, o.Log)
 	if err != nil {
 		return nil, err
 	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a disk image file", file)
+	res, err := Root(ctx, root, o)
+	if uerr := unmount(); err == nil && uerr != nil {
+		return nil, uerr
 	}
-	r := runner.Or(io.Runner)
+	return res, err
+}
+
+// Mount mounts the root partition (RootPartition) of the raw disk image
+// file on a new directory through a loop device at its offset (no partition
+// scanning is needed), with /dev, /proc and /sys bound into it for the
+// tools that run in a chroot of it (update-grub's grub-probe,
+// update-initramfs); unmount undoes it all and removes the directory.
+func Mount(ctx context.Context, file string, img ImageOptions, log io.Writer) (root string, unmount func() error, err error) {
+	fi, err := os.Stat(file)
+	if err != nil {
+		return "", nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return "", nil, fmt.Errorf("%s is not a disk image file", file)
+	}
+	r := runner.Or(img.Runner)
 	var parts []Partition
 	out, err := r.Run(ctx, runner.Cmd{Name: "sfdisk", Args: []string{"--json", file}})
 	var re *runner.Error
@@ -129,48 +143,58 @@ func Image(ctx context.Context, file string, io ImageOptions, o Options) (*Resul
 	case errors.As(err, &re) && strings.Contains(strings.Join(re.Tail, "\n"), "does not contain a recognized partition table"):
 		// A filesystem image: the whole file.
 	case err != nil:
-		return nil, fmt.Errorf("read the partition table of %s: %w", file, err)
+		return "", nil, fmt.Errorf("read the partition table of %s: %w", file, err)
 	default:
 		if parts, err = ParsePartitions(out); err != nil {
-			return nil, err
+			return "", nil, err
 		}
 	}
-	p, err := RootPartition(parts, io.Partition, fi.Size())
+	p, err := RootPartition(parts, img.Partition, fi.Size())
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", file, err)
+		return "", nil, fmt.Errorf("%s: %w", file, err)
 	}
 	mnt, err := os.MkdirTemp("", "kpreload-adopt-root-")
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
-	defer os.Remove(mnt)
-	logf(o.Log, "mounting partition %d of %s (offset %d) on %s", p.Number, file, p.Offset, mnt)
+	logf(log, "mounting partition %d of %s (offset %d) on %s", p.Number, file, p.Offset, mnt)
 	if _, err := r.Run(ctx, runner.Cmd{Name: "mount", Args: []string{"-o", fmt.Sprintf("loop,offset=%d,sizelimit=%d", p.Offset, p.Size), file, mnt}}); err != nil {
-		return nil, fmt.Errorf("mount the root of %s: %w", file, err)
+		os.Remove(mnt)
+		return "", nil, fmt.Errorf("mount the root of %s: %w", file, err)
 	}
 	mounts := []string{mnt}
-	defer func() {
+	unmount = func() error {
+		var errs []error
 		for i := len(mounts) - 1; i >= 0; i-- {
 			if err := unix.Unmount(mounts[i], 0); err != nil {
-				logf(o.Log, "warning: unmount %s: %v", mounts[i], err)
+				errs = append(errs, fmt.Errorf("unmount %s: %w", mounts[i], err))
 			}
 		}
-	}()
+		if len(errs) == 0 {
+			os.Remove(mnt)
+		}
+		mounts = nil
+		return errors.Join(errs...)
+	}
 	for _, d := range []string{"dev", "proc", "sys"} {
 		// Bound where the root's own path leads, inside the root.
-		if err := inroot.MkdirAll(mnt, d, 0o755); err != nil {
-			return nil, fmt.Errorf("%s: %w", file, err)
+		err := inroot.MkdirAll(mnt, d, 0o755)
+		target := ""
+		if err == nil {
+			target, err = inroot.Resolve(mnt, d)
 		}
-		target, err := inroot.Resolve(mnt, d)
+		if err == nil {
+			if err = unix.Mount("/"+d, target, "", unix.MS_BIND, ""); err != nil {
+				err = fmt.Errorf("bind /%s into the root of %s: %w", d, file, err)
+			}
+		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", file, err)
-		}
-		if err := unix.Mount("/"+d, target, "", unix.MS_BIND, ""); err != nil {
-			return nil, fmt.Errorf("bind /%s into the root of %s: %w", d, file, err)
+			unmount()
+			return "", nil, err
 		}
 		mounts = append(mounts, target)
 	}
-	return Root(ctx, mnt, o)
+	return mnt, unmount, nil
 }
 
 func logf(w io.Writer, format string, a ...any) {
