@@ -32,8 +32,12 @@ type bootJSON struct {
 	TimedOut    bool              `json:"timed_out"`
 	ExitCode    int               `json:"exit_code"`
 	Kernel      []qemu.KernelLine `json:"kernel_lines"`
-	Warnings    []string          `json:"warnings,omitempty"`
-	Error       string            `json:"error,omitempty"`
+	// UntilMatch is the console text --until matched, and Up which of
+	// qemu.UpMarks it is (with --image's default).
+	UntilMatch string   `json:"until_match,omitempty"`
+	Up         string   `json:"up,omitempty"`
+	Warnings   []string `json:"warnings,omitempty"`
+	Error      string   `json:"error,omitempty"`
 }
 
 func newBootCmd() *cobra.Command {
@@ -180,6 +184,9 @@ real time: under plain TCG a guest's first run of new code costs far more.`,
 				out := bootJSON{Report: res.Report, RootInit: res.RootInit, Console: res.Console, ReportLog: res.ReportLog,
 					WallSeconds: res.Duration.Seconds(), Accel: res.Accel, Panicked: res.Panicked, TimedOut: res.TimedOut,
 					ExitCode: res.ExitCode, Kernel: res.Kernel, Warnings: res.Warnings}
+				if res.UntilMatched {
+					out.UntilMatch, out.Up = res.UntilMatch, qemu.WhatUp(res.UntilMatch)
+				}
 				if bootErr != nil {
 					out.Error = bootErr.Error()
 				}
