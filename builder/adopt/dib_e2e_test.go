@@ -27,10 +27,14 @@ import (
 // dibElements and dibEnv are how the diskimage-builder image is made: a
 // Debian 12 VM image (Debian's generic -amd64 kernel, GRUB for BIOS, cloud
 // console settings in GRUB_CMDLINE_LINUX_DEFAULT), a user with sudo and an
-// SSH server, as OpenStack users build them.
+// SSH server, as OpenStack users build them. DIB 3.13 names bookworm's
+// security suite in the old layout (bookworm/updates, which the archive
+// answers with 400): DIB_DEBIAN_SECURITY_SUBPATH gives today's name, and
+// the security archive is read from deb.debian.org's mirror of it, as
+// scripts/deps.sh does.
 var (
 	dibElements = []string{"vm", "debian-minimal", "devuser", "openssh-server"}
-	dibEnv      = []string{"DIB_RELEASE=bookworm", "DIB_DEV_USER_USERNAME=devuser", "DIB_DEV_USER_PWDLESS_SUDO=yes", "DIB_DEV_USER_PASSWORD=devuser"}
+	dibEnv      = []string{"DIB_RELEASE=bookworm", "DIB_DEBIAN_SECURITY_MIRROR=http://deb.debian.org/debian-security", "DIB_DEBIAN_SECURITY_SUBPATH=-security", "DIB_DEV_USER_USERNAME=devuser", "DIB_DEV_USER_PWDLESS_SUDO=yes", "DIB_DEV_USER_PASSWORD=devuser"}
 )
 
 // dibImage returns a raw disk image made by diskimage-builder
