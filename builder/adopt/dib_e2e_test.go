@@ -258,7 +258,7 @@ func TestDiskImageBuilder(t *testing.T) {
 	if err != nil {
 		t.Fatalf("install --stage: %v", err)
 	}
-	for _, want := range []string{"kpreload staged into debian.raw for [" + kernel + "]", "GRUB boots kernel " + kernel + " with kpreload by default (the newest kernel with its driver cells)", "kpreload-boot-ok.service", "driver kpreload-edu 1.0.0 (testdriver) for " + kernel} {
+	for _, want := range []string{"kpreload staged into debian.raw for [" + kernel + "]", "grub boots kernel " + kernel + " with kpreload by default (the newest kernel with its driver cells)", "grub-probe's \"failed to get canonical path of ...\" above, and the usage lines after each, are harmless", "kpreload-boot-ok.service", "driver kpreload-edu 1.0.0 (testdriver) for " + kernel} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("install --stage output lacks %q", want)
 		}
@@ -287,9 +287,6 @@ func TestDiskImageBuilder(t *testing.T) {
 	if res.Up == "" {
 		t.Errorf("boot 1 ended by %q, which is none of the marks of an image that is up", res.UntilMatch)
 	}
-	if env := grubenv(t, img); strings.Contains(env, "next_entry=kpreload") {
-		t.Errorf("after boot 1, grubenv still holds kpreload's one-shot fallback (kpreload-boot-ok.service did not run):\n%.300s", env)
-	}
 
 	// Debian's own tools in the root, run as kpreload runs them: in a chroot.
 	root, unmount, err = Mount(ctx, img, ImageOptions{}, nil)
@@ -297,6 +294,11 @@ func TestDiskImageBuilder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unmount()
+	// Read once the kernel's mount has replayed the journal: boot-ok's
+	// write may still be only there when QEMU is stopped.
+	if env, err := os.ReadFile(filepath.Join(root, install.GrubEnvFile)); err != nil || !strings.Contains(string(env), "# GRUB Environment Block") || strings.Contains(string(env), "next_entry=kpreload") {
+		t.Errorf("after boot 1, grubenv (%v) still holds kpreload's one-shot fallback (kpreload-boot-ok.service did not take it back):\n%.300s", err, env)
+	}
 	var log strings.Builder
 	if _, err := runner.Default.Run(ctx, runner.Cmd{Name: "chroot", Args: []string{root, "update-initramfs", "-u", "-k", "all"},
 		Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Log: &log}); err != nil {
@@ -347,14 +349,4 @@ func checkGrub(t *testing.T, root, kernel string) {
 	if _, err := os.Stat(filepath.Join(root, "boot/initrd.img-"+kernel)); err != nil {
 		t.Errorf("the distribution's initramfs: %v", err)
 	}
-}
-
-// grubenv returns the image's GRUB environment block (debugfs, no mount).
-func grubenv(t *testing.T, img string) string {
-	t.Helper()
-	out, err := exec.Command("debugfs", "-R", "cat /"+install.GrubEnvFile, img).Output()
-	if err != nil {
-		t.Fatalf("debugfs cat grubenv: %v", err)
-	}
-	return string(out)
 }

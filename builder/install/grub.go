@@ -239,7 +239,7 @@ const GrubProbeNoise = "failed to get canonical path of"
 
 // GrubProbeNoiseNote is the line UpdateGrub adds after update-grub's output
 // when it holds GrubProbeNoise.
-const GrubProbeNoiseNote = `kpreload: grub-probe's "` + GrubProbeNoise + ` ..." above is harmless: in a chroot of a loop-mounted image it cannot find the loop device's backing file, a path of this machine; grub.cfg was written all the same (it finds the root by UUID or label), and its default entry is checked next`
+const GrubProbeNoiseNote = `kpreload: grub-probe's "` + GrubProbeNoise + ` ..." above, and the usage lines after each, are harmless: in a chroot of a loop-mounted image grub-probe cannot find the loop device's backing file, a path of this machine; grub.cfg was written all the same (it finds the root by UUID or label), and its default entry is checked next`
 
 // grubProbeNoise passes what it is given on to w and notes GrubProbeNoise.
 type grubProbeNoise struct {

@@ -18,11 +18,13 @@ type UpMark struct {
 // console: systemd's status line for its default target, which it stops
 // printing once a serial getty owns the console (the getty on the console
 // the kernel command line names last), systemd reaching getty.target, and
-// the getty's own login prompt ("debian login: ", with no newline after it).
+// the getty's own login prompt ("debian login: ", with no newline after it,
+// or the kernel's next message right after it).
 var UpMarks = []UpMark{
 	{"systemd reached its default target", regexp.MustCompile(`Reached target .*(Multi-User System|Graphical Interface)`)},
 	{"systemd reached getty.target", regexp.MustCompile(`Reached target .*(Login Prompts|getty\.target)`)},
-	{"a getty's login prompt", regexp.MustCompile(`(?m)^\r?[[:alnum:]][[:alnum:].-]* login: *$`)},
+	// The prompt ends its line, or the kernel's next message follows it on the same line.
+	{"a getty's login prompt", regexp.MustCompile(`(?m)^\r?[[:alnum:]][[:alnum:].-]* login: *(?:$|\[ *[0-9]+\.[0-9]+\])`)},
 }
 
 // ImageUp matches any of UpMarks: the default end of a booted image's run.

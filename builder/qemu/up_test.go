@@ -16,6 +16,7 @@ func TestImageUp(t *testing.T) {
 		{"getty.target, old systemd", "[  OK  ] Reached target Login Prompts.\n", "systemd reached getty.target"},
 		{"serial getty prompt", "Debian GNU/Linux 12 debian ttyS0\r\n\r\ndebian login: ", "a getty's login prompt"},
 		{"prompt with a domain", "\r\nnode-1.example.com login: ", "a getty's login prompt"},
+		{"prompt, then a kernel message", "\r\ndebian login: [   89.742048] kvm: Nested Virtualization enabled\n", "a getty's login prompt"},
 		{"nothing yet", "[    3.1] kpreload: switch_root\n         Starting systemd-journald.service...\n", ""},
 		{"a login message is no prompt", "Last login: Mon Dec  7 01:00:00 on ttyS0\n", ""},
 		{"a unit named login", "[  OK  ] Started systemd-logind.service - User Login Management.\n", ""},

@@ -96,10 +96,11 @@ GRUB_CMDLINE_LINUX, then GRUB_CMDLINE_LINUX_DEFAULT from /etc/default/grub, as
 Debian's own default entry does (diskimage-builder puts console=ttyS0 in
 GRUB_CMDLINE_LINUX_DEFAULT); --cmdline and /etc/kpreload/cmdline are for
 systemd-boot entries only. update-grub in a loop-mounted image prints
-"grub-probe: error: failed to get canonical path of <the image file>" once per
-probe: in the chroot, grub-probe cannot find the loop device's backing file, a
-path of this machine. It is harmless (install says so after it): grub.cfg is
-written all the same, and install checks its default entry afterwards.
+"grub-probe: error: failed to get canonical path of <the image file>" and
+grub-probe's usage once per probe: in the chroot, grub-probe cannot find the
+loop device's backing file, a path of this machine. It is harmless (install
+says so after it): grub.cfg is written all the same, and install checks its
+default entry afterwards.
 
 --stage first puts kpreload into a root that kpreload never touched (an image
 diskimage-builder, vmdb2 or a cloud made), exactly as the Packer provisioner
