@@ -233,3 +233,27 @@ func TestParsePartitions(t *testing.T) {
 		t.Errorf("no table: %+v, %v; want the whole file", got, err)
 	}
 }
+
+// TestCheckRaw: only a raw disk is loop-mounted; qcow2, VMDK and VHDX are
+// refused naming the conversion.
+func TestCheckRaw(t *testing.T) {
+	for _, c := range []struct {
+		name, head, want string
+	}{
+		{"raw", "\x00\x00\x00\x00\x00\x00\x00\x00", ""},
+		{"qcow2", "QFI\xfb\x00\x00\x00\x03", "qcow2 image"},
+		{"vmdk", "KDMV\x01\x00\x00\x00", "vmdk image"},
+		{"vhdx", "vhdxfile", "vhdx image"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := filepath.Join(t.TempDir(), "disk")
+			if err := os.WriteFile(f, []byte(c.head+strings.Repeat("\x00", 504)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			err := checkRaw(f)
+			if (c.want == "") != (err == nil) || (err != nil && (!strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "qemu-img convert -O raw"))) {
+				t.Errorf("checkRaw = %v, want %q", err, c.want)
+			}
+		})
+	}
+}

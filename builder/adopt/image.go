@@ -135,6 +135,9 @@ func Mount(ctx context.Context, file string, img ImageOptions, log io.Writer) (r
 	if !fi.Mode().IsRegular() {
 		return "", nil, fmt.Errorf("%s is not a disk image file", file)
 	}
+	if err := checkRaw(file); err != nil {
+		return "", nil, err
+	}
 	r := runner.Or(img.Runner)
 	var parts []Partition
 	out, err := r.Run(ctx, runner.Cmd{Name: "sfdisk", Args: []string{"--json", file}})
@@ -195,6 +198,26 @@ func Mount(ctx context.Context, file string, img ImageOptions, log io.Writer) (r
 		mounts = append(mounts, target)
 	}
 	return mnt, unmount, nil
+}
+
+// checkRaw refuses a disk image in a format that is not raw (qcow2, VMDK,
+// VHDX), naming the conversion: only a raw disk can be loop-mounted.
+func checkRaw(file string) error {
+	f, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	head := make([]byte, 8)
+	if _, err := io.ReadFull(f, head); err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	for _, m := range []struct{ magic, format string }{{"QFI\xfb", "qcow2"}, {"KDMV", "vmdk"}, {"vhdxfile", "vhdx"}} {
+		if strings.HasPrefix(string(head), m.magic) {
+			return fmt.Errorf("%s is a %s image, not a raw disk: convert it first (qemu-img convert -O raw %s disk.raw), then convert back after", file, m.format, file)
+		}
+	}
+	return nil
 }
 
 func logf(w io.Writer, format string, a ...any) {
