@@ -202,8 +202,9 @@ const upLine = "kpreload-test: multi-user.target active"
 // the serial getty owns the console) and boot-ok took GRUB's one-shot
 // fallback back; the distribution's entry stays as the way back. Then,
 // inside the root, Debian's update-initramfs -u -k all and update-grub keep
-// kpreload the default with its driver: a second boot reaches
-// multi-user.target with the driver bound.
+// kpreload the default with its driver, and so does apt installing another
+// kernel package (the cloud kernel, for which the cache has no cells): a
+// second boot reaches multi-user.target with the driver bound.
 func TestDiskImageBuilder(t *testing.T) {
 	testenv.SkipShort(t, "builds (once per machine) and boots a diskimage-builder image")
 	if os.Getuid() != 0 {
@@ -309,6 +310,31 @@ func TestDiskImageBuilder(t *testing.T) {
 	}
 	t.Logf("update-initramfs -u -k all; update-grub:\n%s", log.String())
 	checkGrub(t, root, kernel)
+
+	// Another kernel package, installed by apt in the root: its kpreload
+	// initramfs and entry come from kpreload's hook, but the default stays
+	// on the kernel with the driver's cells (the cache has none for it).
+	other := strings.TrimSuffix(kernel, "-amd64") + "-cloud-amd64"
+	log.Reset()
+	restore := hostResolver(t, root)
+	for _, argv := range [][]string{{"apt-get", "update"}, {"apt-get", "install", "-y", "--no-install-recommends", "linux-image-" + other}} {
+		if _, err := runner.Default.Run(ctx, runner.Cmd{Name: "chroot", Args: append([]string{root}, argv...),
+			Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND=noninteractive"}, Log: &log}); err != nil {
+			t.Fatalf("%s in the root: %v\n%s", strings.Join(argv, " "), err, log.String())
+		}
+	}
+	restore()
+	out2 := log.String()
+	t.Logf("apt-get install linux-image-%s:\n%s", other, out2)
+	for _, want := range []string{"the module cache has no driver cell for kernel " + other, "with kpreload by default (the newest kernel with its driver cells)"} {
+		if !strings.Contains(out2, want) {
+			t.Errorf("the kernel package's install lacks %q", want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, install.InitramfsPath(other))); err != nil {
+		t.Errorf("no kpreload initramfs for %s: %v", other, err)
+	}
+	checkGrub(t, root, kernel)
 	if err := unmount(); err != nil {
 		t.Fatal(err)
 	}
@@ -348,5 +374,31 @@ func checkGrub(t *testing.T, root, kernel string) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "boot/initrd.img-"+kernel)); err != nil {
 		t.Errorf("the distribution's initramfs: %v", err)
+	}
+}
+
+// hostResolver gives the root this machine's /etc/resolv.conf for apt (an
+// image's own may point at a resolver that only runs when it boots) and
+// returns what puts the root's own back.
+func hostResolver(t *testing.T, root string) (restore func()) {
+	t.Helper()
+	p := filepath.Join(root, "etc/resolv.conf")
+	saved := filepath.Join(t.TempDir(), "resolv.conf")
+	had := exec.Command("cp", "-a", p, saved).Run() == nil
+	os.Remove(p)
+	host, err := os.ReadFile("/etc/resolv.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, host, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		os.Remove(p)
+		if had {
+			if out, err := exec.Command("cp", "-a", saved, p).CombinedOutput(); err != nil {
+				t.Errorf("restore the root's resolv.conf: %v: %s", err, out)
+			}
+		}
 	}
 }
