@@ -61,6 +61,7 @@ packages=(
   docker-registry                    # a real OCI registry (distribution 2.8) for the remote cache tests
   reprepro gnupg                     # a local signed apt archive for the extra-archive tests
   podman crun                        # CDI: kpreload's spec beside NVIDIA's toolkit spec in a real runtime (TestCDIPodmanBesideToolkit)
+  python3-diskimage-builder debootstrap sudo  # an image another tool made (diskimage-builder, which runs sudo) for the install --stage test
 )
 
 stamp="$KPRELOAD_CACHE/.deps-apt"

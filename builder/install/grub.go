@@ -176,7 +176,7 @@ func GrubEntries(w io.Writer, root string, env GrubEnv) error {
 		fmt.Fprintf(&b, "\tinitrd\t%s/%s\n", env.BootPath, initrd)
 		b.WriteString("}\n")
 	}
-	fmt.Fprintf(&b, "# kpreload: default %s (%s)\n", def, st.Describe())
+	fmt.Fprintf(&b, "# kpreload: default %s (%s)\n", def, st.DescribeDefault(kernels, def))
 	order := []string{def}
 	for _, k := range kernels {
 		if k.Bootable() && k.Release != def {
@@ -220,11 +220,45 @@ func UpdateGrub(ctx context.Context, root string, log io.Writer) error {
 	if filepath.Clean(root) != "/" {
 		argv = append([]string{"chroot", root}, argv...)
 	}
-	c := runner.Cmd{Name: argv[0], Args: argv[1:], Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Log: log}
+	seen := &grubProbeNoise{w: log}
+	c := runner.Cmd{Name: argv[0], Args: argv[1:], Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Log: seen}
 	if _, err := runner.Default.Run(ctx, c); err != nil {
 		return fmt.Errorf("%w (grub.cfg was left as it was)", err)
 	}
+	if seen.found && log != nil {
+		fmt.Fprintln(log, GrubProbeNoiseNote)
+	}
 	return nil
+}
+
+// GrubProbeNoise is what grub-probe prints, once per probe, when it runs in
+// a chroot of a root mounted from a disk image through a loop device: it
+// looks up the loop device's backing file, a path of the host that the
+// chroot does not have.
+const GrubProbeNoise = "failed to get canonical path of"
+
+// GrubProbeNoiseNote is the line UpdateGrub adds after update-grub's output
+// when it holds GrubProbeNoise.
+const GrubProbeNoiseNote = `kpreload: grub-probe's "` + GrubProbeNoise + ` ..." above, and the usage lines after each, are harmless: in a chroot of a loop-mounted image grub-probe cannot find the loop device's backing file, a path of this machine; grub.cfg was written all the same (it finds the root by UUID or label), and its default entry is checked next`
+
+// grubProbeNoise passes what it is given on to w and notes GrubProbeNoise.
+type grubProbeNoise struct {
+	w     io.Writer
+	tail  []byte
+	found bool
+}
+
+func (g *grubProbeNoise) Write(p []byte) (int, error) {
+	// A line may arrive in pieces: look at the end of the last write too.
+	buf := append(g.tail, p...)
+	if bytes.Contains(buf, []byte(GrubProbeNoise)) {
+		g.found = true
+	}
+	g.tail = append([]byte(nil), buf[max(0, len(buf)-len(GrubProbeNoise)):]...)
+	if g.w == nil {
+		return len(p), nil
+	}
+	return g.w.Write(p)
 }
 
 // CheckGrubConfig reads root's grub.cfg and says whether its default entry

@@ -33,7 +33,8 @@ type Options struct {
 	ESP string
 	// Cmdline is the kernel command line of systemd-boot entries (default:
 	// Root/etc/kpreload/cmdline, else /proc/cmdline when Root is "/").
-	// GRUB entries use GRUB_CMDLINE_LINUX from /etc/default/grub.
+	// GRUB entries take GRUB_CMDLINE_LINUX and GRUB_CMDLINE_LINUX_DEFAULT
+	// from /etc/default/grub instead (GrubEntries).
 	Cmdline string
 	// Default names the default kernel instead of the settings' policy
 	// (systemd-boot; GRUB's default follows the policy and GRUB_DEFAULT).
@@ -346,7 +347,7 @@ func (o *Options) prepareInitramfs(release string) (*pendingInitramfs, error) {
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("kpreload's /init is not in the root (%w): stage kpreload into it first (kpreload image build, or the Packer provisioner)", err)
+		return nil, fmt.Errorf("kpreload's /init is not in the root (%w): stage kpreload into it first: kpreload install --stage --recipe R (a root or disk image another tool made), kpreload image build, or the Packer provisioner", err)
 	}
 	ao := assemble.Options{
 		Kernel:      release,
@@ -487,7 +488,11 @@ func (o *Options) syncAfter(ctx context.Context, bl Bootloader, removal bool) (*
 	if res.Default == "" {
 		return res, nil
 	}
-	o.logf("%s boots kernel %s with kpreload by default (%s)", bl, res.Default, st.Describe())
+	why := st.DescribeDefault(kernels, res.Default)
+	if o.Default != "" {
+		why = "named as the default"
+	}
+	o.logf("%s boots kernel %s with kpreload by default (%s)", bl, res.Default, why)
 	return res, nil
 }
 

@@ -128,3 +128,18 @@ func (s Settings) Describe() string {
 	}
 	return "the newest kernel with its driver cells"
 }
+
+// DescribeDefault says why def, the default DefaultKernel picked among
+// kernels under s, is the default: the policy (Describe), or, where the
+// policy asks for driver cells and def has none (no bootable kernel has
+// any), that it is the newest kernel and none has its driver cells.
+func (s Settings) DescribeDefault(kernels []Kernel, def string) string {
+	if !s.NewestFirst() {
+		for _, k := range kernels {
+			if k.Release == def && len(k.Drivers) == 0 {
+				return "the newest kernel: no kernel has its driver cells"
+			}
+		}
+	}
+	return s.Describe()
+}

@@ -221,7 +221,7 @@ func resolveCells(ctx context.Context, cacheDir, downloadDir string, recipes []*
 		}
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("%w: %s\n  cache %s holds: %s\n  build them with `kpreload build RECIPE --kernel KVER --cache %s`, or let the image build do it (--build-missing)",
+		return nil, fmt.Errorf("%w: %s\n  cache %s holds: %s\n  build them with `kpreload build RECIPE --kernel KVER --cache %s`, or have them built where they are missing (--build-missing of image build and install --stage; Packer: build_missing)",
 			ErrMissingCells, strings.Join(missing, "; "), cacheDir, describeEntries(entries), cacheDir)
 	}
 	return out, nil

@@ -359,9 +359,8 @@ func writeArchive(dst, root string) (units []string, err error) {
 			if err != nil {
 				return err
 			}
-			dir := path.Dir(hdr.Name)
-			if (dir == "lib/systemd/system" || dir == "usr/lib/systemd/system" || dir == "etc/systemd/system") && isUnit(hdr.Name) {
-				units = append(units, path.Base(hdr.Name))
+			if u, ok := stage.UnitName(hdr.Name); ok {
+				units = append(units, u)
 			}
 		}
 		return nil
@@ -377,14 +376,4 @@ func writeArchive(dst, root string) (units []string, err error) {
 	}
 	slices.Sort(units)
 	return slices.Compact(units), nil
-}
-
-// isUnit reports whether name is a systemd unit file that can be enabled.
-func isUnit(name string) bool {
-	for _, ext := range []string{".service", ".target", ".timer", ".path", ".socket"} {
-		if strings.HasSuffix(name, ext) && !strings.Contains(name, "@") {
-			return true
-		}
-	}
-	return false
 }

@@ -32,12 +32,13 @@ type bootJSON struct {
 	TimedOut    bool              `json:"timed_out"`
 	ExitCode    int               `json:"exit_code"`
 	Kernel      []qemu.KernelLine `json:"kernel_lines"`
-	Warnings    []string          `json:"warnings,omitempty"`
-	Error       string            `json:"error,omitempty"`
+	// UntilMatch is the console text --until matched, and Up which of
+	// qemu.UpMarks it is (with --image's default).
+	UntilMatch string   `json:"until_match,omitempty"`
+	Up         string   `json:"up,omitempty"`
+	Warnings   []string `json:"warnings,omitempty"`
+	Error      string   `json:"error,omitempty"`
 }
-
-// defaultUntil is what systemd prints when it reaches an image's default target.
-const defaultUntil = `Reached target .*(Multi-User System|Graphical Interface)`
 
 func newBootCmd() *cobra.Command {
 	var (
@@ -82,7 +83,10 @@ boots with UEFI Secure Boot on (OVMF's Secure Boot build, Microsoft's keys);
 --vars FILE gives the variable store, such as the <name>.ovmf-vars.fd of an image
 built with --secure-boot, which also holds the image's module key as a MOK.
 A real systemd guest does not power off: the run ends when the console matches
---until (default: systemd reaching multi-user.target or graphical.target).
+--until, by default when the image is up whoever owns the console: systemd
+reaching multi-user.target or graphical.target, systemd reaching getty.target,
+or a getty's login prompt (once a serial getty owns the console, systemd stops
+printing unit status there); the summary says which it saw.
 QEMU boots a copy-on-write overlay, so the image itself is never changed;
 --persist boots the image itself, keeping what the guest writes (to boot, change
 and boot the same disk again). --drive FILE attaches another disk on virtio,
@@ -127,7 +131,7 @@ real time: under plain TCG a guest's first run of new code costs far more.`,
 				}
 				c.Firmware, c.RootDisk, c.Snapshot = firmware, image, !persist
 				if until == "" {
-					until = defaultUntil
+					c.Until = qemu.ImageUp
 				}
 			} else if c.Kernel == "" {
 				return errors.New("--kernel (or --image) is required")
@@ -180,6 +184,9 @@ real time: under plain TCG a guest's first run of new code costs far more.`,
 				out := bootJSON{Report: res.Report, RootInit: res.RootInit, Console: res.Console, ReportLog: res.ReportLog,
 					WallSeconds: res.Duration.Seconds(), Accel: res.Accel, Panicked: res.Panicked, TimedOut: res.TimedOut,
 					ExitCode: res.ExitCode, Kernel: res.Kernel, Warnings: res.Warnings}
+				if res.UntilMatched {
+					out.UntilMatch, out.Up = res.UntilMatch, qemu.WhatUp(res.UntilMatch)
+				}
 				if bootErr != nil {
 					out.Error = bootErr.Error()
 				}
@@ -222,7 +229,7 @@ real time: under plain TCG a guest's first run of new code costs far more.`,
 	f.BoolVar(&persist, "persist", false, "with --image: boot the image itself, keeping what the guest writes (default: a throwaway overlay)")
 	f.StringArrayVar(&c.Drives, "drive", nil, "attach this disk image (raw or .qcow2) on virtio, read-only, after the root disk (repeatable)")
 	f.StringVar(&svgFile, "svg", "", "draw the boot's timeline (milestones, module loads, systemd's where the console has them) into this SVG file")
-	f.StringVar(&until, "until", "", "end the run when the console matches this regular expression (default with --image: systemd's default target)")
+	f.StringVar(&until, "until", "", "end the run when the console matches this regular expression (default with --image: the image is up: systemd's default target, getty.target or a login prompt)")
 	f.StringVar(&workDir, "work-dir", "", "directory for the logs (default: a new temporary directory)")
 	f.BoolVar(&asJSON, "json", false, "print the report, root-init record and timings as JSON")
 	return cmd
@@ -268,6 +275,9 @@ func printBootSummary(w io.Writer, res *qemu.Result) {
 	switch {
 	case res.UntilMatched:
 		ending = fmt.Sprintf("stopped when the console showed %q", res.UntilMatch)
+		if what := qemu.WhatUp(res.UntilMatch); what != "" {
+			ending += " (" + what + ")"
+		}
 	case res.TimedOut:
 		ending = "timed out"
 	case res.Panicked:

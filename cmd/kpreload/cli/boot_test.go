@@ -98,7 +98,7 @@ func TestPrintBootSummaryImage(t *testing.T) {
 		wants  []string
 	}{
 		{"kmsg timestamps", []qemu.KernelLine{{Time: 4.5, Text: "systemd[1]: systemd 252 running in system mode (+PAM)"}, {Time: 13.6, Text: "systemd[1]: " + target}}, []string{
-			"under tcg: stopped when the console showed \"Reached target multi-user.target - Multi-User System\" after 19.5s (wall)\n",
+			"under tcg: stopped when the console showed \"Reached target multi-user.target - Multi-User System\" (systemd reached its default target) after 19.5s (wall)\n",
 			"  systemd (/sbin/init) started at 4.500 s\n",
 			"  \"" + target + "\" at 13.600 s\n",
 		}},

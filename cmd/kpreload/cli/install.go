@@ -30,7 +30,7 @@ func (f *installFlags) add(c *cobra.Command) {
 	fl.StringVar(&f.root, "root", "/", "the root filesystem to change (a mounted image, or / for this system)")
 	fl.StringVar(&f.esp, "esp", "", "the EFI system partition (default ROOT/boot/efi)")
 	fl.StringVar(&f.bootloader, "bootloader", "auto", "grub, systemd-boot or auto (detect)")
-	fl.StringVar(&f.cmdline, "cmdline", "", "systemd-boot entries' kernel command line (default ROOT/etc/kpreload/cmdline, else /proc/cmdline); GRUB uses GRUB_CMDLINE_LINUX")
+	fl.StringVar(&f.cmdline, "cmdline", "", "systemd-boot entries' kernel command line (default ROOT/etc/kpreload/cmdline, else /proc/cmdline); GRUB entries take GRUB_CMDLINE_LINUX and GRUB_CMDLINE_LINUX_DEFAULT from /etc/default/grub instead")
 	fl.BoolVar(&f.asJSON, "json", false, "print the result as JSON")
 }
 
@@ -55,13 +55,14 @@ func newInstallCmd() *cobra.Command {
 		kernels []string
 		def     string
 		rootFS  string
+		sf      stageFlags
 	)
 	c := &cobra.Command{
 		Use:   "install [--root DIR] [--kernel KVER]...",
 		Short: "Make a root filesystem boot kpreload's initramfs (boot loader, kernel hooks)",
-		Long: `Make a root that already holds kpreload's files (the binary, /init, the module
-cache: "kpreload image build" and the Packer provisioner put them there) boot
-kpreload. It:
+		Long: `Make a root that holds kpreload's files (the binary, /init, the module cache:
+"kpreload image build" and the Packer provisioner put them there; --stage puts
+them into a root or disk image another tool made) boot kpreload. It:
 
   - finds the root's boot loader: GRUB (grub-mkconfig/update-grub in the root) or
     systemd-boot (loader/ on the EFI system partition), and fails, naming what it
@@ -79,18 +80,44 @@ kpreload. It:
     assemble them). When the check fails, install says what is missing and
     changes nothing;
   - makes the default boot entry boot kpreload's initramfs of the newest kernel
-    whose driver cells the cache holds (/etc/kpreload/boot.yaml "default: newest"
-    picks the newest kernel instead), and keeps the distribution's initramfs
-    bootable as its own entry.
+    whose driver cells the cache holds (the newest kernel when none has them;
+    /etc/kpreload/boot.yaml "default: newest" picks the newest kernel always),
+    and keeps the distribution's initramfs bootable as its own entry.
 
 It fails when the boot would not use kpreload afterwards. On a root other than
 /, GRUB's update-grub runs through chroot: /dev, /proc and /sys must be mounted
-in it. A root staged in a directory whose disk is made later (on tmpfs, overlay)
-names the filesystem it will boot from with --root-filesystem, taken as its
-mkfs makes it by default.`,
+in it (--image mounts them). A root staged in a directory whose disk is made
+later (on tmpfs, overlay) names the filesystem it will boot from with
+--root-filesystem, taken as its mkfs makes it by default.
+
+The kernel command line: kpreload's GRUB entries (and the distribution-initramfs
+entry it writes as the way back) boot "root=<the root> ro", then
+GRUB_CMDLINE_LINUX, then GRUB_CMDLINE_LINUX_DEFAULT from /etc/default/grub, as
+Debian's own default entry does (diskimage-builder puts console=ttyS0 in
+GRUB_CMDLINE_LINUX_DEFAULT); --cmdline and /etc/kpreload/cmdline are for
+systemd-boot entries only. update-grub in a loop-mounted image prints
+"grub-probe: error: failed to get canonical path of <the image file>" and
+grub-probe's usage once per probe: in the chroot, grub-probe cannot find the
+loop device's backing file, a path of this machine. It is harmless (install
+says so after it): grub.cfg is written all the same, and install checks its
+default entry afterwards.
+
+--stage first puts kpreload into a root that kpreload never touched (an image
+diskimage-builder, vmdb2 or a cloud made), exactly as the Packer provisioner
+does on its target: the kpreload binary, /init, the cells of each --recipe for
+the root's kernels (from --cache; missing ones pulled from --remote, which
+needs --trust KEY.pub or --allow-unsigned, or built with --build-missing), each
+driver version's userspace under /opt/kpreload/drivers, firmware, the instance
+file and registry configuration when given, and kpreload's systemd units,
+enabled (kpreload-boot-ok.service takes GRUB's one-shot fallback back once a
+boot comes up, which arms the fallback); everything is written with each path
+resolved inside the root. --image FILE does it to a raw disk image: its root
+partition (the one Linux partition, or --partition N) is mounted at its offset
+through a loop device, with /dev, /proc and /sys bound in, and unmounted after.`,
 		Example: `  sudo kpreload install                       # this system, every installed kernel
   sudo kpreload install --kernel 6.1.0-56-cloud-amd64
-  sudo kpreload install --root /mnt/image --esp /mnt/image/boot/efi`,
+  sudo kpreload install --root /mnt/image --esp /mnt/image/boot/efi
+  sudo kpreload install --stage --image debian.raw --recipe testdriver`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			errs := []error{checkNames("--default", def)}
@@ -98,6 +125,9 @@ mkfs makes it by default.`,
 				errs = append(errs, checkNames("--kernel", k))
 			}
 			if err := errors.Join(errs...); err != nil {
+				return fmt.Errorf("install: %w", err)
+			}
+			if err := sf.check(cmd, f.root); err != nil {
 				return fmt.Errorf("install: %w", err)
 			}
 			o, err := f.options(cmd.ErrOrStderr())
@@ -112,6 +142,9 @@ mkfs makes it by default.`,
 				}
 				o.RootFS = &r
 			}
+			if sf.stage {
+				return sf.run(cmd, f, o)
+			}
 			res, err := install.Install(cmd.Context(), o)
 			if err != nil {
 				return fmt.Errorf("install into %s: %w", f.root, err)
@@ -120,6 +153,7 @@ mkfs makes it by default.`,
 		},
 	}
 	f.add(c)
+	sf.add(c)
 	c.Flags().StringSliceVar(&kernels, "kernel", nil, "build the kpreload initramfs of this kernel (repeatable; default: every kernel the root has)")
 	c.Flags().StringVar(&def, "default", "", "boot this kernel by default (default: the newest with driver cells)")
 	c.Flags().StringVar(&rootFS, "root-filesystem", "", "the filesystem the root boots from ("+strings.Join(rootcheck.Filesystems, ", ")+", as its mkfs makes it), when it is not the one holding --root now (default: read from that one)")
@@ -290,7 +324,7 @@ func newStatusCmd() *cobra.Command {
 				}{def, st.Default, kernels})
 			}
 			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "default: %s (%s)\n", orNone(def), st.Describe())
+			fmt.Fprintf(w, "default: %s (%s)\n", orNone(def), st.DescribeDefault(kernels, def))
 			for _, k := range kernels {
 				mark := " "
 				if k.Release == def {

@@ -1,0 +1,404 @@
+package adopt
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kpreload/kpreload/builder/install"
+	"github.com/kpreload/kpreload/builder/internal/runner"
+	"github.com/kpreload/kpreload/builder/matrix"
+	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/internal/flock"
+	"github.com/kpreload/kpreload/report"
+	"github.com/kpreload/kpreload/testsupport/testenv"
+)
+
+// dibElements and dibEnv are how the diskimage-builder image is made: a
+// Debian 12 VM image (Debian's generic -amd64 kernel, GRUB for BIOS, cloud
+// console settings in GRUB_CMDLINE_LINUX_DEFAULT), a user with sudo and an
+// SSH server, as OpenStack users build them. DIB 3.13 names bookworm's
+// security suite in the old layout (bookworm/updates, which the archive
+// answers with 400): DIB_DEBIAN_SECURITY_SUBPATH gives today's name, and
+// the security archive is read from deb.debian.org's mirror of it, as
+// scripts/deps.sh does.
+var (
+	dibElements = []string{"vm", "debian-minimal", "devuser", "openssh-server"}
+	dibEnv      = []string{"DIB_RELEASE=bookworm", "DIB_DEBIAN_SECURITY_MIRROR=http://deb.debian.org/debian-security", "DIB_DEBIAN_SECURITY_SUBPATH=-security", "DIB_DEV_USER_USERNAME=devuser", "DIB_DEV_USER_PWDLESS_SUDO=yes", "DIB_DEV_USER_PASSWORD=devuser"}
+)
+
+// dibImage returns a raw disk image made by diskimage-builder
+// (disk-image-create), built once per machine and kept under
+// $KPRELOAD_CACHE/dib/<key>/ where key is the SHA-256 of DIB's version,
+// the elements, the environment and the block-device configuration
+// (testdata/dib-block-device.yaml: the filesystem on the whole disk, since
+// this kernel has no loop partition scanning for DIB's partitioning). The
+// build holds a lock, so tests running at once build it once.
+func dibImage(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	dic, err := exec.LookPath("disk-image-create")
+	if err != nil {
+		t.Fatalf("no disk-image-create (python3-diskimage-builder; scripts/deps.sh installs it): %v", err)
+	}
+	version, err := exec.Command(dic, "--version").Output()
+	if err != nil {
+		t.Fatalf("disk-image-create --version: %v", err)
+	}
+	block, err := filepath.Abs("testdata/dib-block-device.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blockText, err := os.ReadFile(block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "dib %s\nelements %q\nenv %q\nblock %s\n", strings.TrimSpace(string(version)), dibElements, dibEnv, blockText)
+	key := hex.EncodeToString(h.Sum(nil))[:16]
+	dir := filepath.Join(testenv.CacheRoot(), "dib", key)
+	img := filepath.Join(dir, "debian.raw")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := flock.Lock(ctx, lock, time.Second, nil); err != nil {
+		t.Fatalf("lock %s: %v", dir, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".complete")); err == nil {
+		t.Logf("diskimage-builder image %s (cached, key %s)", img, key)
+		return img
+	}
+	out := filepath.Join(dir, "build")
+	os.RemoveAll(out)
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, "nice", append([]string{"-n", "10", dic, "--no-tmpfs", "-t", "raw", "-o", filepath.Join(out, "debian")}, dibElements...)...)
+	cmd.Env = append(os.Environ(), append(dibEnv, "DIB_BLOCK_DEVICE_CONFIG=file://"+block)...)
+	cmd.Dir = out
+	logFile := filepath.Join(dir, "build.log")
+	lf, err := os.Create(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = lf, lf
+	err = cmd.Run()
+	lf.Close()
+	if err != nil {
+		b, _ := os.ReadFile(logFile)
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		t.Fatalf("disk-image-create: %v; the last lines of %s:\n%s", err, logFile, strings.Join(lines[max(0, len(lines)-30):], "\n"))
+	}
+	if err := os.Rename(filepath.Join(out, "debian.raw"), img); err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(out)
+	if err := os.WriteFile(filepath.Join(dir, ".complete"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("diskimage-builder image built in %s (key %s; kept for the next run)", time.Since(start).Round(time.Second), key)
+	return img
+}
+
+// imageKernel returns the one kernel release in the image's /boot (debugfs, no mount).
+func imageKernel(t *testing.T, img string) string {
+	t.Helper()
+	out, err := exec.Command("debugfs", "-R", "ls /boot", img).Output()
+	if err != nil {
+		t.Fatalf("debugfs ls /boot: %v", err)
+	}
+	m := regexp.MustCompile(`vmlinuz-(\S+-amd64)`).FindAllStringSubmatch(string(out), -1)
+	if len(m) != 1 {
+		t.Fatalf("kernels in the image's /boot: %q, want one", m)
+	}
+	return m[0][1]
+}
+
+// bootImage runs "kpreload boot --image IMG --firmware bios --device edu
+// --json" plus args (bin is the kpreload binary) and returns its JSON.
+func bootImage(ctx context.Context, t *testing.T, bin, img string, n int, args ...string) bootResult {
+	t.Helper()
+	argv := append([]string{"boot", "--image", img, "--firmware", "bios", "--device", "edu", "--persist", "--json",
+		"--work-dir", filepath.Join(t.TempDir(), fmt.Sprint("boot", n)), "--timeout", testenv.Deadline(t, 5*time.Minute).String()}, args...)
+	start := time.Now()
+	out, err := exec.CommandContext(ctx, bin, argv...).Output()
+	var res bootResult
+	if jerr := json.Unmarshal(out, &res); jerr != nil {
+		t.Fatalf("boot %d: %v; output %s", n, jerr, out)
+	}
+	t.Logf("boot %d: %s, ended by %q (%s)", n, time.Since(start).Round(time.Second), res.UntilMatch, res.Up)
+	if err != nil {
+		t.Fatalf("boot %d: %v: %s (console %s)", n, err, res.Error, res.Console)
+	}
+	return res
+}
+
+// bootResult is the part of kpreload boot --json the test reads.
+type bootResult struct {
+	Report     *report.Report `json:"report"`
+	Console    string         `json:"console"`
+	UntilMatch string         `json:"until_match"`
+	Up         string         `json:"up"`
+	Error      string         `json:"error"`
+}
+
+// checkBoundBeforeSystemd: kpreload's /init ran, the test driver was
+// loaded from the root's cache and bound to the edu device before
+// switch_root, the boot came through kpreload's GRUB entry with the
+// fallback saved.
+func checkBoundBeforeSystemd(t *testing.T, n int, res bootResult, kernel string) {
+	t.Helper()
+	rep := res.Report
+	if rep == nil {
+		t.Fatalf("boot %d: no kpreload report (console %s)", n, res.Console)
+	}
+	i := slices.IndexFunc(rep.Modules, func(m report.Module) bool { return m.Name == "kpreload_edu" })
+	if i < 0 || rep.Modules[i].Result != "loaded" || rep.Modules[i].End > rep.SwitchRoot || rep.SwitchRoot <= 0 {
+		t.Fatalf("boot %d: kpreload_edu %+v, switch_root %.3f: want it loaded before switch_root (console %s)", n, rep.Modules, rep.SwitchRoot, res.Console)
+	}
+	if rep.Kernel != kernel || !strings.Contains(rep.Cmdline, install.FallbackFlag) {
+		t.Errorf("boot %d: kernel %s, cmdline %q: want %s through kpreload's entry with its fallback saved (%s)", n, rep.Kernel, rep.Cmdline, kernel, install.FallbackFlag)
+	}
+	t.Logf("boot %d: kpreload_edu bound at %.3f s, switch_root at %.3f s", n, rep.Modules[i].End, rep.SwitchRoot)
+}
+
+// upUnit is a unit of the test's own that says, once multi-user.target is
+// reached, that it is: on the kernel log, hence the console, whatever owns it.
+const upUnit = `[Unit]
+Description=kpreload test: say that multi-user.target is reached
+After=multi-user.target
+
+[Service]
+Type=oneshot
+ExecStart=/bin/sh -c 'echo "<3>kpreload-test: multi-user.target $(systemctl is-active multi-user.target)" > /dev/kmsg'
+
+[Install]
+WantedBy=multi-user.target
+`
+
+const upLine = "kpreload-test: multi-user.target active"
+
+// TestDiskImageBuilder adopts an image diskimage-builder made (Debian 12,
+// its generic kernel, GRUB on BIOS, console=ttyS0 in
+// GRUB_CMDLINE_LINUX_DEFAULT, a serial getty) with the command install
+// --help shows, then boots it under SeaBIOS through its own GRUB: kpreload's
+// /init ran, the test driver was bound before systemd, the boot ended at
+// the image being up (the login prompt: systemd's status lines stop once
+// the serial getty owns the console) and boot-ok took GRUB's one-shot
+// fallback back; the distribution's entry stays as the way back. Then,
+// inside the root, Debian's update-initramfs -u -k all and update-grub keep
+// kpreload the default with its driver, and so does apt installing another
+// kernel package (the cloud kernel, for which the cache has no cells): a
+// second boot reaches multi-user.target with the driver bound.
+func TestDiskImageBuilder(t *testing.T) {
+	testenv.SkipShort(t, "builds (once per machine) and boots a diskimage-builder image")
+	if os.Getuid() != 0 {
+		t.Fatal("this test needs root (diskimage-builder, loop mounts, chroot)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 40*time.Minute))
+	defer cancel()
+	start := time.Now()
+	cached := dibImage(ctx, t)
+	work := t.TempDir()
+	img := filepath.Join(work, "debian.raw")
+	if out, err := exec.Command("cp", "--sparse=always", cached, img).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v\n%s", err, out)
+	}
+	kernel := imageKernel(t, img)
+	t.Logf("the image's kernel: %s", kernel)
+
+	// The test driver's cells for the image's kernel, built with the real dkms.
+	testenv.KernelTree(t, kernel)
+	repo := testenv.RepoRoot(t)
+	r, err := recipe.Load(filepath.Join(repo, "recipes", "testdriver.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := filepath.Join(work, "cache")
+	if _, err := matrix.Run(ctx, matrix.Options{Recipes: []*recipe.Recipe{r}, Kernels: []string{kernel}, CacheDir: cache}); err != nil {
+		t.Fatalf("build the test driver for %s: %v", kernel, err)
+	}
+	bins := t.TempDir()
+	bin := testenv.GoBuildStatic(t, bins, "kpreload", "./cmd/kpreload")
+	testenv.GoBuildStatic(t, bins, "kpreload-init", "./initramfs/cmd/init")
+	if err := os.Symlink(filepath.Join(repo, "recipes"), filepath.Join(work, "recipes")); err != nil {
+		t.Fatal(err)
+	}
+
+	// The command exactly as install --help shows it, run where the image is.
+	helpOut, err := exec.Command(bin, "install", "--help").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	example := "sudo kpreload install --stage --image debian.raw --recipe testdriver"
+	if !strings.Contains(string(helpOut), example) {
+		t.Fatalf("install --help no longer shows %q", example)
+	}
+	args := strings.Fields(example)[2:]
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = work
+	cmd.Env = append(os.Environ(), "KPRELOAD_CACHE_DIR="+cache)
+	stageStart := time.Now()
+	out, err := cmd.CombinedOutput()
+	t.Logf("kpreload %s (%s):\n%s", strings.Join(args, " "), time.Since(stageStart).Round(time.Second), out)
+	if err != nil {
+		t.Fatalf("install --stage: %v", err)
+	}
+	for _, want := range []string{"kpreload staged into debian.raw for [" + kernel + "]", "grub boots kernel " + kernel + " with kpreload by default (the newest kernel with its driver cells)", "grub-probe's \"failed to get canonical path of ...\" above, and the usage lines after each, are harmless", "kpreload-boot-ok.service", "driver kpreload-edu 1.0.0 (testdriver) for " + kernel} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("install --stage output lacks %q", want)
+		}
+	}
+
+	// The test's own unit, and what install left in the root.
+	root, unmount, err := Mount(ctx, img, ImageOptions{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unmount()
+	checkGrub(t, root, kernel)
+	if err := os.WriteFile(filepath.Join(root, "etc/systemd/system/kpreload-test-up.service"), []byte(upUnit), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc/systemd/system/kpreload-test-up.service", filepath.Join(root, "etc/systemd/system/multi-user.target.wants/kpreload-test-up.service")); err != nil {
+		t.Fatal(err)
+	}
+	if err := unmount(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Boot 1: kpreload boot's defaults end it when the image is up.
+	res := bootImage(ctx, t, bin, img, 1)
+	checkBoundBeforeSystemd(t, 1, res, kernel)
+	if res.Up == "" {
+		t.Errorf("boot 1 ended by %q, which is none of the marks of an image that is up", res.UntilMatch)
+	}
+
+	// Debian's own tools in the root, run as kpreload runs them: in a chroot.
+	root, unmount, err = Mount(ctx, img, ImageOptions{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unmount()
+	// Read once the kernel's mount has replayed the journal: boot-ok's
+	// write may still be only there when QEMU is stopped.
+	if env, err := os.ReadFile(filepath.Join(root, install.GrubEnvFile)); err != nil || !strings.Contains(string(env), "# GRUB Environment Block") || strings.Contains(string(env), "next_entry=kpreload") {
+		t.Errorf("after boot 1, grubenv (%v) still holds kpreload's one-shot fallback (kpreload-boot-ok.service did not take it back):\n%.300s", err, env)
+	}
+	var log strings.Builder
+	if _, err := runner.Default.Run(ctx, runner.Cmd{Name: "chroot", Args: []string{root, "update-initramfs", "-u", "-k", "all"},
+		Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Log: &log}); err != nil {
+		t.Fatalf("update-initramfs -u -k all: %v\n%s", err, log.String())
+	}
+	if err := install.UpdateGrub(ctx, root, &log); err != nil {
+		t.Fatalf("update-grub: %v\n%s", err, log.String())
+	}
+	t.Logf("update-initramfs -u -k all; update-grub:\n%s", log.String())
+	checkGrub(t, root, kernel)
+
+	// Another kernel package, installed by apt in the root: its kpreload
+	// initramfs and entry come from kpreload's hook, but the default stays
+	// on the kernel with the driver's cells (the cache has none for it).
+	other := strings.TrimSuffix(kernel, "-amd64") + "-cloud-amd64"
+	log.Reset()
+	restore := hostResolver(t, root)
+	for _, argv := range [][]string{{"apt-get", "update"}, {"apt-get", "install", "-y", "--no-install-recommends", "linux-image-" + other}} {
+		if _, err := runner.Default.Run(ctx, runner.Cmd{Name: "chroot", Args: append([]string{root}, argv...),
+			Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND=noninteractive"}, Log: &log}); err != nil {
+			t.Fatalf("%s in the root: %v\n%s", strings.Join(argv, " "), err, log.String())
+		}
+	}
+	restore()
+	out2 := log.String()
+	t.Logf("apt-get install linux-image-%s:\n%s", other, out2)
+	for _, want := range []string{"the module cache has no driver cell for kernel " + other, "with kpreload by default (the newest kernel with its driver cells)"} {
+		if !strings.Contains(out2, want) {
+			t.Errorf("the kernel package's install lacks %q", want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, install.InitramfsPath(other))); err != nil {
+		t.Errorf("no kpreload initramfs for %s: %v", other, err)
+	}
+	checkGrub(t, root, kernel)
+	if err := unmount(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Boot 2: still kpreload's, with its driver, up to multi-user.target.
+	res = bootImage(ctx, t, bin, img, 2, "--until", upLine)
+	checkBoundBeforeSystemd(t, 2, res, kernel)
+	t.Logf("whole test: %s", time.Since(start).Round(time.Second))
+}
+
+// checkGrub: grub.cfg's default entry is kpreload's for kernel, booting its
+// initramfs and arming the one-shot fallback to the distribution's entry,
+// which is there with the distribution's initramfs, as are Debian's own.
+func checkGrub(t *testing.T, root, kernel string) {
+	t.Helper()
+	if err := install.CheckGrubConfig(root, kernel); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := os.ReadFile(filepath.Join(root, install.GrubConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(cfg)
+	entry := s[strings.Index(s, "'"+install.GrubEntryID(kernel)+"'"):]
+	entry = entry[:strings.Index(entry, "\n}")]
+	for _, want := range []string{
+		"set next_entry='" + install.GrubDistributionEntryID(kernel) + "'",
+		"/boot/kpreload/initrd.img-" + kernel,
+		"console=ttyS0", // GRUB_CMDLINE_LINUX_DEFAULT, where diskimage-builder puts it
+	} {
+		if !strings.Contains(entry, want) {
+			t.Errorf("kpreload's default GRUB entry lacks %q:\n%s", want, entry)
+		}
+	}
+	if !strings.Contains(s, "'"+install.GrubDistributionEntryID(kernel)+"'") || !strings.Contains(s, "initrd\t/boot/initrd.img-"+kernel) {
+		t.Errorf("grub.cfg lacks the distribution's entry (the way back)")
+	}
+	if _, err := os.Stat(filepath.Join(root, "boot/initrd.img-"+kernel)); err != nil {
+		t.Errorf("the distribution's initramfs: %v", err)
+	}
+}
+
+// hostResolver gives the root this machine's /etc/resolv.conf for apt (an
+// image's own may point at a resolver that only runs when it boots) and
+// returns what puts the root's own back.
+func hostResolver(t *testing.T, root string) (restore func()) {
+	t.Helper()
+	p := filepath.Join(root, "etc/resolv.conf")
+	saved := filepath.Join(t.TempDir(), "resolv.conf")
+	had := exec.Command("cp", "-a", p, saved).Run() == nil
+	os.Remove(p)
+	host, err := os.ReadFile("/etc/resolv.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, host, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		os.Remove(p)
+		if had {
+			if out, err := exec.Command("cp", "-a", saved, p).CombinedOutput(); err != nil {
+				t.Errorf("restore the root's resolv.conf: %v: %s", err, out)
+			}
+		}
+	}
+}
