@@ -30,7 +30,7 @@ func (s *stageFlags) add(c *cobra.Command) {
 	f.StringVar(&s.image, "image", "", "with --stage: a raw disk image file instead of --root: its root partition is mounted at its offset while kpreload goes in")
 	f.IntVar(&s.partition, "partition", 0, "with --image: the root's partition number (default: the one Linux partition; a file with no partition table is the filesystem)")
 	f.StringArrayVar(&s.recipeArgs, "recipe", nil, "with --stage: a driver recipe the root carries: a file, or a name in --recipes (repeatable)")
-	f.StringVar(&s.recipesDir, "recipes", "recipes", "with --stage: directory of recipes for --recipe names")
+	f.StringVar(&s.recipesDir, "recipes", "", "with --stage: directory of recipes for --recipe names"+recipesDefaultHelp)
 	f.StringVar(&s.o.CacheDir, "cache", cacheDefaultDir(), "with --stage: module cache the driver cells are read from")
 	f.BoolVar(&s.o.BuildMissing, "build-missing", false, "with --stage: build cells missing from the cache with dkms instead of failing")
 	s.rf.register(f)
@@ -75,7 +75,11 @@ func (s *stageFlags) options(kernels []string, cmdline string) (adopt.Options, e
 	}
 	o.Remote = rm
 	if len(s.recipeArgs) > 0 {
-		if o.Recipes, err = loadRecipes(s.recipeArgs, s.recipesDir); err != nil {
+		dir, err := resolveRecipesDir(s.recipesDir)
+		if err != nil {
+			return adopt.Options{}, err
+		}
+		if o.Recipes, err = loadRecipes(s.recipeArgs, dir); err != nil {
 			return adopt.Options{}, err
 		}
 	}
