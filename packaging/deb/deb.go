@@ -335,7 +335,10 @@ func Build(ctx context.Context, o Options) (string, error) {
 		return "", err
 	}
 	out := filepath.Join(o.OutDir, o.FileName())
-	cmd := exec.CommandContext(ctx, "dpkg-deb", "--root-owner-group", "-Zxz", "--build", stage, out)
+	// xz at level 1: the package is ~55 MB of static Go binaries, which level
+	// 6 (dpkg-deb's default) packs 12% smaller in five times the time (48 s
+	// against 10 s on one core); every make deb and its tests pay that.
+	cmd := exec.CommandContext(ctx, "dpkg-deb", "--root-owner-group", "-Zxz", "-z1", "--build", stage, out)
 	// A fixed environment: dpkg-deb finds tar on Debian's PATH, and dates
 	// what it writes itself by SOURCE_DATE_EPOCH.
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", "SOURCE_DATE_EPOCH=" + strconv.FormatInt(o.Date.Unix(), 10)}
