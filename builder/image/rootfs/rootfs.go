@@ -228,8 +228,11 @@ func Unpack(ctx context.Context, t Mmdebstrap, tarball, dir string) error {
 
 // CloudInitPackages are what Options.CloudInit adds: Debian's cloud-init,
 // growpart (cloud-guest-utils) to grow the root partition to the disk, the
-// SSH server whose keys and users it sets up, and sudo for the default user.
-var CloudInitPackages = []string{"cloud-init", "cloud-guest-utils", "openssh-server", "sudo"}
+// SSH server whose keys and users it sets up, sudo for the default user, and
+// iproute2, which Debian's cloud images carry (priority important): without
+// ip (or ifconfig) cloud-init's netinfo cannot print the network and warns,
+// a recoverable error in cloud-init status.
+var CloudInitPackages = []string{"cloud-init", "cloud-guest-utils", "openssh-server", "sudo", "iproute2"}
 
 // cloudInitConfigPath is the cloud-init configuration a CloudInit image adds.
 const cloudInitConfigPath = "etc/cloud/cloud.cfg.d/90-kpreload.cfg"
