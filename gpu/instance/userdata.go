@@ -235,7 +235,8 @@ func parseWriteFilesEntry(name string, e *yaml.Node) (userData, error) {
 		k, v := e.Content[i].Value, e.Content[i+1]
 		switch k {
 		case "append":
-			if v.Kind == yaml.ScalarNode && (v.Value == "true" || v.Value == "True" || v.Value == "yes") {
+			// cloud-init's boolean: YAML's true, or a string it reads as one.
+			if v.Kind == yaml.ScalarNode && slices.Contains([]string{"true", "yes", "on", "y", "1"}, strings.ToLower(strings.TrimSpace(v.Value))) {
 				return userData{found: true}, fmt.Errorf("%s: append: true adds the content to the image's own file: not honoured (write the whole request)", what)
 			}
 		case "source":

@@ -70,6 +70,8 @@ func TestParseUserDataWriteFiles(t *testing.T) {
 		{"a relative path", "#cloud-config\nwrite_files:\n- path: etc/kpreload/../kpreload/instance.yaml\n", false, "", "", false, "write it as /etc/kpreload/instance.yaml exactly"},
 		{"write_files not a list", "#cloud-config\nwrite_files: {path: /etc/kpreload/instance.yaml}\n", false, "", "", false, "user-data:2: write_files: want a list of files, got a mapping"},
 		{"append", entry("    append: true\n    content: \"resources: {}\"\n"), true, "", "", false, "append: true adds the content to the image's own file: not honoured"},
+		{"append, YAML 1.1", entry("    append: On\n    content: \"resources: {}\"\n"), true, "", "", false, "append: true adds"},
+		{"append: false", entry("    append: false\n    content: \"resources: {driver: {version: '2.0.0'}}\"\n"), true, "2.0.0", "", false, ""},
 		{"source", entry("    source: {uri: 'http://169.254.169.254/x'}\n"), true, "", "", false, "source: is fetched by cloud-init after boot, not read by /init"},
 		{"an unknown encoding", entry("    encoding: zstd\n    content: x\n"), true, "", "", false, "user-data:3: write_files /etc/kpreload/instance.yaml: encoding \"zstd\": unknown"},
 		{"not base64", entry("    encoding: b64\n    content: '%%%'\n"), true, "", "", false, "content: encoding b64: not base64"},
