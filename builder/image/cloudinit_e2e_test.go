@@ -18,6 +18,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/report"
+	"github.com/kpreload/kpreload/testsupport/boottest"
 	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
@@ -58,14 +59,66 @@ func sshRun(ctx context.Context, key string, port int, command string) (map[stri
 	return said, string(b), nil
 }
 
-// guestReport is what the test reads back of the boot report over ssh.
+// guestReport is what the test reads back of the boot report over ssh, and
+// cloud-init's own verdict once it is done (cloud-init status --wait --long:
+// its exit status, 2 for a degraded run, and its lines).
 const guestReport = `echo user=$(id -un); echo size=$(df -B1 --output=size / | tail -n1); echo machine-id=$(cat /etc/machine-id); ` +
-	`sudo -n true && echo sudo=ok; echo report=$(sudo -n cat /run/kpreload/report.json | base64 -w0); echo ready=$(sudo -n cat /run/kpreload/ready | base64 -w0)`
+	`sudo -n true && echo sudo=ok; echo report=$(sudo -n cat /run/kpreload/report.json | base64 -w0); echo ready=$(sudo -n cat /run/kpreload/ready | base64 -w0); ` +
+	`s=$(sudo -n cloud-init status --wait --long 2>&1); echo cloud-init-rc=$?; echo cloud-init-status=$(printf '%s\n' "$s" | base64 -w0)`
+
+// cloudInitWarnings are console lines of cloud-init's that make its status
+// degraded: the request under a key its schema does not know, and no ip.
+var cloudInitWarnings = regexp.MustCompile(`failed schema validation|Could not print networks|'kpreload' was unexpected`)
+
+// cloudInitProblems says what is wrong with cloud-init's verdict read by
+// guestReport: not done, an exit status other than 0 (22.4 has no degraded
+// state; 23.4 and later exit 2 with recoverable errors), errors listed, or
+// one of cloudInitWarnings on the console. It returns the status text too.
+func cloudInitProblems(said map[string]string, console string) (status string, problems []string) {
+	b, err := base64.StdEncoding.DecodeString(said["cloud-init-status"])
+	if err != nil {
+		return "", []string{fmt.Sprintf("cloud-init status %q: %v", said["cloud-init-status"], err)}
+	}
+	status = string(b)
+	if rc := said["cloud-init-rc"]; rc != "0" {
+		problems = append(problems, "cloud-init status exited "+rc)
+	}
+	if !regexp.MustCompile(`(?m)^status: done$`).MatchString(status) {
+		problems = append(problems, "status is not done")
+	}
+	for _, l := range strings.Split(status, "\n") {
+		l = strings.TrimSpace(l)
+		switch {
+		case strings.Contains(l, "degraded"):
+			problems = append(problems, l)
+		case strings.HasPrefix(l, "errors:") && l != "errors: []", strings.HasPrefix(l, "recoverable_errors:") && l != "recoverable_errors: {}":
+			problems = append(problems, l+" (errors listed)")
+		}
+	}
+	for _, m := range cloudInitWarnings.FindAllString(console, -1) {
+		problems = append(problems, "console: "+m)
+	}
+	return status, problems
+}
+
+// checkCloudInitClean fails t with cloudInitProblems.
+func checkCloudInitClean(t *testing.T, name string, said map[string]string, console string) {
+	t.Helper()
+	status, problems := cloudInitProblems(said, console)
+	t.Logf("%s: cloud-init status --long (exit %s):\n%s", name, said["cloud-init-rc"], strings.TrimSpace(status))
+	if len(problems) > 0 {
+		t.Errorf("%s: cloud-init's verdict is not clean: %q; want done, exit 0, no errors or recoverable errors", name, problems)
+	}
+}
 
 // TestCloudInitImage boots the shared image (ciImage: --cloud-init, the
 // test driver 1.0.0 and 2.0.0, whose own instance file asks for 1.0.0) twice
 // as a cloud would launch two instances of it, each with a NoCloud seed on
-// virtio whose user-data asks for 2.0.0 under the kpreload: key:
+// virtio whose user-data asks for 2.0.0 in a write_files entry for
+// /etc/kpreload/instance.yaml, then the trixie image (ciTrixieImage, the same
+// drivers and file) once with the same seed. In every boot cloud-init's own
+// verdict is clean: cloud-init status --long says done with no errors or
+// recoverable errors (no schema warning, no missing ip), exit status 0:
 //
 //  1. A plain #cloud-config on a copy of the image's qcow2 made larger than
 //     the image (QEMU told its format): /init reads the seed and 2.0.0 is
@@ -83,6 +136,9 @@ const guestReport = `echo user=$(id -un); echo size=$(df -B1 --output=size / | t
 //     reads, on the raw image: 1.0.0 (the image's file) at boot, the report
 //     noting why; then kpreload-user-data.service switches to 2.0.0, and the
 //     report says both. This instance's SSH host keys differ from the first's.
+//  3. Trixie (cloud-init 25.1, which rejects the deprecated kpreload: key in
+//     its schema check) with the first instance's plain #cloud-config: /init
+//     reads the seed and 2.0.0 is bound before the real init.
 func TestCloudInitImage(t *testing.T) {
 	ctx, _, _, progress := e2eStart(t, "mmdebstrap and two TCG boots with cloud-init", 40*time.Minute)
 	img := ciImage(t)
@@ -116,7 +172,7 @@ func TestCloudInitImage(t *testing.T) {
 	// every host key the image might carry before it generates any.
 	cloudConfig := "#cloud-config\nssh_authorized_keys:\n  - " + strings.TrimSpace(string(pub)) + "\n" +
 		"ssh_genkeytypes: [ed25519]\n" +
-		"kpreload:\n  resources:\n    driver:\n      version: \"2.0.0\"\n"
+		"write_files:\n  - path: /etc/kpreload/instance.yaml\n    content: |\n      resources:\n        driver:\n          version: \"2.0.0\"\n"
 	// The first instance's seed also runs the podman CDI check, switching to
 	// 1.0.0 (cloud-final: after multi-user.target, before cloud-init's last line).
 	podmanConfig := cloudConfig + "runcmd:\n  - [" + podmanScriptPath + ", \"1.0.0\"]\n"
@@ -169,6 +225,7 @@ func TestCloudInitImage(t *testing.T) {
 		}
 		console, _ := os.ReadFile(res.Console)
 		r.keys = hostKeyFingerprints.FindAllStringSubmatch(string(console), -1)
+		checkCloudInitClean(t, name, said, string(console))
 		t.Logf("%s: %q in %s; %s", name, res.UntilMatch, res.Duration.Round(time.Second), res.Report.Summary())
 		if said["user"] != "debian" || said["sudo"] != "ok" {
 			t.Errorf("%s: ssh said user %q, sudo %q: want the default user debian, with sudo", name, said["user"], said["sudo"])
@@ -233,6 +290,18 @@ func TestCloudInitImage(t *testing.T) {
 		t.Errorf("instance 2: /run/kpreload/ready %q, want 2.0.0 active", two.said["ready"])
 	}
 
+	// 3. Trixie's cloud-init, the seed of the first instance.
+	tx := ciTrixieImage(t)
+	progress(fmt.Sprintf("trixie image ready (built in %s)", tx.took.Round(time.Second)))
+	three := boot("instance 3 (trixie)", qemu.Config{RootDisk: OutputPath(tx.out, "ci-trixie", FormatRaw), Timeout: testenv.Deadline(t, 600*time.Second)}, cloudConfig, "kpreload-test-3")
+	checkDriverBoundBeforeInit(t, "instance 3 (trixie)", three.res)
+	if got := chosen(three.res.Report); got != "2.0.0" || three.res.Report.Selection.Source != "seed" || three.res.Report.Kernel != trixieKernel {
+		t.Errorf("instance 3 (trixie): /init chose %q from %q on kernel %q, want 2.0.0 from the seed on %s", got, three.res.Report.Selection.Source, three.res.Report.Kernel, trixieKernel)
+	}
+	if ud := three.rep.UserData; ud == nil || ud.Action != "none" || !strings.Contains(ud.Reason, "seed") {
+		t.Errorf("instance 3 (trixie): report user_data %+v, want none: the seed's request stands", ud)
+	}
+
 	if len(one.keys) == 0 || len(two.keys) == 0 {
 		t.Fatalf("host key fingerprints on the consoles: %d and %d, want cloud-init's", len(one.keys), len(two.keys))
 	}
@@ -244,4 +313,25 @@ func TestCloudInitImage(t *testing.T) {
 		}
 	}
 	t.Logf("host keys: instance 1 %q, instance 2 %q", one.keys[0][1], two.keys[0][1])
+}
+
+// checkDriverBoundBeforeInit checks that the test driver was loaded after the
+// root and bound before the real init ran: the probe's kernel line before
+// systemd's start line where it logs to the kernel (bookworm's does), else
+// before its first target (trixie's systemd writes its start line to the
+// console without a printk time).
+func checkDriverBoundBeforeInit(t *testing.T, name string, res *qemu.Result) {
+	t.Helper()
+	if res.Report == nil {
+		t.Fatalf("%s: no kpreload report on the report channel; warnings %v; console %s", name, res.Warnings, res.Console)
+	}
+	boottest.CheckEduLoaded(t, res.Report, "rootfs")
+	probe, ok := qemu.Find(res.Kernel, "bound, id 0x010000ed")
+	systemd, sok := qemu.Find(res.Kernel, "running in system mode")
+	if !sok {
+		systemd, sok = qemu.Find(res.Kernel, "Reached target ")
+	}
+	if !ok || !sok || probe.Time >= systemd.Time {
+		t.Errorf("%s: test driver probe line %+v (found %v), systemd's start %+v (found %v): want the probe logged before the real init ran", name, probe, ok, systemd, sok)
+	}
 }

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/kpreload/kpreload/builder/qemu"
+	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
@@ -115,4 +117,69 @@ func ciImage(t *testing.T) ciBuild {
 		t.Fatal(ciErr)
 	}
 	return ciImg
+}
+
+// trixieKernel is Debian 13's cloud kernel, which the trixie cloud-init
+// image boots.
+const trixieKernel = "6.12.118+deb13-cloud-amd64"
+
+var (
+	ciTrixieOnce sync.Once
+	ciTrixieImg  ciBuild
+	ciTrixieErr  error
+)
+
+// ciTrixieImage builds, once per test run, a trixie image with cloud-init
+// (Debian 13's, whose schema check is strict) and both versions of the test
+// driver (their cells built for trixie's kernel in its build root, into the
+// same cache as bothVersionsCache's), whose own instance file asks for
+// 1.0.0: as little as TestCloudInitImage's trixie instance needs (no podman,
+// raw only).
+func ciTrixieImage(t *testing.T) ciBuild {
+	t.Helper()
+	ciTrixieOnce.Do(func() {
+		cache, both := bothVersionsCache(t)
+		// testdriver-2's matrix stops at bookworm's kernels: its trixie cell
+		// is this image's alone, asked for here rather than by every build.
+		var recipes []*recipe.Recipe
+		for _, r := range both {
+			c := *r
+			if !slices.Contains(c.Kernels.Releases, trixieKernel) {
+				c.Kernels.Releases = append(slices.Clone(c.Kernels.Releases), trixieKernel)
+			}
+			recipes = append(recipes, &c)
+		}
+		kpreload, initBin := binaries(t)
+		dir, err := os.MkdirTemp("", "kpreload-image-ci-trixie-")
+		if err != nil {
+			ciTrixieErr = err
+			return
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		instance := filepath.Join(dir, "instance.yaml")
+		if ciTrixieErr = os.WriteFile(instance, []byte("resources:\n  driver:\n    version: \"1.0.0\"\n"), 0o644); ciTrixieErr != nil {
+			return
+		}
+		out := filepath.Join(dir, "out")
+		o := Options{Name: "ci-trixie", OutDir: out, Suite: "trixie", Kernels: []string{trixieKernel}, CloudInit: true,
+			Recipes: recipes, CacheDir: cache, BuildMissing: true, Instance: instance, SizeMB: ciImageSizeMB, ESPSizeMB: 128,
+			Formats: []string{FormatRaw}, Cmdline: ciCmdline, KpreloadBinary: kpreload, InitBinary: initBin, TempDir: dir}
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 40*time.Minute))
+		defer cancel()
+		start := time.Now()
+		o.Progress = func(msg string) { t.Logf("[%6.1fs] ci-trixie image: %s", time.Since(start).Seconds(), msg) }
+		m, err := Build(ctx, o)
+		if err != nil {
+			ciTrixieErr = fmt.Errorf("build the trixie cloud-init image: %w", err)
+			return
+		}
+		ciTrixieImg = ciBuild{out: out, m: m, took: time.Since(start)}
+	})
+	if ciTrixieErr == nil && ciTrixieImg.m == nil {
+		ciTrixieErr = fmt.Errorf("the trixie cloud-init image was not built: the test that began it failed first")
+	}
+	if ciTrixieErr != nil {
+		t.Fatal(ciTrixieErr)
+	}
+	return ciTrixieImg
 }

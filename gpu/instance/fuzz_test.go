@@ -338,6 +338,10 @@ func FuzzParseUserData(f *testing.F) {
 		"#cloud-config\nkpreload:\n  resources:\n    driver:\n      version: \"2.0.0\"\n",
 		"#cloud-config\nusers: [default]\n", "Content-Type: multipart/mixed\n", "#cloud-config\nkpreload: [\n",
 		"#cloud-config\nkpreload:\n  resources: {gpu: {count: 2, type: h100}}\n", "", "#cloud-config",
+		"#cloud-config\nwrite_files:\n- path: /etc/kpreload/instance.yaml\n  content: |\n    resources:\n      driver:\n        version: \"2.0.0\"\n",
+		"#cloud-config\nwrite_files:\n- path: /etc/kpreload/instance.yaml\n  encoding: gz+b64\n  content: H4sIAAAAAAAA/ypKLS7NKy1KTQEAAAD//wMAAAD//w==\n",
+		"#cloud-config\nwrite_files:\n- path: /etc/kpreload/instance.yaml\n  encoding: gzip\n  content: !!binary H4sIAAAAAAAA/w==\n",
+		"#cloud-config\nwrite_files:\n- {path: /etc/kpreload/instance.yaml, encoding: b64, content: cmVzb3VyY2VzOiB7fQo=}\n",
 	} {
 		f.Add([]byte(s))
 	}

@@ -16,11 +16,12 @@ const (
 	SourceCmdline = "cmdline"
 	// SourceFwCfg is QEMU's fw_cfg item opt/kpreload/instance.yaml (kpreload boot --instance).
 	SourceFwCfg = "fw_cfg"
-	// SourceSeed is the kpreload: key of the #cloud-config user-data on a
-	// cloud-init seed disk (NoCloud's CIDATA, OpenStack's config-2), read by
-	// /init before the root is used.
+	// SourceSeed is the request in the #cloud-config user-data on a
+	// cloud-init seed disk (NoCloud's CIDATA, OpenStack's config-2): its
+	// write_files entry for WriteFilesPath (or its deprecated kpreload: key),
+	// read by /init before cloud-init runs.
 	SourceSeed = "seed"
-	// SourceUserData is the kpreload: key of the user-data cloud-init read
+	// SourceUserData is the request in the user-data cloud-init read
 	// (from a seed or a cloud's metadata service), applied after boot by
 	// kpreload-user-data.service where /init could not read it.
 	SourceUserData = "user-data"
@@ -73,8 +74,8 @@ type File struct {
 	// Read, when set, reads the file instead of ReadPath(Path), which then
 	// only names it; an absent file is an error wrapping fs.ErrNotExist.
 	Read func() ([]byte, error)
-	// UserData says the file is cloud-init user-data: the request is its
-	// #cloud-config document's kpreload key (ParseUserData).
+	// UserData says the file is cloud-init user-data: the request is in its
+	// #cloud-config document (ParseUserData).
 	UserData bool
 }
 
@@ -185,24 +186,26 @@ func Find(flag func(name string) (string, bool), files []File) (req Request, err
 			errs = append(errs, fmt.Errorf("instance request from %s ignored: %w", f.Source, err))
 			continue
 		}
-		var (
-			in          *Instance
-			versionLine int
-		)
 		if f.UserData {
-			var found bool
-			in, found, err = parseUserData(f.Path, b, &versionLine)
+			r, err := parseUserData(f.Path, b)
 			switch {
 			case errors.Is(err, ErrNotCloudConfig):
 				notes = append(notes, fmt.Sprintf("%s: user-data is %v: a request in it is applied after boot, once cloud-init has read it (kpreload-user-data.service)", f.Source, err))
 				continue
-			case err == nil && !found:
-				notes = append(notes, fmt.Sprintf("%s: %s has no %s: key", f.Source, f.Path, UserDataKey))
+			case err != nil:
+				errs = append(errs, fmt.Errorf("instance request from %s ignored: %w", f.Source, err))
+				if r.legacy {
+					notes = append(notes, fmt.Sprintf("%s: %s", f.Source, DeprecatedKeyNote))
+				}
+				continue
+			case !r.found:
+				notes = append(notes, fmt.Sprintf("%s: %s has neither a write_files entry for %s nor a %s: key", f.Source, f.Path, WriteFilesPath, UserDataKey))
 				continue
 			}
-		} else {
-			in, err = parse(f.Path, b, &versionLine)
+			return r.request(f.Source, f.Path, notes), errs
 		}
+		var versionLine int
+		in, err := parse(f.Path, b, &versionLine)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("instance request from %s ignored: %w", f.Source, err))
 			continue

@@ -73,11 +73,14 @@ func TestFindUserData(t *testing.T) {
 		// wantAt is where the chosen request's version was written.
 		wantAt string
 	}{
-		{"seed request", "#cloud-config\nkpreload:\n  resources:\n    driver:\n      version: \"2.0.0\"\n", SourceSeed, "", "", "seed-file:5"},
-		{"seed without a version", "#cloud-config\nkpreload:\n  resources:\n    driver:\n      flavor: open\n", SourceSeed, "", "", ""},
+		{"seed request", "#cloud-config\nwrite_files:\n- path: /etc/kpreload/instance.yaml\n  content: |\n    resources:\n      driver:\n        version: \"2.0.0\"\n", SourceSeed, "", "", "seed-file:7"},
+		{"seed without a version", "#cloud-config\nwrite_files:\n- path: /etc/kpreload/instance.yaml\n  content: |\n    resources:\n      driver:\n        flavor: open\n", SourceSeed, "", "", ""},
 		{"MIME seed", "Content-Type: multipart/mixed\n", SourceImage, "seed: user-data is seed-file: not a plain #cloud-config document", "", "image-file:3"},
-		{"no key", "#cloud-config\n{}\n", SourceImage, "seed: seed-file has no kpreload: key", "", "image-file:3"},
-		{"wrong field", "#cloud-config\nkpreload:\n  resource: {}\n", SourceImage, "", "instance request from seed ignored: seed-file:3: kpreload.resource: unknown field", "image-file:3"},
+		{"no key", "#cloud-config\n{}\n", SourceImage, "seed: seed-file has neither a write_files entry for /etc/kpreload/instance.yaml nor a kpreload: key", "", "image-file:3"},
+		{"write_files request", "#cloud-config\nwrite_files:\n  - path: /etc/kpreload/instance.yaml\n    content: |\n      resources:\n        driver:\n          version: \"2.0.0\"\n", SourceSeed, "", "", "seed-file:7"},
+		{"deprecated key", "#cloud-config\nkpreload:\n  resources:\n    driver:\n      version: \"2.0.0\"\n", SourceSeed, "seed: the top-level kpreload: key of #cloud-config is deprecated", "", "seed-file:5"},
+		{"deprecated key, wrong field", "#cloud-config\nkpreload:\n  resource: {}\n", SourceImage, "seed: the top-level kpreload: key of #cloud-config is deprecated", "seed-file:3: kpreload.resource: unknown field", "image-file:3"},
+		{"write_files wrong field", "#cloud-config\nwrite_files:\n- path: /etc/kpreload/instance.yaml\n  content: |\n    resource: {}\n", SourceImage, "", "instance request from seed ignored: seed-file:5: resource: unknown field", "image-file:3"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,5 +1,6 @@
-// Package userdata applies the driver request under the kpreload: key of the
-// #cloud-config cloud-init assembled from an instance's user-data, after boot:
+// Package userdata applies the driver request in the #cloud-config
+// cloud-init assembled from an instance's user-data (its write_files entry
+// for /etc/kpreload/instance.yaml, or the deprecated kpreload: key), after boot:
 // the request /init could not read (user-data from a metadata service, a MIME
 // multipart archive). It takes the decision /init takes (gpu/selection) once
 // and, when that picks another set than the active one, switches to it
@@ -14,6 +15,7 @@ import (
 	"io"
 	"io/fs"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/kpreload/kpreload/gpu/activate"
@@ -72,8 +74,9 @@ type Options struct {
 // to be done or the switch succeeded).
 func Apply(o Options) (*report.UserData, error) {
 	rec := &report.UserData{Origin: o.CloudConfig, Action: "none", Time: o.Now().UTC().Format(time.RFC3339)}
+	var notes []string // said after the reason: the deprecated form
 	done := func(action, reason string, err error) (*report.UserData, error) {
-		rec.Action, rec.Reason = action, reason
+		rec.Action, rec.Reason = action, strings.Join(append([]string{reason}, notes...), "; ")
 		return rec, err
 	}
 	data, err := inroot.ReadPath(o.CloudConfig, instance.MaxUserData)
@@ -84,11 +87,15 @@ func Apply(o Options) (*report.UserData, error) {
 		return done("failed", err.Error(), err)
 	}
 	req, found, err := instance.UserDataRequest(instance.SourceUserData, o.CloudConfig, data)
+	for _, n := range req.Notes {
+		fmt.Fprintf(o.Log, "warning: %s\n", n)
+		notes = append(notes, n)
+	}
 	if err != nil {
 		return done("failed", "the request is not honoured: "+err.Error(), err)
 	}
 	if !found {
-		return done("none", "the user-data has no "+instance.UserDataKey+": key", nil)
+		return done("none", "the user-data has neither a write_files entry for "+instance.WriteFilesPath+" nor a "+instance.UserDataKey+": key", nil)
 	}
 	var rep report.Report
 	if b, err := inroot.ReadFile(o.Root, o.ReportPath, inroot.MaxLarge); err == nil {

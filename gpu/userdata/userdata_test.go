@@ -66,9 +66,11 @@ func TestApply(t *testing.T) {
 		wantErr   bool
 	}{
 		{name: "no cloud-config", action: "none", reason: "cloud-init left no cloud-config"},
-		{name: "no kpreload key", cloud: "#cloud-config\npackages: [htop]\n", action: "none", reason: "has no kpreload: key"},
-		{name: "branch 2", cloud: "#cloud-config\nkpreload:\n  resources:\n    driver:\n      version: \"2\"\n", action: "switched", reason: "the user-data asks for 2.0 (branch 2); /init had taken the request from nowhere", switched: "nvidia 2.0"},
-		{name: "the active version", cloud: "#cloud-config\nkpreload:\n  resources:\n    driver:\n      version: \"1.0\"\n", action: "unchanged", reason: "nvidia 1.0, which the user-data asks for, is active"},
+		{name: "no request", cloud: "#cloud-config\npackages: [htop]\n", action: "none", reason: "has neither a write_files entry for /etc/kpreload/instance.yaml nor a kpreload: key"},
+		{name: "branch 2", cloud: "#cloud-config\nwrite_files:\n- path: /etc/kpreload/instance.yaml\n  content: |\n    resources:\n      driver:\n        version: \"2\"\n", action: "switched", reason: "the user-data asks for 2.0 (branch 2); /init had taken the request from nowhere", switched: "nvidia 2.0"},
+		{name: "branch 2, deprecated key", cloud: "#cloud-config\nkpreload:\n  resources:\n    driver:\n      version: \"2\"\n", action: "switched", reason: "/init had taken the request from nowhere (no driver decision at boot); user-data: the top-level kpreload: key of #cloud-config is deprecated", switched: "nvidia 2.0"},
+		{name: "wrong field, deprecated key", cloud: "#cloud-config\nkpreload:\n  resources:\n    driver:\n      vresion: \"2\"\n", action: "failed", reason: "unknown field (known here: version, cuda, cuda_compat, flavor); user-data: the top-level kpreload: key of #cloud-config is deprecated", wantErr: true},
+		{name: "the active version", cloud: "#cloud-config\nwrite_files:\n- path: /etc/kpreload/instance.yaml\n  encoding: b64\n  content: cmVzb3VyY2VzOiB7ZHJpdmVyOiB7dmVyc2lvbjogIjEuMCJ9fQo=\n", action: "unchanged", reason: "nvidia 1.0, which the user-data asks for, is active"},
 		{name: "the kernel command line wins", cloud: "#cloud-config\nkpreload:\n  resources:\n    driver:\n      version: \"2\"\n", report: `{"selection":{"source":"cmdline","origin":"kpreload.driver=1.0"}}`, action: "none", reason: "/init took the request from cmdline"},
 		{name: "refused", cloud: "#cloud-config\nkpreload:\n  resources:\n    driver:\n      version: \"2\"\n      flavor: proprietary\n", action: "failed", reason: "no nvidia driver will be loaded", wantErr: true},
 		{name: "wrong field", cloud: "#cloud-config\nkpreload:\n  resources:\n    driver:\n      vresion: \"2\"\n", action: "failed", reason: "the request is not honoured", wantErr: true},

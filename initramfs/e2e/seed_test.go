@@ -28,7 +28,9 @@ func seedDisk(t *testing.T, userData string, broken bool) string {
 }
 
 // TestSeedRequests: /init reads the instance request in a cloud-init seed's
-// user-data (a kpreload: key of #cloud-config) between fw_cfg and the image's
+// user-data (a write_files entry for /etc/kpreload/instance.yaml in
+// #cloud-config; the config drive's, the deprecated kpreload: key, with its
+// note) between fw_cfg and the image's
 // file; a seed that is broken, asks with a wrong field, or holds user-data
 // only cloud-init reads leaves the boot to the next source, with the fault
 // and where it is in the report.
@@ -36,7 +38,8 @@ func TestSeedRequests(t *testing.T) {
 	if testing.Short() {
 		t.Skip("QEMU boots; -short")
 	}
-	const ask1 = "#cloud-config\nkpreload:\n  resources:\n    driver:\n      version: \"1.0.0\"\n"
+	const ask1 = "#cloud-config\nwrite_files:\n  - path: /etc/kpreload/instance.yaml\n    content: |\n      resources:\n        driver:\n          version: \"1.0.0\"\n"
+	const ask1Deprecated = "#cloud-config\nkpreload:\n  resources:\n    driver:\n      version: \"1.0.0\"\n"
 	const (
 		origin            = "NoCloud seed /dev/vdb (CIDATA) user-data"
 		configDriveOrigin = "ConfigDrive seed /dev/vdb (CONFIG-2) openstack/latest/user_data"
@@ -51,11 +54,12 @@ func TestSeedRequests(t *testing.T) {
 		{"the seed's request", selectBoot{drives: []string{seedDisk(t, ask1, false)}}, "1.0.0", "seed", ""},
 		{"fw_cfg before the seed", selectBoot{drives: []string{seedDisk(t, ask1, false)},
 			instance: "resources:\n  driver:\n    version: \"2.0.0\"\n"}, "2.0.0", "fw_cfg", ""},
-		{"a wrong field, with its line", selectBoot{drives: []string{seedDisk(t, "#cloud-config\nkpreload:\n  resources:\n    driver:\n      verison: \"1\"\n", false)}},
-			"2.0.0", "default", origin + ":5: kpreload.resources.driver.verison: unknown field"},
+		{"a wrong field, with its line", selectBoot{drives: []string{seedDisk(t, "#cloud-config\nwrite_files:\n- path: /etc/kpreload/instance.yaml\n  content: |\n    resources:\n      driver:\n        verison: \"1\"\n", false)}},
+			"2.0.0", "default", origin + ":7: resources.driver.verison: unknown field"},
 		{"a seed that does not mount", selectBoot{drives: []string{seedDisk(t, ask1, true)}}, "2.0.0", "default",
 			"instance request from seed ignored: NoCloud seed /dev/vdb (CIDATA): mount:"},
-		{"an OpenStack config drive's request", selectBoot{drives: []string{testenv.ConfigDriveSeed(t, ask1)}}, "1.0.0", "seed", ""},
+		{"an OpenStack config drive's request, the deprecated key", selectBoot{drives: []string{testenv.ConfigDriveSeed(t, ask1Deprecated)}}, "1.0.0", "seed",
+			"seed: the top-level kpreload: key of #cloud-config is deprecated"},
 		{"MIME multipart: left to cloud-init", selectBoot{drives: []string{seedDisk(t, "Content-Type: multipart/mixed; boundary=x\n\n--x--\n", false)}},
 			"2.0.0", "default", "seed: user-data is " + origin + ": not a plain #cloud-config document"},
 	}

@@ -189,12 +189,24 @@ func TestBoot(t *testing.T) {
 		name: "after the root: a cloud-init seed's user-data",
 		setup: func(f *fixture) {
 			f.initSets = []testSet{edu("1.0.0"), edu("2.0.0")}
-			f.seed("#cloud-config\nkpreload:\n  resources:\n    driver:\n      version: 1.0.0\n")
+			f.seed("#cloud-config\nwrite_files:\n  - path: /etc/kpreload/instance.yaml\n    content: |\n      resources:\n        driver:\n          version: 1.0.0\n")
 		},
 		want: bootWant{
 			edu: []string{"loaded initramfs 1.0.0"}, source: instance.SourceSeed, chosen: "kpreload-edu 1.0.0", active: true,
 			events: []string{rootUp, "NoCloud seed ", ": user-data read (", "driver selection (request from seed): kpreload-edu 1.0.0"},
 			kernel: mods("kpreload_edu", "nls_cp437", "vfat"),
+		},
+	}, {
+		name: "after the root: a seed's deprecated kpreload: key, honoured with a note",
+		setup: func(f *fixture) {
+			f.initSets = []testSet{edu("1.0.0"), edu("2.0.0")}
+			f.seed("#cloud-config\nkpreload:\n  resources:\n    driver:\n      version: 1.0.0\n")
+		},
+		want: bootWant{
+			edu: []string{"loaded initramfs 1.0.0"}, source: instance.SourceSeed, chosen: "kpreload-edu 1.0.0", active: true,
+			events:  []string{rootUp, "NoCloud seed ", ": user-data read (", "driver selection (request from seed): kpreload-edu 1.0.0"},
+			console: []string{"kpreload: note: seed: the top-level kpreload: key of #cloud-config is deprecated: cloud-init 23.4 and later reject it"},
+			kernel:  mods("kpreload_edu", "nls_cp437", "vfat"),
 		},
 	}, {
 		name: "after the root: a seed whose user-data is a FIFO is refused, not waited on",

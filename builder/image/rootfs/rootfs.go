@@ -228,17 +228,25 @@ func Unpack(ctx context.Context, t Mmdebstrap, tarball, dir string) error {
 
 // CloudInitPackages are what Options.CloudInit adds: Debian's cloud-init,
 // growpart (cloud-guest-utils) to grow the root partition to the disk, the
-// SSH server whose keys and users it sets up, and sudo for the default user.
-var CloudInitPackages = []string{"cloud-init", "cloud-guest-utils", "openssh-server", "sudo"}
+// SSH server whose keys and users it sets up, sudo for the default user, and
+// iproute2, which Debian's cloud images carry (priority important): without
+// ip (or ifconfig) cloud-init's netinfo cannot print the network and warns,
+// a recoverable error in cloud-init status.
+var CloudInitPackages = []string{"cloud-init", "cloud-guest-utils", "openssh-server", "sudo", "iproute2"}
 
 // cloudInitConfigPath is the cloud-init configuration a CloudInit image adds.
 const cloudInitConfigPath = "etc/cloud/cloud.cfg.d/90-kpreload.cfg"
 
 // cloudInitConfig names the datasources the clouds use, in the order
 // cloud-init tries them (NoCloud and ConfigDrive first: seeds on a disk need
-// no network), and grows the root partition and filesystem to the disk.
+// no network), grows the root partition and filesystem to the disk, and
+// keeps the system's locale, C.UTF-8 (systemLocale): cloud-init's default,
+// en_US.UTF-8, is not generated in the image, and its locale module then
+// fails (update-locale exits 255: an error in cloud-init status).
 const cloudInitConfig = `# Written by kpreload image build.
 datasource_list: [ NoCloud, ConfigDrive, Ec2, GCE, Azure, OpenStack, None ]
+# The image's locale (/etc/default/locale), which glibc has built in; user-data may ask another.
+locale: C.UTF-8
 growpart:
   mode: auto
   devices: ['/']
@@ -306,12 +314,25 @@ func ResetIdentity(ctx context.Context, sc Systemctl, root string) error {
 	return nil
 }
 
-// ConfigureCloudInit writes cloudInitConfig into a root that has cloud-init.
+// systemLocale is /etc/default/locale of a CloudInit image whose root sets
+// none: C.UTF-8, built into glibc, so nothing has to be generated.
+const systemLocale = "# Written by kpreload image build.\nLANG=C.UTF-8\n"
+
+// ConfigureCloudInit writes cloudInitConfig into a root that has cloud-init,
+// and systemLocale where the root has no /etc/default/locale.
 func ConfigureCloudInit(root string) error {
 	if _, err := os.Stat(filepath.Join(root, "usr/bin/cloud-init")); err != nil {
 		return fmt.Errorf("cloud-init: not installed in the image: %w", err)
 	}
-	return fileutil.WriteAtomicAll(filepath.Join(root, cloudInitConfigPath), []byte(cloudInitConfig), 0o644, false)
+	if err := fileutil.WriteAtomicAll(filepath.Join(root, cloudInitConfigPath), []byte(cloudInitConfig), 0o644, false); err != nil {
+		return err
+	}
+	if _, err := os.Lstat(filepath.Join(root, "etc/default/locale")); errors.Is(err, fs.ErrNotExist) {
+		return fileutil.WriteAtomicAll(filepath.Join(root, "etc/default/locale"), []byte(systemLocale), 0o644, false)
+	} else if err != nil {
+		return fmt.Errorf("cloud-init: %w", err)
+	}
+	return nil
 }
 
 // Configure makes the root tree bootable as an image: fstab (root and ESP

@@ -193,6 +193,37 @@ func TestConfigure(t *testing.T) {
 	}
 }
 
+// TestConfigureCloudInitLocale: a root without a system locale gets C.UTF-8
+// (cloud-init's own default is not generated in images); one with a locale
+// keeps it.
+func TestConfigureCloudInitLocale(t *testing.T) {
+	for _, tt := range []struct{ name, have, want string }{
+		{"none", "", systemLocale},
+		{"kept", "LANG=de_DE.UTF-8\n", "LANG=de_DE.UTF-8\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			os.MkdirAll(filepath.Join(root, "usr/bin"), 0o755)
+			os.WriteFile(filepath.Join(root, "usr/bin/cloud-init"), nil, 0o755)
+			if tt.have != "" {
+				os.MkdirAll(filepath.Join(root, "etc/default"), 0o755)
+				os.WriteFile(filepath.Join(root, "etc/default/locale"), []byte(tt.have), 0o644)
+			}
+			if err := ConfigureCloudInit(root); err != nil {
+				t.Fatal(err)
+			}
+			got, _ := os.ReadFile(filepath.Join(root, "etc/default/locale"))
+			if string(got) != tt.want {
+				t.Errorf("/etc/default/locale = %q, want %q", got, tt.want)
+			}
+			cfg, _ := os.ReadFile(filepath.Join(root, cloudInitConfigPath))
+			if !strings.Contains(string(cfg), "\nlocale: C.UTF-8\n") {
+				t.Errorf("%s lacks locale: C.UTF-8:\n%s", cloudInitConfigPath, cfg)
+			}
+		})
+	}
+}
+
 // TestKernelPackagesAndFiles reads kernel package versions through dpkg-query
 // and copies extra files in.
 func TestKernelPackagesAndFiles(t *testing.T) {

@@ -34,10 +34,12 @@ func newUserDataCmd() *cobra.Command {
 	)
 	apply := &cobra.Command{
 		Use:   "apply [--cloud-config FILE] [--cache DIR] [--json]",
-		Short: "Switch to the driver version the user-data's kpreload: key asks for, when /init could not read it",
-		Long: `apply reads the instance request under the kpreload: key of the #cloud-config
-cloud-init assembled from the instance's user-data (` + CloudConfigPath + `):
-the same schema as /etc/kpreload/instance.yaml. /init reads the user-data of a
+		Short: "Switch to the driver version the user-data asks for, when /init could not read it",
+		Long: `apply reads the instance request in the #cloud-config cloud-init assembled
+from the instance's user-data (` + CloudConfigPath + `): the content of its
+write_files entry for /etc/kpreload/instance.yaml, or (deprecated: cloud-init
+23.4 and later reject it in their schema check) a top-level kpreload: key, in
+the schema of /etc/kpreload/instance.yaml. /init reads the user-data of a
 seed disk itself (NoCloud, ConfigDrive) when it is a plain #cloud-config; this
 covers what only cloud-init can read: user-data from a cloud's metadata
 service, or a MIME multipart archive. kpreload-user-data.service runs it after
