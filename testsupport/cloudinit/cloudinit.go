@@ -2,17 +2,16 @@
 // for its own verdict on user-data (cloud-init schema): a root made once
 // with mmdebstrap (minbase plus cloud-init) through kpreload's private apt
 // configuration of the suite (builder/archive, the same sources and keyring
-// as every other download), kept under the machine's download cache by
-// content: the suite, its sources and the cloud-init version it resolves. A
-// new cloud-init in the archive makes a new root; a warm run reuses it.
+// as every other download), kept as a tarball in the project's one cache of
+// mmdebstrap roots (builder/image/rootfs) by content: the suite, its sources,
+// the cloud-init version it resolves and the dates of the suite's Release
+// files. A new upload makes a new root; a warm run reuses it.
 package cloudinit
 
 import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -22,6 +21,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/archive"
+	"github.com/kpreload/kpreload/builder/image/rootfs"
 	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
@@ -54,9 +54,12 @@ func candidate(ctx context.Context, a *archive.Archive, name string) (string, er
 	return "", fmt.Errorf("%s carries no %s", a.Suite, name)
 }
 
-// Get returns suite's cloud-init root, making it when the machine's cache
-// lacks it (mmdebstrap, a few minutes, once per cloud-init version); the test
-// fails when that fails. It skips under -short.
+// Get returns suite's cloud-init root, unpacked into a directory of the
+// test's own from the project's one cache of mmdebstrap roots
+// (builder/image/rootfs.Tarball under the machine's download cache, keyed by
+// the suite, its sources, cloud-init's version and the dates of the suite's
+// Release files): mmdebstrap runs when that cache lacks it (minutes, once per
+// archive state); the test fails when that fails. It skips under -short.
 func Get(t testing.TB, suite string) Root {
 	t.Helper()
 	testenv.SkipShort(t, "mmdebstrap of a root with "+suite+"'s cloud-init (minutes, once per version)")
@@ -71,42 +74,22 @@ func Get(t testing.TB, suite string) Root {
 	if err != nil {
 		t.Fatalf("cloud-init root for %s: %v", suite, err)
 	}
-	h := sha256.New()
-	fmt.Fprintf(h, "suite %s\nsources %s\ninclude cloud-init=%s\nvariant minbase\n", suite, a.SourcesList(), v)
-	base := filepath.Join(cache, "cloud-init-root")
-	r := Root{Suite: suite, Version: v, Dir: filepath.Join(base, suite+"-"+hex.EncodeToString(h.Sum(nil))[:16])}
-	if _, err := os.Stat(filepath.Join(r.Dir, ".complete")); err == nil {
-		return r
-	}
-	if _, err := exec.LookPath("mmdebstrap"); err != nil {
-		t.Fatalf("cloud-init root for %s: mmdebstrap is not installed (run scripts/deps.sh): %v", suite, err)
-	}
-	if err := os.MkdirAll(base, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tmp, err := os.MkdirTemp(base, ".tmp-"+suite+"-")
+	dates, err := a.ReleaseDates(ctx)
 	if err != nil {
+		t.Fatalf("cloud-init root for %s: %v", suite, err)
+	}
+	spec := rootfs.Spec{Suite: suite, Sources: strings.Split(strings.TrimSpace(a.SourcesList()), "\n"),
+		Packages: []string{"cloud-init=" + v}, Date: dates, DistributionInitramfs: true}
+	tools := rootfs.HostTools()
+	tarball, info, err := rootfs.Tarball(ctx, tools, spec, filepath.Join(cache, "rootfs"), t.TempDir(), func(s string) { t.Log(s) })
+	if err != nil {
+		t.Fatalf("cloud-init root for %s (cloud-init %s): %v", suite, v, err)
+	}
+	r := Root{Suite: suite, Version: v, Dir: filepath.Join(t.TempDir(), "root")}
+	if err := rootfs.Unpack(ctx, tools.Mmdebstrap, tarball, r.Dir); err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(tmp) // a no-op once renamed
-	t.Logf("making a %s root with cloud-init %s (mmdebstrap, once)", suite, v)
-	dir := filepath.Join(tmp, "root")
-	args := []string{"--variant=minbase", "--mode=root", "--quiet", "--include=cloud-init=" + v,
-		"--customize-hook=rm -rf \"$1\"/var/lib/apt/lists/* \"$1\"/var/cache/apt/archives/*.deb", suite, dir}
-	for _, l := range strings.Split(strings.TrimSpace(a.SourcesList()), "\n") {
-		args = append(args, l)
-	}
-	if out, err := exec.CommandContext(ctx, "mmdebstrap", args...).CombinedOutput(); err != nil {
-		t.Fatalf("mmdebstrap of a %s root with cloud-init %s: %v\n%s", suite, v, err, lastLines(out, 30))
-	}
-	if err := os.WriteFile(filepath.Join(dir, ".complete"), []byte(v+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(dir, r.Dir); err != nil {
-		if _, serr := os.Stat(filepath.Join(r.Dir, ".complete")); serr != nil {
-			t.Fatal(err)
-		} // else another test made it meanwhile
-	}
+	t.Logf("%s root with cloud-init %s (cached %v)", suite, v, info.Cached)
 	return r
 }
 
@@ -136,13 +119,4 @@ func (r Root) Schema(ctx context.Context, userData []byte) (out string, valid bo
 		return string(b), false, fmt.Errorf("cloud-init schema in the %s root: %w: %s", r.Suite, err, b)
 	}
 	return string(b), true, nil
-}
-
-// lastLines is the end of out, for messages.
-func lastLines(out []byte, n int) string {
-	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
