@@ -40,7 +40,8 @@
 #             (Microsoft's keys, the module key as a MOK); the boot must report Secure Boot on.
 #   nocloud:  the same template with cloud_init = true (systemd-boot), booted through OVMF
 #             with a NoCloud seed on virtio (vfat labelled CIDATA: a #cloud-config whose
-#             kpreload: key asks for the test driver 1.0.0, and meta-data instance-id:
+#             write_files entry for /etc/kpreload/instance.yaml asks for the test driver
+#             1.0.0, and meta-data instance-id:
 #             bench-N) and a user-mode network (restrict=on; without one cloud-init waits
 #             for systemd-networkd-wait-online); /init must take the request from the seed.
 #             Ratios of both are to the systemd-boot image's boot of the same run.
@@ -155,7 +156,7 @@ log "packer build of the cloud-init image (cloud_init = true, systemd-boot)"
 build cloud "warm, cloud-init (caches kept)" systemd-boot "$work/out-cloud" -var cloud_init=true
 cloud_qcow2="$work/out-cloud/ci-testdriver.qcow2"
 seed() { # seed DIR N: a NoCloud seed asking for the test driver 1.0.0, DIR/seed.img
-  printf '#cloud-config\nkpreload:\n  resources:\n    driver:\n      version: "1.0.0"\n' >"$1/user-data"
+  printf '#cloud-config\nwrite_files:\n  - path: /etc/kpreload/instance.yaml\n    content: |\n      resources:\n        driver:\n          version: "1.0.0"\n' >"$1/user-data"
   printf 'instance-id: bench-%s\n' "$2" >"$1/meta-data"
   rm -f "$1/seed.img"
   { mkfs.vfat -n CIDATA -C "$1/seed.img" 2048 && mcopy -i "$1/seed.img" "$1/user-data" "$1/meta-data" ::; } >"$1/seed.log" 2>&1 ||
