@@ -1,4 +1,4 @@
-package userdata_test
+package e2e
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/gpu/instance"
-	"github.com/kpreload/kpreload/testsupport/cloudinit"
 	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
@@ -17,7 +16,7 @@ import (
 // docs/driver-selection.md, in order, with their indentation removed.
 func documentedCloudConfigs(t *testing.T) []string {
 	t.Helper()
-	b, err := os.ReadFile("../../docs/driver-selection.md")
+	b, err := os.ReadFile("../../../docs/driver-selection.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +74,7 @@ func TestDocumentedUserDataSchema(t *testing.T) {
 		{"trixie", "25.1", false},
 	} {
 		t.Run(tt.suite, func(t *testing.T) {
-			root := cloudinit.Get(t, tt.suite)
+			root := cloudInitRoot(t, tt.suite)
 			if !strings.HasPrefix(root.Version, tt.version+".") {
 				t.Errorf("%s's cloud-init is %s; docs/driver-selection.md says %s: update the docs' table", tt.suite, root.Version, tt.version)
 			}

@@ -1,12 +1,13 @@
-// Package cloudinit gives tests the cloud-init a Debian suite ships, to ask
-// for its own verdict on user-data (cloud-init schema): a root made once
-// with mmdebstrap (minbase plus cloud-init) through kpreload's private apt
-// configuration of the suite (builder/archive, the same sources and keyring
-// as every other download), kept as a tarball in the project's one cache of
-// mmdebstrap roots (builder/image/rootfs) by content: the suite, its sources,
-// the cloud-init version it resolves and the dates of the suite's Release
-// files. A new upload makes a new root; a warm run reuses it.
-package cloudinit
+// The cloud-init a Debian suite ships, to ask for its own verdict on
+// user-data (cloud-init schema): a root made once with mmdebstrap (minbase
+// plus cloud-init) through kpreload's private apt configuration of the suite
+// (builder/archive, the same sources and keyring as every other download),
+// kept as a tarball in the project's one cache of mmdebstrap roots
+// (builder/image/rootfs) by content: the suite, its sources, the cloud-init
+// version it resolves and the dates of the suite's Release files. A new
+// upload makes a new root; a warm run reuses it.
+
+package e2e
 
 import (
 	"bufio"
@@ -54,13 +55,13 @@ func candidate(ctx context.Context, a *archive.Archive, name string) (string, er
 	return "", fmt.Errorf("%s carries no %s", a.Suite, name)
 }
 
-// Get returns suite's cloud-init root, unpacked into a directory of the
+// cloudInitRoot returns suite's cloud-init root, unpacked into a directory of the
 // test's own from the project's one cache of mmdebstrap roots
 // (builder/image/rootfs.Tarball under the machine's download cache, keyed by
 // the suite, its sources, cloud-init's version and the dates of the suite's
 // Release files): mmdebstrap runs when that cache lacks it (minutes, once per
 // archive state); the test fails when that fails. It skips under -short.
-func Get(t testing.TB, suite string) Root {
+func cloudInitRoot(t testing.TB, suite string) Root {
 	t.Helper()
 	testenv.SkipShort(t, "mmdebstrap of a root with "+suite+"'s cloud-init (minutes, once per version)")
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 20*time.Minute))
