@@ -15,36 +15,16 @@ import (
 	"github.com/kpreload/kpreload/builder/internal/runner/runnertest"
 	"github.com/kpreload/kpreload/initramfs/rootcheck"
 	"github.com/kpreload/kpreload/internal/inroot/inroottest"
+	"github.com/kpreload/kpreload/testsupport/treetest"
 )
 
 const testKernel = "6.1.0-56-amd64"
-
-// writeFiles makes path -> content under dir ("" content with a trailing
-// slash in the path makes a directory).
-func writeFiles(t *testing.T, dir string, files map[string]string) {
-	t.Helper()
-	for p, s := range files {
-		full := filepath.Join(dir, p)
-		if strings.HasSuffix(p, "/") {
-			if err := os.MkdirAll(full, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(s), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
 
 // distroRoot is a root as another image builder leaves it: a kernel with its
 // modules and the distribution's initramfs, GRUB's tools, ldconfig, no kpreload.
 func distroRoot(t *testing.T) string {
 	root := filepath.Join(t.TempDir(), "root")
-	writeFiles(t, root, map[string]string{
+	treetest.Write(t, root, map[string]string{
 		"boot/vmlinuz-" + testKernel: "kernel", "boot/initrd.img-" + testKernel: "distribution initramfs",
 		"lib/modules/" + testKernel + "/modules.dep": "", "usr/sbin/update-grub": "#!/bin/sh\n",
 		"usr/sbin/ldconfig": "#!/bin/sh\n", "etc/default/grub": "GRUB_DEFAULT=0\n", "boot/grub/": "",
@@ -56,7 +36,7 @@ func distroRoot(t *testing.T) string {
 // own files only, and a command line (/etc/kpreload/cmdline).
 func stageOptions(t *testing.T) stage.Options {
 	bins := t.TempDir()
-	writeFiles(t, bins, map[string]string{"kpreload": "kpreload binary", "kpreload-init": "init binary"})
+	treetest.Write(t, bins, map[string]string{"kpreload": "kpreload binary", "kpreload-init": "init binary"})
 	return stage.Options{CacheDir: t.TempDir(), DownloadDir: t.TempDir(), Cmdline: "console=ttyS0",
 		KpreloadBinary: filepath.Join(bins, "kpreload"), InitBinary: filepath.Join(bins, "kpreload-init")}
 }
@@ -85,7 +65,7 @@ func TestRoot(t *testing.T) {
 		},
 	}
 	// SkipInitramfs keeps the initramfs already there: the stand-in.
-	writeFiles(t, root, map[string]string{install.InitramfsPath(testKernel): "kpreload initramfs"})
+	treetest.Write(t, root, map[string]string{install.InitramfsPath(testKernel): "kpreload initramfs"})
 	res, err := Root(context.Background(), root, o)
 	if err != nil {
 		t.Fatalf("Root: %v\n%s", err, log.String())
@@ -121,7 +101,7 @@ func TestRoot(t *testing.T) {
 func TestRootRefuses(t *testing.T) {
 	empty := t.TempDir()
 	file := filepath.Join(t.TempDir(), "file")
-	writeFiles(t, filepath.Dir(file), map[string]string{"file": "x"})
+	treetest.Write(t, filepath.Dir(file), map[string]string{"file": "x"})
 	for _, c := range []struct {
 		name, root string
 		kernels    []string
@@ -158,7 +138,7 @@ func TestRootLinksOut(t *testing.T) {
 				victim := filepath.Join(filepath.Dir(root), "victim")
 				inroottest.Victim(t, victim)
 				target := map[string]string{"absolute": victim, "relative": strings.Repeat("../", strings.Count(link, "/")+1) + "victim", "inside": "/moved"}[form]
-				writeFiles(t, root, map[string]string{filepath.Dir(link) + "/": "", "moved/": ""})
+				treetest.Write(t, root, map[string]string{filepath.Dir(link) + "/": "", "moved/": ""})
 				if err := os.Symlink(target, filepath.Join(root, link)); err != nil {
 					t.Fatal(err)
 				}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/internal/runner/runnertest"
+	"github.com/kpreload/kpreload/testsupport/treetest"
 )
 
 // TestImage puts kpreload into a raw MBR disk image (sfdisk, mkfs.ext4 at
@@ -28,7 +29,7 @@ func TestImage(t *testing.T) {
 	dir := t.TempDir()
 	disk := filepath.Join(dir, "disk.raw")
 	root := distroRoot(t)
-	writeFiles(t, root, map[string]string{install.InitramfsPath(testKernel): "kpreload initramfs", "dev/": "", "proc/": "", "sys/": ""})
+	treetest.Write(t, root, map[string]string{install.InitramfsPath(testKernel): "kpreload initramfs", "dev/": "", "proc/": "", "sys/": ""})
 	const offset = 1 << 20
 	for _, c := range [][]string{
 		{"truncate", "-s", "48M", disk},

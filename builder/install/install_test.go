@@ -14,29 +14,17 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/testsupport/testenv"
+	"github.com/kpreload/kpreload/testsupport/treetest"
 )
 
 const testKernel = "6.1.0-56-cloud-amd64"
 
-// fakeRoot builds a root under t.TempDir from path -> content ("" makes a directory).
+// fakeRoot builds a root under t.TempDir from path -> content (a path ending
+// in "/" makes a directory).
 func fakeRoot(t *testing.T, files map[string]string) string {
 	t.Helper()
 	root := t.TempDir()
-	for p, s := range files {
-		full := filepath.Join(root, p)
-		if strings.HasSuffix(p, "/") {
-			if err := os.MkdirAll(full, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(s), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	treetest.Write(t, root, files)
 	return root
 }
 

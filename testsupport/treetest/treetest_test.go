@@ -1,0 +1,18 @@
+package treetest
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestWrite(t *testing.T) {
+	dir := t.TempDir()
+	Write(t, dir, map[string]string{"a/b/c": "x", "d/": ""})
+	if got, err := os.ReadFile(filepath.Join(dir, "a/b/c")); err != nil || string(got) != "x" {
+		t.Errorf("a/b/c = %q, %v; want \"x\"", got, err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "d")); err != nil || !fi.IsDir() {
+		t.Errorf("d: %v, want a directory", err)
+	}
+}
