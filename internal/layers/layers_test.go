@@ -146,3 +146,26 @@ func TestImportsRunOneWay(t *testing.T) {
 		}
 	}
 }
+
+// TestFakesBesideTheirPackage checks that a fake kept beside its package
+// (gpu/pci/pcitest, kmodcache/remote/remotetest, ...) sits at that
+// package's layer: it imports nothing of testsupport/, whose helpers serve
+// the tests above them (a test hands the fake what testsupport gives it).
+func TestFakesBesideTheirPackage(t *testing.T) {
+	pkgs := listImports(t)
+	fakes := 0
+	for pkg, p := range pkgs {
+		if !isTestHelper(pkg) || strings.HasPrefix(pkg, testHelpers) {
+			continue
+		}
+		fakes++
+		for _, imp := range p.imports {
+			if strings.HasPrefix(imp, mod+testHelpers) {
+				t.Errorf("%s, a fake beside its package, imports %s: take what it gives as a parameter from the test", pkg, strings.TrimPrefix(imp, mod))
+			}
+		}
+	}
+	if fakes < 3 {
+		t.Fatalf("found %d fakes beside their packages: the walk is wrong", fakes)
+	}
+}

@@ -26,6 +26,7 @@ import (
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/remote/remotetest"
 	"github.com/kpreload/kpreload/kmodcache/store"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // hostileTimeouts are short timeouts that keep the hostile tests fast.
@@ -81,7 +82,7 @@ func (h *hostile) push(recipe string) *cell {
 		h.t.Fatal(err)
 	}
 	key := map[string]string{"schema": "test/1", "recipe": recipe}
-	id := remotetest.AddSet(h.t, src, remotetest.Set{Driver: "test-" + recipe, Version: "1.0", Flavor: "open", Key: key, GPUs: []byte(`{"chips":[]}`)})
+	id := remotetest.AddSet(h.t, src, remotetest.Set{KernelTree: testenv.KernelTree(h.t, remotetest.Kernel), Driver: "test-" + recipe, Version: "1.0", Flavor: "open", Key: key, GPUs: []byte(`{"chips":[]}`)})
 	res, err := h.open(Options{}).PushSet(context.Background(), src, id, recipe)
 	if err != nil {
 		h.t.Fatal(err)
@@ -520,7 +521,7 @@ func TestHostileSharedLayer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := remotetest.AddSet(t, orig, remotetest.Set{Driver: "shared", Version: "1.0", Key: c.key})
+	id := remotetest.AddSet(t, orig, remotetest.Set{KernelTree: testenv.KernelTree(t, remotetest.Kernel), Driver: "shared", Version: "1.0", Key: c.key})
 	set, err := orig.Get(id)
 	if err != nil {
 		t.Fatal(err)

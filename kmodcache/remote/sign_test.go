@@ -14,6 +14,7 @@ import (
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/remote/remotetest"
 	"github.com/kpreload/kpreload/kmodcache/store"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // keys makes a signer and the trust of its public key.
@@ -51,7 +52,7 @@ func TestSignedCells(t *testing.T) {
 	reg := remotetest.Start(t)
 	key := map[string]string{"schema": "test", "cell": "signed"}
 	src := emptyStore(t)
-	id := remotetest.AddSet(t, src, remotetest.Set{Driver: "virtio", Version: "1", Key: key})
+	id := remotetest.AddSet(t, src, remotetest.Set{KernelTree: testenv.KernelTree(t, remotetest.Kernel), Driver: "virtio", Version: "1", Key: key})
 
 	signer := openAt(t, reg.URL(), Options{Signer: team})
 	if _, err := signer.PushSet(ctx, src, id, "r"); err != nil {
@@ -85,7 +86,7 @@ func TestSignedCells(t *testing.T) {
 
 	// Unsigned.
 	unsignedKey := map[string]string{"schema": "test", "cell": "unsigned"}
-	uid := remotetest.AddSet(t, src, remotetest.Set{Driver: "virtio", Version: "2", Key: unsignedKey})
+	uid := remotetest.AddSet(t, src, remotetest.Set{KernelTree: testenv.KernelTree(t, remotetest.Kernel), Driver: "virtio", Version: "2", Key: unsignedKey})
 	if _, err := openAt(t, reg.URL(), Options{}).PushSet(ctx, src, uid, "r"); err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func TestSignedCells(t *testing.T) {
 
 	// Signed by a key nobody trusts.
 	foreignKey := map[string]string{"schema": "test", "cell": "foreign"}
-	fid := remotetest.AddSet(t, src, remotetest.Set{Driver: "virtio", Version: "3", Key: foreignKey})
+	fid := remotetest.AddSet(t, src, remotetest.Set{KernelTree: testenv.KernelTree(t, remotetest.Kernel), Driver: "virtio", Version: "3", Key: foreignKey})
 	if _, err := openAt(t, reg.URL(), Options{Signer: other}).PushSet(ctx, src, fid, "r"); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +103,7 @@ func TestSignedCells(t *testing.T) {
 	// Someone without the key replaces the team's cell by another set and
 	// copies the team's signature onto it.
 	forger := emptyStore(t)
-	xid := remotetest.AddSet(t, forger, remotetest.Set{Driver: "virtio", Version: "1", Flavor: "forged", Key: key})
+	xid := remotetest.AddSet(t, forger, remotetest.Set{KernelTree: testenv.KernelTree(t, remotetest.Kernel), Driver: "virtio", Version: "1", Flavor: "forged", Key: key})
 	signed, _, _ := reg.Manifest(manifest.KeyID(key))
 	if _, err := openAt(t, reg.URL(), Options{Trust: otherTrust}).PushSet(ctx, forger, xid, "r"); err != nil {
 		t.Fatalf("push over a cell this pusher does not trust: %v", err)
@@ -154,13 +155,13 @@ func TestPullKeepsLocalSet(t *testing.T) {
 	reg := remotetest.Start(t)
 	src := emptyStore(t)
 	key := map[string]string{"schema": "test", "cell": "remote"}
-	id := remotetest.AddSet(t, src, remotetest.Set{Driver: "virtio", Version: "1", Key: key})
+	id := remotetest.AddSet(t, src, remotetest.Set{KernelTree: testenv.KernelTree(t, remotetest.Kernel), Driver: "virtio", Version: "1", Key: key})
 	r := openAt(t, reg.URL(), Options{})
 	if _, err := r.PushSet(ctx, src, id, "r"); err != nil {
 		t.Fatal(err)
 	}
 	local := emptyStore(t)
-	lid := remotetest.AddSet(t, local, remotetest.Set{Driver: "virtio", Version: "1", Key: map[string]string{"schema": "test", "cell": "local"}})
+	lid := remotetest.AddSet(t, local, remotetest.Set{KernelTree: testenv.KernelTree(t, remotetest.Kernel), Driver: "virtio", Version: "1", Key: map[string]string{"schema": "test", "cell": "local"}})
 	if _, err := r.Pull(ctx, local, key, false); err == nil || !strings.Contains(err.Error(), "--replace") {
 		t.Errorf("Pull over a local set without replace = %v, want a refusal naming --replace", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/remote/remotetest"
 	"github.com/kpreload/kpreload/kmodcache/store"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // signedCell is a cell a test pushed, signed.
@@ -32,7 +33,7 @@ func pushSigned(t *testing.T, reg *remotetest.Registry, s *cellsign.Signer, cell
 	t.Helper()
 	c := &signedCell{key: map[string]string{"schema": "test", "cell": cell}, src: emptyStore(t)}
 	c.tag = manifest.KeyID(c.key)
-	c.id = remotetest.AddSet(t, c.src, remotetest.Set{Driver: "virtio", Version: "1", Key: c.key})
+	c.id = remotetest.AddSet(t, c.src, remotetest.Set{KernelTree: testenv.KernelTree(t, remotetest.Kernel), Driver: "virtio", Version: "1", Key: c.key})
 	if _, err := openAt(t, reg.URL(), Options{Signer: s}).PushSet(context.Background(), c.src, c.id, recipe); err != nil {
 		t.Fatal(err)
 	}

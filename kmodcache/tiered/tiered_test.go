@@ -306,7 +306,7 @@ func newStore(t *testing.T) *store.Store {
 // addSet adds the test cell's set to st and returns its id.
 func addSet(t *testing.T, st *store.Store) string {
 	t.Helper()
-	return remotetest.AddSet(t, st, remotetest.Set{Driver: testCell.Driver, Version: testCell.Version, Flavor: testCell.Flavor, Key: testCell.Key})
+	return remotetest.AddSet(t, st, remotetest.Set{KernelTree: testenv.KernelTree(t, remotetest.Kernel), Driver: testCell.Driver, Version: testCell.Version, Flavor: testCell.Flavor, Key: testCell.Key})
 }
 
 // moduleFiles returns the real modules remotetest.AddSet stores.

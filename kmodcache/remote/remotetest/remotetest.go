@@ -27,7 +27,6 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/kpreload/kpreload/kmodcache/store"
-	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // Repo is the repository the registry serves.
@@ -442,12 +441,15 @@ func Silent(t testing.TB) string {
 	return l.Addr().String()
 }
 
-// Kernel is the kernel whose real modules (testenv.KernelTree) AddSet uses.
+// Kernel is the kernel whose real modules AddSet uses: a test passes its
+// unpacked tree (testenv.KernelTree(t, remotetest.Kernel)) as Set.KernelTree.
 const Kernel = "6.1.0-56-cloud-amd64"
 
 // Set describes a module set for AddSet: three real modules of Kernel
 // (virtio_net and the two it needs) under the given names.
 type Set struct {
+	// KernelTree is Kernel's unpacked package tree (its lib/modules/Kernel holds the modules).
+	KernelTree              string
 	Driver, Version, Flavor string
 	// Key is the set's cache key.
 	Key map[string]string
@@ -458,7 +460,10 @@ type Set struct {
 // AddSet adds s to st and returns the set's id.
 func AddSet(t testing.TB, st *store.Store, s Set) string {
 	t.Helper()
-	tree := filepath.Join(testenv.KernelTree(t, Kernel), "lib", "modules", Kernel)
+	if s.KernelTree == "" {
+		t.Fatal("remotetest.AddSet: Set.KernelTree is empty (testenv.KernelTree(t, remotetest.Kernel))")
+	}
+	tree := filepath.Join(s.KernelTree, "lib", "modules", Kernel)
 	var files []string
 	for _, m := range []string{"kernel/drivers/net/virtio_net", "kernel/drivers/net/net_failover", "kernel/net/core/failover"} {
 		files = append(files, filepath.Join(tree, m+".ko"))
