@@ -10,20 +10,22 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/gpu/activate"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 )
 
 const h200Version = "580.159.04"
 const h200UUID = "GPU-7843b487-7c5d-bf32-e87d-73ef066a19c5"
 
-// h200Tree builds a root from the real H200 VM's /proc captures (testdata/h200)
-// and returns it; files maps more paths (relative to the root) to contents.
+// h200Tree builds a root from the real H200 VM's /proc captures
+// (testenv.H200Proc) and returns it; files maps more paths (relative to the
+// root) to contents.
 func h200Tree(t *testing.T, files map[string]string) string {
 	t.Helper()
 	root := t.TempDir()
-	copyFile(t, "testdata/h200/proc-devices", filepath.Join(root, "proc/devices"))
-	copyFile(t, "testdata/h200/information", filepath.Join(root, "proc/driver/nvidia/gpus/0000:00:06.0/information"))
-	copyFile(t, "testdata/h200/proc-driver-nvidia-version", filepath.Join(root, "proc/driver/nvidia/version"))
+	for p, c := range testenv.H200Proc(t) {
+		write(t, filepath.Join(root, p), c)
+	}
 	for p, c := range files {
 		write(t, filepath.Join(root, p), c)
 	}

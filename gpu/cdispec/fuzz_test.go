@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // encodeLdcache writes entries as glibc's ldconfig does in the current
@@ -107,10 +109,7 @@ func FuzzLdcache(f *testing.F) {
 // ("" leaves one out) to readGPUs: a GPU per file, sorted by minor, each with
 // its bus; an error names the file.
 func FuzzReadGPUs(f *testing.F) {
-	info, err := os.ReadFile("testdata/h200/information")
-	if err != nil {
-		f.Fatal(err)
-	}
+	info := testenv.H200Proc(f)["proc/driver/nvidia/gpus/0000:00:06.0/information"]
 	f.Add(string(info), "")
 	f.Add(string(info), "Device Minor: 0\nGPU UUID: GPU-x\n")
 	f.Add("Device Minor:\t 4294967295 \n", "Device Minor: 4294967296\n")
@@ -163,10 +162,7 @@ func FuzzReadGPUs(f *testing.F) {
 // version it returns is digits and dots, a word of an NVRM line; an error
 // names the file.
 func FuzzReadVersion(f *testing.F) {
-	v, err := os.ReadFile("testdata/h200/proc-driver-nvidia-version")
-	if err != nil {
-		f.Fatal(err)
-	}
+	v := testenv.H200Proc(f)["proc/driver/nvidia/version"]
 	f.Add(string(v))
 	f.Add("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.261.03  Wed Jul 30 2025\n")
 	f.Add("NVRM version: 1.\nGCC version: 12.2\n")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/cdispec"
 	"github.com/kpreload/kpreload/internal/inroot/inroottest"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // cdiTree builds a host root from the H200 VM's /proc captures, with the MIG
@@ -19,21 +20,13 @@ import (
 func cdiTree(t *testing.T) string {
 	t.Helper()
 	root := t.TempDir()
-	testdata := "../../../gpu/cdispec/testdata/h200/"
 	files := map[string]string{
 		"proc/driver/nvidia/capabilities/mig/config":  "DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n",
 		"proc/driver/nvidia/capabilities/mig/monitor": "DeviceFileMinor: 2\nDeviceFileMode: 292\nDeviceFileModify: 1\n",
 		"usr/lib64/libcuda.so.580.159.04":             "elf",
 	}
-	for to, from := range map[string]string{
-		"proc/devices": "proc-devices", "proc/driver/nvidia/version": "proc-driver-nvidia-version",
-		"proc/driver/nvidia/gpus/0000:00:06.0/information": "information",
-	} {
-		b, err := os.ReadFile(testdata + from)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[to] = string(b)
+	for p, c := range testenv.H200Proc(t) {
+		files[p] = c
 	}
 	for p, c := range files {
 		p = filepath.Join(root, p)
