@@ -7,12 +7,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/kpreload/kpreload/initramfs/rootfs"
+	"github.com/kpreload/kpreload/internal/mountinfo"
 )
 
 // Where Detect reads the mounts and the block devices' sysfs entries.
@@ -102,11 +102,11 @@ func mountOf(path string) (mount, error) {
 		if !ok || len(f) < 5 || len(g) < 2 {
 			continue
 		}
-		point := unescape(f[4])
+		point := mountinfo.Unescape(f[4])
 		if !within(path, point) || (found && len(point) < len(best.point)) {
 			continue
 		}
-		best, found = mount{point: point, fstype: g[0], source: unescape(g[1])}, true
+		best, found = mount{point: point, fstype: g[0], source: mountinfo.Unescape(g[1])}, true
 	}
 	if err := sc.Err(); err != nil {
 		return mount{}, fmt.Errorf("%s: %w", mountinfoPath, err)
@@ -120,23 +120,4 @@ func mountOf(path string) (mount, error) {
 // within reports whether path is point or under it.
 func within(path, point string) bool {
 	return point == "/" || path == point || strings.HasPrefix(path, point+"/")
-}
-
-// unescape undoes mountinfo's octal escapes (\040 for a space).
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

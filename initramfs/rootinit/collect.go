@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kpreload/kpreload/internal/mountinfo"
 	"github.com/kpreload/kpreload/report"
 	"golang.org/x/sys/unix"
 )
@@ -129,7 +130,7 @@ func rootMount(path string) (report.MountEntry, error) {
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
 		if len(f) >= 4 && f[1] == "/" {
-			root = report.MountEntry{Device: unescapeMount(f[0]), FSType: f[2], Options: f[3]}
+			root = report.MountEntry{Device: mountinfo.Unescape(f[0]), FSType: f[2], Options: f[3]}
 			found = true
 		}
 	}
@@ -157,25 +158,6 @@ func blockDevice(dir, sysDevBlock string) string {
 		}
 	}
 	return ""
-}
-
-// unescapeMount undoes the octal escapes (\040 for space, ...) of /proc/mounts fields.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // loadedModules returns the module names listed in /proc/modules.

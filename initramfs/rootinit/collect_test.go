@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kpreload/kpreload/internal/mountinfo"
 	"github.com/kpreload/kpreload/report"
 	"golang.org/x/sys/unix"
 )
@@ -66,7 +67,7 @@ func TestRootMount(t *testing.T) {
 	if _, err := rootMount(p); err == nil {
 		t.Errorf("rootMount(no / entry) = nil error, want one")
 	}
-	if got := unescapeMount(`/dev/disk\040a\`); got != `/dev/disk a\` {
+	if got := mountinfo.Unescape(`/dev/disk\040a\`); got != `/dev/disk a\` {
 		t.Errorf("unescapeMount = %q, want %q", got, `/dev/disk a\`)
 	}
 }
