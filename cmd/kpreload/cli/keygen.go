@@ -11,8 +11,9 @@ import (
 func newCacheKeygenCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "keygen NAME",
-		Short: "Make an Ed25519 key pair for signing cells (NAME.key, NAME.pub)",
+		Use:         "keygen NAME",
+		Annotations: map[string]string{argsNote: "the key pair's name"},
+		Short:       "Make an Ed25519 key pair for signing cells (NAME.key, NAME.pub)",
 		Long: `Keygen writes a new Ed25519 key pair: NAME.key, the private key (PEM,
 PKCS #8, mode 0600; it is never overwritten) that builders sign the cells
 they push with (kpreload build --remote ... --sign NAME.key), and NAME.pub,
@@ -27,7 +28,7 @@ Kubernetes Secret); NAME.pub may be anywhere, in images included.`,
 		Example: `  kpreload cache keygen team
   kpreload build testdriver --remote oci://registry.example/kpreload --sign team.key
   kpreload cache pull --remote oci://registry.example/kpreload --trust team.pub`,
-		Args: cobra.ExactArgs(1),
+		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := cellsign.Generate(args[0]+".key", args[0]+".pub")
 			if err != nil {

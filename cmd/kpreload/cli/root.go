@@ -41,6 +41,8 @@ boots such images in QEMU to prove it.`,
 	for _, f := range commands {
 		root.AddCommand(f())
 	}
+	guardTree(root)
+	root.PersistentPreRunE = checkPrivilege
 	return root
 }
 
