@@ -23,10 +23,9 @@ const argsNote = "kpreload/args"
 
 // guardTree makes every group of the tree refuse an unknown child, and every
 // command suggest the nearest flag for an unknown one. NewRoot calls it once
-// the tree is complete.
+// the tree is complete, withCompletion again for the completion command.
 func guardTree(root *cobra.Command) {
 	root.InitDefaultHelpCmd()
-	root.InitDefaultCompletionCmd()
 	root.SetFlagErrorFunc(flagError)
 	var walk func(*cobra.Command)
 	walk = func(c *cobra.Command) {
