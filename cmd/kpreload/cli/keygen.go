@@ -26,8 +26,8 @@ key's id, which signed cells name. The files are what OpenSSL makes too:
 Keep NAME.key where only the builders can read it (a CI secret, a
 Kubernetes Secret); NAME.pub may be anywhere, in images included.`,
 		Example: `  kpreload cache keygen team
-  kpreload build testdriver --remote oci://registry.example/kpreload --sign team.key
-  kpreload cache pull --remote oci://registry.example/kpreload --trust team.pub`,
+  kpreload build testdriver --kernel 6.1.0-56-cloud-amd64 --remote oci://127.0.0.1:5055/team --plain-http --sign team.key
+  kpreload cache pull --remote oci://127.0.0.1:5055/team --plain-http --trust team.pub`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := cellsign.Generate(args[0]+".key", args[0]+".pub")

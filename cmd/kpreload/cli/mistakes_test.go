@@ -148,21 +148,41 @@ var exampleTests = map[string]string{
 	"kpreload completion zsh":        "TestGenericHelpExamples",
 	"kpreload completion fish":       "TestGenericHelpExamples",
 	"kpreload completion powershell": "TestGenericHelpExamples",
-	"kpreload cache ls":              "TestGenericHelpExamples",
+	"kpreload cache keygen":          "TestCacheHelpExamples",
+	"kpreload kernels fetch":         "TestCacheHelpExamples",
+	"kpreload cache add":             "TestCacheHelpExamples",
+	"kpreload build":                 "TestCacheHelpExamples",
+	"kpreload cache ls":              "TestCacheHelpExamples",
+	"kpreload cache index":           "TestCacheHelpExamples",
+	"kpreload cache verify":          "TestCacheHelpExamples",
+	"kpreload cache push":            "TestCacheHelpExamples",
+	"kpreload cache pull":            "TestCacheHelpExamples",
+	"kpreload modinfo":               "TestCacheHelpExamples",
 }
 
 // examplesNotRun are the commands whose examples no test runs yet: each
 // needs a machine, a registry, a driver build or a VM that a test of its own
 // must set up. TestCommandTree fails for a command in neither list.
 var examplesNotRun = map[string]bool{
-	"kpreload boot": true, "kpreload build": true, "kpreload cache add": true, "kpreload cache index": true,
-	"kpreload cache rm": true, "kpreload cache verify": true, "kpreload cache push": true, "kpreload cache pull": true,
-	"kpreload cache keygen": true, "kpreload cdi generate": true, "kpreload cdi hook update-ldcache": true,
-	"kpreload copy-in": true, "kpreload image build": true, "kpreload initramfs": true, "kpreload install": true,
-	"kpreload k8s refresh": true, "kpreload kernels fetch": true, "kpreload match": true, "kpreload modinfo": true,
-	"kpreload plan": true, "kpreload status": true, "kpreload user-data apply": true, "kpreload xorg": true,
+	"kpreload boot":                    true,
+	"kpreload cache rm":                true, // the set id differs with each build
+	"kpreload cdi generate":            true,
+	"kpreload cdi hook update-ldcache": true,
+	"kpreload copy-in":                 true,
+	"kpreload image build":             true,
+	"kpreload initramfs":               true,
+	"kpreload install":                 true,
+	"kpreload k8s refresh":             true,
+	"kpreload match":                   true,
+	"kpreload plan":                    true,
+	"kpreload status":                  true,
+	"kpreload user-data apply":         true,
+	"kpreload xorg":                    true,
 	// groups whose example is a child's above
-	"kpreload cdi hook": true, "kpreload image": true, "kpreload k8s": true, "kpreload kernels": true, "kpreload user-data": true,
+	"kpreload cdi hook":  true,
+	"kpreload image":     true,
+	"kpreload k8s":       true,
+	"kpreload user-data": true,
 }
 
 // TestEveryExampleHasItsTest: each command's example lines are run by the
