@@ -239,7 +239,7 @@ resolve in the container. Folders are container paths; missing ones are skipped.
   #   - hookName: createContainer
   #     path: /usr/bin/kpreload
   #     args: [kpreload, cdi, hook, update-ldcache, --folder, /usr/lib/x86_64-linux-gnu]
-  kpreload cdi hook update-ldcache --container-root /tmp/rootfs --folder /usr/local/nvidia/lib64`,
+  kpreload cdi hook update-ldcache --container-root ./rootfs --folder /usr/local/nvidia/lib64`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			root := containerRoot
