@@ -37,6 +37,8 @@ func guardTree(root *cobra.Command) {
 			if c.Run == nil && c.RunE == nil {
 				c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
 			}
+		} else if c.HasParent() && c.Parent().Name() == "completion" {
+			c.Args = noArgs // cobra's own: "unknown command" for an argument
 		}
 		for _, s := range c.Commands() {
 			walk(s)
@@ -94,7 +96,7 @@ func flagError(cmd *cobra.Command, err error) error {
 			typed = word
 		}
 	default:
-		return fmt.Errorf("%s: %w", cmd.CommandPath(), err)
+		return fmt.Errorf("%s: %w", strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" "), err)
 	}
 	typed, _, _ = strings.Cut(typed, "=")
 	if near := nearestFlag(cmd.Flags(), typed); near != "" {

@@ -95,7 +95,15 @@ func TestCommandTree(t *testing.T) {
 			t.Errorf("%s --help has no Examples section", path)
 		}
 	}
-	code, _, errOut := runCLI("switch")
+	code, _, errOut := runCLI("build", "--jobs", "x", "testdriver")
+	if want := "kpreload: build: invalid argument \"x\" for \"--jobs\" flag"; code == 0 || !strings.HasPrefix(errOut, want) {
+		t.Errorf("kpreload build --jobs x: exit %d, %q; want %q…", code, errOut, want)
+	}
+	code, _, errOut = runCLI("completion", "bash", "extra")
+	if want := "kpreload: completion bash takes no arguments, got \"extra\": kpreload completion bash\n"; code == 0 || errOut != want {
+		t.Errorf("kpreload completion bash extra: exit %d, %q; want %q", code, errOut, want)
+	}
+	code, _, errOut = runCLI("switch")
 	if want := "kpreload: switch needs the driver version or branch to switch to (VERSION|BRANCH): kpreload switch VERSION|BRANCH [flags]\n"; code == 0 || errOut != want {
 		t.Errorf("kpreload switch: exit %d, %q; want %q", code, errOut, want)
 	}

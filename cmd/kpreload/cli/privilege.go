@@ -38,6 +38,23 @@ var privileges = map[string]privilege{
 	"kpreload switch": func(cmd *cobra.Command) (bool, string) {
 		return !flagBool(cmd, "dry-run"), "it unloads and loads kernel modules; --dry-run only takes the decision"
 	},
+	"kpreload cache verify": func(cmd *cobra.Command) (bool, string) {
+		if !flagBool(cmd, "repair") && flagString(cmd, "rebuild") == "" {
+			return false, "" // only reads
+		}
+		return cacheWriter(cmd)
+	},
+	"kpreload user-data apply": func(*cobra.Command) (bool, string) {
+		return true, "it switches the driver and writes the module cache"
+	},
+	"kpreload k8s refresh": func(cmd *cobra.Command) (bool, string) {
+		dir := filepath.Join(flagString(cmd, "root"), "etc", "kpreload", "k8s")
+		return !writable(dir), "it writes " + dir
+	},
+	"kpreload copy-in": func(cmd *cobra.Command) (bool, string) {
+		root := flagString(cmd, "root")
+		return !writable(root), "it writes into " + root
+	},
 	"kpreload cache add":    cacheWriter,
 	"kpreload cache rm":     cacheWriter,
 	"kpreload cache index":  cacheWriter,
