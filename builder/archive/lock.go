@@ -24,7 +24,7 @@ func lockDir(ctx context.Context, dir string) (unlock func(), err error) {
 	path := filepath.Join(dir, updateLock)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", path, err)
+		return nil, fmt.Errorf("lock: %w", err)
 	}
 	if err := flock.Lock(ctx, f, 100*time.Millisecond, nil); err != nil {
 		f.Close()

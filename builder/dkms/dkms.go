@@ -520,7 +520,7 @@ func copySource(src, dst string) error {
 		target := filepath.Join(dst, rel)
 		info, err := os.Stat(path) // follows links
 		if err != nil {
-			return fmt.Errorf("source %s: %w", path, err)
+			return fmt.Errorf("source: %w", err)
 		}
 		if info.IsDir() {
 			if d.Type()&fs.ModeSymlink != 0 {

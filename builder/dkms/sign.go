@@ -61,11 +61,11 @@ func Sign(ctx context.Context, req SignRequest) error {
 	}
 	if !strings.HasPrefix(req.Key, "pkcs11:") {
 		if _, err := os.Stat(req.Key); err != nil {
-			return fmt.Errorf("sign %s: signing key %s: %w", filepath.Base(req.Module), req.Key, err)
+			return fmt.Errorf("sign %s: signing key: %w", filepath.Base(req.Module), err)
 		}
 	}
 	if _, err := os.Stat(req.Cert); err != nil {
-		return fmt.Errorf("sign %s: signing certificate %s: %w", filepath.Base(req.Module), req.Cert, err)
+		return fmt.Errorf("sign %s: signing certificate: %w", filepath.Base(req.Module), err)
 	}
 	c := runner.Cmd{Name: req.SignFile, Args: []string{req.Hash, req.Key, req.Cert, req.Module}, Env: []string{"LC_ALL=C"}}
 	if _, err := runner.Default.Run(ctx, c); err != nil {

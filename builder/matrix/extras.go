@@ -43,7 +43,7 @@ func prepareExtras(ctx context.Context, r *recipe.Recipe, downloads, dir string)
 		}
 		if !strings.HasPrefix(x.signKey, "pkcs11:") {
 			if _, err := os.Stat(x.signKey); err != nil {
-				return nil, fmt.Errorf("recipe %s: signing.key %s: %w", r.Name, x.signKey, err)
+				return nil, fmt.Errorf("recipe %s: signing.key: %w", r.Name, err)
 			}
 		}
 		id, err := dkms.CertID(x.signCert)

@@ -199,7 +199,7 @@ func fileDigest(path string) (string, error) {
 	defer f.Close()
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("read %s: %w", path, err)
+		return "", err // names path
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -87,14 +87,14 @@ func MkfsBtrfsArgs(stage, out, uuid, label string) []string {
 func sparseFile(path string, sizeMB int) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
-		return fmt.Errorf("rootdisk: create %s: %w", path, err)
+		return fmt.Errorf("rootdisk: %w", err)
 	}
 	if err := f.Truncate(int64(sizeMB) << 20); err != nil {
 		f.Close()
-		return fmt.Errorf("rootdisk: size %s to %d MiB: %w", path, sizeMB, err)
+		return fmt.Errorf("rootdisk: size to %d MiB: %w", sizeMB, err)
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("rootdisk: create %s: %w", path, err)
+		return fmt.Errorf("rootdisk: %w", err)
 	}
 	return nil
 }

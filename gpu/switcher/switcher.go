@@ -547,7 +547,9 @@ func (s *switcher) verify(set *bootindex.Set, names []string, before []Binding) 
 // rollback unloads the modules this switch inserted (in reverse order) and loads
 // back the ones it unloaded from cur.
 func (s *switcher) rollback(cur *bootindex.Set, cause error) error {
-	s.logf("%v", cause)
+	// The cause is the error Switch returns: the log says only that the
+	// steps that follow undo the switch, so the failure is told once.
+	s.logf("rolling back")
 	var errs []error
 	for i := len(s.res.Loaded) - 1; i >= 0; i-- {
 		m := s.res.Loaded[i]

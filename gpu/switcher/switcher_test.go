@@ -408,10 +408,17 @@ func TestSwitchRollsBack(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, true)
+			var log strings.Builder
+			e.o.Log = &log
 			tt.prepare(e)
 			res, err := e.run()
 			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "rolled back to nvidia 1.0") {
 				t.Fatalf("Switch = %v, want an error containing %q and the rollback", err, tt.want)
+			}
+			// The failure is told once, by the error: the steps say only
+			// that they roll back.
+			if strings.Contains(log.String(), tt.want) || !strings.Contains(log.String(), "rolling back") {
+				t.Errorf("log repeats the failure or lacks the rollback step:\n%s", log.String())
 			}
 			if !res.RolledBack {
 				t.Errorf("result.RolledBack = false, want true")

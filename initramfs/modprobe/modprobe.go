@@ -289,12 +289,12 @@ func readRecord(path string) (Record, error) {
 	var r Record
 	f, err := os.OpenFile(path, os.O_RDONLY|noFollow, 0)
 	if err != nil {
-		return r, fmt.Errorf("modprobe record %s: %w", path, err)
+		return r, fmt.Errorf("modprobe record: %w", err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return r, fmt.Errorf("modprobe record %s: %w", path, err)
+		return r, fmt.Errorf("modprobe record: %w", err)
 	}
 	if !fi.Mode().IsRegular() {
 		return r, fmt.Errorf("modprobe record %s: not a regular file", path)
@@ -304,7 +304,7 @@ func readRecord(path string) (Record, error) {
 	}
 	data := make([]byte, fi.Size())
 	if _, err := f.ReadAt(data, 0); err != nil {
-		return r, fmt.Errorf("modprobe record %s: %w", path, err)
+		return r, fmt.Errorf("modprobe record: %w", err)
 	}
 	if err := json.Unmarshal(data, &r); err != nil {
 		return r, fmt.Errorf("modprobe record %s: %w", path, err)

@@ -39,7 +39,7 @@ func writeAtomic(dir, name string, data []byte, perm os.FileMode, stage string) 
 	}
 	defer f.Abort()
 	if _, err := f.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", f.Name(), err)
+		return err // names the temporary file
 	}
 	at(stage + "-temp")
 	if err := f.Commit(perm, true); err != nil {

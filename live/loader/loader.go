@@ -383,13 +383,13 @@ func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
 	}
 	f, err := os.Open(c.File)
 	if err != nil {
-		return finish("failed", "", fmt.Errorf("open %s: %w", c.File, err))
+		return finish("failed", "", err) // err names the file
 	}
 	defer f.Close()
 	if l.VerifyDigest && c.Module.SHA256 != "" {
 		h := sha256.New()
 		if _, err := io.Copy(h, f); err != nil {
-			return finish("failed", "", fmt.Errorf("read %s: %w", c.File, err))
+			return finish("failed", "", err) // err names the file
 		}
 		if got := hex.EncodeToString(h.Sum(nil)); got != c.Module.SHA256 {
 			return finish("refused", fmt.Sprintf("digest mismatch: file sha256 %s, index says %s", got[:12], c.Module.SHA256[:min(12, len(c.Module.SHA256))]), nil)

@@ -600,3 +600,19 @@ func TestLoadParams(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadMissingFileNamedOnce: a module file that is gone fails with the
+// open error, which names the file once ("open X: no such file or
+// directory", not "open X: open X: …").
+func TestLoadMissingFileNamedOnce(t *testing.T) {
+	f := newFixture(t)
+	s := f.set(t, "drv", bootindex.Module{Name: "g"})
+	file := filepath.Join(f.dir, "drv", "g.ko")
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	m := one(t, load(t, f.loader(), f.index(s), "g"), "g")
+	if m.Result != "failed" || strings.Count(m.Reason, file) != 1 || !strings.Contains(m.Reason, "no such file") {
+		t.Errorf("Load(g) with %s gone = %q (%q), want failed, naming the file once", file, m.Result, m.Reason)
+	}
+}

@@ -194,11 +194,11 @@ func (s *stepOutputDir) Run(_ context.Context, state multistep.StateBag) multist
 		}
 		ui.Say(fmt.Sprintf("Deleting the previous output directory %s (-force)", s.path))
 		if err := os.RemoveAll(s.path); err != nil {
-			return fail(fmt.Errorf("output_directory %s: remove the previous one (-force): %w", s.path, err))
+			return fail(fmt.Errorf("output_directory: remove the previous one (-force): %w", err))
 		}
 	}
 	if err := os.MkdirAll(s.path, 0o755); err != nil {
-		return fail(fmt.Errorf("output_directory %s: %w", s.path, err))
+		return fail(fmt.Errorf("output_directory: %w", err))
 	}
 	s.made = true
 	return multistep.ActionContinue

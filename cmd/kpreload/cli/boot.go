@@ -100,7 +100,7 @@ real time: under plain TCG a guest's first run of new code costs far more.`,
   kpreload boot --kernel vmlinuz --initramfs initrd.img --root-disk root.img --accel auto --json
   kpreload boot --kernel vmlinuz --initramfs initrd.img --root-disk root.img --device edu --instance instance.yaml
   kpreload boot --image out/ci-testdriver.qcow2 --device edu --instance images/instance-testdriver.yaml`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if image != "" {
 				if c.Kernel != "" || c.Initramfs != "" || c.RootDisk != "" || c.Append != "" {

@@ -32,8 +32,9 @@ func newBuildCmd() *cobra.Command {
 		report bool
 	)
 	cmd := &cobra.Command{
-		Use:   "build RECIPE[:KVER]... [--kernel KVER]... [--cache DIR] [--jobs N] [--remote oci://HOST/REPO] [--shard I/N] [--json]",
-		Short: "Precompile driver recipes with dkms for a kernel matrix into the module cache",
+		Use:         "build RECIPE[:KVER]... [--kernel KVER]... [--cache DIR] [--jobs N] [--remote oci://HOST/REPO] [--shard I/N] [--json]",
+		Annotations: map[string]string{argsNote: "the recipes to build"},
+		Short:       "Precompile driver recipes with dkms for a kernel matrix into the module cache",
 		Long: `Build compiles every RECIPE (a recipe file, or the name of a recipe in
 --recipes) with the real dkms for each kernel of its matrix, or for the
 --kernel releases given, and adds the modules the recipe keeps to the module
@@ -99,7 +100,7 @@ builds and leaves the cache (and the registry) as it was.`,
 			if report {
 				return nil
 			}
-			return cobra.MinimumNArgs(1)(cmd, args)
+			return minArgs(1)(cmd, args)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cacheContext(cmd), os.Interrupt, syscall.SIGTERM)

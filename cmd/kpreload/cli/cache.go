@@ -52,13 +52,14 @@ func newCacheAddCmd(open func() (*store.Store, error)) *cobra.Command {
 	var req store.AddRequest
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "add --driver NAME --version V [--flavor F] FILE.ko...",
-		Short: "Add a set of module files built for one kernel",
+		Use:         "add --driver NAME --version V [--flavor F] FILE.ko...",
+		Annotations: map[string]string{argsNote: "the module files to add"},
+		Short:       "Add a set of module files built for one kernel",
 		Long: `Add reads every module file (.ko, .ko.xz, .ko.zst, .ko.gz), checks that they
 were all built for one kernel (same vermagic), stores them by content, writes
 the set's manifest and regenerates that kernel's boot index. It prints the set
 id; adding the same files again gives the same id and changes nothing.`,
-		Args: cobra.MinimumNArgs(1),
+		Args: minArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := errors.Join(names.Check("--driver", req.Driver), names.Check("--version", req.Version), checkNames("--flavor", req.Flavor)); err != nil {
 				return fmt.Errorf("cache add: %w", err)
@@ -123,7 +124,7 @@ func newCacheLsCmd(open func() (*store.Store, error)) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ls [--kernel K]",
 		Short: "List the module sets in the cache",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := open()
 			if err != nil {
@@ -192,7 +193,7 @@ is non-zero when they differ.
 
   kpreload cache verify --rebuild 0f5074e78eb6
   kpreload cache pull --remote oci://registry.example/kpreload && kpreload cache verify --rebuild ae3c39a1 --json`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := open()
 			if err != nil {
@@ -301,7 +302,7 @@ func newCacheIndexCmd(open func() (*store.Store, error)) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "index --kernel K",
 		Short: "Print the boot index /init reads for a kernel release",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := names.Check("--kernel", kernel); err != nil {
 				return fmt.Errorf("cache index: %w", err)
@@ -324,9 +325,10 @@ func newCacheIndexCmd(open func() (*store.Store, error)) *cobra.Command {
 
 func newCacheRmCmd(open func() (*store.Store, error)) *cobra.Command {
 	return &cobra.Command{
-		Use:   "rm SET...",
-		Short: "Remove sets (by id or unique id prefix) and the module files only they use",
-		Args:  cobra.MinimumNArgs(1),
+		Use:         "rm SET...",
+		Annotations: map[string]string{argsNote: "the module sets to remove"},
+		Short:       "Remove sets (by id or unique id prefix) and the module files only they use",
+		Args:        minArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := open()
 			if err != nil {

@@ -21,7 +21,7 @@ func newCDICmd() *cobra.Command {
 		Long: `cdi describes the loaded NVIDIA driver to container runtimes (docker, podman,
 containerd, CRI-O) as a CDI spec of kind nvidia.com/gpu, and provides the
 createContainer hook that spec names.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 	}
 	cmd.AddCommand(newCDIGenerateCmd(), newCDIRefreshCmd(), newCDIHookCmd())
 	return cmd
@@ -73,7 +73,7 @@ replaced. A JSON FILE (--json) carries no marker, so it is only created.`,
   kpreload cdi generate --root /tmp/h200-tree
   docker run --rm --device nvidia.com/gpu=all ubuntu nvidia-smi
   podman run --rm --device nvidia.com/gpu=0 ubuntu nvidia-smi -L`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts := cdispec.Options{HookPath: hookPath}
 			if opts.HookPath == "" {
@@ -150,7 +150,7 @@ written. --json prints what was done as JSON.`,
 		Example: `  kpreload cdi refresh
   kpreload cdi refresh --json
   kpreload cdi refresh --root /mnt -o /run/cdi/kpreload-nvidia.yaml`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			target := file
 			if !cmd.Flags().Changed("output") {
@@ -218,7 +218,7 @@ func newCDIHookCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "hook",
 		Short: "OCI hooks named by kpreload's CDI spec (run by container runtimes)",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 	}
 	var (
 		folders                 []string
@@ -239,8 +239,8 @@ resolve in the container. Folders are container paths; missing ones are skipped.
   #   - hookName: createContainer
   #     path: /usr/bin/kpreload
   #     args: [kpreload, cdi, hook, update-ldcache, --folder, /usr/lib/x86_64-linux-gnu]
-  kpreload cdi hook update-ldcache --container-root /tmp/rootfs --folder /usr/local/nvidia/lib64`,
-		Args: cobra.NoArgs,
+  kpreload cdi hook update-ldcache --container-root ./rootfs --folder /usr/local/nvidia/lib64`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			root := containerRoot
 			if root == "" {

@@ -13,8 +13,9 @@ func init() { register(newCopyInCmd) }
 func newCopyInCmd() *cobra.Command {
 	var root string
 	c := &cobra.Command{
-		Use:   "copy-in --root DIR TREE",
-		Short: "Copy a directory tree into a root, every path resolved inside the root",
+		Use:         "copy-in --root DIR TREE",
+		Annotations: map[string]string{argsNote: "the tree to copy into the root"},
+		Short:       "Copy a directory tree into a root, every path resolved inside the root",
 		Long: `Copy the directory tree TREE (unpacked kpreload files, as the Packer
 provisioner uploads them) into the root filesystem DIR. Every path is resolved
 inside DIR as in a chroot of it: a link in DIR, absolute or with "..", is
@@ -22,7 +23,7 @@ followed inside DIR or the copy fails naming it; nothing outside DIR is created,
 changed or removed. Directories already there are kept; files are replaced
 atomically with TREE's modes; links are made anew.`,
 		Example: `  sudo kpreload copy-in --root /mnt/image /tmp/kpreload-provision/tree`,
-		Args:    cobra.ExactArgs(1),
+		Args:    exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := inroot.CopyTree(root, "/", args[0]); err != nil {
 				return fmt.Errorf("copy %s into %s: %w", args[0], root, err)

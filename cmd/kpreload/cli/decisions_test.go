@@ -105,8 +105,13 @@ func TestOneDecision(t *testing.T) {
 					textArgs = append(textArgs, a)
 				}
 			}
-			_, switchOut, _ := runCLI(append([]string{"switch"}, textArgs...)...)
-			if _, decision, _ := strings.Cut(planOut, "\n"); decision == "" || !strings.Contains(switchOut, decision) {
+			_, switchOut, switchErr := runCLI(append([]string{"switch"}, textArgs...)...)
+			if tt.Want == "" {
+				// A refusal is the one thing said: on stderr, stdout empty.
+				if switchOut != "" || !strings.Contains(switchErr, "refused") {
+					t.Errorf("switch %s --dry-run (refused) printed\n%s\nand on stderr\n%s\nwant only the refusal, on stderr", tt.Version, switchOut, switchErr)
+				}
+			} else if _, decision, _ := strings.Cut(planOut, "\n"); decision == "" || !strings.Contains(switchOut, decision) {
 				t.Errorf("switch %s --dry-run printed\n%s\nwant plan's decision\n%s", tt.Version, switchOut, decision)
 			}
 			if tt.Want != "" && (res.To == nil || res.To.Driver+" "+res.To.Version+" "+res.To.Flavor != tt.Want) {
@@ -181,5 +186,42 @@ func TestSwitchHelpExamples(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatal("switch --help: no example run")
+	}
+}
+
+// TestSwitchOneStory: kpreload switch --dry-run tells one decision. A version
+// the cache lacks is refused on stderr alone (no plan on stdout that would
+// load another version, no decision in the --json record); an accepted one
+// prints its candidate table once.
+func TestSwitchOneStory(t *testing.T) {
+	tab := readDecisionTable(t)
+	var sets []bootindex.Set
+	for _, s := range tab.Sets {
+		f := strings.Fields(s)
+		sets = append(sets, bootindex.Set{ID: strings.Join(f, "-"), Driver: f[0], Version: f[1], Flavor: f[2]})
+	}
+	cache := planCache(t, sets, nil)
+	root := pcitest.FromFixture(t, filepath.Join(pcitest.H200(t), "..", tab.Capture, "pci-sysfs.txt"))
+	base := []string{"switch", "--dry-run", "--sysfs", root, "--cache", cache, "--kernel", planKernel}
+
+	code, out, errOut := runCLI(append(base, "999")...)
+	if code == 0 || out != "" || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "no cached driver set 999") {
+		t.Errorf("switch 999 --dry-run: exit %d, stdout\n%s\nstderr\n%s\nwant a non-zero exit and one line on stderr naming 999, nothing on stdout", code, out, errOut)
+	}
+	code, out, _ = runCLI(append(base, "999", "--json")...)
+	var res switcher.Result
+	if err := json.Unmarshal([]byte(out), &res); code == 0 || err != nil || res.Decision != nil || res.To != nil {
+		t.Errorf("switch 999 --dry-run --json: exit %d, %v, record\n%s\nwant a non-zero exit and a record with no decision", code, err, out)
+	}
+
+	code, out, errOut = runCLI(append(base, "535")...)
+	if code != 0 || errOut != "" {
+		t.Fatalf("switch 535 --dry-run: exit %d, stderr %s", code, errOut)
+	}
+	if n := strings.Count(out, "nvidia-535.2  chosen"); n != 1 {
+		t.Errorf("switch 535 --dry-run printed the chosen candidate %d times, want once:\n%s", n, out)
+	}
+	if first, _, _ := strings.Cut(out, "\n"); !strings.Contains(first, "535.261.03 open would be loaded") {
+		t.Errorf("switch 535 --dry-run: first line %q, want the set it would load", first)
 	}
 }

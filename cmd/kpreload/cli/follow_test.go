@@ -22,29 +22,7 @@ func TestFollowHelpExamples(t *testing.T) {
 	testenv.SkipShort(t, "builds the test driver with the real dkms")
 	examples := helpExamples(t, "follow", "testdriver:6.1.0-56-cloud-amd64")
 	reg := testenv.StartRegistry(t)
-	l, err := net.Listen("tcp", "127.0.0.1:5055")
-	if err != nil {
-		t.Fatalf("the examples name 127.0.0.1:5055, which is taken: %v", err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				r, err := net.Dial("tcp", reg.Addr)
-				if err != nil {
-					return
-				}
-				defer r.Close()
-				go io.Copy(r, c)
-				io.Copy(c, r)
-			}()
-		}
-	}()
+	forward5055(t, reg.Addr)
 	recipes, err := filepath.Abs("../../../recipes")
 	if err != nil {
 		t.Fatal(err)
@@ -83,4 +61,33 @@ func TestFollowHelpExamples(t *testing.T) {
 			}
 		}
 	}
+}
+
+// forward5055 forwards 127.0.0.1:5055, the registry address the help
+// examples name, to the test registry at addr until the test ends.
+func forward5055(t *testing.T, addr string) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:5055")
+	if err != nil {
+		t.Fatalf("the examples name 127.0.0.1:5055, which is taken: %v", err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r, err := net.Dial("tcp", addr)
+				if err != nil {
+					return
+				}
+				defer r.Close()
+				go io.Copy(r, c)
+				io.Copy(c, r)
+			}()
+		}
+	}()
 }

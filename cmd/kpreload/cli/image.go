@@ -88,7 +88,7 @@ whole manifest) to stdout.`,
   kpreload image build --name gpu --kernel 6.1.0-56-cloud-amd64 --recipe nvidia-535 --format vmdk,vhd,gce
   kpreload image build --name gpu --kernel 6.1.0-56-cloud-amd64 --recipe nvidia-535 \
       --instance images/instance.yaml --cmdline "console=ttyS0" --json`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cacheContext(cmd), os.Interrupt, syscall.SIGTERM)
 			defer stop()

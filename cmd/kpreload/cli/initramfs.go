@@ -46,7 +46,7 @@ image builder knows its root's: --filesystems ext4 leaves out xfs and btrfs, hal
 the uncompressed initramfs, which the kernel decompresses before /init runs.`,
 		Example: `  kpreload initramfs --kernel 6.1.0-56-cloud-amd64 -o initrd.img
   kpreload initramfs --kernel 6.12.117+deb12-cloud-amd64 --root /var/cache/kpreload/kernels/6.12.117+deb12-cloud-amd64 --cache ./cache -o initrd.img`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Kernel == "" {
 				return fmt.Errorf("--kernel is required (the kernel release, as uname -r prints it)")
@@ -66,7 +66,7 @@ the uncompressed initramfs, which the kernel decompresses before /init runs.`,
 				o.Init = defaultInit()
 			}
 			if _, err := os.Stat(o.Init); err != nil {
-				return fmt.Errorf("/init binary %s: %w (build it with `make`, or pass --init)", o.Init, err)
+				return fmt.Errorf("/init binary: %w (build it with `make`, or pass --init)", err)
 			}
 			res, err := assemble.WriteFile(o, out)
 			if err != nil {

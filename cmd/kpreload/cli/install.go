@@ -118,7 +118,7 @@ through a loop device, with /dev, /proc and /sys bound in, and unmounted after.`
   sudo kpreload install --kernel 6.1.0-56-cloud-amd64
   sudo kpreload install --root /mnt/image --esp /mnt/image/boot/efi
   sudo kpreload install --stage --image debian.raw --recipe testdriver`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			errs := []error{checkNames("--default", def)}
 			for _, k := range kernels {
@@ -163,8 +163,9 @@ through a loop device, with /dev, /proc and /sys bound in, and unmounted after.`
 func newKernelHookCmd() *cobra.Command {
 	var f installFlags
 	c := &cobra.Command{
-		Use:   "kernel-hook postinst|postrm KVER [IMAGE] | grub-entries | boot-ok | refresh",
-		Short: "What the kernel packages and grub-mkconfig run (installed by kpreload install)",
+		Use:         "kernel-hook postinst|postrm KVER [IMAGE] | grub-entries | boot-ok | refresh",
+		Annotations: map[string]string{argsNote: "the hook's event (postinst|postrm KVER [IMAGE], grub-entries, boot-ok or refresh)"},
+		Short:       "What the kernel packages and grub-mkconfig run (installed by kpreload install)",
 		Long: `Debian's kernel packages run /etc/kernel/postinst.d/zz-kpreload and
 postrm.d/zz-kpreload after installing or removing a kernel; both hand over to
 
@@ -216,7 +217,7 @@ key in /etc/kpreload/boot.yaml, or an /etc/kpreload/cmdline of more than one
 line, is a warning, and the defaults (or the running system's command line)
 are used. Every path is resolved inside --root, as in a chroot of it.`,
 		Example: `  kpreload kernel-hook refresh`,
-		Args:    cobra.RangeArgs(1, 3),
+		Args:    rangeArgs(1, 3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if args[0] == "grub-entries" {
 				if len(args) != 1 {
@@ -303,7 +304,7 @@ func newStatusCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "status [--root DIR]",
 		Short: "Show a root's kernels, their driver sets and which one boots by default",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			kernels, err := install.Kernels(root)
 			if err != nil {

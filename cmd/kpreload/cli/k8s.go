@@ -19,7 +19,7 @@ func newK8sCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "k8s",
 		Short: "Kubernetes GPU sharing and MIG configs from the instance YAML",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 	}
 	cmd.AddCommand(newK8sRefreshCmd())
 	return cmd
@@ -45,7 +45,7 @@ A file the decision does not ask for is removed, so none outlives the request
 that made it; a MIG request the GPUs cannot take was refused at boot (the
 report says why) and writes no MIG file. kpreload never changes MIG mode
 itself. kpreload-k8s.service runs this at boot.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var sel *report.Selection
 			// The report is a regular file of bounded size (a FIFO or

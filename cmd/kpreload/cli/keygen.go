@@ -11,8 +11,9 @@ import (
 func newCacheKeygenCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "keygen NAME",
-		Short: "Make an Ed25519 key pair for signing cells (NAME.key, NAME.pub)",
+		Use:         "keygen NAME",
+		Annotations: map[string]string{argsNote: "the key pair's name"},
+		Short:       "Make an Ed25519 key pair for signing cells (NAME.key, NAME.pub)",
 		Long: `Keygen writes a new Ed25519 key pair: NAME.key, the private key (PEM,
 PKCS #8, mode 0600; it is never overwritten) that builders sign the cells
 they push with (kpreload build --remote ... --sign NAME.key), and NAME.pub,
@@ -25,9 +26,9 @@ key's id, which signed cells name. The files are what OpenSSL makes too:
 Keep NAME.key where only the builders can read it (a CI secret, a
 Kubernetes Secret); NAME.pub may be anywhere, in images included.`,
 		Example: `  kpreload cache keygen team
-  kpreload build testdriver --remote oci://registry.example/kpreload --sign team.key
-  kpreload cache pull --remote oci://registry.example/kpreload --trust team.pub`,
-		Args: cobra.ExactArgs(1),
+  kpreload build testdriver --kernel 6.1.0-56-cloud-amd64 --remote oci://127.0.0.1:5055/team --plain-http --sign team.key
+  kpreload cache pull --remote oci://127.0.0.1:5055/team --plain-http --trust team.pub`,
+		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := cellsign.Generate(args[0]+".key", args[0]+".pub")
 			if err != nil {

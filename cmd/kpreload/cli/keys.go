@@ -76,7 +76,7 @@ certificate: enroll the new one where they are rebuilt).`,
 		Use:     "show [--json]",
 		Short:   "Where the module signing key is and what to enroll",
 		Example: "  kpreload keys show --cache cache\n  kpreload keys show --cache cache --json",
-		Args:    cobra.NoArgs,
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			k, err := loadKey(cache)
 			if err != nil {
@@ -96,7 +96,7 @@ certificate: enroll the new one where they are rebuilt).`,
 		Use:     "export -o FILE [--format der|pem]",
 		Short:   "Write the module signing certificate (never the private key)",
 		Example: "  kpreload keys export --cache cache -o mok.der\n  kpreload keys export --cache cache --format pem -o mok.pem",
-		Args:    cobra.NoArgs,
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "" {
 				return errors.New("-o FILE is required")
@@ -129,7 +129,7 @@ certificate: enroll the new one where they are rebuilt).`,
 		Use:     "rotate [--json]",
 		Short:   "Make a new module signing key and sign the old key's cells again with it",
 		Example: "  kpreload keys rotate --cache cache",
-		Args:    cobra.NoArgs,
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			old, cur, err := modkey.Rotate(cache)
 			if err != nil {

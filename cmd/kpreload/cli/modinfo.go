@@ -21,8 +21,9 @@ func newModinfoCmd() *cobra.Command {
 		field  string
 	)
 	cmd := &cobra.Command{
-		Use:   "modinfo FILE...",
-		Short: "Show what kernel module files (.ko, .ko.xz, .ko.zst, .ko.gz) say about themselves",
+		Use:         "modinfo FILE...",
+		Annotations: map[string]string{argsNote: "the module files to read"},
+		Short:       "Show what kernel module files (.ko, .ko.xz, .ko.zst, .ko.gz) say about themselves",
 		Long: `Show the .modinfo fields, the modversions table size, the compression and
 whether a signature is appended, for each kernel module file given.
 
@@ -31,7 +32,7 @@ besides the .modinfo keys, -F knows filename, signed, compression and versions
 (the modversions table as "0xCRC<TAB>symbol" lines, like
 modprobe --dump-modversions). With --json, print the parsed module (one object
 for one file, an array for several).`,
-		Args: cobra.MinimumNArgs(1),
+		Args: minArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if asJSON && field != "" {
 				return errors.New("modinfo: --json and -F cannot be combined")

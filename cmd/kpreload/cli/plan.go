@@ -40,7 +40,7 @@ status is 0 unless the inputs cannot be read. --json prints the same structure a
 the "selection" section of the boot report.`,
 		Example: `  kpreload plan --sysfs / --cache /var/lib/kpreload/cache --kernel "$(uname -r)"
   kpreload plan --sysfs ./h200-sysfs --cache ./cache --kernel 6.1.0-56-cloud-amd64 --instance instance.yaml --json`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if sysRoot == "" || cacheDir == "" || kernel == "" {
 				return errors.New("--sysfs, --cache and --kernel are required")

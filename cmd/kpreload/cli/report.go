@@ -16,8 +16,9 @@ func init() { register(newReportCmd) }
 func newReportCmd() *cobra.Command {
 	var svgFile string
 	cmd := &cobra.Command{
-		Use:   "report [REPORT.json] [--svg FILE]",
-		Short: "Show a boot report's timeline, or draw it as an SVG picture",
+		Use:         "report [REPORT.json] [--svg FILE]",
+		Annotations: map[string]string{argsNote: "the boot report to read"},
+		Short:       "Show a boot report's timeline, or draw it as an SVG picture",
 		Long: `Report reads the boot report /init wrote (default ` + report.Path + `, where a
 booted kpreload image keeps it) and prints its timeline: when /init started,
 each module it considered with its result, phase and the devices it was for,
@@ -27,7 +28,7 @@ the root, the drivers ready and switch_root.
 no external resources) that any browser shows.`,
 		Example: `  kpreload report report.json
   kpreload report --svg boot.svg report.json`,
-		Args: cobra.MaximumNArgs(1),
+		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			file := report.Path
 			if len(args) == 1 {

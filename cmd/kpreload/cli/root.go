@@ -41,6 +41,19 @@ boots such images in QEMU to prove it.`,
 	for _, f := range commands {
 		root.AddCommand(f())
 	}
+	guardTree(root)
+	addExamples(root)
+	root.PersistentPreRunE = checkPrivilege
+	return root
+}
+
+// withCompletion adds cobra's completion command to root, once root's output
+// is set (the command keeps the writer it finds), and gives it the same
+// answers to mistakes and its Examples.
+func withCompletion(root *cobra.Command) *cobra.Command {
+	root.InitDefaultCompletionCmd()
+	guardTree(root)
+	addExamples(root)
 	return root
 }
 
@@ -53,6 +66,7 @@ func Execute(args []string, stdout, stderr io.Writer) int {
 		root.SetArgs(args)
 		root.SetOut(stdout)
 		root.SetErr(stderr)
+		withCompletion(root)
 		if err := root.ExecuteContext(ctx); err != nil {
 			if s, ok := err.(*exitStatus); ok && s.err == nil {
 				return s.code

@@ -86,7 +86,7 @@ nearest one above it with kpreload's go.mod.`,
 		Example: `  kpreload rootdisk -o root.img
   kpreload rootdisk -o root.img --uuid 5f1d2c3b-8a9e-4f70-b6d5-4c3b2a190807 --add /var/lib/kpreload/cache=./cache
   kpreload rootdisk -o root-xfs.img --fstype xfs --uuid 5f1d2c3b-8a9e-4f70-b6d5-4c3b2a190807`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Out == "" {
 				return fmt.Errorf("-o/--output is required")
@@ -123,7 +123,7 @@ nearest one above it with kpreload's go.mod.`,
 			}
 			st, err := os.Stat(o.Out)
 			if err != nil {
-				return fmt.Errorf("stat %s: %w", o.Out, err)
+				return err
 			}
 			label := o.Label
 			if label == "" {

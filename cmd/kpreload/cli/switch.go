@@ -32,8 +32,9 @@ func newSwitchCmd() *cobra.Command {
 		asJSON, dryRun, force            bool
 	)
 	cmd := &cobra.Command{
-		Use:   "switch VERSION|BRANCH [--cache DIR] [--driver NAME] [--flavor FLAVOR] [--force] [--json] | switch VERSION|BRANCH --dry-run [--sysfs ROOT] [--cache DIR] [--kernel KVER] [--json]",
-		Short: "Change the loaded driver version without rebooting",
+		Use:         "switch VERSION|BRANCH [--cache DIR] [--driver NAME] [--flavor FLAVOR] [--force] [--json] | switch VERSION|BRANCH --dry-run [--sysfs ROOT] [--cache DIR] [--kernel KVER] [--json]",
+		Annotations: map[string]string{argsNote: "the driver version or branch to switch to"},
+		Short:       "Change the loaded driver version without rebooting",
 		Long: `switch replaces the active driver with another version cached for the running
 kernel (the root cache's index/<uname -r>.json), without a reboot:
 
@@ -72,7 +73,7 @@ machine itself, stop what holds the driver first (systemctl stop
 kpreload-persistenced), then run kpreload switch with the version or branch.`,
 		Example: `  kpreload switch 2 --dry-run --sysfs ./h100-capture --cache ./cache --kernel 6.1.0-56-cloud-amd64
   kpreload switch 550 --flavor proprietary --dry-run --sysfs ./h100-capture --cache ./cache --kernel 6.1.0-56-cloud-amd64 --json`,
-		Args: cobra.ExactArgs(1),
+		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkNames("VERSION", args[0], "--driver", driver, "--flavor", flavor, "--kernel", kernel); err != nil || args[0] == "" {
 				return fmt.Errorf("switch: %w", errors.Join(err, names.Check("VERSION", args[0])))
@@ -101,15 +102,26 @@ kpreload-persistenced), then run kpreload switch with the version or branch.`,
 			}
 			choice, err := m.Choose(req, selection.Target{Version: args[0], Driver: driver, Flavor: flavor, Force: force})
 			if err != nil {
-				res := &switcher.Result{Decision: choice.Driver, DryRun: dryRun}
+				// One decision: the refusal. The text form says it once, on
+				// stderr; the record carries the driver's decision only when
+				// it is the refusal itself (it chose nothing), never a plan
+				// that would load another version.
 				if asJSON {
+					res := &switcher.Result{DryRun: dryRun}
+					if choice != nil && choice.Driver != nil && choice.Driver.Chosen == nil {
+						res.Decision = choice.Driver
+					}
 					if jerr := printJSON(cmd.OutOrStdout(), res); jerr != nil {
 						return jerr
 					}
-				} else if dryRun && choice.Decision != nil {
-					printPlan(cmd.OutOrStdout(), choice.Decision) // the decision, as kpreload plan shows it
 				}
 				return err
+			}
+			// The steps go to stderr as they happen; a dry run has none (its
+			// outcome, on stdout, is the whole story).
+			var log io.Writer = prefixWriter{w: cmd.ErrOrStderr(), prefix: "kpreload switch: "}
+			if dryRun {
+				log = nil
 			}
 			ld := &loader.Loader{Release: kernel, SysRoot: "/sys", VerifyDigest: true, Phase: "switch", Now: switcher.BootTime}
 			res, err := switcher.Switch(switcher.Options{
@@ -120,29 +132,30 @@ kpreload-persistenced), then run kpreload switch with the version or branch.`,
 				Kernel:      switcher.System{Loader: ld},
 				BindTimeout: bindTimeout,
 				Ldconfig:    ldconfig,
-				Log:         prefixWriter{w: cmd.ErrOrStderr(), prefix: "kpreload switch: "},
+				Log:         log,
 			})
 			if dryRun {
 				return printSwitchDecision(cmd.OutOrStdout(), res, choice.Decision, err, asJSON)
 			}
 			// The CDI spec follows the driver now active (the new one, the old one
 			// after a rollback, or none: then the spec is removed).
+			// Its warnings are told once, as the switcher's are: on stderr as
+			// they happen, and in the --json record.
 			cres, cerr := refreshCDI("/", "", cdispec.Options{})
-			if cres != nil && len(cres.Warnings) > 0 {
-				if res != nil {
-					res.Warnings = append(res.Warnings, cres.Warnings...)
-				} else {
-					for _, w := range cres.Warnings {
-						fmt.Fprintf(cmd.ErrOrStderr(), "kpreload switch: warning: cdi: %s\n", w)
-					}
+			var cdiWarnings []string
+			if cres != nil {
+				for _, w := range cres.Warnings {
+					cdiWarnings = append(cdiWarnings, "cdi: "+w)
 				}
 			}
 			if cerr != nil {
-				if res != nil {
-					res.Warnings = append(res.Warnings, cerr.Error())
-				} else {
-					fmt.Fprintf(cmd.ErrOrStderr(), "kpreload switch: warning: %v\n", cerr)
-				}
+				cdiWarnings = append(cdiWarnings, cerr.Error())
+			}
+			for _, w := range cdiWarnings {
+				fmt.Fprintf(cmd.ErrOrStderr(), "kpreload switch: warning: %s\n", w)
+			}
+			if res != nil {
+				res.Warnings = append(res.Warnings, cdiWarnings...)
 			}
 			if asJSON {
 				if jerr := printJSON(cmd.OutOrStdout(), res); jerr != nil {
@@ -164,9 +177,6 @@ kpreload-persistenced), then run kpreload switch with the version or branch.`,
 			}
 			for _, b := range res.Bound {
 				fmt.Fprintf(out, "  %s bound to %s\n", b.Device, b.Driver)
-			}
-			for _, w := range res.Warnings {
-				fmt.Fprintf(out, "  warning: %s\n", w)
 			}
 			return nil
 		},
@@ -218,15 +228,11 @@ func printSwitchDecision(w io.Writer, res *switcher.Result, dec *selection.Decis
 	}
 	d := res.Decision
 	fmt.Fprintf(w, "%s: %s %s would be loaded (%s), %s (dry run: nothing changed)\n", d.Driver, d.Chosen.Version, d.Chosen.Flavor, d.Rule, fromText(res))
-	for _, c := range d.Candidates {
-		state := "chosen"
-		if c.Excluded != "" {
-			state = c.Excluded + ": " + c.Reason
-		}
-		fmt.Fprintf(w, "  %-14s %-12s %.12s  %s\n", c.Version, c.Flavor, c.ID, state)
+	if res.Forced != "" {
+		fmt.Fprintf(w, "forced past the decision: %s\n", res.Forced)
 	}
 	fmt.Fprintln(w, "\nthe decision, as kpreload plan takes it:")
-	printPlan(w, dec)
+	printPlan(w, dec) // its candidate table is the only one
 	return nil
 }
 

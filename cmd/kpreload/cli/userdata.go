@@ -53,7 +53,7 @@ it picks another version than the active one, switches to it (kpreload switch)
 and refreshes the CDI spec. What it did goes into the boot report's user_data
 section. A request with a wrong field is an error naming the file and line; the
 driver /init loaded stays.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rec, err := applyUserData(cmd.ErrOrStderr(), cloudConfig, cacheDir)
 			if rerr := recordSection("/", report.Path, "user_data", rec); rerr != nil {

@@ -41,7 +41,7 @@ The file is replaced atomically; without -o the configuration goes to stdout. It
 is an error when there is no NVIDIA GPU.`,
 		Example: `  kpreload xorg -o /etc/X11/xorg.conf
   kpreload xorg --sysfs /tmp/h200-tree --json`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			gpus, err := xorg.Find(root)
 			if err != nil {

@@ -1,0 +1,294 @@
+package cli
+
+import (
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/kpreload/kpreload/kmodcache/bootindex"
+)
+
+// treeCommands returns every visible command of the tree, root first.
+func treeCommands() []*cobra.Command {
+	var out []*cobra.Command
+	var walk func(*cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Hidden || c.Name() == cobra.ShellCompRequestCmd || c.Name() == cobra.ShellCompNoDescRequestCmd {
+			return
+		}
+		out = append(out, c)
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(withCompletion(NewRoot()))
+	return out
+}
+
+// words is a command's path without the root's name.
+func words(c *cobra.Command) []string { return strings.Fields(c.CommandPath())[1:] }
+
+// misspell returns name with its last letter changed: one edit away.
+func misspell(name string) string {
+	last := byte('x')
+	if name[len(name)-1] == 'x' {
+		last = 'q'
+	}
+	return name[:len(name)-1] + string(last)
+}
+
+// TestCommandTree walks the whole command tree: every group refuses a
+// misspelled child (non-zero, "Did you mean" and the child), every command
+// answers a misspelled flag with the flag it meant, every argument check
+// names the usage instead of cobra's "accepts 1 arg(s)", and every command's
+// --help has an Examples section.
+func TestCommandTree(t *testing.T) {
+	for _, c := range treeCommands() {
+		path := c.CommandPath()
+		if c.HasAvailableSubCommands() {
+			child := c.Commands()[0]
+			for _, s := range c.Commands() {
+				if s.IsAvailableCommand() && s.Name() != "help" {
+					child = s
+					break
+				}
+			}
+			typo := misspell(child.Name())
+			code, out, errOut := runCLI(append(words(c), typo)...)
+			if code == 0 || out != "" || !strings.Contains(errOut, "Did you mean this?\n\t"+child.Name()+"\n") {
+				t.Errorf("%s %s: exit %d, stdout %q, stderr %q; want a non-zero exit and \"Did you mean\" %s", path, typo, code, out, errOut, child.Name())
+			}
+		}
+		// An unknown flag: one of the command's own, misspelled.
+		var flag *pflag.Flag
+		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
+			if flag == nil && !f.Hidden && f.Name != "help" && len(f.Name) > 3 {
+				flag = f
+			}
+		})
+		name := "help"
+		if flag != nil {
+			name = flag.Name
+		}
+		typo := misspell(name)
+		code, _, errOut := runCLI(append(words(c), "--"+typo)...)
+		if want := "unknown flag: --" + typo + "; did you mean --" + name + "?"; code == 0 || !strings.Contains(errOut, want) {
+			t.Errorf("%s --%s: exit %d, stderr %q; want a non-zero exit and %q", path, typo, code, errOut, want)
+		}
+		// Arguments: the checks are called, not the commands (which would
+		// do their work when the arguments are right).
+		if c.Args != nil && !c.HasSubCommands() && c.Name() != "help" {
+			for _, args := range [][]string{nil, strings.Fields("a b c d e f g h i")} {
+				if err := c.Args(c, args); err != nil && (strings.Contains(err.Error(), "arg(s)") || !strings.Contains(err.Error(), strings.Join(words(c), " "))) {
+					t.Errorf("%s with %d arguments: %v; want the usage (%s …), not cobra's count", path, len(args), err, path)
+				}
+			}
+		}
+		if !strings.Contains(helpOf(t, c), "\nExamples:\n") {
+			t.Errorf("%s --help has no Examples section", path)
+		}
+	}
+	code, _, errOut := runCLI("build", "--jobs", "x", "testdriver")
+	if want := "kpreload: build: invalid argument \"x\" for \"--jobs\" flag"; code == 0 || !strings.HasPrefix(errOut, want) {
+		t.Errorf("kpreload build --jobs x: exit %d, %q; want %q…", code, errOut, want)
+	}
+	code, _, errOut = runCLI("completion", "bash", "extra")
+	if want := "kpreload: completion bash takes no arguments, got \"extra\": kpreload completion bash\n"; code == 0 || errOut != want {
+		t.Errorf("kpreload completion bash extra: exit %d, %q; want %q", code, errOut, want)
+	}
+	code, _, errOut = runCLI("switch")
+	if want := "kpreload: switch needs the driver version or branch to switch to (VERSION|BRANCH): kpreload switch VERSION|BRANCH [flags]\n"; code == 0 || errOut != want {
+		t.Errorf("kpreload switch: exit %d, %q; want %q", code, errOut, want)
+	}
+}
+
+// helpOf returns c's --help.
+func helpOf(t *testing.T, c *cobra.Command) string {
+	t.Helper()
+	code, out, errOut := runCLI(append(words(c), "--help")...)
+	if code != 0 {
+		t.Fatalf("%s --help: exit %d: %s", c.CommandPath(), code, errOut)
+	}
+	return out
+}
+
+// exampleLines returns the kpreload command lines of the Examples section of
+// c's --help (sudo dropped; lines of other tools, such as docker run, and
+// comments skipped).
+func exampleLines(t *testing.T, c *cobra.Command) []string {
+	_, ex, _ := strings.Cut(helpOf(t, c), "Examples:\n")
+	ex, _, _ = strings.Cut(ex, "\n\n")
+	var out []string
+	for _, l := range strings.Split(ex, "\n") {
+		l = strings.TrimPrefix(strings.TrimSpace(l), "sudo ")
+		if strings.HasPrefix(l, "kpreload ") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// exampleTests names, for each command whose examples a test of its own runs
+// exactly as written, that test (a function of this package, or
+// "package-dir:function" elsewhere).
+var exampleTests = map[string]string{
+	"kpreload switch":                "TestSwitchHelpExamples",
+	"kpreload follow":                "TestFollowHelpExamples",
+	"kpreload keys show":             "TestKeysHelpExamples",
+	"kpreload keys export":           "TestKeysHelpExamples",
+	"kpreload keys rotate":           "TestKeysHelpExamples",
+	"kpreload recipe supported-gpus": "TestRecipeHelpExamples",
+	"kpreload report":                "TestReportHelpExamples",
+	"kpreload rootdisk":              "TestRootdiskHelpExamples",
+	"kpreload cdi refresh":           "TestCDIRefreshHelpExamples",
+	"kpreload kernel-hook":           "builder/follow/e2e:checkRefreshExample",
+	// TestGenericHelpExamples runs these in a directory holding ./cache.
+	"kpreload help":                    "TestGenericHelpExamples",
+	"kpreload completion":              "TestGenericHelpExamples",
+	"kpreload completion bash":         "TestGenericHelpExamples",
+	"kpreload completion zsh":          "TestGenericHelpExamples",
+	"kpreload completion fish":         "TestGenericHelpExamples",
+	"kpreload completion powershell":   "TestGenericHelpExamples",
+	"kpreload cache keygen":            "TestCacheHelpExamples",
+	"kpreload kernels fetch":           "TestCacheHelpExamples",
+	"kpreload cache add":               "TestCacheHelpExamples",
+	"kpreload build":                   "TestCacheHelpExamples",
+	"kpreload cache ls":                "TestCacheHelpExamples",
+	"kpreload cache index":             "TestCacheHelpExamples",
+	"kpreload cache verify":            "TestCacheHelpExamples",
+	"kpreload cache push":              "TestCacheHelpExamples",
+	"kpreload cache pull":              "TestCacheHelpExamples",
+	"kpreload modinfo":                 "TestCacheHelpExamples",
+	"kpreload cdi hook update-ldcache": "TestHookHelpExamples",
+	"kpreload k8s refresh":             "TestHookHelpExamples",
+}
+
+// examplesNotRun are the commands whose examples no test runs yet: each
+// needs a machine, a registry, a driver build or a VM that a test of its own
+// must set up. TestCommandTree fails for a command in neither list.
+var examplesNotRun = map[string]bool{
+	"kpreload boot":            true,
+	"kpreload cache rm":        true, // the set id differs with each build
+	"kpreload cdi generate":    true,
+	"kpreload copy-in":         true,
+	"kpreload image build":     true,
+	"kpreload initramfs":       true,
+	"kpreload install":         true,
+	"kpreload match":           true,
+	"kpreload plan":            true,
+	"kpreload status":          true,
+	"kpreload user-data apply": true,
+	"kpreload xorg":            true,
+	// groups whose example is a child's above
+	"kpreload image":     true,
+	"kpreload user-data": true,
+}
+
+// TestEveryExampleHasItsTest: each command's example lines are run by the
+// test exampleTests names (which must exist), or are each one of another
+// command's example lines that is (a group showing its child's), or the
+// command is listed in examplesNotRun.
+func TestEveryExampleHasItsTest(t *testing.T) {
+	funcs := map[string]bool{}
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, ".", func(fi os.FileInfo) bool { return strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pkgs {
+		for _, f := range p.Files {
+			for name, o := range f.Scope.Objects {
+				if o.Kind == 5 { // ast.Fun
+					funcs[name] = true
+				}
+			}
+		}
+	}
+	run := map[string]bool{} // example lines some test runs
+	cmds := treeCommands()
+	for _, c := range cmds {
+		test, ok := exampleTests[c.CommandPath()]
+		if !ok {
+			continue
+		}
+		if dir, fn, ok := strings.Cut(test, ":"); ok {
+			matches, _ := filepath.Glob(filepath.Join("../../..", dir, "*_test.go"))
+			found := false
+			for _, m := range matches {
+				b, _ := os.ReadFile(m)
+				found = found || strings.Contains(string(b), "func "+fn+"(")
+			}
+			if !found {
+				t.Errorf("%s: %s has no function %s", c.CommandPath(), dir, fn)
+			}
+		} else if !funcs[test] {
+			t.Errorf("%s: no test function %s in this package", c.CommandPath(), test)
+		}
+		for _, l := range exampleLines(t, c) {
+			run[l] = true
+		}
+	}
+	var missing []string
+	for _, c := range cmds {
+		p := c.CommandPath()
+		lines := exampleLines(t, c)
+		if _, ok := exampleTests[p]; ok || examplesNotRun[p] {
+			if ok && examplesNotRun[p] {
+				t.Errorf("%s is in both exampleTests and examplesNotRun", p)
+			}
+			continue
+		}
+		copied := len(lines) > 0
+		for _, l := range lines {
+			copied = copied && run[l]
+		}
+		if !copied {
+			missing = append(missing, p)
+		}
+	}
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		t.Errorf("no test runs the examples of: %s (name the test in exampleTests)", strings.Join(missing, ", "))
+	}
+}
+
+// TestGenericHelpExamples runs, exactly as written, the examples of the
+// commands exampleTests gives it, in a directory holding ./cache (the sets of
+// testdata/decisions): each exits 0 and prints something.
+func TestGenericHelpExamples(t *testing.T) {
+	tab := readDecisionTable(t)
+	var sets []bootindex.Set
+	for _, s := range tab.Sets {
+		f := strings.Fields(s)
+		sets = append(sets, bootindex.Set{ID: strings.Join(f, "-"), Driver: f[0], Version: f[1], Flavor: f[2]})
+	}
+	cache := planCache(t, sets, nil)
+	cmds := treeCommands()
+	t.Chdir(t.TempDir())
+	if err := os.Symlink(cache, "cache"); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, c := range cmds {
+		if exampleTests[c.CommandPath()] != "TestGenericHelpExamples" {
+			continue
+		}
+		for _, l := range exampleLines(t, c) {
+			code, out, errOut := runCLI(strings.Fields(l)[1:]...)
+			if code != 0 || out == "" {
+				t.Errorf("example %q of %s: exit %d, stdout %d bytes: %s", l, c.CommandPath(), code, len(out), errOut)
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatal("no example run")
+	}
+}
