@@ -20,6 +20,7 @@ import (
 	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/remote/remotetest"
 	"github.com/kpreload/kpreload/kmodcache/store"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // TestHookPullsNewestSignedCell: the registry holds two signed cells of the
@@ -48,7 +49,7 @@ func TestHookPullsNewestSignedCell(t *testing.T) {
 			t.Fatal(err)
 		}
 		key := map[string]string{"schema": "test", "cell": cell}
-		id := remotetest.AddSet(t, src, remotetest.Set{Driver: "virtio", Version: "1", Key: key})
+		id := remotetest.AddSet(t, src, remotetest.Set{KernelTree: testenv.KernelTree(t, remotetest.Kernel), Driver: "virtio", Version: "1", Key: key})
 		res, err := rm.PushSet(ctx, src, id, "virtio")
 		if err != nil {
 			t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/remote/remotetest"
 	"github.com/kpreload/kpreload/kmodcache/store"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // TestRemoteFlags: every command that talks to a registry takes the
@@ -57,7 +58,7 @@ func pushCell(t *testing.T, reg *remotetest.Registry, name string) *manifest.Man
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := remotetest.AddSet(t, src, remotetest.Set{Driver: name, Version: "1.0", Key: map[string]string{"schema": "test/1", "cell": name}})
+	id := remotetest.AddSet(t, src, remotetest.Set{KernelTree: testenv.KernelTree(t, remotetest.Kernel), Driver: name, Version: "1.0", Key: map[string]string{"schema": "test/1", "cell": name}})
 	rm, err := remote.Open(reg.URL(), remote.Options{PlainHTTP: true, DockerConfig: filepath.Join(t.TempDir(), "config.json")})
 	if err != nil {
 		t.Fatal(err)

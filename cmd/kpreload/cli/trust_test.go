@@ -19,6 +19,7 @@ import (
 	"github.com/kpreload/kpreload/kmodcache/remote/remotetest"
 	"github.com/kpreload/kpreload/kmodcache/store"
 	"github.com/kpreload/kpreload/kmodcache/tiered"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // pushSignedCell pushes a set of driver virtio, version, built from the
@@ -31,7 +32,7 @@ func pushSignedCell(t *testing.T, reg *remotetest.Registry, s *cellsign.Signer, 
 		t.Fatal(err)
 	}
 	key := map[string]string{"schema": "test/1", "cell": cell}
-	id = remotetest.AddSet(t, src, remotetest.Set{Driver: "virtio", Version: version, Key: key})
+	id = remotetest.AddSet(t, src, remotetest.Set{KernelTree: testenv.KernelTree(t, remotetest.Kernel), Driver: "virtio", Version: version, Key: key})
 	rm, err := remote.Open(reg.URL(), remote.Options{PlainHTTP: true, DockerConfig: filepath.Join(t.TempDir(), "config.json"), Signer: s})
 	if err != nil {
 		t.Fatal(err)
