@@ -62,6 +62,7 @@ packages=(
   reprepro gnupg                     # a local signed apt archive for the extra-archive tests
   podman crun                        # CDI: kpreload's spec beside NVIDIA's toolkit spec in a real runtime (TestCDIPodmanBesideToolkit)
   python3-diskimage-builder debootstrap sudo  # an image another tool made (diskimage-builder, which runs sudo) for the install --stage test
+  vmdb2 zerofree                     # another image builder's image (vmdb2, whose mount step runs zerofree) for the install --stage test
 )
 
 stamp="$KPRELOAD_CACHE/.deps-apt"

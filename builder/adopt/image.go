@@ -139,22 +139,9 @@ func Mount(ctx context.Context, file string, img ImageOptions, log io.Writer) (r
 		return "", nil, err
 	}
 	r := runner.Or(img.Runner)
-	var parts []Partition
-	out, err := r.Run(ctx, runner.Cmd{Name: "sfdisk", Args: []string{"--json", file}})
-	var re *runner.Error
-	switch {
-	case errors.As(err, &re) && strings.Contains(strings.Join(re.Tail, "\n"), "does not contain a recognized partition table"):
-		// A filesystem image: the whole file.
-	case err != nil:
-		return "", nil, fmt.Errorf("read the partition table of %s: %w", file, err)
-	default:
-		if parts, err = ParsePartitions(out); err != nil {
-			return "", nil, err
-		}
-	}
-	p, err := RootPartition(parts, img.Partition, fi.Size())
+	p, err := findRoot(ctx, file, fi.Size(), img.Partition, r)
 	if err != nil {
-		return "", nil, fmt.Errorf("%s: %w", file, err)
+		return "", nil, err
 	}
 	mnt, err := os.MkdirTemp("", "kpreload-adopt-root-")
 	if err != nil {
@@ -198,6 +185,30 @@ func Mount(ctx context.Context, file string, img ImageOptions, log io.Writer) (r
 		mounts = append(mounts, target)
 	}
 	return mnt, unmount, nil
+}
+
+// findRoot reads the partition table of the raw disk image file (size
+// bytes) with sfdisk and picks the root's partition (RootPartition); a file
+// without a partition table is the filesystem itself.
+func findRoot(ctx context.Context, file string, size int64, number int, r runner.Runner) (Partition, error) {
+	var parts []Partition
+	out, err := r.Run(ctx, runner.Cmd{Name: "sfdisk", Args: []string{"--json", file}})
+	var re *runner.Error
+	switch {
+	case errors.As(err, &re) && strings.Contains(strings.Join(re.Tail, "\n"), "does not contain a recognized partition table"):
+		// A filesystem image: the whole file.
+	case err != nil:
+		return Partition{}, fmt.Errorf("read the partition table of %s: %w", file, err)
+	default:
+		if parts, err = ParsePartitions(out); err != nil {
+			return Partition{}, err
+		}
+	}
+	p, err := RootPartition(parts, number, size)
+	if err != nil {
+		return Partition{}, fmt.Errorf("%s: %w", file, err)
+	}
+	return p, nil
 }
 
 // checkRaw refuses a disk image in a format that is not raw (qcow2, VMDK,

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/builder/install"
+	"github.com/kpreload/kpreload/builder/internal/runner"
 	"github.com/kpreload/kpreload/builder/internal/runner/runnertest"
 	"github.com/kpreload/kpreload/testsupport/treetest"
 )
@@ -71,5 +72,40 @@ func TestImage(t *testing.T) {
 		if err != nil || !strings.Contains(string(out), "Type: regular") {
 			t.Errorf("/%s in the image: %v\n%s", p, err, out)
 		}
+	}
+}
+
+// TestFindRoot reads real partition tables with sfdisk: an MBR disk as
+// vmdb2 leaves one (its Linux partition, or the one --partition names), a
+// filesystem image without a table (the whole file), and a partition
+// number the disk lacks (an error naming what it has).
+func TestFindRoot(t *testing.T) {
+	dir := t.TempDir()
+	disk := filepath.Join(dir, "disk.raw")
+	fs := filepath.Join(dir, "fs.raw")
+	for _, c := range [][]string{
+		{"truncate", "-s", "16M", disk, fs},
+		{"sh", "-c", "printf 'label: dos\\nstart=2048, size=4096, type=c\\nstart=6144, type=83\\n' | sfdisk -q " + disk},
+		{"mkfs.ext4", "-q", "-F", fs},
+	} {
+		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", c, err, out)
+		}
+	}
+	ctx := context.Background()
+	r := runner.Default
+	const size = 16 << 20
+	p, err := findRoot(ctx, disk, size, 0, r)
+	if err != nil || p != (Partition{Number: 2, Offset: 6144 * 512, Size: size - 6144*512, Type: "83"}) {
+		t.Errorf("the Linux partition: %+v, %v", p, err)
+	}
+	if p, err := findRoot(ctx, disk, size, 1, r); err != nil || p.Number != 1 || p.Offset != 1<<20 || p.Type != "C" {
+		t.Errorf("partition 1: %+v, %v", p, err)
+	}
+	if p, err := findRoot(ctx, fs, size, 0, r); err != nil || p != (Partition{Size: size}) {
+		t.Errorf("a filesystem image: %+v, %v, want the whole file", p, err)
+	}
+	if _, err := findRoot(ctx, disk, size, 3, r); err == nil || !strings.Contains(err.Error(), "no partition 3: it has 1 (type C, 2 MiB), 2 (type 83, 13 MiB)") {
+		t.Errorf("partition 3: %v", err)
 	}
 }
