@@ -356,7 +356,14 @@ func printSystemdMilestones(w io.Writer, res *qemu.Result) {
 		fmt.Fprintf(w, "  systemd (/sbin/init) started at %.3f s\n", l.Time)
 	}
 	if res.Up != nil {
-		fmt.Fprintf(w, "  %s at %.3f s\n", res.Up.Describe(), res.Up.Time)
+		// systemd's own line for the target, where it logs to the kernel.
+		for _, l := range res.Kernel {
+			if qemu.UpMarks[0].Pattern.MatchString(l.Text) { // systemd reached its default target
+				fmt.Fprintf(w, "  %q at %.3f s\n", strings.TrimPrefix(l.Text, "systemd[1]: "), l.Time)
+				break
+			}
+		}
+		fmt.Fprintf(w, "  %s at %.3f s (its uptime)\n", res.Up.Describe(), res.Up.Time)
 		return
 	}
 	if !res.UntilMatched {

@@ -128,12 +128,14 @@ func TestPrintBootSummaryUp(t *testing.T) {
 	if up == nil {
 		t.Fatalf("ScanUp read no record from %s", line)
 	}
-	res := &qemu.Result{Accel: "tcg", Duration: 21 * time.Second, UntilMatched: true, UntilMatch: line, Up: up}
+	res := &qemu.Result{Accel: "tcg", Duration: 21 * time.Second, UntilMatched: true, UntilMatch: line, Up: up,
+		Kernel: []qemu.KernelLine{{Time: 13.5, Text: "systemd[1]: Reached target multi-user.target - Multi-User System."}}}
 	var b bytes.Buffer
 	printBootSummary(&b, res)
 	for _, want := range []string{
 		"under tcg: stopped when kpreload-up.service reported the system up (multi-user.target) on the report channel after 21.0s (wall)\n",
-		"  kpreload-up.service reported the system up (multi-user.target) at 14.250 s\n",
+		"  \"Reached target multi-user.target - Multi-User System.\" at 13.500 s\n",
+		"  kpreload-up.service reported the system up (multi-user.target) at 14.250 s (its uptime)\n",
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("summary lacks %q; got:\n%s", want, b.String())
