@@ -270,8 +270,10 @@ func watchUntil(re *regexp.Regexp, withUp bool, consoleLog, reportLog string, st
 			case <-done:
 				return
 			case <-t.C:
-				// The console first: a console mark is read before the
-				// record that would have to hold it back was written.
+				// The console first, then the report channel: the booting
+				// record is written before sysinit.target, ahead of every
+				// console mark, so a mark read here is never taken without
+				// the record that holds it back.
 				console, _ := os.ReadFile(consoleLog)
 				var rep []byte
 				if withUp {
