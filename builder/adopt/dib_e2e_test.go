@@ -153,6 +153,7 @@ func bootImage(ctx context.Context, t *testing.T, bin, img string, n int, args .
 type bootResult struct {
 	Report     *report.Report `json:"report"`
 	Console    string         `json:"console"`
+	ReportLog  string         `json:"report_log"`
 	UntilMatch string         `json:"until_match"`
 	Up         string         `json:"up"`
 	Error      string         `json:"error"`
@@ -293,6 +294,13 @@ func TestDiskImageBuilder(t *testing.T) {
 	}
 	if res.Report.Channel != qemu.ReportDevice {
 		t.Errorf("boot 1: /init's report names channel %q, want %s (QEMU's fw_cfg named it)", res.Report.Channel, qemu.ReportDevice)
+	}
+	// kpreload-boot-ok.service said, early, that the record would come:
+	// what kept the console's login prompt from ending the run first.
+	if log, err := os.ReadFile(res.ReportLog); err != nil {
+		t.Errorf("boot 1: report channel log: %v", err)
+	} else if booting, up, _ := report.ScanUp(log); booting == nil || up == nil || booting.Time >= up.Time {
+		t.Errorf("boot 1: report channel %s holds booting record %+v and up record %+v: want kpreload-boot-ok.service's, then kpreload-up.service's", res.ReportLog, booting, up)
 	}
 
 	// Debian's own tools in the root, run as kpreload runs them: in a chroot.
