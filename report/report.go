@@ -48,6 +48,11 @@ type Report struct {
 	Selection *Selection `json:"selection,omitempty"`
 	Warnings  []string   `json:"warnings,omitempty"`
 	Errors    []string   `json:"errors,omitempty"`
+	// Channel is the report channel /init sent the report line to (the
+	// command line's kpreload.report=, or the device a boot harness named
+	// through fw_cfg), "" when none: kpreload's units write their Up
+	// records on the same device.
+	Channel string `json:"channel,omitempty"`
 	// CDI is the CDI spec written for the active driver once the root's
 	// userspace is reachable (kpreload-cdi.service, then every kpreload
 	// switch); nil while none exists. /init never writes it.

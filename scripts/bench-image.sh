@@ -5,12 +5,13 @@
 # initramfs and against the template's GRUB, Secure Boot and cloud-init (NoCloud seed)
 # images, measured in one run under QEMU TCG with -device edu.
 #
-#   scripts/bench-image.sh [--runs N] [--kernel KVER] [--keep] [--timeout S]
+#   scripts/bench-image.sh [--runs N] [--kernel KVER] [--keep] [--timeout S] [--dib]
 #
 #   --runs N      warm builds and boots per variant (default 3); medians are reported
 #   --kernel KVER the image's kernel (default 6.1.0-56-cloud-amd64)
 #   --keep        keep the work directory (always kept when something fails)
 #   --timeout S   give up on one boot after S seconds (default 480)
+#   --dib         only the row against diskimage-builder (below), alone
 #
 # Builds (wall time of the whole `packer build`, plugin start to artifact):
 #   cold: empty module cache (the real dkms builds the test driver) and empty rootfs cache
@@ -48,6 +49,17 @@
 # Install per kernel: what the kernel packages run when a kernel arrives, on the same kernel:
 #   `kpreload kernel-hook postinst` (the kpreload initramfs and the boot entry, here
 #   systemd-boot's on a scratch root) against Debian's mkinitramfs (update-initramfs's work).
+# Against diskimage-builder (also alone, --dib): the same image, a bookworm raw disk with Debian's
+#   generic kernel (the linux-image-KVER that DIB's debian-minimal installs through
+#   linux-image-amd64), openssh-server and sudo, GRUB, built by `kpreload image build` (the CLI:
+#   --kernel KVER --package openssh-server --package sudo --bootloader grub --format raw --size
+#   2048) and by disk-image-create (elements vm debian-minimal devuser openssh-server, the
+#   filesystem on the whole disk as builder/adopt/testdata/dib-block-device.yaml says, the
+#   security archive from deb.debian.org's mirror, --no-tmpfs: as builder/adopt's test runs it);
+#   DIB first (its image names the kernel), then kpreload, cold (DIB's image cache and kpreload's
+#   rootfs cache in new empty directories) and warm (both kept: DIB's debootstrap tarball, with
+#   DIB_DEBOOTSTRAP_CACHE and DIB_DEBIAN_USE_DEBOOTSTRAP_CACHE, and its apt cache; kpreload's
+#   mmdebstrap tarball); wall seconds, apparent and allocated size of each raw disk, ratios.
 # Both images get systemd.log_target=kmsg printk.devkmsg=on so that systemd's "Reached target"
 # lands in the kernel log with a timestamp. Needs root; installs Packer with scripts/packer.sh.
 set -euo pipefail
@@ -59,19 +71,96 @@ kver=6.1.0-56-cloud-amd64
 runs=3
 keep=0
 timeout=480
-usage() { sed -n '2,13s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,14s/^# \{0,1\}//p' "$0"; }
+dib_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) [ $# -ge 2 ] || die "--runs needs a value"; runs=$2; shift 2 ;;
     --kernel) [ $# -ge 2 ] || die "--kernel needs a value"; kver=$2; shift 2 ;;
     --timeout) [ $# -ge 2 ] || die "--timeout needs a value"; timeout=$2; shift 2 ;;
     --keep) keep=1; shift ;;
+    --dib) dib_only=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; die "unknown argument '$1'" ;;
   esac
 done
 [[ $runs =~ ^[1-9][0-9]*$ ]] || die "--runs '$runs': want a positive number"
 [ "$(id -u)" = 0 ] || die "run as root (mmdebstrap, mount namespaces for mkinitramfs)"
+
+now() { date +%s%N; }
+seconds() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", (b - a) / 1e9 }'; }
+fail() { [ -f "$2" ] && tail -n 25 "$2" >&2; die "$1 (log: $2)"; }
+
+# versus DIR: the same image built by disk-image-create and by kpreload image build, cold then
+# warm, into DIR; appends "versus" samples to $samples. Needs $work/plugins/kpreload{,-init}.
+versus() {
+  local d=$1 block="$top/builder/adopt/testdata/dib-block-device.yaml" kernel="" phase s secs img
+  command -v disk-image-create >/dev/null || die "no disk-image-create: scripts/deps.sh installs python3-diskimage-builder"
+  command -v debugfs >/dev/null || die "no debugfs (e2fsprogs)"
+  mkdir -p "$d/dib-cache" "$d/rootfs" "$d/cache" "$d/logs"
+  local dibenv=(DIB_RELEASE=bookworm DIB_DEBIAN_SECURITY_MIRROR=http://deb.debian.org/debian-security
+    DIB_DEBIAN_SECURITY_SUBPATH=-security DIB_DEV_USER_USERNAME=devuser DIB_DEV_USER_PWDLESS_SUDO=yes
+    DIB_DEV_USER_PASSWORD=devuser "DIB_BLOCK_DEVICE_CONFIG=file://$block" "DIB_IMAGE_CACHE=$d/dib-cache"
+    DIB_DEBOOTSTRAP_CACHE=1 DIB_DEBIAN_USE_DEBOOTSTRAP_CACHE=1)
+  versus_sample() { # versus_sample NAME PHASE SECONDS IMG: one versus sample
+    printf '{"kind":"versus","name":"%s","phase":"%s","seconds":%s,"bytes":%d,"allocated":%d}\n' \
+      "$1" "$2" "$3" "$(stat -c %s "$4")" "$(( $(stat -c %b "$4") * $(stat -c %B "$4") ))" >>"$samples"
+  }
+  for phase in cold warm; do
+    log "disk-image-create, $phase"
+    mkdir -p "$d/dib-$phase"
+    s=$(now)
+    (cd "$d/dib-$phase" && env "${dibenv[@]}" disk-image-create --no-tmpfs -t raw -o "$d/dib-$phase/debian" \
+      vm debian-minimal devuser openssh-server) >"$d/logs/dib-$phase.log" 2>&1 ||
+      fail "disk-image-create ($phase) failed" "$d/logs/dib-$phase.log"
+    secs=$(seconds "$s" "$(now)")
+    img="$d/dib-$phase/debian.raw"
+    [ -f "$img" ] || die "disk-image-create wrote no $img"
+    if [ -z "$kernel" ]; then
+      # The one kernel in DIB's /boot (the filesystem is the whole disk): kpreload's image gets it too.
+      kernel=$(debugfs -R 'ls /boot' "$img" 2>/dev/null | tr -s ' ' '\n' | grep -E '^vmlinuz-[^ ]+-amd64$' | sort -u | head -n1) ||
+        die "no kernel in $img's /boot"
+      kernel=${kernel#vmlinuz-}
+      [ -n "$kernel" ] || die "no kernel in $img's /boot"
+      log "DIB's kernel: $kernel"
+    fi
+    versus_sample "disk-image-create" "$phase" "$secs" "$img"
+    log "disk-image-create, $phase: $secs s"
+    log "kpreload image build, $phase"
+    s=$(now)
+    "$work/plugins/kpreload" image build --name debian --kernel "$kernel" --package openssh-server --package sudo \
+      --bootloader grub --format raw --size 2048 --out "$d/kpreload-$phase" --cache "$d/cache" --rootfs-cache "$d/rootfs" \
+      --init "$work/plugins/kpreload-init" >"$d/logs/kpreload-$phase.log" 2>&1 ||
+      fail "kpreload image build ($phase) failed" "$d/logs/kpreload-$phase.log"
+    secs=$(seconds "$s" "$(now)")
+    versus_sample "kpreload image build" "$phase" "$secs" "$d/kpreload-$phase/debian.raw"
+    log "kpreload image build, $phase: $secs s"
+    rm -f "$d/dib-$phase/debian.raw" "$d/kpreload-$phase/debian.raw"
+  done
+  versus_kernel=$kernel
+}
+
+if [ "$dib_only" = 1 ]; then
+  work=$(mktemp -d /var/tmp/kpreload-bench-image.XXXXXX)
+  ok=0
+  trap '[ "$ok" = 1 ] && [ "$keep" = 0 ] && rm -rf "$work" || log "work files kept in $work"' EXIT
+  mkdir -p "$work/plugins"
+  samples="$work/samples.jsonl"
+  : >"$samples"
+  log "building the static kpreload CLI and /init"
+  (
+    cd "$top"
+    CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$work/plugins/kpreload" ./cmd/kpreload
+    CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$work/plugins/kpreload-init" ./initramfs/cmd/init
+    go build -o "$work/benchimage" ./builder/packer/internal/benchimage
+  ) || die "go build failed"
+  versus "$work/dib"
+  echo "bench-image --dib: bookworm, kernel $versus_kernel, raw, $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), $(disk-image-create --version 2>/dev/null | sed 's/^/diskimage-builder /')"
+  echo
+  "$work/benchimage" table "$samples"
+  ok=1
+  exit 0
+fi
 
 # mkinitramfs and its dependencies (lib.sh), jq for the manifest.
 ensure_packages "${MKINITRAMFS_PACKAGES[@]}" jq
@@ -94,9 +183,6 @@ trap finish EXIT
 mkdir -p "$work/plugins" "$work/logs" "$work/boots" "$work/tmp" "$work/debian/upper" "$work/debian/ovl"
 samples="$work/samples.jsonl"
 : >"$samples"
-fail() { [ -f "$2" ] && tail -n 25 "$2" >&2; die "$1 (log: $2)"; }
-now() { date +%s%N; }
-seconds() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", (b - a) / 1e9 }'; }
 
 log "building the plugin, the static kpreload CLI and /init"
 (
@@ -236,7 +322,10 @@ for i in $(seq 1 "$runs"); do
   done
 done
 
-echo "bench-image: kernel $kver, $runs runs, $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), QEMU $(qemu-system-x86_64 --version | sed -n '1s/^QEMU emulator version \([^ ]*\).*/\1/p') TCG, Packer $("$packer" version | head -n1)"
+log "against diskimage-builder: the same image by disk-image-create and kpreload image build"
+versus "$work/dib"
+
+echo "bench-image: kernel $kver (against diskimage-builder: $versus_kernel), $runs runs, $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), QEMU $(qemu-system-x86_64 --version | sed -n '1s/^QEMU emulator version \([^ ]*\).*/\1/p') TCG, Packer $("$packer" version | head -n1)"
 echo
 "$bi" table "$samples"
 ok=1

@@ -18,6 +18,7 @@ import (
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/internal/runner"
 	"github.com/kpreload/kpreload/builder/matrix"
+	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/internal/flock"
 	"github.com/kpreload/kpreload/report"
@@ -161,6 +162,7 @@ func bootImage(ctx context.Context, t *testing.T, bin, img string, n int, args .
 type bootResult struct {
 	Report     *report.Report `json:"report"`
 	Console    string         `json:"console"`
+	ReportLog  string         `json:"report_log"`
 	UntilMatch string         `json:"until_match"`
 	Up         string         `json:"up"`
 	Error      string         `json:"error"`
@@ -208,10 +210,11 @@ const upLine = "kpreload-test: multi-user.target active"
 // its generic kernel, GRUB on BIOS, console=ttyS0 in
 // GRUB_CMDLINE_LINUX_DEFAULT, a serial getty) with the command install
 // --help shows, then boots it under SeaBIOS through its own GRUB: kpreload's
-// /init ran, the test driver was bound before systemd, the boot ended at
-// the image being up (the login prompt: systemd's status lines stop once
-// the serial getty owns the console) and boot-ok took GRUB's one-shot
-// fallback back; the distribution's entry stays as the way back. Then,
+// /init ran, the test driver was bound before systemd, the boot ended on
+// the line kpreload's own unit writes once the image is up
+// (kpreload-up.service's record on the report channel /init used, which
+// QEMU's fw_cfg named, not the console's login prompt) and boot-ok took
+// GRUB's one-shot fallback back; the distribution's entry stays as the way back. Then,
 // inside the root, Debian's update-initramfs -u -k all and update-grub keep
 // kpreload the default with its driver, and so does apt installing another
 // kernel package (the cloud kernel, for which the cache has no cells): a
@@ -284,7 +287,7 @@ func adoptBootUpdate(ctx context.Context, t *testing.T, cached string) {
 	if err != nil {
 		t.Fatalf("install --stage: %v", err)
 	}
-	for _, want := range []string{"kpreload staged into debian.raw for [" + kernel + "]", "grub boots kernel " + kernel + " with kpreload by default (the newest kernel with its driver cells)", "grub-probe's \"failed to get canonical path of ...\" above, and the usage lines after each, are harmless", "kpreload-boot-ok.service", "driver kpreload-edu 1.0.0 (testdriver) for " + kernel} {
+	for _, want := range []string{"kpreload staged into debian.raw for [" + kernel + "]", "grub boots kernel " + kernel + " with kpreload by default (the newest kernel with its driver cells)", "grub-probe's \"failed to get canonical path of ...\" above, and the usage lines after each, are harmless", "kpreload-boot-ok.service", "kpreload-up.service", "driver kpreload-edu 1.0.0 (testdriver) for " + kernel} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("install --stage output lacks %q", want)
 		}
@@ -307,11 +310,22 @@ func adoptBootUpdate(ctx context.Context, t *testing.T, cached string) {
 		t.Fatal(err)
 	}
 
-	// Boot 1: kpreload boot's defaults end it when the image is up.
+	// Boot 1: kpreload boot's defaults end it when the image is up, which
+	// kpreload's own unit says on the report channel.
 	res := bootImage(ctx, t, bin, img, 1)
 	checkBoundBeforeSystemd(t, 1, res, kernel)
-	if res.Up == "" {
-		t.Errorf("boot 1 ended by %q, which is none of the marks of an image that is up", res.UntilMatch)
+	if !strings.HasPrefix(res.Up, "kpreload-up.service reported the system up (") || !strings.HasPrefix(res.UntilMatch, report.UpPrefix) {
+		t.Errorf("boot 1 ended by %q (%s), want kpreload-up.service's record on the report channel", res.UntilMatch, res.Up)
+	}
+	if res.Report.Channel != qemu.ReportDevice {
+		t.Errorf("boot 1: /init's report names channel %q, want %s (QEMU's fw_cfg named it)", res.Report.Channel, qemu.ReportDevice)
+	}
+	// kpreload-boot-ok.service said, early, that the record would come:
+	// what kept the console's login prompt from ending the run first.
+	if log, err := os.ReadFile(res.ReportLog); err != nil {
+		t.Errorf("boot 1: report channel log: %v", err)
+	} else if booting, up, _ := report.ScanUp(log); booting == nil || up == nil || booting.Time >= up.Time {
+		t.Errorf("boot 1: report channel %s holds booting record %+v and up record %+v: want kpreload-boot-ok.service's, then kpreload-up.service's", res.ReportLog, booting, up)
 	}
 
 	// Debian's own tools in the root, run as kpreload runs them: in a chroot.

@@ -78,6 +78,8 @@ type BootOKOptions struct {
 	Report string
 	// EFIVars is where efivarfs is mounted (/sys/firmware/efi/efivars).
 	EFIVars string
+	// Proc is where procfs is mounted ("" for /proc).
+	Proc string
 	// Log receives what was done (nil: discarded).
 	Log io.Writer
 }
@@ -97,8 +99,9 @@ var blessBoot = []string{"usr/lib/systemd/systemd-bless-boot", "lib/systemd/syst
 // need for it in the root) when it still names one of kpreload's entries
 // (a user's grub-reboot is left alone). systemd-boot: the counted
 // entry systemd-boot booted (LoaderBootCountPath) gets its good name,
-// unless the root has systemd-bless-boot, which does that. It returns what
-// it did, one line each.
+// unless the root has systemd-bless-boot, which does that. Where /init
+// named a report channel and kpreload-up.service is enabled, it writes the
+// report.UpBooting record there. It returns what it did, one line each.
 func BootOK(ctx context.Context, o BootOKOptions) ([]string, error) {
 	if o.Report == "" {
 		o.Report = report.Path
@@ -156,6 +159,13 @@ func BootOK(ctx context.Context, o BootOKOptions) ([]string, error) {
 				say("marked systemd-boot entry %s good: %s", name, EntryName(kernel))
 			}
 		}
+	}
+	// The harness that booted this system, where /init named a report
+	// channel: kpreload-up.service will say when the system is up.
+	if what, err := announceBooting(UpOptions{Root: o.Root, Report: o.Report, Proc: o.Proc}); err != nil {
+		say("could not tell the report channel that the system is booting (the harness ends on the console instead): %v", err)
+	} else if strings.HasPrefix(what, "wrote ") {
+		say("%s", what)
 	}
 	return done, errors.Join(errs...)
 }

@@ -98,6 +98,12 @@ type Config struct {
 	// tests wait for e.g. "Reached target .*Multi-User System". A run that ends
 	// otherwise without a match is an error.
 	Until *regexp.Regexp
+	// UntilUp ends the run, as Until does, on kpreload-up.service's record
+	// on the report channel (report.UpUp: the system reached its default
+	// target). Once kpreload-boot-ok.service's record says that record will
+	// come (report.UpBooting), Until's console match no longer ends the run:
+	// images with kpreload's units end on their own line, others on Until.
+	UntilUp bool
 	// Snapshot boots the root disk through a temporary copy-on-write overlay:
 	// what the guest writes is dropped and the disk file is never changed.
 	Snapshot bool

@@ -53,6 +53,23 @@ type Result struct {
 	// ended there); UntilMatch is the matching text.
 	UntilMatched bool
 	UntilMatch   string
+	// Up is kpreload-up.service's record that ended the run
+	// (Config.UntilUp; UntilMatch is then its line on the report
+	// channel), nil when none did.
+	Up *report.Up
+}
+
+// EndedBy says which mark of an image being up ended the run, in words:
+// kpreload-up.service's record, or which of UpMarks the console matched;
+// "" when neither did.
+func (r *Result) EndedBy() string {
+	if r.Up != nil {
+		return r.Up.Describe()
+	}
+	if r.UntilMatched {
+		return WhatUp(r.UntilMatch)
+	}
+	return ""
 }
 
 // untilPoll is how often the console log is checked against Config.Until.
@@ -140,7 +157,7 @@ func (r *Runner) Run(ctx context.Context, c Config) (*Result, error) {
 	defer stopQEMU()
 	stop := r.startProgress()
 	var atErr error
-	stopWatch := watchUntil(c.Until, c.ConsoleLog, func() {
+	stopWatch := watchUntil(c.Until, c.UntilUp, c.ConsoleLog, c.ReportLog, func() {
 		if c.AtUntil != nil {
 			atErr = c.AtUntil(runCtx)
 		}
@@ -157,12 +174,14 @@ func (r *Runner) Run(ctx context.Context, c Config) (*Result, error) {
 	if readErr != nil && !errors.Is(readErr, os.ErrNotExist) {
 		res.Warnings = append(res.Warnings, fmt.Sprintf("read console log: %v", readErr))
 	}
-	if c.Until != nil {
-		if loc := c.Until.FindIndex(console); loc != nil {
-			res.UntilMatched, res.UntilMatch = true, string(console[loc[0]:loc[1]])
-			if runCtx.Err() == nil {
-				runErr = nil // stopped on purpose, or powered off after the match
-			}
+	var reportLog []byte
+	if c.UntilUp {
+		reportLog, _ = os.ReadFile(c.ReportLog)
+	}
+	if e := until(c.Until, c.UntilUp, console, reportLog); e.matched {
+		res.UntilMatched, res.UntilMatch, res.Up = true, e.match, e.up
+		if runCtx.Err() == nil {
+			runErr = nil // stopped on purpose, or powered off after the match
 		}
 	}
 	res.TimedOut = errors.Is(runErr, context.DeadlineExceeded) && ctx.Err() == nil
@@ -178,18 +197,66 @@ func (r *Runner) Run(ctx context.Context, c Config) (*Result, error) {
 		return res, fmt.Errorf("%w; last console lines:\n%s", runErr, tail(console, 20))
 	case res.Panicked:
 		return res, fmt.Errorf("qemu: kernel panicked: %s; last console lines:\n%s", res.PanicLine, tail(console, 20))
-	case c.Until != nil && !res.UntilMatched:
-		return res, fmt.Errorf("qemu: the machine stopped before the console showed %q; last console lines:\n%s", c.Until, tail(console, 20))
+	case c.UntilUp && !res.UntilMatched && upAwaited(reportLog):
+		return res, fmt.Errorf("qemu: the machine stopped before %s reported the system up on the report channel (kpreload-boot-ok.service said it would); last console lines:\n%s", report.UpUnit, tail(console, 20))
+	case (c.Until != nil || c.UntilUp) && !res.UntilMatched:
+		what := fmt.Sprintf("the console showed %q", c.Until)
+		if c.Until == nil {
+			what = report.UpUnit + " reported the system up"
+		} else if c.UntilUp {
+			what += " or " + report.UpUnit + " reported the system up"
+		}
+		return res, fmt.Errorf("qemu: the machine stopped before %s; last console lines:\n%s", what, tail(console, 20))
 	case atErr != nil:
 		return res, fmt.Errorf("qemu: while the machine ran: %w", atErr)
 	}
 	return res, nil
 }
 
-// watchUntil checks the console log against re every untilPoll and calls stop once
-// it matches; the returned function ends the watch. A nil re watches nothing.
-func watchUntil(re *regexp.Regexp, consoleLog string, stop func()) (end func()) {
-	if re == nil {
+// untilEnd is what ended a run, by until.
+type untilEnd struct {
+	matched bool
+	// match is the console text re matched, or the up record's line.
+	match string
+	// up is the up record, when it was that.
+	up *report.Up
+}
+
+// until decides whether a run ends, from the console and (with withUp) the
+// report channel's log: on kpreload-up.service's up record; else on re's
+// match in the console, unless kpreload-boot-ok.service said that record
+// will come.
+func until(re *regexp.Regexp, withUp bool, console, reportLog []byte) untilEnd {
+	if withUp {
+		booting, up, line := report.ScanUp(reportLog)
+		if up != nil {
+			return untilEnd{true, line, up}
+		}
+		if booting != nil {
+			return untilEnd{}
+		}
+	}
+	if re != nil {
+		if loc := re.FindIndex(console); loc != nil {
+			return untilEnd{matched: true, match: string(console[loc[0]:loc[1]])}
+		}
+	}
+	return untilEnd{}
+}
+
+// upAwaited reports whether the report channel's log says an up record
+// will come and none has.
+func upAwaited(reportLog []byte) bool {
+	booting, up, _ := report.ScanUp(reportLog)
+	return booting != nil && up == nil
+}
+
+// watchUntil checks the console log against re, and with withUp the report
+// channel's log for kpreload's up records (until), every untilPoll and
+// calls stop once the run ends; the returned function ends the watch. A nil
+// re without withUp watches nothing.
+func watchUntil(re *regexp.Regexp, withUp bool, consoleLog, reportLog string, stop func()) (end func()) {
+	if re == nil && !withUp {
 		return func() {}
 	}
 	done := make(chan struct{})
@@ -203,7 +270,16 @@ func watchUntil(re *regexp.Regexp, consoleLog string, stop func()) (end func()) 
 			case <-done:
 				return
 			case <-t.C:
-				if b, err := os.ReadFile(consoleLog); err == nil && re.Match(b) {
+				// The console first, then the report channel: the booting
+				// record is written before sysinit.target, ahead of every
+				// console mark, so a mark read here is never taken without
+				// the record that holds it back.
+				console, _ := os.ReadFile(consoleLog)
+				var rep []byte
+				if withUp {
+					rep, _ = os.ReadFile(reportLog)
+				}
+				if until(re, withUp, console, rep).matched {
 					stop()
 					return
 				}

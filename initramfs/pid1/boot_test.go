@@ -641,6 +641,10 @@ func TestBootSetup(t *testing.T) {
 		if err != nil || !strings.HasPrefix(string(line), report.ConsolePrefix) {
 			t.Errorf("report channel holds %q (%v), want the report's console line", line, err)
 		}
+		// The stored report names the channel, for kpreload's units after switch_root.
+		if o.written == nil || o.written.Channel != channel {
+			t.Errorf("stored report %+v, want channel %q", o.written, channel)
+		}
 		if !strings.Contains(o.console, report.ConsolePrefix) || !strings.Contains(o.console, o.written.Summary()) {
 			t.Errorf("console lacks the report line or summary:\n%s", o.console)
 		}
@@ -658,10 +662,13 @@ func TestBootSetup(t *testing.T) {
 		channel := f.path("ttyS1")
 		f.write("ttyS1", "")
 		f.sys.fwFiles = map[string][]byte{report.ChannelFwCfgName: []byte(channel + "\n")}
-		f.boot()
+		o := f.boot()
 		line, err := os.ReadFile(channel)
 		if err != nil || !strings.HasPrefix(string(line), report.ConsolePrefix) {
 			t.Errorf("report channel holds %q (%v), want the report's console line", line, err)
+		}
+		if o.written == nil || o.written.Channel != channel {
+			t.Errorf("stored report %+v, want channel %q", o.written, channel)
 		}
 	})
 	t.Run("the report channel named through fw_cfg, qemu_fw_cfg loaded", func(t *testing.T) {
@@ -683,6 +690,9 @@ func TestBootSetup(t *testing.T) {
 		o := f.boot()
 		if want := `fw_cfg opt/kpreload/report: "ttyS1" is not an absolute device path; no report channel`; !strings.Contains(o.console, want) && (o.written == nil || !slices.Contains(o.written.Warnings, want)) {
 			t.Errorf("console %s\nreport %+v\nwant %q", o.console, o.written, want)
+		}
+		if o.written == nil || o.written.Channel != "" {
+			t.Errorf("stored report %+v, want no channel", o.written)
 		}
 	})
 	t.Run("a report channel in fw_cfg longer than a path", func(t *testing.T) {

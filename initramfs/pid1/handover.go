@@ -22,6 +22,9 @@ func (b *Boot) writeReport() {
 // emitReport stores the report as it is, prints its summary and sends it on
 // its channels (writeReport before switch_root; rootFailed before a fallback).
 func (b *Boot) emitReport() {
+	// Named in the report, for kpreload's units after switch_root.
+	dev := b.reportChannel()
+	b.rep.Channel = dev
 	if err := report.Write("/", b.o.ReportPath, &b.rep); err != nil {
 		// Not a warning in the report: it is the report that was not stored.
 		fmt.Fprintf(b.console, "kpreload: warning: %s\n", consoleText(err.Error()))
@@ -31,7 +34,7 @@ func (b *Boot) emitReport() {
 	if err != nil {
 		return
 	}
-	if dev := b.reportChannel(); dev != "" {
+	if dev != "" {
 		if f, err := os.OpenFile(dev, os.O_WRONLY, 0); err == nil {
 			fmt.Fprintln(f, line)
 			f.Close()

@@ -16,6 +16,7 @@ import (
 var units = []string{
 	"kpreload-drivers.path", "kpreload-drivers.target", "kpreload-ldconfig.service",
 	"kpreload-persistenced.service", "kpreload-ready.service", "kpreload-cdi.service", "kpreload-boot-ok.service",
+	"kpreload-up.service",
 }
 
 // extract copies FS's files into a directory.
@@ -89,6 +90,10 @@ func TestUnitContracts(t *testing.T) {
 		{"kpreload-drivers.path", "PathExists=/run/kpreload/ready\n"},
 		{"kpreload-ldconfig.service", "ConditionPathExists=/run/kpreload/driver\n"},
 		{"kpreload-ldconfig.service", "Before=sysinit.target shutdown.target systemd-update-done.service kpreload-drivers.target\n"},
+		// kpreload boot --image ends on its record: only once the default target is reached.
+		{"kpreload-up.service", "After=multi-user.target graphical.target\n"},
+		{"kpreload-up.service", "ExecStart=/usr/bin/kpreload kernel-hook up\n"},
+		{"kpreload-boot-ok.service", "ExecStart=/usr/bin/kpreload kernel-hook boot-ok\n"},
 	}
 	for _, tt := range tests {
 		if got := read(tt.unit); !strings.Contains(got, tt.want) {
@@ -216,6 +221,9 @@ func TestPreset(t *testing.T) {
 		"paths.target.wants/kpreload-drivers.path",
 		"sysinit.target.wants/kpreload-ldconfig.service",
 		"kpreload-drivers.target.wants/kpreload-persistenced.service",
+		"sysinit.target.wants/kpreload-boot-ok.service",
+		// Where kpreload-boot-ok.service looks before it announces the up record.
+		"multi-user.target.wants/kpreload-up.service",
 	} {
 		if _, err := os.Lstat(filepath.Join(root, "etc/systemd/system", want)); err != nil {
 			t.Errorf("after preset: %v", err)

@@ -32,8 +32,9 @@ type bootJSON struct {
 	TimedOut    bool              `json:"timed_out"`
 	ExitCode    int               `json:"exit_code"`
 	Kernel      []qemu.KernelLine `json:"kernel_lines"`
-	// UntilMatch is the console text --until matched, and Up which of
-	// qemu.UpMarks it is (with --image's default).
+	// UntilMatch is the console text --until matched, or with --image's
+	// default the up record's line on the report channel; Up says which
+	// mark of an image being up it is (qemu.Result.EndedBy).
 	UntilMatch string   `json:"until_match,omitempty"`
 	Up         string   `json:"up,omitempty"`
 	Warnings   []string `json:"warnings,omitempty"`
@@ -83,10 +84,15 @@ boots with UEFI Secure Boot on (OVMF's Secure Boot build, Microsoft's keys);
 --vars FILE gives the variable store, such as the <name>.ovmf-vars.fd of an image
 built with --secure-boot, which also holds the image's module key as a MOK.
 A real systemd guest does not power off: the run ends when the console matches
---until, by default when the image is up whoever owns the console: systemd
-reaching multi-user.target or graphical.target, systemd reaching getty.target,
-or a getty's login prompt (once a serial getty owns the console, systemd stops
-printing unit status there); the summary says which it saw.
+--until, by default when the image is up. An image with kpreload's units says
+so itself: kpreload-up.service, once systemd has reached the default target,
+writes a "kpreload-up: " record naming it on the report channel /init used, and
+the run ends there (kpreload-boot-ok.service, early in the boot, announces that
+record on the same channel, so the console no longer ends the run). Other
+images end on the console, whoever owns it: systemd reaching multi-user.target
+or graphical.target, systemd reaching getty.target, or a getty's login prompt
+(once a serial getty owns the console, systemd stops printing unit status
+there). The summary, and "up" in --json, say which ended the run.
 QEMU boots a copy-on-write overlay, so the image itself is never changed;
 --persist boots the image itself, keeping what the guest writes (to boot, change
 and boot the same disk again). --drive FILE attaches another disk on virtio,
@@ -131,7 +137,7 @@ real time: under plain TCG a guest's first run of new code costs far more.`,
 				}
 				c.Firmware, c.RootDisk, c.Snapshot = firmware, image, !persist
 				if until == "" {
-					c.Until = qemu.ImageUp
+					c.Until, c.UntilUp = qemu.ImageUp, true
 				}
 			} else if c.Kernel == "" {
 				return errors.New("--kernel (or --image) is required")
@@ -185,7 +191,7 @@ real time: under plain TCG a guest's first run of new code costs far more.`,
 					WallSeconds: res.Duration.Seconds(), Accel: res.Accel, Panicked: res.Panicked, TimedOut: res.TimedOut,
 					ExitCode: res.ExitCode, Kernel: res.Kernel, Warnings: res.Warnings}
 				if res.UntilMatched {
-					out.UntilMatch, out.Up = res.UntilMatch, qemu.WhatUp(res.UntilMatch)
+					out.UntilMatch, out.Up = res.UntilMatch, res.EndedBy()
 				}
 				if bootErr != nil {
 					out.Error = bootErr.Error()
@@ -229,7 +235,7 @@ real time: under plain TCG a guest's first run of new code costs far more.`,
 	f.BoolVar(&persist, "persist", false, "with --image: boot the image itself, keeping what the guest writes (default: a throwaway overlay)")
 	f.StringArrayVar(&c.Drives, "drive", nil, "attach this disk image (raw or .qcow2) on virtio, read-only, after the root disk (repeatable)")
 	f.StringVar(&svgFile, "svg", "", "draw the boot's timeline (milestones, module loads, systemd's where the console has them) into this SVG file")
-	f.StringVar(&until, "until", "", "end the run when the console matches this regular expression (default with --image: the image is up: systemd's default target, getty.target or a login prompt)")
+	f.StringVar(&until, "until", "", "end the run when the console matches this regular expression (default with --image: the image is up: kpreload-up.service's record on the report channel, else systemd's default target, getty.target or a login prompt on the console)")
 	f.StringVar(&workDir, "work-dir", "", "directory for the logs (default: a new temporary directory)")
 	f.BoolVar(&asJSON, "json", false, "print the report, root-init record and timings as JSON")
 	return cmd
@@ -273,6 +279,8 @@ func printBootSummary(w io.Writer, res *qemu.Result) {
 	}
 	ending := "powered off"
 	switch {
+	case res.Up != nil:
+		ending = "stopped when " + res.Up.Describe() + " on the report channel"
 	case res.UntilMatched:
 		ending = fmt.Sprintf("stopped when the console showed %q", res.UntilMatch)
 		if what := qemu.WhatUp(res.UntilMatch); what != "" {
@@ -347,6 +355,17 @@ func printSystemdMilestones(w io.Writer, res *qemu.Result) {
 	if l, ok := qemu.Find(res.Kernel, "running in system mode"); ok {
 		fmt.Fprintf(w, "  systemd (/sbin/init) started at %.3f s\n", l.Time)
 	}
+	if res.Up != nil {
+		// systemd's own line for the target, where it logs to the kernel.
+		for _, l := range res.Kernel {
+			if qemu.UpMarks[0].Pattern.MatchString(l.Text) { // systemd reached its default target
+				fmt.Fprintf(w, "  %q at %.3f s\n", strings.TrimPrefix(l.Text, "systemd[1]: "), l.Time)
+				break
+			}
+		}
+		fmt.Fprintf(w, "  %s at %.3f s (its uptime)\n", res.Up.Describe(), res.Up.Time)
+		return
+	}
 	if !res.UntilMatched {
 		return
 	}
@@ -377,7 +396,9 @@ func bootMarks(res *qemu.Result) []svg.Mark {
 	if l, ok := qemu.Find(res.Kernel, "running in system mode"); ok {
 		marks = append(marks, svg.Mark{Time: l.Time, Label: "systemd started"})
 	}
-	if res.UntilMatched {
+	if res.Up != nil {
+		marks = append(marks, svg.Mark{Time: res.Up.Time, Label: "up (" + res.Up.Unit + ")"})
+	} else if res.UntilMatched {
 		if l, ok := qemu.Find(res.Kernel, res.UntilMatch); ok {
 			marks = append(marks, svg.Mark{Time: l.Time, Label: res.UntilMatch})
 		}

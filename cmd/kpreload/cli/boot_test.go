@@ -119,6 +119,37 @@ func TestPrintBootSummaryImage(t *testing.T) {
 	}
 }
 
+// TestPrintBootSummaryUp: a boot that kpreload-up.service's record ended
+// says so, with the record's time, and the marks of its timeline and
+// boot --json's "up" name it.
+func TestPrintBootSummaryUp(t *testing.T) {
+	line := `kpreload-up: {"format":1,"state":"up","unit":"kpreload-up.service","target":"multi-user.target","time":14.25}`
+	_, up, _ := report.ScanUp([]byte(line + "\n"))
+	if up == nil {
+		t.Fatalf("ScanUp read no record from %s", line)
+	}
+	res := &qemu.Result{Accel: "tcg", Duration: 21 * time.Second, UntilMatched: true, UntilMatch: line, Up: up,
+		Kernel: []qemu.KernelLine{{Time: 13.5, Text: "systemd[1]: Reached target multi-user.target - Multi-User System."}}}
+	var b bytes.Buffer
+	printBootSummary(&b, res)
+	for _, want := range []string{
+		"under tcg: stopped when kpreload-up.service reported the system up (multi-user.target) on the report channel after 21.0s (wall)\n",
+		"  \"Reached target multi-user.target - Multi-User System.\" at 13.500 s\n",
+		"  kpreload-up.service reported the system up (multi-user.target) at 14.250 s (its uptime)\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("summary lacks %q; got:\n%s", want, b.String())
+		}
+	}
+	if got, want := res.EndedBy(), "kpreload-up.service reported the system up (multi-user.target)"; got != want {
+		t.Errorf("up = %q, want %q", got, want)
+	}
+	marks := bootMarks(res)
+	if len(marks) != 1 || marks[0].Time != 14.25 || marks[0].Label != "up (kpreload-up.service)" {
+		t.Errorf("timeline marks %+v, want the up record's", marks)
+	}
+}
+
 func TestBootRequiresKernel(t *testing.T) {
 	var out, errOut bytes.Buffer
 	if code := Execute([]string{"boot"}, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), "--kernel (or --image) is required") {

@@ -163,8 +163,8 @@ through a loop device, with /dev, /proc and /sys bound in, and unmounted after.`
 func newKernelHookCmd() *cobra.Command {
 	var f installFlags
 	c := &cobra.Command{
-		Use:         "kernel-hook postinst|postrm KVER [IMAGE] | grub-entries | boot-ok | refresh",
-		Annotations: map[string]string{argsNote: "the hook's event (postinst|postrm KVER [IMAGE], grub-entries, boot-ok or refresh)"},
+		Use:         "kernel-hook postinst|postrm KVER [IMAGE] | grub-entries | boot-ok | up | refresh",
+		Annotations: map[string]string{argsNote: "the hook's event (postinst|postrm KVER [IMAGE], grub-entries, boot-ok, up or refresh)"},
 		Short:       "What the kernel packages and grub-mkconfig run (installed by kpreload install)",
 		Long: `Debian's kernel packages run /etc/kernel/postinst.d/zz-kpreload and
 postrm.d/zz-kpreload after installing or removing a kernel; both hand over to
@@ -189,7 +189,19 @@ is run by kpreload-boot-ok.service once the real init is up after kpreload's
 /init booted the system: it takes back the fallback the boot loader had ready
 in case the root could not be mounted (GRUB's one-shot next_entry, when it still
 names one of kpreload's entries; systemd-boot's counted entry, marked good where
-the root lacks systemd-bless-boot).
+the root lacks systemd-bless-boot). Where kpreload's /init sent its report on a
+report channel (kpreload.report=, or QEMU's fw_cfg: a boot harness such as
+"kpreload boot") and kpreload-up.service is enabled, it also writes a
+"kpreload-up: " record there saying the system is booting.
+
+  kpreload kernel-hook up
+
+is run by kpreload-up.service once the system has reached its default target:
+on that same report channel (the "channel" of /run/kpreload/report.json) it
+writes one "kpreload-up: " JSON record, state "up", naming the target (the
+command line's systemd.unit=, else what default.target links to). "kpreload
+boot --image" ends its run on it. With no report or no channel it writes
+nothing.
 
   kpreload kernel-hook refresh
 
@@ -243,6 +255,17 @@ are used. Every path is resolved inside --root, as in a chroot of it.`,
 				_, err := install.BootOK(cmd.Context(), install.BootOKOptions{Root: f.root, ESP: f.esp, Log: cmd.OutOrStdout()})
 				return err
 			}
+			if args[0] == "up" {
+				if len(args) != 1 {
+					return fmt.Errorf("up takes no arguments")
+				}
+				what, err := install.ReportUp(install.UpOptions{Root: f.root})
+				if err != nil {
+					return fmt.Errorf("kernel-hook up: %w", err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "kpreload: %s\n", what)
+				return nil
+			}
 			if args[0] == "refresh" {
 				if len(args) != 1 {
 					return fmt.Errorf("refresh takes no arguments")
@@ -284,7 +307,7 @@ are used. Every path is resolved inside --root, as in a chroot of it.`,
 			case "postrm":
 				res, err = install.KernelRemoved(cmd.Context(), o, args[1])
 			default:
-				return fmt.Errorf("unknown hook %q: postinst, postrm, grub-entries, boot-ok or refresh", args[0])
+				return fmt.Errorf("unknown hook %q: postinst, postrm, grub-entries, boot-ok, up or refresh", args[0])
 			}
 			if err != nil {
 				return fmt.Errorf("kernel %s hook for %s: %w", args[0], args[1], err)

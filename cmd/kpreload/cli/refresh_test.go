@@ -14,7 +14,8 @@ func TestKernelHookRefreshArgs(t *testing.T) {
 	}{
 		{[]string{"kernel-hook", "refresh", "6.1.0-56-cloud-amd64"}, "refresh takes no arguments"},
 		{[]string{"kernel-hook", "refresh", "--root", t.TempDir()}, "kernel-hook refresh: "},
-		{[]string{"kernel-hook", "nonsense", "x"}, "postinst, postrm, grub-entries, boot-ok or refresh"},
+		{[]string{"kernel-hook", "nonsense", "x"}, "postinst, postrm, grub-entries, boot-ok, up or refresh"},
+		{[]string{"kernel-hook", "up", "x"}, "up takes no arguments"},
 	} {
 		code, _, errOut := runCLI(c.args...)
 		if code == 0 || !strings.Contains(errOut, c.want) {
@@ -22,7 +23,7 @@ func TestKernelHookRefreshArgs(t *testing.T) {
 		}
 	}
 	_, help, _ := runCLI("kernel-hook", "--help")
-	for _, want := range []string{"| refresh", "kpreload kernel-hook refresh", "newest kernel with\nits driver cells"} {
+	for _, want := range []string{"| refresh", "kpreload kernel-hook refresh", "newest kernel with\nits driver cells", "| up |", "kpreload kernel-hook up\n\nis run by kpreload-up.service"} {
 		if !strings.Contains(help, want) {
 			t.Errorf("kernel-hook --help lacks %q", want)
 		}

@@ -17,6 +17,10 @@
 // driver request to have come from that source (seed, fw_cfg, image, ...).
 //
 //	benchimage table SAMPLES.jsonl
+//
+// The table has a section for each kind of sample present; "versus"
+// samples (scripts/bench-image.sh --dib) compare the same image built by
+// kpreload image build and by other tools, cold and warm.
 package main
 
 import (
@@ -50,7 +54,7 @@ func main() {
 // Sample is one measurement: a build (Seconds) or a boot (the timeline, in
 // seconds of kernel time since the kernel started, and the wall time).
 type Sample struct {
-	Kind string `json:"kind"` // "build", "boot" or "size"
+	Kind string `json:"kind"` // "build", "boot", "size", "install" or "versus"
 	Name string `json:"name"`
 	// Seconds is a build's wall time, or a size's bytes for kind "size".
 	Seconds float64 `json:"seconds,omitempty"`
@@ -63,6 +67,17 @@ type Sample struct {
 	Target float64 `json:"target,omitempty"`
 	// Wall is QEMU's wall time to the default target (firmware included).
 	Wall float64 `json:"wall,omitempty"`
+	// Phase is a "versus" build's caches: "cold" or "warm".
+	Phase string `json:"phase,omitempty"`
+	// Allocated is a "versus" build's image's allocated bytes (Bytes its
+	// apparent size).
+	Allocated int64 `json:"allocated,omitempty"`
+}
+
+// versus is one tool's builds of the same image in the "versus" table.
+type versus struct {
+	cold, warm       []float64
+	bytes, allocated int64
 }
 
 func run(args []string, out io.Writer) error {
@@ -276,6 +291,8 @@ func table(path string, out io.Writer) error {
 	var sizeOrder, buildOrder, installOrder, bootOrder []string
 	type series struct{ bound, init, target, wall []float64 }
 	boots := map[string]*series{}
+	vs := map[string]*versus{}
+	var vsOrder []string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		var s Sample
@@ -298,6 +315,22 @@ func table(path string, out io.Writer) error {
 				sizeOrder = append(sizeOrder, s.Name)
 			}
 			sizes[s.Name] = s.Bytes
+		case "versus":
+			v := vs[s.Name]
+			if v == nil {
+				v = &versus{}
+				vs[s.Name] = v
+				vsOrder = append(vsOrder, s.Name)
+			}
+			switch s.Phase {
+			case "cold":
+				v.cold = append(v.cold, s.Seconds)
+				v.bytes, v.allocated = s.Bytes, s.Allocated
+			case "warm":
+				v.warm = append(v.warm, s.Seconds)
+			default:
+				return fmt.Errorf("%s: versus sample %q: phase %q, want cold or warm", path, s.Name, s.Phase)
+			}
 		case "boot":
 			b := boots[s.Name]
 			if b == nil {
@@ -314,8 +347,10 @@ func table(path string, out io.Writer) error {
 	if err := sc.Err(); err != nil {
 		return err
 	}
-	fmt.Fprintln(out, "| packer build | runs | median s | each run s |")
-	fmt.Fprintln(out, "| --- | ---: | ---: | --- |")
+	if len(buildOrder) > 0 {
+		fmt.Fprintln(out, "| packer build | runs | median s | each run s |")
+		fmt.Fprintln(out, "| --- | ---: | ---: | --- |")
+	}
 	for _, n := range buildOrder {
 		fmt.Fprintf(out, "| %s | %d | %.1f | %s |\n", n, len(builds[n]), median(builds[n]), list(builds[n]))
 	}
@@ -335,14 +370,19 @@ func table(path string, out io.Writer) error {
 			fmt.Fprintf(out, "\n%s / %s: %.2f\n", installOrder[0], installOrder[1], ratio(median(installs[installOrder[0]]), median(installs[installOrder[1]])))
 		}
 	}
-	fmt.Fprintln(out, "\n| file | bytes | MiB |")
-	fmt.Fprintln(out, "| --- | ---: | ---: |")
+	if len(sizeOrder) > 0 {
+		fmt.Fprintln(out, "\n| file | bytes | MiB |")
+		fmt.Fprintln(out, "| --- | ---: | ---: |")
+	}
 	for _, n := range sizeOrder {
 		fmt.Fprintf(out, "| %s | %d | %.0f |\n", n, sizes[n], float64(sizes[n])/(1<<20))
 	}
-	fmt.Fprintln(out, "\nBoot timeline, seconds of kernel time since the kernel started (medians; wall includes firmware):")
-	fmt.Fprintln(out, "\n| boot | runs | driver bound | /sbin/init | default target | QEMU wall |")
-	fmt.Fprintln(out, "| --- | ---: | ---: | ---: | ---: | ---: |")
+	versusTable(out, vsOrder, vs)
+	if len(bootOrder) > 0 {
+		fmt.Fprintln(out, "\nBoot timeline, seconds of kernel time since the kernel started (medians; wall includes firmware):")
+		fmt.Fprintln(out, "\n| boot | runs | driver bound | /sbin/init | default target | QEMU wall |")
+		fmt.Fprintln(out, "| --- | ---: | ---: | ---: | ---: | ---: |")
+	}
 	for _, n := range bootOrder {
 		b := boots[n]
 		fmt.Fprintf(out, "| %s | %d | %.2f | %.2f | %.2f | %.1f |\n", n, len(b.bound), median(b.bound), median(b.init), median(b.target), median(b.wall))
@@ -357,6 +397,34 @@ func table(path string, out io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// versusTable writes the builds of the same image by other tools: each
+// tool's cold and warm wall time (medians) and the image's apparent and
+// allocated size, then each tool's ratios to the first.
+func versusTable(out io.Writer, order []string, vs map[string]*versus) {
+	if len(order) == 0 {
+		return
+	}
+	fmt.Fprintln(out, "\n| the same image built by | cold s | warm s (median) | apparent MiB | allocated MiB |")
+	fmt.Fprintln(out, "| --- | ---: | ---: | ---: | ---: |")
+	for _, n := range order {
+		v := vs[n]
+		warm := "-"
+		if len(v.warm) > 0 {
+			warm = fmt.Sprintf("%.1f", median(v.warm))
+		}
+		fmt.Fprintf(out, "| %s | %.1f | %s | %.0f | %.0f |\n", n, median(v.cold), warm, float64(v.bytes)/(1<<20), float64(v.allocated)/(1<<20))
+	}
+	a := vs[order[0]]
+	for _, n := range order[1:] {
+		b := vs[n]
+		fmt.Fprintf(out, "\nratios %s / %s: cold %.2f", n, order[0], ratio(median(b.cold), median(a.cold)))
+		if len(a.warm) > 0 && len(b.warm) > 0 {
+			fmt.Fprintf(out, ", warm %.2f", ratio(median(b.warm), median(a.warm)))
+		}
+		fmt.Fprintf(out, ", apparent size %.2f, allocated size %.2f\n", ratio(float64(b.bytes), float64(a.bytes)), ratio(float64(b.allocated), float64(a.allocated)))
+	}
 }
 
 func ratio(a, b float64) float64 {

@@ -61,3 +61,42 @@ func TestTable(t *testing.T) {
 		}
 	}
 }
+
+// TestTableVersus: the builds of the same image by two tools, cold and
+// warm, with their sizes and the ratios to the first; a table of only
+// those has no empty sections.
+func TestTableVersus(t *testing.T) {
+	samples := filepath.Join(t.TempDir(), "s.jsonl")
+	data := `{"kind":"versus","name":"kpreload image build","phase":"cold","seconds":100,"bytes":2147483648,"allocated":629145600}
+{"kind":"versus","name":"disk-image-create","phase":"cold","seconds":300,"bytes":1073741824,"allocated":943718400}
+{"kind":"versus","name":"kpreload image build","phase":"warm","seconds":40}
+{"kind":"versus","name":"disk-image-create","phase":"warm","seconds":200}
+`
+	if err := os.WriteFile(samples, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := table(samples, &b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| kpreload image build | 100.0 | 40.0 | 2048 | 600 |",
+		"| disk-image-create | 300.0 | 200.0 | 1024 | 900 |",
+		"ratios disk-image-create / kpreload image build: cold 3.00, warm 5.00, apparent size 0.50, allocated size 1.50",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+	for _, absent := range []string{"packer build", "| file |", "Boot timeline"} {
+		if strings.Contains(b.String(), absent) {
+			t.Errorf("table of versus samples only has %q:\n%s", absent, b.String())
+		}
+	}
+	if err := os.WriteFile(samples, []byte(`{"kind":"versus","name":"x","phase":"lukewarm","seconds":1}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := table(samples, &b); err == nil || !strings.Contains(err.Error(), `phase "lukewarm"`) {
+		t.Errorf("a sample of an unknown phase: %v, want an error naming it", err)
+	}
+}
