@@ -141,7 +141,7 @@ func cachedImage(ctx context.Context, t *testing.T, kind, key string, build func
 // image's own GRUB with kpreload's /init binding the test driver before
 // systemd and the fallback taken back, Debian's update-initramfs,
 // update-grub and another kernel package inside the root keeping kpreload
-// the default with its driver, and a second boot to multi-user.target.
+// the default with its driver, and one boot, after them, to the default target.
 func TestVmdb2(t *testing.T) {
 	testenv.SkipShort(t, "builds (once per machine) and boots a vmdb2 image")
 	if os.Getuid() != 0 {
