@@ -10,10 +10,12 @@ package dibtest
 import (
 	"context"
 	"crypto/sha256"
-	_ "embed"
+	"embed"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,12 +45,15 @@ const (
 // the package made) and DHCP on every NIC (dhcp-all-interfaces: ifupdown
 // and dhclient; debian-minimal alone configures an eth0 that systemd's
 // interface names never give, with no DHCP client to bring it up), as
-// OpenStack users build them. DIB 3.13 names bookworm's security suite in
+// OpenStack users build them; dhclient-lease-dir, an element of this
+// package's (elements/), works around dhcp-all-interfaces writing to
+// Fedora's /var/lib/dhclient, which fails on Debian once an IPv6 router
+// answers (QEMU's user network does) and leaves the NIC without an address. DIB 3.13 names bookworm's security suite in
 // the old layout (bookworm/updates, which the archive answers with 400):
 // DIB_DEBIAN_SECURITY_SUBPATH gives today's name, and the security archive
 // is read from deb.debian.org's mirror of it, as scripts/deps.sh does.
 var (
-	Elements = []string{"vm", "debian-minimal", "devuser", "openssh-server", "runtime-ssh-host-keys", "dhcp-all-interfaces"}
+	Elements = []string{"vm", "debian-minimal", "devuser", "openssh-server", "runtime-ssh-host-keys", "dhcp-all-interfaces", "dhclient-lease-dir"}
 	Env      = []string{"DIB_RELEASE=bookworm", "DIB_DEBIAN_SECURITY_MIRROR=http://deb.debian.org/debian-security", "DIB_DEBIAN_SECURITY_SUBPATH=-security", "DIB_DEV_USER_USERNAME=" + User, "DIB_DEV_USER_PWDLESS_SUDO=yes", "DIB_DEV_USER_PASSWORD=" + Password}
 )
 
@@ -59,10 +64,46 @@ var (
 //go:embed block-device.yaml
 var blockDevice []byte
 
+// elements are this package's own DIB elements, found through ELEMENTS_PATH.
+//
+//go:embed elements
+var elements embed.FS
+
+// writeElements writes elements under dir (scripts executable) and returns
+// the path DIB's ELEMENTS_PATH takes; with dir "" it only hashes them into h.
+func writeElements(h io.Writer, dir string) (string, error) {
+	root := filepath.Join(dir, "elements")
+	err := fs.WalkDir(elements, "elements", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := elements.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "element file %s %x\n", p, sha256.Sum256(b))
+		if dir == "" {
+			return nil
+		}
+		mode := os.FileMode(0o644)
+		if strings.Contains(p, ".d/") {
+			mode = 0o755
+		}
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(p)), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, p), b, mode)
+	})
+	if err != nil {
+		return "", fmt.Errorf("the tests' DIB elements: %w", err)
+	}
+	return root, nil
+}
+
 // Image returns the raw disk image diskimage-builder made, built once per
 // machine and kept under $KPRELOAD_CACHE/dib/<key>/debian.raw, where key is
-// the SHA-256 of DIB's version, Elements, Env and the block-device
-// configuration. The build holds a lock, so tests running at once build it
+// the SHA-256 of DIB's version, Elements, Env, the block-device
+// configuration and this package's elements. The build holds a lock, so tests running at once build it
 // once. Callers change a copy, never the image itself.
 func Image(ctx context.Context, t testing.TB) string {
 	t.Helper()
@@ -76,6 +117,9 @@ func Image(ctx context.Context, t testing.TB) string {
 	}
 	h := sha256.New()
 	fmt.Fprintf(h, "dib %s\nelements %q\nenv %q\nblock %s\n", strings.TrimSpace(string(version)), Elements, Env, blockDevice)
+	if _, err := writeElements(h, ""); err != nil {
+		t.Fatal(err)
+	}
 	key := hex.EncodeToString(h.Sum(nil))[:16]
 	dir := filepath.Join(testenv.CacheRoot(), "dib", key)
 	img := filepath.Join(dir, "debian.raw")
@@ -103,10 +147,14 @@ func Image(ctx context.Context, t testing.TB) string {
 	if err := os.WriteFile(block, blockDevice, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	elementsPath, err := writeElements(io.Discard, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
 	cmd := exec.CommandContext(ctx, "nice", append([]string{"-n", "10", dic, "--no-tmpfs", "-t", "raw", "-o", filepath.Join(out, "debian")}, Elements...)...)
 	// The test's own environment, passed on to DIB with the image's settings.
-	cmd.Env = append(cmd.Environ(), append(Env, "DIB_BLOCK_DEVICE_CONFIG=file://"+block)...)
+	cmd.Env = append(cmd.Environ(), append(Env, "DIB_BLOCK_DEVICE_CONFIG=file://"+block, "ELEMENTS_PATH="+elementsPath)...)
 	cmd.Dir = out
 	logFile := filepath.Join(dir, "build.log")
 	lf, err := os.Create(logFile)
