@@ -2,15 +2,11 @@ package adopt
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,101 +16,10 @@ import (
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/builder/recipe"
-	"github.com/kpreload/kpreload/internal/flock"
 	"github.com/kpreload/kpreload/report"
+	"github.com/kpreload/kpreload/testsupport/dibtest"
 	"github.com/kpreload/kpreload/testsupport/testenv"
 )
-
-// dibElements and dibEnv are how the diskimage-builder image is made: a
-// Debian 12 VM image (Debian's generic -amd64 kernel, GRUB for BIOS, cloud
-// console settings in GRUB_CMDLINE_LINUX_DEFAULT), a user with sudo and an
-// SSH server, as OpenStack users build them. DIB 3.13 names bookworm's
-// security suite in the old layout (bookworm/updates, which the archive
-// answers with 400): DIB_DEBIAN_SECURITY_SUBPATH gives today's name, and
-// the security archive is read from deb.debian.org's mirror of it, as
-// scripts/deps.sh does.
-var (
-	dibElements = []string{"vm", "debian-minimal", "devuser", "openssh-server"}
-	dibEnv      = []string{"DIB_RELEASE=bookworm", "DIB_DEBIAN_SECURITY_MIRROR=http://deb.debian.org/debian-security", "DIB_DEBIAN_SECURITY_SUBPATH=-security", "DIB_DEV_USER_USERNAME=devuser", "DIB_DEV_USER_PWDLESS_SUDO=yes", "DIB_DEV_USER_PASSWORD=devuser"}
-)
-
-// dibImage returns a raw disk image made by diskimage-builder
-// (disk-image-create), built once per machine and kept under
-// $KPRELOAD_CACHE/dib/<key>/ where key is the SHA-256 of DIB's version,
-// the elements, the environment and the block-device configuration
-// (testdata/dib-block-device.yaml: the filesystem on the whole disk, since
-// this kernel has no loop partition scanning for DIB's partitioning). The
-// build holds a lock, so tests running at once build it once.
-func dibImage(ctx context.Context, t *testing.T) string {
-	t.Helper()
-	dic, err := exec.LookPath("disk-image-create")
-	if err != nil {
-		t.Fatalf("no disk-image-create (python3-diskimage-builder; scripts/deps.sh installs it): %v", err)
-	}
-	version, err := exec.Command(dic, "--version").Output()
-	if err != nil {
-		t.Fatalf("disk-image-create --version: %v", err)
-	}
-	block, err := filepath.Abs("testdata/dib-block-device.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	blockText, err := os.ReadFile(block)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := sha256.New()
-	fmt.Fprintf(h, "dib %s\nelements %q\nenv %q\nblock %s\n", strings.TrimSpace(string(version)), dibElements, dibEnv, blockText)
-	key := hex.EncodeToString(h.Sum(nil))[:16]
-	dir := filepath.Join(testenv.CacheRoot(), "dib", key)
-	img := filepath.Join(dir, "debian.raw")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Close()
-	if err := flock.Lock(ctx, lock, time.Second, nil); err != nil {
-		t.Fatalf("lock %s: %v", dir, err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, ".complete")); err == nil {
-		t.Logf("diskimage-builder image %s (cached, key %s)", img, key)
-		return img
-	}
-	out := filepath.Join(dir, "build")
-	os.RemoveAll(out)
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	cmd := exec.CommandContext(ctx, "nice", append([]string{"-n", "10", dic, "--no-tmpfs", "-t", "raw", "-o", filepath.Join(out, "debian")}, dibElements...)...)
-	cmd.Env = append(os.Environ(), append(dibEnv, "DIB_BLOCK_DEVICE_CONFIG=file://"+block)...)
-	cmd.Dir = out
-	logFile := filepath.Join(dir, "build.log")
-	lf, err := os.Create(logFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = lf, lf
-	err = cmd.Run()
-	lf.Close()
-	if err != nil {
-		b, _ := os.ReadFile(logFile)
-		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-		t.Fatalf("disk-image-create: %v; the last lines of %s:\n%s", err, logFile, strings.Join(lines[max(0, len(lines)-30):], "\n"))
-	}
-	if err := os.Rename(filepath.Join(out, "debian.raw"), img); err != nil {
-		t.Fatal(err)
-	}
-	os.RemoveAll(out)
-	if err := os.WriteFile(filepath.Join(dir, ".complete"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("diskimage-builder image built in %s (key %s; kept for the next run)", time.Since(start).Round(time.Second), key)
-	return img
-}
 
 // imageKernel returns the one kernel release in the image's /boot (debugfs
 // on the root's partition, or the whole file, no mount).
@@ -139,55 +44,6 @@ func imageKernel(t *testing.T, img string) string {
 	return m[0][1]
 }
 
-// bootImage runs "kpreload boot --image IMG --firmware bios --device edu
-// --json" plus args (bin is the kpreload binary) and returns its JSON.
-func bootImage(ctx context.Context, t *testing.T, bin, img string, n int, args ...string) bootResult {
-	t.Helper()
-	argv := append([]string{"boot", "--image", img, "--firmware", "bios", "--device", "edu", "--persist", "--json",
-		"--work-dir", filepath.Join(t.TempDir(), fmt.Sprint("boot", n)), "--timeout", testenv.Deadline(t, 5*time.Minute).String()}, args...)
-	start := time.Now()
-	out, err := exec.CommandContext(ctx, bin, argv...).Output()
-	var res bootResult
-	if jerr := json.Unmarshal(out, &res); jerr != nil {
-		t.Fatalf("boot %d: %v; output %s", n, jerr, out)
-	}
-	t.Logf("boot %d: %s, ended by %q (%s)", n, time.Since(start).Round(time.Second), res.UntilMatch, res.Up)
-	if err != nil {
-		t.Fatalf("boot %d: %v: %s (console %s)", n, err, res.Error, res.Console)
-	}
-	return res
-}
-
-// bootResult is the part of kpreload boot --json the test reads.
-type bootResult struct {
-	Report     *report.Report `json:"report"`
-	Console    string         `json:"console"`
-	ReportLog  string         `json:"report_log"`
-	UntilMatch string         `json:"until_match"`
-	Up         string         `json:"up"`
-	Error      string         `json:"error"`
-}
-
-// checkBoundBeforeSystemd: kpreload's /init ran, the test driver was
-// loaded from the root's cache and bound to the edu device before
-// switch_root, the boot came through kpreload's GRUB entry with the
-// fallback saved.
-func checkBoundBeforeSystemd(t *testing.T, n int, res bootResult, kernel string) {
-	t.Helper()
-	rep := res.Report
-	if rep == nil {
-		t.Fatalf("boot %d: no kpreload report (console %s)", n, res.Console)
-	}
-	i := slices.IndexFunc(rep.Modules, func(m report.Module) bool { return m.Name == "kpreload_edu" })
-	if i < 0 || rep.Modules[i].Result != "loaded" || rep.Modules[i].End > rep.SwitchRoot || rep.SwitchRoot <= 0 {
-		t.Fatalf("boot %d: kpreload_edu %+v, switch_root %.3f: want it loaded before switch_root (console %s)", n, rep.Modules, rep.SwitchRoot, res.Console)
-	}
-	if rep.Kernel != kernel || !strings.Contains(rep.Cmdline, install.FallbackFlag) {
-		t.Errorf("boot %d: kernel %s, cmdline %q: want %s through kpreload's entry with its fallback saved (%s)", n, rep.Kernel, rep.Cmdline, kernel, install.FallbackFlag)
-	}
-	t.Logf("boot %d: kpreload_edu bound at %.3f s, switch_root at %.3f s", n, rep.Modules[i].End, rep.SwitchRoot)
-}
-
 // TestDiskImageBuilder adopts an image diskimage-builder made (Debian 12,
 // its generic kernel, GRUB on BIOS, console=ttyS0 in
 // GRUB_CMDLINE_LINUX_DEFAULT, a serial getty) with the command install
@@ -209,7 +65,7 @@ func TestDiskImageBuilder(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 40*time.Minute))
 	defer cancel()
 	start := time.Now()
-	cached := dibImage(ctx, t)
+	cached := dibtest.Image(ctx, t)
 	adoptBootUpdate(ctx, t, cached)
 	t.Logf("whole test: %s", time.Since(start).Round(time.Second))
 }
@@ -228,9 +84,7 @@ func adoptBootUpdate(ctx context.Context, t *testing.T, cached string) {
 	t.Helper()
 	work := t.TempDir()
 	img := filepath.Join(work, "debian.raw")
-	if out, err := exec.Command("cp", "--sparse=always", cached, img).CombinedOutput(); err != nil {
-		t.Fatalf("cp: %v\n%s", err, out)
-	}
+	dibtest.Copy(t, cached, img)
 	kernel := imageKernel(t, img)
 	t.Logf("the image's kernel: %s", kernel)
 
@@ -326,8 +180,8 @@ func adoptBootUpdate(ctx context.Context, t *testing.T, cached string) {
 	// One boot, after every tool above ran: kpreload boot's defaults end it
 	// when the image is up, which kpreload's own unit says on the report
 	// channel once the default target (multi-user or graphical) is reached.
-	res := bootImage(ctx, t, bin, img, 1)
-	checkBoundBeforeSystemd(t, 1, res, kernel)
+	res := dibtest.Boot(ctx, t, bin, img, 1)
+	dibtest.CheckBoundBeforeSystemd(t, 1, res, kernel, install.FallbackFlag)
 	if !strings.HasPrefix(res.Up, "kpreload-up.service reported the system up (") || !strings.HasPrefix(res.UntilMatch, report.UpPrefix) {
 		t.Errorf("the boot ended by %q (%s), want kpreload-up.service's record on the report channel", res.UntilMatch, res.Up)
 	}

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/internal/runner"
-	"github.com/kpreload/kpreload/internal/flock"
+	"github.com/kpreload/kpreload/testsupport/dibtest"
 	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
@@ -62,10 +62,10 @@ func vmdb2Image(ctx context.Context, t *testing.T) string {
 	}
 	h := sha256.New()
 	fmt.Fprintf(h, "vmdb2 %s\nspec %s\nkpartx %s\n", strings.TrimSpace(string(version)), specText, standIn)
-	return cachedImage(ctx, t, "vmdb2", hex.EncodeToString(h.Sum(nil))[:16], func(out string, log *os.File) error {
+	return dibtest.Cached(ctx, t, "vmdb2", hex.EncodeToString(h.Sum(nil))[:16], func(dir, out string, log *os.File) error {
 		// vmdb2 tears down (unmounts, detaches its loop device) on SIGINT,
 		// not on the SIGKILL a context's end sends by default.
-		vlog := filepath.Join(filepath.Dir(out), "vmdb2.log") // beside build.log
+		vlog := filepath.Join(dir, "vmdb2.log") // beside build.log
 		cmd := exec.CommandContext(ctx, "nice", "-n", "10", bin, "--output", "debian.raw", "--log", vlog, spec)
 		cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 		cmd.WaitDelay = 2 * time.Minute
@@ -77,60 +77,6 @@ func vmdb2Image(ctx context.Context, t *testing.T) string {
 		}
 		return nil
 	})
-}
-
-// cachedImage returns $KPRELOAD_CACHE/<kind>/<key>/debian.raw, built by
-// build the first time: build runs in an empty directory, out, and leaves
-// debian.raw there, with its output going to log (kept as build.log beside
-// the image). The build holds a lock on the key's directory, so tests
-// running at once build an image once; a build that fails is done again
-// next time.
-func cachedImage(ctx context.Context, t *testing.T, kind, key string, build func(out string, log *os.File) error) string {
-	t.Helper()
-	dir := filepath.Join(testenv.CacheRoot(), kind, key)
-	img := filepath.Join(dir, "debian.raw")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Close()
-	if err := flock.Lock(ctx, lock, time.Second, nil); err != nil {
-		t.Fatalf("lock %s: %v", dir, err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, ".complete")); err == nil {
-		t.Logf("%s image %s (cached, key %s)", kind, img, key)
-		return img
-	}
-	out := filepath.Join(dir, "build")
-	os.RemoveAll(out)
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	logFile := filepath.Join(dir, "build.log")
-	lf, err := os.Create(logFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	err = build(out, lf)
-	lf.Close()
-	if err != nil {
-		b, _ := os.ReadFile(logFile)
-		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-		t.Fatalf("build the %s image: %v; the last lines of %s:\n%s", kind, err, logFile, strings.Join(lines[max(0, len(lines)-30):], "\n"))
-	}
-	if err := os.Rename(filepath.Join(out, "debian.raw"), img); err != nil {
-		t.Fatal(err)
-	}
-	os.RemoveAll(out)
-	if err := os.WriteFile(filepath.Join(dir, ".complete"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%s image built in %s (key %s; kept for the next run)", kind, time.Since(start).Round(time.Second), key)
-	return img
 }
 
 // TestVmdb2 adopts an image vmdb2 made from the example specification of

@@ -102,7 +102,7 @@ var kpreloadReady = regexp.MustCompile(`Reached target .*kpreload-dr.*GPU driver
 // where the QEMU builder's time goes: the guest's boot up to SSH, the
 // provisioner's own progress (host staging, upload, install in the guest),
 // the shutdown.
-var packerMilestone = regexp.MustCompile(`Starting VM|Waiting for SSH|Connected to SSH|qemu\.cloud: \[ *[0-9.]+s\]|kpreload: built|Generating grub|kpreload installed|Gracefully halting|finished after`)
+var packerMilestone = regexp.MustCompile(`Starting VM|Waiting for SSH|Connected to SSH|qemu\.\w+: \[ *[0-9.]+s\]|kpreload: built|Generating grub|kpreload installed|Gracefully halting|finished after`)
 
 // updatesDone is the updates step's last line.
 var updatesDone = regexp.MustCompile(`kpreload-test: done`)

@@ -258,7 +258,8 @@ func StagingScript(staging string) string {
 // "kpreload copy-in", so that every path is resolved inside it), runs ldconfig, enables the staged
 // systemd units and, when boot is set, runs "kpreload install" for the
 // kernels, which makes the root's boot loader boot kpreload and fails when
-// it cannot. Every failure names what to do.
+// it cannot. Into "/" it runs only as root (use_sudo for a non-root
+// communicator user). Every failure names what to do.
 func InstallScript(root, staging string, units, kernels []string, boot bool) string {
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
@@ -267,6 +268,12 @@ func InstallScript(root, staging string, units, kernels []string, boot bool) str
 	w("staging=%s", shellQuote(staging))
 	w(`trap 'rm -rf "$staging"' EXIT`)
 	w(`[ -d "$root" ] || { echo "kpreload: target root $root does not exist" >&2; exit 2; }`)
+	if root == "/" {
+		// The running system's own files, boot loader and initramfs: a
+		// non-root communicator user gets one clear error, not tar's
+		// "Permission denied" for every file.
+		w(`[ "$(id -u)" = 0 ] || { echo "kpreload: installing into / needs root, and the install runs as $(id -un): set use_sudo = true (for a user with passwordless sudo) or log in as root" >&2; exit 2; }`)
+	}
 	w(`command -v tar >/dev/null || { echo "kpreload: the target has no tar" >&2; exit 2; }`)
 	if root == "/" {
 		// Nothing is outside "/": tar unpacks straight into it.

@@ -4,8 +4,10 @@ import (
 	"archive/tar"
 	"compress/gzip"
 	"context"
+	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -235,5 +237,58 @@ func TestInstallScriptSkipHook(t *testing.T) {
 	}
 	if !strings.Contains(s, "ldconfig") || !strings.Contains(s, `rm -rf "$staging"`) {
 		t.Errorf("script lacks ldconfig or the staging cleanup:\n%s", s)
+	}
+}
+
+// TestInstallScriptNeedsRoot runs the real install script for the target
+// "/" as a user that is not root (nobody, through setpriv, when the test
+// runs as root), as a communicator's login user without use_sudo would: it
+// stops before unpacking anything, saying to set use_sudo. Another target
+// root may belong to the user (chroot-style builders): no such check there.
+func TestInstallScriptNeedsRoot(t *testing.T) {
+	// The staging directory belongs to the user, as the provisioner makes it.
+	// (os.MkdirTemp: t.TempDir's parent is closed to other users.)
+	base, err := os.MkdirTemp("", "kpreload-needs-root-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	staging := filepath.Join(base, "staging")
+	if err := os.Mkdir(staging, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	script := InstallScript("/", staging, nil, []string{testKernel}, true)
+	argv := []string{"sh", "-c", script}
+	if os.Getuid() == 0 {
+		if err := os.Chmod(base, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(staging, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		setpriv, err := exec.LookPath("setpriv")
+		if err != nil {
+			t.Fatalf("no setpriv (util-linux) to run the script as nobody: %v", err)
+		}
+		argv = append([]string{setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"}, argv...)
+	}
+	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+		t.Fatalf("install script into / as a non-root user: %v, want exit status 2\n%s", err, out)
+	}
+	for _, want := range []string{"kpreload: installing into / needs root", "set use_sudo = true"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("install script output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(string(out), "unpacked") || strings.Contains(string(out), "tar") {
+		t.Errorf("install script went on after the check:\n%s", out)
+	}
+	if _, err := os.Stat(staging); !os.IsNotExist(err) {
+		t.Errorf("the staging directory is still there (%v): the script's exit should remove it", err)
+	}
+	if other := InstallScript("/mnt/target", "/tmp/x", nil, nil, false); strings.Contains(other, "id -u") {
+		t.Errorf("the script for another target root checks the user:\n%s", other)
 	}
 }
