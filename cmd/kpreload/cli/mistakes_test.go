@@ -140,6 +140,8 @@ func exampleLines(t *testing.T, c *cobra.Command) []string {
 // "package-dir:function" elsewhere).
 var exampleTests = map[string]string{
 	"kpreload switch":                "TestSwitchHelpExamples",
+	"kpreload plan":                  "TestPlanHelpExamples",
+	"kpreload xorg":                  "TestXorgHelpExamples",
 	"kpreload follow":                "TestFollowHelpExamples",
 	"kpreload keys show":             "TestKeysHelpExamples",
 	"kpreload keys export":           "TestKeysHelpExamples",
@@ -182,10 +184,8 @@ var examplesNotRun = map[string]bool{
 	"kpreload initramfs":       true,
 	"kpreload install":         true,
 	"kpreload match":           true,
-	"kpreload plan":            true,
 	"kpreload status":          true,
 	"kpreload user-data apply": true,
-	"kpreload xorg":            true,
 	// groups whose example is a child's above
 	"kpreload image":     true,
 	"kpreload user-data": true,
