@@ -142,6 +142,7 @@ var exampleTests = map[string]string{
 	"kpreload switch":                "TestSwitchHelpExamples",
 	"kpreload plan":                  "TestPlanHelpExamples",
 	"kpreload xorg":                  "TestXorgHelpExamples",
+	"kpreload match":                 "TestMatchHelpExamples",
 	"kpreload follow":                "TestFollowHelpExamples",
 	"kpreload keys show":             "TestKeysHelpExamples",
 	"kpreload keys export":           "TestKeysHelpExamples",
@@ -183,7 +184,6 @@ var examplesNotRun = map[string]bool{
 	"kpreload image build":     true,
 	"kpreload initramfs":       true,
 	"kpreload install":         true,
-	"kpreload match":           true,
 	"kpreload status":          true,
 	"kpreload user-data apply": true,
 	// groups whose example is a child's above

@@ -7,7 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/gpu/switcher"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // inCheckout makes the test's working directory a fresh directory that looks
@@ -141,5 +143,30 @@ func TestSwitchHelpExamples(t *testing.T) {
 	if err := json.Unmarshal([]byte(runLine(t, lines[1])), &res); err != nil || res.To == nil ||
 		res.To.Driver+" "+res.To.Version+" "+res.To.Flavor != "nvidia 550.163.01 open" {
 		t.Errorf("%s: would switch to %+v (%v), want nvidia 550.163.01 open", lines[1], res.To, err)
+	}
+}
+
+// TestMatchHelpExamples runs the examples of `kpreload match --help` exactly
+// as written: they read the kernel `kpreload kernels fetch` unpacks under the
+// default download cache.
+func TestMatchHelpExamples(t *testing.T) {
+	const kver = "6.1.0-56-cloud-amd64"
+	if tree := testenv.KernelTree(t, kver); tree != filepath.Join(matrix.DefaultDownloadDir, "kernels", kver) {
+		t.Skipf("the examples name the default download cache; this run's kernels are under %s", tree)
+	}
+	lines := examplesOf(t, "kpreload match")
+	if len(lines) != 2 {
+		t.Fatalf("match examples: %q, want two", lines)
+	}
+	if out := runLine(t, lines[0]); out != "virtio_pci\n" {
+		t.Errorf("%s printed %q, want virtio_pci", lines[0], out)
+	}
+	out := runLine(t, lines[1])
+	var mods []string
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		mods = append(mods, strings.TrimSuffix(filepath.Base(l), ".ko"))
+	}
+	if strings.Join(mods, " ") != "virtio_ring virtio virtio_blk" || !strings.HasPrefix(out, "insmod /var/cache/kpreload/kernels/") {
+		t.Errorf("%s printed\n%s\nwant insmod of virtio_ring, virtio, virtio_blk in that order", lines[1], out)
 	}
 }
