@@ -143,6 +143,7 @@ var exampleTests = map[string]string{
 	"kpreload plan":                  "TestPlanHelpExamples",
 	"kpreload xorg":                  "TestXorgHelpExamples",
 	"kpreload match":                 "TestMatchHelpExamples",
+	"kpreload cdi generate":          "TestCDIGenerateHelpExamples",
 	"kpreload follow":                "TestFollowHelpExamples",
 	"kpreload keys show":             "TestKeysHelpExamples",
 	"kpreload keys export":           "TestKeysHelpExamples",
@@ -179,7 +180,6 @@ var exampleTests = map[string]string{
 var examplesNotRun = map[string]bool{
 	"kpreload boot":            true,
 	"kpreload cache rm":        true, // the set id differs with each build
-	"kpreload cdi generate":    true,
 	"kpreload copy-in":         true,
 	"kpreload image build":     true,
 	"kpreload initramfs":       true,

@@ -170,3 +170,43 @@ func TestMatchHelpExamples(t *testing.T) {
 		t.Errorf("%s printed\n%s\nwant insmod of virtio_ring, virtio, virtio_blk in that order", lines[1], out)
 	}
 }
+
+// TestCDIGenerateHelpExamples runs the examples of `kpreload cdi generate
+// --help` exactly as written, in a directory holding ./h200-root (cdiTree: the
+// real H200 VM's /proc captures and a driver library): the spec names the
+// H200 by index, by its real UUID and as all.
+func TestCDIGenerateHelpExamples(t *testing.T) {
+	root := cdiTree(t)
+	t.Chdir(t.TempDir())
+	if err := os.Symlink(root, "h200-root"); err != nil {
+		t.Fatal(err)
+	}
+	lines := examplesOf(t, "kpreload cdi generate")
+	if len(lines) != 2 {
+		t.Fatalf("cdi generate examples: %q, want two", lines)
+	}
+	out := runLine(t, lines[0])
+	for _, want := range []string{"kind: nvidia.com/gpu", "name: \"0\"", "name: all", "/dev/nvidia0", "580.159.04"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("%s printed\n%s\nwant %q in it", lines[0], out, want)
+		}
+	}
+	runLine(t, lines[1])
+	b, err := os.ReadFile("h200-spec.json")
+	var spec struct {
+		Kind    string `json:"kind"`
+		Devices []struct {
+			Name string `json:"name"`
+		} `json:"devices"`
+	}
+	if err == nil {
+		err = json.Unmarshal(b, &spec)
+	}
+	var names []string
+	for _, d := range spec.Devices {
+		names = append(names, d.Name)
+	}
+	if err != nil || spec.Kind != "nvidia.com/gpu" || !strings.HasPrefix(strings.Join(names, " "), "0 GPU-7843b487-7c5d-bf32-e87d-73ef066a19c5 all") {
+		t.Errorf("%s wrote %v: kind %q, devices %q", lines[1], err, spec.Kind, names)
+	}
+}
