@@ -87,12 +87,19 @@ var ErrNoRemote = errors.New("follow: a cycle pushes to a registry: give it one 
 
 // Cycle runs one cycle under the state directory's lock. The report is
 // returned also when cells failed (then with an error); an error before any
-// cell ran (an archive whose signature or Release file does not check, a
-// registry that cannot be reached, another cycle running) returns no report
-// and has built and pushed nothing.
+// cell ran (a registry that cannot be reached or refuses the credentials,
+// checked first with remote.Check before anything is downloaded; an archive
+// whose signature or Release file does not check; another cycle running)
+// returns no report and has built and pushed nothing.
 func Cycle(ctx context.Context, o Options) (*Report, error) {
 	if o.Build.Remote == nil {
 		return nil, ErrNoRemote
+	}
+	// The registry first, within seconds: an unreachable one, credentials
+	// that cannot read or push, or no signing key stop the cycle before it
+	// takes its lock or downloads anything.
+	if err := o.Build.Remote.Check(ctx, true); err != nil {
+		return nil, fmt.Errorf("follow: %w", err)
 	}
 	now := o.Now
 	if now == nil {

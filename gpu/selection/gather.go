@@ -48,8 +48,10 @@ func (m *Machine) Decide(req instance.Request) *Decision { return Decide(m.Input
 
 // Where says where Gather reads a machine's inputs.
 type Where struct {
-	// SysDir is a sysfs mount ("/sys") or a root holding sys/ ("/", a tree
-	// built from a capture). Everything under it is read inside it, bounded.
+	// SysDir is a sysfs mount ("/sys"), a root holding sys/ ("/", a tree
+	// built from a capture), or a capture itself (pci.IsCapture: a
+	// pci-sysfs.txt, or a directory holding one). Everything under it is read
+	// inside it, bounded.
 	SysDir string
 	// ProcDir is procfs; "" means the proc/ beside SysDir's sys (a root's
 	// proc/, or /proc beside /sys).
@@ -68,12 +70,12 @@ func Gather(w Where) (*Machine, error) {
 	if w.Kernel == "" {
 		return nil, errors.New("no kernel release given")
 	}
-	devs, err := pci.ScanIn(w.SysDir)
+	devs, capture, err := pci.ScanAny(w.SysDir)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := inroot.Stat(w.SysDir, pci.DevicesDirIn(w.SysDir)); err != nil {
-		return nil, fmt.Errorf("%s: no PCI devices directory (%s): give a sysfs mount (/sys) or a root holding sys/", w.SysDir, filepath.Join(w.SysDir, pci.DevicesDirIn(w.SysDir)))
+	if _, err := inroot.Stat(w.SysDir, pci.DevicesDirIn(w.SysDir)); err != nil && !capture {
+		return nil, fmt.Errorf("%s: no PCI devices directory (%s): give a sysfs mount (/sys), a root holding sys/, or a capture (%s)", w.SysDir, filepath.Join(w.SysDir, pci.DevicesDirIn(w.SysDir)), pci.CaptureFile)
 	}
 	idxPath := bootindex.Path(w.CacheDir, w.Kernel)
 	idx, err := bootindex.Read(idxPath)
@@ -95,7 +97,12 @@ func Gather(w Where) (*Machine, error) {
 	if w.ProcDir != "" {
 		proc = w.ProcDir
 	}
-	m := &Machine{Kernel: w.Kernel, Vermagic: KernelVermagic(idx), Devices: devs, Signatures: secureboot.Read(sys, proc, ""),
+	sig := secureboot.State{SecureBoot: secureboot.Unknown}
+	if !capture {
+		// A capture holds PCI devices alone: nothing enforced is known.
+		sig = secureboot.Read(sys, proc, "")
+	}
+	m := &Machine{Kernel: w.Kernel, Vermagic: KernelVermagic(idx), Devices: devs, Signatures: sig,
 		Index: idx, IndexDir: filepath.Dir(idxPath)}
 	for i := range idx.Sets {
 		m.Sets = append(m.Sets, Set{Set: &idx.Sets[i], Dir: m.IndexDir, From: w.CacheDir})

@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kpreload/kpreload/gpu/pci"
 	"github.com/kpreload/kpreload/internal/inroot"
 )
 
@@ -42,7 +43,17 @@ type GPU struct {
 // Find returns the display-class NVIDIA devices under <root>/sys/bus/pci/devices,
 // sorted by address. Every path is resolved inside root and every attribute
 // read is bounded (inroot.MaxAttr).
+//
+// root may also be a capture (pci.IsCapture: a pci-sysfs.txt, or a directory
+// holding one), read with pci.ReadCapture.
 func Find(root string) ([]GPU, error) {
+	if f, ok := pci.IsCapture(root); ok {
+		devs, err := pci.ReadCapture(f)
+		if err != nil {
+			return nil, fmt.Errorf("xorg: %w", err)
+		}
+		return fromDevices(devs)
+	}
 	dir := "/sys/bus/pci/devices"
 	entries, err := inroot.ReadDir(root, dir)
 	if err != nil {
@@ -74,6 +85,24 @@ func Find(root string) ([]GPU, error) {
 			return nil, fmt.Errorf("xorg: %s: %w", filepath.Join(root, d), err)
 		}
 		g.DeviceID, g.Class = devID, class
+		gpus = append(gpus, g)
+	}
+	sort.Slice(gpus, func(i, j int) bool { return gpus[i].Address < gpus[j].Address })
+	return gpus, nil
+}
+
+// fromDevices is Find's choice among devices already read.
+func fromDevices(devs []pci.Device) ([]GPU, error) {
+	var gpus []GPU
+	for _, d := range devs {
+		if !d.IsNVIDIAGPU() {
+			continue
+		}
+		g, err := ParseAddress(d.Address)
+		if err != nil {
+			return nil, fmt.Errorf("xorg: %w", err)
+		}
+		g.DeviceID, g.Class = uint64(d.Device), uint64(d.Class)
 		gpus = append(gpus, g)
 	}
 	sort.Slice(gpus, func(i, j int) bool { return gpus[i].Address < gpus[j].Address })

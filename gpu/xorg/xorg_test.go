@@ -50,6 +50,24 @@ func TestFindH200(t *testing.T) {
 	}
 }
 
+// TestFindCapture: the committed captures, read as they are (the file, or
+// the directory holding it), give what the tree built from them gives; a
+// malformed capture is an error naming its line.
+func TestFindCapture(t *testing.T) {
+	want := []GPU{{Address: "0000:00:06.0", Device: 6, DeviceID: 0x2335, Class: 0x030200, BusID: "PCI:0:6:0"}}
+	for _, arg := range []string{"../../testdata/h200-gpu-vm", "../../testdata/h200-gpu-vm/pci-sysfs.txt"} {
+		gpus, err := Find(arg)
+		if err != nil || !reflect.DeepEqual(gpus, want) {
+			t.Errorf("Find(%s) = %+v, %v; want %+v", arg, gpus, err, want)
+		}
+	}
+	bad := filepath.Join(t.TempDir(), "pci-sysfs.txt")
+	writeFile(t, bad, "0000:00:06.0 vendor 0x10de\n0000:00:06.0 device\n")
+	if _, err := Find(bad); err == nil || !strings.Contains(err.Error(), "pci-sysfs.txt:2: fewer than three fields") {
+		t.Errorf("Find(malformed capture): %v", err)
+	}
+}
+
 func TestFindSynthetic(t *testing.T) {
 	root := t.TempDir()
 	for _, d := range []struct{ addr, vendor, device, class string }{

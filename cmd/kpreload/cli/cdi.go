@@ -67,10 +67,14 @@ written; with -o it replaces FILE atomically (runtimes read /etc/cdi and
 /var/run/cdi), marked as kpreload's by its first line, and only when FILE is
 missing or a spec kpreload wrote: a spec another tool wrote (NVIDIA's toolkit
 keeps /var/run/cdi/nvidia.yaml and /etc/cdi/nvidia.yaml) is refused, never
-replaced. A JSON FILE (--json) carries no marker, so it is only created.`,
-		Example: `  kpreload cdi generate -o /var/run/cdi/kpreload-nvidia.yaml
-  kpreload cdi generate --json | jq '.devices[].name'
-  kpreload cdi generate --root /tmp/h200-tree
+replaced. A JSON FILE (--json) carries no marker, so it is only created.
+
+On the GPU host itself: kpreload cdi generate -o /var/run/cdi/kpreload-nvidia.yaml
+(or --json | jq '.devices[].name' to list the device names). The examples read
+./h200-root, a tree holding an H200 machine's proc/driver/nvidia, proc/devices
+and a driver library; then containers ask for the devices by name.`,
+		Example: `  kpreload cdi generate --root ./h200-root
+  kpreload cdi generate --root ./h200-root --json -o h200-spec.json
   docker run --rm --device nvidia.com/gpu=all ubuntu nvidia-smi
   podman run --rm --device nvidia.com/gpu=0 ubuntu nvidia-smi -L`,
 		Args: noArgs,

@@ -30,7 +30,11 @@ func newFollowCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "follow [RECIPE...] --remote oci://HOST[:PORT]/REPO --sign KEY [--trust KEY...] [--shard I/N | --shards N] [--json] [--new-exit-code N]",
 		Short: "One unattended cycle: build and push the cells a new kernel or driver upload needs, and print how fresh the registry is",
-		Long: `Follow runs one cycle of following the archives. It resolves every
+		Long: `Follow runs one cycle of following the archives. It first reaches the
+--remote registry, within seconds and before anything is downloaded: the
+repository is read and a blob upload opened and cancelled with the push
+credentials; a registry that cannot be reached or refuses the credentials
+stops the cycle with one line (exit 1). It then resolves every
 selector of the recipes (kernels.select, and the driver branch of
 source.select) against the apt archives as they are now: Debian's suites
 and the extra archives a recipe's archives: or the recipes directory's

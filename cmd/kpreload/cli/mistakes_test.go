@@ -140,6 +140,10 @@ func exampleLines(t *testing.T, c *cobra.Command) []string {
 // "package-dir:function" elsewhere).
 var exampleTests = map[string]string{
 	"kpreload switch":                "TestSwitchHelpExamples",
+	"kpreload plan":                  "TestPlanHelpExamples",
+	"kpreload xorg":                  "TestXorgHelpExamples",
+	"kpreload match":                 "TestMatchHelpExamples",
+	"kpreload cdi generate":          "TestCDIGenerateHelpExamples",
 	"kpreload follow":                "TestFollowHelpExamples",
 	"kpreload keys show":             "TestKeysHelpExamples",
 	"kpreload keys export":           "TestKeysHelpExamples",
@@ -176,16 +180,12 @@ var exampleTests = map[string]string{
 var examplesNotRun = map[string]bool{
 	"kpreload boot":            true,
 	"kpreload cache rm":        true, // the set id differs with each build
-	"kpreload cdi generate":    true,
 	"kpreload copy-in":         true,
 	"kpreload image build":     true,
 	"kpreload initramfs":       true,
 	"kpreload install":         true,
-	"kpreload match":           true,
-	"kpreload plan":            true,
 	"kpreload status":          true,
 	"kpreload user-data apply": true,
-	"kpreload xorg":            true,
 	// groups whose example is a child's above
 	"kpreload image":     true,
 	"kpreload user-data": true,

@@ -26,7 +26,8 @@ func newPlanCmd() *cobra.Command {
 		Short: "Show which cached driver version /init would load on a machine, loading nothing",
 		Long: `Take the GPU driver decision kpreload's /init would take at boot, on any host,
 without loading anything: the PCI devices under --sysfs (a sysfs mount such as /sys,
-a filesystem root such as /, or a tree built from a fixture), the driver sets that the
+a filesystem root such as /, or a capture: a pci-sysfs.txt of "<pci address> <file>
+<contents>" lines, or a directory holding one), the driver sets that the
 module cache --cache holds for kernel --kernel, and the instance request in
 --instance (default: the latest cached version, flavour auto).
 
@@ -37,9 +38,15 @@ unsigned or signed by a certificate no kernel keyring holds) and the
 chosen set, or a refusal that says which GPU, which version was asked, what the
 cache holds and what would work. A refusal is a decision, not an error: the exit
 status is 0 unless the inputs cannot be read. --json prints the same structure as
-the "selection" section of the boot report.`,
-		Example: `  kpreload plan --sysfs / --cache /var/lib/kpreload/cache --kernel "$(uname -r)"
-  kpreload plan --sysfs ./h200-sysfs --cache ./cache --kernel 6.1.0-56-cloud-amd64 --instance instance.yaml --json`,
+the "selection" section of the boot report.
+
+On a machine itself: kpreload plan --sysfs / --cache /var/lib/kpreload/cache
+--kernel "$(uname -r)". The examples run in a checkout: testdata/ holds the PCI
+captures of an H100 and an H200 VM and a cache bundle (scripts/plan-bundle.sh)
+of real 535 and 550 sets, their boot index and supported-GPU lists without the
+modules.`,
+		Example: `  kpreload plan --sysfs testdata/h100-gpu-vm/pci-sysfs.txt --cache testdata/plan-bundle --kernel 6.1.0-56-cloud-amd64
+  kpreload plan --sysfs testdata/h200-gpu-vm --cache testdata/plan-bundle --kernel 6.1.0-56-cloud-amd64 --instance images/instance-gpu-550.yaml --json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if sysRoot == "" || cacheDir == "" || kernel == "" {
@@ -73,7 +80,7 @@ the "selection" section of the boot report.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&sysRoot, "sysfs", "", "sysfs to read PCI devices from: /sys, a root such as /, or a tree built from a fixture")
+	f.StringVar(&sysRoot, "sysfs", "", "sysfs to read PCI devices from: /sys, a root such as /, or a capture (pci-sysfs.txt, or its directory)")
 	f.StringVar(&cacheDir, "cache", "", "kpreload module cache directory (holds index/<kernel>.json)")
 	f.StringVar(&kernel, "kernel", "", "kernel release the machine runs (uname -r)")
 	f.StringVar(&instFile, "instance", "", "instance YAML with the driver request (resources.driver.version/cuda/flavor)")

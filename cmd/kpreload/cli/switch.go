@@ -67,12 +67,15 @@ outcome, or with --json the whole record, to stdout. Needs root.
 
 --dry-run takes the decision and prints it as kpreload plan does (with --json:
 the target driver's decision), changing nothing; with --sysfs (a
-sysfs mount, a root holding sys/, or a tree built from a capture), --cache and
---kernel it checks a switch for another machine, as kpreload plan does. On the
+sysfs mount, a root holding sys/, or a capture: a pci-sysfs.txt of
+"<pci address> <file> <contents>" lines, or a directory holding one), --cache
+and --kernel it checks a switch for another machine, as kpreload plan does. The
+examples run in a checkout: testdata/ holds two machines' captures and a cache
+bundle of real 535 and 550 sets. On the
 machine itself, stop what holds the driver first (systemctl stop
 kpreload-persistenced), then run kpreload switch with the version or branch.`,
-		Example: `  kpreload switch 2 --dry-run --sysfs ./h100-capture --cache ./cache --kernel 6.1.0-56-cloud-amd64
-  kpreload switch 550 --flavor proprietary --dry-run --sysfs ./h100-capture --cache ./cache --kernel 6.1.0-56-cloud-amd64 --json`,
+		Example: `  kpreload switch 535 --dry-run --sysfs testdata/h100-gpu-vm/pci-sysfs.txt --cache testdata/plan-bundle --kernel 6.1.0-56-cloud-amd64
+  kpreload switch 550 --flavor open --dry-run --sysfs testdata/h200-gpu-vm --cache testdata/plan-bundle --kernel 6.1.0-56-cloud-amd64 --json`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkNames("VERSION", args[0], "--driver", driver, "--flavor", flavor, "--kernel", kernel); err != nil || args[0] == "" {
@@ -190,7 +193,7 @@ kpreload-persistenced), then run kpreload switch with the version or branch.`,
 	f.StringVar(&kernel, "kernel", "", "kernel release to take the sets of (default: the running kernel)")
 	f.BoolVar(&dryRun, "dry-run", false, "take and print the decision, change nothing")
 	f.BoolVar(&force, "force", false, "switch even when the decision refuses VERSION (recorded in the result)")
-	f.StringVar(&sysfs, "sysfs", "", "with --dry-run: the PCI devices of another machine (a sysfs mount, a root holding sys/, a capture)")
+	f.StringVar(&sysfs, "sysfs", "", "with --dry-run: the PCI devices of another machine (a sysfs mount, a root holding sys/, a capture file or directory)")
 	f.StringVar(&instFile, "instance", "", "instance YAML whose CUDA minimum the switch keeps (default: /etc/kpreload/instance.yaml when it exists)")
 	return cmd
 }

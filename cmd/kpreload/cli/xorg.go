@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -36,11 +35,13 @@ GPUs are the devices of vendor 0x10de with PCI class 0x03 (VGA 0x0300, 3D 0x0302
 other display 0x0380); their audio and USB functions are left out. Screens allow
 an empty initial configuration, so GPUs without outputs run headless X.
 
-ROOT is "/" or a tree holding sys/bus/pci/devices (e.g. built from a fixture).
-The file is replaced atomically; without -o the configuration goes to stdout. It
-is an error when there is no NVIDIA GPU.`,
-		Example: `  kpreload xorg -o /etc/X11/xorg.conf
-  kpreload xorg --sysfs /tmp/h200-tree --json`,
+ROOT is "/", a tree holding sys/bus/pci/devices, or a capture: a pci-sysfs.txt
+of "<pci address> <file> <contents>" lines, or a directory holding one (such as
+testdata/h200-gpu-vm in a checkout). The file is replaced atomically; without -o
+the configuration goes to stdout; Xorg reads /etc/X11/xorg.conf. It is an error
+when there is no NVIDIA GPU.`,
+		Example: `  kpreload xorg --sysfs testdata/h200-gpu-vm -o xorg.conf
+  kpreload xorg --sysfs testdata/h100-gpu-vm/pci-sysfs.txt --json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			gpus, err := xorg.Find(root)
@@ -48,7 +49,7 @@ is an error when there is no NVIDIA GPU.`,
 				return err
 			}
 			if len(gpus) == 0 {
-				return fmt.Errorf("xorg: no NVIDIA GPU (vendor 0x10de, display class 0x03) under %s", filepath.Join(root, "sys/bus/pci/devices"))
+				return fmt.Errorf("xorg: no NVIDIA GPU (vendor 0x10de, display class 0x03) in %s", root)
 			}
 			conf := xorg.Config(gpus)
 			if out != "" {
@@ -71,7 +72,7 @@ is an error when there is no NVIDIA GPU.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&root, "sysfs", "/", "root holding sys/bus/pci/devices")
+	f.StringVar(&root, "sysfs", "/", "root holding sys/bus/pci/devices, or a capture (pci-sysfs.txt, or its directory)")
 	f.StringVarP(&out, "output", "o", "", "file to write (default: stdout)")
 	f.BoolVar(&asJSON, "json", false, "print the GPUs and the configuration as JSON")
 	return cmd
