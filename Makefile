@@ -64,7 +64,9 @@ vet:
 	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod/go.sum are not tidy: run go mod tidy"; $(GO) mod tidy -diff; exit 1; }
 
 # Every test, the real-DKMS and real-QEMU ones included, never from the test cache
-# (-count=1: they depend on kernels, dkms and QEMU outside Go's view). -p 2: two cores.
+# (-count=1: they depend on kernels, dkms and QEMU outside Go's view). -p 3 on two cores: the
+# slow packages spend long stretches waiting on Debian's archive, debootstrap/mmdebstrap and dpkg
+# (the other tools' images, root tarballs, kernels), when a third package's boots use the CPU.
 # -timeout only catches a hang (60m: within CI's 90 minutes with deps and builds;
 # builder/image takes about 12 on an idle host): each VM test's own deadlines follow the host's
 # measured slowdown (testenv.Deadline), so a busy host needs the room.
@@ -76,8 +78,8 @@ vet:
 # include every one go test would run again on each package.
 SLOW_FIRST := ./builder/image ./builder/adopt ./builder/follow/e2e ./builder/packer/e2e ./packaging/e2e ./initramfs/e2e ./builder/e2e
 test: deps build vet
-	@echo '$(STATIC) $(GO) test -trimpath -count=1 -vet=off -p 2 -timeout 60m $(SLOW_FIRST) ./... (but $(CGO_PKGS))'
-	@$(STATIC) $(GO) test -trimpath -count=1 -vet=off -p 2 -timeout 60m $(SLOW_FIRST) $(NOCGO_PKGS)
+	@echo '$(STATIC) $(GO) test -trimpath -count=1 -vet=off -p 3 -timeout 60m $(SLOW_FIRST) ./... (but $(CGO_PKGS))'
+	@$(STATIC) $(GO) test -trimpath -count=1 -vet=off -p 3 -timeout 60m $(SLOW_FIRST) $(NOCGO_PKGS)
 	CGO_ENABLED=1 $(GO) test -trimpath -count=1 -vet=off $(CGO_PKGS)
 
 unit: build
