@@ -8,15 +8,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/kpreload/kpreload/internal/fileutil"
+	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/kmodcache/names"
 )
 
 // FormatVersion is the current index format; readers refuse other versions.
 const FormatVersion = 1
+
+// MaxFile bounds a boot index as Read reads it (a regular file only: a
+// FIFO or a device in its place is refused at once).
+const MaxFile = 16 << 20
 
 // Names shared by the cache, the initramfs and /init.
 const (
@@ -100,7 +104,7 @@ type Module struct {
 // release, and the driver, version and flavour of every driver set, follow
 // kmodcache/names (readers make paths of them).
 func Read(path string) (*Index, error) {
-	b, err := os.ReadFile(path)
+	b, err := inroot.ReadPath(path, MaxFile)
 	if err != nil {
 		return nil, fmt.Errorf("boot index: %w", err)
 	}

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/kpreload/kpreload/builder/modkey"
 	"github.com/kpreload/kpreload/internal/inroot/inroottest"
 )
@@ -119,29 +117,8 @@ func TestKeysHelpExamples(t *testing.T) {
 // writes nothing.
 func TestKeysRefuseSpecialFiles(t *testing.T) {
 	for _, name := range []string{modkey.CertName, modkey.CertPEMName, modkey.KeyName} {
-		for _, kind := range []struct {
-			name string
-			make func(t *testing.T, path string)
-			want string
-		}{
-			{"FIFO", func(t *testing.T, p string) { inroottest.FIFO(t, p) }, "not a regular file: it is a named pipe"},
-			{"device", func(t *testing.T, p string) {
-				if err := unix.Mknod(p, unix.S_IFCHR|0o600, int(unix.Mkdev(1, 5))); err != nil { // /dev/zero
-					t.Skipf("mknod: %v", err)
-				}
-			}, "not a regular file: it is a character device"},
-			{"directory", func(t *testing.T, p string) {
-				if err := os.Mkdir(p, 0o700); err != nil {
-					t.Fatal(err)
-				}
-			}, "not a regular file: it is a directory"},
-			{"too large", func(t *testing.T, p string) {
-				if err := os.WriteFile(p, make([]byte, modkey.MaxFile+1), 0o600); err != nil {
-					t.Fatal(err)
-				}
-			}, "file too large"},
-		} {
-			t.Run(name+" "+kind.name, func(t *testing.T) {
+		for _, kind := range inroottest.Specials(modkey.MaxFile) {
+			t.Run(name+" "+kind.Name, func(t *testing.T) {
 				t.Chdir(t.TempDir())
 				k, _, err := modkey.Ensure("cache")
 				if err != nil {
@@ -151,7 +128,7 @@ func TestKeysRefuseSpecialFiles(t *testing.T) {
 				if err := os.Remove(p); err != nil {
 					t.Fatal(err)
 				}
-				kind.make(t, p)
+				kind.Make(t, p)
 				for _, args := range [][]string{
 					{"keys", "show", "--cache", "cache"},
 					{"keys", "show", "--cache", "cache", "--json"},
@@ -165,11 +142,11 @@ func TestKeysRefuseSpecialFiles(t *testing.T) {
 						code, _, errOut = runCLI(args...)
 						return nil
 					}); err != nil {
-						t.Fatalf("kpreload %s with %s a %s: %v", strings.Join(args, " "), name, kind.name, err)
+						t.Fatalf("kpreload %s with %s a %s: %v", strings.Join(args, " "), name, kind.Name, err)
 					}
 					t.Logf("kpreload %s: exit %d in %v: %s", strings.Join(args, " "), code, time.Since(start).Round(time.Millisecond), strings.TrimSpace(errOut))
-					if code == 0 || !strings.Contains(errOut, kind.want) || !strings.Contains(errOut, p) {
-						t.Errorf("kpreload %s with %s a %s: exit %d, %q; want a refusal naming %s: %q", strings.Join(args, " "), name, kind.name, code, errOut, p, kind.want)
+					if code == 0 || !strings.Contains(errOut, kind.Want) || !strings.Contains(errOut, p) {
+						t.Errorf("kpreload %s with %s a %s: exit %d, %q; want a refusal naming %s: %q", strings.Join(args, " "), name, kind.Name, code, errOut, p, kind.Want)
 					}
 					if _, err := os.Lstat(args[len(args)-1]); args[1] == "export" && err == nil {
 						t.Errorf("kpreload %s wrote %s", strings.Join(args, " "), args[len(args)-1])
