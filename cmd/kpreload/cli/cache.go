@@ -15,6 +15,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/internal/termtext"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/names"
 	"github.com/kpreload/kpreload/kmodcache/store"
@@ -144,14 +145,15 @@ func newCacheLsCmd(open func() (*store.Store, error)) *cobra.Command {
 				}
 				return listErr
 			}
-			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			tw := tabwriter.NewWriter(termtext.NewWriter(w), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "SET\tKERNEL\tDRIVER\tVERSION\tFLAVOR\tMODULES\tSIZE")
 			for _, e := range entries {
 				flavor := e.Flavor
 				if flavor == "" {
 					flavor = "-"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", e.ID[:12], e.Kernel, e.Driver, e.Version, flavor, e.Modules, cacheHumanSize(e.Size))
+				name := termtext.Name // names from the cache's manifests, shown escaped
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", name(e.ID[:12]), name(e.Kernel), name(e.Driver), name(e.Version), name(flavor), e.Modules, cacheHumanSize(e.Size))
 			}
 			if err := tw.Flush(); err != nil {
 				return err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/initramfs/rootcheck"
+	"github.com/kpreload/kpreload/internal/termtext"
 )
 
 func init() {
@@ -314,7 +315,7 @@ func newStatusCmd() *cobra.Command {
 			// used is a warning and the defaults.
 			st, warnings := install.ReadSettingsOrDefaults(root)
 			for _, w := range warnings {
-				fmt.Fprintf(cmd.ErrOrStderr(), "kpreload: WARNING: %s\n", w)
+				fmt.Fprintf(cmd.ErrOrStderr(), "kpreload: WARNING: %s\n", termtext.Text(w))
 			}
 			def := install.DefaultKernel(kernels, st.NewestFirst())
 			if asJSON {
@@ -324,8 +325,11 @@ func newStatusCmd() *cobra.Command {
 					Kernels []install.Kernel `json:"kernels"`
 				}{def, st.Default, kernels})
 			}
-			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "default: %s (%s)\n", orNone(def), st.DescribeDefault(kernels, def))
+			// What the root holds is shown escaped (termtext): a name in
+			// its boot index cannot drive the operator's terminal.
+			w := termtext.NewWriter(cmd.OutOrStdout())
+			name := termtext.Name
+			fmt.Fprintf(w, "default: %s (%s)\n", name(orNone(def)), name(st.DescribeDefault(kernels, def)))
 			for _, k := range kernels {
 				mark := " "
 				if k.Release == def {
@@ -340,10 +344,13 @@ func newStatusCmd() *cobra.Command {
 				}
 				drivers := "no driver cells"
 				if len(k.Drivers) > 0 {
-					drivers = strings.Join(k.Drivers, ", ")
+					drivers = name(strings.Join(k.Drivers, ", "))
+				}
+				if k.IndexError != "" {
+					drivers += " (" + name(k.IndexError) + ")"
 				}
 				what = append(what, drivers)
-				fmt.Fprintf(w, "%s %s: %s\n", mark, k.Release, strings.Join(what, "; "))
+				fmt.Fprintf(w, "%s %s: %s\n", mark, name(k.Release), strings.Join(what, "; "))
 			}
 			return nil
 		},

@@ -9,10 +9,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/kpreload/kpreload/builder/matrix"
+	"github.com/kpreload/kpreload/internal/termtext"
 	"github.com/kpreload/kpreload/internal/version"
 )
 
@@ -71,7 +73,12 @@ func Execute(args []string, stdout, stderr io.Writer) int {
 			if s, ok := err.(*exitStatus); ok && s.err == nil {
 				return s.code
 			}
-			fmt.Fprintf(stderr, "kpreload: %v\n", err)
+			// Errors quote what they were given (names, paths, a
+			// file's content): shown escaped, never as terminal
+			// controls, and every line after the first indented, so
+			// none can pass for a line of its own.
+			msg := strings.ReplaceAll(termtext.Text(err.Error()), "\n", "\n  ")
+			fmt.Fprintf(stderr, "kpreload: %s\n", msg)
 			return exitCode(err)
 		}
 		return 0
