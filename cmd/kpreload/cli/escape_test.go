@@ -1,11 +1,14 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
 
+	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/internal/termtext"
+	"github.com/kpreload/kpreload/kmodcache/store"
 	"github.com/kpreload/kpreload/testsupport/treetest"
 )
 
@@ -118,5 +121,23 @@ func TestErrorsEscaped(t *testing.T) {
 	t.Logf("exit %d: %s%s", code, out, errOut)
 	if c := rawControl(strings.TrimSuffix(errOut, "\n")); code == 0 || c >= 0 || strings.Contains(errOut, "\nFAKE") || !strings.Contains(errOut, `x\x1b]0;PWNED\a\x1b[2J\r`+"\n  FAKE: line") {
 		t.Errorf("keys show --cache %q: exit %d, stderr %q; want an error with the path escaped", dir, code, errOut)
+	}
+}
+
+// TestPrintersEscape: the printers of status and cache ls escape what they
+// are given even when a reader let a hostile name through (the escaping
+// holds on its own, not only behind the name grammar).
+func TestPrintersEscape(t *testing.T) {
+	for _, n := range hostileNames {
+		var b bytes.Buffer
+		writeStatus(&b, []install.Kernel{{Release: n.version, Image: true, Initramfs: true, Drivers: []string{n.driver + " " + n.version}, IndexError: n.driver}}, n.version, n.driver)
+		if err := writeCacheLs(&b, []store.Entry{{ID: n.driver, Kernel: n.version, Driver: n.driver, Version: n.version, Flavor: n.driver}}); err != nil {
+			t.Fatal(err)
+		}
+		out := b.String()
+		t.Logf("\n%s", out)
+		if c := rawControl(out); c >= 0 || strings.Contains(out, "\nFAKE") || !strings.Contains(out, termtext.Name(n.driver)) {
+			t.Errorf("status and cache ls printed %q: a raw control byte %#x, a forged line, or %q not escaped", out, c, n.driver)
+		}
 	}
 }
