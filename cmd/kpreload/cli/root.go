@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -74,11 +73,11 @@ func Execute(args []string, stdout, stderr io.Writer) int {
 				return s.code
 			}
 			// Errors quote what they were given (names, paths, a
-			// file's content): shown escaped, never as terminal
-			// controls, and every line after the first indented, so
-			// none can pass for a line of its own.
-			msg := strings.ReplaceAll(termtext.Text(err.Error()), "\n", "\n  ")
-			fmt.Fprintf(stderr, "kpreload: %s\n", msg)
+			// file's content): control characters shown escaped, never
+			// acted on by the terminal. Their own line breaks stay
+			// (joined errors, cobra's suggestions); names in them are
+			// quoted whole (kmodcache/names), newlines included.
+			fmt.Fprintf(stderr, "kpreload: %s\n", termtext.Text(err.Error()))
 			return exitCode(err)
 		}
 		return 0
