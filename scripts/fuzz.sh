@@ -61,6 +61,7 @@ targets=(
 	"./initramfs/seed FuzzFind"
 	"./initramfs/seed FuzzRead"
 	"./initramfs/modprobe FuzzParse"
+	"./internal/termtext FuzzEscape"
 )
 
 logdir=$(mktemp -d /tmp/kpreload-fuzz.XXXXXX)

@@ -29,6 +29,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/internal/runner"
 	"github.com/kpreload/kpreload/internal/fileutil"
+	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/internal/tail"
 )
 
@@ -221,7 +222,7 @@ func (a *Archive) Update(ctx context.Context, force bool) error {
 	}
 	want := "# kpreload's private apt configuration for " + a.Suite + " (never used to install)\n" + list
 	changed := true
-	if old, err := os.ReadFile(sources); err == nil && string(old) == want {
+	if old, err := inroot.ReadPath(sources, inroot.MaxText); err == nil && string(old) == want {
 		changed = false
 	}
 	if changed {

@@ -138,7 +138,7 @@ func (a *Archive) installKey() (string, error) {
 	}
 	armored := bytes.HasPrefix(bytes.TrimSpace(data), []byte("-----BEGIN PGP PUBLIC KEY BLOCK-----"))
 	dest := a.keyFile(armored)
-	if old, err := os.ReadFile(dest); err == nil && bytes.Equal(old, data) {
+	if old, err := inroot.ReadPath(dest, MaxKeySize); err == nil && bytes.Equal(old, data) {
 		return dest, nil
 	}
 	// A new key invalidates what the old one let through.
@@ -250,7 +250,7 @@ func (a *Archive) releaseDate(uri, suite string) time.Time {
 	base = strings.ReplaceAll(strings.TrimSuffix(base, "/"), "/", "_") + "_dists_" + strings.ReplaceAll(suite, "/", "_")
 	for _, b := range []string{base, strings.ReplaceAll(base, ":", "%3a")} {
 		for _, name := range []string{b + "_InRelease", b + "_Release"} {
-			data, err := os.ReadFile(filepath.Join(lists, name))
+			data, err := inroot.ReadPath(filepath.Join(lists, name), inroot.MaxLarge)
 			if err != nil {
 				continue
 			}

@@ -54,6 +54,7 @@ import (
 	"github.com/kpreload/kpreload/builder/buildroot"
 	"github.com/kpreload/kpreload/builder/internal/runner"
 	"github.com/kpreload/kpreload/internal/fileutil"
+	"github.com/kpreload/kpreload/internal/inroot"
 )
 
 // DefaultPath is where Debian's dkms package installs the dkms program.
@@ -531,7 +532,7 @@ func copySource(src, dst string) error {
 		if !info.Mode().IsRegular() {
 			return fmt.Errorf("source %s: not a regular file", path)
 		}
-		in, err := os.Open(path)
+		in, err := inroot.OpenPath(path) // still a regular file: never waited on
 		if err != nil {
 			return err
 		}

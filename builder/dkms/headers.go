@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/kpreload/kpreload/internal/inroot"
 )
 
 // Headers describes a kernel headers tree: the directory dkms calls the
@@ -64,7 +66,7 @@ func InspectHeaders(dir string) (*Headers, error) {
 		h.Root = filepath.Dir(filepath.Dir(usrSrc))
 	}
 
-	uts, err := os.ReadFile(filepath.Join(abs, "include/generated/utsrelease.h"))
+	uts, err := inroot.ReadPath(filepath.Join(abs, "include/generated/utsrelease.h"), inroot.MaxText)
 	if err != nil {
 		return nil, fmt.Errorf("inspect kernel headers %s: not a prepared kernel headers tree: %w", abs, err)
 	}
@@ -105,7 +107,7 @@ func InspectHeaders(dir string) (*Headers, error) {
 // readIncludes fills h.Includes from the top Makefile. Debian's per-flavour
 // headers Makefile is a single "include /usr/src/linux-headers-<x>-common/Makefile".
 func (h *Headers) readIncludes() error {
-	f, err := os.Open(filepath.Join(h.Dir, "Makefile"))
+	f, err := inroot.OpenPath(filepath.Join(h.Dir, "Makefile"))
 	if err != nil {
 		return err
 	}
@@ -169,7 +171,7 @@ func (h *Headers) shadow(dst, kroot string) error {
 			return fmt.Errorf("make kernel build dir: %w", err)
 		}
 	}
-	mk, err := os.ReadFile(filepath.Join(h.Dir, "Makefile"))
+	mk, err := inroot.ReadPath(filepath.Join(h.Dir, "Makefile"), inroot.MaxLarge)
 	if err != nil {
 		return fmt.Errorf("make kernel build dir: %w", err)
 	}
@@ -205,7 +207,7 @@ func replaceWord(line, word, with string) string {
 
 // readKconfig reads a kernel .config into a map; quoted values are unquoted.
 func readKconfig(path string) (map[string]string, error) {
-	data, err := os.ReadFile(path)
+	data, err := inroot.ReadPath(path, inroot.MaxLarge)
 	if err != nil {
 		return nil, fmt.Errorf("read kernel config: %w", err)
 	}

@@ -1,10 +1,10 @@
 package dkms
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/kpreload/kpreload/builder/internal/runner"
 )
@@ -180,10 +180,18 @@ func sandboxEnv(cc string, extra []string) []string {
 }
 
 // inKernel returns the sandbox path of host path p inside the unpacked
-// kernel mounted from kroot.
+// kernel mounted from kroot. Both are made absolute first, so a kernel
+// unpacked under a relative $KPRELOAD_CACHE compares as one under an
+// absolute one (the headers' directory is absolute, the source tree found
+// beside it is not).
 func inKernel(kroot, p string) (string, error) {
-	rel, err := filepath.Rel(kroot, p)
-	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+	ar, err1 := filepath.Abs(kroot)
+	ap, err2 := filepath.Abs(p)
+	if err := errors.Join(err1, err2); err != nil {
+		return "", fmt.Errorf("%s inside the unpacked kernel %s: %w", p, kroot, err)
+	}
+	rel, err := filepath.Rel(ar, ap)
+	if err != nil || !filepath.IsLocal(rel) {
 		return "", fmt.Errorf("%s is not inside the unpacked kernel %s", p, kroot)
 	}
 	return filepath.Join(SandboxKernel, rel), nil

@@ -102,7 +102,14 @@ func TestSandboxMounts(t *testing.T) {
 	}
 }
 
+// TestInKernel: a path inside the unpacked kernel maps into the sandbox, one
+// outside it is refused, whether each side is spelled relative to the working
+// directory (a relative $KPRELOAD_CACHE) or absolute.
 func TestInKernel(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		root, p, want string
 		ok            bool
@@ -111,6 +118,15 @@ func TestInKernel(t *testing.T) {
 		{"/c/k", "/c/k", SandboxKernel, true},
 		{"/c/k", "/c/kx/usr", "", false},
 		{"/c/k", "/elsewhere", "", false},
+		{"/c/k", "/c/k/../x", "", false},
+		// Relative and absolute: the same answers.
+		{filepath.Join(wd, "cache/kernels/6.1"), "cache/kernels/6.1/usr/src/linux-headers-6.1-common", SandboxKernel + "/usr/src/linux-headers-6.1-common", true},
+		{"cache/kernels/6.1", filepath.Join(wd, "cache/kernels/6.1/usr/src/linux-headers-6.1"), SandboxKernel + "/usr/src/linux-headers-6.1", true},
+		{"cache/kernels/6.1", "cache/kernels/6.1/usr/src", SandboxKernel + "/usr/src", true},
+		{"cache/kernels/6.1", "./cache/kernels/6.1", SandboxKernel, true},
+		{"cache/kernels/6.1", filepath.Join(wd, "cache/kernels/6.12/usr"), "", false},
+		{filepath.Join(wd, "cache/kernels/6.1"), "cache/kernels/6.12/usr", "", false},
+		{"cache/kernels/6.1", "/usr/src", "", false},
 	}
 	for _, tt := range tests {
 		got, err := inKernel(tt.root, tt.p)

@@ -59,12 +59,14 @@ func Sign(ctx context.Context, req SignRequest) error {
 	if !strings.HasSuffix(req.Module, ".ko") {
 		return fmt.Errorf("sign %s: only plain .ko files can be signed (sign before compressing)", req.Module)
 	}
+	// sign-file reads both: each must be a regular file (a FIFO would
+	// hold it, and the build, forever).
 	if !strings.HasPrefix(req.Key, "pkcs11:") {
-		if _, err := os.Stat(req.Key); err != nil {
+		if err := regular(req.Key); err != nil {
 			return fmt.Errorf("sign %s: signing key: %w", filepath.Base(req.Module), err)
 		}
 	}
-	if _, err := os.Stat(req.Cert); err != nil {
+	if err := regular(req.Cert); err != nil {
 		return fmt.Errorf("sign %s: signing certificate: %w", filepath.Base(req.Module), err)
 	}
 	c := runner.Cmd{Name: req.SignFile, Args: []string{req.Hash, req.Key, req.Cert, req.Module}, Env: []string{"LC_ALL=C"}}
@@ -72,6 +74,16 @@ func Sign(ctx context.Context, req SignRequest) error {
 		return fmt.Errorf("sign %s: %w", filepath.Base(req.Module), err)
 	}
 	return nil
+}
+
+// regular checks that path is a regular file (inroot.OpenPath: a FIFO, a
+// device or a directory is refused, never waited on).
+func regular(path string) error {
+	f, err := inroot.OpenPath(path)
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // CertID returns the identity of a signing certificate (PEM or DER) for a

@@ -3,18 +3,24 @@ package follow
 import (
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/kpreload/kpreload/internal/termtext"
 )
 
 // WriteTable prints the freshness table: per kernel × driver version the
 // cell's state, when the archive published it, when it was pushed, the lag,
 // then the failures and a summary line.
 func (r *Report) WriteTable(w io.Writer) error {
+	// Names come from recipes, archives and the registry: shown escaped.
+	w = termtext.NewWriter(w)
+	name := termtext.Name
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "KERNEL\tRECIPE\tVERSION\tSTATE\tPUBLISHED\tPUSHED\tLAG")
 	for _, c := range r.Cells {
-		state := c.State
+		state := name(c.State)
 		if c.New {
 			state += ", new"
 		}
@@ -22,14 +28,17 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if c.LagSeconds != nil {
 			lag = (time.Duration(*c.LagSeconds) * time.Second).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Kernel, c.Recipe, c.Version, state, stamp(c.Published), stamp(c.Pushed), lag)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name(c.Kernel), name(c.Recipe), name(c.Version), state, stamp(c.Published), stamp(c.Pushed), lag)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	for _, c := range r.Cells {
 		if c.Error != "" {
-			fmt.Fprintf(w, "\nFAILED %s for %s:\n  %s\n", c.Recipe, c.Kernel, c.Error)
+			// Every line of the error indented under its cell: none
+			// can pass for a line of the table's own.
+			msg := strings.ReplaceAll(termtext.Text(c.Error), "\n", "\n  ")
+			fmt.Fprintf(w, "\nFAILED %s for %s:\n  %s\n", name(c.Recipe), name(c.Kernel), msg)
 		}
 	}
 	known := ""

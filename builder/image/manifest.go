@@ -7,12 +7,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
+
+	"github.com/kpreload/kpreload/internal/inroot"
 )
 
 // digest returns a file's size and SHA-256.
 func digest(path string) (int64, string, error) {
-	f, err := os.Open(path)
+	f, err := inroot.OpenPath(path)
 	if err != nil {
 		return 0, "", err
 	}
@@ -27,7 +28,7 @@ func digest(path string) (int64, string, error) {
 
 // ReadManifest reads a manifest Build wrote.
 func ReadManifest(path string) (*Manifest, error) {
-	b, err := os.ReadFile(path)
+	b, err := inroot.ReadPath(path, inroot.MaxLarge)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kpreload/kpreload/internal/inroot"
+	"github.com/kpreload/kpreload/internal/inroot/inroottest"
 )
 
 // TestHooksBadSettings: a boot.yaml that does not parse, holds a bad value
@@ -239,6 +242,20 @@ func TestHookConfigFIFO(t *testing.T) {
 			case <-time.After(20 * time.Second):
 				t.Fatalf("postinst with %s a FIFO hangs", name)
 			}
+		})
+	}
+}
+
+// TestStageRemoteConfigRefusesSpecialFiles: the registry configuration
+// install --remote-config stages into a root that is a FIFO, a device, a
+// directory or larger than inroot.MaxText is refused at once, naming it.
+func TestStageRemoteConfigRefusesSpecialFiles(t *testing.T) {
+	for _, kind := range inroottest.Specials(inroot.MaxText) {
+		t.Run(kind.Name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "remote.yaml")
+			kind.Make(t, p)
+			root := t.TempDir()
+			inroottest.RefusesAtOnce(t, "StageRemoteConfig", p, kind.Want, func() error { return StageRemoteConfig(p, root) })
 		})
 	}
 }

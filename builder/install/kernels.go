@@ -1,7 +1,6 @@
 package install
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -29,6 +28,11 @@ type Kernel struct {
 	// Drivers are the driver sets the root's module cache holds for the kernel,
 	// as "driver version".
 	Drivers []string `json:"drivers,omitempty"`
+	// IndexError says why the root's boot index for the kernel was
+	// refused (a bad format, a name outside the grammar, not a regular
+	// file); empty when it was read or there is none. A refused index
+	// counts as no driver cells.
+	IndexError string `json:"index_error,omitempty"`
 }
 
 // Bootable reports whether kpreload can boot the kernel: its image and
@@ -89,6 +93,8 @@ func kernelState(root, release string) Kernel {
 			}
 			k.Drivers = append(k.Drivers, s.Driver+" "+s.Version)
 		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		k.IndexError = err.Error()
 	}
 	return k
 }
@@ -113,22 +119,20 @@ func DefaultKernel(kernels []Kernel, newest bool) string {
 	return ""
 }
 
-// readIndex reads the boot index of release in root's module cache, inside root.
+// readIndex reads the boot index of release in root's module cache, inside
+// root, through bootindex.ReadIn (its format and the name grammar checked);
+// the index must be for release.
 func readIndex(root, release string) (*bootindex.Index, error) {
 	if err := CheckRelease(release); err != nil {
 		return nil, err
 	}
 	name := path.Join(CacheDir, bootindex.IndexDir, release+".json")
-	b, err := inroot.ReadFile(root, name, inroot.MaxLarge)
+	ix, err := bootindex.ReadIn(root, name)
 	if err != nil {
-		return nil, fmt.Errorf("boot index: %w", err)
+		return nil, err
 	}
-	var ix bootindex.Index
-	if err := json.Unmarshal(b, &ix); err != nil {
-		return nil, fmt.Errorf("boot index %s: %w", inroot.Host(root, name), err)
+	if ix.Kernel != release {
+		return nil, fmt.Errorf("boot index %s: kernel %q, want %q", inroot.Host(root, name), ix.Kernel, release)
 	}
-	if ix.Format != bootindex.FormatVersion {
-		return nil, fmt.Errorf("boot index %s: format %d, want %d", inroot.Host(root, name), ix.Format, bootindex.FormatVersion)
-	}
-	return &ix, nil
+	return ix, nil
 }

@@ -234,7 +234,7 @@ func (o *Options) pullCells(ctx context.Context, cfg *RemoteConfig, kernel strin
 // as trusted keys, a key given twice refused), the credentials as /etc/kpreload/registry-auth.json
 // (mode 0600), and RemoteFile naming them inside the root.
 func StageRemoteConfig(src, root string) error {
-	b, err := os.ReadFile(src)
+	b, err := inroot.ReadPath(src, inroot.MaxText)
 	if err != nil {
 		return fmt.Errorf("remote configuration: %w", err)
 	}

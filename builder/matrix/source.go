@@ -192,7 +192,7 @@ func treeDigest(ctx context.Context, dir string) (string, error) {
 
 // fileDigest returns the hex SHA-256 of the file at path.
 func fileDigest(path string) (string, error) {
-	f, err := os.Open(path)
+	f, err := inroot.OpenPath(path) // a regular file: never a FIFO waited on
 	if err != nil {
 		return "", err
 	}

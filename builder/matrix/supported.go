@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/internal/inroot"
 )
 
 // SupportedList is one recipe's supported-gpus.json in the download cache.
@@ -86,7 +87,7 @@ func fetchSupportedInto(ctx context.Context, pinned *recipe.Recipe, downloads, n
 	dir := SupportedDir(downloads, name, version)
 	dest := filepath.Join(dir, "supported-gpus.json")
 	l := SupportedList{Recipes: []string{pinned.Name}, Package: name, Version: version, Path: dest}
-	if data, err := os.ReadFile(dest); err == nil && len(data) > 0 {
+	if data, err := inroot.ReadPath(dest, inroot.MaxLarge); err == nil && len(data) > 0 {
 		if _, err := checkSupportedGPUs(data, dest); err == nil {
 			l.SHA256 = sha256Hex(data)
 			return l, nil

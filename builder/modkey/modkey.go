@@ -7,6 +7,7 @@
 package modkey
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha1"
@@ -22,6 +23,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/kmodcache/modsig"
 )
 
@@ -63,8 +65,20 @@ func Load(cacheDir string) (*Key, error) {
 	return load(Dir(cacheDir))
 }
 
+// MaxFile bounds each file of the key's directory as Load reads it: a
+// certificate or an RSA private key in PEM is a few KiB.
+const MaxFile = 64 << 10
+
+// load reads the key in dir. Every file is read, or checked, as a regular
+// file of at most MaxFile bytes (inroot.ReadPath): a FIFO, a device or a
+// directory in its place is refused at once, never waited on; the PEM
+// certificate must hold the DER one.
 func load(dir string) (*Key, error) {
 	k := &Key{Dir: dir, Key: filepath.Join(dir, KeyName), Cert: filepath.Join(dir, CertName), CertPEM: filepath.Join(dir, CertPEMName)}
+	// sign-file reads the private key: it must be a regular file too.
+	if _, err := inroot.ReadPath(k.Key, MaxFile); err != nil {
+		return nil, fmt.Errorf("module signing key: %w", err)
+	}
 	st, err := os.Stat(k.Key)
 	if err != nil {
 		return nil, fmt.Errorf("module signing key: %w", err)
@@ -72,14 +86,26 @@ func load(dir string) (*Key, error) {
 	if st.Mode().Perm()&0o077 != 0 {
 		return nil, fmt.Errorf("module signing key %s has mode %04o: others may read it (want 0600; chmod 600 it, or rotate the key)", k.Key, st.Mode().Perm())
 	}
-	der, err := os.ReadFile(k.Cert)
+	der, err := inroot.ReadPath(k.Cert, MaxFile)
 	if err != nil {
 		return nil, fmt.Errorf("module signing certificate: %w", err)
 	}
 	if k.Certificate, err = x509.ParseCertificate(der); err != nil {
 		return nil, fmt.Errorf("module signing certificate %s: %w", k.Cert, err)
 	}
+	p, err := inroot.ReadPath(k.CertPEM, MaxFile)
+	if err != nil {
+		return nil, fmt.Errorf("module signing certificate: %w", err)
+	}
+	if b, _ := pem.Decode(p); b == nil || b.Type != "CERTIFICATE" || !bytes.Equal(b.Bytes, der) {
+		return nil, fmt.Errorf("module signing certificate %s is not the PEM form of %s (rotate the key)", k.CertPEM, k.Cert)
+	}
 	return k, nil
+}
+
+// PEM is the certificate in PEM, as CertPEMName holds it.
+func (k *Key) PEM() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: k.Certificate.Raw})
 }
 
 // Ensure returns the key of cacheDir, making it first when there is none

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/kpreload/kpreload/builder/dkms"
+	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/kmodcache/modsig"
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
@@ -69,7 +70,7 @@ func Resign(ctx context.Context, st *store.Store, old, cur *Key, signFile func(k
 		}
 		var files []string
 		for _, mod := range m.Modules {
-			data, err := os.ReadFile(st.ObjectPath(mod.SHA256))
+			data, err := inroot.ReadPath(st.ObjectPath(mod.SHA256), mod.Size)
 			if err != nil {
 				return done, fmt.Errorf("re-sign %s: %w", mod.File, err)
 			}

@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/kpreload/kpreload/internal/inroot"
 )
 
 // A recipe names files beside it (patches, source.dir): they must stay inside
@@ -15,52 +17,35 @@ import (
 // directory are fine (recipes/testdriver-2/ shares the test driver's files
 // through links into recipes/testdriver/).
 
-// dir returns the recipe's directory, absolute and with every symbolic link
-// followed ("." stands for a recipe built in code, as for Path).
-func (r *Recipe) dir() (string, error) {
-	d, err := filepath.Abs(filepath.Dir(r.File))
-	if err != nil {
-		return "", fmt.Errorf("recipe directory: %w", err)
-	}
-	d, err = filepath.EvalSymlinks(d)
-	if err != nil {
-		return "", fmt.Errorf("recipe directory: %w", err)
-	}
-	return d, nil
-}
-
-// within reports whether path (absolute, links followed) is base or below it.
-func within(base, path string) bool {
-	rel, err := filepath.Rel(base, path)
-	return err == nil && filepath.IsLocal(rel)
-}
-
 // resolveInside resolves p, a path relative to the recipe file, following
 // every symbolic link, and checks that it lies inside the recipe's directory
-// (itself resolved). It returns the resolved path or an *Error for field
-// naming p and where it leads.
+// (resolved the same way, by inroot.Below: a recipe named by a relative path
+// and one named by an absolute path give the same answers). It returns the
+// resolved path or an *Error for field naming p and where it leads.
 func (r *Recipe) resolveInside(field, p string) (string, *Error) {
-	switch {
-	case p == "":
+	if p == "" {
 		return "", r.errorf(field, "missing; give a path relative to the recipe file, inside its directory")
-	case filepath.IsAbs(p):
-		return "", r.errorf(field, "%q is absolute; give it relative to the recipe file, inside its directory", p)
 	}
-	base, err := r.dir()
-	if err != nil {
-		return "", r.errorf(field, "%v", err)
+	at, err := inroot.Below(filepath.Dir(r.File), p)
+	if e := r.outside(field, p, err); e != nil {
+		return "", e
 	}
-	if !filepath.IsLocal(p) {
-		return "", r.errorf(field, "%q leads to %s, outside the recipe's directory %s", p, filepath.Join(base, p), base)
+	return at.Path, nil
+}
+
+// outside words the error of inroot.Below for p, the value of field, as an
+// *Error (nil for none).
+func (r *Recipe) outside(field, p string, err error) *Error {
+	var out *inroot.OutsideError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &out) && out.How == inroot.OutAbsolute:
+		return r.errorf(field, "%q is absolute; give it relative to the recipe file, inside its directory", p)
+	case errors.As(err, &out):
+		return r.errorf(field, "%q leads to %s, outside the recipe's directory %s", p, out.Path, out.Base)
 	}
-	resolved, err := filepath.EvalSymlinks(filepath.Join(base, p))
-	if err != nil {
-		return "", r.errorf(field, "%q: %v", p, err)
-	}
-	if !within(base, resolved) {
-		return "", r.errorf(field, "%q leads to %s, outside the recipe's directory %s", p, resolved, base)
-	}
-	return resolved, nil
+	return r.errorf(field, "%q: %v", p, err)
 }
 
 // PatchFiles returns the recipe's patch files in order, each resolved (every
@@ -118,12 +103,8 @@ func (r *Recipe) checkSourceTree() []error {
 	} else if !fi.IsDir() {
 		return []error{r.errorf(field, "%q leads to %s, which is not a directory", r.Source.Dir, dir)}
 	}
-	base, err := r.dir()
-	if err != nil {
-		return []error{r.errorf(field, "%v", err)}
-	}
 	var errs []error
-	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -132,12 +113,15 @@ func (r *Recipe) checkSourceTree() []error {
 		}
 		rel, _ := filepath.Rel(dir, path)
 		name := filepath.Join(r.Source.Dir, rel)
-		target, err := filepath.EvalSymlinks(path)
+		// The link's path from the recipe's directory: source.dir
+		// resolved, then the link's place in the tree.
+		_, err = inroot.Below(filepath.Dir(r.File), filepath.Join(r.Source.Dir, rel))
+		var out *inroot.OutsideError
 		switch {
+		case errors.As(err, &out):
+			errs = append(errs, r.errorf(field, "%s leads to %s, outside the recipe's directory %s", name, out.Path, out.Base))
 		case err != nil:
 			errs = append(errs, r.errorf(field, "%s is a link that does not resolve: %v", name, err))
-		case !within(base, target):
-			errs = append(errs, r.errorf(field, "%s leads to %s, outside the recipe's directory %s", name, target, base))
 		}
 		return nil
 	})

@@ -30,6 +30,21 @@ func makeTree(t *testing.T, root string, files map[string]string) {
 	}
 }
 
+// containCase is a case of TestContainment.
+type containCase struct {
+	name  string
+	files map[string]string // under the test's root; the recipe is recipes/r.yaml
+	via   string            // the recipe file's path relative to root, "" for recipes/r.yaml
+	text  string            // patchRecipe or sourceRecipe
+	arg   string            // the patch list or source.dir; {recipes} is the recipe directory
+	field string            // "" when the recipe loads
+	// want is in the field's message; {root}, {recipes} and {outside}
+	// stand for root, root/recipes and root/outside, links followed.
+	want string
+	// patches, for a recipe that loads, is what PatchFiles gives, relative to {recipes}.
+	patches []string
+}
+
 // TestContainment checks that patches and source.dir must resolve inside the
 // recipe's directory once every link is followed, and that links that stay
 // inside it (as recipes/testdriver-2/ has) are fine.
@@ -41,19 +56,7 @@ func TestContainment(t *testing.T) {
 		patchRecipe  = validHead + "patches: [%s]\nkernels: {releases: [6.1.0-56-cloud-amd64]}\n"
 		sourceRecipe = "name: x\ndriver: {name: td, version: 1.0.0}\nflavor: open\nsource:\n  dir: %s\nmodules: [td]\nkernels: {releases: [6.1.0-56-cloud-amd64]}\n"
 	)
-	tests := []struct {
-		name  string
-		files map[string]string // under the test's root; the recipe is recipes/r.yaml
-		via   string            // the recipe file's path relative to root, "" for recipes/r.yaml
-		text  string            // patchRecipe or sourceRecipe
-		arg   string            // the patch list or source.dir; {recipes} is the recipe directory
-		field string            // "" when the recipe loads
-		// want is in the field's message; {root}, {recipes} and {outside}
-		// stand for root, root/recipes and root/outside, links followed.
-		want string
-		// patches, for a recipe that loads, is what PatchFiles gives, relative to {recipes}.
-		patches []string
-	}{
+	tests := []containCase{
 		// Refused.
 		{name: "patch symlink to /etc/passwd", files: map[string]string{"recipes/p/symlink.patch": "->/etc/passwd"},
 			text: patchRecipe, arg: "p/symlink.patch",
@@ -128,57 +131,72 @@ func TestContainment(t *testing.T) {
 			text: sourceRecipe, arg: "src"},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			root := t.TempDir()
-			if err := os.MkdirAll(filepath.Join(root, "recipes"), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			makeTree(t, root, tc.files)
-			real, err := filepath.EvalSymlinks(root)
-			if err != nil {
-				t.Fatal(err)
-			}
-			expand := strings.NewReplacer("{root}", real, "{recipes}", filepath.Join(real, "recipes"), "{outside}", filepath.Join(real, "outside")).Replace
-			file := filepath.Join(root, "recipes", "r.yaml")
-			if tc.via != "" {
-				file = filepath.Join(root, tc.via)
-			}
-			if err := os.WriteFile(filepath.Join(root, "recipes", "r.yaml"), []byte(strings.Replace(tc.text, "%s", expand(tc.arg), 1)), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			r, err := Load(file)
-			if tc.field == "" {
-				if err != nil {
-					t.Fatalf("Load(%s) = %v, want no error", tc.name, err)
-				}
-				got, err := r.PatchFiles()
-				var want []string
-				for _, p := range tc.patches {
-					want = append(want, expand(filepath.Join("{recipes}", p)))
-				}
-				if err != nil || !slices.Equal(got, want) {
-					t.Errorf("PatchFiles() = %q, %v; want %q", got, err, want)
-				}
-				return
-			}
-			if err == nil {
-				t.Fatalf("Load(%s) = nil error, want %s refused", tc.name, tc.field)
-			}
-			want := expand(tc.want)
-			var found *Error
-			for _, e := range flatten(err) {
-				var re *Error
-				if errors.As(e, &re) && re.Field == tc.field && strings.Contains(re.Msg, want) {
-					found = re
-				}
-			}
-			if found == nil || found.File != file || found.Line <= 0 {
-				t.Errorf("Load(%s) error =\n%v\nwant an *Error for %s at a line of %s containing %q", tc.name, err, tc.field, file, want)
-			}
-			if r != nil {
-				t.Errorf("Load(%s) = %+v with an error, want no recipe", tc.name, r)
-			}
-		})
+		// The recipe named by an absolute path, and relative to the working
+		// directory (as a relative --recipes names it): the same answers.
+		for _, spelled := range []string{"absolute", "relative"} {
+			t.Run(tc.name+" "+spelled, func(t *testing.T) {
+				tc.run(t, spelled)
+			})
+		}
+	}
+}
+
+// run runs the case with the recipe file named as spelled says: "absolute",
+// or "relative" to the working directory.
+func (tc containCase) run(t *testing.T, spelled string) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "recipes"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	makeTree(t, root, tc.files)
+	real, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expand := strings.NewReplacer("{root}", real, "{recipes}", filepath.Join(real, "recipes"), "{outside}", filepath.Join(real, "outside")).Replace
+	named := root
+	if spelled == "relative" {
+		t.Chdir(root)
+		named = ""
+	}
+	file := filepath.Join(named, "recipes", "r.yaml")
+	if tc.via != "" {
+		file = filepath.Join(named, tc.via)
+	}
+	if err := os.WriteFile(filepath.Join(root, "recipes", "r.yaml"), []byte(strings.Replace(tc.text, "%s", expand(tc.arg), 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Load(file)
+	if tc.field == "" {
+		if err != nil {
+			t.Fatalf("Load(%s) = %v, want no error", t.Name(), err)
+		}
+		got, err := r.PatchFiles()
+		var want []string
+		for _, p := range tc.patches {
+			want = append(want, expand(filepath.Join("{recipes}", p)))
+		}
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("PatchFiles() = %q, %v; want %q", got, err, want)
+		}
+		return
+	}
+	if err == nil {
+		t.Fatalf("Load(%s) = nil error, want %s refused", t.Name(), tc.field)
+	}
+	want := expand(tc.want)
+	var found *Error
+	for _, e := range flatten(err) {
+		var re *Error
+		if errors.As(e, &re) && re.Field == tc.field && strings.Contains(re.Msg, want) {
+			found = re
+		}
+	}
+	if found == nil || found.File != file || found.Line <= 0 {
+		t.Errorf("Load(%s) error =\n%v\nwant an *Error for %s at a line of %s containing %q", t.Name(), err, tc.field, file, want)
+	}
+	if r != nil {
+		t.Errorf("Load(%s) = %+v with an error, want no recipe", t.Name(), r)
 	}
 }
 

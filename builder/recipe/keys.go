@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strings"
 
 	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/internal/inroot"
@@ -19,31 +18,24 @@ import (
 // The error says what is wrong with key (the caller adds file, line and
 // field).
 func confineKey(dir, key string) (string, []byte, error) {
-	if filepath.IsAbs(key) {
+	// One helper resolves the directory and the key alike, so "recipes"
+	// (the default --recipes, relative) and its absolute path accept the
+	// same keys and refuse the same links.
+	at, err := inroot.Below(dir, key)
+	var out *inroot.OutsideError
+	switch {
+	case errors.As(err, &out) && out.How == inroot.OutAbsolute:
 		return "", nil, fmt.Errorf("%s: an absolute path is refused: keep the archive's key beside the recipes and name it relative to %s", key, dir)
-	}
-	clean := filepath.Clean(key)
-	if clean == ".." || strings.HasPrefix(clean, "../") {
+	case errors.As(err, &out) && out.How == inroot.OutDotDot:
 		return "", nil, fmt.Errorf("%s leaves the recipes directory %s: keep the archive's key beside the recipes", key, dir)
-	}
-	realDir, err := filepath.EvalSymlinks(dir)
-	if err == nil {
-		realDir, err = filepath.Abs(realDir)
-	}
-	if err != nil {
+	case errors.As(err, &out):
+		return "", nil, fmt.Errorf("%s is a link to %s, outside the recipes directory %s: keep the archive's key beside the recipes", key, out.Path, dir)
+	case err != nil:
 		return "", nil, fmt.Errorf("%s: %w", key, err)
-	}
-	real, err := filepath.EvalSymlinks(filepath.Join(dir, clean))
-	if err != nil {
-		return "", nil, fmt.Errorf("%s: %w", key, err)
-	}
-	rel, err := filepath.Rel(realDir, real)
-	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-		return "", nil, fmt.Errorf("%s is a link to %s, outside the recipes directory %s: keep the archive's key beside the recipes", key, real, dir)
 	}
 	// Read inside dir (a link swapped in meanwhile cannot lead out), as a
 	// regular file of a key's size: never a FIFO, a device or a huge file.
-	data, err := inroot.ReadFile(realDir, rel, archive.MaxKeySize)
+	data, err := inroot.ReadFile(at.Base, at.Rel, archive.MaxKeySize)
 	if err != nil {
 		if errors.Is(err, inroot.ErrTooLarge) {
 			return "", nil, fmt.Errorf("%s: too big for an OpenPGP public key: %w", key, err)
@@ -53,7 +45,7 @@ func confineKey(dir, key string) (string, []byte, error) {
 	if len(data) == 0 {
 		return "", nil, fmt.Errorf("%s is empty", key)
 	}
-	return filepath.Join(realDir, rel), data, nil
+	return at.Path, data, nil
 }
 
 // confineKeys checks the key of each of r's own extra archives (confineKey,

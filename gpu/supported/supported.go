@@ -9,11 +9,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 
 	"github.com/kpreload/kpreload/gpu/pci"
+	"github.com/kpreload/kpreload/internal/inroot"
 )
 
 // FeatureKernelOpen is the feature of chips NVIDIA's open kernel modules support.
@@ -51,9 +51,13 @@ func (c *Chip) Branch() string {
 	return b
 }
 
+// MaxFile bounds a supported-gpus.json, compressed as read and
+// uncompressed (NVIDIA's are about 1 MiB).
+const MaxFile = 16 << 20
+
 // ReadFile reads a supported-gpus.json, plain or gzip-compressed.
 func ReadFile(path string) (*List, error) {
-	b, err := os.ReadFile(path)
+	b, err := inroot.ReadPath(path, MaxFile)
 	if err != nil {
 		return nil, fmt.Errorf("supported-gpus: %w", err)
 	}
@@ -73,8 +77,11 @@ func Parse(b []byte) (*List, error) {
 		if err != nil {
 			return nil, err
 		}
-		if b, err = io.ReadAll(zr); err != nil {
+		if b, err = io.ReadAll(io.LimitReader(zr, MaxFile+1)); err != nil {
 			return nil, fmt.Errorf("gunzip: %w", err)
+		}
+		if len(b) > MaxFile {
+			return nil, fmt.Errorf("gunzip: more than %d bytes", MaxFile)
 		}
 	}
 	var l List

@@ -8,15 +8,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/kpreload/kpreload/internal/fileutil"
+	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/kmodcache/names"
 )
 
 // FormatVersion is the current index format; readers refuse other versions.
 const FormatVersion = 1
+
+// MaxFile bounds a boot index as Read reads it (a regular file only: a
+// FIFO or a device in its place is refused at once).
+const MaxFile = 16 << 20
 
 // Names shared by the cache, the initramfs and /init.
 const (
@@ -96,34 +100,56 @@ type Module struct {
 	SigKey string `json:"sig_key,omitempty"`
 }
 
-// Read loads an index file and checks its format and its names: the kernel
-// release, and the driver, version and flavour of every driver set, follow
-// kmodcache/names (readers make paths of them).
+// Read loads an index file and checks it as Parse does.
 func Read(path string) (*Index, error) {
-	b, err := os.ReadFile(path)
+	b, err := inroot.ReadPath(path, MaxFile)
 	if err != nil {
 		return nil, fmt.Errorf("boot index: %w", err)
 	}
+	return Parse(path, b)
+}
+
+// ReadIn loads the index file name of the tree at root (a root filesystem's
+// module cache: the path and every link on it resolved inside root, a
+// regular file of at most MaxFile bytes) and checks it as Parse does. It is
+// the one reader of a root's boot index: install, status and the kernel
+// hooks read through it.
+func ReadIn(root, name string) (*Index, error) {
+	b, err := inroot.ReadFile(root, name, MaxFile)
+	if err != nil {
+		return nil, fmt.Errorf("boot index: %w", err)
+	}
+	return Parse(inroot.Host(root, name), b)
+}
+
+// Parse decodes an index read from file (named in errors) and checks its
+// format and its names: the kernel release, and each set's id, driver,
+// version and flavour, follow kmodcache/names (readers make paths of them
+// and print them). Every reader of a boot index checks it so.
+func Parse(file string, b []byte) (*Index, error) {
 	var ix Index
 	if err := json.Unmarshal(b, &ix); err != nil {
-		return nil, fmt.Errorf("boot index %s: %w", path, err)
+		return nil, fmt.Errorf("boot index %s: %w", file, err)
 	}
 	if ix.Format != FormatVersion {
-		return nil, fmt.Errorf("boot index %s: format %d, want %d", path, ix.Format, FormatVersion)
+		return nil, fmt.Errorf("boot index %s: format %d, want %d", file, ix.Format, FormatVersion)
 	}
 	if err := ix.checkNames(); err != nil {
-		return nil, fmt.Errorf("boot index %s: %w", path, err)
+		return nil, fmt.Errorf("boot index %s: %w", file, err)
 	}
 	return &ix, nil
 }
 
-// checkNames checks the index's kernel release and each driver set's
-// driver, version and flavour against kmodcache/names.
+// checkNames checks the index's kernel release, each set's id and each
+// driver set's driver, version and flavour against kmodcache/names.
 func (ix *Index) checkNames() error {
 	if err := names.Check("kernel", ix.Kernel); err != nil {
 		return err
 	}
 	for i, s := range ix.Sets {
+		if err := names.CheckOptional("id", s.ID); err != nil {
+			return fmt.Errorf("sets[%d]: %w", i, err)
+		}
 		if s.Driver == "" && s.Version == "" && s.Flavor == "" {
 			continue // plain modules (the kernel's own, an initramfs's "extra" files): no driver
 		}

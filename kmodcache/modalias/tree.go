@@ -4,12 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
 
+	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/kmodcache/modname"
 )
 
@@ -77,6 +77,11 @@ const (
 	fileSymbols        = "modules.symbols"
 )
 
+// MaxIndexFile bounds each of a module tree's index files as LoadTree reads
+// it (a regular file only: a FIFO or a device in its place is refused at
+// once). Debian's largest, modules.alias, is about 1.5 MiB.
+const MaxIndexFile = 64 << 20
+
 // LoadTree reads the module tree of one kernel from modulesDir (usually
 // /lib/modules/<kver>): modules.dep (required), and where present modules.alias,
 // modules.softdep, modules.builtin and modules.builtin.modinfo (the source of the
@@ -89,7 +94,7 @@ func LoadTree(modulesDir string) (*Tree, error) {
 		builtin:  map[string]bool{},
 		inKernel: map[string]bool{},
 	}
-	dep, err := os.ReadFile(filepath.Join(modulesDir, fileDep))
+	dep, err := inroot.ReadPath(filepath.Join(modulesDir, fileDep), MaxIndexFile)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("%s has no %s (run depmod -b <root> <kver>): %w", modulesDir, fileDep, err)
@@ -110,7 +115,7 @@ func LoadTree(modulesDir string) (*Tree, error) {
 	}
 	for _, f := range optional {
 		path := filepath.Join(modulesDir, f.name)
-		data, err := os.ReadFile(path)
+		data, err := inroot.ReadPath(path, MaxIndexFile)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // kmod treats a missing index as an empty one
 		}
@@ -346,7 +351,7 @@ func configLines(data string, f func(n int, line string) error) error {
 func (t *Tree) loadSymbols() []aliasEntry {
 	t.symbolsOnce.Do(func() {
 		path := filepath.Join(t.dir, fileSymbols)
-		data, err := os.ReadFile(path)
+		data, err := inroot.ReadPath(path, MaxIndexFile)
 		if err != nil {
 			if !errors.Is(err, fs.ErrNotExist) {
 				t.symbolsErr = fmt.Errorf("reading module tree: %w", err)

@@ -18,6 +18,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"oras.land/oras-go/v2/content"
 
+	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/kmodcache/cellsign"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/store"
@@ -117,7 +118,7 @@ func (r *Remote) pushSetOnce(ctx context.Context, st *store.Store, id, recipe st
 			return nil, fmt.Errorf("%s: %s: %w", what, o.file, err)
 		}
 		d := descriptor(o.mediaType, digest.NewDigestFromEncoded(digest.SHA256, o.sha), fi.Size(), o.file)
-		if err := r.pushBlob(ctx, d, func() (io.ReadCloser, error) { return os.Open(path) }, res); err != nil {
+		if err := r.pushBlob(ctx, d, func() (io.ReadCloser, error) { return inroot.OpenPath(path) }, res); err != nil {
 			return nil, fmt.Errorf("%s: %s: %w", what, o.file, err)
 		}
 		layers = append(layers, d)
@@ -389,7 +390,7 @@ func cellManifest(key map[string]string, layers []ocispec.Descriptor, ann map[st
 
 // tail returns the last n bytes of a file.
 func tail(path string, n int64) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := inroot.OpenPath(path)
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kpreload/kpreload/internal/fileutil"
+	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
 
@@ -95,12 +96,11 @@ var seenMu sync.Mutex
 // loadSeen reads dir's SeenFile (none: nothing seen).
 func loadSeen(dir string) (map[seenKey]seen, error) {
 	path := filepath.Join(dir, SeenFile)
-	b, err := os.ReadFile(path)
+	// A regular file of a bounded size: a FIFO or a device in its place
+	// is refused at once.
+	b, err := inroot.ReadPath(path, maxSeenFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return map[seenKey]seen{}, nil
-	}
-	if err == nil && len(b) > maxSeenFile {
-		err = fmt.Errorf("larger than %d bytes", maxSeenFile)
 	}
 	var f seenJSON
 	if err == nil {

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/kpreload/kpreload/internal/fileutil"
+	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/modinfo"
@@ -179,7 +180,7 @@ func (s *Store) add(ctx context.Context, m *manifest.Manifest, files map[string]
 	}
 	at("objects")
 
-	if old, err := os.ReadFile(s.ManifestPath(id)); err != nil || !bytes.Equal(old, b) {
+	if old, err := inroot.ReadPath(s.ManifestPath(id), MaxRecord); err != nil || !bytes.Equal(old, b) {
 		if err := writeAtomic(filepath.Join(s.dir, setsDir), id+".json", b, 0o444, "manifest"); err != nil {
 			return "", fmt.Errorf("%s: %w", what, err)
 		}
@@ -187,7 +188,7 @@ func (s *Store) add(ctx context.Context, m *manifest.Manifest, files map[string]
 	at("manifest")
 
 	if kid := manifest.KeyID(m.CacheKey); kid != "" {
-		if old, err := os.ReadFile(s.keyPath(kid)); err != nil || strings.TrimSpace(string(old)) != id {
+		if old, err := inroot.ReadPath(s.keyPath(kid), MaxRecord); err != nil || strings.TrimSpace(string(old)) != id {
 			if err := writeAtomic(filepath.Join(s.dir, keysDir), kid, []byte(id+"\n"), 0o644, "key"); err != nil {
 				return "", fmt.Errorf("%s: %w", what, err)
 			}
@@ -253,7 +254,7 @@ func (s *Store) dropSetLocked(id string) error {
 		if isTemp(e.Name()) {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		b, err := inroot.ReadPath(filepath.Join(dir, e.Name()), MaxRecord)
 		if err != nil {
 			return fmt.Errorf("drop keys: %w", err)
 		}
@@ -330,7 +331,7 @@ func (s *Store) syncIndexes() ([]string, error) {
 		if err != nil {
 			return changed, err
 		}
-		if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, b) {
+		if old, err := inroot.ReadPath(path, MaxRecord); err == nil && bytes.Equal(old, b) {
 			continue
 		}
 		if err := writeAtomic(filepath.Dir(path), filepath.Base(path), b, 0o644, "index"); err != nil {
@@ -450,7 +451,7 @@ func checkExternal(m *manifest.Manifest, tree string) error {
 // lists: each line's path (before any colon), base name up to the first dot,
 // dashes as underscores.
 func treeModules(path string) ([]string, error) {
-	f, err := os.Open(path)
+	f, err := inroot.OpenPath(path)
 	if err != nil {
 		return nil, fmt.Errorf("read kernel tree: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/names"
@@ -64,7 +65,7 @@ func (s *Store) setIDs() ([]string, error) {
 // id, that it is canonical and that it validates.
 func (s *Store) readManifest(id string) (*manifest.Manifest, error) {
 	path := s.ManifestPath(id)
-	b, err := os.ReadFile(path)
+	b, err := inroot.ReadPath(path, MaxRecord)
 	if err != nil {
 		return nil, fmt.Errorf("set %s: %w", id, err)
 	}
@@ -196,7 +197,7 @@ func (s *Store) Lookup(cacheKey map[string]string) (id string, ok bool, err erro
 	if kid == "" {
 		return "", false, nil
 	}
-	b, err := os.ReadFile(s.keyPath(kid))
+	b, err := inroot.ReadPath(s.keyPath(kid), MaxRecord)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", false, nil
 	}

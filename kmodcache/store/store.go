@@ -47,6 +47,12 @@ const (
 	IndexSetDir = "../" + objectsDir
 )
 
+// MaxRecord bounds each record of the cache as it is read: a manifest, a
+// cache key's record, a boot index. Each is read as a regular file
+// (inroot.ReadPath): a FIFO, a device or a directory in its place is
+// refused at once, never waited on.
+const MaxRecord = 16 << 20
+
 // DefaultDir is the cache directory used when neither a flag nor
 // $KPRELOAD_CACHE_DIR names one.
 const DefaultDir = "/" + bootindex.RootCacheDir

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/kpreload/kpreload/internal/fileutil"
+	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 )
@@ -183,7 +184,7 @@ func (s *Store) verifyIndexes(good []set) ([]Problem, error) {
 	for _, k := range kernels {
 		path := s.IndexPath(k)
 		want := buildIndex(k, good)
-		old, err := os.ReadFile(path)
+		old, err := inroot.ReadPath(path, MaxRecord)
 		if errors.Is(err, fs.ErrNotExist) {
 			if len(want.Sets) > 0 {
 				probs = append(probs, Problem{Kind: ProblemStaleIndex, Path: path, Sets: setIDsOf(want), Detail: fmt.Sprintf("no boot index for kernel %s, which has %d set(s)", k, len(want.Sets))})
@@ -242,7 +243,7 @@ func (s *Store) verifyKeys(good []set, bad []badManifest) ([]Problem, error) {
 			continue
 		}
 		path := filepath.Join(dir, e.Name())
-		b, err := os.ReadFile(path)
+		b, err := inroot.ReadPath(path, MaxRecord)
 		if err != nil {
 			probs = append(probs, Problem{Kind: ProblemDanglingKey, Path: path, Detail: err.Error()})
 			continue

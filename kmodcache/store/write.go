@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/kpreload/kpreload/internal/fileutil"
+	"github.com/kpreload/kpreload/internal/inroot"
 )
 
 // hook, when set (by tests), is called at named points of a write so a test can
@@ -50,7 +51,7 @@ func writeAtomic(dir, name string, data []byte, perm os.FileMode, stage string) 
 
 // hashFile returns the hex SHA-256 and size of a file.
 func hashFile(path string) (string, int64, error) {
-	f, err := os.Open(path)
+	f, err := inroot.OpenPath(path)
 	if err != nil {
 		return "", 0, fmt.Errorf("hash: %w", err)
 	}
@@ -82,7 +83,7 @@ func (s *Store) putObject(src, sha string, size int64) error {
 			return fmt.Errorf("object %s: %w", sha, err)
 		}
 	}
-	in, err := os.Open(src)
+	in, err := inroot.OpenPath(src)
 	if err != nil {
 		return fmt.Errorf("object %s: %w", sha, err)
 	}

@@ -30,3 +30,19 @@ func Write(t testing.TB, dir string, files map[string]string) {
 		}
 	}
 }
+
+// Links makes each path of links under dir a symbolic link to its target
+// (written as given: relative or absolute), creating parent directories; the
+// test fails on any error.
+func Links(t testing.TB, dir string, links map[string]string) {
+	t.Helper()
+	for p, target := range links {
+		full := filepath.Join(dir, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, full); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

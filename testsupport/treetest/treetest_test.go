@@ -16,3 +16,13 @@ func TestWrite(t *testing.T) {
 		t.Errorf("d: %v, want a directory", err)
 	}
 }
+
+func TestLinks(t *testing.T) {
+	dir := t.TempDir()
+	Links(t, dir, map[string]string{"a/l": "../b", "abs": "/etc/passwd"})
+	for name, want := range map[string]string{"a/l": "../b", "abs": "/etc/passwd"} {
+		if got, err := os.Readlink(filepath.Join(dir, name)); err != nil || got != want {
+			t.Errorf("%s -> %q, %v; want a link to %q", name, got, err, want)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/gpu/instance"
+	"github.com/kpreload/kpreload/internal/termtext"
 	"github.com/kpreload/kpreload/report"
 	"github.com/kpreload/kpreload/report/svg"
 	"github.com/spf13/cobra"
@@ -426,8 +427,8 @@ func printModuleTimeline(w io.Writer, rep *report.Report) {
 	fmt.Fprintf(w, "  modules (%d loaded, %d considered), seconds after kernel start:\n", loaded, len(rep.Modules))
 	notes := rep.ModuleNotes()
 	for i, m := range rep.Modules {
-		line := fmt.Sprintf("    %7.3f -> %7.3f  %-22s %-14s", m.Start, m.End, m.Name, m.Result)
-		fmt.Fprintf(w, "%s %s\n", line, strings.Join(notes[i], "; "))
+		line := fmt.Sprintf("    %7.3f -> %7.3f  %-22s %-14s", m.Start, m.End, termtext.Name(m.Name), termtext.Name(m.Result))
+		fmt.Fprintf(w, "%s %s\n", line, termtext.Name(strings.Join(notes[i], "; ")))
 	}
 }
 
@@ -441,10 +442,11 @@ func printSelection(w io.Writer, sel *report.Selection) {
 	if sel.Origin != "" && sel.Source != "default" {
 		src += " (" + sel.Origin + ")"
 	}
-	fmt.Fprintf(w, "  driver selection at %.3f s, request from %s: version %s, flavour %s\n", sel.Time, src, sel.Request.Version, sel.Request.Flavor)
+	name := termtext.Name
+	fmt.Fprintf(w, "  driver selection at %.3f s, request from %s: version %s, flavour %s\n", sel.Time, name(src), name(sel.Request.Version), name(sel.Request.Flavor))
 	for _, d := range sel.Drivers {
 		if d.Chosen == nil {
-			fmt.Fprintf(w, "    %s: %s\n", d.Driver, d.Refusal)
+			fmt.Fprintf(w, "    %s: %s\n", name(d.Driver), name(d.Refusal))
 			continue
 		}
 		state := "not loaded (no device asked for it)"
@@ -455,14 +457,14 @@ func printSelection(w io.Writer, sel *report.Selection) {
 			state += ", active"
 		}
 		if d.Userspace != "" {
-			state += ", userspace " + d.Userspace
+			state += ", userspace " + name(d.Userspace)
 		}
-		fmt.Fprintf(w, "    %s: %s %s from %s chosen (%s); %s\n", d.Driver, d.Chosen.Version, d.Chosen.Flavor, d.Chosen.From, d.Rule, state)
+		fmt.Fprintf(w, "    %s: %s %s from %s chosen (%s); %s\n", name(d.Driver), name(d.Chosen.Version), name(d.Chosen.Flavor), name(d.Chosen.From), name(d.Rule), state)
 	}
 	for _, warn := range sel.Warnings {
-		fmt.Fprintf(w, "    warning: %s\n", warn)
+		fmt.Fprintf(w, "    warning: %s\n", name(warn))
 	}
 	for _, e := range sel.Errors {
-		fmt.Fprintf(w, "    error: %s\n", e)
+		fmt.Fprintf(w, "    error: %s\n", name(e))
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/internal/termtext"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/names"
 	"github.com/kpreload/kpreload/kmodcache/store"
@@ -144,16 +145,7 @@ func newCacheLsCmd(open func() (*store.Store, error)) *cobra.Command {
 				}
 				return listErr
 			}
-			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "SET\tKERNEL\tDRIVER\tVERSION\tFLAVOR\tMODULES\tSIZE")
-			for _, e := range entries {
-				flavor := e.Flavor
-				if flavor == "" {
-					flavor = "-"
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", e.ID[:12], e.Kernel, e.Driver, e.Version, flavor, e.Modules, cacheHumanSize(e.Size))
-			}
-			if err := tw.Flush(); err != nil {
+			if err := writeCacheLs(w, entries); err != nil {
 				return err
 			}
 			return listErr
@@ -162,6 +154,22 @@ func newCacheLsCmd(open func() (*store.Store, error)) *cobra.Command {
 	cmd.Flags().StringVar(&kernel, "kernel", "", "only sets for this kernel release")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the sets as JSON")
 	return cmd
+}
+
+// writeCacheLs prints cache ls's table. The names come from the cache's
+// manifests (a registry's, pulled): shown escaped (termtext).
+func writeCacheLs(w io.Writer, entries []store.Entry) error {
+	tw := tabwriter.NewWriter(termtext.NewWriter(w), 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SET\tKERNEL\tDRIVER\tVERSION\tFLAVOR\tMODULES\tSIZE")
+	name := termtext.Name
+	for _, e := range entries {
+		flavor := e.Flavor
+		if flavor == "" {
+			flavor = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", name(e.ID[:min(12, len(e.ID))]), name(e.Kernel), name(e.Driver), name(e.Version), name(flavor), e.Modules, cacheHumanSize(e.Size))
+	}
+	return tw.Flush()
 }
 
 func newCacheVerifyCmd(open func() (*store.Store, error)) *cobra.Command {

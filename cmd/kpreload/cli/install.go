@@ -11,6 +11,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/initramfs/rootcheck"
+	"github.com/kpreload/kpreload/internal/termtext"
 )
 
 func init() {
@@ -337,7 +338,7 @@ func newStatusCmd() *cobra.Command {
 			// used is a warning and the defaults.
 			st, warnings := install.ReadSettingsOrDefaults(root)
 			for _, w := range warnings {
-				fmt.Fprintf(cmd.ErrOrStderr(), "kpreload: WARNING: %s\n", w)
+				fmt.Fprintf(cmd.ErrOrStderr(), "kpreload: WARNING: %s\n", termtext.Text(w))
 			}
 			def := install.DefaultKernel(kernels, st.NewestFirst())
 			if asJSON {
@@ -347,33 +348,45 @@ func newStatusCmd() *cobra.Command {
 					Kernels []install.Kernel `json:"kernels"`
 				}{def, st.Default, kernels})
 			}
-			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "default: %s (%s)\n", orNone(def), st.DescribeDefault(kernels, def))
-			for _, k := range kernels {
-				mark := " "
-				if k.Release == def {
-					mark = "*"
-				}
-				var what []string
-				if !k.Image {
-					what = append(what, "no image")
-				}
-				if !k.Initramfs {
-					what = append(what, "no kpreload initramfs")
-				}
-				drivers := "no driver cells"
-				if len(k.Drivers) > 0 {
-					drivers = strings.Join(k.Drivers, ", ")
-				}
-				what = append(what, drivers)
-				fmt.Fprintf(w, "%s %s: %s\n", mark, k.Release, strings.Join(what, "; "))
-			}
+			writeStatus(cmd.OutOrStdout(), kernels, def, st.DescribeDefault(kernels, def))
 			return nil
 		},
 	}
 	c.Flags().StringVar(&root, "root", "/", "the root filesystem to read")
 	c.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	return c
+}
+
+// writeStatus prints status's text: the default kernel (describe says why)
+// and each kernel with what it lacks and its driver cells. What the root
+// holds is shown escaped (termtext): a name in its boot index cannot drive
+// the operator's terminal, whatever let it through.
+func writeStatus(out io.Writer, kernels []install.Kernel, def, describe string) {
+	w := termtext.NewWriter(out)
+	name := termtext.Name
+	fmt.Fprintf(w, "default: %s (%s)\n", name(orNone(def)), name(describe))
+	for _, k := range kernels {
+		mark := " "
+		if k.Release == def {
+			mark = "*"
+		}
+		var what []string
+		if !k.Image {
+			what = append(what, "no image")
+		}
+		if !k.Initramfs {
+			what = append(what, "no kpreload initramfs")
+		}
+		drivers := "no driver cells"
+		if len(k.Drivers) > 0 {
+			drivers = name(strings.Join(k.Drivers, ", "))
+		}
+		if k.IndexError != "" {
+			drivers += " (" + name(k.IndexError) + ")"
+		}
+		what = append(what, drivers)
+		fmt.Fprintf(w, "%s %s: %s\n", mark, name(k.Release), strings.Join(what, "; "))
+	}
 }
 
 func orNone(s string) string {

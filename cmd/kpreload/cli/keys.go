@@ -105,15 +105,17 @@ certificate: enroll the new one where they are rebuilt).`,
 			if err != nil {
 				return err
 			}
-			src := k.Cert
+			// The certificate as loaded (read bounded, regular files
+			// only), never the files read again.
+			data := k.Certificate.Raw
 			switch format {
 			case "der":
 			case "pem":
-				src = k.CertPEM
+				data = k.PEM()
 			default:
 				return fmt.Errorf("--format %q: want der or pem", format)
 			}
-			if err := fileutil.CopyAtomic(src, out, 0o644, false); err != nil {
+			if err := fileutil.WriteAtomic(out, data, 0o644, false); err != nil {
 				return fmt.Errorf("export the module signing certificate: %w", err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: certificate %q (sig_key %s); enroll it with mokutil --import %s\n", out, k.Certificate.Subject.CommonName, k.SigKey(), out)

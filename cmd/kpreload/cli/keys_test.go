@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kpreload/kpreload/builder/modkey"
+	"github.com/kpreload/kpreload/internal/inroot/inroottest"
 )
 
 // helpExamples returns the example command lines of `kpreload ARGS --help`.
@@ -104,5 +107,52 @@ func TestKeysHelpExamples(t *testing.T) {
 	}
 	if code, _, errOut := runCLI("keys", "export", "--cache", "cache", "--format", "p12", "-o", "x"); code == 0 || !strings.Contains(errOut, `--format "p12": want der or pem`) {
 		t.Errorf("export --format p12 = exit %d, %q", code, errOut)
+	}
+}
+
+// TestKeysRefuseSpecialFiles: keys show and keys export refuse at once, naming
+// the file, a key directory whose private key, certificate or PEM certificate
+// is a FIFO, a device, a directory or a file too large for a key: none is
+// waited on (a guard fails the test rather than let it hang), and export
+// writes nothing.
+func TestKeysRefuseSpecialFiles(t *testing.T) {
+	for _, name := range []string{modkey.CertName, modkey.CertPEMName, modkey.KeyName} {
+		for _, kind := range inroottest.Specials(modkey.MaxFile) {
+			t.Run(name+" "+kind.Name, func(t *testing.T) {
+				t.Chdir(t.TempDir())
+				k, _, err := modkey.Ensure("cache")
+				if err != nil {
+					t.Fatal(err)
+				}
+				p := filepath.Join(k.Dir, name)
+				if err := os.Remove(p); err != nil {
+					t.Fatal(err)
+				}
+				kind.Make(t, p)
+				for _, args := range [][]string{
+					{"keys", "show", "--cache", "cache"},
+					{"keys", "show", "--cache", "cache", "--json"},
+					{"keys", "export", "--cache", "cache", "-o", "mok.der"},
+					{"keys", "export", "--cache", "cache", "--format", "pem", "-o", "mok.pem"},
+				} {
+					var code int
+					var errOut string
+					start := time.Now()
+					if err := inroottest.Within(5*time.Second, func() error {
+						code, _, errOut = runCLI(args...)
+						return nil
+					}); err != nil {
+						t.Fatalf("kpreload %s with %s a %s: %v", strings.Join(args, " "), name, kind.Name, err)
+					}
+					t.Logf("kpreload %s: exit %d in %v: %s", strings.Join(args, " "), code, time.Since(start).Round(time.Millisecond), strings.TrimSpace(errOut))
+					if code == 0 || !strings.Contains(errOut, kind.Want) || !strings.Contains(errOut, p) {
+						t.Errorf("kpreload %s with %s a %s: exit %d, %q; want a refusal naming %s: %q", strings.Join(args, " "), name, kind.Name, code, errOut, p, kind.Want)
+					}
+					if _, err := os.Lstat(args[len(args)-1]); args[1] == "export" && err == nil {
+						t.Errorf("kpreload %s wrote %s", strings.Join(args, " "), args[len(args)-1])
+					}
+				}
+			})
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kpreload/kpreload/internal/inroot"
+	"github.com/kpreload/kpreload/internal/termtext"
 	"github.com/kpreload/kpreload/report"
 	"github.com/kpreload/kpreload/report/svg"
 )
@@ -34,7 +35,7 @@ no external resources) that any browser shows.`,
 			if len(args) == 1 {
 				file = args[0]
 			}
-			data, err := inroot.ReadPath(file, inroot.MaxText)
+			data, err := inroot.ReadPath(file, inroot.MaxLarge)
 			if err != nil {
 				return fmt.Errorf("boot report: %w", err)
 			}
@@ -42,18 +43,19 @@ no external resources) that any browser shows.`,
 			if err := json.Unmarshal(data, &rep); err != nil {
 				return fmt.Errorf("boot report %s: %w", file, err)
 			}
-			w := cmd.OutOrStdout()
+			// The report's names are shown escaped (termtext).
+			w := termtext.NewWriter(cmd.OutOrStdout())
 			if svgFile != "" {
 				if err := svg.WriteFile(svgFile, "kpreload boot of "+rep.Kernel, []svg.Lane{svg.FromReport("kpreload /init", &rep)}); err != nil {
 					return err
 				}
-				fmt.Fprintf(w, "%s: the timeline of %s (%d modules)\n", svgFile, file, len(rep.Modules))
+				fmt.Fprintf(w, "%s: the timeline of %s (%d modules)\n", termtext.Name(svgFile), termtext.Name(file), len(rep.Modules))
 				return nil
 			}
-			fmt.Fprintf(w, "boot of %s (%s)\n", rep.Kernel, file)
+			fmt.Fprintf(w, "boot of %s (%s)\n", termtext.Name(rep.Kernel), termtext.Name(file))
 			fmt.Fprintf(w, "  /init (Go main) at %.3f s after kernel start\n", rep.InitStart)
 			printModuleTimeline(w, &rep)
-			fmt.Fprintf(w, "  %s\n", rep.Summary())
+			fmt.Fprintf(w, "  %s\n", termtext.Name(rep.Summary()))
 			return nil
 		},
 	}

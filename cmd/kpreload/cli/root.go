@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kpreload/kpreload/builder/matrix"
+	"github.com/kpreload/kpreload/internal/termtext"
 	"github.com/kpreload/kpreload/internal/version"
 )
 
@@ -71,7 +72,12 @@ func Execute(args []string, stdout, stderr io.Writer) int {
 			if s, ok := err.(*exitStatus); ok && s.err == nil {
 				return s.code
 			}
-			fmt.Fprintf(stderr, "kpreload: %v\n", err)
+			// Errors quote what they were given (names, paths, a
+			// file's content): control characters shown escaped, never
+			// acted on by the terminal. Their own line breaks stay
+			// (joined errors, cobra's suggestions); names in them are
+			// quoted whole (kmodcache/names), newlines included.
+			fmt.Fprintf(stderr, "kpreload: %s\n", termtext.Text(err.Error()))
 			return exitCode(err)
 		}
 		return 0
