@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kpreload/kpreload/builder/image/formats"
 	"github.com/kpreload/kpreload/builder/install"
 )
 
@@ -96,7 +97,7 @@ func TestValidate(t *testing.T) {
 
 func TestOutputPath(t *testing.T) {
 	for _, c := range []struct{ format, file string }{
-		{FormatRaw, "ci.raw"}, {FormatGCE, "ci.tar.gz"}, {"manifest.json", "ci.manifest.json"},
+		{formats.Raw, "ci.raw"}, {formats.GCE, "ci.tar.gz"}, {"manifest.json", "ci.manifest.json"},
 	} {
 		if got, want := OutputPath("/out", "ci", c.format), "/out/"+c.file; got != want {
 			t.Errorf("OutputPath(/out, ci, %s) = %q, want %q", c.format, got, want)

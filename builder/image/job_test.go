@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kpreload/kpreload/builder/image/disk"
+	"github.com/kpreload/kpreload/builder/image/formats"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/recipe"
 )
@@ -23,7 +25,7 @@ func fakeJob(t *testing.T, f *fakeRunner, edit func(*Options)) (*Job, Options) {
 	o := Options{
 		Name: "unit", OutDir: filepath.Join(t.TempDir(), "out", "images"), Kernels: []string{testKernel},
 		Bootloader: install.GRUB, Plain: true, CloudInit: true, EmptyRootPassword: true,
-		Formats: []string{FormatRaw, FormatQCOW2, FormatGCE}, SizeMB: 600, ESPSizeMB: 64,
+		Formats: []string{formats.Raw, formats.QCOW2, formats.GCE}, SizeMB: 600, ESPSizeMB: 64,
 		Enable: []string{"extra.service"}, RootfsCacheDir: t.TempDir(), TempDir: t.TempDir(),
 		DownloadDir: t.TempDir(), CacheDir: t.TempDir(), BuiltWith: "unit",
 		Lister: recipe.ListerFunc(func() ([]string, error) { return []string{testKernel}, nil }),
@@ -53,17 +55,17 @@ func TestJobWithFakeTools(t *testing.T) {
 	if got, want := m.KernelPackages[testKernel], "6.1.158-1"; got != want {
 		t.Errorf("kernel package version = %q, want %q", got, want)
 	}
-	if got, want := m.BootFirmware, []string{BootBIOS, BootUEFI}; !slices.Equal(got, want) {
+	if got, want := m.BootFirmware, []string{formats.BootBIOS, formats.BootUEFI}; !slices.Equal(got, want) {
 		t.Errorf("boot firmware = %q, want %q", got, want)
 	}
-	var formats []string
+	var written []string
 	for _, fl := range m.Files {
-		formats = append(formats, fl.Format)
+		written = append(written, fl.Format)
 		if _, err := os.Stat(fl.Path); err != nil {
 			t.Errorf("output %s: %v", fl.Format, err)
 		}
 	}
-	if got, want := formats, o.Formats; !slices.Equal(got, want) {
+	if got, want := written, o.Formats; !slices.Equal(got, want) {
 		t.Errorf("manifest formats = %q, want %q", got, want)
 	}
 	back, err := ReadManifest(OutputPath(o.OutDir, o.Name, "manifest.json"))
@@ -99,7 +101,7 @@ func TestJobWithFakeTools(t *testing.T) {
 	if got := f.ran("systemctl --root=" + j.root + " preset"); len(got) != 0 {
 		t.Errorf("a plain image preset kpreload's units: %q", got)
 	}
-	if !strings.Contains(f.stdin["sfdisk"], "label-id: "+m.DiskGUID) || !strings.Contains(f.stdin["sfdisk"], TypeBIOSBoot) {
+	if !strings.Contains(f.stdin["sfdisk"], "label-id: "+m.DiskGUID) || !strings.Contains(f.stdin["sfdisk"], disk.TypeBIOSBoot) {
 		t.Errorf("sfdisk's script %q: want the disk GUID and a BIOS boot partition", f.stdin["sfdisk"])
 	}
 	if !strings.Contains(f.probe, "fs_uuid) echo "+m.RootUUID) {
@@ -113,16 +115,16 @@ func TestJobWithFakeTools(t *testing.T) {
 	// boot.img in the MBR points at core.img in the BIOS boot partition
 	// (its LBA at 0x5c, as grub-bios-setup writes it). Only the MBR is read:
 	// the rest of the 600 MiB disk is a hole, costly to read for nothing.
-	raw, err := os.Open(OutputPath(o.OutDir, o.Name, FormatRaw))
+	raw, err := os.Open(OutputPath(o.OutDir, o.Name, formats.Raw))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer raw.Close()
-	mbr := make([]byte, SectorSize)
+	mbr := make([]byte, disk.SectorSize)
 	if _, err := io.ReadFull(raw, mbr); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := binary.LittleEndian.Uint64(mbr[0x5c:]), uint64(mib/SectorSize); got != want {
+	if got, want := binary.LittleEndian.Uint64(mbr[0x5c:]), uint64(disk.MiB/disk.SectorSize); got != want {
 		t.Errorf("boot.img's core.img sector = %d, want %d", got, want)
 	}
 	if len(msgs) == 0 || !strings.HasPrefix(msgs[len(msgs)-1], "image unit done") {
@@ -145,7 +147,7 @@ func TestJobWithFakeTools(t *testing.T) {
 	// (written as qcow2 alone: the outputs' digests read every byte of the
 	// disks, and only the root filesystem matters here).
 	f2 := &fakeRunner{}
-	j2, _ := fakeJob(t, f2, func(o2 *Options) { o2.RootfsCacheDir, o2.Formats = o.RootfsCacheDir, []string{FormatQCOW2} })
+	j2, _ := fakeJob(t, f2, func(o2 *Options) { o2.RootfsCacheDir, o2.Formats = o.RootfsCacheDir, []string{formats.QCOW2} })
 	if err := RunPhases(context.Background(), j2.Phases()); err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +249,7 @@ func TestJobKpreloadSystemdBoot(t *testing.T) {
 		o.Plain, o.CloudInit, o.Bootloader = false, false, install.SystemdBoot
 		o.KpreloadBinary, o.InitBinary, o.Instance = kpreload, initBin, instance
 		o.Files = map[string]string{"/etc/extra/extra.conf": extra}
-		o.Formats = []string{FormatQCOW2}
+		o.Formats = []string{formats.QCOW2}
 	})
 	if err := RunPhases(context.Background(), j.Phases()); err != nil {
 		t.Fatal(err)
@@ -256,7 +258,7 @@ func TestJobKpreloadSystemdBoot(t *testing.T) {
 	if len(m.Initramfs) != 1 || m.Initramfs[0].Kernel != testKernel {
 		t.Errorf("initramfs = %+v, want one for %s", m.Initramfs, testKernel)
 	}
-	if got, want := m.BootFirmware, []string{BootUEFI}; !slices.Equal(got, want) {
+	if got, want := m.BootFirmware, []string{formats.BootUEFI}; !slices.Equal(got, want) {
 		t.Errorf("boot firmware = %q, want %q", got, want)
 	}
 	for _, want := range []string{

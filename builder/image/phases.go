@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/image/bootloader"
+	"github.com/kpreload/kpreload/builder/image/disk"
+	"github.com/kpreload/kpreload/builder/image/formats"
 	"github.com/kpreload/kpreload/builder/image/rootfs"
 	"github.com/kpreload/kpreload/builder/image/stage"
 	"github.com/kpreload/kpreload/builder/install"
@@ -84,7 +86,7 @@ type Job struct {
 	m         *Manifest
 	espVol    string
 	root      string
-	esp       []espFile
+	esp       []disk.File
 	coreImg   string
 	raw       string   // the raw disk in outTmp
 	outputs   []string // temporary paths of the formats, in Files order
@@ -231,10 +233,10 @@ func (j *Job) prepare(ctx context.Context) error {
 	}
 	j.m = &Manifest{
 		Name: o.Name, Suite: o.Suite, Kernels: slices.Clone(o.Kernels), BuiltWith: o.BuiltWith, Bootloader: o.Bootloader,
-		RootUUID: newUUID(), DiskGUID: newUUID(),
+		RootUUID: disk.NewUUID(), DiskGUID: disk.NewUUID(),
 	}
-	j.espVol = newVolumeID()
-	j.m.ESPUUID = fatUUID(j.espVol)
+	j.espVol = disk.NewVolumeID()
+	j.m.ESPUUID = disk.FATUUID(j.espVol)
 	j.m.Cmdline = bootloader.Cmdline(j.m.RootUUID, bootloader.CmdlineExtra(o.SecureBoot, o.Cmdline))
 	return nil
 }
@@ -409,21 +411,21 @@ func (j *Job) cleanupBootloader(bool) {
 // and core.img for BIOS).
 func (j *Job) disk(ctx context.Context) error {
 	o := j.o
-	layout, err := NewLayout(o.SizeMB, o.ESPSizeMB, j.m.DiskGUID, newUUID(), newUUID())
+	layout, err := disk.NewLayout(o.SizeMB, o.ESPSizeMB, j.m.DiskGUID, disk.NewUUID(), disk.NewUUID())
 	if err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
 	if o.Bootloader == install.GRUB {
-		layout = layout.WithBIOSBoot(newUUID())
+		layout = layout.WithBIOSBoot(disk.NewUUID())
 	}
-	j.raw = filepath.Join(j.outTmp, o.Name+"."+FormatRaw)
+	j.raw = filepath.Join(j.outTmp, o.Name+"."+formats.Raw)
 	o.Progress.say("disk: %d MiB GPT (ESP %d MiB, root ext4), mkfs.ext4 -d", o.SizeMB, o.ESPSizeMB)
-	if err := writeDisk(ctx, j.tools().Disk, j.raw, layout, j.espVol, j.esp, j.root, j.m.RootUUID); err != nil {
+	if err := disk.Write(ctx, j.tools().Disk, j.raw, layout, j.espVol, j.esp, j.root, j.m.RootUUID); err != nil {
 		return fmt.Errorf("image: disk: %w", err)
 	}
 	if j.coreImg != "" {
 		o.Progress.say("disk: GRUB's boot.img in the MBR, core.img in the BIOS boot partition")
-		if err := biosSetup(j.raw, layout, filepath.Join(j.root, "usr/lib/grub/i386-pc/boot.img"), j.coreImg); err != nil {
+		if err := disk.BIOSSetup(j.raw, layout, filepath.Join(j.root, "usr/lib/grub/i386-pc/boot.img"), j.coreImg); err != nil {
 			return fmt.Errorf("image: disk: %w", err)
 		}
 	}
@@ -431,7 +433,7 @@ func (j *Job) disk(ctx context.Context) error {
 }
 
 // cleanupDisk removes the raw disk from the temporary output directory (gone
-// already when the formats phase moved it into OutDir as FormatRaw).
+// already when the formats phase moved it into OutDir as formats.Raw).
 func (j *Job) cleanupDisk(bool) {
 	if j.raw != "" {
 		os.Remove(j.raw)
@@ -444,12 +446,12 @@ func (j *Job) cleanupDisk(bool) {
 // final names.
 func (j *Job) formats(ctx context.Context) error {
 	o, m := j.o, j.m
-	m.BootFirmware = bootFirmware(o.Bootloader)
+	m.BootFirmware = formats.BootFirmware(o.Bootloader)
 	for _, f := range o.Formats {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("image: disk: %s: %w", f, err)
 		}
-		p, virtual, err := writeFormat(ctx, j.tools(), j.raw, f, j.outTmp, o.Name, o.Progress)
+		p, virtual, err := formats.Write(ctx, formats.Tools{Disk: j.tools().Disk, QemuImg: j.tools().QemuImg}, j.raw, f, j.outTmp, o.Name, o.Progress)
 		if err != nil {
 			return fmt.Errorf("image: disk: %w", err)
 		}

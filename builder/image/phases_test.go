@@ -3,7 +3,6 @@ package image
 import (
 	"context"
 	"errors"
-	"github.com/kpreload/kpreload/testsupport/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/builder/install"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // TestRunPhases checks the order of Run and Cleanup, the failed flag and

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/kpreload/kpreload/builder/image/formats"
 	"github.com/kpreload/kpreload/internal/progress"
 )
 
@@ -38,10 +39,10 @@ func (j *Job) PhaseCosts() map[string]float64 {
 			rootfs = costRootfsCached
 		}
 	}
-	formats := 0
+	converted := 0
 	for _, f := range o.Formats {
-		if f != FormatRaw {
-			formats++
+		if f != formats.Raw {
+			converted++
 		}
 	}
 	return map[string]float64{
@@ -52,7 +53,7 @@ func (j *Job) PhaseCosts() map[string]float64 {
 		PhaseConfigure:  costConfigure,
 		PhaseBootloader: costBootloader,
 		PhaseDisk:       costDisk,
-		PhaseFormats:    float64(1 + costPerFormat*formats),
+		PhaseFormats:    float64(1 + costPerFormat*converted),
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kpreload/kpreload/builder/image/formats"
 	"github.com/kpreload/kpreload/internal/progress"
 )
 
@@ -79,7 +80,7 @@ func TestShowPhasesEstimate(t *testing.T) {
 // format beside raw adds to the formats phase.
 func TestPhaseCosts(t *testing.T) {
 	dir := t.TempDir()
-	o := Options{Name: "x", Suite: "bookworm", Kernels: []string{"6.1.0-56-cloud-amd64"}, RootfsCacheDir: dir, Formats: []string{FormatRaw, FormatQCOW2}}
+	o := Options{Name: "x", Suite: "bookworm", Kernels: []string{"6.1.0-56-cloud-amd64"}, RootfsCacheDir: dir, Formats: []string{formats.Raw, formats.QCOW2}}
 	j := NewJob(o)
 	costs := j.PhaseCosts()
 	if got, want := costs[PhaseRootfs], float64(costMmdebstrap); got != want {
