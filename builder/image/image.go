@@ -31,6 +31,7 @@ import (
 	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/image/bootloader"
 	"github.com/kpreload/kpreload/builder/image/formats"
+	"github.com/kpreload/kpreload/builder/image/rootfs"
 	"github.com/kpreload/kpreload/builder/image/stage"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/recipe"
@@ -195,7 +196,7 @@ type Options struct {
 	// formats.Raw and formats.QCOW2). The files are named by formats.File.
 	Formats []string
 	// RootfsCacheDir keeps mmdebstrap tarballs between builds (default
-	// DefaultRootfsCacheDir); "off" always runs mmdebstrap. See RootfsKey for
+	// DefaultRootfsCacheDir); "off" always runs mmdebstrap. See rootfs.Key for
 	// why a cached tarball cannot be stale.
 	RootfsCacheDir string
 	// TempDir is where the build's work directory (the unpacked root filesystem)
@@ -257,7 +258,7 @@ type Manifest struct {
 	// DiskGUID is the GPT disk GUID.
 	DiskGUID string `json:"disk_guid"`
 	// Rootfs says how the root filesystem tarball was made (mmdebstrap key, cached or not).
-	Rootfs RootfsInfo `json:"rootfs"`
+	Rootfs rootfs.Info `json:"rootfs"`
 	// BuiltWith is the kpreload version that built the image.
 	BuiltWith string `json:"built_with"`
 	// Created is when the build finished (RFC 3339, UTC).

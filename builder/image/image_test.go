@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/builder/image/formats"
+	"github.com/kpreload/kpreload/builder/image/rootfs"
 	"github.com/kpreload/kpreload/builder/install"
 )
 
@@ -17,24 +18,24 @@ func TestRootfsKey(t *testing.T) {
 	if !slices.Contains(base.Packages, "linux-image-6.1.0-56-cloud-amd64") || !slices.Contains(base.Packages, "systemd-sysv") {
 		t.Fatalf("packages = %v, want the kernel and systemd-sysv", base.Packages)
 	}
-	k := RootfsKey(base)
-	if RootfsKey(rootfsSpec(o, "2025-01-01")) != k {
+	k := rootfs.Key(base)
+	if rootfs.Key(rootfsSpec(o, "2025-01-01")) != k {
 		t.Error("same inputs gave different keys")
 	}
 	o2 := o
 	o2.Packages = []string{"curl"}
 	o3 := o
 	o3.Mirror = "http://example.org/debian"
-	for name, spec := range map[string]RootfsSpec{
+	for name, spec := range map[string]rootfs.Spec{
 		"another day":     rootfsSpec(o, "2025-01-02"),
 		"another package": rootfsSpec(o2, "2025-01-01"),
 		"another mirror":  rootfsSpec(o3, "2025-01-01"),
 	} {
-		if RootfsKey(spec) == k {
+		if rootfs.Key(spec) == k {
 			t.Errorf("%s: key unchanged", name)
 		}
 	}
-	args := mmdebstrapArgs(base, "/tmp/x/kpreload-initramfs-tool.deb", "/out.tar")
+	args := rootfs.MmdebstrapArgs(base, "/tmp/x/kpreload-initramfs-tool.deb", "/out.tar")
 	joined := strings.Join(args, "\n")
 	for _, want := range []string{"--variant=minbase", "linux-image-6.1.0-56-cloud-amd64", "/tmp/x/kpreload-initramfs-tool.deb", "bookworm-backports", "bookworm-security", "/out.tar"} {
 		if !strings.Contains(joined, want) {

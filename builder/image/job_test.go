@@ -13,6 +13,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/image/disk"
 	"github.com/kpreload/kpreload/builder/image/formats"
+	"github.com/kpreload/kpreload/builder/image/rootfs"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/recipe"
 )
@@ -78,7 +79,7 @@ func TestJobWithFakeTools(t *testing.T) {
 		"tar -x -p --numeric-owner",
 		"dpkg-query --admindir=",
 		"systemctl --root=" + j.root + " enable systemd-networkd.service",
-		"systemctl --root=" + j.root + " enable " + sshHostKeysUnitName,
+		"systemctl --root=" + j.root + " enable " + rootfs.SSHHostKeysUnitName,
 		"systemctl --root=" + j.root + " enable extra.service",
 		"chroot " + j.root + " grub-mkimage -O i386-pc",
 		"chroot " + j.root + " grub-mkconfig -o /" + install.GrubConfig,
@@ -168,7 +169,7 @@ func TestJobToolFailure(t *testing.T) {
 		{fail: "tar -x -p", wantErr: "rootfs: unpack"},
 		{fail: "dpkg-query", wantErr: "kernel " + testKernel + " is not installed in the root filesystem"},
 		{fail: "enable systemd-networkd.service", wantErr: "configure root: enable systemd-networkd"},
-		{fail: "enable " + sshHostKeysUnitName, wantErr: "identity: enable"},
+		{fail: "enable " + rootfs.SSHHostKeysUnitName, wantErr: "identity: enable"},
 		{fail: "enable extra.service", wantErr: "enable extra.service"},
 		{fail: "grub-mkimage", wantErr: "GRUB i386-pc image"},
 		{fail: "grub-mkconfig", wantErr: "grub: chroot"},

@@ -275,14 +275,14 @@ func (j *Job) drivers(ctx context.Context) error {
 func (j *Job) rootfs(ctx context.Context) error {
 	o := j.o
 	spec := rootfsSpec(o, time.Now().UTC().Format("2006-01-02"))
-	tarball, info, err := rootfsTarball(ctx, j.tools(), spec, o.RootfsCacheDir, j.work, o.Progress)
+	tarball, info, err := rootfs.Tarball(ctx, j.tools().forRootfs(), spec, o.RootfsCacheDir, j.work, o.Progress)
 	if err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
 	j.m.Rootfs = info
 	j.root = filepath.Join(j.work, "root")
 	o.Progress.say("rootfs: unpacking")
-	if err := extractTarball(ctx, j.tools().Mmdebstrap, tarball, j.root); err != nil {
+	if err := rootfs.Unpack(ctx, j.tools().Mmdebstrap, tarball, j.root); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
 	if j.m.KernelPackages, err = rootfs.KernelPackages(ctx, j.tools().Dpkg, j.root, o.Kernels); err != nil {
@@ -291,7 +291,7 @@ func (j *Job) rootfs(ctx context.Context) error {
 	return nil
 }
 
-// cleanupRootfs removes the unpacked root and what rootfsTarball made in the
+// cleanupRootfs removes the unpacked root and what rootfs.Tarball made in the
 // work directory (a tarball kept in RootfsCacheDir stays: it is complete).
 func (j *Job) cleanupRootfs(bool) {
 	if j.work == "" {
@@ -451,7 +451,7 @@ func (j *Job) formats(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("image: disk: %s: %w", f, err)
 		}
-		p, virtual, err := formats.Write(ctx, formats.Tools{Disk: j.tools().Disk, QemuImg: j.tools().QemuImg}, j.raw, f, j.outTmp, o.Name, o.Progress)
+		p, virtual, err := formats.Write(ctx, j.tools().forFormats(), j.raw, f, j.outTmp, o.Name, o.Progress)
 		if err != nil {
 			return fmt.Errorf("image: disk: %w", err)
 		}

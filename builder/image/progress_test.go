@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/image/formats"
+	"github.com/kpreload/kpreload/builder/image/rootfs"
 	"github.com/kpreload/kpreload/internal/progress"
 )
 
@@ -89,7 +90,7 @@ func TestPhaseCosts(t *testing.T) {
 	if got, want := costs[PhaseFormats], float64(1+costPerFormat); got != want {
 		t.Errorf("formats cost for raw and qcow2 = %v, want %v", got, want)
 	}
-	key := RootfsKey(rootfsSpec(j.Options(), time.Now().UTC().Format("2006-01-02")))
+	key := rootfs.Key(rootfsSpec(j.Options(), time.Now().UTC().Format("2006-01-02")))
 	if err := os.WriteFile(filepath.Join(dir, key+".tar"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
