@@ -283,3 +283,76 @@ func TestJobKpreloadSystemdBoot(t *testing.T) {
 		t.Errorf("options files = %v", o.Files)
 	}
 }
+
+// TestRunPhases checks the order of Run and Cleanup, the failed flag and
+// cancellation between phases.
+func TestRunPhases(t *testing.T) {
+	boom := errors.New("boom")
+	tests := []struct {
+		name       string
+		failAt     string // the phase whose Run fails
+		cancelAt   string // the phase whose Run cancels the context (and succeeds)
+		wantLog    []string
+		wantFailed bool
+		wantErr    string
+	}{
+		{"all succeed", "", "", []string{"run a", "run b", "run c", "clean c", "clean b", "clean a"}, false, ""},
+		{"b fails", "b", "", []string{"run a", "run b", "clean b", "clean a"}, true, "boom"},
+		{"cancelled in b", "", "b", []string{"run a", "run b", "clean b", "clean a"}, true, "cancelled before c: context canceled"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var log []string
+			failed := map[string]bool{}
+			var phases []Phase
+			for _, name := range []string{"a", "b", "c"} {
+				phases = append(phases, Phase{
+					Name: name,
+					Run: func(context.Context) error {
+						log = append(log, "run "+name)
+						if name == tt.cancelAt {
+							cancel()
+						}
+						if name == tt.failAt {
+							return boom
+						}
+						return nil
+					},
+					Cleanup: func(f bool) {
+						log = append(log, "clean "+name)
+						failed[name] = f
+					},
+				})
+			}
+			err := RunPhases(ctx, phases)
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("RunPhases error = %v, want %q", err, tt.wantErr)
+			}
+			if !slices.Equal(log, tt.wantLog) {
+				t.Errorf("got %q, want %q", log, tt.wantLog)
+			}
+			for name, got := range failed {
+				if got != tt.wantFailed {
+					t.Errorf("phase %s cleaned up with failed = %v, want %v", name, got, tt.wantFailed)
+				}
+			}
+		})
+	}
+}
+
+// TestJobPhases checks the phases' names and order.
+func TestJobPhases(t *testing.T) {
+	var got []string
+	for _, p := range NewJob(Options{}).Phases() {
+		got = append(got, p.Name)
+		if p.Run == nil || p.Cleanup == nil || p.Title == "" {
+			t.Errorf("phase %s: Run, Cleanup and Title must be set", p.Name)
+		}
+	}
+	want := []string{PhasePrepare, PhaseDrivers, PhaseRootfs, PhaseInitramfs, PhaseConfigure, PhaseBootloader, PhaseDisk, PhaseFormats}
+	if !slices.Equal(got, want) {
+		t.Errorf("phases %q, want %q", got, want)
+	}
+}
