@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/image/formats"
+	"github.com/kpreload/kpreload/internal/fileutil"
 )
 
 // formats writes each requested format from the raw disk (formats.go) and the
@@ -68,18 +69,20 @@ func (j *Job) formats(ctx context.Context) error {
 	return nil
 }
 
-// place renames a finished output tmp to its final path. A file already
-// there (an earlier build's) is moved aside into the temporary directory
-// first, so that cleanupFormats can put it back when the build fails.
+// place moves a finished output tmp to its final path through
+// fileutil.Publish (the file and OutDir synced). A file already there (an
+// earlier build's) is moved aside into the temporary directory first
+// (fileutil.Move), so that cleanupFormats can put it back when the build
+// fails.
 func (j *Job) place(tmp, final string) error {
 	if _, err := os.Lstat(final); err == nil {
 		aside := filepath.Join(j.outTmp, "previous-"+filepath.Base(final))
-		if err := os.Rename(final, aside); err != nil {
+		if err := fileutil.Move(final, aside); err != nil {
 			return fmt.Errorf("image: %w", err)
 		}
 		j.aside = append(j.aside, [2]string{aside, final})
 	}
-	if err := os.Rename(tmp, final); err != nil {
+	if err := fileutil.Publish(tmp, final); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
 	j.placed = append(j.placed, final)
@@ -98,7 +101,7 @@ func (j *Job) cleanupFormats(failed bool) {
 			os.Remove(p)
 		}
 		for _, a := range j.aside {
-			os.Rename(a[0], a[1])
+			fileutil.Move(a[0], a[1])
 		}
 		j.done = false
 	}
