@@ -356,3 +356,36 @@ func TestJobPhases(t *testing.T) {
 		t.Errorf("phases %q, want %q", got, want)
 	}
 }
+
+// runThrough runs j's phases up to and including name, stopping at the first
+// that fails, and registers the Cleanup of each that ran for the end of the
+// test (in reverse order, failed set), so that the test can look at what the
+// phases made before it goes.
+func runThrough(t *testing.T, j *Job, name string) error {
+	t.Helper()
+	for _, p := range j.Phases() {
+		t.Cleanup(func() { p.Cleanup(true) })
+		if err := p.Run(context.Background()); err != nil {
+			return err
+		}
+		if p.Name == name {
+			return nil
+		}
+	}
+	t.Fatalf("no phase %q", name)
+	return nil
+}
+
+// dirEntries returns the names in dir (none when it is missing).
+func dirEntries(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}

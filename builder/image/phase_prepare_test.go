@@ -105,3 +105,35 @@ func TestJobCancelledAfterPrepare(t *testing.T) {
 		})
 	}
 }
+
+// TestPreparePhase runs the prepare phase: the output directory, the work
+// directory in TempDir and the temporary output directory in OutDir are
+// made, the manifest has its identifiers and the kernel command line names
+// the root; a missing tool fails it before anything is made.
+func TestPreparePhase(t *testing.T) {
+	f := &fakeRunner{}
+	j, o := fakeJob(t, f, nil)
+	if err := runThrough(t, j, PhasePrepare); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{j.work, j.outTmp} {
+		if st, err := os.Stat(d); err != nil || !st.IsDir() {
+			t.Errorf("directory %q: %v", d, err)
+		}
+	}
+	if filepath.Dir(j.work) != o.TempDir || filepath.Dir(j.outTmp) != o.OutDir {
+		t.Errorf("work %s, temporary output %s: want them in %s and %s", j.work, j.outTmp, o.TempDir, o.OutDir)
+	}
+	if j.m.RootUUID == "" || j.m.DiskGUID == "" || j.m.ESPUUID == "" || !strings.Contains(j.m.Cmdline, j.m.RootUUID) {
+		t.Errorf("manifest %+v: want its identifiers and a command line naming the root", j.m)
+	}
+
+	f2 := &fakeRunner{missing: []string{"qemu-img"}}
+	j2, o2 := fakeJob(t, f2, nil)
+	if err := runThrough(t, j2, PhasePrepare); err == nil || !strings.Contains(err.Error(), "qemu-img is missing") {
+		t.Errorf("prepare without qemu-img = %v, want it missing", err)
+	}
+	if ents := dirEntries(t, o2.TempDir); len(ents) != 0 {
+		t.Errorf("a failed prepare made %q", ents)
+	}
+}

@@ -1,6 +1,8 @@
 package image
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -37,5 +39,32 @@ func TestRootfsKey(t *testing.T) {
 		if !strings.Contains(joined, want) {
 			t.Errorf("mmdebstrap args lack %q:\n%s", want, joined)
 		}
+	}
+}
+
+// TestRootfsPhase runs the rootfs phase: mmdebstrap's tarball is unpacked
+// into the work directory's root, the kernel's package version recorded, the
+// tarball kept in the rootfs cache; its cleanup removes the root.
+func TestRootfsPhase(t *testing.T) {
+	f := &fakeRunner{}
+	j, o := fakeJob(t, f, nil)
+	if err := runThrough(t, j, PhaseRootfs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(j.root, "etc/shadow")); err != nil {
+		t.Errorf("the root is not unpacked: %v", err)
+	}
+	if got, want := j.m.KernelPackages[testKernel], "6.1.158-1"; got != want {
+		t.Errorf("kernel package version = %q, want %q", got, want)
+	}
+	if j.m.Rootfs.Cached || len(f.ran("mmdebstrap")) != 1 {
+		t.Errorf("cached = %v, mmdebstrap ran %q; want one mmdebstrap run", j.m.Rootfs.Cached, f.ran("mmdebstrap"))
+	}
+	if ents := dirEntries(t, o.RootfsCacheDir); len(ents) == 0 {
+		t.Errorf("no tarball kept in the rootfs cache")
+	}
+	j.cleanupRootfs(false)
+	if _, err := os.Lstat(j.root); !os.IsNotExist(err) {
+		t.Errorf("the root is still there after the cleanup (%v)", err)
 	}
 }
