@@ -18,7 +18,8 @@ import (
 // A finished file handed to a function (a parameter) or kept on a value (a
 // field or an element: the outputs of an earlier step) and renamed into place
 // is an output some other code or program wrote: it goes through
-// fileutil.Publish too.
+// fileutil.Publish too (or fileutil.Move, for an entry moved out of the way
+// and back).
 func TestOneWriter(t *testing.T) {
 	fset := token.NewFileSet()
 	productFiles(t, func(p, _ string) {
@@ -100,7 +101,7 @@ func TestOneWriter(t *testing.T) {
 						break
 					}
 					if len(call.Args) > 0 && outputPath(call.Args[0], handed) {
-						t.Errorf("%s: %s renames %s, a finished output written elsewhere, into place itself: use fileutil.Publish, which syncs the file and its directory", fset.Position(call.Pos()), fn.Name.Name, arg(0))
+						t.Errorf("%s: %s renames %s, a finished output written elsewhere, into place itself: use fileutil.Publish (fileutil.Move for an entry moved out of the way), which syncs the directory", fset.Position(call.Pos()), fn.Name.Name, arg(0))
 					}
 				}
 				return true
