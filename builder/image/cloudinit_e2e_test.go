@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kpreload/kpreload/builder/image/formats"
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/report"
 	"github.com/kpreload/kpreload/testsupport/boottest"
@@ -149,9 +150,9 @@ func TestCloudInitImage(t *testing.T) {
 	// The first instance's disk is a copy of the qcow2, larger than the image,
 	// as a cloud makes it.
 	dir := t.TempDir()
-	qcow2, _ := QEMUFormat(FormatQCOW2)
+	qcow2, _ := formats.QEMU(formats.QCOW2)
 	disk := filepath.Join(dir, "instance.qcow2")
-	if out, err := exec.Command("cp", "--sparse=always", OutputPath(img.out, "ci", FormatQCOW2), disk).CombinedOutput(); err != nil {
+	if out, err := exec.Command("cp", "--sparse=always", OutputPath(img.out, "ci", formats.QCOW2), disk).CombinedOutput(); err != nil {
 		t.Fatalf("cp: %v\n%s", err, out)
 	}
 	const diskBytes = 3 << 30
@@ -274,7 +275,7 @@ func TestCloudInitImage(t *testing.T) {
 	mime := "Content-Type: multipart/mixed; boundary=\"==kpreload==\"\nMIME-Version: 1.0\n\n" +
 		"--==kpreload==\nContent-Type: text/cloud-config; charset=\"us-ascii\"\nMIME-Version: 1.0\n\n" +
 		cloudConfig + "\n--==kpreload==--\n"
-	two := boot("instance 2", qemu.Config{RootDisk: OutputPath(img.out, "ci", FormatRaw), Timeout: testenv.Deadline(t, 600*time.Second)}, mime, "kpreload-test-2")
+	two := boot("instance 2", qemu.Config{RootDisk: OutputPath(img.out, "ci", formats.Raw), Timeout: testenv.Deadline(t, 600*time.Second)}, mime, "kpreload-test-2")
 	if got := chosen(two.res.Report); got != "1.0.0" || two.res.Report.Selection.Source != "image" ||
 		!strings.Contains(strings.Join(two.res.Report.Selection.Notes, " "), "not a plain #cloud-config") {
 		t.Errorf("instance 2: /init chose %q from %q, notes %q: want 1.0.0 from the image's file, noting the seed's MIME user-data",
@@ -293,7 +294,7 @@ func TestCloudInitImage(t *testing.T) {
 	// 3. Trixie's cloud-init, the seed of the first instance.
 	tx := ciTrixieImage(t)
 	progress(fmt.Sprintf("trixie image ready (built in %s)", tx.took.Round(time.Second)))
-	three := boot("instance 3 (trixie)", qemu.Config{RootDisk: OutputPath(tx.out, "ci-trixie", FormatRaw), Timeout: testenv.Deadline(t, 600*time.Second)}, cloudConfig, "kpreload-test-3")
+	three := boot("instance 3 (trixie)", qemu.Config{RootDisk: OutputPath(tx.out, "ci-trixie", formats.Raw), Timeout: testenv.Deadline(t, 600*time.Second)}, cloudConfig, "kpreload-test-3")
 	checkDriverBoundBeforeInit(t, "instance 3 (trixie)", three.res)
 	if got := chosen(three.res.Report); got != "2.0.0" || three.res.Report.Selection.Source != "seed" || three.res.Report.Kernel != trixieKernel {
 		t.Errorf("instance 3 (trixie): /init chose %q from %q on kernel %q, want 2.0.0 from the seed on %s", got, three.res.Report.Selection.Source, three.res.Report.Kernel, trixieKernel)

@@ -20,6 +20,8 @@ import (
 	"github.com/kpreload/kpreload/testsupport/boottest"
 	"github.com/kpreload/kpreload/testsupport/testenv"
 
+	"github.com/kpreload/kpreload/builder/image/disk"
+	"github.com/kpreload/kpreload/builder/image/formats"
 	"github.com/kpreload/kpreload/builder/image/stage"
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/qemu"
@@ -252,8 +254,8 @@ func TestBuildAndBootImage(t *testing.T) {
 		if err != nil || size != f.Size || sum != f.SHA256 {
 			t.Errorf("%s: size %d sha256 %s (err %v), manifest says %d %s", f.Path, size, sum, err, f.Size, f.SHA256)
 		}
-		if f.VirtualSize != ciImageSizeMB*mib {
-			t.Errorf("%s: virtual size %d, want the disk's %d", f.Path, f.VirtualSize, ciImageSizeMB*mib)
+		if f.VirtualSize != ciImageSizeMB*disk.MiB {
+			t.Errorf("%s: virtual size %d, want the disk's %d", f.Path, f.VirtualSize, ciImageSizeMB*disk.MiB)
 		}
 	}
 	if got, want := strings.Join(read.BootFirmware, " "), "uefi"; got != want {
@@ -273,9 +275,9 @@ func TestBuildAndBootImage(t *testing.T) {
 	// qemu-img compare reads both through their format drivers and exits 0
 	// only when the guest sees the same sectors, so a VMDK or VHD that
 	// matches is as bootable as the qcow2 TestCloudInitImage boots.
-	raw := OutputPath(out, "ci", FormatRaw)
-	for _, f := range []string{FormatQCOW2, FormatVMDK, FormatVHD} {
-		format, _ := QEMUFormat(f)
+	raw := OutputPath(out, "ci", formats.Raw)
+	for _, f := range []string{formats.QCOW2, formats.VMDK, formats.VHD} {
+		format, _ := formats.QEMU(f)
 		path := OutputPath(out, "ci", f)
 		cmp := exec.CommandContext(ctx, "qemu-img", "compare", "-f", "raw", "-F", format, raw, path)
 		if b, err := cmp.CombinedOutput(); err != nil {

@@ -15,6 +15,7 @@ import (
 
 	debarchive "github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/image/bootloader"
+	"github.com/kpreload/kpreload/builder/image/disk"
 	"github.com/kpreload/kpreload/builder/image/rootfiles"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/qemu"
@@ -94,7 +95,7 @@ func stageFallbackRoot(t *testing.T, initBin string) fallbackRoot {
 	if err := os.WriteFile(filepath.Join(root, install.BootOKUnit), unit, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	u := newUUID()
+	u := disk.NewUUID()
 	return fallbackRoot{
 		root: root, modules: filepath.Join(ktree, "lib/modules", fallbackKernel), rootUUID: u,
 		cmdline: "console=ttyS0 panic=-1 kpreload.report=" + qemu.ReportDevice + " kpreload.rootfail=5",
@@ -104,17 +105,17 @@ func stageFallbackRoot(t *testing.T, initBin string) fallbackRoot {
 // writeFallbackDisk writes a GPT disk of the ESP's files and the root (ext4
 // with mke2fs's defaults: metadata checksums, so ext4 needs crc32c, which
 // the generic kernel has as a module loaded through ext4's soft dependency).
-func writeFallbackDisk(ctx context.Context, t *testing.T, esp []espFile, root, rootUUID string) (string, Layout) {
+func writeFallbackDisk(ctx context.Context, t *testing.T, esp []disk.File, root, rootUUID string) (string, disk.Layout) {
 	t.Helper()
-	l, err := NewLayout(192, 64, newUUID(), newUUID(), newUUID())
+	l, err := disk.NewLayout(192, 64, disk.NewUUID(), disk.NewUUID(), disk.NewUUID())
 	if err != nil {
 		t.Fatal(err)
 	}
-	disk := filepath.Join(t.TempDir(), "disk.raw")
-	if err := writeDisk(ctx, DefaultTools().Disk, disk, l, newVolumeID(), esp, root, rootUUID); err != nil {
+	raw := filepath.Join(t.TempDir(), "disk.raw")
+	if err := disk.Write(ctx, DefaultTools().Disk, raw, l, disk.NewVolumeID(), esp, root, rootUUID); err != nil {
 		t.Fatal(err)
 	}
-	return disk, l
+	return raw, l
 }
 
 // fallbackBoot boots disk once through OVMF until the machine stops (QEMU
@@ -213,22 +214,22 @@ func TestSystemdBootFallback(t *testing.T) {
 	}
 
 	progress("disk")
-	var espList []espFile
-	espList = append(espList, espFile{Src: bootloader.SystemdBootEFI, Dst: install.ESPBootloader}, espFile{Src: bootloader.SystemdBootEFI, Dst: install.ESPSystemdBoot})
+	var espList []disk.File
+	espList = append(espList, disk.File{Src: bootloader.SystemdBootEFI, Dst: install.ESPBootloader}, disk.File{Src: bootloader.SystemdBootEFI, Dst: install.ESPSystemdBoot})
 	if err := filepath.WalkDir(esp, func(p string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
 		rel, err := filepath.Rel(esp, p)
-		espList = append(espList, espFile{Src: p, Dst: filepath.ToSlash(rel)})
+		espList = append(espList, disk.File{Src: p, Dst: filepath.ToSlash(rel)})
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	disk, l := writeFallbackDisk(ctx, t, espList, root, rootUUID)
+	raw, l := writeFallbackDisk(ctx, t, espList, root, rootUUID)
 	entries := func() []string {
 		t.Helper()
-		out, err := exec.CommandContext(ctx, "mdir", "-b", "-i", fmt.Sprintf("%s@@%d", disk, l.ESP.Offset), "::/"+install.ESPEntriesDir).CombinedOutput()
+		out, err := exec.CommandContext(ctx, "mdir", "-b", "-i", fmt.Sprintf("%s@@%d", raw, l.ESP.Offset), "::/"+install.ESPEntriesDir).CombinedOutput()
 		if err != nil {
 			t.Fatalf("mdir: %v: %s", err, out)
 		}
@@ -240,13 +241,13 @@ func TestSystemdBootFallback(t *testing.T) {
 		return names
 	}
 	for n, left := range []string{"+1-1", "+0-2"} {
-		res, console := fallbackBoot(ctx, t, progress, n+1, disk)
+		res, console := fallbackBoot(ctx, t, progress, n+1, raw)
 		checkFellBack(t, n+1, res, console)
 		if want := "kpreload-" + fallbackKernel + left + ".conf"; !slices.Contains(entries(), want) {
 			t.Errorf("after boot %d: entries %q, want %s (systemd-boot's count)", n+1, entries(), want)
 		}
 	}
-	res, console := fallbackBoot(ctx, t, progress, 3, disk)
+	res, console := fallbackBoot(ctx, t, progress, 3, raw)
 	checkReachedInit(t, 3, res, console)
 	if got := entries(); !slices.Contains(got, "kpreload-"+fallbackKernel+"+0-2.conf") || !slices.Contains(got, distEntry) {
 		t.Errorf("after boot 3: entries %q: want kpreload's bad and the distribution's", got)
@@ -374,22 +375,22 @@ func TestGRUBFallback(t *testing.T) {
 		t.Fatal(err)
 	}
 	progress("disk")
-	disk, l := writeFallbackDisk(ctx, t, []espFile{{Src: bootx64, Dst: install.ESPBootloader}}, root, fr.rootUUID)
+	raw, l := writeFallbackDisk(ctx, t, []disk.File{{Src: bootx64, Dst: install.ESPBootloader}}, root, fr.rootUUID)
 	grubenv := func() string {
 		t.Helper()
-		out, err := exec.CommandContext(ctx, "debugfs", "-R", "cat /"+install.GrubEnvFile, fmt.Sprintf("%s?offset=%d", disk, l.Root.Offset)).Output()
+		out, err := exec.CommandContext(ctx, "debugfs", "-R", "cat /"+install.GrubEnvFile, fmt.Sprintf("%s?offset=%d", raw, l.Root.Offset)).Output()
 		if err != nil {
 			t.Fatalf("debugfs: %v", err)
 		}
 		return string(out)
 	}
 
-	res, console := fallbackBoot(ctx, t, progress, 1, disk)
+	res, console := fallbackBoot(ctx, t, progress, 1, raw)
 	checkFellBack(t, 1, res, console)
 	if env := grubenv(); !strings.Contains(env, "\nnext_entry="+install.GrubDistributionEntryID(fallbackKernel)+"\n") {
 		t.Errorf("grubenv after boot 1 lacks the one-shot fallback:\n%.200s", env)
 	}
-	res, console = fallbackBoot(ctx, t, progress, 2, disk)
+	res, console = fallbackBoot(ctx, t, progress, 2, raw)
 	checkReachedInit(t, 2, res, console)
 	if !strings.Contains(console, "Loading Linux "+fallbackKernel+" (distribution initramfs) ...") {
 		t.Errorf("boot 2 did not come through the distribution entry (console %s)", res.Console)
@@ -401,12 +402,12 @@ func TestGRUBFallback(t *testing.T) {
 	// Boot 3: kpreload's initramfs mended, its entry boots again (the
 	// fallback was once), saves next_entry, comes up, and boot-ok takes
 	// next_entry back, so the boot after it is kpreload's again.
-	mend := exec.CommandContext(ctx, "debugfs", "-w", "-f", "-", fmt.Sprintf("%s?offset=%d", disk, l.Root.Offset))
+	mend := exec.CommandContext(ctx, "debugfs", "-w", "-f", "-", fmt.Sprintf("%s?offset=%d", raw, l.Root.Offset))
 	mend.Stdin = strings.NewReader("rm /" + install.InitramfsPath(fallbackKernel) + "\nwrite " + good + " /" + install.InitramfsPath(fallbackKernel) + "\n")
 	if b, err := mend.CombinedOutput(); err != nil {
 		t.Fatalf("debugfs: %v: %s", err, b)
 	}
-	res, console = fallbackBoot(ctx, t, progress, 3, disk)
+	res, console = fallbackBoot(ctx, t, progress, 3, raw)
 	if res.RootInit == nil || res.Report == nil || res.Report.Root.Mounted <= 0 || !strings.Contains(res.Report.Cmdline, install.FallbackFlag) {
 		t.Fatalf("boot 3: report %+v, root init %v (console %s): want kpreload's entry, with its fallback saved, to reach the root's init", res.Report, res.RootInit != nil, res.Console)
 	}

@@ -30,6 +30,8 @@ import (
 
 	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/image/bootloader"
+	"github.com/kpreload/kpreload/builder/image/formats"
+	"github.com/kpreload/kpreload/builder/image/rootfs"
 	"github.com/kpreload/kpreload/builder/image/stage"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/recipe"
@@ -98,7 +100,7 @@ type Progress func(msg string)
 // Options describes one image for Build.
 type Options struct {
 	// Name is the image's name: the output files are <OutDir>/<Name>.raw,
-	// <Name>.qcow2 (by Formats: FormatFile) and <Name>.manifest.json. Letters, digits, '.', '_' and '-'.
+	// <Name>.qcow2 (by Formats: formats.File) and <Name>.manifest.json. Letters, digits, '.', '_' and '-'.
 	Name string
 	// OutDir is where the outputs are written (created if missing).
 	OutDir string
@@ -189,12 +191,12 @@ type Options struct {
 	// enrolls as a MOK in <Name>.ovmf-vars.fd (for QEMU), and puts in the
 	// image for mokutil --import.
 	SecureBoot bool
-	// Formats are the disk formats to write, each once: FormatRaw,
-	// FormatQCOW2, FormatVHD, FormatVMDK, FormatGCE (default FormatRaw and
-	// FormatQCOW2). The files are named by FormatFile.
+	// Formats are the disk formats to write, each once: formats.Raw,
+	// formats.QCOW2, formats.VHD, formats.VMDK, formats.GCE (default
+	// formats.Raw and formats.QCOW2). The files are named by formats.File.
 	Formats []string
 	// RootfsCacheDir keeps mmdebstrap tarballs between builds (default
-	// DefaultRootfsCacheDir); "off" always runs mmdebstrap. See RootfsKey for
+	// DefaultRootfsCacheDir); "off" always runs mmdebstrap. See rootfs.Key for
 	// why a cached tarball cannot be stale.
 	RootfsCacheDir string
 	// TempDir is where the build's work directory (the unpacked root filesystem)
@@ -226,8 +228,8 @@ type Manifest struct {
 	Kernels []string `json:"kernels"`
 	// Bootloader is the image's boot loader (grub or systemd-boot).
 	Bootloader install.Bootloader `json:"bootloader"`
-	// BootFirmware is what the image boots under: BootUEFI alone
-	// (systemd-boot), or BootBIOS and BootUEFI (GRUB). It is what a cloud's
+	// BootFirmware is what the image boots under: formats.BootUEFI alone
+	// (systemd-boot), or formats.BootBIOS and formats.BootUEFI (GRUB). It is what a cloud's
 	// import asks: GCE's UEFI_COMPATIBLE guest OS feature, EC2's --boot-mode,
 	// Azure's generation 2 (UEFI) or 1 (BIOS).
 	BootFirmware []string `json:"boot_firmware"`
@@ -256,7 +258,7 @@ type Manifest struct {
 	// DiskGUID is the GPT disk GUID.
 	DiskGUID string `json:"disk_guid"`
 	// Rootfs says how the root filesystem tarball was made (mmdebstrap key, cached or not).
-	Rootfs RootfsInfo `json:"rootfs"`
+	Rootfs rootfs.Info `json:"rootfs"`
 	// BuiltWith is the kpreload version that built the image.
 	BuiltWith string `json:"built_with"`
 	// Created is when the build finished (RFC 3339, UTC).
@@ -269,12 +271,12 @@ type Manifest struct {
 type File struct {
 	// Path is the file's path as written (OutDir joined with its name).
 	Path string `json:"path"`
-	// Format is one of FormatNames (FormatRaw, FormatQCOW2, ...).
+	// Format is one of formats.Names (formats.Raw, formats.QCOW2, ...).
 	Format string `json:"format"`
 	// Size is the file's size in bytes.
 	Size int64 `json:"size"`
 	// VirtualSize is the size in bytes of the disk the file holds: the raw
-	// disk's, or that grown to a whole GiB for FormatGCE.
+	// disk's, or that grown to a whole GiB for formats.GCE.
 	VirtualSize int64 `json:"virtual_size"`
 	// SHA256 is the hex digest of the file.
 	SHA256 string `json:"sha256"`
@@ -333,7 +335,7 @@ func (o Options) withDefaults() Options {
 		o.ESPSizeMB = DefaultESPSizeMB
 	}
 	if len(o.Formats) == 0 {
-		o.Formats = []string{FormatRaw, FormatQCOW2}
+		o.Formats = []string{formats.Raw, formats.QCOW2}
 	}
 	if o.RootfsCacheDir == "" {
 		o.RootfsCacheDir = DefaultRootfsCacheDir
@@ -407,7 +409,7 @@ func (o Options) Validate() error {
 		}
 		recipeNames[r.Name] = true
 	}
-	errs = append(errs, formatProblems(o.Formats)...)
+	errs = append(errs, formats.Problems(o.Formats)...)
 	if o.ESPSizeMB < 64 {
 		bad("ESP size %d MiB: want at least 64 MiB", o.ESPSizeMB)
 	}
@@ -488,9 +490,9 @@ func Version() string {
 }
 
 // OutputPath is where Build writes an image file of the given format
-// (FormatFile), or name.<format> for anything else ("manifest.json").
+// (formats.File), or name.<format> for anything else ("manifest.json").
 func OutputPath(outDir, name, format string) string {
-	return filepath.Join(outDir, FormatFile(name, format))
+	return filepath.Join(outDir, formats.File(name, format))
 }
 
 // say calls p if it is set.

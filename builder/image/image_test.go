@@ -3,44 +3,12 @@ package image
 import (
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
+	"github.com/kpreload/kpreload/builder/image/formats"
 	"github.com/kpreload/kpreload/builder/install"
 )
-
-func TestRootfsKey(t *testing.T) {
-	o := Options{Kernels: []string{"6.1.0-56-cloud-amd64"}}.withDefaults()
-	base := rootfsSpec(o, "2025-01-01")
-	if !slices.Contains(base.Packages, "linux-image-6.1.0-56-cloud-amd64") || !slices.Contains(base.Packages, "systemd-sysv") {
-		t.Fatalf("packages = %v, want the kernel and systemd-sysv", base.Packages)
-	}
-	k := RootfsKey(base)
-	if RootfsKey(rootfsSpec(o, "2025-01-01")) != k {
-		t.Error("same inputs gave different keys")
-	}
-	o2 := o
-	o2.Packages = []string{"curl"}
-	o3 := o
-	o3.Mirror = "http://example.org/debian"
-	for name, spec := range map[string]RootfsSpec{
-		"another day":     rootfsSpec(o, "2025-01-02"),
-		"another package": rootfsSpec(o2, "2025-01-01"),
-		"another mirror":  rootfsSpec(o3, "2025-01-01"),
-	} {
-		if RootfsKey(spec) == k {
-			t.Errorf("%s: key unchanged", name)
-		}
-	}
-	args := mmdebstrapArgs(base, "/tmp/x/kpreload-initramfs-tool.deb", "/out.tar")
-	joined := strings.Join(args, "\n")
-	for _, want := range []string{"--variant=minbase", "linux-image-6.1.0-56-cloud-amd64", "/tmp/x/kpreload-initramfs-tool.deb", "bookworm-backports", "bookworm-security", "/out.tar"} {
-		if !strings.Contains(joined, want) {
-			t.Errorf("mmdebstrap args lack %q:\n%s", want, joined)
-		}
-	}
-}
 
 func TestValidate(t *testing.T) {
 	dir := t.TempDir()
@@ -96,7 +64,7 @@ func TestValidate(t *testing.T) {
 
 func TestOutputPath(t *testing.T) {
 	for _, c := range []struct{ format, file string }{
-		{FormatRaw, "ci.raw"}, {FormatGCE, "ci.tar.gz"}, {"manifest.json", "ci.manifest.json"},
+		{formats.Raw, "ci.raw"}, {formats.GCE, "ci.tar.gz"}, {"manifest.json", "ci.manifest.json"},
 	} {
 		if got, want := OutputPath("/out", "ci", c.format), "/out/"+c.file; got != want {
 			t.Errorf("OutputPath(/out, ci, %s) = %q, want %q", c.format, got, want)

@@ -11,6 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kpreload/kpreload/builder/image/disk"
+	"github.com/kpreload/kpreload/builder/image/formats"
+	"github.com/kpreload/kpreload/builder/image/rootfs"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/recipe"
 )
@@ -23,7 +26,7 @@ func fakeJob(t *testing.T, f *fakeRunner, edit func(*Options)) (*Job, Options) {
 	o := Options{
 		Name: "unit", OutDir: filepath.Join(t.TempDir(), "out", "images"), Kernels: []string{testKernel},
 		Bootloader: install.GRUB, Plain: true, CloudInit: true, EmptyRootPassword: true,
-		Formats: []string{FormatRaw, FormatQCOW2, FormatGCE}, SizeMB: 600, ESPSizeMB: 64,
+		Formats: []string{formats.Raw, formats.QCOW2, formats.GCE}, SizeMB: 600, ESPSizeMB: 64,
 		Enable: []string{"extra.service"}, RootfsCacheDir: t.TempDir(), TempDir: t.TempDir(),
 		DownloadDir: t.TempDir(), CacheDir: t.TempDir(), BuiltWith: "unit",
 		Lister: recipe.ListerFunc(func() ([]string, error) { return []string{testKernel}, nil }),
@@ -53,17 +56,17 @@ func TestJobWithFakeTools(t *testing.T) {
 	if got, want := m.KernelPackages[testKernel], "6.1.158-1"; got != want {
 		t.Errorf("kernel package version = %q, want %q", got, want)
 	}
-	if got, want := m.BootFirmware, []string{BootBIOS, BootUEFI}; !slices.Equal(got, want) {
+	if got, want := m.BootFirmware, []string{formats.BootBIOS, formats.BootUEFI}; !slices.Equal(got, want) {
 		t.Errorf("boot firmware = %q, want %q", got, want)
 	}
-	var formats []string
+	var written []string
 	for _, fl := range m.Files {
-		formats = append(formats, fl.Format)
+		written = append(written, fl.Format)
 		if _, err := os.Stat(fl.Path); err != nil {
 			t.Errorf("output %s: %v", fl.Format, err)
 		}
 	}
-	if got, want := formats, o.Formats; !slices.Equal(got, want) {
+	if got, want := written, o.Formats; !slices.Equal(got, want) {
 		t.Errorf("manifest formats = %q, want %q", got, want)
 	}
 	back, err := ReadManifest(OutputPath(o.OutDir, o.Name, "manifest.json"))
@@ -76,7 +79,7 @@ func TestJobWithFakeTools(t *testing.T) {
 		"tar -x -p --numeric-owner",
 		"dpkg-query --admindir=",
 		"systemctl --root=" + j.root + " enable systemd-networkd.service",
-		"systemctl --root=" + j.root + " enable " + sshHostKeysUnitName,
+		"systemctl --root=" + j.root + " enable " + rootfs.SSHHostKeysUnitName,
 		"systemctl --root=" + j.root + " enable extra.service",
 		"chroot " + j.root + " grub-mkimage -O i386-pc",
 		"chroot " + j.root + " grub-mkconfig -o /" + install.GrubConfig,
@@ -99,7 +102,7 @@ func TestJobWithFakeTools(t *testing.T) {
 	if got := f.ran("systemctl --root=" + j.root + " preset"); len(got) != 0 {
 		t.Errorf("a plain image preset kpreload's units: %q", got)
 	}
-	if !strings.Contains(f.stdin["sfdisk"], "label-id: "+m.DiskGUID) || !strings.Contains(f.stdin["sfdisk"], TypeBIOSBoot) {
+	if !strings.Contains(f.stdin["sfdisk"], "label-id: "+m.DiskGUID) || !strings.Contains(f.stdin["sfdisk"], disk.TypeBIOSBoot) {
 		t.Errorf("sfdisk's script %q: want the disk GUID and a BIOS boot partition", f.stdin["sfdisk"])
 	}
 	if !strings.Contains(f.probe, "fs_uuid) echo "+m.RootUUID) {
@@ -113,16 +116,16 @@ func TestJobWithFakeTools(t *testing.T) {
 	// boot.img in the MBR points at core.img in the BIOS boot partition
 	// (its LBA at 0x5c, as grub-bios-setup writes it). Only the MBR is read:
 	// the rest of the 600 MiB disk is a hole, costly to read for nothing.
-	raw, err := os.Open(OutputPath(o.OutDir, o.Name, FormatRaw))
+	raw, err := os.Open(OutputPath(o.OutDir, o.Name, formats.Raw))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer raw.Close()
-	mbr := make([]byte, SectorSize)
+	mbr := make([]byte, disk.SectorSize)
 	if _, err := io.ReadFull(raw, mbr); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := binary.LittleEndian.Uint64(mbr[0x5c:]), uint64(mib/SectorSize); got != want {
+	if got, want := binary.LittleEndian.Uint64(mbr[0x5c:]), uint64(disk.MiB/disk.SectorSize); got != want {
 		t.Errorf("boot.img's core.img sector = %d, want %d", got, want)
 	}
 	if len(msgs) == 0 || !strings.HasPrefix(msgs[len(msgs)-1], "image unit done") {
@@ -145,7 +148,7 @@ func TestJobWithFakeTools(t *testing.T) {
 	// (written as qcow2 alone: the outputs' digests read every byte of the
 	// disks, and only the root filesystem matters here).
 	f2 := &fakeRunner{}
-	j2, _ := fakeJob(t, f2, func(o2 *Options) { o2.RootfsCacheDir, o2.Formats = o.RootfsCacheDir, []string{FormatQCOW2} })
+	j2, _ := fakeJob(t, f2, func(o2 *Options) { o2.RootfsCacheDir, o2.Formats = o.RootfsCacheDir, []string{formats.QCOW2} })
 	if err := RunPhases(context.Background(), j2.Phases()); err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +169,7 @@ func TestJobToolFailure(t *testing.T) {
 		{fail: "tar -x -p", wantErr: "rootfs: unpack"},
 		{fail: "dpkg-query", wantErr: "kernel " + testKernel + " is not installed in the root filesystem"},
 		{fail: "enable systemd-networkd.service", wantErr: "configure root: enable systemd-networkd"},
-		{fail: "enable " + sshHostKeysUnitName, wantErr: "identity: enable"},
+		{fail: "enable " + rootfs.SSHHostKeysUnitName, wantErr: "identity: enable"},
 		{fail: "enable extra.service", wantErr: "enable extra.service"},
 		{fail: "grub-mkimage", wantErr: "GRUB i386-pc image"},
 		{fail: "grub-mkconfig", wantErr: "grub: chroot"},
@@ -247,7 +250,7 @@ func TestJobKpreloadSystemdBoot(t *testing.T) {
 		o.Plain, o.CloudInit, o.Bootloader = false, false, install.SystemdBoot
 		o.KpreloadBinary, o.InitBinary, o.Instance = kpreload, initBin, instance
 		o.Files = map[string]string{"/etc/extra/extra.conf": extra}
-		o.Formats = []string{FormatQCOW2}
+		o.Formats = []string{formats.QCOW2}
 	})
 	if err := RunPhases(context.Background(), j.Phases()); err != nil {
 		t.Fatal(err)
@@ -256,7 +259,7 @@ func TestJobKpreloadSystemdBoot(t *testing.T) {
 	if len(m.Initramfs) != 1 || m.Initramfs[0].Kernel != testKernel {
 		t.Errorf("initramfs = %+v, want one for %s", m.Initramfs, testKernel)
 	}
-	if got, want := m.BootFirmware, []string{BootUEFI}; !slices.Equal(got, want) {
+	if got, want := m.BootFirmware, []string{formats.BootUEFI}; !slices.Equal(got, want) {
 		t.Errorf("boot firmware = %q, want %q", got, want)
 	}
 	for _, want := range []string{
@@ -279,4 +282,110 @@ func TestJobKpreloadSystemdBoot(t *testing.T) {
 	if len(o.Files) != 1 {
 		t.Errorf("options files = %v", o.Files)
 	}
+}
+
+// TestRunPhases checks the order of Run and Cleanup, the failed flag and
+// cancellation between phases.
+func TestRunPhases(t *testing.T) {
+	boom := errors.New("boom")
+	tests := []struct {
+		name       string
+		failAt     string // the phase whose Run fails
+		cancelAt   string // the phase whose Run cancels the context (and succeeds)
+		wantLog    []string
+		wantFailed bool
+		wantErr    string
+	}{
+		{"all succeed", "", "", []string{"run a", "run b", "run c", "clean c", "clean b", "clean a"}, false, ""},
+		{"b fails", "b", "", []string{"run a", "run b", "clean b", "clean a"}, true, "boom"},
+		{"cancelled in b", "", "b", []string{"run a", "run b", "clean b", "clean a"}, true, "cancelled before c: context canceled"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var log []string
+			failed := map[string]bool{}
+			var phases []Phase
+			for _, name := range []string{"a", "b", "c"} {
+				phases = append(phases, Phase{
+					Name: name,
+					Run: func(context.Context) error {
+						log = append(log, "run "+name)
+						if name == tt.cancelAt {
+							cancel()
+						}
+						if name == tt.failAt {
+							return boom
+						}
+						return nil
+					},
+					Cleanup: func(f bool) {
+						log = append(log, "clean "+name)
+						failed[name] = f
+					},
+				})
+			}
+			err := RunPhases(ctx, phases)
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("RunPhases error = %v, want %q", err, tt.wantErr)
+			}
+			if !slices.Equal(log, tt.wantLog) {
+				t.Errorf("got %q, want %q", log, tt.wantLog)
+			}
+			for name, got := range failed {
+				if got != tt.wantFailed {
+					t.Errorf("phase %s cleaned up with failed = %v, want %v", name, got, tt.wantFailed)
+				}
+			}
+		})
+	}
+}
+
+// TestJobPhases checks the phases' names and order.
+func TestJobPhases(t *testing.T) {
+	var got []string
+	for _, p := range NewJob(Options{}).Phases() {
+		got = append(got, p.Name)
+		if p.Run == nil || p.Cleanup == nil || p.Title == "" {
+			t.Errorf("phase %s: Run, Cleanup and Title must be set", p.Name)
+		}
+	}
+	want := []string{PhasePrepare, PhaseDrivers, PhaseRootfs, PhaseInitramfs, PhaseConfigure, PhaseBootloader, PhaseDisk, PhaseFormats}
+	if !slices.Equal(got, want) {
+		t.Errorf("phases %q, want %q", got, want)
+	}
+}
+
+// runThrough runs j's phases up to and including name, stopping at the first
+// that fails, and registers the Cleanup of each that ran for the end of the
+// test (in reverse order, failed set), so that the test can look at what the
+// phases made before it goes.
+func runThrough(t *testing.T, j *Job, name string) error {
+	t.Helper()
+	for _, p := range j.Phases() {
+		t.Cleanup(func() { p.Cleanup(true) })
+		if err := p.Run(context.Background()); err != nil {
+			return err
+		}
+		if p.Name == name {
+			return nil
+		}
+	}
+	t.Fatalf("no phase %q", name)
+	return nil
+}
+
+// dirEntries returns the names in dir (none when it is missing).
+func dirEntries(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/image/bootloader"
+	"github.com/kpreload/kpreload/builder/image/rootfs"
 	"github.com/kpreload/kpreload/builder/image/stage"
 	"github.com/kpreload/kpreload/builder/install"
 )
@@ -28,12 +29,12 @@ func TestKernelInstallPlugin(t *testing.T) {
 	o.Name, o.Recipes, o.CacheDir = "ki", recipes, cache
 	o = o.withDefaults()
 	work := t.TempDir()
-	tarball, _, err := rootfsTarball(ctx, DefaultTools(), rootfsSpec(o, time.Now().UTC().Format("2006-01-02")), o.RootfsCacheDir, work, progress)
+	tarball, _, err := rootfs.Tarball(ctx, DefaultTools().forRootfs(), rootfsSpec(o, time.Now().UTC().Format("2006-01-02")), o.RootfsCacheDir, work, progress)
 	if err != nil {
 		t.Fatal(err)
 	}
 	root := filepath.Join(work, "root")
-	if err := extractTarball(ctx, DefaultTools().Mmdebstrap, tarball, root); err != nil {
+	if err := rootfs.Unpack(ctx, DefaultTools().Mmdebstrap, tarball, root); err != nil {
 		t.Fatal(err)
 	}
 	cmdline := "root=UUID=0b0e0f0a-1111-4222-8333-444444444444 rw console=ttyS0"

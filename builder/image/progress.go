@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/kpreload/kpreload/builder/image/formats"
+	"github.com/kpreload/kpreload/builder/image/rootfs"
 	"github.com/kpreload/kpreload/internal/progress"
 )
 
@@ -31,28 +33,28 @@ const (
 // and costs an mmdebstrap run otherwise.
 func (j *Job) PhaseCosts() map[string]float64 {
 	o := j.o
-	rootfs := float64(costMmdebstrap)
+	rootfsCost := float64(costMmdebstrap)
 	if o.RootfsCacheDir != "off" {
-		key := RootfsKey(rootfsSpec(o, time.Now().UTC().Format("2006-01-02")))
+		key := rootfs.Key(rootfsSpec(o, time.Now().UTC().Format("2006-01-02")))
 		if _, err := os.Stat(filepath.Join(o.RootfsCacheDir, key+".tar")); err == nil {
-			rootfs = costRootfsCached
+			rootfsCost = costRootfsCached
 		}
 	}
-	formats := 0
+	converted := 0
 	for _, f := range o.Formats {
-		if f != FormatRaw {
-			formats++
+		if f != formats.Raw {
+			converted++
 		}
 	}
 	return map[string]float64{
 		PhasePrepare:    costPrepare,
 		PhaseDrivers:    costDrivers,
-		PhaseRootfs:     rootfs,
+		PhaseRootfs:     rootfsCost,
 		PhaseInitramfs:  float64(costPerKernel * max(1, len(o.Kernels))),
 		PhaseConfigure:  costConfigure,
 		PhaseBootloader: costBootloader,
 		PhaseDisk:       costDisk,
-		PhaseFormats:    float64(1 + costPerFormat*formats),
+		PhaseFormats:    float64(1 + costPerFormat*converted),
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kpreload/kpreload/builder/image/formats"
+	"github.com/kpreload/kpreload/builder/image/rootfs"
 	"github.com/kpreload/kpreload/internal/progress"
 )
 
@@ -79,7 +81,7 @@ func TestShowPhasesEstimate(t *testing.T) {
 // format beside raw adds to the formats phase.
 func TestPhaseCosts(t *testing.T) {
 	dir := t.TempDir()
-	o := Options{Name: "x", Suite: "bookworm", Kernels: []string{"6.1.0-56-cloud-amd64"}, RootfsCacheDir: dir, Formats: []string{FormatRaw, FormatQCOW2}}
+	o := Options{Name: "x", Suite: "bookworm", Kernels: []string{"6.1.0-56-cloud-amd64"}, RootfsCacheDir: dir, Formats: []string{formats.Raw, formats.QCOW2}}
 	j := NewJob(o)
 	costs := j.PhaseCosts()
 	if got, want := costs[PhaseRootfs], float64(costMmdebstrap); got != want {
@@ -88,7 +90,7 @@ func TestPhaseCosts(t *testing.T) {
 	if got, want := costs[PhaseFormats], float64(1+costPerFormat); got != want {
 		t.Errorf("formats cost for raw and qcow2 = %v, want %v", got, want)
 	}
-	key := RootfsKey(rootfsSpec(j.Options(), time.Now().UTC().Format("2006-01-02")))
+	key := rootfs.Key(rootfsSpec(j.Options(), time.Now().UTC().Format("2006-01-02")))
 	if err := os.WriteFile(filepath.Join(dir, key+".tar"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}

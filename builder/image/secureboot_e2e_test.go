@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/image/bootloader"
+	"github.com/kpreload/kpreload/builder/image/formats"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/modkey"
 	"github.com/kpreload/kpreload/builder/qemu"
@@ -75,7 +76,7 @@ func TestSecureBootImage(t *testing.T) {
 	cmdline := "console=ttyS0 panic=-1 kpreload.report=" + qemu.ReportDevice
 	m, err := Build(ctx, Options{
 		Name: "sb", OutDir: out, Kernels: []string{testKernel}, Recipes: recipes, CacheDir: cache, BuildMissing: true,
-		Bootloader: install.GRUB, SecureBoot: true, SizeMB: 1024, ESPSizeMB: 64, Formats: []string{FormatRaw},
+		Bootloader: install.GRUB, SecureBoot: true, SizeMB: 1024, ESPSizeMB: 64, Formats: []string{formats.Raw},
 		Cmdline: cmdline, KpreloadBinary: kpreload, InitBinary: initBin, TempDir: t.TempDir(), Progress: progress,
 	})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kpreload/kpreload/builder/image/formats"
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/testsupport/testenv"
@@ -84,7 +85,7 @@ func ciImage(t *testing.T) ciBuild {
 		o := ciRootfsOptions()
 		o.Name, o.OutDir, o.Recipes, o.CacheDir = "ci", out, recipes, cache
 		o.BuildMissing, o.Instance, o.SizeMB, o.ESPSizeMB = true, instance, ciImageSizeMB, 128
-		o.Formats = []string{FormatRaw, FormatQCOW2, FormatVMDK, FormatVHD}
+		o.Formats = []string{formats.Raw, formats.QCOW2, formats.VMDK, formats.VHD}
 		o.Files = map[string]string{
 			podmanScriptPath:                  write("script", podmanScript, 0o755),
 			"/etc/containers/containers.conf": write("containers.conf", containersConf, 0o644),
@@ -163,7 +164,7 @@ func ciTrixieImage(t *testing.T) ciBuild {
 		out := filepath.Join(dir, "out")
 		o := Options{Name: "ci-trixie", OutDir: out, Suite: "trixie", Kernels: []string{trixieKernel}, CloudInit: true,
 			Recipes: recipes, CacheDir: cache, BuildMissing: true, Instance: instance, SizeMB: ciImageSizeMB, ESPSizeMB: 128,
-			Formats: []string{FormatRaw}, Cmdline: ciCmdline, KpreloadBinary: kpreload, InitBinary: initBin, TempDir: dir}
+			Formats: []string{formats.Raw}, Cmdline: ciCmdline, KpreloadBinary: kpreload, InitBinary: initBin, TempDir: dir}
 		ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 40*time.Minute))
 		defer cancel()
 		start := time.Now()

@@ -75,3 +75,13 @@ type dpkgTools struct {
 func (d dpkgTools) Extract(ctx context.Context, deb, dir string) error {
 	return d.x.Extract(ctx, deb, dir)
 }
+
+// forRootfs returns the tools the rootfs stage runs.
+func (t Tools) forRootfs() rootfs.Tools {
+	return rootfs.Tools{Runner: t.Runner, Mmdebstrap: t.Mmdebstrap, Dpkg: t.Dpkg}
+}
+
+// forFormats returns the tools the formats stage runs.
+func (t Tools) forFormats() formats.Tools {
+	return formats.Tools{Disk: t.Disk, QemuImg: t.QemuImg}
+}

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/builder/image/bootloader"
+	"github.com/kpreload/kpreload/builder/image/disk"
 	"github.com/kpreload/kpreload/builder/internal/runner"
 )
 
@@ -125,7 +126,7 @@ func (f *fakeRunner) Run(ctx context.Context, c runner.Cmd) ([]byte, error) {
 		root := a[0]
 		switch a[1] {
 		case "grub-mkimage":
-			f.write(filepath.Join(root, after("-o")), strings.Repeat("\x00", 2*SectorSize+100))
+			f.write(filepath.Join(root, after("-o")), strings.Repeat("\x00", 2*disk.SectorSize+100))
 		case "grub-mkconfig":
 			b, _ := os.ReadFile(filepath.Join(root, "usr/sbin/grub-probe"))
 			f.probe = string(b)
@@ -158,7 +159,7 @@ func (f *fakeRunner) root(dir string) {
 		"usr/sbin/sshd":                                    "",
 		"usr/bin/cloud-init":                               "",
 		"var/lib/dbus/machine-id":                          "0123",
-		"usr/lib/grub/i386-pc/boot.img":                    strings.Repeat("\x00", SectorSize),
+		"usr/lib/grub/i386-pc/boot.img":                    strings.Repeat("\x00", disk.SectorSize),
 		"usr/lib/grub/i386-pc/normal.mod":                  "",
 		"usr/lib/grub/i386-pc/moddep.lst":                  "",
 		"usr/lib/grub/x86_64-efi/normal.mod":               "",

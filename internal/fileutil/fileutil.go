@@ -203,6 +203,24 @@ func Publish(tmp, dst string) error {
 	return SyncDir(filepath.Dir(dst))
 }
 
+// Move renames old (a file, a link or a tree) to new durably: after the
+// rename, new's directory is synced, and old's when it is another. Unlike
+// Publish it does not sync what it moves: a finished output goes through
+// Publish, an entry moved out of the way (or back) through Move. Both must be
+// on one filesystem.
+func Move(old, new string) error {
+	if err := os.Rename(old, new); err != nil {
+		return err
+	}
+	if err := SyncDir(filepath.Dir(new)); err != nil {
+		return err
+	}
+	if filepath.Dir(old) != filepath.Dir(new) {
+		return SyncDir(filepath.Dir(old))
+	}
+	return nil
+}
+
 // CopyAtomic replaces dst with a copy of src through a temporary file (see
 // Commit for perm and sync); dst's directory must exist.
 func CopyAtomic(src, dst string, perm fs.FileMode, sync bool) error {

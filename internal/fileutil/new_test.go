@@ -79,3 +79,28 @@ func TestPublish(t *testing.T) {
 		t.Errorf("dir holds %v, want %v", got, want)
 	}
 }
+
+func TestMove(t *testing.T) {
+	dir := t.TempDir()
+	aside := filepath.Join(dir, "aside")
+	if err := os.Mkdir(aside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old, moved := filepath.Join(dir, "ci.qcow2"), filepath.Join(aside, "previous-ci.qcow2")
+	if err := Move(old, moved); err == nil {
+		t.Errorf("Move(missing) = nil, want an error")
+	}
+	// A dangling link moves as it is (Publish, which opens what it moves, would refuse it).
+	if err := os.Symlink("nowhere", old); err != nil {
+		t.Fatal(err)
+	}
+	if err := Move(old, moved); err != nil {
+		t.Fatalf("Move: %v", err)
+	}
+	if got, err := os.Readlink(moved); err != nil || got != "nowhere" {
+		t.Errorf("moved = %q, %v; want the link to %q", got, err, "nowhere")
+	}
+	if got, want := entries(t, dir), []string{"aside"}; !slices.Equal(got, want) {
+		t.Errorf("dir holds %v, want %v", got, want)
+	}
+}

@@ -15,6 +15,11 @@ import (
 // through fileutil (WriteAtomic, CreateTemp and Commit, WriteNew, Symlink,
 // Publish) or, under an untrusted root, inroot, which sync the file and its
 // directory. Trees renamed into place (os.MkdirTemp) are not files and may.
+// A finished file handed to a function (a parameter) or kept on a value (a
+// field or an element: the outputs of an earlier step) and renamed into place
+// is an output some other code or program wrote: it goes through
+// fileutil.Publish too (or fileutil.Move, for an entry moved out of the way
+// and back).
 func TestOneWriter(t *testing.T) {
 	fset := token.NewFileSet()
 	productFiles(t, func(p, _ string) {
@@ -42,6 +47,26 @@ func TestOneWriter(t *testing.T) {
 			// written maps the path expressions of the files written so far to
 			// the call that wrote them; a temporary file renames whatever.
 			written := map[string]string{}
+			// handed holds the function's parameters (its function literals'
+			// too): paths of files written elsewhere.
+			handed := map[string]bool{}
+			ast.Inspect(fn, func(n ast.Node) bool {
+				var ft *ast.FuncType
+				switch n := n.(type) {
+				case *ast.FuncDecl:
+					ft = n.Type
+				case *ast.FuncLit:
+					ft = n.Type
+				default:
+					return true
+				}
+				for _, f := range ft.Params.List {
+					for _, name := range f.Names {
+						handed[name.Name] = true
+					}
+				}
+				return true
+			})
 			ast.Inspect(fn.Body, func(n ast.Node) bool {
 				call, ok := n.(*ast.CallExpr)
 				if !ok {
@@ -73,10 +98,28 @@ func TestOneWriter(t *testing.T) {
 					}
 					if ok {
 						t.Errorf("%s: %s writes a file with %s and renames it into place itself: use internal/fileutil (or internal/inroot under an untrusted root), which syncs the file and its directory", fset.Position(call.Pos()), fn.Name.Name, w)
+						break
+					}
+					if len(call.Args) > 0 && outputPath(call.Args[0], handed) {
+						t.Errorf("%s: %s renames %s, a finished output written elsewhere, into place itself: use fileutil.Publish (fileutil.Move for an entry moved out of the way), which syncs the directory", fset.Position(call.Pos()), fn.Name.Name, arg(0))
 					}
 				}
 				return true
 			})
 		}
 	}, "internal/fileutil", "internal/inroot")
+}
+
+// outputPath reports whether e names a file written elsewhere: a parameter
+// (in handed), a field of a value or an element of a slice or map.
+func outputPath(e ast.Expr, handed map[string]bool) bool {
+	switch e := e.(type) {
+	case *ast.ParenExpr:
+		return outputPath(e.X, handed)
+	case *ast.Ident:
+		return handed[e.Name]
+	case *ast.SelectorExpr, *ast.IndexExpr:
+		return true
+	}
+	return false
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/image"
+	"github.com/kpreload/kpreload/builder/image/formats"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/builder/recipe"
@@ -203,7 +204,7 @@ func TestFollowE2E(t *testing.T) {
 	const cmdline = "console=ttyS0 panic=-1"
 	m, err := image.Build(ctx, image.Options{
 		Name: "follow", OutDir: t.TempDir(), Kernels: []string{oldKernel}, Recipes: []*recipe.Recipe{r}, CacheDir: t.TempDir(),
-		BuildMissing: true, Bootloader: install.GRUB, SizeMB: 1536, ESPSizeMB: 64, Formats: []string{image.FormatRaw},
+		BuildMissing: true, Bootloader: install.GRUB, SizeMB: 1536, ESPSizeMB: 64, Formats: []string{formats.Raw},
 		Cmdline: cmdline, Files: files, Enable: []string{boottest.StepService},
 		Instance:       filepath.Join(testenv.RepoRoot(t), "images", "instance-testdriver.yaml"),
 		RemoteConfig:   filepath.Join(work, "remote.yaml"),

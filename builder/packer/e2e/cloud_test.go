@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/image"
+	"github.com/kpreload/kpreload/builder/image/formats"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/internal/version"
@@ -149,7 +150,7 @@ func TestProvisionerCloudBuilder(t *testing.T) {
 		Name: "base", OutDir: filepath.Join(dir, "base"), Kernels: []string{testKernel},
 		Plain: true, Bootloader: install.GRUB, Packages: []string{"openssh-server", "sudo"},
 		Files: files, Enable: []string{"kpreload-test-make-user.service", "kpreload-test-updates.service"},
-		Cmdline: cmdline, SizeMB: 2048, ESPSizeMB: 64, Formats: []string{image.FormatQCOW2},
+		Cmdline: cmdline, SizeMB: 2048, ESPSizeMB: 64, Formats: []string{formats.QCOW2},
 		TempDir:  t.TempDir(),
 		Progress: func(msg string) { t.Logf("[%6.1fs] base: %s", time.Since(start).Seconds(), msg) },
 	})

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/kpreload/kpreload/builder/image"
+	"github.com/kpreload/kpreload/builder/image/formats"
 )
 
 // Artifact is a built image: its disk files and manifest.
@@ -81,7 +82,7 @@ func (a *Artifact) String() string {
 // "boot_firmware", "secure_boot", and "generated_data" (ImageName,
 // ManifestPath) for post-processors.
 func (a *Artifact) State(name string) interface{} {
-	if slices.Contains(image.FormatNames(), name) {
+	if slices.Contains(formats.Names(), name) {
 		return a.Disks[name]
 	}
 	switch name {

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kpreload/kpreload/builder/image"
+	"github.com/kpreload/kpreload/builder/image/formats"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/internal/layout"
 	"github.com/kpreload/kpreload/internal/progress"
@@ -98,7 +99,7 @@ whole manifest) to stdout.`,
 			if len(o.Kernels) == 0 {
 				return fmt.Errorf("--kernel is required (a kernel release such as 6.1.0-56-cloud-amd64; repeatable)")
 			}
-			if err := image.CheckFormats(o.Formats); err != nil {
+			if err := formats.Check(o.Formats); err != nil {
 				return fmt.Errorf("--format: %w", err)
 			}
 			if err := rf.imageTrust(allowUnsigned); err != nil {
@@ -203,7 +204,7 @@ whole manifest) to stdout.`,
 	f.StringVar(&o.Suite, "suite", image.DefaultSuite, "Debian release")
 	f.StringVar(&o.Mirror, "mirror", image.DefaultMirror, "Debian archive")
 	f.IntVar(&o.SizeMB, "size", image.DefaultSizeMB, "disk size in MiB")
-	f.StringSliceVar(&o.Formats, "format", []string{image.FormatRaw, image.FormatQCOW2}, "disk formats to write, comma-separated: "+strings.Join(image.FormatNames(), ", ")+" (gce: NAME.tar.gz)")
+	f.StringSliceVar(&o.Formats, "format", []string{formats.Raw, formats.QCOW2}, "disk formats to write, comma-separated: "+strings.Join(formats.Names(), ", ")+" (gce: NAME.tar.gz)")
 	f.StringVar(&o.KpreloadBinary, "kpreload-binary", "", "static kpreload binary to install in the image (default: this executable)")
 	f.StringVar(&o.InitBinary, "init", "", "the static /init binary (default: kpreload-init beside this executable, else in "+layout.LibDir+")")
 	f.StringVar(&o.RootfsCacheDir, "rootfs-cache", image.DefaultRootfsCacheDir, `where mmdebstrap tarballs are kept for the day ("off": always run mmdebstrap)`)

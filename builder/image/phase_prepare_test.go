@@ -3,89 +3,15 @@ package image
 import (
 	"context"
 	"errors"
-	"github.com/kpreload/kpreload/testsupport/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/kpreload/kpreload/builder/install"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
-
-// TestRunPhases checks the order of Run and Cleanup, the failed flag and
-// cancellation between phases.
-func TestRunPhases(t *testing.T) {
-	boom := errors.New("boom")
-	tests := []struct {
-		name       string
-		failAt     string // the phase whose Run fails
-		cancelAt   string // the phase whose Run cancels the context (and succeeds)
-		wantLog    []string
-		wantFailed bool
-		wantErr    string
-	}{
-		{"all succeed", "", "", []string{"run a", "run b", "run c", "clean c", "clean b", "clean a"}, false, ""},
-		{"b fails", "b", "", []string{"run a", "run b", "clean b", "clean a"}, true, "boom"},
-		{"cancelled in b", "", "b", []string{"run a", "run b", "clean b", "clean a"}, true, "cancelled before c: context canceled"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			var log []string
-			failed := map[string]bool{}
-			var phases []Phase
-			for _, name := range []string{"a", "b", "c"} {
-				phases = append(phases, Phase{
-					Name: name,
-					Run: func(context.Context) error {
-						log = append(log, "run "+name)
-						if name == tt.cancelAt {
-							cancel()
-						}
-						if name == tt.failAt {
-							return boom
-						}
-						return nil
-					},
-					Cleanup: func(f bool) {
-						log = append(log, "clean "+name)
-						failed[name] = f
-					},
-				})
-			}
-			err := RunPhases(ctx, phases)
-			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
-				t.Fatalf("RunPhases error = %v, want %q", err, tt.wantErr)
-			}
-			if !slices.Equal(log, tt.wantLog) {
-				t.Errorf("got %q, want %q", log, tt.wantLog)
-			}
-			for name, got := range failed {
-				if got != tt.wantFailed {
-					t.Errorf("phase %s cleaned up with failed = %v, want %v", name, got, tt.wantFailed)
-				}
-			}
-		})
-	}
-}
-
-// TestJobPhases checks the phases' names and order.
-func TestJobPhases(t *testing.T) {
-	var got []string
-	for _, p := range NewJob(Options{}).Phases() {
-		got = append(got, p.Name)
-		if p.Run == nil || p.Cleanup == nil || p.Title == "" {
-			t.Errorf("phase %s: Run, Cleanup and Title must be set", p.Name)
-		}
-	}
-	want := []string{PhasePrepare, PhaseDrivers, PhaseRootfs, PhaseInitramfs, PhaseConfigure, PhaseBootloader, PhaseDisk, PhaseFormats}
-	if !slices.Equal(got, want) {
-		t.Errorf("phases %q, want %q", got, want)
-	}
-}
 
 // TestJobCancelledAfterPrepare runs the real prepare and drivers phases (no
 // recipes: nothing to build) and cancels the build before the root
@@ -180,37 +106,34 @@ func TestJobCancelledAfterPrepare(t *testing.T) {
 	}
 }
 
-// TestFormatsPlaceRestores checks how outputs are placed: an earlier build's
-// file under a final name is moved aside, restored when the build fails,
-// and left to go with the temporary directory when it succeeds.
-func TestFormatsPlaceRestores(t *testing.T) {
-	for _, failed := range []bool{true, false} {
-		dir := t.TempDir()
-		outTmp := filepath.Join(dir, ".tmp-ci-1")
-		if err := os.Mkdir(outTmp, 0o755); err != nil {
-			t.Fatal(err)
+// TestPreparePhase runs the prepare phase: the output directory, the work
+// directory in TempDir and the temporary output directory in OutDir are
+// made, the manifest has its identifiers and the kernel command line names
+// the root; a missing tool fails it before anything is made.
+func TestPreparePhase(t *testing.T) {
+	f := &fakeRunner{}
+	j, o := fakeJob(t, f, nil)
+	if err := runThrough(t, j, PhasePrepare); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{j.work, j.outTmp} {
+		if st, err := os.Stat(d); err != nil || !st.IsDir() {
+			t.Errorf("directory %q: %v", d, err)
 		}
-		final := filepath.Join(dir, "ci.qcow2")
-		for p, text := range map[string]string{final: "earlier\n", filepath.Join(outTmp, "ci.qcow2"): "new\n"} {
-			if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		j := &Job{outTmp: outTmp}
-		if err := j.place(filepath.Join(outTmp, "ci.qcow2"), final); err != nil {
-			t.Fatal(err)
-		}
-		if got, _ := os.ReadFile(final); string(got) != "new\n" {
-			t.Fatalf("after place, %s holds %q, want the new output", final, got)
-		}
-		j.cleanupFormats(failed)
-		got, _ := os.ReadFile(final)
-		want := "new\n"
-		if failed {
-			want = "earlier\n"
-		}
-		if string(got) != want {
-			t.Errorf("failed=%v: %s holds %q, want %q", failed, final, got, want)
-		}
+	}
+	if filepath.Dir(j.work) != o.TempDir || filepath.Dir(j.outTmp) != o.OutDir {
+		t.Errorf("work %s, temporary output %s: want them in %s and %s", j.work, j.outTmp, o.TempDir, o.OutDir)
+	}
+	if j.m.RootUUID == "" || j.m.DiskGUID == "" || j.m.ESPUUID == "" || !strings.Contains(j.m.Cmdline, j.m.RootUUID) {
+		t.Errorf("manifest %+v: want its identifiers and a command line naming the root", j.m)
+	}
+
+	f2 := &fakeRunner{missing: []string{"qemu-img"}}
+	j2, o2 := fakeJob(t, f2, nil)
+	if err := runThrough(t, j2, PhasePrepare); err == nil || !strings.Contains(err.Error(), "qemu-img is missing") {
+		t.Errorf("prepare without qemu-img = %v, want it missing", err)
+	}
+	if ents := dirEntries(t, o2.TempDir); len(ents) != 0 {
+		t.Errorf("a failed prepare made %q", ents)
 	}
 }
