@@ -63,6 +63,11 @@ type Options struct {
 	// the root's HookLock (0: DefaultLockTimeout); KernelAdded and
 	// KernelRemoved wait without a limit.
 	LockTimeout time.Duration
+	// StallAt is a fault-injection knob for the tests of interrupted hooks:
+	// at the step it names (StallMidInitramfs, StallBeforeBootloader) the
+	// run logs that it stalls, then waits until ctx is cancelled and goes
+	// on, so that a signal lands there deterministically. "" never stalls.
+	StallAt string
 
 	// hook is set by the kernel hooks, which must not fail the kernel
 	// package over configuration: a bad boot.yaml or cmdline file is a
@@ -143,7 +148,7 @@ func Install(ctx context.Context, o Options) (*Result, error) {
 	if !o.SkipInitramfs {
 		var built []*pendingInitramfs
 		for _, k := range kernels {
-			p, err := o.prepareInitramfs(k)
+			p, err := o.prepareInitramfs(ctx, k)
 			if err != nil {
 				for _, b := range built {
 					b.abort(&o)
@@ -151,6 +156,12 @@ func Install(ctx context.Context, o Options) (*Result, error) {
 				return nil, err
 			}
 			built = append(built, p)
+		}
+		if err := interrupted(ctx, "no kpreload initramfs was replaced"); err != nil {
+			for _, b := range built {
+				b.abort(&o)
+			}
+			return nil, err
 		}
 		for i, b := range built {
 			if _, err := b.commit(&o); err != nil {
@@ -197,7 +208,11 @@ func KernelAdded(ctx context.Context, o Options, release string) (*Result, error
 	for _, w := range warnings {
 		o.logf("WARNING: %s", w)
 	}
-	if _, err := o.buildInitramfs(release); err != nil {
+	if _, err := o.buildInitramfs(ctx, release); err != nil {
+		return nil, err
+	}
+	o.stall(ctx, StallBeforeBootloader)
+	if err := interrupted(ctx, "the boot loader was not updated"); err != nil {
 		return nil, err
 	}
 	return o.syncPulled(ctx, bl, pulled, warnings)
@@ -219,6 +234,10 @@ func KernelRemoved(ctx context.Context, o Options, release string) (*Result, err
 		return nil, err
 	}
 	o.logf("removed the kpreload initramfs of %s", release)
+	o.stall(ctx, StallBeforeBootloader)
+	if err := interrupted(ctx, "the boot loader was not updated"); err != nil {
+		return nil, err
+	}
 	return o.syncAfter(ctx, bl, true)
 }
 
@@ -273,12 +292,19 @@ func BuildInitramfs(o Options, release string) (*assemble.Result, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
-	return o.buildInitramfs(release)
+	return o.buildInitramfs(context.Background(), release)
 }
 
-func (o *Options) buildInitramfs(release string) (*assemble.Result, error) {
-	p, err := o.prepareInitramfs(release)
+// buildInitramfs builds release's kpreload initramfs and renames it into
+// place unless ctx is cancelled first (then the previous one stays and the
+// temporary file is removed).
+func (o *Options) buildInitramfs(ctx context.Context, release string) (*assemble.Result, error) {
+	p, err := o.prepareInitramfs(ctx, release)
 	if err != nil {
+		return nil, err
+	}
+	if err := interrupted(ctx, fmt.Sprintf("the kpreload initramfs of %s was not replaced", release)); err != nil {
+		p.abort(o)
 		return nil, err
 	}
 	return p.commit(o)
@@ -314,7 +340,7 @@ func (p *pendingInitramfs) abort(o *Options) {
 // prepareInitramfs builds release's kpreload initramfs into a temporary file
 // of the root; it fails, leaving the root as it was, when the build fails or
 // the initramfs could not mount the root (o.RootFS).
-func (o *Options) prepareInitramfs(release string) (*pendingInitramfs, error) {
+func (o *Options) prepareInitramfs(ctx context.Context, release string) (*pendingInitramfs, error) {
 	if err := CheckRelease(release); err != nil {
 		return nil, err
 	}
@@ -383,8 +409,15 @@ func (o *Options) prepareInitramfs(release string) (*pendingInitramfs, error) {
 		p.madeDir = false
 		return nil, fmt.Errorf("kpreload initramfs: %w", err)
 	}
-	if p.res, err = assemble.Build(ao, p.tmp.File); err != nil {
+	w := &cancelWriter{ctx: ctx, w: p.tmp.File}
+	if o.StallAt == StallMidInitramfs {
+		w.stall = func() { o.stall(ctx, StallMidInitramfs) }
+	}
+	if p.res, err = assemble.Build(ao, w); err != nil {
 		p.abort(o)
+		if ierr := interrupted(ctx, fmt.Sprintf("the kpreload initramfs of %s was not replaced", release)); ierr != nil {
+			return nil, ierr
+		}
 		return nil, fmt.Errorf("kpreload initramfs of %s: %w", release, err)
 	}
 	return p, nil

@@ -63,9 +63,13 @@ func Refresh(ctx context.Context, o Options) (*Result, error) {
 		if k.Initramfs && len(kernelState(o.Root, k.Release).Drivers) == len(k.Drivers) {
 			continue // unchanged: its initramfs stands
 		}
-		if _, err := o.buildInitramfs(k.Release); err != nil {
+		if _, err := o.buildInitramfs(ctx, k.Release); err != nil {
 			return nil, fmt.Errorf("kernel %s: %w", k.Release, err)
 		}
+	}
+	o.stall(ctx, StallBeforeBootloader)
+	if err := interrupted(ctx, "the boot loader was not updated"); err != nil {
+		return nil, err
 	}
 	return o.syncPulled(ctx, bl, pulled, warnings)
 }

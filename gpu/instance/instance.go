@@ -261,12 +261,11 @@ func parseNode(name string, root *yaml.Node, prefix string, versionLine *int) (*
 						},
 						"flavor": func(n *yaml.Node, path string) {
 							v := p.scalar(n, path, "open, proprietary or auto", "!!str")
-							switch v {
-							case "", FlavorAuto, FlavorOpen, FlavorProprietary:
-								in.Resources.Driver.Flavor = v
-							default:
-								p.errorf(n, path, "want open, proprietary or auto, got %q", v)
+							if err := CheckFlavor(v); v != "" && err != nil {
+								p.errorf(n, path, "%v", err)
+								return
 							}
+							in.Resources.Driver.Flavor = v
 						},
 					})
 				},
@@ -414,6 +413,21 @@ func CheckMIG(v string) error {
 		return nil
 	}
 	return fmt.Errorf("want all-disabled, all-enabled, all-balanced or all-<profile> such as all-1g.18gb, got %q", v)
+}
+
+// CheckFlavor checks a flavour request: open, proprietary or auto (the
+// instance YAML's resources.driver.flavor, the kernel command line's
+// kpreload.flavor and kpreload switch --flavor all take it).
+func CheckFlavor(v string) error {
+	switch v {
+	case FlavorAuto, FlavorOpen, FlavorProprietary:
+		return nil
+	}
+	got := fmt.Sprintf("%q", v)
+	if len(v) > names.MaxLen {
+		got = fmt.Sprintf("%.*q… (%d characters)", names.MaxLen, v, len(v))
+	}
+	return fmt.Errorf("want %s, %s or %s, got %s", FlavorOpen, FlavorProprietary, FlavorAuto, got)
 }
 
 // CheckVersion checks a version request: "latest", or dot-separated numbers

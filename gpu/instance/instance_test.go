@@ -267,6 +267,7 @@ func TestFindPrecedence(t *testing.T) {
 		{"missing files skipped", flags(), []instance.File{{Source: instance.SourceFwCfg, Path: filepath.Join(dir, "none")}, files[1]}, instance.SourceImage, instance.Driver{Version: "535", Flavor: "open"}, ""},
 		{"default", flags(), nil, instance.SourceDefault, instance.Driver{}, ""},
 		{"bad cmdline falls through", flags("kpreload.driver", "newest"), files, instance.SourceFwCfg, instance.Driver{Version: "2.0.0"}, "kpreload.driver=newest"},
+		{"bad cmdline flavor falls through", flags("kpreload.flavor", "opne"), files, instance.SourceFwCfg, instance.Driver{Version: "2.0.0"}, `kpreload.flavor=opne: want open, proprietary or auto, got "opne"`},
 		{"bad base64", flags("kpreload.instance", "!!"), nil, instance.SourceDefault, instance.Driver{}, "not base64"},
 		{"reader instead of the path", flags(), []instance.File{reader("resources:\n  driver:\n    version: 3.0.0\n", nil), files[1]}, instance.SourceFwCfg, instance.Driver{Version: "3.0.0"}, ""},
 		{"reader: absent", flags(), []instance.File{reader("", fmt.Errorf("fw_cfg: x: %w", fs.ErrNotExist)), files[1]}, instance.SourceImage, instance.Driver{Version: "535", Flavor: "open"}, ""},
@@ -280,6 +281,28 @@ func TestFindPrecedence(t *testing.T) {
 		}
 		if tt.errSubstr == "" && len(errs) > 0 || tt.errSubstr != "" && (len(errs) != 1 || !strings.Contains(errs[0].Error(), tt.errSubstr)) {
 			t.Errorf("%s: errors %v, want %q", tt.name, errs, tt.errSubstr)
+		}
+	}
+}
+
+// TestCheckFlavor: the one flavour grammar (instance YAML, kernel command
+// line, kpreload switch --flavor).
+func TestCheckFlavor(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"open", ""},
+		{"proprietary", ""},
+		{"auto", ""},
+		{"opne", `want open, proprietary or auto, got "opne"`},
+		{"", `want open, proprietary or auto, got ""`},
+		{"Open", `want open, proprietary or auto, got "Open"`},
+		{"open\x1b[2J", `want open, proprietary or auto, got "open\x1b[2J"`},
+	} {
+		got := ""
+		if err := instance.CheckFlavor(tc.in); err != nil {
+			got = err.Error()
+		}
+		if got != tc.want {
+			t.Errorf("CheckFlavor(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }

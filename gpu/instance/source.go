@@ -115,12 +115,10 @@ func FromCmdline(flag func(name string) (string, bool)) (in *Instance, origin st
 	if v, ok := flag(FlagFlavor); ok {
 		found = true
 		used = append(used, FlagFlavor+"="+v)
-		switch v {
-		case FlavorAuto, FlavorOpen, FlavorProprietary:
-			in.Resources.Driver.Flavor = v
-		default:
-			return nil, "", true, fmt.Errorf("kernel command line %s=%s: want open, proprietary or auto", FlagFlavor, v)
+		if err := CheckFlavor(v); err != nil {
+			return nil, "", true, fmt.Errorf("kernel command line %s=%s: %w", FlagFlavor, v, err)
 		}
+		in.Resources.Driver.Flavor = v
 	}
 	if !found {
 		return nil, "", false, nil

@@ -46,6 +46,11 @@ func envStallBeforeManifest() bool {
 	return os.Getenv("KPRELOAD_REMOTE_STALL_BEFORE_MANIFEST") != ""
 }
 
+// envHookStall is $KPRELOAD_HOOK_STALL: install.Options.StallAt, the step
+// where the kernel hooks and install wait for a signal, for the tests of
+// interrupted hooks.
+func envHookStall() string { return os.Getenv("KPRELOAD_HOOK_STALL") }
+
 // envSourceDir is $KPRELOAD_SRC (rootdisk.SourceEnv), kpreload's source tree
 // for building the test root's init ("" searches from the working directory).
 func envSourceDir() string { return os.Getenv(rootdisk.SourceEnv) }

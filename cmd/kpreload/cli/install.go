@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -40,7 +41,7 @@ func (f *installFlags) options(log io.Writer) (install.Options, error) {
 	if err != nil {
 		return install.Options{}, err
 	}
-	return install.Options{Root: f.root, ESP: f.esp, Bootloader: bl, Cmdline: f.cmdline, Log: log}, nil
+	return install.Options{Root: f.root, ESP: f.esp, Bootloader: bl, Cmdline: f.cmdline, Log: log, StallAt: envHookStall()}, nil
 }
 
 func (f *installFlags) print(cmd *cobra.Command, res *install.Result) error {
@@ -276,6 +277,9 @@ are used. Every path is resolved inside --root, as in a chroot of it.`,
 					return err
 				}
 				res, err := install.Refresh(cmd.Context(), o)
+				if err == nil {
+					err = hookInterrupted(cmd.Context())
+				}
 				if err != nil {
 					return fmt.Errorf("kernel-hook refresh: %w", err)
 				}
@@ -310,6 +314,9 @@ are used. Every path is resolved inside --root, as in a chroot of it.`,
 			default:
 				return fmt.Errorf("unknown hook %q: postinst, postrm, grub-entries, boot-ok, up or refresh", args[0])
 			}
+			if err == nil {
+				err = hookInterrupted(cmd.Context())
+			}
 			if err != nil {
 				return fmt.Errorf("kernel %s hook for %s: %w", args[0], args[1], err)
 			}
@@ -318,6 +325,16 @@ are used. Every path is resolved inside --root, as in a chroot of it.`,
 	}
 	f.add(c)
 	return c
+}
+
+// hookInterrupted is an error once ctx is cancelled: a hook that a signal
+// reached exits non-zero even when its work got done, so that dpkg sees it
+// did not finish and runs it again (it is idempotent).
+func hookInterrupted(ctx context.Context) error {
+	if ctx.Err() == nil {
+		return nil
+	}
+	return fmt.Errorf("%w by %w after its work was done; run it again", install.ErrInterrupted, context.Cause(ctx))
 }
 
 func newStatusCmd() *cobra.Command {

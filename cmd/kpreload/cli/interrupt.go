@@ -9,6 +9,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // InterruptGrace is how long a command may take, once SIGINT or SIGTERM has
@@ -23,8 +25,8 @@ const InterruptGrace = 4 * time.Second
 // was interrupted to stderr and calls exit with 128 + the signal's number,
 // as a shell reports a process the signal ended.
 func interruptible(stderr io.Writer, exit func(int), run func(context.Context) int) int {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
@@ -47,7 +49,7 @@ func interruptible(stderr io.Writer, exit func(int), run func(context.Context) i
 					return
 				}
 				first = s
-				cancel()
+				cancel(signalCause(s))
 				grace = time.After(InterruptGrace)
 			case <-grace:
 				interrupted(&mu, &returned, stderr, exit, first, fmt.Sprintf("the command did not return within %s of it", InterruptGrace))
@@ -61,6 +63,22 @@ func interruptible(stderr io.Writer, exit func(int), run func(context.Context) i
 	mu.Unlock()
 	close(done)
 	return code
+}
+
+// errSignal is the cause of a context a signal cancelled: its text is the
+// signal's name (SIGTERM), and the exit status of a command that failed with
+// it is 128 + the signal's number.
+type errSignal struct{ sig syscall.Signal }
+
+func (e *errSignal) Error() string { return unix.SignalName(e.sig) }
+
+// signalCause is s as a context's cause.
+func signalCause(s os.Signal) error {
+	n, ok := s.(syscall.Signal)
+	if !ok {
+		return fmt.Errorf("signal %v", s)
+	}
+	return &errSignal{n}
 }
 
 // interrupted ends the process for signal s unless the command has

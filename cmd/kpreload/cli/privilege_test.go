@@ -109,6 +109,7 @@ func TestNeedsRootCheckedFirst(t *testing.T) {
 		t.Errorf("switch 550 as uid 1000: exit %d, stdout %q, stderr %q; want only %q", code, out, errOut, want)
 	}
 	euid = func() int { return 0 }
+	useRunDir(t, "kpreload/report.json") // a machine kpreload booted
 	if _, _, errOut := runCLI("switch", "550", "--cache", "/nonexistent"); strings.Contains(errOut, "needs root") || !strings.Contains(errOut, "/nonexistent") {
 		t.Errorf("switch 550 as root: %q; want the cache's error, not the root check", errOut)
 	}

@@ -87,12 +87,16 @@ func Execute(args []string, stdout, stderr io.Writer) int {
 // ExitCellsFailed is the exit status of a build whose only problem is cells
 // that failed to compile (recorded in the remote cache when there is one):
 // deterministic for the same inputs, so a batch engine need not retry it
-// (deploy/k8s/matrix-job.yaml's podFailurePolicy). Every other error is 1.
+// (deploy/k8s/matrix-job.yaml's podFailurePolicy). An error a signal caused
+// (SIGTERM cancelled the command) is 128 + the signal. Every other error is 1.
 const ExitCellsFailed = 3
 
 func exitCode(err error) int {
 	if s, ok := err.(*exitStatus); ok {
 		return s.code
+	}
+	if s := (*errSignal)(nil); errors.As(err, &s) {
+		return 128 + int(s.sig) // as a shell reports a process the signal ended
 	}
 	if errors.Is(err, matrix.ErrCellsFailed) && !errors.Is(err, matrix.ErrPushFailed) && !errors.Is(err, context.Canceled) {
 		return ExitCellsFailed

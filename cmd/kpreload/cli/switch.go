@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/kpreload/kpreload/kmodcache/names"
 	"github.com/kpreload/kpreload/kmodcache/store"
 	"github.com/kpreload/kpreload/live/loader"
+	"github.com/kpreload/kpreload/report"
 )
 
 func init() { register(newSwitchCmd) }
@@ -63,7 +65,11 @@ kernel (the root cache's index/<uname -r>.json), without a reboot:
 
 If the new set fails to load or to bind, it is unloaded and the previous set is
 loaded back (the exit status is non-zero either way). Steps go to stderr; the
-outcome, or with --json the whole record, to stdout. Needs root.
+outcome, or with --json the whole record, to stdout. Needs root, and a
+machine that booted with kpreload (/init's /run/kpreload/report.json or an
+active set's /run/kpreload/ready): elsewhere it says so and changes nothing.
+--flavor takes what the instance YAML's flavor takes (open, proprietary or
+auto); anything else is an error before the decision.
 
 --dry-run takes the decision and prints it as kpreload plan does (with --json:
 the target driver's decision), changing nothing; with --sysfs (a
@@ -81,6 +87,11 @@ kpreload-persistenced), then run kpreload switch with the version or branch.`,
 			if err := checkNames("VERSION", args[0], "--driver", driver, "--flavor", flavor, "--kernel", kernel); err != nil || args[0] == "" {
 				return fmt.Errorf("switch: %w", errors.Join(err, names.Check("VERSION", args[0])))
 			}
+			if flavor != "" {
+				if err := instance.CheckFlavor(flavor); err != nil {
+					return fmt.Errorf("switch: --flavor: %w", err)
+				}
+			}
 			if kernel == "" {
 				var u unix.Utsname
 				if err := unix.Uname(&u); err != nil {
@@ -91,7 +102,12 @@ kpreload-persistenced), then run kpreload switch with the version or branch.`,
 			if sysfs != "" && !dryRun {
 				return errors.New("switch: --sysfs reads another machine's devices: only with --dry-run")
 			}
-			sysDir, procDir, runDir := "/sys", "/proc", activate.RunDir
+			if !dryRun {
+				if err := checkKpreloadMachine(switchRunDir); err != nil {
+					return err
+				}
+			}
+			sysDir, procDir, runDir := "/sys", "/proc", switchRunDir
 			if sysfs != "" {
 				sysDir, procDir, runDir = sysfs, "", "" // a capture: no readiness record of this host
 			}
@@ -187,7 +203,7 @@ kpreload-persistenced), then run kpreload switch with the version or branch.`,
 	f := cmd.Flags()
 	f.StringVar(&cacheDir, "cache", store.DefaultDir, "module cache holding the driver sets")
 	f.StringVar(&driver, "driver", "", "driver name, when several cached drivers have VERSION")
-	f.StringVar(&flavor, "flavor", "", "flavour (open, proprietary), when VERSION is cached in several")
+	f.StringVar(&flavor, "flavor", "", "flavour (open, proprietary or auto), when VERSION is cached in several")
 	f.DurationVar(&bindTimeout, "bind-timeout", 10*time.Second, "how long to wait for devices to be bound again")
 	f.BoolVar(&asJSON, "json", false, "print the outcome as JSON")
 	f.StringVar(&kernel, "kernel", "", "kernel release to take the sets of (default: the running kernel)")
@@ -196,6 +212,24 @@ kpreload-persistenced), then run kpreload switch with the version or branch.`,
 	f.StringVar(&sysfs, "sysfs", "", "with --dry-run: the PCI devices of another machine (a sysfs mount, a root holding sys/, a capture file or directory)")
 	f.StringVar(&instFile, "instance", "", "instance YAML whose CUDA minimum the switch keeps (default: /etc/kpreload/instance.yaml when it exists)")
 	return cmd
+}
+
+// switchRunDir is where switch finds the boot report and the readiness record
+// /init left (activate.RunDir; a test's own directory in the tests).
+var switchRunDir = activate.RunDir
+
+// checkKpreloadMachine fails, saying what to run, when the machine did not
+// boot with kpreload: runDir holds neither /init's boot report nor a
+// readiness record of an active driver set, so there is nothing to switch.
+func checkKpreloadMachine(runDir string) error {
+	rep := filepath.Join(runDir, "kpreload", filepath.Base(report.Path))
+	ready := activate.ReadyPath(runDir)
+	for _, p := range []string{rep, ready} {
+		if _, err := os.Lstat(p); err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("switch: this machine did not boot with kpreload (no boot report at %s, no active driver set at %s): run kpreload install and reboot, or boot an image kpreload made; kpreload switch --dry-run takes the decision anywhere", rep, ready)
 }
 
 // switchRequest is the request whose rules besides version and flavour a

@@ -17,6 +17,7 @@ import (
 // TestSwitchRefusesAbsentVersion runs the real command against a cache that lacks
 // the version asked for: it must say what the cache has and touch nothing.
 func TestSwitchRefusesAbsentVersion(t *testing.T) {
+	useRunDir(t, "kpreload/report.json") // a machine kpreload booted
 	cache := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(cache, "index"), 0o755); err != nil {
 		t.Fatal(err)
@@ -82,5 +83,89 @@ func TestSwitchDryRunH200(t *testing.T) {
 
 	if code, _, errOut = run("999.1.2", "--sysfs", root, "--cache", cache, "--kernel", planKernel); code != 1 || !strings.Contains(errOut, "only with --dry-run") {
 		t.Errorf("switch --sysfs without --dry-run: exit %d, stderr %q; want a refusal", code, errOut)
+	}
+}
+
+// useRunDir points switch at a run directory of the test's own holding the
+// files named (relative to it), and back at the real one when the test ends.
+func useRunDir(t *testing.T, files ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, f := range files {
+		p := filepath.Join(dir, f)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("{}\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := switchRunDir
+	switchRunDir = dir
+	t.Cleanup(func() { switchRunDir = old })
+	return dir
+}
+
+// TestSwitchChecksFirst: switch checks its flags and that the machine booted
+// with kpreload before it looks at the cache or a module. A flavour outside
+// the instance YAML's grammar is an error naming the valid ones (not a
+// refusal suggesting --force); a machine with neither /init's boot report nor
+// a readiness record is told what to run, before the cache is read
+// (--cache /nonexistent would say so); --dry-run needs neither.
+func TestSwitchChecksFirst(t *testing.T) {
+	cache := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(cache, "index"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ix := &bootindex.Index{Format: bootindex.FormatVersion, Kernel: "6.1.0-test", Sets: []bootindex.Set{
+		{ID: "a", Driver: "kpreload-edu", Version: "1.0.0", Flavor: "open", Dir: "../objects/sha256"},
+	}}
+	if err := bootindex.Write(filepath.Join(cache, "index", "6.1.0-test.json"), ix); err != nil {
+		t.Fatal(err)
+	}
+	const (
+		report    = "kpreload/report.json"
+		ready     = "kpreload/ready"
+		flavorErr = "kpreload: switch: --flavor: want open, proprietary or auto, got \"opne\"\n"
+		noCache   = "kpreload: switch: the cache /nonexistent has no boot index for kernel 6.1.0-test"
+	)
+	notKpreload := func(run string) string {
+		return "kpreload: switch: this machine did not boot with kpreload (no boot report at " + run + "/kpreload/report.json, no active driver set at " + run + "/kpreload/ready): run kpreload install and reboot, or boot an image kpreload made; kpreload switch --dry-run takes the decision anywhere\n"
+	}
+	for _, tc := range []struct {
+		name  string
+		run   []string // files in the run directory
+		args  []string
+		code  int
+		want  string // stderr, whole
+		start string // or its start
+	}{
+		{"flavour typo", []string{report, ready}, []string{"1.0.0", "--flavor", "opne", "--cache", cache, "--kernel", "6.1.0-test"}, 1, flavorErr, ""},
+		{"flavour typo, dry run", nil, []string{"1.0.0", "--flavor", "opne", "--dry-run", "--cache", cache, "--kernel", "6.1.0-test"}, 1, flavorErr, ""},
+		{"flavour typo before the machine", nil, []string{"1.0.0", "--flavor", "opne", "--cache", "/nonexistent", "--kernel", "6.1.0-test"}, 1, flavorErr, ""},
+		{"flavour in another case", []string{report}, []string{"1.0.0", "--flavor", "Open", "--cache", cache, "--kernel", "6.1.0-test"}, 1,
+			"kpreload: switch: --flavor: want open, proprietary or auto, got \"Open\"\n", ""},
+		{"not a kpreload machine", nil, []string{"1.0.0", "--cache", "/nonexistent", "--kernel", "6.1.0-test"}, 1, "@notKpreload", ""},
+		{"not a kpreload machine, valid flavour", nil, []string{"1.0.0", "--flavor", "proprietary", "--cache", "/nonexistent", "--kernel", "6.1.0-test"}, 1, "@notKpreload", ""},
+		{"boot report only", []string{report}, []string{"1.0.0", "--flavor", "auto", "--cache", "/nonexistent", "--kernel", "6.1.0-test"}, 1, "", noCache},
+		{"readiness record only", []string{ready}, []string{"1.0.0", "--flavor", "open", "--cache", "/nonexistent", "--kernel", "6.1.0-test"}, 1, "", noCache},
+		{"dry run on any machine", nil, []string{"1.0.0", "--dry-run", "--cache", "/nonexistent", "--kernel", "6.1.0-test"}, 1, "", noCache},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := useRunDir(t, tc.run...)
+			want := tc.want
+			if want == "@notKpreload" {
+				want = notKpreload(run)
+			}
+			var out, errOut bytes.Buffer
+			code := Execute(append([]string{"switch"}, tc.args...), &out, &errOut)
+			got := errOut.String()
+			if code != tc.code || (want != "" && got != want) || (tc.start != "" && !strings.HasPrefix(got, tc.start)) {
+				t.Errorf("switch %v: exit %d, stderr %q; want exit %d and %q%q", tc.args, code, got, tc.code, want, tc.start)
+			}
+			if strings.Contains(got, "--force") {
+				t.Errorf("switch %v suggests --force: %q", tc.args, got)
+			}
+		})
 	}
 }
