@@ -51,10 +51,12 @@ error when nothing matches (unless --json).
 
 On the running host: kpreload match --kernel "$(uname -r)" --modalias "$(cat
 /sys/bus/pci/devices/0000:00:01.0/modalias)". The examples read a kernel that
-kpreload kernels fetch 6.1.0-56-cloud-amd64 unpacked (a virtio network device's
-modalias, and the virtio block device's load order).`,
-		Example: `  kpreload match --root /var/cache/kpreload/kernels/6.1.0-56-cloud-amd64 --kernel 6.1.0-56-cloud-amd64 --modalias pci:v00001AF4d00001041sv00001AF4sd00001041bc02sc00i00
-  kpreload match --modules-dir /var/cache/kpreload/kernels/6.1.0-56-cloud-amd64/lib/modules/6.1.0-56-cloud-amd64 --load-order virtio:d00000002v00001AF4`,
+kpreload kernels fetch 6.1.0-56-cloud-amd64 unpacked, linked here as
+./6.1.0-56-cloud-amd64 (ln -s "$KPRELOAD_CACHE/kernels/6.1.0-56-cloud-amd64" .;
+$KPRELOAD_CACHE defaults to /var/cache/kpreload): a virtio network device's
+modalias, and the virtio block device's load order.`,
+		Example: `  kpreload match --root ./6.1.0-56-cloud-amd64 --kernel 6.1.0-56-cloud-amd64 --modalias pci:v00001AF4d00001041sv00001AF4sd00001041bc02sc00i00
+  kpreload match --modules-dir ./6.1.0-56-cloud-amd64/lib/modules/6.1.0-56-cloud-amd64 --load-order virtio:d00000002v00001AF4`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir, err := matchModulesDir(modulesDir, kernel, root)

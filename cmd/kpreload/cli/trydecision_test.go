@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/gpu/switcher"
 	"github.com/kpreload/kpreload/testsupport/testenv"
 )
@@ -147,12 +146,16 @@ func TestSwitchHelpExamples(t *testing.T) {
 }
 
 // TestMatchHelpExamples runs the examples of `kpreload match --help` exactly
-// as written: they read the kernel `kpreload kernels fetch` unpacks under the
-// default download cache.
+// as written, where the kernel `kpreload kernels fetch` unpacked is linked as
+// ./6.1.0-56-cloud-amd64, as the help says.
 func TestMatchHelpExamples(t *testing.T) {
 	const kver = "6.1.0-56-cloud-amd64"
-	if tree := testenv.KernelTree(t, kver); tree != filepath.Join(matrix.DefaultDownloadDir, "kernels", kver) {
-		t.Skipf("the examples name the default download cache; this run's kernels are under %s", tree)
+	// As the help says: the tree kernels fetch unpacked, linked into the
+	// working directory under its release's name.
+	tree := testenv.KernelTree(t, kver)
+	t.Chdir(t.TempDir())
+	if err := os.Symlink(tree, kver); err != nil {
+		t.Fatal(err)
 	}
 	lines := examplesOf(t, "kpreload match")
 	if len(lines) != 2 {
@@ -166,7 +169,7 @@ func TestMatchHelpExamples(t *testing.T) {
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
 		mods = append(mods, strings.TrimSuffix(filepath.Base(l), ".ko"))
 	}
-	if strings.Join(mods, " ") != "virtio_ring virtio virtio_blk" || !strings.HasPrefix(out, "insmod /var/cache/kpreload/kernels/") {
+	if strings.Join(mods, " ") != "virtio_ring virtio virtio_blk" || !strings.HasPrefix(out, "insmod "+kver+"/lib/modules/") {
 		t.Errorf("%s printed\n%s\nwant insmod of virtio_ring, virtio, virtio_blk in that order", lines[1], out)
 	}
 }
