@@ -61,7 +61,7 @@ func sameFiles(a, b map[string][]byte) bool {
 // holds the same real cells, run on that store it gives the same files.
 func TestPlanBundle(t *testing.T) {
 	if _, err := exec.LookPath("jq"); err != nil {
-		t.Skip("plan-bundle.sh needs jq (scripts/deps.sh installs it)")
+		t.Fatal("plan-bundle.sh needs jq: scripts/deps.sh installs it")
 	}
 	committed := bundleFiles(t, "../testdata/plan-bundle")
 	if len(committed) != 3 {
