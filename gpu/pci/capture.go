@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -143,46 +144,39 @@ func ParseCapture(r io.Reader, name string) ([]Device, error) {
 	return devs, nil
 }
 
-// captureDevice is read's work on one device's captured attributes.
+// captureDevice reads one device's captured attributes with read, the one
+// reader of a device's sysfs directory, over files that serve them, after
+// the checks a capture gets on top: a modalias that does not parse and a
+// driver that is no name are errors, not a fallback.
 func captureDevice(addr string, a map[string]string) (Device, error) {
-	d := Device{Address: addr}
 	if alias, ok := a["modalias"]; ok {
-		ids, err := ParseModalias(alias)
-		if err != nil {
-			return d, err
-		}
-		ids.Address = addr
-		d = ids
-	} else {
-		for _, f := range []struct {
-			name string
-			bits int
-			set  func(uint64)
-		}{
-			{"vendor", 16, func(v uint64) { d.Vendor = uint16(v) }},
-			{"device", 16, func(v uint64) { d.Device = uint16(v) }},
-			{"subsystem_vendor", 16, func(v uint64) { d.SubVendor = uint16(v) }},
-			{"subsystem_device", 16, func(v uint64) { d.SubDevice = uint16(v) }},
-			{"class", 24, func(v uint64) { d.Class = uint32(v) }},
-		} {
-			s, ok := a[f.name]
-			if !ok {
-				return d, fmt.Errorf("no modalias and no %s", f.name)
-			}
-			v, err := ParseHex(s, f.bits)
-			if err != nil {
-				return d, fmt.Errorf("%s: %w", f.name, err)
-			}
-			f.set(v)
+		if _, err := ParseModalias(alias); err != nil {
+			return Device{Address: addr}, err
 		}
 	}
-	if drv, ok := a["driver"]; ok {
-		if strings.ContainsAny(drv, "/ \t") {
-			return d, fmt.Errorf("driver %q is not a driver name", drv)
-		}
-		d.Driver = drv
+	if drv, ok := a["driver"]; ok && (drv == "" || strings.ContainsAny(drv, "/ \t")) {
+		return Device{Address: addr}, fmt.Errorf("driver %q is not a driver name", drv)
 	}
-	return d, nil
+	attr := func(name string) (string, error) {
+		dir, file := filepath.Split(name)
+		if v, ok := a[file]; ok && filepath.Clean(dir) == addr {
+			return v, nil
+		}
+		return "", fs.ErrNotExist
+	}
+	d, err := read(files{
+		readFile: func(name string) ([]byte, error) { v, err := attr(name); return []byte(v), err },
+		readlink: attr,
+		name:     func(name string) string { return "the captured " + filepath.Base(name) },
+	}, addr)
+	if errors.Is(err, fs.ErrNotExist) {
+		for _, f := range idFiles {
+			if _, ok := a[f]; !ok {
+				return d, fmt.Errorf("no modalias and no %s", f)
+			}
+		}
+	}
+	return d, err
 }
 
 // checkAddress accepts a PCI address as sysfs names it: DDDD:BB:DD.F in hex.

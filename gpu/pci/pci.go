@@ -148,6 +148,9 @@ func read(fsys files, dir string) (Device, error) {
 	return d, nil
 }
 
+// idFiles are the files readIDFiles reads, in its order.
+var idFiles = []string{"vendor", "device", "subsystem_vendor", "subsystem_device", "class"}
+
 // readIDFiles sets d's ids from the vendor, device, subsystem and class files.
 func (d *Device) readIDFiles(fsys files, dir string) error {
 	for _, f := range []struct {
@@ -155,11 +158,11 @@ func (d *Device) readIDFiles(fsys files, dir string) error {
 		bits int
 		set  func(uint64)
 	}{
-		{"vendor", 16, func(v uint64) { d.Vendor = uint16(v) }},
-		{"device", 16, func(v uint64) { d.Device = uint16(v) }},
-		{"subsystem_vendor", 16, func(v uint64) { d.SubVendor = uint16(v) }},
-		{"subsystem_device", 16, func(v uint64) { d.SubDevice = uint16(v) }},
-		{"class", 24, func(v uint64) { d.Class = uint32(v) }},
+		{idFiles[0], 16, func(v uint64) { d.Vendor = uint16(v) }},
+		{idFiles[1], 16, func(v uint64) { d.Device = uint16(v) }},
+		{idFiles[2], 16, func(v uint64) { d.SubVendor = uint16(v) }},
+		{idFiles[3], 16, func(v uint64) { d.SubDevice = uint16(v) }},
+		{idFiles[4], 24, func(v uint64) { d.Class = uint32(v) }},
 	} {
 		p := filepath.Join(dir, f.name)
 		b, err := fsys.readFile(p)
