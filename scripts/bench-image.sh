@@ -54,7 +54,7 @@
 #   linux-image-amd64), openssh-server and sudo, GRUB, built by `kpreload image build` (the CLI:
 #   --kernel KVER --package openssh-server --package sudo --bootloader grub --format raw --size
 #   2048) and by disk-image-create (elements vm debian-minimal devuser openssh-server, the
-#   filesystem on the whole disk as builder/adopt/testdata/dib-block-device.yaml says, the
+#   filesystem on the whole disk as testsupport/dibtest/block-device.yaml says, the
 #   security archive from deb.debian.org's mirror, --no-tmpfs: as builder/adopt's test runs it);
 #   DIB first (its image names the kernel), then kpreload, cold (DIB's image cache and kpreload's
 #   rootfs cache in new empty directories) and warm (both kept: DIB's debootstrap tarball, with
@@ -94,7 +94,7 @@ fail() { [ -f "$2" ] && tail -n 25 "$2" >&2; die "$1 (log: $2)"; }
 # versus DIR: the same image built by disk-image-create and by kpreload image build, cold then
 # warm, into DIR; appends "versus" samples to $samples. Needs $work/plugins/kpreload{,-init}.
 versus() {
-  local d=$1 block="$top/builder/adopt/testdata/dib-block-device.yaml" kernel="" phase s secs img
+  local d=$1 block="$top/testsupport/dibtest/block-device.yaml" kernel="" phase s secs img
   command -v disk-image-create >/dev/null || die "no disk-image-create: scripts/deps.sh installs python3-diskimage-builder"
   command -v debugfs >/dev/null || die "no debugfs (e2fsprogs)"
   mkdir -p "$d/dib-cache" "$d/rootfs" "$d/cache" "$d/logs"
