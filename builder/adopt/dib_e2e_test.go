@@ -2,11 +2,9 @@ package adopt
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -21,9 +19,9 @@ import (
 	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
-// imageKernel returns the one kernel release in the image's /boot (debugfs
-// on the root's partition, or the whole file, no mount).
-func imageKernel(t *testing.T, img string) string {
+// rootPartition is the partition of img that install --stage --image
+// mounts as the root (the whole file where it has no partition table).
+func rootPartition(t *testing.T, img string) Partition {
 	t.Helper()
 	fi, err := os.Stat(img)
 	if err != nil {
@@ -33,15 +31,7 @@ func imageKernel(t *testing.T, img string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command("debugfs", "-R", "ls /boot", fmt.Sprintf("%s?offset=%d", img, p.Offset)).Output()
-	if err != nil {
-		t.Fatalf("debugfs ls /boot: %v", err)
-	}
-	m := regexp.MustCompile(`vmlinuz-(\S+-amd64)`).FindAllStringSubmatch(string(out), -1)
-	if len(m) != 1 {
-		t.Fatalf("kernels in the image's /boot: %q, want one", m)
-	}
-	return m[0][1]
+	return p
 }
 
 // TestDiskImageBuilder adopts an image diskimage-builder made (Debian 12,
@@ -85,7 +75,7 @@ func adoptBootUpdate(ctx context.Context, t *testing.T, cached string) {
 	work := t.TempDir()
 	img := filepath.Join(work, "debian.raw")
 	dibtest.Copy(t, cached, img)
-	kernel := imageKernel(t, img)
+	kernel := dibtest.KernelAt(t, img, rootPartition(t, img).Offset)
 	t.Logf("the image's kernel: %s", kernel)
 
 	// The test driver's cells for the image's kernel, built with the real dkms.

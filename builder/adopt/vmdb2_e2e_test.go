@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kpreload/kpreload/builder/internal/runner"
 	"github.com/kpreload/kpreload/testsupport/dibtest"
 	"github.com/kpreload/kpreload/testsupport/testenv"
 )
@@ -108,14 +107,7 @@ func TestVmdb2(t *testing.T) {
 // vmdb2's grub step (install --stage runs no grub-install).
 func checkVmdb2Disk(t *testing.T, img string) {
 	t.Helper()
-	fi, err := os.Stat(img)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := findRoot(context.Background(), img, fi.Size(), 0, runner.Default)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := rootPartition(t, img)
 	if p.Number != 1 || p.Offset == 0 || p.Type != "83" {
 		t.Fatalf("the vmdb2 image's root: %+v, want partition 1 of type 83 past the disk's start", p)
 	}

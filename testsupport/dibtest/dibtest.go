@@ -203,10 +203,18 @@ func Copy(t testing.TB, img, dst string) {
 	}
 }
 
-// Kernel returns the one kernel release in the image's /boot (debugfs, no mount).
+// Kernel returns the one kernel release in the image's /boot (debugfs, no
+// mount), its filesystem on the whole disk as diskimage-builder's is here.
 func Kernel(t testing.TB, img string) string {
 	t.Helper()
-	out, err := exec.Command("debugfs", "-R", "ls /boot", img).Output()
+	return KernelAt(t, img, 0)
+}
+
+// KernelAt is Kernel for a root filesystem that starts offset bytes into
+// the image (a partition's).
+func KernelAt(t testing.TB, img string, offset int64) string {
+	t.Helper()
+	out, err := exec.Command("debugfs", "-R", "ls /boot", fmt.Sprintf("%s?offset=%d", img, offset)).Output()
 	if err != nil {
 		t.Fatalf("debugfs ls /boot: %v", err)
 	}
