@@ -24,6 +24,18 @@ type decisionTable struct {
 	} `json:"requests"`
 }
 
+// cache makes a plan cache holding the table's sets ("DRIVER VERSION FLAVOR",
+// each with the id DRIVER-VERSION-FLAVOR) and returns its directory.
+func (tab decisionTable) cache(t *testing.T) string {
+	t.Helper()
+	var sets []bootindex.Set
+	for _, s := range tab.Sets {
+		f := strings.Fields(s)
+		sets = append(sets, bootindex.Set{ID: strings.Join(f, "-"), Driver: f[0], Version: f[1], Flavor: f[2]})
+	}
+	return planCache(t, sets, nil)
+}
+
 func readDecisionTable(t *testing.T) decisionTable {
 	t.Helper()
 	b, err := os.ReadFile("../../../testdata/decisions/requests.json")
@@ -51,12 +63,7 @@ func chosenText(dd *report.SelectionDriver) string {
 // choose the table's set (initramfs/pid1's TestOneDecision runs /init's).
 func TestOneDecision(t *testing.T) {
 	tab := readDecisionTable(t)
-	var sets []bootindex.Set
-	for _, s := range tab.Sets {
-		f := strings.Fields(s)
-		sets = append(sets, bootindex.Set{ID: strings.Join(f, "-"), Driver: f[0], Version: f[1], Flavor: f[2]})
-	}
-	cache := planCache(t, sets, nil)
+	cache := tab.cache(t)
 	root := pcitest.FromFixture(t, filepath.Join(pcitest.H200(t), "..", tab.Capture, "pci-sysfs.txt"))
 	dir := t.TempDir()
 	for _, tt := range tab.Requests {
@@ -127,12 +134,7 @@ func TestOneDecision(t *testing.T) {
 // prints its candidate table once.
 func TestSwitchOneStory(t *testing.T) {
 	tab := readDecisionTable(t)
-	var sets []bootindex.Set
-	for _, s := range tab.Sets {
-		f := strings.Fields(s)
-		sets = append(sets, bootindex.Set{ID: strings.Join(f, "-"), Driver: f[0], Version: f[1], Flavor: f[2]})
-	}
-	cache := planCache(t, sets, nil)
+	cache := tab.cache(t)
 	root := pcitest.FromFixture(t, filepath.Join(pcitest.H200(t), "..", tab.Capture, "pci-sysfs.txt"))
 	base := []string{"switch", "--dry-run", "--sysfs", root, "--cache", cache, "--kernel", planKernel}
 

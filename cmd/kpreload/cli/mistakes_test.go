@@ -11,8 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-
-	"github.com/kpreload/kpreload/kmodcache/bootindex"
 )
 
 // treeCommands returns every visible command of the tree, root first.
@@ -264,12 +262,7 @@ func TestEveryExampleHasItsTest(t *testing.T) {
 // testdata/decisions): each exits 0 and prints something.
 func TestGenericHelpExamples(t *testing.T) {
 	tab := readDecisionTable(t)
-	var sets []bootindex.Set
-	for _, s := range tab.Sets {
-		f := strings.Fields(s)
-		sets = append(sets, bootindex.Set{ID: strings.Join(f, "-"), Driver: f[0], Version: f[1], Flavor: f[2]})
-	}
-	cache := planCache(t, sets, nil)
+	cache := tab.cache(t)
 	cmds := treeCommands()
 	t.Chdir(t.TempDir())
 	if err := os.Symlink(cache, "cache"); err != nil {
