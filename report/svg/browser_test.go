@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kpreload/kpreload/report/timeline"
 )
 
 // TestChromiumShowsTimeline opens the picture of a recorded boot report in
@@ -24,7 +26,7 @@ func TestChromiumShowsTimeline(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "boot.svg")
 	var buf bytes.Buffer
-	if err := Write(&buf, "kpreload boot", []Lane{FromReport("kpreload", r)}); err != nil {
+	if err := Write(&buf, "kpreload boot", []*timeline.Boot{{Name: "kpreload", Report: r}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(file, buf.Bytes(), 0o644); err != nil {

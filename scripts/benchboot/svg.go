@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/kpreload/kpreload/report/svg"
+	"github.com/kpreload/kpreload/report/timeline"
 )
 
 // bootFiles names one boot to draw: its variant and its files.
@@ -39,7 +40,7 @@ func runSVG(args []string, stdout io.Writer) error {
 	if *out == "" || len(boots) == 0 {
 		return fmt.Errorf("svg: -o and at least one -boot are required")
 	}
-	var lanes []svg.Lane
+	var lanes []*timeline.Boot
 	for _, bf := range boots {
 		l, err := bootLane(bf, *kernel)
 		if err != nil {
@@ -56,33 +57,30 @@ func runSVG(args []string, stdout io.Writer) error {
 }
 
 // bootLane reads one boot's files, checks it as a sample is checked, and
-// makes its lane: the console's milestones for every variant, and kpreload's
-// report (milestones, module loads) where there is one.
-func bootLane(bf bootFiles, kernel string) (svg.Lane, error) {
+// makes its story: the console's milestones for every variant (the kernel
+// running /init, the real init, which bound the kernel's and the
+// initramfs's bands), and kpreload's report (its steps, module loads and
+// decision) where there is one.
+func bootLane(bf bootFiles, kernel string) (*timeline.Boot, error) {
 	raw, err := os.ReadFile(bf.boot)
 	if err != nil {
-		return svg.Lane{}, fmt.Errorf("read boot result: %w", err)
+		return nil, fmt.Errorf("read boot result: %w", err)
 	}
 	var b bootResult
 	if err := json.Unmarshal(raw, &b); err != nil {
-		return svg.Lane{}, fmt.Errorf("decode boot result %s: %w", bf.boot, err)
+		return nil, fmt.Errorf("decode boot result %s: %w", bf.boot, err)
 	}
 	console, err := os.ReadFile(bf.console)
 	if err != nil {
-		return svg.Lane{}, fmt.Errorf("read console log: %w", err)
+		return nil, fmt.Errorf("read console log: %w", err)
 	}
 	s, err := checkBoot(bf.variant, kernel, &b, console)
 	if err != nil {
-		return svg.Lane{}, fmt.Errorf("%s boot (console %s): %w", bf.variant, bf.console, err)
+		return nil, fmt.Errorf("%s boot (console %s): %w", bf.variant, bf.console, err)
 	}
-	marks := []svg.Mark{
-		{Time: s.InitStart, Label: "kernel runs /init"},
-		{Time: s.RootReady, Label: "root disk seen (vda)"},
-		{Time: s.EduBound, Label: "kpreload_edu bound"},
-		{Time: s.RealInit, Label: "real init"},
-	}
-	if b.Report != nil {
-		return svg.FromReport(bf.variant, b.Report, marks...), nil
-	}
-	return svg.Lane{Name: bf.variant, Marks: append([]svg.Mark{{Time: 0, Label: "kernel start"}}, marks...)}, nil
+	return &timeline.Boot{Name: bf.variant, Report: b.Report, RunInit: s.InitStart, RealInit: s.RealInit,
+		Marks: []timeline.Mark{
+			{Time: s.RootReady, Label: "root disk seen (vda)"},
+			{Time: s.EduBound, Label: "kpreload_edu bound"},
+		}}, nil
 }

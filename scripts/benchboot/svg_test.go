@@ -63,7 +63,8 @@ func TestSVGRound(t *testing.T) {
 	}
 	got := string(b)
 	for _, want := range []string{`data-name="debian"`, `data-name="kpreload"`, "kernel runs /init 4.047 s", "root disk seen (vda) 5.962 s",
-		"kpreload_edu bound 5.740 s", "real init 7.580 s", "kernel runs /init 2.701 s", "switch_root 3.285 s", ">virtio_blk ", ">kpreload_edu ", "round 1"} {
+		"kpreload_edu bound 5.740 s", "real init 7.580 s", "kernel runs /init 2.701 s", "switch_root 3.285 s", ">virtio_blk ", ">kpreload_edu ", "round 1",
+		"Startup finished in 4.047s (kernel) + 3.533s (initramfs) = 7.580s", "Startup finished in 2.701s (kernel) + "} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the picture lacks %q", want)
 		}

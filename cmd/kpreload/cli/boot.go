@@ -15,6 +15,7 @@ import (
 	"github.com/kpreload/kpreload/internal/termtext"
 	"github.com/kpreload/kpreload/report"
 	"github.com/kpreload/kpreload/report/svg"
+	"github.com/kpreload/kpreload/report/timeline"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 )
@@ -36,10 +37,13 @@ type bootJSON struct {
 	// UntilMatch is the console text --until matched, or with --image's
 	// default the up record's line on the report channel; Up says which
 	// mark of an image being up it is (qemu.Result.EndedBy).
-	UntilMatch string   `json:"until_match,omitempty"`
-	Up         string   `json:"up,omitempty"`
-	Warnings   []string `json:"warnings,omitempty"`
-	Error      string   `json:"error,omitempty"`
+	UntilMatch string `json:"until_match,omitempty"`
+	Up         string `json:"up,omitempty"`
+	// UpRecord is kpreload-up.service's record that ended the run, nil
+	// when none did: when the system was up, and to which target.
+	UpRecord *report.Up `json:"up_record,omitempty"`
+	Warnings []string   `json:"warnings,omitempty"`
+	Error    string     `json:"error,omitempty"`
 }
 
 func newBootCmd() *cobra.Command {
@@ -192,7 +196,7 @@ real time: under plain TCG a guest's first run of new code costs far more.`,
 					WallSeconds: res.Duration.Seconds(), Accel: res.Accel, Panicked: res.Panicked, TimedOut: res.TimedOut,
 					ExitCode: res.ExitCode, Kernel: res.Kernel, Warnings: res.Warnings}
 				if res.UntilMatched {
-					out.UntilMatch, out.Up = res.UntilMatch, res.EndedBy()
+					out.UntilMatch, out.Up, out.UpRecord = res.UntilMatch, res.EndedBy(), res.Up
 				}
 				if bootErr != nil {
 					out.Error = bootErr.Error()
@@ -377,34 +381,37 @@ func printSystemdMilestones(w io.Writer, res *qemu.Result) {
 	}
 }
 
-// writeBootSVG draws the boot's timeline, its report's and the console's
-// milestones, into the SVG file path.
+// writeBootSVG draws the boot's story (bootTimeline) into the SVG file path.
 func writeBootSVG(path string, res *qemu.Result) error {
-	return svg.WriteFile(path, "kpreload boot of "+res.Report.Kernel, []svg.Lane{svg.FromReport("kpreload", res.Report, bootMarks(res)...)})
+	return svg.WriteFile(path, "kpreload boot of "+res.Report.Kernel, []*timeline.Boot{bootTimeline(res)})
 }
 
-// bootMarks are the milestones of a boot that only the console knows, in
-// kernel time: the kernel running /init, the test root's init, systemd
-// starting and reaching the line --until waited for.
-func bootMarks(res *qemu.Result) []svg.Mark {
-	var marks []svg.Mark
+// bootTimeline is the boot's story: its report and what only the console
+// and the report channel know, in kernel time: the kernel running /init,
+// the test root's init, systemd starting, and the system up
+// (kpreload-up.service's record, or the line --until waited for).
+func bootTimeline(res *qemu.Result) *timeline.Boot {
+	b := &timeline.Boot{Name: "kpreload", Report: res.Report}
 	if l, ok := qemu.Find(res.Kernel, "Run /init as init process"); ok {
-		marks = append(marks, svg.Mark{Time: l.Time, Label: "kernel runs /init"})
+		b.RunInit = l.Time
 	}
 	if ri := res.RootInit; ri != nil {
-		marks = append(marks, svg.Mark{Time: ri.Start, Label: "real init"})
+		b.RealInit = ri.Start
 	}
 	if l, ok := qemu.Find(res.Kernel, "running in system mode"); ok {
-		marks = append(marks, svg.Mark{Time: l.Time, Label: "systemd started"})
+		b.Marks = append(b.Marks, timeline.Mark{Time: l.Time, Label: "systemd started"})
 	}
 	if res.Up != nil {
-		marks = append(marks, svg.Mark{Time: res.Up.Time, Label: "up (" + res.Up.Unit + ")"})
+		b.Up, b.Target = res.Up.Time, res.Up.Target+" ("+res.Up.Unit+")"
+		if res.Up.Target == "" {
+			b.Target = "up (" + res.Up.Unit + ")"
+		}
 	} else if res.UntilMatched {
 		if l, ok := qemu.Find(res.Kernel, res.UntilMatch); ok {
-			marks = append(marks, svg.Mark{Time: l.Time, Label: res.UntilMatch})
+			b.Up, b.Target = l.Time, res.UntilMatch
 		}
 	}
-	return marks
+	return b
 }
 
 // listOrNone joins names with commas, or says "none".

@@ -120,7 +120,7 @@ func TestPrintBootSummaryImage(t *testing.T) {
 }
 
 // TestPrintBootSummaryUp: a boot that kpreload-up.service's record ended
-// says so, with the record's time, and the marks of its timeline and
+// says so, with the record's time, and its timeline's target and
 // boot --json's "up" name it.
 func TestPrintBootSummaryUp(t *testing.T) {
 	line := `kpreload-up: {"format":1,"state":"up","unit":"kpreload-up.service","target":"multi-user.target","time":14.25}`
@@ -144,9 +144,8 @@ func TestPrintBootSummaryUp(t *testing.T) {
 	if got, want := res.EndedBy(), "kpreload-up.service reported the system up (multi-user.target)"; got != want {
 		t.Errorf("up = %q, want %q", got, want)
 	}
-	marks := bootMarks(res)
-	if len(marks) != 1 || marks[0].Time != 14.25 || marks[0].Label != "up (kpreload-up.service)" {
-		t.Errorf("timeline marks %+v, want the up record's", marks)
+	if bt := bootTimeline(res); bt.Up != 14.25 || bt.Target != "multi-user.target (kpreload-up.service)" {
+		t.Errorf("timeline up at %v, target %q; want the up record's", bt.Up, bt.Target)
 	}
 }
 

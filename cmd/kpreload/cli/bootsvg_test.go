@@ -14,7 +14,8 @@ import (
 // TestWriteBootSVG draws a real boot's report with the console's
 // milestones, as kpreload boot --svg does: the kernel running /init,
 // systemd's start and the target --until waited for are in the picture
-// beside every module.
+// beside every module, and the target ends userspace's band and the
+// summary line.
 func TestWriteBootSVG(t *testing.T) {
 	data, err := os.ReadFile("../../../report/svg/testdata/report.json")
 	if err != nil {
@@ -39,7 +40,8 @@ func TestWriteBootSVG(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := string(b)
-	for _, want := range []string{"<svg", "kernel runs /init 2.701 s", "systemd started 4.629 s", "Reached target multi-user.target - Multi-User System 30.252 s", "30 s</text>", "kpreload_edu", "switch_root 3.285 s"} {
+	for _, want := range []string{"<svg", "kernel runs /init 2.701 s", "systemd started 4.629 s", "Reached target multi-user.target - Multi-User System 30.252 s", "30 s</text>", "kpreload_edu", "switch_root 3.285 s",
+		`class="phase k-userspace"`, "Startup finished in 2.701s (kernel) + 0.584s (initramfs) + 26.967s (userspace) = 30.252s"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the picture lacks %q", want)
 		}

@@ -1,17 +1,23 @@
 package cli
 
 import (
+	"encoding/json"
 	"encoding/xml"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kpreload/kpreload/builder/qemu"
+	"github.com/kpreload/kpreload/report"
 )
 
 // TestReportHelpExamples runs every example of `kpreload report --help`
 // exactly as written, in a directory holding a real boot's report as
-// report.json: the timeline printed names every module, the picture is an
-// SVG document naming them too.
+// report.json: the timeline printed names every module, --blame lists the
+// phases and steps longest first and ends with the summary line, the
+// picture is an SVG document naming the modules, the summary and the
+// driver decision.
 func TestReportHelpExamples(t *testing.T) {
 	fixture, err := filepath.Abs("../../../report/svg/testdata/report.json")
 	if err != nil {
@@ -47,6 +53,18 @@ func TestReportHelpExamples(t *testing.T) {
 		}
 		ran++
 		text := out
+		if strings.Contains(line, "--blame") {
+			lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+			if len(lines) != 2+6+7+1 {
+				t.Errorf("example %q printed %d lines, want 2 phases, 6 steps, 7 modules and the summary:\n%s", line, len(lines), out)
+			}
+			for i, want := range map[int]string{0: "     2.799s kernel ", 1: "     0.486s initramfs (kpreload /init) ", 2: "     0.213s device scan (initramfs) ",
+				len(lines) - 1: "Startup finished in 2.799s (kernel) + 0.486s (initramfs) = 3.285s"} {
+				if i >= len(lines) || !strings.HasPrefix(lines[i], want) {
+					t.Errorf("example %q: line %d should start %q:\n%s", line, i, want, out)
+				}
+			}
+		}
 		if strings.Contains(line, "--svg") {
 			b, err := os.ReadFile("boot.svg")
 			if err != nil {
@@ -60,6 +78,12 @@ func TestReportHelpExamples(t *testing.T) {
 				t.Errorf("example %q printed %q, want %q", line, out, want)
 			}
 			text = string(b)
+			for _, want := range []string{"Startup finished in 2.799s (kernel) + 0.486s (initramfs)", "kpreload-edu 1.0.0, flavour -, from initramfs: chosen by the rule latest",
+				"request from default (no instance request found", "root wait and mount"} {
+				if !strings.Contains(text, want) {
+					t.Errorf("example %q: the picture lacks %q", line, want)
+				}
+			}
 		}
 		for _, m := range modules {
 			if !strings.Contains(text, m) {
@@ -67,8 +91,8 @@ func TestReportHelpExamples(t *testing.T) {
 			}
 		}
 	}
-	if ran != 2 {
-		t.Errorf("%d examples ran, want 2", ran)
+	if ran != 3 {
+		t.Errorf("%d examples ran, want 3", ran)
 	}
 }
 
@@ -78,6 +102,10 @@ func TestReportBadInput(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("{\"modules\": 3}"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	noReport := filepath.Join(dir, "boot.json")
+	if err := os.WriteFile(noReport, []byte(`{"report": null, "kernel_lines": []}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
@@ -85,10 +113,63 @@ func TestReportBadInput(t *testing.T) {
 		{[]string{"report", filepath.Join(dir, "none.json")}, "boot report: "},
 		{[]string{"report", bad}, "boot report " + bad + ": "},
 		{[]string{"report", "--svg", filepath.Join(dir, "no/such/dir/x.svg"), bad}, "boot report " + bad + ": "},
+		{[]string{"report", "--svg", filepath.Join(dir, "x.svg"), "--blame", bad}, "--svg and --blame: choose one"},
+		{[]string{"report", noReport}, "kpreload boot --json output " + noReport + ": the boot sent no report"},
 	} {
 		code, _, errOut := runCLI(c.args...)
 		if code == 0 || !strings.Contains(errOut, c.want) {
 			t.Errorf("%q = exit %d, stderr %q, want failure with %q", c.args, code, errOut, c.want)
+		}
+	}
+}
+
+// TestReportReadsBootJSON: what kpreload boot --json printed adds the
+// console's and the report channel's times to the report: the kernel
+// running /init ends the kernel's phase, kpreload-up.service's record ends
+// userspace's, and --blame and --svg show them.
+func TestReportReadsBootJSON(t *testing.T) {
+	data, err := os.ReadFile("../../../report/svg/testdata/report.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep report.Report
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	up := &report.Up{Format: report.UpFormat, State: report.UpUp, Unit: report.UpUnit, Target: "multi-user.target", Time: 30.252}
+	out, err := json.Marshal(bootJSON{Report: &rep, UntilMatch: "kpreload-up: {}", Up: up.Describe(), UpRecord: up,
+		Kernel: []qemu.KernelLine{{Time: 2.701, Text: "Run /init as init process"}, {Time: 4.629, Text: "systemd[1]: systemd 252 running in system mode"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "boot.json")
+	if err := os.WriteFile(file, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, blame, errOut := runCLI("report", "--blame", file)
+	if code != 0 {
+		t.Fatalf("report --blame: exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{
+		"    26.967s userspace up to multi-user.target (kpreload-up.service)   3.285–30.252 s\n     2.701s kernel ",
+		"Startup finished in 2.701s (kernel) + 0.584s (initramfs) + 26.967s (userspace) = 30.252s; drivers ready at 3.251s\n",
+	} {
+		if !strings.Contains(blame, want) {
+			t.Errorf("report --blame of boot --json output lacks %q:\n%s", want, blame)
+		}
+	}
+	pic := filepath.Join(dir, "boot.svg")
+	if code, _, errOut := runCLI("report", "--svg", pic, file); code != 0 {
+		t.Fatalf("report --svg: exit %d: %s", code, errOut)
+	}
+	b, err := os.ReadFile(pic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`class="phase k-userspace"`, "systemd started 4.629 s", "kernel runs /init 2.701 s", "multi-user.target (kpreload-up.service) 30.252 s"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("the picture lacks %q", want)
 		}
 	}
 }
