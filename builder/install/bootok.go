@@ -3,18 +3,16 @@ package install
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"slices"
 	"strings"
-	"unicode/utf16"
 
+	"github.com/kpreload/kpreload/internal/efivar"
 	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/report"
 )
@@ -86,7 +84,7 @@ type BootOKOptions struct {
 
 // loaderBootCountPath is systemd-boot's EFI variable naming the counted
 // entry it booted, as systemd-bless-boot reads it.
-const loaderBootCountPath = "LoaderBootCountPath-4a67b082-0a4c-41cf-b6c7-440b29bb8c4f"
+const loaderBootCountPath = "LoaderBootCountPath-" + efivar.LoaderGUID
 
 // blessBoot is systemd's own blesser (Debian ships it in the systemd-boot
 // package): where the root has it, it marks the entry good.
@@ -141,7 +139,7 @@ func BootOK(ctx context.Context, o BootOKOptions) ([]string, error) {
 		errs = append(errs, fmt.Errorf("GRUB environment block: %w", err))
 	}
 	// systemd-boot.
-	if name, err := bootCountEntry(filepath.Join(o.EFIVars, loaderBootCountPath)); err != nil {
+	if name, err := bootCountEntry(o.EFIVars); err != nil {
 		errs = append(errs, err)
 	} else if name != "" {
 		kernel, tries, ok := ParseEntryName(name)
@@ -170,29 +168,17 @@ func BootOK(ctx context.Context, o BootOKOptions) ([]string, error) {
 	return done, errors.Join(errs...)
 }
 
-// bootCountEntry returns the file name of the entry an EFI variable
-// LoaderBootCountPath names ("\loader\entries\kpreload-K+1-1.conf": its
-// attributes, then UTF-16LE with a NUL); "" when there is none.
-func bootCountEntry(file string) (string, error) {
-	b, err := inroot.ReadPath(file, 4096)
-	if errors.Is(err, fs.ErrNotExist) {
-		return "", nil
-	}
+// bootCountEntry returns the file name of the entry the EFI variable
+// LoaderBootCountPath in efivars names ("\loader\entries\kpreload-K+1-1.conf");
+// "" when there is none.
+func bootCountEntry(efivars string) (string, error) {
+	p, ok, err := efivar.String(efivars, "LoaderBootCountPath")
 	if err != nil {
 		return "", fmt.Errorf("systemd-boot's boot counter: %w", err)
 	}
-	if len(b) < 4 || len(b)%2 != 0 {
-		return "", fmt.Errorf("systemd-boot's boot counter %s: %d bytes, not an EFI variable of UTF-16", file, len(b))
+	if !ok {
+		return "", nil
 	}
-	u := make([]uint16, 0, (len(b)-4)/2)
-	for i := 4; i+1 < len(b); i += 2 {
-		c := binary.LittleEndian.Uint16(b[i:])
-		if c == 0 {
-			break
-		}
-		u = append(u, c)
-	}
-	p := string(utf16.Decode(u))
 	name := p[strings.LastIndexAny(p, `\/`)+1:]
 	if !strings.EqualFold(strings.TrimSuffix(strings.TrimSuffix(strings.ReplaceAll(p, `\`, "/"), name), "/"), "/"+ESPEntriesDir) {
 		return "", nil // not a Boot Loader Specification entry (a unified kernel image)

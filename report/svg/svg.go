@@ -50,7 +50,7 @@ var kinds = []struct{ kind, colour, words string }{
 	{timeline.KindKernel, "#8e44ad", "kernel"},
 	{timeline.KindInitramfs, "#2874a6", "initramfs (/init)"},
 	{timeline.KindUserspace, "#1e8449", "userspace (real init)"},
-	{timeline.KindSetup, "#aab7b8", "/init start-up"},
+	{timeline.KindSetup, "#f5cba7", "/init start-up"},
 	{timeline.KindScan, "#5dade2", "device scan"},
 	{timeline.KindRoot, "#f4d03f", "root wait"},
 	{timeline.KindDecision, "#af7ac5", "driver decision"},

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kpreload/kpreload/builder/qemu"
+	"github.com/kpreload/kpreload/internal/efivar"
 	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/internal/termtext"
 	"github.com/kpreload/kpreload/report"
@@ -33,7 +34,8 @@ the root, the drivers ready and switch_root. It also reads what
 kpreload boot --json printed, which adds what the console and the report
 channel saw: the kernel running /init, systemd, the system up to its target.
 
---blame lists the boot's phases (kernel, initramfs, userspace where known)
+--blame lists the boot's phases (firmware and boot loader where systemd-boot
+recorded them for this boot, kernel, initramfs, userspace where known)
 and /init's steps and module loads, longest first, as systemd-analyze blame
 does, then the summary line: "Startup finished in ... (kernel) + ...
 (initramfs) ...".
@@ -55,7 +57,13 @@ when they are a small part of the boot), and a legend.`,
 			if len(args) == 1 {
 				file = args[0]
 			}
-			bt, err := readBoot(file)
+			// This boot's own report: the firmware's and systemd-boot's
+			// times are in this boot's EFI variables.
+			efivars := ""
+			if file == report.Path {
+				efivars = efiVarsDir
+			}
+			bt, err := readBoot(file, efivars)
 			if err != nil {
 				return err
 			}
@@ -84,10 +92,30 @@ when they are a small part of the boot), and a legend.`,
 	return cmd
 }
 
+// efiVarsDir is where efivarfs is mounted.
+const efiVarsDir = "/sys/firmware/efi/efivars"
+
 // readBoot reads file, a boot report or what kpreload boot --json printed
 // (the report with the console's and the report channel's times), as the
-// boot's story.
-func readBoot(file string) (*timeline.Boot, error) {
+// boot's story, with the firmware's and boot loader's times from the EFI
+// variables in efivars where it is not "" and systemd-boot set them.
+func readBoot(file, efivars string) (*timeline.Boot, error) {
+	bt, err := readBootFile(file)
+	if err != nil || efivars == "" {
+		return bt, err
+	}
+	fw, ld, ok, err := efivar.LoaderTimes(efivars)
+	if err != nil {
+		return nil, fmt.Errorf("the boot loader's times: %w", err)
+	}
+	if ok {
+		bt.Firmware, bt.Loader = fw, ld
+	}
+	return bt, nil
+}
+
+// readBootFile reads file, a boot report or what kpreload boot --json printed.
+func readBootFile(file string) (*timeline.Boot, error) {
 	data, err := inroot.ReadPath(file, inroot.MaxLarge)
 	if err != nil {
 		return nil, fmt.Errorf("boot report: %w", err)

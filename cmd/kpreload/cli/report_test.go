@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/builder/qemu"
+	"github.com/kpreload/kpreload/internal/efivar"
 	"github.com/kpreload/kpreload/report"
 )
 
@@ -170,6 +171,37 @@ func TestReportReadsBootJSON(t *testing.T) {
 	for _, want := range []string{`class="phase k-userspace"`, "systemd started 4.629 s", "kernel runs /init 2.701 s", "multi-user.target (kpreload-up.service) 30.252 s"} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("the picture lacks %q", want)
+		}
+	}
+}
+
+// TestReportLoaderTimes: the running boot's own report takes the firmware's
+// and systemd-boot's times from its EFI variables, as systemd-analyze does;
+// the summary and the phases start with them.
+func TestReportLoaderTimes(t *testing.T) {
+	efivars := t.TempDir()
+	for name, usec := range map[string]string{"LoaderTimeInitUSec": "1250000", "LoaderTimeExecUSec": "1750000"} {
+		b := []byte{7, 0, 0, 0}
+		for _, c := range usec + "\x00" {
+			b = append(b, byte(c), 0)
+		}
+		if err := os.WriteFile(filepath.Join(efivars, name+"-"+efivar.LoaderGUID), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fixture := "../../../report/svg/testdata/report.json"
+	bt, err := readBoot(fixture, efivars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "Startup finished in 1.250s (firmware) + 0.500s (loader) + 2.799s (kernel) + 0.486s (initramfs) = 5.035s"; !strings.HasPrefix(bt.Summary(), want) {
+		t.Errorf("summary %q, want it to start %q", bt.Summary(), want)
+	}
+	// Another boot's report, or a machine without systemd-boot: no such times.
+	for _, dir := range []string{"", t.TempDir()} {
+		bt, err := readBoot(fixture, dir)
+		if err != nil || bt.Firmware != 0 || bt.Loader != 0 {
+			t.Errorf("readBoot(efivars %q) = firmware %v, loader %v, %v; want none", dir, bt.Firmware, bt.Loader, err)
 		}
 	}
 }
