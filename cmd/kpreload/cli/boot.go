@@ -239,7 +239,7 @@ real time: under plain TCG a guest's first run of new code costs far more.`,
 	f.StringVar(&vars, "vars", "", "with --firmware uefi or uefi-secure: the UEFI variable store to boot with (a copy is used), such as the <name>.ovmf-vars.fd that image build --secure-boot writes (the module key enrolled as a MOK); default for uefi-secure: OVMF_VARS_4M.ms.fd, Microsoft's keys only")
 	f.BoolVar(&persist, "persist", false, "with --image: boot the image itself, keeping what the guest writes (default: a throwaway overlay)")
 	f.StringArrayVar(&c.Drives, "drive", nil, "attach this disk image (raw or .qcow2) on virtio, read-only, after the root disk (repeatable)")
-	f.StringVar(&svgFile, "svg", "", "draw the boot's timeline (milestones, module loads, systemd's where the console has them) into this SVG file")
+	f.StringVar(&svgFile, "svg", "", "draw the boot into this SVG file: the summary line, the driver decision, the phases from the kernel's start to the target, /init's steps and module loads, a legend")
 	f.StringVar(&until, "until", "", "end the run when the console matches this regular expression (default with --image: the image is up: kpreload-up.service's record on the report channel, else systemd's default target, getty.target or a login prompt on the console)")
 	f.StringVar(&workDir, "work-dir", "", "directory for the logs (default: a new temporary directory)")
 	f.BoolVar(&asJSON, "json", false, "print the report, root-init record and timings as JSON")
@@ -345,6 +345,7 @@ func printBootSummary(w io.Writer, res *qemu.Result) {
 	}
 	if rep := res.Report; rep != nil {
 		fmt.Fprintf(w, "  %s\n", rep.Summary())
+		fmt.Fprintf(w, "  %s\n", bootTimeline(res).Summary())
 	}
 	for _, warn := range res.Warnings {
 		fmt.Fprintf(w, "  warning: %s\n", warn)

@@ -83,6 +83,7 @@ when they are a small part of the boot), and a legend.`,
 				fmt.Fprintf(w, "  /init (Go main) at %.3f s after kernel start\n", rep.InitStart)
 				printModuleTimeline(w, rep)
 				fmt.Fprintf(w, "  %s\n", termtext.Name(rep.Summary()))
+				fmt.Fprintf(w, "  %s\n", termtext.Name(bt.Summary()))
 			}
 			return nil
 		},
