@@ -181,6 +181,29 @@ func TestWriteTellsTheStory(t *testing.T) {
 	if got, want := x(u, "x")+x(u, "width"), newAxis(0, 30.252).x(30.252); (got-want)*(got-want) > 0.01 {
 		t.Errorf("userspace's band ends at x=%v, want the target's %v", got, want)
 	}
+	// Everything of the boot lies inside its lane, the legend inside the picture.
+	var lane element
+	h := x(els[0], "height")
+	inLegend = false
+	for _, e := range els {
+		if e.name == "g" {
+			inLegend = e.attr["class"] == "legend"
+		}
+		if e.attr["class"] == "lane" {
+			lane = e
+			continue
+		}
+		if lane.attr == nil || (e.name != "text" && e.name != "rect") {
+			continue
+		}
+		bottom := x(lane, "y") + x(lane, "height")
+		if inLegend {
+			bottom = h
+		}
+		if y := x(e, "y"); y > bottom {
+			t.Errorf("%s %q at y=%v is below %v", e.name, e.text, y, bottom)
+		}
+	}
 	if want := "kernel|initramfs (/init)|userspace (real init)|/init start-up|device scan|root wait|driver decision|driver loads|hand-over|module load|milestone"; strings.Join(legend, "|") != want {
 		t.Errorf("legend %q, want %q", strings.Join(legend, "|"), want)
 	}

@@ -278,7 +278,7 @@ func (b *Boot) Summary() string {
 	}
 	s := "Startup finished in " + strings.Join(parts, " + ") + " = " + seconds(total)
 	if b.Up <= b.initEnd() {
-		s += " (to the real init: its target is not recorded)"
+		s += " (to the real init; target not recorded)"
 	}
 	if b.Report != nil && b.Report.DriversReady > 0 {
 		s += fmt.Sprintf("; drivers ready at %s", seconds(b.Report.DriversReady))

@@ -113,7 +113,7 @@ func TestSummary(t *testing.T) {
 		boot Boot
 		want string
 	}{
-		{Boot{Report: r}, "Startup finished in 2.799s (kernel) + 0.486s (initramfs) = 3.285s (to the real init: its target is not recorded); drivers ready at 3.251s"},
+		{Boot{Report: r}, "Startup finished in 2.799s (kernel) + 0.486s (initramfs) = 3.285s (to the real init; target not recorded); drivers ready at 3.251s"},
 		{Boot{Report: r, RunInit: 2.701, Up: 30.252, Target: "multi-user.target"}, "Startup finished in 2.701s (kernel) + 0.584s (initramfs) + 26.967s (userspace) = 30.252s; drivers ready at 3.251s"},
 		{Boot{}, "Startup: no times recorded"},
 	} {

@@ -80,7 +80,7 @@ func TestPrintBootSummary(t *testing.T) {
 		"      1.310 ->   1.400  edu                    failed         ENODEV\n",
 		"  devices bound (1 of 2 PCI):\n    0000:00:03.0 1234:11e8 -> kpreload_edu (edu_id 0x010000ed)\n",
 		"  kpreload: 1 devices, 1 modules loaded, 1 refused, 1 failed;",
-		"  Startup finished in 0.900s (kernel) + 0.900s (initramfs) = 1.800s (to the real init: its target is not recorded); drivers ready at 1.500s\n",
+		"  Startup finished in 0.900s (kernel) + 0.900s (initramfs) = 1.800s (to the real init; target not recorded); drivers ready at 1.500s\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("printBootSummary output lacks %q; got:\n%s", want, got)
