@@ -134,7 +134,7 @@ func Write(w io.Writer, title string, boots []*timeline.Boot) error {
 	}
 	used := usedKinds(boots)
 	legendRows := math.Ceil(float64(len(used)+1) / 6)
-	height += legendRows * legendRow / 2
+	height += legendRows*legendRow/2 + 8
 
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `<?xml version="1.0" encoding="UTF-8"?>`+"\n")
