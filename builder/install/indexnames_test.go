@@ -3,6 +3,7 @@ package install
 import (
 	"encoding/json"
 	"errors"
+	"maps"
 	"path"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/names"
+	"github.com/kpreload/kpreload/kmodcache/names/namestest"
 	"github.com/kpreload/kpreload/testsupport/treetest"
 )
 
@@ -77,5 +79,72 @@ func TestIndexNamesRefusedByEveryReader(t *testing.T) {
 				t.Errorf("DefaultKernel = %s, want %s (a refused index holds no driver cells)", def, newer)
 			}
 		})
+	}
+}
+
+// TestReadersRefuseOutsideNames: for every value outside the name grammar
+// (namestest's fixed and seeded random cases), the root's readers refuse it
+// wherever it comes: as a set's driver, version, flavour or id, or the
+// kernel, of a boot index (readIndex, so install, status and the hooks), as
+// the release readIndex is asked for (before it becomes a path), and as a
+// release in /boot or /lib/modules (Kernels skips it, so nothing counts it
+// as a kernel).
+func TestReadersRefuseOutsideNames(t *testing.T) {
+	const release = "6.1.0-56-cloud-amd64"
+	name := path.Join(CacheDir, bootindex.IndexDir, release+".json")
+	root := t.TempDir()
+	treetest.Write(t, root, map[string]string{KernelImagePath(release): "k", InitramfsPath(release): "i"})
+	good := map[string]string{"kernel": release, "id": strings.Repeat("ab", 32), "driver": "nvidia", "version": "550.54.14", "flavor": "open"}
+	for _, c := range namestest.All(300) {
+		for _, field := range []string{"kernel", "id", "driver", "version", "flavor"} {
+			if c.Value == "" && (field == "id" || field == "flavor") {
+				continue // an absent id or flavour
+			}
+			v := maps.Clone(good)
+			v[field] = c.Value
+			ix, err := json.Marshal(map[string]any{"format": bootindex.FormatVersion, "kernel": v["kernel"], "sets": []any{map[string]any{
+				"id": v["id"], "driver": v["driver"], "version": v["version"], "flavor": v["flavor"], "dir": "../objects/sha256", "modules": []any{},
+			}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			treetest.Write(t, root, map[string]string{name: string(ix)})
+			if got, err := readIndex(root, release); !errors.Is(err, names.ErrInvalid) {
+				t.Errorf("%s %s %.80q: readIndex = %+v, %v; want it refused by the name grammar", c.Kind, field, c.Value, got, err)
+			}
+			kernels, err := Kernels(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(kernels) != 1 || len(kernels[0].Drivers) != 0 || kernels[0].IndexError == "" {
+				t.Errorf("%s %s %.80q: Kernels = %+v; want %s without drivers, its index refused", c.Kind, field, c.Value, kernels, release)
+			}
+		}
+		if got, err := readIndex(root, c.Value); err == nil {
+			t.Errorf("%s release %.80q: readIndex = %+v; want it refused", c.Kind, c.Value, got)
+		}
+	}
+
+	// Releases as file names: what a file name can hold (no '/', no NUL, at
+	// most 255 bytes) is skipped as a release.
+	root = t.TempDir()
+	tree := map[string]string{}
+	for _, c := range namestest.All(300) {
+		if c.Value == "" || c.Value == "." || c.Value == ".." || strings.ContainsAny(c.Value, "/\x00") || len(c.Value) > 200 {
+			continue
+		}
+		tree["boot/vmlinuz-"+c.Value] = "k"
+		tree["lib/modules/"+c.Value+"/modules.dep"] = ""
+	}
+	if len(tree) < 100 {
+		t.Fatalf("only %d hostile file names", len(tree))
+	}
+	treetest.Write(t, root, tree)
+	kernels, err := Kernels(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kernels) != 0 {
+		t.Errorf("Kernels = %+v; want none (every release there breaks the name grammar)", kernels)
 	}
 }

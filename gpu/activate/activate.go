@@ -190,10 +190,11 @@ func parseReady(b []byte, file string) (*Ready, error) {
 	return &r, nil
 }
 
-// checkNames refuses a record whose driver, version, flavour, kernel or
-// previous version is not a name (kmodcache/names): readers make paths of
-// them (the driver's userspace and firmware directories, mounted into
-// containers).
+// checkNames refuses a record whose driver, version, flavour, kernel,
+// previous version or set id is not a name (kmodcache/names): readers make
+// paths of them (the driver's userspace and firmware directories, mounted
+// into containers) and print them; the set id is held to the grammar the
+// boot index holds it to.
 func (r *Ready) checkNames() error {
 	var errs []error
 	for _, f := range []struct {
@@ -201,7 +202,7 @@ func (r *Ready) checkNames() error {
 		optional bool
 	}{
 		{"driver", r.Driver, false}, {"version", r.Version, false}, {"flavor", r.Flavor, true},
-		{"kernel", r.Kernel, true}, {"previous", r.Previous, true},
+		{"kernel", r.Kernel, true}, {"previous", r.Previous, true}, {"set", r.Set, true},
 	} {
 		check := names.Check
 		if f.optional {

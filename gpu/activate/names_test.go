@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/kmodcache/names"
+	"github.com/kpreload/kpreload/kmodcache/names/namestest"
 )
 
 // TestReadyNames: a ready record whose driver, version, flavour, kernel or
@@ -80,6 +81,47 @@ func TestPointRefusesNames(t *testing.T) {
 		}
 		if _, err := os.Lstat(LinkPath(run)); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("Point(%q) made the link (%v)", v, err)
+		}
+	}
+}
+
+// TestReadyRefusesOutsideNames: for every value outside the name grammar
+// (namestest's fixed and seeded random cases) as the driver, version,
+// flavour, kernel, previous version or set id, ReadReadyIn (under ReadReady,
+// so cdi, switch, status and user-data apply) refuses the record and
+// MarkReady never writes it. "" is refused for the driver and the version;
+// the others may be absent.
+func TestReadyRefusesOutsideNames(t *testing.T) {
+	root, run := t.TempDir(), t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, filepath.Dir(ReadyPath(RunDir))), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fields := map[string]func(r *Ready) *string{
+		"driver": func(r *Ready) *string { return &r.Driver }, "version": func(r *Ready) *string { return &r.Version },
+		"flavor": func(r *Ready) *string { return &r.Flavor }, "kernel": func(r *Ready) *string { return &r.Kernel },
+		"previous": func(r *Ready) *string { return &r.Previous }, "set": func(r *Ready) *string { return &r.Set },
+	}
+	for _, c := range namestest.All(300) {
+		for field, at := range fields {
+			if c.Value == "" && field != "driver" && field != "version" {
+				continue
+			}
+			r := Ready{Format: ReadyFormat, Driver: "nvidia", Version: "535.261.03", Flavor: "open", Kernel: "6.1.0-56-cloud-amd64",
+				Set: strings.Repeat("ab", 32), Previous: "550.54.14", Modules: []string{}, By: "init"}
+			*at(&r) = c.Value
+			if err := MarkReady(run, r); !errors.Is(err, names.ErrInvalid) {
+				t.Errorf("%s %s %.80q: MarkReady = %v; want it refused by the name grammar", c.Kind, field, c.Value, err)
+			}
+			b, err := json.Marshal(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(root, ReadyPath(RunDir)), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := ReadReadyIn(root, RunDir); !errors.Is(err, names.ErrInvalid) || !strings.Contains(err.Error(), field+" ") {
+				t.Errorf("%s %s %.80q: ReadReadyIn = %+v, %v; want the %s refused by the name grammar", c.Kind, field, c.Value, got, err, field)
+			}
 		}
 	}
 }

@@ -1,6 +1,7 @@
 // Package repocheck checks what the repository tracks: no built program (an
-// ELF file) and no file over MaxFile that is not a listed fixture. Its test
-// runs in the unit tier (make unit): it reads only the checkout.
+// ELF file), no file over MaxFile that is not a listed fixture, and no test
+// named in docs/threat-model.md that does not exist. Its tests run in the
+// unit tier (make unit): they read only the checkout.
 package repocheck
 
 import (

@@ -1,13 +1,16 @@
 package bootindex
 
 import (
+	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/kpreload/kpreload/kmodcache/names"
+	"github.com/kpreload/kpreload/kmodcache/names/namestest"
 )
 
 // TestReadRefusesNames: an index whose kernel, or a driver set's driver,
@@ -50,5 +53,36 @@ func TestReadRefusesNames(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestParseRefusesOutsideNames: for every value outside the name grammar
+// (namestest: traversal, slashes, NUL, controls, empty, overlong, a leading
+// dot or dash, look-alike Unicode, and seeded random ones), an index that
+// carries it as its kernel or as a set's id, driver, version or flavour is
+// refused by Parse, the reader under Read and ReadIn and so under every
+// reader of a boot index (/init's, install's, the cache's, plan's and
+// switch's). "" is refused where the field is required; an absent id or
+// flavour is "".
+func TestParseRefusesOutsideNames(t *testing.T) {
+	good := map[string]string{"kernel": "6.1.0-56-cloud-amd64", "id": strings.Repeat("ab", 32), "driver": "nvidia", "version": "550.54.14", "flavor": "open"}
+	optional := map[string]bool{"id": true, "flavor": true}
+	for _, c := range namestest.All(500) {
+		for _, field := range []string{"kernel", "id", "driver", "version", "flavor"} {
+			if c.Value == "" && optional[field] {
+				continue
+			}
+			v := maps.Clone(good)
+			v[field] = c.Value
+			b, err := json.Marshal(map[string]any{"format": FormatVersion, "kernel": v["kernel"], "sets": []any{map[string]any{
+				"id": v["id"], "driver": v["driver"], "version": v["version"], "flavor": v["flavor"], "dir": "x", "modules": []any{},
+			}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ix, err := Parse("k.json", b); !errors.Is(err, names.ErrInvalid) || !strings.Contains(err.Error(), field+" ") {
+				t.Errorf("%s %s %.80q: Parse = %+v, %v; want the %s refused by the name grammar", c.Kind, field, c.Value, ix, err, field)
+			}
+		}
 	}
 }

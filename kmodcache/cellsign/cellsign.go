@@ -37,6 +37,7 @@ import (
 	"strings"
 
 	"github.com/kpreload/kpreload/internal/inroot"
+	"github.com/kpreload/kpreload/kmodcache/names"
 )
 
 // Signature is a cell's signature as the registry carries it.
@@ -184,7 +185,18 @@ func (t *Trust) Verify(statement []byte, sig Signature) (*Statement, error) {
 	if st.Format != StatementFormat {
 		return nil, fmt.Errorf("%w: format %.40q, this kpreload reads %q", ErrBadStatement, st.Format, StatementFormat)
 	}
+	if err := st.checkNames(); err != nil {
+		return nil, fmt.Errorf("%w: signed by %s: %w", ErrBadStatement, sig.KeyID, err)
+	}
 	return &st, nil
+}
+
+// checkNames refuses a statement whose driver, version, flavour or kernel is
+// given and is not a name (kmodcache/names): a client makes paths of them,
+// so a signature does not make them safe.
+func (st *Statement) checkNames() error {
+	return errors.Join(names.CheckOptional("driver", st.Driver), names.CheckOptional("version", st.Version),
+		names.CheckOptional("flavor", st.Flavor), names.CheckOptional("kernel", st.Kernel))
 }
 
 // readPEM reads the PEM blocks of a key file: at least one, nothing but
