@@ -10,9 +10,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/kpreload/kpreload/builder/internal/runner"
+	"github.com/kpreload/kpreload/builder/internal/sandbox"
 )
 
 // escapePkg is the program's package, from the module's root.
@@ -135,4 +139,28 @@ func (e *Escape) Check(t testing.TB, step string) {
 		os.Remove(p)
 	}
 	os.Remove(filepath.Join(e.root, "escape-ran"))
+}
+
+// Parse reads the root and the program back from a command sandbox.Cmd
+// made, for fakes of runner.Runner; ok is false for any other command.
+func Parse(c runner.Cmd) (root string, argv []string, ok bool) {
+	if c.Name != sandbox.Bwrap {
+		return "", nil, false
+	}
+	i := slices.Index(c.Args, "--bind")
+	j := slices.Index(c.Args, "--")
+	if i < 0 || i+2 >= len(c.Args) || c.Args[i+2] != "/" || j < 0 {
+		return "", nil, false
+	}
+	return c.Args[i+1], c.Args[j+1:], true
+}
+
+// Line is the command's program line, "ROOT: ARGV...", as tests compare
+// it; any other command is its own line.
+func Line(c runner.Cmd) string {
+	root, argv, ok := Parse(c)
+	if !ok {
+		return c.String()
+	}
+	return root + ": " + strings.Join(argv, " ")
 }

@@ -6,11 +6,14 @@
 // /proc is the host's), and after the classic chroot escape (chroot into a
 // subdirectory, chdir("..") 64 times, chroot(".")) there and at
 // /escaped-PROOF-<the directory's name>. It logs each try to /escape-ran in
-// the root it was started in, and exits 0, as update-grub would.
+// the root it was started in (with its pid, the network interfaces and
+// the block devices it sees), and exits 0, as update-grub would.
 package main
 
 import (
 	"fmt"
+	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,6 +35,23 @@ func main() {
 		err := os.WriteFile(p, []byte("escaped: "+what+"\n"), 0o644)
 		say("%s: write %s: %v", what, p, err)
 	}
+	// What it can see of the machine: its pid, the network interfaces,
+	// the block devices in /dev.
+	say("pid %d", os.Getpid())
+	var ifs, blocks []string
+	if l, err := net.Interfaces(); err == nil {
+		for _, i := range l {
+			ifs = append(ifs, i.Name)
+		}
+	}
+	filepath.WalkDir("/dev", func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type()&fs.ModeDevice != 0 && d.Type()&fs.ModeCharDevice == 0 {
+			blocks = append(blocks, p)
+		}
+		return nil
+	})
+	say("interfaces %s", strings.Join(ifs, " "))
+	say("block devices %s", strings.Join(blocks, " "))
 	try("absolute path", filepath.Join(target, "direct-PROOF"))
 	try("/proc/1/root", filepath.Join("/proc/1/root", target, "proc1-PROOF"))
 	err = os.MkdirAll("/escape-sub", 0o755)
