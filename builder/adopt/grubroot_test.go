@@ -3,11 +3,7 @@ package adopt
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,13 +16,6 @@ import (
 	"github.com/kpreload/kpreload/testsupport/testenv"
 	"github.com/kpreload/kpreload/testsupport/treetest"
 )
-
-// grubRootUUID is the filesystem UUID of TestRealGrubRoot's image.
-const grubRootUUID = "5a1e0b0c-2222-4333-8444-555555555555"
-
-// grubRootPackages are what the real root holds beyond mmdebstrap's minbase:
-// GRUB's BIOS modules and update-grub, with grub-probe and grub-mkconfig.
-var grubRootPackages = []string{"grub-pc-bin", "grub2-common"}
 
 // TestRealGrubRoot runs install --stage's steps on a real Debian 12 root
 // (mmdebstrap, GRUB's packages) in a filesystem image mounted through a
@@ -43,23 +32,7 @@ func TestRealGrubRoot(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 20*time.Minute))
 	defer cancel()
-	h := sha256.Sum256([]byte(fmt.Sprintf("bookworm minbase %q ext4 %s", grubRootPackages, grubRootUUID)))
-	cached := dibtest.Cached(ctx, t, "grubroot", hex.EncodeToString(h[:])[:16], func(dir, out string, log *os.File) error {
-		tree := filepath.Join(dir, "tree")
-		os.RemoveAll(tree)
-		defer os.RemoveAll(tree)
-		for _, argv := range [][]string{
-			{"mmdebstrap", "--variant=minbase", "--include=" + strings.Join(grubRootPackages, ","), "bookworm", tree, "http://deb.debian.org/debian"},
-			{"mkfs.ext4", "-q", "-F", "-U", grubRootUUID, "-d", tree, filepath.Join(out, "debian.raw"), "1G"},
-		} {
-			cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-			cmd.Stdout, cmd.Stderr = log, log
-			if err := cmd.Run(); err != nil {
-				return fmt.Errorf("%s: %w", argv[0], err)
-			}
-		}
-		return nil
-	})
+	cached := dibtest.GrubRoot(ctx, t)
 	img := filepath.Join(t.TempDir(), "debian.raw")
 	dibtest.Copy(t, cached, img)
 	root, unmount, err := Mount(ctx, img, ImageOptions{}, nil)
@@ -109,7 +82,7 @@ func TestRealGrubRoot(t *testing.T) {
 	if err := install.CheckGrubConfig(root, testKernel); err != nil {
 		t.Error(err)
 	}
-	if !strings.Contains(string(cfg), "linux\t/boot/vmlinuz-"+testKernel+" root=UUID="+grubRootUUID+" ro") {
-		t.Errorf("grub.cfg does not find the root by its filesystem's UUID %s (grub-probe could not examine the loop device):\n%s", grubRootUUID, cfg)
+	if !strings.Contains(string(cfg), "linux\t/boot/vmlinuz-"+testKernel+" root=UUID="+dibtest.GrubRootUUID+" ro") {
+		t.Errorf("grub.cfg does not find the root by its filesystem's UUID %s (grub-probe could not examine the loop device):\n%s", dibtest.GrubRootUUID, cfg)
 	}
 }
