@@ -90,9 +90,9 @@ It fails when the boot would not use kpreload afterwards. On a root other than
 /, the root's own update-grub runs in a sandbox (bubblewrap's bwrap, which must
 be installed): the root as /, no network, no capabilities, its own /proc and
 /dev with the block device of the root's filesystem when --root is where that
-filesystem is mounted (--image mounts it so). A root staged in a directory whose disk is made
-later (on tmpfs, overlay) names the filesystem it will boot from with
---root-filesystem, taken as its mkfs makes it by default.
+filesystem is mounted (--image mounts it so). A root staged in a directory
+whose disk is made later (on tmpfs, overlay) names the filesystem it will boot
+from with --root-filesystem, taken as its mkfs makes it by default.
 
 The kernel command line: kpreload's GRUB entries (and the distribution-initramfs
 entry it writes as the way back) boot "root=<the root> ro", then
