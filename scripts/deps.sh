@@ -51,6 +51,7 @@ packages=(
   xfsprogs btrfs-progs               # xfs and btrfs roots: their superblocks, install's root check
   initramfs-tools-core busybox       # the baseline benchmarks compare against
   dpkg-dev                           # dpkg -x / apt-get download helpers
+  bubblewrap                         # bwrap: a root's own programs (update-grub, ldconfig, grub-mkimage) in a sandbox
   mmdebstrap                         # image rootfs, without a VM or loop mounts; make deb's install test roots (bookworm, trixie)
   lintian                            # make deb's package checked as Debian checks packages
   systemd-boot-efi dosfstools mtools fdisk  # UEFI ESP: systemd-boot, mkfs.vfat, mcopy, sfdisk

@@ -20,6 +20,7 @@ import (
 	"github.com/kpreload/kpreload/builder/image/stage"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/internal/runner"
+	"github.com/kpreload/kpreload/builder/internal/sandbox"
 	"github.com/kpreload/kpreload/internal/inroot"
 )
 
@@ -150,7 +151,7 @@ func Root(ctx context.Context, root string, o Options) (*Result, error) {
 }
 
 // ldconfig updates the root's linker cache (the driver userspace's
-// /etc/ld.so.conf.d entry) with the root's own ldconfig, in a chroot of it;
+// /etc/ld.so.conf.d entry) with the root's own ldconfig, in its sandbox;
 // a root without one gets a warning, as on the provisioner's target.
 func ldconfig(ctx context.Context, r runner.Runner, root string, log io.Writer) error {
 	bin := ""
@@ -166,7 +167,7 @@ func ldconfig(ctx context.Context, r runner.Runner, root string, log io.Writer) 
 		}
 		return nil
 	}
-	if _, err := r.Run(ctx, runner.Cmd{Name: "chroot", Args: []string{root, bin}, Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Log: log}); err != nil {
+	if _, err := sandbox.Run(ctx, r, sandbox.Spec{Root: root, Argv: []string{bin}, Log: log}); err != nil {
 		return fmt.Errorf("ldconfig in %s: %w", root, err)
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/kpreload/kpreload/builder/image/stage"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/internal/runner/runnertest"
+	"github.com/kpreload/kpreload/builder/internal/sandbox"
 	"github.com/kpreload/kpreload/initramfs/rootcheck"
 	"github.com/kpreload/kpreload/internal/inroot/inroottest"
 	"github.com/kpreload/kpreload/testsupport/treetest"
@@ -42,7 +43,7 @@ func stageOptions(t *testing.T) stage.Options {
 }
 
 // TestRoot puts kpreload into a root made by another tool: kpreload's files
-// are in it, ldconfig ran in a chroot of it, the staged units (the boot-ok
+// are in it, ldconfig ran in its sandbox, the staged units (the boot-ok
 // unit among them) were enabled with systemctl --root, and install made
 // GRUB boot kpreload (its initramfs, the hooks, grub.cfg's first entry).
 // The initramfs build is the fake part (install's own tests and the
@@ -81,7 +82,8 @@ func TestRoot(t *testing.T) {
 	if !slices.Contains(res.Units, "kpreload-boot-ok.service") {
 		t.Errorf("units = %v, want kpreload-boot-ok.service among them", res.Units)
 	}
-	if got, want := rec.Ran("chroot"), []string{"chroot " + root + " /usr/sbin/ldconfig"}; !slices.Equal(got, want) {
+	ldconfig := sandbox.Cmd(sandbox.Spec{Root: root, Argv: []string{"/usr/sbin/ldconfig"}}).String()
+	if got, want := rec.Ran(sandbox.Bwrap), []string{ldconfig}; !slices.Equal(got, want) {
 		t.Errorf("ran %q, want %q", got, want)
 	}
 	if got, want := rec.Ran("systemctl"), []string{"systemctl --root=" + root + " enable " + strings.Join(res.Units, " ")}; !slices.Equal(got, want) {

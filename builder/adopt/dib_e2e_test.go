@@ -121,7 +121,9 @@ func adoptBootUpdate(ctx context.Context, t *testing.T, cached string) {
 		}
 	}
 
-	// Debian's own tools in the root, run as kpreload runs them: in a chroot.
+	// Debian's own tools in the root: update-initramfs and apt-get in a
+	// chroot, as the image's own system runs them; update-grub as kpreload
+	// runs it, in the root's sandbox.
 	root, unmount, err := Mount(ctx, img, ImageOptions{}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -124,9 +124,10 @@ func Image(ctx context.Context, file string, img ImageOptions, o Options) (*Resu
 
 // Mount mounts the root partition (RootPartition) of the raw disk image
 // file on a new directory through a loop device at its offset (no partition
-// scanning is needed), with /dev, /proc and /sys bound into it for the
-// tools that run in a chroot of it (update-grub's grub-probe,
-// update-initramfs); unmount undoes it all and removes the directory.
+// scanning is needed), with /dev, /proc and /sys bound into it for tools a
+// caller runs in a chroot of it (update-initramfs); the root's programs
+// kpreload runs get their own in the root's sandbox. unmount undoes it all
+// and removes the directory.
 func Mount(ctx context.Context, file string, img ImageOptions, log io.Writer) (root string, unmount func() error, err error) {
 	fi, err := os.Stat(file)
 	if err != nil {

@@ -81,8 +81,8 @@ func TestJobWithFakeTools(t *testing.T) {
 		"systemctl --root=" + j.root + " enable systemd-networkd.service",
 		"systemctl --root=" + j.root + " enable " + rootfs.SSHHostKeysUnitName,
 		"systemctl --root=" + j.root + " enable extra.service",
-		"chroot " + j.root + " grub-mkimage -O i386-pc",
-		"chroot " + j.root + " grub-mkconfig -o /" + install.GrubConfig,
+		j.root + ": grub-mkimage -O i386-pc",
+		j.root + ": grub-mkconfig -o /" + install.GrubConfig,
 		"sfdisk --quiet --no-reread --no-tell-kernel " + filepath.Join(j.outTmp, "unit.raw"),
 		"mkfs.vfat -F 32 -s 1 -n ESP -i ",
 		"mmd -i ",
@@ -172,7 +172,7 @@ func TestJobToolFailure(t *testing.T) {
 		{fail: "enable " + rootfs.SSHHostKeysUnitName, wantErr: "identity: enable"},
 		{fail: "enable extra.service", wantErr: "enable extra.service"},
 		{fail: "grub-mkimage", wantErr: "GRUB i386-pc image"},
-		{fail: "grub-mkconfig", wantErr: "grub: chroot"},
+		{fail: "grub-mkconfig", wantErr: "grub: grub-mkconfig in the sandbox of"},
 		{fail: "unit.raw", wantErr: "disk: sfdisk"},
 		{fail: "mkfs.vfat", wantErr: "disk: ESP: mkfs.vfat"},
 		{fail: "mmd ", wantErr: "disk: ESP: mmd"},
@@ -276,7 +276,7 @@ func TestJobKpreloadSystemdBoot(t *testing.T) {
 			t.Errorf("nothing copied to the ESP's %s:\n%s", want, strings.Join(f.ran("mcopy"), "\n"))
 		}
 	}
-	if got := f.ran("chroot"); len(got) != 0 {
+	if got := f.ran(j.root + ": grub-"); len(got) != 0 {
 		t.Errorf("a systemd-boot image ran GRUB's tools: %q", got)
 	}
 	if len(o.Files) != 1 {

@@ -14,6 +14,7 @@ import (
 	"github.com/kpreload/kpreload/builder/image/bootloader"
 	"github.com/kpreload/kpreload/builder/image/disk"
 	"github.com/kpreload/kpreload/builder/internal/runner"
+	"github.com/kpreload/kpreload/builder/internal/sandbox/sandboxtest"
 )
 
 // fakeRunner stands in for the builder's programs in unit tests: it records
@@ -26,7 +27,7 @@ type fakeRunner struct {
 	// kernels are the kernel releases the fake root filesystem holds.
 	kernels []string
 	// fail, when set, makes the first command fail whose line begins or ends
-	// with it, or that runs it in a chroot.
+	// with it, or that runs it in a root's sandbox.
 	fail string
 	// missing are programs LookPath does not find.
 	missing []string
@@ -59,7 +60,7 @@ func (f *fakeRunner) ran(prefix string) []string {
 }
 
 func (f *fakeRunner) Run(ctx context.Context, c runner.Cmd) ([]byte, error) {
-	line := c.String()
+	line := sandboxtest.Line(c)
 	f.mu.Lock()
 	f.cmds = append(f.cmds, line)
 	if c.Stdin != nil {
@@ -73,11 +74,15 @@ func (f *fakeRunner) Run(ctx context.Context, c runner.Cmd) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", c.Name, err)
 	}
-	if f.fail != "" && (strings.HasPrefix(line, f.fail) || strings.HasSuffix(line, f.fail) || c.Name == "chroot" && c.Args[1] == f.fail) {
+	root, argv, inRoot := sandboxtest.Parse(c)
+	if f.fail != "" && (strings.HasPrefix(line, f.fail) || strings.HasSuffix(line, f.fail) || inRoot && argv[0] == f.fail) {
 		f.fail = ""
 		return nil, &runner.Error{Cmd: c, Err: fmt.Errorf("exit status 1"), Tail: []string{c.Name + ": fake failure"}}
 	}
 	a := c.Args
+	if inRoot {
+		a = argv[1:]
+	}
 	last := func() string { return a[len(a)-1] }
 	after := func(flag string) string {
 		i := slices.Index(a, flag)
@@ -86,7 +91,11 @@ func (f *fakeRunner) Run(ctx context.Context, c runner.Cmd) ([]byte, error) {
 		}
 		return a[i+1]
 	}
-	switch c.Name {
+	name := c.Name
+	if inRoot {
+		name = "in root " + argv[0]
+	}
+	switch name {
 	case "mmdebstrap":
 		// The tarball follows the suite; the apt sources come last.
 		i := slices.IndexFunc(a, func(s string) bool { return !strings.HasPrefix(s, "--") })
@@ -122,16 +131,12 @@ func (f *fakeRunner) Run(ctx context.Context, c runner.Cmd) ([]byte, error) {
 		}
 	case "qemu-img", "virt-fw-vars":
 		f.write(last(), "fake "+c.Name)
-	case "chroot":
-		root := a[0]
-		switch a[1] {
-		case "grub-mkimage":
-			f.write(filepath.Join(root, after("-o")), strings.Repeat("\x00", 2*disk.SectorSize+100))
-		case "grub-mkconfig":
-			b, _ := os.ReadFile(filepath.Join(root, "usr/sbin/grub-probe"))
-			f.probe = string(b)
-			f.write(filepath.Join(root, after("-o")), "menuentry 'fake' {}\n")
-		}
+	case "in root grub-mkimage":
+		f.write(filepath.Join(root, after("-o")), strings.Repeat("\x00", 2*disk.SectorSize+100))
+	case "in root grub-mkconfig":
+		b, _ := os.ReadFile(filepath.Join(root, "usr/sbin/grub-probe"))
+		f.probe = string(b)
+		f.write(filepath.Join(root, after("-o")), "menuentry 'fake' {}\n")
 	case "make":
 		f.write(filepath.Join(strings.TrimPrefix(a[3], "DESTDIR="), "usr/bin/fake-smi"), "fake")
 	}

@@ -12,6 +12,7 @@ import (
 	"unicode"
 
 	"github.com/kpreload/kpreload/builder/internal/runner"
+	"github.com/kpreload/kpreload/builder/internal/sandbox"
 	"github.com/kpreload/kpreload/internal/inroot"
 )
 
@@ -210,19 +211,24 @@ func GrubEntries(w io.Writer, root string, env GrubEnv) error {
 func GrubQuote(s string) string { return strings.ReplaceAll(s, "'", `'\''`) }
 
 // UpdateGrub runs update-grub in root (grub-mkconfig -o /boot/grub/grub.cfg
-// where the root has no update-grub), through chroot when root is not "/".
-// The root needs /dev, /proc and /sys (grub-probe reads them).
+// where the root has no update-grub). When root is not "/" it is the root's
+// own program, run in its sandbox (builder/internal/sandbox): the root as /,
+// no network, no capabilities, a /proc and /dev of its own, with the block
+// devices holding the root (sandbox.RootDevices) and the host's /sys read
+// only, which grub-probe examines.
 func UpdateGrub(ctx context.Context, root string, log io.Writer) error {
 	argv := []string{"update-grub"}
 	if !exists(root, "usr/sbin/update-grub") {
 		argv = []string{"grub-mkconfig", "-o", "/" + GrubConfig}
 	}
-	if filepath.Clean(root) != "/" {
-		argv = append([]string{"chroot", root}, argv...)
-	}
 	seen := &grubProbeNoise{w: log}
-	c := runner.Cmd{Name: argv[0], Args: argv[1:], Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Log: seen}
-	if _, err := runner.Default.Run(ctx, c); err != nil {
+	var err error
+	if filepath.Clean(root) == "/" {
+		_, err = runner.Default.Run(ctx, runner.Cmd{Name: argv[0], Args: argv[1:], Env: []string{"PATH=" + sandbox.Path}, Log: seen})
+	} else {
+		_, err = sandbox.Run(ctx, runner.Default, sandbox.Spec{Root: root, Argv: argv, Devices: sandbox.RootDevices(root), HostSys: true, Log: seen})
+	}
+	if err != nil {
 		return fmt.Errorf("%w (grub.cfg was left as it was)", err)
 	}
 	if seen.found && log != nil {
@@ -232,14 +238,14 @@ func UpdateGrub(ctx context.Context, root string, log io.Writer) error {
 }
 
 // GrubProbeNoise is what grub-probe prints, once per probe, when it runs in
-// a chroot of a root mounted from a disk image through a loop device: it
+// the sandbox of a root mounted from a disk image through a loop device: it
 // looks up the loop device's backing file, a path of the host that the
-// chroot does not have.
+// sandbox does not have.
 const GrubProbeNoise = "failed to get canonical path of"
 
 // GrubProbeNoiseNote is the line UpdateGrub adds after update-grub's output
 // when it holds GrubProbeNoise.
-const GrubProbeNoiseNote = `kpreload: grub-probe's "` + GrubProbeNoise + ` ..." above, and the usage lines after each, are harmless: in a chroot of a loop-mounted image grub-probe cannot find the loop device's backing file, a path of this machine; grub.cfg was written all the same (it finds the root by UUID or label), and its default entry is checked next`
+const GrubProbeNoiseNote = `kpreload: grub-probe's "` + GrubProbeNoise + ` ..." above, and the usage lines after each, are harmless: in the sandbox of a loop-mounted image grub-probe cannot find the loop device's backing file, a path of this machine; grub.cfg was written all the same (it finds the root by UUID or label), and its default entry is checked next`
 
 // grubProbeNoise passes what it is given on to w and notes GrubProbeNoise.
 type grubProbeNoise struct {

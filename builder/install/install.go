@@ -50,8 +50,8 @@ type Options struct {
 	RootFS *rootcheck.Root
 	// SkipInitramfs keeps the kpreload initramfs images already in the root.
 	SkipInitramfs bool
-	// UpdateGrub regenerates grub.cfg (nil: UpdateGrub, through chroot when
-	// Root is not "/").
+	// UpdateGrub regenerates grub.cfg (nil: UpdateGrub, in the root's
+	// sandbox when Root is not "/").
 	UpdateGrub func(ctx context.Context, root string, log io.Writer) error
 	// GrubRegeneratedBy, when set, is the hook that regenerates grub.cfg
 	// right after this one (DistributionGrubHook): grub.cfg is left to it,

@@ -296,7 +296,7 @@ Version: %s
 Architecture: amd64
 Maintainer: %s
 Installed-Size: %d
-Suggests: dkms, mmdebstrap, qemu-system-x86, qemu-utils, ovmf
+Suggests: bubblewrap, dkms, mmdebstrap, qemu-system-x86, qemu-utils, ovmf
 Section: admin
 Priority: optional
 Homepage: https://github.com/kpreload/kpreload

@@ -3,7 +3,9 @@
 // OpenStack users build theirs. builder/adopt's install --stage and the Packer
 // provisioner in Packer's QEMU builder (builder/packer/e2e) both start from
 // it; both boot what they made with `kpreload boot --image … --firmware bios
-// --device edu --json` and check it with CheckBoundBeforeSystemd. It imports
+// --device edu --json` and check it with CheckBoundBeforeSystemd. GrubRoot is a
+// smaller image, mmdebstrap's Debian root with GRUB, for the tests that run
+// a real root's GRUB tools in their sandbox without a VM. It imports
 // testenv, boottest, report and internal/flock only, so the builder's tests use it.
 package dibtest
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/kpreload/kpreload/builder/install"
+	"github.com/kpreload/kpreload/builder/internal/sandbox"
 	"github.com/kpreload/kpreload/internal/fileutil"
 )
 
@@ -67,7 +68,7 @@ esac
 const grubMkrelpathShim = "#!/bin/sh\necho \"$1\"\n"
 
 // buildRootUpdateGrub returns install.Options.UpdateGrub for a root being
-// built: the root's own grub-mkconfig, through chroot, with grub-probe and
+// built: the root's own grub-mkconfig, in its sandbox, with grub-probe and
 // grub-mkrelpath answered for the disk being made (restored afterwards).
 func buildRootUpdateGrub(g Grub, rootUUID string) func(context.Context, string, io.Writer) error {
 	return func(ctx context.Context, root string, log io.Writer) error {
@@ -75,21 +76,6 @@ func buildRootUpdateGrub(g Grub, rootUUID string) func(context.Context, string, 
 			"usr/sbin/grub-probe":    fmt.Sprintf(grubProbeShim, rootUUID),
 			"usr/bin/grub-mkrelpath": grubMkrelpathShim,
 		}
-		// 10_linux names the root by UUID only where /dev/disk/by-uuid has
-		// it, as udev makes it: a link to the device grub-probe names.
-		dev := filepath.Join(root, "dev/kpreload-root")
-		if err := os.WriteFile(dev, nil, 0o600); err != nil {
-			return fmt.Errorf("GRUB: %w", err)
-		}
-		defer os.Remove(dev)
-		byUUID := filepath.Join(root, "dev/disk/by-uuid", rootUUID)
-		if err := os.MkdirAll(filepath.Dir(byUUID), 0o755); err != nil {
-			return fmt.Errorf("GRUB: %w", err)
-		}
-		if err := os.Symlink("../../kpreload-root", byUUID); err != nil {
-			return fmt.Errorf("GRUB: %w", err)
-		}
-		defer os.RemoveAll(filepath.Join(root, "dev/disk"))
 		for p, text := range shims {
 			real := filepath.Join(root, p)
 			if err := os.Rename(real, real+".kpreload-real"); err != nil {
@@ -100,7 +86,18 @@ func buildRootUpdateGrub(g Grub, rootUUID string) func(context.Context, string, 
 				return fmt.Errorf("GRUB: %w", err)
 			}
 		}
-		return g.MkConfig(ctx, root, "/"+install.GrubConfig)
+		return g.MkConfig(ctx, root, "/"+install.GrubConfig, grubDevLinks(rootUUID))
+	}
+}
+
+// grubDevLinks are what grub-mkconfig finds in /dev of the disk being built:
+// 10_linux names the root by UUID only where /dev/disk/by-uuid has it, as
+// udev makes it, a link to the device grub-probe names (grubProbeShim's
+// /dev/kpreload-root, which stands for it as /dev/null).
+func grubDevLinks(rootUUID string) []sandbox.Link {
+	return []sandbox.Link{
+		{Path: "/dev/kpreload-root", Target: "null"},
+		{Path: "/dev/disk/by-uuid/" + rootUUID, Target: "../../kpreload-root"},
 	}
 }
 
@@ -111,7 +108,7 @@ func GrubEarlyConfig(rootUUID string) string {
 }
 
 // grubImages makes GRUB's BIOS core.img with the root's own grub-mkimage
-// (chroot), reading /boot/grub of the root filesystem, and copies GRUB's
+// (in its sandbox), reading /boot/grub of the root filesystem, and copies GRUB's
 // BIOS and UEFI modules to /boot/grub/<platform>/ as grub-install does. It
 // returns core.img's host path, in outDir. (The UEFI path is Debian's signed
 // shim and GRUB, shimESP, which carries its modules built in.)

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kpreload/kpreload/builder/internal/sandbox"
 )
 
 // fakeGrub stands in for the root's GRUB tools: grub-mkimage writes the
@@ -17,6 +19,7 @@ type fakeGrub struct {
 	t     *testing.T
 	fail  string // "mkimage" or "mkconfig"
 	probe string
+	dev   []sandbox.Link // the links grub-mkconfig found in /dev
 }
 
 func (g *fakeGrub) MkImage(_ context.Context, root string, args ...string) error {
@@ -27,7 +30,8 @@ func (g *fakeGrub) MkImage(_ context.Context, root string, args ...string) error
 	return os.WriteFile(filepath.Join(root, args[i+1]), []byte("core"), 0o644)
 }
 
-func (g *fakeGrub) MkConfig(_ context.Context, root, out string) error {
+func (g *fakeGrub) MkConfig(_ context.Context, root, out string, dev []sandbox.Link) error {
+	g.dev = dev
 	if g.fail == "mkconfig" {
 		return errors.New("fake failure")
 	}
@@ -99,6 +103,15 @@ func TestGrubFilesPlain(t *testing.T) {
 	}
 	if !strings.Contains(g.probe, "fs_uuid) echo "+uuid) {
 		t.Errorf("grub-probe while grub-mkconfig ran = %q, want the build's answer for %s", g.probe, uuid)
+	}
+	// 10_linux names the root by UUID: /dev/disk/by-uuid has it, leading to
+	// the device grub-probe names.
+	links := map[string]string{}
+	for _, l := range g.dev {
+		links[l.Path] = l.Target
+	}
+	if links["/dev/disk/by-uuid/"+uuid] != "../../kpreload-root" || links["/dev/kpreload-root"] == "" {
+		t.Errorf("/dev links while grub-mkconfig ran = %+v, want /dev/disk/by-uuid/%s leading to /dev/kpreload-root", g.dev, uuid)
 	}
 	for p, want := range map[string]string{"usr/sbin/grub-probe": "real grub-probe", "usr/bin/grub-mkrelpath": "real grub-mkrelpath", "boot/grub/i386-pc/normal.mod": "", "boot/grub/x86_64-efi/normal.mod": ""} {
 		if got, err := os.ReadFile(filepath.Join(root, p)); err != nil || string(got) != want {

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/kpreload/kpreload/builder/internal/runner"
+	"github.com/kpreload/kpreload/builder/internal/sandbox"
 )
 
 // Tools are the programs the boot loaders' setup runs, each behind its own
@@ -17,12 +18,13 @@ type Tools struct {
 	VirtFwVars VirtFwVars
 }
 
-// Grub is the GRUB tools of a root, run inside it (chroot).
+// Grub is the GRUB tools of a root, run inside it (in its sandbox).
 type Grub interface {
 	// MkImage runs grub-mkimage with args in root.
 	MkImage(ctx context.Context, root string, args ...string) error
-	// MkConfig runs grub-mkconfig -o out (a path in root) in root.
-	MkConfig(ctx context.Context, root, out string) error
+	// MkConfig runs grub-mkconfig -o out (a path in root) in root, with
+	// the links dev made in its /dev.
+	MkConfig(ctx context.Context, root, out string, dev []sandbox.Link) error
 }
 
 // VirtFwVars is virt-fw-vars (python3-virt-firmware).
@@ -42,12 +44,14 @@ func (h Host) run(ctx context.Context, c runner.Cmd) error {
 
 // MkImage implements Grub.
 func (h Host) MkImage(ctx context.Context, root string, args ...string) error {
-	return h.run(ctx, runner.Cmd{Name: "chroot", Args: append([]string{root, "grub-mkimage"}, args...)})
+	_, err := sandbox.Run(ctx, h.Runner, sandbox.Spec{Root: root, Argv: append([]string{"grub-mkimage"}, args...)})
+	return err
 }
 
 // MkConfig implements Grub.
-func (h Host) MkConfig(ctx context.Context, root, out string) error {
-	return h.run(ctx, runner.Cmd{Name: "chroot", Args: []string{root, "grub-mkconfig", "-o", out}})
+func (h Host) MkConfig(ctx context.Context, root, out string, dev []sandbox.Link) error {
+	_, err := sandbox.Run(ctx, h.Runner, sandbox.Spec{Root: root, Argv: []string{"grub-mkconfig", "-o", out}, Links: dev})
+	return err
 }
 
 // AddMOK implements VirtFwVars.

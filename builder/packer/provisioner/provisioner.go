@@ -257,7 +257,7 @@ func StagingScript(staging string) string {
 // unpacks the uploaded archive into root (a root other than / through
 // "kpreload copy-in", so that every path is resolved inside it), runs ldconfig, enables the staged
 // systemd units and, when boot is set, runs "kpreload install" for the
-// kernels, which makes the root's boot loader boot kpreload and fails when
+// kernels (the uploaded kpreload, not the root's copy, for a root other than /), which makes the root's boot loader boot kpreload and fails when
 // it cannot. Into "/" it runs only as root (use_sudo for a non-root
 // communicator user). Every failure names what to do.
 func InstallScript(root, staging string, units, kernels []string, boot bool) string {
@@ -297,7 +297,14 @@ func InstallScript(root, staging string, units, kernels []string, boot bool) str
 		w(`else echo "kpreload: warning: no systemctl on the target: units %s not enabled" >&2; fi`, strings.Join(units, " "))
 	}
 	if boot {
-		args := []string{`"$root/` + image.ImageKpreload + `"`, "install", `--root "$root"`}
+		// kpreload itself, never a program of a root other than /: the copy
+		// unpacked beside it (install runs the root's own update-grub only
+		// in its sandbox).
+		bin := `"$root/` + image.ImageKpreload + `"`
+		if root != "/" {
+			bin = `"$staging/tree/` + image.ImageKpreload + `"`
+		}
+		args := []string{bin, "install", `--root "$root"`}
 		for _, k := range kernels {
 			args = append(args, "--kernel", shellQuote(k))
 		}

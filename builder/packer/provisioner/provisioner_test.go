@@ -292,3 +292,18 @@ func TestInstallScriptNeedsRoot(t *testing.T) {
 		t.Errorf("the script for another target root checks the user:\n%s", other)
 	}
 }
+
+// TestInstallScriptRunsNoRootProgram: into a root other than /, install is
+// run from the uploaded kpreload, never from the copy inside the root (the
+// root's files are its maker's); into /, from the installed one.
+func TestInstallScriptRunsNoRootProgram(t *testing.T) {
+	for _, c := range []struct{ root, want, never string }{
+		{"/mnt/target", `"$staging/tree/` + image.ImageKpreload + `" install --root "$root"`, `"$root/` + image.ImageKpreload + `"`},
+		{"/", `"$root/` + image.ImageKpreload + `" install --root "$root"`, `"$staging/tree/`},
+	} {
+		s := InstallScript(c.root, "/tmp/x", nil, []string{testKernel}, true)
+		if !strings.Contains(s, c.want) || strings.Contains(s, c.never) {
+			t.Errorf("InstallScript(%s): want %s and no %s:\n%s", c.root, c.want, c.never, s)
+		}
+	}
+}

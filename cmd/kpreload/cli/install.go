@@ -87,10 +87,12 @@ them into a root or disk image another tool made) boot kpreload. It:
     and keeps the distribution's initramfs bootable as its own entry.
 
 It fails when the boot would not use kpreload afterwards. On a root other than
-/, GRUB's update-grub runs through chroot: /dev, /proc and /sys must be mounted
-in it (--image mounts them). A root staged in a directory whose disk is made
-later (on tmpfs, overlay) names the filesystem it will boot from with
---root-filesystem, taken as its mkfs makes it by default.
+/, the root's own update-grub runs in a sandbox (bubblewrap's bwrap, which must
+be installed): the root as /, no network, no capabilities, its own /proc and
+/dev with the block device of the root's filesystem when --root is where that
+filesystem is mounted (--image mounts it so). A root staged in a directory
+whose disk is made later (on tmpfs, overlay) names the filesystem it will boot
+from with --root-filesystem, taken as its mkfs makes it by default.
 
 The kernel command line: kpreload's GRUB entries (and the distribution-initramfs
 entry it writes as the way back) boot "root=<the root> ro", then
@@ -99,7 +101,7 @@ Debian's own default entry does (diskimage-builder puts console=ttyS0 in
 GRUB_CMDLINE_LINUX_DEFAULT); --cmdline and /etc/kpreload/cmdline are for
 systemd-boot entries only. update-grub in a loop-mounted image prints
 "grub-probe: error: failed to get canonical path of <the image file>" and
-grub-probe's usage once per probe: in the chroot, grub-probe cannot find the
+grub-probe's usage once per probe: in the sandbox, grub-probe cannot find the
 loop device's backing file, a path of this machine. It is harmless (install
 says so after it): grub.cfg is written all the same, and install checks its
 default entry afterwards.
