@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/klauspost/compress/zstd"
+
 	"github.com/kpreload/kpreload/internal/inroot/inroottest"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/cellsign"
@@ -78,11 +80,11 @@ func (c *cacheCell) root(t *testing.T, newer string) (root, victim string) {
 	t.Helper()
 	root, victim = linkRoot(t)
 	treetest.Write(t, root, map[string]string{
-		"boot/vmlinuz-" + newer:                "newer kernel",
-		"lib/modules/" + newer + "/modules.dep": "",
+		"boot/vmlinuz-" + newer:                             "newer kernel",
+		"lib/modules/" + newer + "/modules.dep":             "",
 		"lib/modules/" + newer + "/modules.builtin.modinfo": "ext4.alias=fs-ext4\x00xfs.alias=fs-xfs\x00btrfs.alias=fs-btrfs\x00crc32c_generic.alias=crypto-crc32c\x00",
-		"etc/kpreload/keys/builder.pub":                      c.pub,
-		RemoteFile:                                           "remote: " + c.url + "\nplain_http: true\ntrust: [/etc/kpreload/keys/builder.pub]\n",
+		"etc/kpreload/keys/builder.pub":                     c.pub,
+		RemoteFile:                                          "remote: " + c.url + "\nplain_http: true\ntrust: [/etc/kpreload/keys/builder.pub]\n",
 	})
 	if _, err := store.Open(filepath.Join(root, CacheDir)); err != nil {
 		t.Fatal(err)
@@ -201,4 +203,92 @@ func TestCacheLinksOut(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestEarlyDriversCacheLinksOut: a root that asks for the early decision
+// (its initramfs carries the driver sets of the root's cache) whose boot
+// index names a module file that is a link to a file beside the root, or
+// whose object directory is a link to a directory beside it holding a file
+// of that name. install and postinst either fail or build initramfs images
+// that do not carry that file: every file of the cache is read inside the
+// root.
+func TestEarlyDriversCacheLinksOut(t *testing.T) {
+	const sha = "ab00000000000000000000000000000000000000000000000000000000000001"
+	for _, link := range []string{"objects/sha256/ab/" + sha, "objects/sha256/ab", "objects/sha256", "objects"} {
+		t.Run(link, func(t *testing.T) {
+			root, victim := linkRoot(t)
+			// The file beside the root, where each link leads.
+			leads := filepath.Join(victim, "secret")
+			if rest := strings.TrimPrefix("objects/sha256/ab/"+sha, link); rest != "" {
+				leads = filepath.Join(victim, rest)
+			}
+			treetest.Write(t, victim, map[string]string{strings.TrimPrefix(leads, victim+"/"): hostSecret})
+			cache := filepath.Join(root, CacheDir)
+			ix := &bootindex.Index{Format: bootindex.FormatVersion, Kernel: testKernel, Sets: []bootindex.Set{{
+				ID: strings.Repeat("c", 64), Driver: "kpreload-edu", Version: "1.0", Dir: store.IndexSetDir,
+				Modules: []bootindex.Module{{Name: "kpreload_edu", Path: "ab/" + sha, SHA256: sha, Size: int64(len(hostSecret)), Vermagic: testKernel + " SMP preempt mod_unload modversions "}},
+			}}}
+			if err := bootindex.Write(bootindex.Path(cache, testKernel), ix); err != nil {
+				t.Fatal(err)
+			}
+			treetest.Write(t, root, map[string]string{EarlyDrivers: ""})
+			full := filepath.Join(cache, link)
+			if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.RemoveAll(full); err != nil {
+				t.Fatal(err)
+			}
+			target := victim // a directory beside the root
+			if link == "objects/sha256/ab/"+sha {
+				target = leads // the file itself
+			}
+			if err := os.Symlink(target, full); err != nil {
+				t.Fatal(err)
+			}
+			before := inroottest.Snapshot(t, victim)
+			ctx := context.Background()
+			for _, s := range []struct {
+				name string
+				run  func(o Options) error
+			}{
+				{"install", func(o Options) error { _, err := Install(ctx, o); return err }},
+				{"postinst", func(o Options) error { _, err := KernelAdded(ctx, o, testKernel); return err }},
+			} {
+				var log bytes.Buffer
+				err := s.run(Options{Root: root, Bootloader: SystemdBoot, Log: &log})
+				said := log.String()
+				if err != nil {
+					said += "\n" + err.Error()
+				}
+				if got := inroottest.Snapshot(t, victim); got != before {
+					t.Fatalf("%s changed the tree beside the root:\nbefore\n%s\nafter\n%s\n%s", s.name, before, got, said)
+				}
+				if echoesSecret(said) {
+					t.Errorf("%s shows the content of a file beside the root:\n%s", s.name, said)
+				}
+				if img, err := os.ReadFile(filepath.Join(root, InitramfsPath(testKernel))); err == nil {
+					if bytes.Contains(unzstd(t, img), []byte("QSECRET")) {
+						t.Errorf("%s put a file from beside the root into the initramfs:\n%s", s.name, said)
+					}
+				}
+			}
+		})
+	}
+}
+
+// unzstd decompresses a zstd initramfs (a stand-in that is not zstd is
+// returned as it is).
+func unzstd(t *testing.T, b []byte) []byte {
+	t.Helper()
+	d, err := zstd.NewReader(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	out, err := d.DecodeAll(b, nil)
+	if err != nil {
+		return b
+	}
+	return out
 }
