@@ -98,7 +98,7 @@ func (c *cacheCell) root(t *testing.T, newer string) (root, victim string) {
 // TestCacheLinksOut runs install, the kernel hooks that pull cells
 // (postinst, refresh), postrm and status on roots where one path of the
 // module cache (each directory, lock, record and file a pull writes or
-// reads) is a link to a directory beside the root, to a file there or to
+// reads, the cache itself, /var/lib/kpreload and the hooks' lock) is a link to a directory beside the root, to a file there or to
 // a file there that does not exist. Nothing beside the root is created,
 // changed or removed, and nothing any step prints, warns or fails with
 // shows the file's content. Without a link, postinst and refresh each
@@ -113,6 +113,8 @@ func TestCacheLinksOut(t *testing.T) {
 		"keys", path.Join("keys", cell.keyID),
 		bootindex.IndexDir, path.Join(bootindex.IndexDir, newer+".json"),
 		".lock", remote.SeenFile, "remote-generations.lock",
+		// The cache itself, the directory above it and the hooks' lock there.
+		".", "..", path.Join("..", path.Base(HookLock)),
 	}
 	type step struct {
 		name string
