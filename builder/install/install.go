@@ -392,7 +392,9 @@ func (o *Options) prepareInitramfs(ctx context.Context, release string) (*pendin
 		defer os.RemoveAll(ao.FirmwareDir)
 	}
 	if exists(o.Root, EarlyDrivers) {
-		if ao.CacheDir, err = inroot.Resolve(o.Root, CacheDir); err != nil {
+		// Its index and every file it names resolved inside the root.
+		ao.CacheRoot, ao.CacheDir = o.Root, CacheDir
+		if _, err := inroot.Stat(o.Root, CacheDir); err != nil {
 			return nil, fmt.Errorf("kpreload initramfs of %s: the module cache (%s asks for the driver sets): %w", release, EarlyDrivers, err)
 		}
 		ao.Complete = true

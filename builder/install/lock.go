@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -93,15 +92,7 @@ func openLock(root string) (*os.File, error) {
 	if err := inroot.MkdirAll(root, path.Dir(HookLock), 0o755); err != nil && !errors.Is(err, unix.EROFS) {
 		return nil, fmt.Errorf("lock: %w", err)
 	}
-	dir, err := inroot.Resolve(root, path.Dir(HookLock))
-	if err != nil {
-		return nil, fmt.Errorf("lock: %w", err)
-	}
-	name := filepath.Join(dir, path.Base(HookLock))
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o644)
-	if errors.Is(err, unix.EROFS) {
-		f, err = os.OpenFile(name, os.O_RDONLY|unix.O_NOFOLLOW, 0)
-	}
+	f, err := inroot.OpenLock(root, HookLock, true, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("lock: %w", err)
 	}

@@ -108,10 +108,6 @@ type driverKey struct{ driver, version, flavor string }
 // pulled; a cell it could not use is a warning, not an error: the kernel
 // still gets its boot entry, without the driver.
 func (o *Options) pullCells(ctx context.Context, cfg *RemoteConfig, kernel string) (pulled, warnings []string) {
-	cache, err := inroot.Resolve(o.Root, CacheDir) // written to: inside the root
-	if err != nil {
-		return nil, []string{fmt.Sprintf("the root's cache: %v", err)}
-	}
 	want := map[driverKey]bool{}
 	idx, _ := inroot.Glob(o.Root, path.Join(CacheDir, bootindex.IndexDir, "*.json"))
 	for _, p := range idx {
@@ -164,7 +160,8 @@ func (o *Options) pullCells(ctx context.Context, cfg *RemoteConfig, kernel strin
 	if err != nil {
 		return nil, warn("%v", err)
 	}
-	st, err := store.Open(cache)
+	// Every file of the root's cache is written resolved inside the root.
+	st, err := store.OpenIn(o.Root, CacheDir)
 	if err != nil {
 		return nil, warn("the root's cache: %v", err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/kpreload/kpreload/initramfs/modprobe"
 	"github.com/kpreload/kpreload/initramfs/rootcheck"
 	"github.com/kpreload/kpreload/internal/fileutil"
+	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/modalias"
@@ -88,6 +89,10 @@ type Options struct {
 	Init string
 	// CacheDir, when set, is a kpreload module cache whose sets for Kernel are included.
 	CacheDir string
+	// CacheRoot, when set, is the tree CacheDir is a name in (a root
+	// filesystem's cache): its index and every file it names are resolved
+	// inside CacheRoot, so no link in the cache leads out of it.
+	CacheRoot string
 	// Modules adds more kernel modules by name (with their dependencies).
 	Modules []string
 	// ExtraFiles adds module files as they are, unchecked, in a set named "extra";
@@ -203,7 +208,7 @@ func Build(o Options, w io.Writer) (*Result, error) {
 	idx.Sets = append(idx.Sets, *kset)
 
 	if o.CacheDir != "" {
-		sets, err := cacheSets(o.CacheDir, o.Kernel)
+		sets, err := cacheSets(o.CacheRoot, o.CacheDir, o.Kernel)
 		if err != nil {
 			return nil, err
 		}
@@ -211,7 +216,11 @@ func Build(o Options, w io.Writer) (*Result, error) {
 			s := cs.set
 			s.Dir = path.Join("kpreload", shortID(s.ID))
 			for _, m := range s.Modules {
-				if err := a.AddFileFrom(path.Join(modRoot, s.Dir, m.Path), 0o644, filepath.Join(cs.dir, m.Path)); err != nil {
+				src, err := cs.file(m.Path)
+				if err != nil {
+					return nil, fmt.Errorf("set %s: %w", shortID(s.ID), err)
+				}
+				if err := a.AddFileFrom(path.Join(modRoot, s.Dir, m.Path), 0o644, src); err != nil {
 					return nil, err
 				}
 				res.Modules = append(res.Modules, m.Name)
@@ -219,7 +228,10 @@ func Build(o Options, w io.Writer) (*Result, error) {
 			if s.SupportedGPUs != "" {
 				// The driver's supported-gpus.json goes next to the set's
 				// modules, under its own name.
-				src := filepath.Join(cs.dir, filepath.FromSlash(s.SupportedGPUs))
+				src, err := cs.file(s.SupportedGPUs)
+				if err != nil {
+					return nil, fmt.Errorf("set %s: supported-gpus: %w", shortID(s.ID), err)
+				}
 				s.SupportedGPUs = manifest.SupportedGPUsFile
 				if err := a.AddFileFrom(path.Join(modRoot, s.Dir, s.SupportedGPUs), 0o644, src); err != nil {
 					return nil, fmt.Errorf("set %s: supported-gpus: %w", shortID(s.ID), err)
@@ -483,19 +495,40 @@ func extraSet(files []string) (*bootindex.Set, error) {
 
 type cacheSet struct {
 	set bootindex.Set
-	dir string // absolute directory of the set's files
+	// file returns the path on this machine of a file of the set, named
+	// relative to the set's directory.
+	file func(rel string) (string, error)
 }
 
-// cacheSets reads the cache's boot index for the kernel.
-func cacheSets(cacheDir, kernel string) ([]cacheSet, error) {
+// cacheSets reads the cache's boot index for the kernel; with root, the
+// cache is the name cacheDir in the tree at root, and the index and every
+// file it names are resolved inside root.
+func cacheSets(root, cacheDir, kernel string) ([]cacheSet, error) {
+	var out []cacheSet
+	if root != "" {
+		name := path.Join(cacheDir, bootindex.IndexDir, kernel+".json")
+		ix, err := bootindex.ReadIn(root, name)
+		if err != nil {
+			return nil, fmt.Errorf("cache %s has no modules for kernel %s: %w", inroot.Host(root, cacheDir), kernel, err)
+		}
+		for _, s := range ix.Sets {
+			dir := path.Join(path.Dir(name), s.Dir)
+			out = append(out, cacheSet{set: s, file: func(rel string) (string, error) {
+				return inroot.Resolve(root, path.Join(dir, rel))
+			}})
+		}
+		return out, nil
+	}
 	p := bootindex.Path(cacheDir, kernel)
 	ix, err := bootindex.Read(p)
 	if err != nil {
 		return nil, fmt.Errorf("cache %s has no modules for kernel %s: %w", cacheDir, kernel, err)
 	}
-	var out []cacheSet
 	for _, s := range ix.Sets {
-		out = append(out, cacheSet{set: s, dir: filepath.Join(filepath.Dir(p), s.Dir)})
+		dir := filepath.Join(filepath.Dir(p), s.Dir)
+		out = append(out, cacheSet{set: s, file: func(rel string) (string, error) {
+			return filepath.Join(dir, filepath.FromSlash(rel)), nil
+		}})
 	}
 	return out, nil
 }

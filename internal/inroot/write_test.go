@@ -79,6 +79,25 @@ func TestWritesStayInRoot(t *testing.T) {
 			os.WriteFile(src, []byte("new"), 0o644)
 			return CopyFile(r, "rel/file", src, 0o644)
 		}, "", "no such file"},
+		{"mkdir through a link out", func(r string) error { return Mkdir(r, "abs/new", 0o755) }, "", "no such file"},
+		{"mkdir over a dangling link", func(r string) error { return Mkdir(r, "dangling", 0o755) }, "", "file exists"},
+		{"mkdir-temp through a link out", func(r string) error { _, err := MkdirTemp(r, "rel", ".tmp-*"); return err }, "", "no such file"},
+		{"create through a link out", func(r string) error { _, err := CreateExcl(r, "abs/new", 0o644); return err }, "", "no such file"},
+		{"create over a link to a file", func(r string) error { _, err := CreateExcl(r, "absfile", 0o644); return err }, "", "file exists"},
+		{"create over a dangling link", func(r string) error { _, err := CreateExcl(r, "dangling", 0o644); return err }, "", "file exists"},
+		{"lock a link to a file", func(r string) error { _, err := OpenLock(r, "absfile", true, 0o644); return err }, "", "it is a symlink"},
+		{"lock a dangling link", func(r string) error { _, err := OpenLock(r, "dangling", true, 0o644); return err }, "", "it is a symlink"},
+		{"lock through a link out", func(r string) error { _, err := OpenLock(r, "rel/lock", true, 0o644); return err }, "", "no such file"},
+		{"lock a directory", func(r string) error { _, err := OpenLock(r, "inside", true, 0o644); return err }, "", "a directory"},
+		{"lock made new", func(r string) error {
+			f, err := OpenLock(r, "inside/lock", true, 0o644)
+			if err == nil {
+				_, err = f.WriteString("new")
+				f.Close()
+			}
+			return err
+		}, "inside/lock", ""},
+		{"sync a directory through a link out", func(r string) error { return SyncDir(r, "rel") }, "", "no such file"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			root, victim := hostile(t)

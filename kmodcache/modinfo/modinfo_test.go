@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // testModules are modules present in both test kernels, picked for what their
@@ -432,5 +434,37 @@ func BenchmarkReadFile(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestReadFromSynthetic: a module compiled without a kernel, plain and
+// compressed by the real xz, zstd and gzip, reads the same through ReadFile
+// and through ReadFrom on the file opened, in the unit tier.
+func TestReadFromSynthetic(t *testing.T) {
+	src := testenv.SyntheticModule(t, "syn_read", "6.1.0-56-cloud-amd64")
+	dir := t.TempDir()
+	for _, c := range []struct{ comp, file string }{
+		{"", src},
+		{CompressionXZ, writeFile(t, dir, "syn_read.ko.xz", run(t, "xz", "--check=crc32", "-c", src))},
+		{CompressionZstd, writeFile(t, dir, "syn_read.ko.zst", run(t, "zstd", "-q", "-c", src))},
+		{CompressionGzip, writeFile(t, dir, "syn_read.ko.gz", run(t, "gzip", "-c", src))},
+	} {
+		want, err := ReadFile(c.file)
+		if err != nil {
+			t.Fatalf("ReadFile(%q): %v", c.file, err)
+		}
+		f, err := os.Open(c.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := ReadFrom(f)
+		f.Close()
+		if err != nil {
+			t.Fatalf("ReadFrom(%q): %v", c.file, err)
+		}
+		if got.Name != "syn_read" || got.Compression != c.comp || got.Vermagic != want.Vermagic || got.Size != want.Size || got.Compression != want.Compression {
+			t.Errorf("ReadFrom(%q) = {Name %q Compression %q Vermagic %q Size %d}, ReadFile {%q %q %q %d}; want name syn_read, compression %q",
+				c.file, got.Name, got.Compression, got.Vermagic, got.Size, want.Name, want.Compression, want.Vermagic, want.Size, c.comp)
+		}
 	}
 }

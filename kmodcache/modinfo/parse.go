@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/kpreload/kpreload/internal/inroot"
@@ -42,6 +43,13 @@ func ReadFile(path string) (*Info, error) {
 		return nil, fmt.Errorf("read module: %w", err)
 	}
 	defer f.Close()
+	return ReadFrom(f)
+}
+
+// ReadFrom is ReadFile for a module file already open, named by f.Name();
+// the caller closes f.
+func ReadFrom(f *os.File) (*Info, error) {
+	path := f.Name()
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("read module: %w", err)
@@ -50,7 +58,25 @@ func ReadFile(path string) (*Info, error) {
 	if n, _ := f.ReadAt(magic, 0); fi.Mode().IsRegular() && n == len(magic) && bytes.Equal(magic, magicELF) {
 		return parseAt(path, f, fi.Size())
 	}
-	image, compression, err := Open(path)
+	// Read whole (at most MaxImageSize), into room for its size and one byte more.
+	data := make([]byte, 0, min(fi.Size(), MaxImageSize)+1)
+	for int64(len(data)) <= MaxImageSize {
+		if len(data) == cap(data) {
+			data = append(data, 0)[:len(data)]
+		}
+		n, err := f.ReadAt(data[len(data):cap(data)], int64(len(data)))
+		data = data[:len(data)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read module %s: %w", path, err)
+		}
+	}
+	if int64(len(data)) > MaxImageSize {
+		return nil, fmt.Errorf("read module %s: %w: more than %d bytes", path, inroot.ErrTooLarge, int64(MaxImageSize))
+	}
+	image, compression, err := Decompress(path, data)
 	if err != nil {
 		return nil, err
 	}

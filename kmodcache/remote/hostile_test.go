@@ -602,10 +602,11 @@ func TestPullTempDir(t *testing.T) {
 
 	// A directory still in use, and what a SIGKILLed pull leaves: its
 	// directory, its unlocked lock file and a partial download.
-	live, release, err := dst.TempDir(context.Background(), "pull")
+	scratch, err := dst.TempDir(context.Background(), "pull")
 	if err != nil {
 		t.Fatal(err)
 	}
+	live, release := scratch.Dir(), scratch.Remove
 	dead := filepath.Join(dst.Dir(), ".tmp-pull-dead")
 	for _, f := range []string{".lock", c.mods[0].SHA256} {
 		if err := os.MkdirAll(dead, 0o755); err != nil {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -85,15 +84,18 @@ func (r *Remote) pullRecord(ctx context.Context, st *store.Store, rec *Record, r
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 
-	tmp, remove, err := st.TempDir(ctx, "pull")
+	tmp, err := st.TempDir(ctx, "pull")
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	defer remove()
+	defer tmp.Remove()
 	files := map[string]string{}
 	for _, b := range plan.blobs {
-		dst := filepath.Join(tmp, b.desc.Digest.Encoded())
-		n, err := fetchFile(ctx, r.repo, b.desc, dst)
+		out, dst, err := tmp.Create(b.desc.Digest.Encoded())
+		if err != nil {
+			return nil, fmt.Errorf("%s: layer %s (%s): %w", what, b.name(), b.desc.Digest, err)
+		}
+		n, err := fetchFile(ctx, r.repo, b.desc, out)
 		if err != nil {
 			return nil, fmt.Errorf("%s: layer %s (%s): %w", what, b.name(), b.desc.Digest, err)
 		}
@@ -108,11 +110,11 @@ func (r *Remote) pullRecord(ctx context.Context, st *store.Store, rec *Record, r
 	}
 	res.SetID = id
 	if rec.Trust == TrustVerified {
-		if err := withSeen(st.Dir(), func(m map[seenKey]seen) (bool, error) { return r.remember(m, rec), nil }); err != nil {
+		if err := withSeen(st, func(m map[seenKey]seen) (bool, error) { return r.remember(m, rec), nil }); err != nil {
 			return nil, fmt.Errorf("%s: set %s added, but: %w", what, short(id), err)
 		}
 	}
-	if err := remove(); err != nil {
+	if err := tmp.Remove(); err != nil {
 		return nil, fmt.Errorf("%s: set %s added, but: %w", what, short(id), err)
 	}
 	return res, nil
@@ -263,19 +265,15 @@ func fetchAll(ctx context.Context, f fetcher, d ocispec.Descriptor, limit int64)
 	return buf.Bytes(), nil
 }
 
-// fetchFile downloads a blob to path (a new file), verifying its size and
-// digest: no more than its descriptor's size is read.
-func fetchFile(ctx context.Context, f fetcher, d ocispec.Descriptor, path string) (int64, error) {
+// fetchFile downloads a blob into out (a new file, closed on return),
+// verifying its size and digest: no more than its descriptor's size is read.
+func fetchFile(ctx context.Context, f fetcher, d ocispec.Descriptor, out *os.File) (int64, error) {
+	defer out.Close()
 	rc, err := f.Fetch(ctx, d)
 	if err != nil {
 		return 0, err
 	}
 	defer rc.Close()
-	out, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return 0, err
-	}
-	defer out.Close()
 	vr := content.NewVerifyReader(rc, d)
 	n, err := io.Copy(out, vr)
 	if err == nil {

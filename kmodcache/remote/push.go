@@ -112,13 +112,17 @@ func (r *Remote) pushSetOnce(ctx context.Context, st *store.Store, id, recipe st
 		objects = append(objects, object{MediaTypeGPUs, f.File, f.SHA256})
 	}
 	for _, o := range objects {
-		path := st.ObjectPath(o.sha)
-		fi, err := os.Stat(path)
+		f, err := st.OpenObject(o.sha)
+		var fi os.FileInfo
+		if err == nil {
+			fi, err = f.Stat()
+			f.Close()
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %s: %w", what, o.file, err)
 		}
 		d := descriptor(o.mediaType, digest.NewDigestFromEncoded(digest.SHA256, o.sha), fi.Size(), o.file)
-		if err := r.pushBlob(ctx, d, func() (io.ReadCloser, error) { return inroot.OpenPath(path) }, res); err != nil {
+		if err := r.pushBlob(ctx, d, func() (io.ReadCloser, error) { return st.OpenObject(o.sha) }, res); err != nil {
 			return nil, fmt.Errorf("%s: %s: %w", what, o.file, err)
 		}
 		layers = append(layers, d)
@@ -243,7 +247,7 @@ var lastGeneration atomic.Uint64
 func nextGeneration(st *store.Store, id Identity) (uint64, error) {
 	g := uint64(max(time.Now().UnixNano(), 0))
 	if st != nil {
-		m, err := loadSeen(st.Dir())
+		m, err := loadSeen(st)
 		if err != nil {
 			return 0, err
 		}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,8 +13,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kpreload/kpreload/internal/fileutil"
-	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
 
@@ -93,12 +90,12 @@ type seenJSON struct {
 // between processes.
 var seenMu sync.Mutex
 
-// loadSeen reads dir's SeenFile (none: nothing seen).
-func loadSeen(dir string) (map[seenKey]seen, error) {
-	path := filepath.Join(dir, SeenFile)
-	// A regular file of a bounded size: a FIFO or a device in its place
-	// is refused at once.
-	b, err := inroot.ReadPath(path, maxSeenFile)
+// loadSeen reads st's SeenFile (none: nothing seen).
+func loadSeen(st *store.Store) (map[seenKey]seen, error) {
+	path := filepath.Join(st.Dir(), SeenFile)
+	// A regular file of a bounded size, resolved as every file of the
+	// cache: a FIFO or a device in its place is refused at once.
+	b, err := st.ReadFile(SeenFile, maxSeenFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return map[seenKey]seen{}, nil
 	}
@@ -124,12 +121,12 @@ func loadSeen(dir string) (map[seenKey]seen, error) {
 	return m, nil
 }
 
-// withSeen runs fn on dir's remembered generations under the lock, then
+// withSeen runs fn on st's remembered generations under the lock, then
 // writes them back (atomically) if fn changed them.
-func withSeen(dir string, fn func(m map[seenKey]seen) (changed bool, err error)) error {
+func withSeen(st *store.Store, fn func(m map[seenKey]seen) (changed bool, err error)) error {
 	seenMu.Lock()
 	defer seenMu.Unlock()
-	lf, err := os.OpenFile(filepath.Join(dir, seenLock), os.O_RDWR|os.O_CREATE, 0o644)
+	lf, err := st.LockFile(seenLock)
 	if err != nil {
 		return fmt.Errorf("lock the generations this cache has seen: %w", err)
 	}
@@ -138,7 +135,7 @@ func withSeen(dir string, fn func(m map[seenKey]seen) (changed bool, err error))
 		return fmt.Errorf("lock the generations this cache has seen: %w", err)
 	}
 	defer unix.Flock(int(lf.Fd()), unix.LOCK_UN)
-	m, err := loadSeen(dir)
+	m, err := loadSeen(st)
 	if err != nil {
 		return err
 	}
@@ -157,7 +154,7 @@ func withSeen(dir string, fn func(m map[seenKey]seen) (changed bool, err error))
 	if err != nil {
 		return err
 	}
-	if err := fileutil.WriteAtomic(filepath.Join(dir, SeenFile), append(b, '\n'), 0o644, true); err != nil {
+	if err := st.WriteFile(SeenFile, append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("remember the generations this cache has seen: %w", err)
 	}
 	return nil
@@ -192,7 +189,7 @@ func (r *Remote) CheckSeen(st *store.Store, rec *Record) error {
 	if rec.Trust != TrustVerified {
 		return nil
 	}
-	return withSeen(st.Dir(), func(m map[seenKey]seen) (bool, error) {
+	return withSeen(st, func(m map[seenKey]seen) (bool, error) {
 		for _, s := range m {
 			if s.Remote == r.url && s.Key == rec.Tag && s.Generation > rec.Generation {
 				return false, r.rollback(rec, s)
@@ -232,7 +229,7 @@ func (r *Remote) Select(st *store.Store, recs []*Record, match func(Identity) bo
 		}
 		return newest, nil, nil
 	}
-	err = withSeen(st.Dir(), func(m map[seenKey]seen) (bool, error) {
+	err = withSeen(st, func(m map[seenKey]seen) (bool, error) {
 		changed := false
 		for _, id := range order {
 			rec := best[id]

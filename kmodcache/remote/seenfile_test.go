@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/internal/inroot/inroottest"
+	"github.com/kpreload/kpreload/kmodcache/store"
 )
 
 // TestSeenFileRefusesSpecialFiles: the cache's record of the generations it
@@ -13,10 +14,13 @@ import (
 func TestSeenFileRefusesSpecialFiles(t *testing.T) {
 	for _, kind := range inroottest.Specials(maxSeenFile) {
 		t.Run(kind.Name, func(t *testing.T) {
-			dir := t.TempDir()
-			p := filepath.Join(dir, SeenFile)
+			st, err := store.Open(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := filepath.Join(st.Dir(), SeenFile)
 			kind.Make(t, p)
-			inroottest.RefusesAtOnce(t, "loadSeen", p, kind.Want, func() error { _, err := loadSeen(dir); return err })
+			inroottest.RefusesAtOnce(t, "loadSeen", p, kind.Want, func() error { _, err := loadSeen(st); return err })
 		})
 	}
 }

@@ -8,11 +8,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 
-	"github.com/kpreload/kpreload/internal/fileutil"
 	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
@@ -91,7 +91,7 @@ func (s *Store) AddFiles(ctx context.Context, req AddRequest) (*manifest.Manifes
 		}
 	}
 	// m was just built from the files themselves: nothing to re-derive.
-	id, err := s.add(ctx, m, files, req.Replace, false)
+	id, err := s.add(ctx, m, files, inroot.OpenPath, req.Replace, false)
 	if err != nil {
 		return nil, "", err
 	}
@@ -111,12 +111,13 @@ func (s *Store) AddFiles(ctx context.Context, req AddRequest) (*manifest.Manifes
 // and flavor are removed once the new one is in place; without it they make
 // Add fail.
 func (s *Store) Add(ctx context.Context, m *manifest.Manifest, files map[string]string, replace bool) (string, error) {
-	return s.add(ctx, m, files, replace, true)
+	return s.add(ctx, m, files, s.openSource, replace, true)
 }
 
-// add is Add; rederive re-reads the modules' metadata (checkDerived), which
-// AddFiles, whose manifest comes from the files, need not.
-func (s *Store) add(ctx context.Context, m *manifest.Manifest, files map[string]string, replace, rederive bool) (string, error) {
+// add is Add, opening the files with open; rederive re-reads the modules'
+// metadata (checkDerived), which AddFiles, whose manifest comes from the
+// files, need not.
+func (s *Store) add(ctx context.Context, m *manifest.Manifest, files map[string]string, open func(string) (*os.File, error), replace, rederive bool) (string, error) {
 	m = m.Clone()
 	m.Canonicalize()
 	if err := m.Validate(); err != nil {
@@ -137,7 +138,7 @@ func (s *Store) add(ctx context.Context, m *manifest.Manifest, files map[string]
 		return "", fmt.Errorf("%s: no source file given for %s", what, f.File)
 	}
 	if rederive {
-		if err := checkDerived(m, func(mod manifest.Module) string { return files[mod.File] }); err != nil {
+		if err := checkDerived(m, func(mod manifest.Module) (*os.File, error) { return open(files[mod.File]) }); err != nil {
 			return "", fmt.Errorf("%s: refused: %w", what, err)
 		}
 	}
@@ -169,27 +170,27 @@ func (s *Store) add(ctx context.Context, m *manifest.Manifest, files map[string]
 		if err := ctx.Err(); err != nil {
 			return "", fmt.Errorf("%s: %w", what, err)
 		}
-		if err := s.putObject(files[mod.File], mod.SHA256, mod.Size); err != nil {
+		if err := s.putObject(open, files[mod.File], mod.SHA256, mod.Size); err != nil {
 			return "", fmt.Errorf("%s: %w", what, err)
 		}
 	}
 	if f := m.SupportedGPUs; f != nil {
-		if err := s.putObject(files[f.File], f.SHA256, f.Size); err != nil {
+		if err := s.putObject(open, files[f.File], f.SHA256, f.Size); err != nil {
 			return "", fmt.Errorf("%s: %s: %w", what, f.File, err)
 		}
 	}
 	at("objects")
 
-	if old, err := inroot.ReadPath(s.ManifestPath(id), MaxRecord); err != nil || !bytes.Equal(old, b) {
-		if err := writeAtomic(filepath.Join(s.dir, setsDir), id+".json", b, 0o444, "manifest"); err != nil {
+	if old, err := inroot.ReadFile(s.root, s.manifestName(id), MaxRecord); err != nil || !bytes.Equal(old, b) {
+		if err := s.writeAtomic(s.manifestName(id), b, 0o444, "manifest"); err != nil {
 			return "", fmt.Errorf("%s: %w", what, err)
 		}
 	}
 	at("manifest")
 
 	if kid := manifest.KeyID(m.CacheKey); kid != "" {
-		if old, err := inroot.ReadPath(s.keyPath(kid), MaxRecord); err != nil || strings.TrimSpace(string(old)) != id {
-			if err := writeAtomic(filepath.Join(s.dir, keysDir), kid, []byte(id+"\n"), 0o644, "key"); err != nil {
+		if old, err := inroot.ReadFile(s.root, s.keyName(kid), MaxRecord); err != nil || strings.TrimSpace(string(old)) != id {
+			if err := s.writeAtomic(s.keyName(kid), []byte(id+"\n"), 0o644, "key"); err != nil {
 				return "", fmt.Errorf("%s: %w", what, err)
 			}
 		}
@@ -228,7 +229,7 @@ func (s *Store) Remove(ctx context.Context, id string) error {
 	if _, err := s.removeTemps(); err != nil {
 		return fmt.Errorf("remove set %s: %w", id, err)
 	}
-	if _, err := os.Stat(s.ManifestPath(id)); err != nil {
+	if _, err := inroot.Lstat(s.root, s.manifestName(id)); err != nil {
 		return fmt.Errorf("remove set %s: %w", id, err)
 	}
 	if err := s.dropSetLocked(id); err != nil {
@@ -245,8 +246,8 @@ func (s *Store) Remove(ctx context.Context, id string) error {
 
 // dropSetLocked removes the cache keys pointing at id and then id's manifest.
 func (s *Store) dropSetLocked(id string) error {
-	dir := filepath.Join(s.dir, keysDir)
-	ents, err := os.ReadDir(dir)
+	dir := s.name(keysDir)
+	ents, err := inroot.ReadDir(s.root, dir)
 	if err != nil {
 		return fmt.Errorf("drop keys: %w", err)
 	}
@@ -254,23 +255,23 @@ func (s *Store) dropSetLocked(id string) error {
 		if isTemp(e.Name()) {
 			continue
 		}
-		b, err := inroot.ReadPath(filepath.Join(dir, e.Name()), MaxRecord)
+		b, err := inroot.ReadFile(s.root, path.Join(dir, e.Name()), MaxRecord)
 		if err != nil {
 			return fmt.Errorf("drop keys: %w", err)
 		}
 		if strings.TrimSpace(string(b)) == id {
-			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+			if err := inroot.Remove(s.root, path.Join(dir, e.Name())); err != nil {
 				return fmt.Errorf("drop keys: %w", err)
 			}
 		}
 	}
-	if err := fileutil.SyncDir(dir); err != nil {
+	if err := inroot.SyncDir(s.root, dir); err != nil {
 		return err
 	}
-	if err := os.Remove(s.ManifestPath(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := inroot.Remove(s.root, s.manifestName(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("drop manifest: %w", err)
 	}
-	return fileutil.SyncDir(filepath.Join(s.dir, setsDir))
+	return inroot.SyncDir(s.root, s.name(setsDir))
 }
 
 // recoverLocked cleans up after writers that were killed: it removes their
@@ -314,12 +315,12 @@ func (s *Store) syncIndexes() ([]string, error) {
 	}
 	var changed []string
 	for _, k := range kernels {
-		path := s.IndexPath(k)
+		name := s.indexName(k)
 		ix := buildIndex(k, good)
 		if len(ix.Sets) == 0 {
-			if err := os.Remove(path); err == nil {
-				changed = append(changed, path)
-				if err := fileutil.SyncDir(filepath.Dir(path)); err != nil {
+			if err := inroot.Remove(s.root, name); err == nil {
+				changed = append(changed, s.host(name))
+				if err := inroot.SyncDir(s.root, path.Dir(name)); err != nil {
 					return changed, err
 				}
 			} else if !errors.Is(err, fs.ErrNotExist) {
@@ -331,20 +332,20 @@ func (s *Store) syncIndexes() ([]string, error) {
 		if err != nil {
 			return changed, err
 		}
-		if old, err := inroot.ReadPath(path, MaxRecord); err == nil && bytes.Equal(old, b) {
+		if old, err := inroot.ReadFile(s.root, name, MaxRecord); err == nil && bytes.Equal(old, b) {
 			continue
 		}
-		if err := writeAtomic(filepath.Dir(path), filepath.Base(path), b, 0o644, "index"); err != nil {
+		if err := s.writeAtomic(name, b, 0o644, "index"); err != nil {
 			return changed, fmt.Errorf("boot index for %s: %w", k, err)
 		}
-		changed = append(changed, path)
+		changed = append(changed, s.host(name))
 	}
 	return changed, nil
 }
 
 // indexedKernels lists the kernels that have an index file.
 func (s *Store) indexedKernels() ([]string, error) {
-	ents, err := os.ReadDir(filepath.Join(s.dir, indexDir))
+	ents, err := inroot.ReadDir(s.root, s.name(indexDir))
 	if err != nil {
 		return nil, fmt.Errorf("list boot indexes: %w", err)
 	}
@@ -377,8 +378,8 @@ func (s *Store) collectGarbage() ([]string, error) {
 			used[f.SHA256] = true
 		}
 	}
-	root := filepath.Join(s.dir, objectsDir)
-	subs, err := os.ReadDir(root)
+	root := s.name(objectsDir)
+	subs, err := inroot.ReadDir(s.root, root)
 	if err != nil {
 		return nil, fmt.Errorf("collect unused objects: %w", err)
 	}
@@ -387,8 +388,8 @@ func (s *Store) collectGarbage() ([]string, error) {
 		if !sub.IsDir() {
 			continue
 		}
-		dir := filepath.Join(root, sub.Name())
-		ents, err := os.ReadDir(dir)
+		dir := path.Join(root, sub.Name())
+		ents, err := inroot.ReadDir(s.root, dir)
 		if err != nil {
 			return removed, fmt.Errorf("collect unused objects: %w", err)
 		}
@@ -397,19 +398,19 @@ func (s *Store) collectGarbage() ([]string, error) {
 			if isTemp(e.Name()) || !manifest.IsDigest(e.Name()) || used[e.Name()] {
 				continue
 			}
-			p := filepath.Join(dir, e.Name())
-			if err := os.Remove(p); err != nil {
+			p := path.Join(dir, e.Name())
+			if err := inroot.Remove(s.root, p); err != nil {
 				return removed, fmt.Errorf("collect unused objects: %w", err)
 			}
-			removed = append(removed, p)
+			removed = append(removed, s.host(p))
 		}
 		if len(removed) > n {
-			if err := fileutil.SyncDir(dir); err != nil {
+			if err := inroot.SyncDir(s.root, dir); err != nil {
 				return removed, err
 			}
 			// Drop the fan-out directory once empty; a later putObject makes it again.
-			if err := os.Remove(dir); err == nil {
-				if err := fileutil.SyncDir(root); err != nil {
+			if err := inroot.Remove(s.root, dir); err == nil {
+				if err := inroot.SyncDir(s.root, root); err != nil {
 					return removed, err
 				}
 			}

@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 
@@ -10,7 +11,7 @@ import (
 	"github.com/kpreload/kpreload/kmodcache/modinfo"
 )
 
-// checkDerived re-reads every module file of m (at path(module)) and checks
+// checkDerived re-reads every module file of m (opened by open) and checks
 // that the manifest says of each module, and of the whole set, exactly what
 // the files say of themselves: name, vermagic, srcversion, version,
 // aliases, dependencies, softdeps, declared firmware, signature state,
@@ -20,10 +21,15 @@ import (
 // digest, which the object store verifies) is taken from m. A set.json from
 // a registry therefore cannot make /init load a module for devices the
 // module does not claim, or claim a srcversion or signature it lacks.
-func checkDerived(m *manifest.Manifest, path func(manifest.Module) string) error {
+func checkDerived(m *manifest.Manifest, open func(manifest.Module) (*os.File, error)) error {
 	mods := make([]manifest.Module, 0, len(m.Modules))
 	for _, mod := range m.Modules {
-		info, err := modinfo.ReadFile(path(mod))
+		f, err := open(mod)
+		if err != nil {
+			return fmt.Errorf("module %s: %w", mod.File, err)
+		}
+		info, err := modinfo.ReadFrom(f)
+		f.Close()
 		if err != nil {
 			return fmt.Errorf("module %s: %w", mod.File, err)
 		}

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -46,7 +44,7 @@ type badManifest struct {
 // setIDs lists the ids of the manifests in sets/, sorted; temporary files and
 // other names are ignored.
 func (s *Store) setIDs() ([]string, error) {
-	ents, err := os.ReadDir(filepath.Join(s.dir, setsDir))
+	ents, err := inroot.ReadDir(s.root, s.name(setsDir))
 	if err != nil {
 		return nil, fmt.Errorf("list module sets: %w", err)
 	}
@@ -65,7 +63,7 @@ func (s *Store) setIDs() ([]string, error) {
 // id, that it is canonical and that it validates.
 func (s *Store) readManifest(id string) (*manifest.Manifest, error) {
 	path := s.ManifestPath(id)
-	b, err := inroot.ReadPath(path, MaxRecord)
+	b, err := inroot.ReadFile(s.root, s.manifestName(id), MaxRecord)
 	if err != nil {
 		return nil, fmt.Errorf("set %s: %w", id, err)
 	}
@@ -197,7 +195,7 @@ func (s *Store) Lookup(cacheKey map[string]string) (id string, ok bool, err erro
 	if kid == "" {
 		return "", false, nil
 	}
-	b, err := inroot.ReadPath(s.keyPath(kid), MaxRecord)
+	b, err := inroot.ReadFile(s.root, s.keyName(kid), MaxRecord)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", false, nil
 	}
@@ -242,7 +240,7 @@ func (s *Store) Index(kernel string) (*bootindex.Index, error) {
 	if err := names.Check("kernel release", kernel); err != nil {
 		return nil, fmt.Errorf("boot index: %w", err)
 	}
-	ix, err := bootindex.Read(s.IndexPath(kernel))
+	ix, err := bootindex.ReadIn(s.root, s.indexName(kernel))
 	if err != nil {
 		return nil, err
 	}
@@ -314,12 +312,12 @@ func (s *Store) CopySet(ctx context.Context, dst *Store, id string) (string, err
 	}
 	files := map[string]string{}
 	for _, mod := range m.Modules {
-		files[mod.File] = s.ObjectPath(mod.SHA256)
+		files[mod.File] = mod.SHA256
 	}
 	if f := m.SupportedGPUs; f != nil {
-		files[f.File] = s.ObjectPath(f.SHA256)
+		files[f.File] = f.SHA256
 	}
-	got, err := dst.Add(ctx, m, files, false)
+	got, err := dst.add(ctx, m, files, s.OpenObject, false, true)
 	if err != nil {
 		return "", fmt.Errorf("copy set %s to %s: %w", short(id), dst.Dir(), err)
 	}

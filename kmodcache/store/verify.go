@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/kpreload/kpreload/internal/fileutil"
 	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
@@ -129,7 +128,7 @@ func (s *Store) Verify(ctx context.Context) ([]Problem, error) {
 		}
 		r := refs[sha]
 		path := s.ObjectPath(sha)
-		got, n, err := hashFile(path)
+		got, n, err := s.hashObject(sha)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			probs = append(probs, Problem{Kind: ProblemMissingObject, Path: path, Sets: r.sets, Modules: r.mods, Detail: "object is missing"})
@@ -156,7 +155,7 @@ func (s *Store) Verify(ctx context.Context) ([]Problem, error) {
 		if !intact {
 			continue // its missing or corrupt objects are reported already
 		}
-		if err := checkDerived(st.m, func(mod manifest.Module) string { return s.ObjectPath(mod.SHA256) }); err != nil {
+		if err := checkDerived(st.m, func(mod manifest.Module) (*os.File, error) { return s.OpenObject(mod.SHA256) }); err != nil {
 			probs = append(probs, Problem{Kind: ProblemMetadataMismatch, Path: s.ManifestPath(st.id), Sets: []string{st.id}, Detail: err.Error()})
 		}
 	}
@@ -184,7 +183,7 @@ func (s *Store) verifyIndexes(good []set) ([]Problem, error) {
 	for _, k := range kernels {
 		path := s.IndexPath(k)
 		want := buildIndex(k, good)
-		old, err := inroot.ReadPath(path, MaxRecord)
+		old, err := inroot.ReadFile(s.root, s.indexName(k), MaxRecord)
 		if errors.Is(err, fs.ErrNotExist) {
 			if len(want.Sets) > 0 {
 				probs = append(probs, Problem{Kind: ProblemStaleIndex, Path: path, Sets: setIDsOf(want), Detail: fmt.Sprintf("no boot index for kernel %s, which has %d set(s)", k, len(want.Sets))})
@@ -195,7 +194,7 @@ func (s *Store) verifyIndexes(good []set) ([]Problem, error) {
 			probs = append(probs, Problem{Kind: ProblemBadIndex, Path: path, Detail: err.Error()})
 			continue
 		}
-		if _, err := bootindex.Read(path); err != nil {
+		if _, err := bootindex.Parse(path, old); err != nil {
 			probs = append(probs, Problem{Kind: ProblemBadIndex, Path: path, Detail: err.Error()})
 			continue
 		}
@@ -232,8 +231,8 @@ func (s *Store) verifyKeys(good []set, bad []badManifest) ([]Problem, error) {
 	for _, b := range bad {
 		have[b.id] = true // reported already
 	}
-	dir := filepath.Join(s.dir, keysDir)
-	ents, err := os.ReadDir(dir)
+	dir := s.name(keysDir)
+	ents, err := inroot.ReadDir(s.root, dir)
 	if err != nil {
 		return nil, fmt.Errorf("verify cache keys: %w", err)
 	}
@@ -242,8 +241,8 @@ func (s *Store) verifyKeys(good []set, bad []badManifest) ([]Problem, error) {
 		if isTemp(e.Name()) {
 			continue
 		}
-		path := filepath.Join(dir, e.Name())
-		b, err := inroot.ReadPath(path, MaxRecord)
+		path := s.host(s.keyName(e.Name()))
+		b, err := inroot.ReadFile(s.root, s.keyName(e.Name()), MaxRecord)
 		if err != nil {
 			probs = append(probs, Problem{Kind: ProblemDanglingKey, Path: path, Detail: err.Error()})
 			continue
@@ -294,13 +293,13 @@ func (s *Store) Repair(ctx context.Context) (*Repaired, error) {
 		return r, fmt.Errorf("repair: %w", err)
 	}
 	for _, p := range kp {
-		if err := os.Remove(p.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := inroot.Remove(s.root, s.keyName(filepath.Base(p.Path))); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return r, fmt.Errorf("repair: %w", err)
 		}
 		r.Keys = append(r.Keys, p.Path)
 	}
 	if len(kp) > 0 {
-		if err := fileutil.SyncDir(filepath.Join(s.dir, keysDir)); err != nil {
+		if err := inroot.SyncDir(s.root, s.name(keysDir)); err != nil {
 			return r, fmt.Errorf("repair: %w", err)
 		}
 	}

@@ -8,10 +8,10 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 
-	"github.com/kpreload/kpreload/internal/fileutil"
 	"github.com/kpreload/kpreload/internal/inroot"
 )
 
@@ -29,66 +29,95 @@ func at(stage string) {
 // isTemp reports whether a directory entry name is a writer's temporary file.
 func isTemp(name string) bool { return strings.HasPrefix(name, tmpPrefix) }
 
-// writeAtomic stores data as dir/name: a temporary file in dir, synced, renamed
-// into place, then dir synced. stage names the test hook called between the
-// write and the rename (stage+"-temp").
-func writeAtomic(dir, name string, data []byte, perm os.FileMode, stage string) error {
-	path := filepath.Join(dir, name)
-	f, err := fileutil.CreateTemp(path)
+// writeAtomic stores data as name (in the store's root): a temporary file
+// in its directory, synced, renamed into place, then the directory synced.
+// stage names the test hook called between the write and the rename
+// (stage+"-temp").
+func (s *Store) writeAtomic(name string, data []byte, perm os.FileMode, stage string) error {
+	f, err := inroot.CreateTemp(s.root, name)
 	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+		return fmt.Errorf("write %s: %w", s.host(name), err)
 	}
 	defer f.Abort()
 	if _, err := f.Write(data); err != nil {
 		return err // names the temporary file
 	}
 	at(stage + "-temp")
-	if err := f.Commit(perm, true); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+	if err := f.Commit(perm); err != nil {
+		return fmt.Errorf("write %s: %w", s.host(name), err)
 	}
 	return nil
 }
 
-// hashFile returns the hex SHA-256 and size of a file.
+// hashFile returns the hex SHA-256 and size of a file named on this machine.
 func hashFile(path string) (string, int64, error) {
 	f, err := inroot.OpenPath(path)
 	if err != nil {
 		return "", 0, fmt.Errorf("hash: %w", err)
 	}
+	return hashOpen(f)
+}
+
+// hashOpen returns the hex SHA-256 and size of what f holds, and closes it.
+func hashOpen(f *os.File) (string, int64, error) {
 	defer f.Close()
 	h := sha256.New()
 	n, err := io.Copy(h, f)
 	if err != nil {
-		return "", 0, fmt.Errorf("hash %s: %w", path, err)
+		return "", 0, fmt.Errorf("hash %s: %w", f.Name(), err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
 
-// putObject copies src into the object store as the object sha (size bytes),
-// checking while copying that src still has that digest. An object already
-// present with the right content is kept; one that is corrupt is replaced.
-func (s *Store) putObject(src, sha string, size int64) error {
-	dst := s.ObjectPath(sha)
-	if got, n, err := hashFile(dst); err == nil && got == sha && n == size {
+// hashObject is hashFile for the object sha of the store.
+func (s *Store) hashObject(sha string) (string, int64, error) {
+	f, err := s.OpenObject(sha)
+	if err != nil {
+		return "", 0, fmt.Errorf("hash: %w", err)
+	}
+	return hashOpen(f)
+}
+
+// openSource opens a file given to Add: one in the store's root (a download
+// in a TempDir) is resolved inside the root, as the cache's own files are;
+// one elsewhere (a build's output) as it is named on this machine.
+func (s *Store) openSource(p string) (*os.File, error) {
+	if s.root != "/" {
+		if abs, err := filepath.Abs(p); err == nil {
+			if rel, err := filepath.Rel(s.root, abs); err == nil && filepath.IsLocal(rel) {
+				return inroot.Open(s.root, rel)
+			}
+		}
+	}
+	return inroot.OpenPath(p)
+}
+
+// putObject copies the source src (opened by open) into the object store as
+// the object sha (size bytes), checking while copying that src still has
+// that digest. An object already present with the right content is kept;
+// one that is corrupt is replaced.
+func (s *Store) putObject(open func(string) (*os.File, error), src, sha string, size int64) error {
+	if got, n, err := s.hashObject(sha); err == nil && got == sha && n == size {
 		return nil
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("object %s: %w", sha, err)
 	}
-	dir := filepath.Dir(dst)
-	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+	dst := s.objectName(sha)
+	dir := path.Dir(dst)
+	if _, err := inroot.Lstat(s.root, dir); errors.Is(err, fs.ErrNotExist) {
+		if err := inroot.Mkdir(s.root, dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("object %s: %w", sha, err)
 		}
-		if err := fileutil.SyncDir(filepath.Dir(dir)); err != nil {
+		if err := inroot.SyncDir(s.root, path.Dir(dir)); err != nil {
 			return fmt.Errorf("object %s: %w", sha, err)
 		}
 	}
-	in, err := inroot.OpenPath(src)
+	in, err := open(src)
 	if err != nil {
 		return fmt.Errorf("object %s: %w", sha, err)
 	}
 	defer in.Close()
-	f, err := fileutil.CreateTemp(dst)
+	f, err := inroot.CreateTemp(s.root, dst)
 	if err != nil {
 		return fmt.Errorf("object %s: %w", sha, err)
 	}
@@ -108,7 +137,7 @@ func (s *Store) putObject(src, sha string, size int64) error {
 	if got := hex.EncodeToString(h.Sum(nil)); got != sha || n1+n2 != size {
 		return fmt.Errorf("copy %s into the cache: file changed while adding: sha256 %s (%d bytes), want %s (%d bytes)", src, got, n1+n2, sha, size)
 	}
-	if err := f.Commit(0o444, true); err != nil {
+	if err := f.Commit(0o444); err != nil {
 		return fmt.Errorf("object %s: %w", sha, err)
 	}
 	return nil
@@ -119,7 +148,7 @@ func (s *Store) putObject(src, sha string, size int64) error {
 // paths. Call it with the lock held.
 func (s *Store) removeTemps() ([]string, error) {
 	var removed []string
-	top, err := os.ReadDir(s.dir)
+	top, err := inroot.ReadDir(s.root, s.dir)
 	if err != nil {
 		return nil, fmt.Errorf("clean temporary files: %w", err)
 	}
@@ -127,26 +156,26 @@ func (s *Store) removeTemps() ([]string, error) {
 		if !isTemp(e.Name()) || !e.IsDir() {
 			continue
 		}
-		p := filepath.Join(s.dir, e.Name())
-		if ok, err := removeStaleTempDir(p); err != nil {
+		name := s.name(e.Name())
+		if ok, err := s.removeStaleTempDir(name); err != nil {
 			return removed, err
 		} else if ok {
-			removed = append(removed, p)
+			removed = append(removed, s.host(name))
 		}
 	}
 	dirs := []string{setsDir, keysDir, indexDir, objectsDir}
-	subs, err := os.ReadDir(filepath.Join(s.dir, objectsDir))
+	subs, err := inroot.ReadDir(s.root, s.name(objectsDir))
 	if err != nil {
 		return removed, fmt.Errorf("clean temporary files: %w", err)
 	}
 	for _, e := range subs {
 		if e.IsDir() {
-			dirs = append(dirs, filepath.Join(objectsDir, e.Name()))
+			dirs = append(dirs, path.Join(objectsDir, e.Name()))
 		}
 	}
 	for _, d := range dirs {
-		dir := filepath.Join(s.dir, d)
-		ents, err := os.ReadDir(dir)
+		dir := s.name(d)
+		ents, err := inroot.ReadDir(s.root, dir)
 		if err != nil {
 			return removed, fmt.Errorf("clean temporary files: %w", err)
 		}
@@ -155,14 +184,14 @@ func (s *Store) removeTemps() ([]string, error) {
 			if !isTemp(e.Name()) {
 				continue
 			}
-			p := filepath.Join(dir, e.Name())
-			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			p := path.Join(dir, e.Name())
+			if err := inroot.Remove(s.root, p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return removed, fmt.Errorf("clean temporary files: %w", err)
 			}
-			removed = append(removed, p)
+			removed = append(removed, s.host(p))
 		}
 		if len(removed) > n {
-			if err := fileutil.SyncDir(dir); err != nil {
+			if err := inroot.SyncDir(s.root, dir); err != nil {
 				return removed, err
 			}
 		}

@@ -182,15 +182,12 @@ func Stage(ctx context.Context, o Options, root string) (*Result, error) {
 	res := &Result{Userspace: map[string][]string{}}
 
 	o.say("stage: module cache subset (%d set(s)) into /%s", len(cells), install.CacheDir)
-	// The store takes a path: the cache directory, made and resolved inside the root.
-	if err := inroot.MkdirAll(root, install.CacheDir, 0o755); err != nil {
-		return nil, fmt.Errorf("stage: %w", err)
-	}
-	cacheDir, err := inroot.Resolve(root, install.CacheDir)
+	// The root's cache: every file of it written resolved inside the root.
+	to, err := store.OpenIn(root, install.CacheDir)
 	if err != nil {
 		return nil, fmt.Errorf("stage: %w", err)
 	}
-	if res.Drivers, err = copyCells(ctx, o.CacheDir, cacheDir, cells); err != nil {
+	if res.Drivers, err = copyCells(ctx, o.CacheDir, to, cells); err != nil {
 		return nil, fmt.Errorf("stage: %w", err)
 	}
 	if err := stagePackages(ctx, o, root, res); err != nil {
@@ -285,15 +282,11 @@ func Stage(ctx context.Context, o Options, root string) (*Result, error) {
 	return res, nil
 }
 
-// copyCells adds the cells' sets to the store at dst (created if missing),
-// reading their objects from the store at src. The boot index of each kernel
-// in dst then lists exactly the sets of dst.
-func copyCells(ctx context.Context, src, dst string, cells []cell) ([]Driver, error) {
+// copyCells adds the cells' sets to the store to, reading their objects
+// from the store at src. The boot index of each kernel in to then lists
+// exactly the sets of to.
+func copyCells(ctx context.Context, src string, to *store.Store, cells []cell) ([]Driver, error) {
 	from, err := store.Open(src)
-	if err != nil {
-		return nil, err
-	}
-	to, err := store.Open(dst)
 	if err != nil {
 		return nil, err
 	}
