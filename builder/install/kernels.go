@@ -97,7 +97,7 @@ func kernelState(root, release string) Kernel {
 		Initramfs:     exists(root, InitramfsPath(release)),
 		DistInitramfs: exists(root, "boot/initrd.img-"+release),
 	}
-	if ix, err := readIndex(root, release); err == nil {
+	if ix, err := ReadIndex(root, release); err == nil {
 		for _, s := range ix.Sets {
 			if s.ID == bootindex.KernelSetID {
 				continue
@@ -131,10 +131,10 @@ func DefaultKernel(kernels []Kernel, newest bool) string {
 	return ""
 }
 
-// readIndex reads the boot index of release in root's module cache, inside
+// ReadIndex reads the boot index of release in root's module cache, inside
 // root, through bootindex.ReadIn (its format and the name grammar checked);
 // the index must be for release.
-func readIndex(root, release string) (*bootindex.Index, error) {
+func ReadIndex(root, release string) (*bootindex.Index, error) {
 	if err := CheckRelease(release); err != nil {
 		return nil, err
 	}
