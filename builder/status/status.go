@@ -329,6 +329,9 @@ func (s *Status) readCDI(root string) error {
 	for _, f := range v.Stale {
 		s.add(fmt.Sprintf("%s is kpreload's CDI spec of a driver that is not active", f), "kpreload cdi refresh")
 	}
+	for _, c := range v.Conflicts {
+		s.add(c, "remove the other spec, or for NVIDIA's set \"nvidia: false\" in "+cdispec.ConfigFile+" and run kpreload cdi refresh")
+	}
 	return nil
 }
 

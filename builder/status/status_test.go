@@ -194,6 +194,10 @@ func TestRead(t *testing.T) {
 			m.later = map[string]string{strings.TrimPrefix(cdispec.DefaultSpecFile, "/"): string(cdispec.Mark([]byte("old\n")))}
 		}, true, func(s *Status) string { return s.CDI.State + " " + strings.Join(s.CDI.Stale, ",") }, "matches " + cdispec.DefaultSpecFile,
 			[]string{cdispec.DefaultSpecFile + " is kpreload's CDI spec of a driver that is not active; fix: kpreload cdi refresh"}},
+		{"a foreign spec of the same device names", func(m *machine) {
+			m.later = map[string]string{"var/run/cdi/other.yaml": "cdiVersion: 0.5.0\nkind: kpreload.dev/edu\ndevices:\n  - name: all\n    containerEdits:\n      deviceNodes:\n        - path: /dev/null\n"}
+		}, true, func(s *Status) string { return s.CDI.State }, "matches",
+			[]string{"or stop NVIDIA's nvidia-cdi-refresh); fix: remove the other spec, or for NVIDIA's set \"nvidia: false\" in /etc/kpreload/cdi.yaml and run kpreload cdi refresh"}},
 		{"kernel without cells", func(m *machine) { delete(m.files, "var/lib/kpreload/cache/index/"+k2+".json") }, true,
 			func(s *Status) string { return strconv.Itoa(len(s.Kernels[1].Sets)) }, "0",
 			[]string{"kernel " + k2 + " has no driver cells: kpreload boots it without a GPU driver; fix: kpreload kernel-hook refresh"}},

@@ -51,6 +51,9 @@ type Verification struct {
 	Why string `json:"why,omitempty"`
 	// Stale are spec files kpreload wrote for a driver that is not active.
 	Stale []string `json:"stale,omitempty"`
+	// Conflicts are specs kpreload did not write that define the same
+	// device names as File, and what container runtimes make of them.
+	Conflicts []string `json:"conflicts,omitempty"`
 }
 
 // Verify reads the system at root (its /run/kpreload/ready, the CDI
@@ -96,6 +99,17 @@ func Verify(root string) (Verification, error) {
 			continue
 		}
 		v.State, v.Why = compare(root, k, o)
+		if v.State == SpecMatches || v.State == SpecDiffers {
+			if b, err := inroot.ReadFile(root, k.file, inroot.MaxLarge); err == nil {
+				if written, err := cdi.ParseSpec(b); err == nil {
+					left, err := foreignSpecs(root, k.file, written)
+					if err != nil {
+						return v, err
+					}
+					v.Conflicts = conflicts(k.file, k.kind, left)
+				}
+			}
+		}
 	}
 	return v, nil
 }

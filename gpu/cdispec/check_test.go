@@ -32,6 +32,10 @@ func TestVerify(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// conflicts are the cases with a conflict, and how it starts.
+	conflicts := map[string][]string{
+		"a foreign spec of the same names beside it": {"/var/run/cdi/other.yaml (not written by kpreload) also defines kpreload.dev/edu=all in /var/run/cdi: container runtimes refuse"},
+	}
 	for _, tc := range []struct {
 		name     string
 		root     func(t *testing.T) string
@@ -74,6 +78,11 @@ func TestVerify(t *testing.T) {
 			put(t, root, DefaultSpecFile, string(Mark([]byte("stale"))))
 			return root
 		}, SpecMatches, "", []string{DefaultSpecFile}, false, EduSpecFile},
+		{"a foreign spec of the same names beside it", func(t *testing.T) string {
+			root := refreshed(t, "1.0.0")
+			put(t, root, "/var/run/cdi/other.yaml", "cdiVersion: 0.5.0\nkind: kpreload.dev/edu\ndevices:\n  - name: all\n    containerEdits:\n      deviceNodes:\n        - path: /dev/null\n")
+			return root
+		}, SpecMatches, "", nil, false, EduSpecFile},
 		{"no driver, a spec left", func(t *testing.T) string {
 			root := refreshed(t, "1.0.0")
 			if err := activate.ClearReady(filepath.Join(root, activate.RunDir)); err != nil {
@@ -86,6 +95,9 @@ func TestVerify(t *testing.T) {
 			got, err := Verify(tc.root(t))
 			if err != nil {
 				t.Fatal(err)
+			}
+			if want := conflicts[tc.name]; len(got.Conflicts) != len(want) || len(want) == 1 && !strings.HasPrefix(got.Conflicts[0], want[0]) {
+				t.Errorf("Verify conflicts %q, want %q", got.Conflicts, want)
 			}
 			if got.State != tc.state || !strings.Contains(got.Why, tc.why) || (tc.why == "" && got.Why != "") ||
 				!slices.Equal(got.Stale, tc.stale) || got.File != tc.wantFile || (got.Driver == "") != tc.noDriver {
