@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -36,10 +37,13 @@ type bootJSON struct {
 	// UntilMatch is the console text --until matched, or with --image's
 	// default the up record's line on the report channel; Up says which
 	// mark of an image being up it is (qemu.Result.EndedBy).
-	UntilMatch string   `json:"until_match,omitempty"`
-	Up         string   `json:"up,omitempty"`
-	Warnings   []string `json:"warnings,omitempty"`
-	Error      string   `json:"error,omitempty"`
+	UntilMatch string `json:"until_match,omitempty"`
+	Up         string `json:"up,omitempty"`
+	// Status is the machine's own `kpreload status --json`, written by
+	// kpreload-up.service on the report channel before its record.
+	Status   json.RawMessage `json:"status,omitempty"`
+	Warnings []string        `json:"warnings,omitempty"`
+	Error    string          `json:"error,omitempty"`
 }
 
 func newBootCmd() *cobra.Command {
@@ -190,7 +194,7 @@ real time: under plain TCG a guest's first run of new code costs far more.`,
 			if asJSON {
 				out := bootJSON{Report: res.Report, RootInit: res.RootInit, Console: res.Console, ReportLog: res.ReportLog,
 					WallSeconds: res.Duration.Seconds(), Accel: res.Accel, Panicked: res.Panicked, TimedOut: res.TimedOut,
-					ExitCode: res.ExitCode, Kernel: res.Kernel, Warnings: res.Warnings}
+					ExitCode: res.ExitCode, Kernel: res.Kernel, Status: res.Status, Warnings: res.Warnings}
 				if res.UntilMatched {
 					out.UntilMatch, out.Up = res.UntilMatch, res.EndedBy()
 				}
