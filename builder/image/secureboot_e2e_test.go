@@ -241,9 +241,9 @@ func TestSecureBootImage(t *testing.T) {
 	}
 	if !slices.ContainsFunc(st.Problems, func(p status.Problem) bool { return p.Fix == enroll+" (then reboot and confirm it at the console)" }) ||
 		!slices.ContainsFunc(st.Problems, func(p status.Problem) bool {
-			return strings.HasPrefix(p.What, "no driver is active: kpreload-edu: ") && strings.HasPrefix(p.Fix, "kpreload switch ")
+			return strings.HasPrefix(p.What, "no driver is active: kpreload-edu: ") && strings.HasPrefix(p.Fix, "enroll the modules' signing key")
 		}) {
-		t.Errorf("boot 2: status problems %+v, want the key to enroll (%s) and no driver active, with kpreload switch", st.Problems, enroll)
+		t.Errorf("boot 2: status problems %+v, want the key to enroll (%s), and no driver active until it is", st.Problems, enroll)
 	}
 
 	// 3. The same image where Secure Boot is off (plain OVMF): nothing is

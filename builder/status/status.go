@@ -277,22 +277,33 @@ func (s *Status) readDriver(root string, rep *report.Report) {
 	if running == nil || len(running.Sets) == 0 {
 		return // the kernel problems say so
 	}
-	why := "no driver set qualified"
-	version := running.Sets[0].Version
+	why, fix := "no driver set qualified at boot", "kpreload switch "+running.Sets[0].Version
 	if sel := rep.Selection; sel != nil {
 		for _, dd := range sel.Drivers {
 			switch {
 			case dd.Chosen != nil:
-				why, version = fmt.Sprintf("%s %s was chosen at boot but did not become active", dd.Driver, dd.Chosen.Version), dd.Chosen.Version
+				why, fix = fmt.Sprintf("%s %s was chosen at boot but did not become active", dd.Driver, dd.Chosen.Version), "kpreload switch "+dd.Chosen.Version
 			case dd.Refusal != "":
-				why = dd.Driver + ": " + dd.Refusal
+				why, fix = dd.Driver+": "+dd.Refusal, refusalFix(dd.Refusal, rep.Kernel)
 			}
 		}
-		if v := sel.Request.Version; v != "" && v != "latest" {
-			version = v
+	}
+	s.add("no driver is active: "+why, fix)
+}
+
+// refusalFix is the command that gets a driver the boot's decision refused
+// loaded: the version the refusal says would work, else (signatures) the
+// key to enroll, else the decision to read again.
+func refusalFix(refusal, kernel string) string {
+	if _, after, ok := strings.Cut(refusal, "(e.g. kpreload.driver="); ok {
+		if v, _, ok := strings.Cut(after, ")"); ok && v != "" {
+			return "kpreload switch " + v
 		}
 	}
-	s.add("no driver is active: "+why, "kpreload switch "+version)
+	if strings.Contains(refusal, "enforces module signatures") {
+		return "enroll the modules' signing key (the signing key problem's mokutil command) and reboot"
+	}
+	return "kpreload plan --sysfs / --cache /" + install.CacheDir + " --kernel " + kernel + " (what would load, and why not), then build that driver"
 }
 
 // request is the request in effect, from the report's selection and

@@ -184,10 +184,16 @@ func TestRead(t *testing.T) {
 			delete(m.files, "run/kpreload/ready")
 			m.spec = false
 			d := &m.report.Selection.Drivers[0]
-			d.Chosen, d.Loaded, d.Active, d.Refusal = nil, false, false, "no set passes the flavor rule"
-			m.report.Selection.Request.Version = "latest"
+			d.Chosen, d.Loaded, d.Active, d.Refusal = nil, false, false, "no kpreload-edu driver will be loaded: asked latest, flavour proprietary; the cache holds ...; would work on this machine: 2.0.0 open, 1.0.0 open (e.g. kpreload.driver=2.0.0)"
 		}, true, func(s *Status) string { return strconv.FormatBool(s.Driver == nil) }, "true",
-			[]string{"no driver is active: kpreload-edu: no set passes the flavor rule; fix: kpreload switch 1.0.0"}},
+			[]string{"no driver is active: kpreload-edu: no kpreload-edu driver will be loaded: asked latest, flavour proprietary; the cache holds ...; would work on this machine: 2.0.0 open, 1.0.0 open (e.g. kpreload.driver=2.0.0); fix: kpreload switch 2.0.0"}},
+		{"refused at boot, nothing would work", func(m *machine) {
+			delete(m.files, "run/kpreload/ready")
+			m.spec = false
+			d := &m.report.Selection.Drivers[0]
+			d.Chosen, d.Loaded, d.Active, d.Refusal = nil, false, false, "no kpreload-edu driver will be loaded: asked latest, flavour auto; the cache holds ...; no cached version supports GPU x"
+		}, true, func(s *Status) string { return strconv.FormatBool(s.Driver == nil) }, "true",
+			[]string{"supports GPU x; fix: kpreload plan --sysfs / --cache /var/lib/kpreload/cache --kernel " + k1 + " (what would load, and why not), then build that driver"}},
 		{"cdi spec missing", func(m *machine) { m.spec = false }, true, func(s *Status) string { return s.CDI.State }, "missing",
 			[]string{"the CDI spec of kpreload-edu 1.0.0: no spec at " + cdispec.EduSpecFile + "; fix: kpreload cdi refresh"}},
 		{"cdi spec of a driver not active", func(m *machine) {
