@@ -237,7 +237,9 @@ func (s *Status) kernelProblems() {
 			s.add(fmt.Sprintf("kernel %s has no driver cells: kpreload boots it without a GPU driver", k.Release), "kpreload kernel-hook refresh")
 		}
 	}
-	if s.Default == "" {
+	// A root booted some other way (a kernel QEMU was handed) and never
+	// installed into has no boot loader of kpreload's to fix.
+	if s.Default == "" && install.Installed(s.Root) {
 		s.add("no kernel has both its image and a kpreload initramfs: nothing boots kpreload", "kpreload install --root "+s.Root)
 	}
 }
