@@ -241,7 +241,9 @@ func TestSecureBootImage(t *testing.T) {
 	}
 	if !slices.ContainsFunc(st.Problems, func(p status.Problem) bool { return p.Fix == enroll+" (then reboot and confirm it at the console)" }) ||
 		!slices.ContainsFunc(st.Problems, func(p status.Problem) bool {
-			return strings.HasPrefix(p.What, "no driver is active: kpreload-edu: ") && strings.HasPrefix(p.Fix, "enroll the modules' signing key")
+			return strings.HasPrefix(p.What, "no driver is active: no kpreload-edu driver will be loaded: ") &&
+				strings.HasSuffix(p.What, "; nothing cached would work while the kernel enforces module signatures: sign the driver's modules (a recipe's signing: key) and enroll that certificate as a Machine Owner Key") &&
+				strings.HasPrefix(p.Fix, "enroll the modules' signing key")
 		}) {
 		t.Errorf("boot 2: status problems %+v, want the key to enroll (%s), and no driver active until it is", st.Problems, enroll)
 	}

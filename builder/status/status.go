@@ -286,11 +286,27 @@ func (s *Status) readDriver(root string, rep *report.Report) {
 			case dd.Chosen != nil:
 				why, fix = fmt.Sprintf("%s %s was chosen at boot but did not become active", dd.Driver, dd.Chosen.Version), "kpreload switch "+dd.Chosen.Version
 			case dd.Refusal != "":
-				why, fix = dd.Driver+": "+dd.Refusal, refusalFix(dd.Refusal, rep.Kernel)
+				why, fix = shortRefusal(dd.Refusal), refusalFix(dd.Refusal, rep.Kernel)
 			}
 		}
 	}
 	s.add("no driver is active: "+why, fix)
+}
+
+// shortRefusal is a decision's refusal without the list of what the cache
+// holds, each set with its rule (kpreload report shows it): what was asked,
+// and what would work or why nothing would.
+func shortRefusal(refusal string) string {
+	asked, rest, ok := strings.Cut(refusal, "; the cache holds ")
+	if !ok {
+		return refusal
+	}
+	for _, tail := range []string{"; would work on this machine: ", "; nothing cached would work", "; no cached version "} {
+		if i := strings.LastIndex(rest, tail); i >= 0 {
+			return asked + rest[i:]
+		}
+	}
+	return asked
 }
 
 // refusalFix is the command that gets a driver the boot's decision refused

@@ -186,14 +186,14 @@ func TestRead(t *testing.T) {
 			d := &m.report.Selection.Drivers[0]
 			d.Chosen, d.Loaded, d.Active, d.Refusal = nil, false, false, "no kpreload-edu driver will be loaded: asked latest, flavour proprietary; the cache holds ...; would work on this machine: 2.0.0 open, 1.0.0 open (e.g. kpreload.driver=2.0.0)"
 		}, true, func(s *Status) string { return strconv.FormatBool(s.Driver == nil) }, "true",
-			[]string{"no driver is active: kpreload-edu: no kpreload-edu driver will be loaded: asked latest, flavour proprietary; the cache holds ...; would work on this machine: 2.0.0 open, 1.0.0 open (e.g. kpreload.driver=2.0.0); fix: kpreload switch 2.0.0"}},
+			[]string{"no driver is active: no kpreload-edu driver will be loaded: asked latest, flavour proprietary; would work on this machine: 2.0.0 open, 1.0.0 open (e.g. kpreload.driver=2.0.0); fix: kpreload switch 2.0.0"}},
 		{"refused at boot, nothing would work", func(m *machine) {
 			delete(m.files, "run/kpreload/ready")
 			m.spec = false
 			d := &m.report.Selection.Drivers[0]
 			d.Chosen, d.Loaded, d.Active, d.Refusal = nil, false, false, "no kpreload-edu driver will be loaded: asked latest, flavour auto; the cache holds ...; no cached version supports GPU x"
 		}, true, func(s *Status) string { return strconv.FormatBool(s.Driver == nil) }, "true",
-			[]string{"supports GPU x; fix: kpreload plan --sysfs / --cache /var/lib/kpreload/cache --kernel " + k1 + " (what would load, and why not), then build that driver"}},
+			[]string{"no driver is active: no kpreload-edu driver will be loaded: asked latest, flavour auto; no cached version supports GPU x; fix: kpreload plan --sysfs / --cache /var/lib/kpreload/cache --kernel " + k1 + " (what would load, and why not), then build that driver"}},
 		{"cdi spec missing", func(m *machine) { m.spec = false }, true, func(s *Status) string { return s.CDI.State }, "missing",
 			[]string{"the CDI spec of kpreload-edu 1.0.0: no spec at " + cdispec.EduSpecFile + "; fix: kpreload cdi refresh"}},
 		{"cdi spec of a driver not active", func(m *machine) {
@@ -302,5 +302,22 @@ func TestReadErrors(t *testing.T) {
 				t.Errorf("Read = %v, %v; want an error containing %q (ErrNotKpreload: %v)", s, err, tc.want, tc.notOurs)
 			}
 		})
+	}
+}
+
+// TestShortRefusal: the refusal a Secure Boot VM's /init recorded (its
+// module key not enrolled), and others, lose the list of what the cache
+// holds and keep what was asked and what would work, or why nothing would.
+func TestShortRefusal(t *testing.T) {
+	for _, tc := range []struct{ refusal, want string }{
+		{"no kpreload-edu driver will be loaded: asked latest, flavour auto, kernel 6.1.0-56-cloud-amd64; the cache holds 1.0.0 open (signature: module kpreload_edu is signed by \"kpreload module signing key\" (sig_key 0E:31:73:F6:B3:4C:A9:A4:4F:FD:27:D4:23:EF:C0:23), which no kernel keyring holds, and Secure Boot is on (lockdown integrity): enroll that certificate as a Machine Owner Key with `mokutil --import /usr/share/kpreload/module-keys/0e3173f6b34ca9a44ffd27d423efc023.der`, reboot and confirm it at the console (MokManager)); 2.0.0 open (signature: module kpreload_edu is signed by \"kpreload module signing key\" (sig_key 0E:31:73:F6:B3:4C:A9:A4:4F:FD:27:D4:23:EF:C0:23), which no kernel keyring holds, and Secure Boot is on (lockdown integrity): enroll that certificate as a Machine Owner Key with `mokutil --import /usr/share/kpreload/module-keys/0e3173f6b34ca9a44ffd27d423efc023.der`, reboot and confirm it at the console (MokManager)); nothing cached would work while the kernel enforces module signatures: sign the driver's modules (a recipe's signing: key) and enroll that certificate as a Machine Owner Key",
+			"no kpreload-edu driver will be loaded: asked latest, flavour auto, kernel 6.1.0-56-cloud-amd64; nothing cached would work while the kernel enforces module signatures: sign the driver's modules (a recipe's signing: key) and enroll that certificate as a Machine Owner Key"},
+		{"no nvidia driver will be loaded: asked branch 550, flavour open, kernel k; the cache holds 535.261.03 open (version: asked branch 550); would work on this machine: 535.261.03 open (e.g. kpreload.driver=535.261.03)",
+			"no nvidia driver will be loaded: asked branch 550, flavour open, kernel k; would work on this machine: 535.261.03 open (e.g. kpreload.driver=535.261.03)"},
+		{"something else entirely", "something else entirely"},
+	} {
+		if got := shortRefusal(tc.refusal); got != tc.want {
+			t.Errorf("shortRefusal(%q)\n = %q\nwant %q", tc.refusal, got, tc.want)
+		}
 	}
 }
