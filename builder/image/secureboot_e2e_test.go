@@ -2,6 +2,7 @@ package image
 
 import (
 	"crypto/x509"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,8 @@ import (
 	"github.com/kpreload/kpreload/builder/modkey"
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/builder/status"
+	"github.com/kpreload/kpreload/gpu/cdispec"
 	"github.com/kpreload/kpreload/kmodcache/secureboot"
 	"github.com/kpreload/kpreload/report"
 	"github.com/kpreload/kpreload/testsupport/testenv"
@@ -117,7 +120,7 @@ func TestSecureBootImage(t *testing.T) {
 		t.Helper()
 		res, err := (&qemu.Runner{WorkDir: t.TempDir()}).Run(ctx, qemu.Config{
 			Firmware: firmware, OVMFVars: vars, RootDisk: m.Files[0].Path, Snapshot: true,
-			Devices: []string{"edu"}, FwCfg: fwcfg, Until: defaultTarget, Timeout: testenv.Deadline(t, 420*time.Second),
+			Devices: []string{"edu"}, FwCfg: fwcfg, Until: defaultTarget, UntilUp: true, Timeout: testenv.Deadline(t, 420*time.Second),
 		})
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -182,6 +185,33 @@ func TestSecureBootImage(t *testing.T) {
 	if !strings.Contains(strings.Join(eventsOf(res.Report), "\n"), "fw_cfg through its I/O ports") {
 		t.Errorf("boot 1: the report does not say fw_cfg's I/O ports were closed: %v", eventsOf(res.Report))
 	}
+	// What the machine says of itself (kpreload status --json, on the
+	// report channel before kpreload-up.service's record): the driver /init
+	// activated and the request it came from, the CDI spec matching it,
+	// Secure Boot on with lockdown and the module key enrolled, the default
+	// kernel with both versions' cells, and no problem.
+	st := liveStatus(t, "boot 1", res)
+	if d := st.Driver; d == nil || d.Driver != "kpreload-edu" || d.Version != "1.0.0" || d.Flavor != "open" || d.By != "init" || len(d.NotLoaded) != 0 {
+		t.Errorf("boot 1: status driver %+v, want kpreload-edu 1.0.0 (open) activated by /init, its module loaded", d)
+	}
+	if r := st.Request; r == nil || r.Source != "fw_cfg" || r.Version != "1" {
+		t.Errorf("boot 1: status request %+v, want version 1 from fw_cfg", r)
+	}
+	if c := st.CDI; c == nil || c.State != cdispec.SpecMatches || c.File != cdispec.EduSpecFile {
+		t.Errorf("boot 1: status cdi %+v, want %s matching the loaded driver", c, cdispec.EduSpecFile)
+	}
+	if sb := st.SecureBoot; sb == nil || sb.State != secureboot.Enabled || sb.Lockdown != "integrity" || !sb.Enforced || !sb.Expected ||
+		len(sb.Keys) != 1 || sb.Keys[0].File != k.InImage || !sb.Keys[0].Enrolled ||
+		!slices.Contains(sb.Keys[0].Sets, "kpreload-edu 1.0.0 (open)") || !slices.Contains(sb.Keys[0].Sets, "kpreload-edu 2.0.0 (open)") {
+		t.Errorf("boot 1: status secure_boot %+v, want enabled, lockdown integrity, enforced, expected, the module key %s enrolled for both versions", sb, k.InImage)
+	}
+	if !st.Booted || st.RunningKernel != testKernel || st.Default != testKernel || len(st.Kernels) != 1 ||
+		!slices.Contains(st.Kernels[0].Drivers, "kpreload-edu 1.0.0 (open)") || !slices.Contains(st.Kernels[0].Drivers, "kpreload-edu 2.0.0 (open)") {
+		t.Errorf("boot 1: status booted %v on %q, default %q, kernels %+v: want %s the default, with both versions' cells", st.Booted, st.RunningKernel, st.Default, st.Kernels, testKernel)
+	}
+	if len(st.Problems) != 0 {
+		t.Errorf("boot 1: status problems %+v, want none", st.Problems)
+	}
 
 	// 2. Microsoft's keys only: the module key is not enrolled.
 	res, console := boot("boot 2 (no MOK)", qemu.FirmwareUEFISecure, qemu.SecureBootVars, nil)
@@ -203,6 +233,20 @@ func TestSecureBootImage(t *testing.T) {
 			t.Errorf("boot 2: kpreload_edu was handed to the loader: %+v", mod)
 		}
 	}
+	// Its status: no driver, the key not on any keyring, and both problems
+	// with their fixes, the enrolling one the command the console named.
+	st = liveStatus(t, "boot 2", res)
+	if st.Driver != nil || st.SecureBoot == nil || len(st.SecureBoot.Keys) != 1 || st.SecureBoot.Keys[0].Enrolled {
+		t.Errorf("boot 2: status driver %+v, secure_boot %+v: want no driver and the module key not enrolled", st.Driver, st.SecureBoot)
+	}
+	if !slices.ContainsFunc(st.Problems, func(p status.Problem) bool { return p.Fix == enroll+" (then reboot and confirm it at the console)" }) ||
+		!slices.ContainsFunc(st.Problems, func(p status.Problem) bool {
+			return strings.HasPrefix(p.What, "no driver is active: no kpreload-edu driver will be loaded: ") &&
+				strings.HasSuffix(p.What, "; nothing cached would work while the kernel enforces module signatures: sign the driver's modules (a recipe's signing: key) and enroll that certificate as a Machine Owner Key") &&
+				strings.HasPrefix(p.Fix, "enroll the modules' signing key")
+		}) {
+		t.Errorf("boot 2: status problems %+v, want the key to enroll (%s), and no driver active until it is", st.Problems, enroll)
+	}
 
 	// 3. The same image where Secure Boot is off (plain OVMF): nothing is
 	// enforced, so the newest version, 2.0.0, loads.
@@ -211,6 +255,32 @@ func TestSecureBootImage(t *testing.T) {
 	if d := selectionOf(res.Report, "kpreload-edu"); d == nil || d.Chosen == nil || d.Chosen.Version != "2.0.0" {
 		t.Errorf("boot 3: kpreload-edu decision %+v, want 2.0.0 (the newest)", d)
 	}
+	// Its status: 2.0.0 active, Secure Boot off, and one problem: the image
+	// was built for it.
+	st = liveStatus(t, "boot 3", res)
+	if d := st.Driver; d == nil || d.Version != "2.0.0" || st.SecureBoot == nil || st.SecureBoot.State != secureboot.Disabled || !st.SecureBoot.Expected || st.SecureBoot.Enforced {
+		t.Errorf("boot 3: status driver %+v, secure_boot %+v: want 2.0.0 active, Secure Boot disabled, expected, nothing enforced", d, st.SecureBoot)
+	}
+	if len(st.Problems) != 1 || !strings.Contains(st.Problems[0].What, "built for Secure Boot") || st.Problems[0].Fix != "turn Secure Boot on in the instance's firmware" {
+		t.Errorf("boot 3: status problems %+v, want the one that Secure Boot is off in an image built for it", st.Problems)
+	}
+}
+
+// liveStatus is what `kpreload status --json` said of the machine a boot
+// brought up: the line kpreload-up.service writes on the report channel
+// just before its up record, which ended the boot (qemu.Result.Status).
+func liveStatus(t *testing.T, name string, res *qemu.Result) *status.Status {
+	t.Helper()
+	raw := res.Status
+	if raw == nil {
+		t.Fatalf("%s: no %q line on the report channel (%s); the boot ended by %q", name, report.StatusPrefix, res.ReportLog, res.UntilMatch)
+	}
+	t.Logf("%s: kpreload status: %s", name, raw)
+	var st status.Status
+	if err := json.Unmarshal(raw, &st); err != nil {
+		t.Fatalf("%s: status line: %v", name, err)
+	}
+	return &st
 }
 
 // eventsOf returns the texts of a report's events.

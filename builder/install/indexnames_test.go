@@ -56,7 +56,7 @@ func TestIndexNamesRefusedByEveryReader(t *testing.T) {
 			readers := map[string]func() error{
 				"bootindex.Read":   func() error { _, err := bootindex.Read(filepath.Join(root, name)); return err },
 				"bootindex.ReadIn": func() error { _, err := bootindex.ReadIn(root, name); return err },
-				"readIndex":        func() error { _, err := readIndex(root, older); return err },
+				"readIndex":        func() error { _, err := ReadIndex(root, older); return err },
 			}
 			for what, read := range readers {
 				if err := read(); !errors.Is(err, names.ErrInvalid) || !strings.Contains(err.Error(), tc.field) {

@@ -25,14 +25,25 @@ type Kernel struct {
 	Initramfs bool `json:"kpreload_initramfs"`
 	// DistInitramfs is true when the distribution's boot/initrd.img-<release> exists.
 	DistInitramfs bool `json:"distribution_initramfs"`
-	// Drivers are the driver sets the root's module cache holds for the kernel,
-	// as "driver version".
+	// Drivers are the driver versions the root's module cache holds for the
+	// kernel, one entry a version with the flavours of its sets:
+	// "nvidia 550.163.01 (open, proprietary)".
 	Drivers []string `json:"drivers,omitempty"`
+	// Sets are the driver sets themselves, one a flavour, in the index's order.
+	Sets []Set `json:"sets,omitempty"`
 	// IndexError says why the root's boot index for the kernel was
 	// refused (a bad format, a name outside the grammar, not a regular
 	// file); empty when it was read or there is none. A refused index
 	// counts as no driver cells.
 	IndexError string `json:"index_error,omitempty"`
+}
+
+// Set is one driver set of a kernel's boot index.
+type Set struct {
+	ID      string `json:"id"`
+	Driver  string `json:"driver"`
+	Version string `json:"version"`
+	Flavor  string `json:"flavor,omitempty"`
 }
 
 // Bootable reports whether kpreload can boot the kernel: its image and
@@ -86,13 +97,14 @@ func kernelState(root, release string) Kernel {
 		Initramfs:     exists(root, InitramfsPath(release)),
 		DistInitramfs: exists(root, "boot/initrd.img-"+release),
 	}
-	if ix, err := readIndex(root, release); err == nil {
+	if ix, err := ReadIndex(root, release); err == nil {
 		for _, s := range ix.Sets {
 			if s.ID == bootindex.KernelSetID {
 				continue
 			}
-			k.Drivers = append(k.Drivers, s.Driver+" "+s.Version)
+			k.Sets = append(k.Sets, Set{ID: s.ID, Driver: s.Driver, Version: s.Version, Flavor: s.Flavor})
 		}
+		k.Drivers = driverVersions(k.Sets)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		k.IndexError = err.Error()
 	}
@@ -119,10 +131,10 @@ func DefaultKernel(kernels []Kernel, newest bool) string {
 	return ""
 }
 
-// readIndex reads the boot index of release in root's module cache, inside
+// ReadIndex reads the boot index of release in root's module cache, inside
 // root, through bootindex.ReadIn (its format and the name grammar checked);
 // the index must be for release.
-func readIndex(root, release string) (*bootindex.Index, error) {
+func ReadIndex(root, release string) (*bootindex.Index, error) {
 	if err := CheckRelease(release); err != nil {
 		return nil, err
 	}
@@ -135,4 +147,32 @@ func readIndex(root, release string) (*bootindex.Index, error) {
 		return nil, fmt.Errorf("boot index %s: kernel %q, want %q", inroot.Host(root, name), ix.Kernel, release)
 	}
 	return ix, nil
+}
+
+// driverVersions lists sets one entry a driver version, in the order each
+// version first appears, with the flavours of its sets in parentheses
+// ("nvidia 550.163.01 (open, proprietary)"); a version whose sets name no
+// flavour is "driver version" alone.
+func driverVersions(sets []Set) []string {
+	var order []string
+	flavors := map[string][]string{}
+	for _, s := range sets {
+		key := s.Driver + " " + s.Version
+		fl, seen := flavors[key]
+		if !seen {
+			order = append(order, key)
+			flavors[key] = []string{}
+		}
+		if s.Flavor != "" && !slices.Contains(fl, s.Flavor) {
+			flavors[key] = append(fl, s.Flavor)
+		}
+	}
+	out := make([]string, 0, len(order))
+	for _, key := range order {
+		if fl := flavors[key]; len(fl) > 0 {
+			key += " (" + strings.Join(fl, ", ") + ")"
+		}
+		out = append(out, key)
+	}
+	return out
 }

@@ -60,7 +60,7 @@ func Refresh(ctx context.Context, o Options) (*Result, error) {
 		if !k.Modules {
 			continue
 		}
-		if k.Initramfs && len(kernelState(o.Root, k.Release).Drivers) == len(k.Drivers) {
+		if k.Initramfs && len(kernelState(o.Root, k.Release).Sets) == len(k.Sets) {
 			continue // unchanged: its initramfs stands
 		}
 		if _, err := o.buildInitramfs(ctx, k.Release); err != nil {

@@ -111,7 +111,7 @@ func (o *Options) pullCells(ctx context.Context, cfg *RemoteConfig, kernel strin
 	want := map[driverKey]bool{}
 	idx, _ := inroot.Glob(o.Root, path.Join(CacheDir, bootindex.IndexDir, "*.json"))
 	for _, p := range idx {
-		ix, err := readIndex(o.Root, strings.TrimSuffix(path.Base(p), ".json"))
+		ix, err := ReadIndex(o.Root, strings.TrimSuffix(path.Base(p), ".json"))
 		if err != nil || ix.Kernel == kernel {
 			continue
 		}

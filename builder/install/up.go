@@ -1,6 +1,7 @@
 package install
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,6 +29,11 @@ type UpOptions struct {
 	Report string
 	// Proc is where procfs is mounted ("/proc"): its uptime and cmdline.
 	Proc string
+	// Status, if set, gives the machine's status as one line of JSON
+	// (kpreload status --json); ReportUp writes it on the channel as a
+	// report.StatusPrefix line just before the up record. A status that
+	// cannot be had is left out: the up record is written all the same.
+	Status func() ([]byte, error)
 }
 
 func (o UpOptions) withDefaults() UpOptions {
@@ -54,7 +60,7 @@ func ReportUp(o UpOptions) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return writeUp(o, report.Up{State: report.UpUp, Unit: report.UpUnit, Target: target})
+	return writeUp(o, report.Up{State: report.UpUp, Unit: report.UpUnit, Target: target}, o.Status)
 }
 
 // announceBooting writes the report.UpBooting record, from
@@ -65,7 +71,7 @@ func announceBooting(o UpOptions) (string, error) {
 	if !upEnabled(o.Root) {
 		return "", nil
 	}
-	return writeUp(o, report.Up{State: report.UpBooting, Unit: "kpreload-boot-ok.service"})
+	return writeUp(o, report.Up{State: report.UpBooting, Unit: "kpreload-boot-ok.service"}, nil)
 }
 
 // upEnabled reports whether kpreload-up.service is wanted by a target in
@@ -82,8 +88,8 @@ func upEnabled(root string) bool {
 }
 
 // writeUp stamps rec with the format and the uptime and writes it on the
-// report's channel.
-func writeUp(o UpOptions, rec report.Up) (string, error) {
+// report's channel, after the status line status gives (when not nil).
+func writeUp(o UpOptions, rec report.Up, status func() ([]byte, error)) (string, error) {
 	b, err := inroot.ReadPath(o.Report, 64<<20)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "this boot did not come through kpreload's /init: no report channel to write on", nil
@@ -112,6 +118,19 @@ func writeUp(o UpOptions, rec report.Up) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	said := ""
+	if status != nil {
+		b, serr := status()
+		switch {
+		case serr != nil:
+			said = fmt.Sprintf(" (no status line: %v)", serr)
+		case bytes.ContainsAny(b, "\r\n"):
+			said = " (no status line: it is not one line)"
+		default:
+			line = report.StatusPrefix + string(b) + "\n" + line
+			said = " after the machine's status"
+		}
+	}
 	// O_NOCTTY: a serial port must not become this process's terminal;
 	// O_NONBLOCK: nor may its open wait for a carrier.
 	f, err := os.OpenFile(rep.Channel, os.O_WRONLY|os.O_APPEND|unix.O_NOCTTY|unix.O_NONBLOCK, 0)
@@ -125,7 +144,7 @@ func writeUp(o UpOptions, rec report.Up) (string, error) {
 	if err := f.Close(); err != nil {
 		return "", fmt.Errorf("report channel %s: %w", rep.Channel, err)
 	}
-	return fmt.Sprintf("wrote on %s: %s", rep.Channel, rec.Describe()), nil
+	return fmt.Sprintf("wrote on %s: %s%s", rep.Channel, rec.Describe(), said), nil
 }
 
 // uptime reads the first field of proc's uptime, seconds since boot.

@@ -121,6 +121,60 @@ func TestReportUp(t *testing.T) {
 	}
 }
 
+// TestReportUpStatus: with Status set, the machine's status goes on the
+// channel as one status line just before the up record, which ScanStatus
+// and ScanUp read back; a status that fails, or is more than one line, is
+// left out and the up record is still written.
+func TestReportUpStatus(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		status func() ([]byte, error)
+		want   string // ScanStatus's JSON, "" for none
+		says   string
+	}{
+		{"one line", func() ([]byte, error) { return []byte(`{"booted":true}`), nil }, `{"booted":true}`, " after the machine's status"},
+		{"failed", func() ([]byte, error) { return nil, fmt.Errorf("no root") }, "", " (no status line: no root)"},
+		{"two lines", func() ([]byte, error) { return []byte("{\n}"), nil }, "", " (no status line: it is not one line)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			master, tty := pty(t)
+			o := upRoot(t, tty, "systemd.unit=multi-user.target", nil)
+			o.Status = c.status
+			what, err := ReportUp(o)
+			if err != nil || !strings.HasSuffix(what, "(multi-user.target)"+c.says) {
+				t.Fatalf("ReportUp = %q, %v; want it to end %q", what, err, c.says)
+			}
+			got := make(chan []byte, 1)
+			go func() {
+				var b bytes.Buffer
+				buf := make([]byte, 4096)
+				for !bytes.Contains(b.Bytes(), []byte(report.UpPrefix)) || !bytes.HasSuffix(b.Bytes(), []byte("\n")) {
+					n, err := master.Read(buf)
+					b.Write(buf[:n])
+					if err != nil {
+						break
+					}
+				}
+				got <- b.Bytes()
+			}()
+			var log []byte
+			select {
+			case log = <-got:
+			case <-time.After(2 * time.Second):
+				t.Fatal("nothing came on the terminal")
+			}
+			_, up, _ := report.ScanUp(log)
+			status := string(report.ScanStatus(log))
+			if up == nil || status != c.want {
+				t.Errorf("the terminal got %q: up record %+v, status %q; want the up record and status %q", log, up, status, c.want)
+			}
+			if c.want != "" && bytes.Index(log, []byte(report.StatusPrefix)) > bytes.Index(log, []byte(report.UpPrefix)) {
+				t.Errorf("the status line came after the up record: %q", log)
+			}
+		})
+	}
+}
+
 // TestDefaultTarget: the command line's last systemd.unit= wins; else
 // default.target's link, /etc's before /usr/lib's and /lib's.
 func TestDefaultTarget(t *testing.T) {

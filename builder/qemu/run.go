@@ -3,6 +3,7 @@ package qemu
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -57,6 +58,10 @@ type Result struct {
 	// (Config.UntilUp; UntilMatch is then its line on the report
 	// channel), nil when none did.
 	Up *report.Up
+	// Status is what the machine said of itself, `kpreload status --json`
+	// as kpreload-up.service wrote it on the report channel before its
+	// record (report.ScanStatus; Config.UntilUp), nil when it wrote none.
+	Status json.RawMessage
 }
 
 // EndedBy says which mark of an image being up ended the run, in words:
@@ -178,6 +183,7 @@ func (r *Runner) Run(ctx context.Context, c Config) (*Result, error) {
 	if c.UntilUp {
 		reportLog, _ = os.ReadFile(c.ReportLog)
 	}
+	res.Status = report.ScanStatus(reportLog)
 	if e := until(c.Until, c.UntilUp, console, reportLog); e.matched {
 		res.UntilMatched, res.UntilMatch, res.Up = true, e.match, e.up
 		if runCtx.Err() == nil {

@@ -86,13 +86,17 @@ func TestRunUntilUp(t *testing.T) {
 	console := "[    9.0] systemd[1]: Started x\r\n\r\ndebian login: "
 	booting := `kpreload-up: {"format":1,"state":"booting","unit":"kpreload-boot-ok.service","time":3.1}` + "\r\n"
 	up := `kpreload-up: {"format":1,"state":"up","unit":"kpreload-up.service","target":"graphical.target","time":15.2}` + "\r\n"
-	drv := &fakeDriver{console: console, report: reportLine + "\r\n" + booting + up, hang: true}
+	status := `kpreload-status: {"booted":true}` + "\r\n"
+	drv := &fakeDriver{console: console, report: reportLine + "\r\n" + booting + status + up, hang: true}
 	res, err := (&Runner{Driver: drv, WorkDir: t.TempDir()}).Run(context.Background(), Config{Kernel: "/k", Until: ImageUp, UntilUp: true, Timeout: 30 * time.Second})
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 	if res.Up == nil || res.Up.Target != "graphical.target" || res.TimedOut || res.EndedBy() != "kpreload-up.service reported the system up (graphical.target)" || res.Report == nil {
 		t.Errorf("result: up %+v, ended by %q, timed out %v, report %v; want the up record, the report", res.Up, res.EndedBy(), res.TimedOut, res.Report != nil)
+	}
+	if string(res.Status) != `{"booted":true}` {
+		t.Errorf("result status %q, want the status line's JSON", res.Status)
 	}
 
 	drv = &fakeDriver{console: console, report: reportLine + "\r\n" + booting, hang: true}

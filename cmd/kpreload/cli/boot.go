@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -42,8 +43,11 @@ type bootJSON struct {
 	// UpRecord is kpreload-up.service's record that ended the run, nil
 	// when none did: when the system was up, and to which target.
 	UpRecord *report.Up `json:"up_record,omitempty"`
-	Warnings []string   `json:"warnings,omitempty"`
-	Error    string     `json:"error,omitempty"`
+	// Status is the machine's own `kpreload status --json`, written by
+	// kpreload-up.service on the report channel before its record.
+	Status   json.RawMessage `json:"status,omitempty"`
+	Warnings []string        `json:"warnings,omitempty"`
+	Error    string          `json:"error,omitempty"`
 }
 
 func newBootCmd() *cobra.Command {
@@ -194,7 +198,7 @@ real time: under plain TCG a guest's first run of new code costs far more.`,
 			if asJSON {
 				out := bootJSON{Report: res.Report, RootInit: res.RootInit, Console: res.Console, ReportLog: res.ReportLog,
 					WallSeconds: res.Duration.Seconds(), Accel: res.Accel, Panicked: res.Panicked, TimedOut: res.TimedOut,
-					ExitCode: res.ExitCode, Kernel: res.Kernel, Warnings: res.Warnings}
+					ExitCode: res.ExitCode, Kernel: res.Kernel, Status: res.Status, Warnings: res.Warnings}
 				if res.UntilMatched {
 					out.UntilMatch, out.Up, out.UpRecord = res.UntilMatch, res.EndedBy(), res.Up
 				}

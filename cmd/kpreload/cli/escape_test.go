@@ -7,8 +7,11 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/builder/install"
+	"github.com/kpreload/kpreload/builder/status"
+	"github.com/kpreload/kpreload/gpu/cdispec"
 	"github.com/kpreload/kpreload/internal/termtext"
 	"github.com/kpreload/kpreload/kmodcache/store"
+	"github.com/kpreload/kpreload/report"
 	"github.com/kpreload/kpreload/testsupport/treetest"
 )
 
@@ -136,7 +139,13 @@ func TestErrorsEscaped(t *testing.T) {
 func TestPrintersEscape(t *testing.T) {
 	for _, n := range hostileNames {
 		var b bytes.Buffer
-		writeStatus(&b, []install.Kernel{{Release: n.version, Image: true, Initramfs: true, Drivers: []string{n.driver + " " + n.version}, IndexError: n.driver}}, n.version, n.driver)
+		writeStatus(&b, &status.Status{Booted: true, RunningKernel: n.version, Default: n.version, DefaultWhy: n.driver,
+			Kernels:    []install.Kernel{{Release: n.version, Image: true, Initramfs: true, Drivers: []string{n.driver + " " + n.version}, IndexError: n.driver}},
+			Driver:     &status.Driver{Driver: n.driver, Version: n.version, Flavor: n.driver, By: n.driver, Previous: n.version, Userspace: n.driver},
+			Request:    &status.Request{Source: n.driver, Origin: n.version, Version: n.version, Flavor: n.driver, UserData: &report.UserData{Action: n.driver, Reason: n.version}},
+			CDI:        &cdispec.Verification{File: n.driver, Kind: n.version, State: n.driver, Why: n.version},
+			SecureBoot: &status.SecureBoot{State: n.driver, Lockdown: n.version, Keys: []status.SigningKey{{Signer: n.driver, SigKey: n.version, Sets: []string{n.driver}}}},
+			Problems:   []status.Problem{{What: n.driver, Fix: n.version}}})
 		if err := writeCacheLs(&b, []store.Entry{{ID: n.driver, Kernel: n.version, Driver: n.driver, Version: n.version, Flavor: n.driver}}); err != nil {
 			t.Fatal(err)
 		}

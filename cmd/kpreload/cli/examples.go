@@ -38,7 +38,6 @@ var extraExamples = map[string]string{
 	"kpreload cache push":            `  kpreload cache push --cache ./cache --remote oci://127.0.0.1:5055/team --plain-http --sign team.key`,
 	"kpreload cache pull":            `  kpreload cache pull --cache ./cache --remote oci://127.0.0.1:5055/team --plain-http --trust team.pub`,
 	"kpreload modinfo":               `  kpreload modinfo testdriver.ko`,
-	"kpreload status":                `  kpreload status --root /`,
 }
 
 // addExamples gives each command of extraExamples that has none its Examples.

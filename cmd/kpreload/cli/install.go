@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kpreload/kpreload/builder/install"
+	"github.com/kpreload/kpreload/builder/status"
 	"github.com/kpreload/kpreload/initramfs/rootcheck"
 	"github.com/kpreload/kpreload/internal/termtext"
 )
@@ -203,9 +205,10 @@ report channel (kpreload.report=, or QEMU's fw_cfg: a boot harness such as
 is run by kpreload-up.service once the system has reached its default target:
 on that same report channel (the "channel" of /run/kpreload/report.json) it
 writes one "kpreload-up: " JSON record, state "up", naming the target (the
-command line's systemd.unit=, else what default.target links to). "kpreload
-boot --image" ends its run on it. With no report or no channel it writes
-nothing.
+command line's systemd.unit=, else what default.target links to), just after
+one "kpreload-status: " line, what "kpreload status --json" says of the
+machine. "kpreload boot --image" ends its run on the record. With no report or
+no channel it writes nothing.
 
   kpreload kernel-hook refresh
 
@@ -263,7 +266,15 @@ are used. Every path is resolved inside --root, as in a chroot of it.`,
 				if len(args) != 1 {
 					return fmt.Errorf("up takes no arguments")
 				}
-				what, err := install.ReportUp(install.UpOptions{Root: f.root})
+				// The machine's own status goes on the channel with the up
+				// record, so a boot harness can check what it says of itself.
+				what, err := install.ReportUp(install.UpOptions{Root: f.root, Status: func() ([]byte, error) {
+					st, err := status.Read(status.Options{Root: f.root, Running: true})
+					if err != nil {
+						return nil, err
+					}
+					return json.Marshal(st)
+				}})
 				if err != nil {
 					return fmt.Errorf("kernel-hook up: %w", err)
 				}
@@ -345,48 +356,140 @@ func newStatusCmd() *cobra.Command {
 		asJSON bool
 	)
 	c := &cobra.Command{
-		Use:   "status [--root DIR]",
-		Short: "Show a root's kernels, their driver sets and which one boots by default",
-		Args:  noArgs,
+		Use:   "status [--root DIR] [--json]",
+		Short: "Explain a kpreload machine: its driver, request, CDI spec, Secure Boot, kernels and problems",
+		Long: `Without --root, status reads the running system. On a machine that booted
+through kpreload's /init it says:
+
+  driver:      the active driver, version and flavour (/run/kpreload/ready), and who
+               activated it (/init, or kpreload switch)
+  request:     where the driver request came from (cmdline, fw_cfg, seed, image,
+               default, or user-data applied after boot) and what it asked
+  cdi:         whether the CDI spec kpreload keeps (/var/run/cdi/kpreload-*.yaml)
+               matches the loaded driver
+  secure boot: the firmware's Secure Boot, the kernel's lockdown, and whether a kernel
+               keyring holds each key the running kernel's driver cells are signed with
+  default:     the kernel the boot loader boots by default, and each kernel with its
+               driver cells (* marks the default)
+  problem:     each problem found, with the command that fixes it ("problems: none")
+
+--root DIR reads another root (a mounted image): its kernels, their driver cells and
+the default; the booted machine's lines only where DIR holds a boot report. A root
+that does not exist, or that kpreload neither installed into nor booted, is an
+error that says what to run. --json prints all of it as one object.`,
+		Example: `  kpreload status
+  kpreload status --json
+  kpreload status --root ./image-root`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			kernels, err := install.Kernels(root)
+			st, err := status.Read(status.Options{Root: root, Running: !cmd.Flags().Changed("root")})
 			if err != nil {
 				return err
 			}
-			// As the kernel hooks read them: a boot.yaml that cannot be
-			// used is a warning and the defaults.
-			st, warnings := install.ReadSettingsOrDefaults(root)
-			for _, w := range warnings {
+			for _, w := range st.Warnings {
 				fmt.Fprintf(cmd.ErrOrStderr(), "kpreload: WARNING: %s\n", termtext.Text(w))
 			}
-			def := install.DefaultKernel(kernels, st.NewestFirst())
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), struct {
-					Default string           `json:"default"`
-					Policy  string           `json:"policy"`
-					Kernels []install.Kernel `json:"kernels"`
-				}{def, st.Default, kernels})
+				return printJSON(cmd.OutOrStdout(), st)
 			}
-			writeStatus(cmd.OutOrStdout(), kernels, def, st.DescribeDefault(kernels, def))
+			writeStatus(cmd.OutOrStdout(), st)
 			return nil
 		},
 	}
-	c.Flags().StringVar(&root, "root", "/", "the root filesystem to read")
+	c.Flags().StringVar(&root, "root", "/", "the root filesystem to read (default: the running system)")
 	c.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	return c
 }
 
-// writeStatus prints status's text: the default kernel (describe says why)
-// and each kernel with what it lacks and its driver cells. What the root
-// holds is shown escaped (termtext): a name in its boot index cannot drive
-// the operator's terminal, whatever let it through.
-func writeStatus(out io.Writer, kernels []install.Kernel, def, describe string) {
+// writeStatus prints status's text: the booted machine's driver, request,
+// CDI spec and Secure Boot (when it booted through kpreload's /init), the
+// default kernel and each kernel with what it lacks and its driver cells,
+// then the problems. What the root holds is shown escaped (termtext): a
+// name in its boot index or report cannot drive the operator's terminal,
+// whatever let it through.
+func writeStatus(out io.Writer, st *status.Status) {
 	w := termtext.NewWriter(out)
 	name := termtext.Name
-	fmt.Fprintf(w, "default: %s (%s)\n", name(orNone(def)), name(describe))
-	for _, k := range kernels {
+	if st.Booted {
+		fmt.Fprintf(w, "booted: through kpreload's /init, kernel %s\n", name(orNone(st.RunningKernel)))
+		if d := st.Driver; d != nil {
+			by := "/init"
+			if d.By != "init" {
+				by = "kpreload " + d.By
+			}
+			line := fmt.Sprintf("driver: %s %s", name(d.Driver), name(d.Version))
+			if d.Flavor != "" {
+				line += " (" + name(d.Flavor) + ")"
+			}
+			line += ", activated by " + name(by)
+			if d.Previous != "" {
+				line += " (was " + name(d.Previous) + ")"
+			}
+			if d.Userspace != "" {
+				line += "; userspace " + name(d.Userspace)
+			}
+			fmt.Fprintln(w, line)
+		} else {
+			fmt.Fprintln(w, "driver: none active")
+		}
+		if r := st.Request; r != nil {
+			line := "request: " + name(r.Source)
+			if r.Origin != "" {
+				line += " (" + name(r.Origin) + ")"
+			}
+			var asked []string
+			for _, f := range [][2]string{{"version", r.Version}, {"flavour", r.Flavor}, {"cuda", r.CUDA}} {
+				if f[1] != "" {
+					asked = append(asked, f[0]+" "+name(f[1]))
+				}
+			}
+			if len(asked) > 0 {
+				line += ": " + strings.Join(asked, ", ")
+			}
+			fmt.Fprintln(w, line)
+			if ud := r.UserData; ud != nil {
+				fmt.Fprintf(w, "user-data: %s (%s)\n", name(ud.Action), name(ud.Reason))
+			}
+		}
+		if c := st.CDI; c != nil {
+			switch {
+			case c.File == "":
+				fmt.Fprintf(w, "cdi: no spec (%s)\n", name(c.Why))
+			case c.State == "matches":
+				fmt.Fprintf(w, "cdi: %s (%s) matches the loaded driver\n", name(c.File), name(c.Kind))
+			default:
+				fmt.Fprintf(w, "cdi: %s (%s) %s: %s\n", name(c.File), name(c.Kind), name(c.State), name(c.Why))
+			}
+		}
+		if sb := st.SecureBoot; sb != nil {
+			line := "secure boot: " + name(sb.State)
+			if sb.Lockdown != "" {
+				line += ", lockdown " + name(sb.Lockdown)
+			}
+			if sb.Enforced {
+				line += "; module signatures enforced"
+			} else {
+				line += "; module signatures not enforced"
+			}
+			if sb.Expected {
+				line += "; the image was built for Secure Boot"
+			}
+			fmt.Fprintln(w, line)
+			for _, k := range sb.Keys {
+				held := "not on the kernel's keyrings"
+				if k.Enrolled {
+					held = "enrolled"
+				} else if sb.KeysError != "" {
+					held = "keyrings unreadable (" + name(sb.KeysError) + ")"
+				}
+				fmt.Fprintf(w, "signing key: \"%s\" (sig_key %s) of %s: %s\n", name(k.Signer), name(k.SigKey), name(strings.Join(k.Sets, ", ")), held)
+			}
+		}
+	}
+	fmt.Fprintf(w, "default: %s (%s)\n", name(orNone(st.Default)), name(st.DefaultWhy))
+	for _, k := range st.Kernels {
 		mark := " "
-		if k.Release == def {
+		if k.Release == st.Default {
 			mark = "*"
 		}
 		var what []string
@@ -405,6 +508,12 @@ func writeStatus(out io.Writer, kernels []install.Kernel, def, describe string) 
 		}
 		what = append(what, drivers)
 		fmt.Fprintf(w, "%s %s: %s\n", mark, name(k.Release), strings.Join(what, "; "))
+	}
+	if len(st.Problems) == 0 {
+		fmt.Fprintln(w, "problems: none")
+	}
+	for _, p := range st.Problems {
+		fmt.Fprintf(w, "problem: %s; fix: %s\n", name(p.What), name(p.Fix))
 	}
 }
 

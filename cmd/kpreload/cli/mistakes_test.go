@@ -150,6 +150,7 @@ var exampleTests = map[string]string{
 	"kpreload report":                "TestReportHelpExamples",
 	"kpreload rootdisk":              "TestRootdiskHelpExamples",
 	"kpreload cdi refresh":           "TestCDIRefreshHelpExamples",
+	"kpreload status":                "TestStatusHelpExamples",
 	"kpreload kernel-hook":           "builder/follow/e2e:checkRefreshExample",
 	// TestGenericHelpExamples runs these in a directory holding ./cache.
 	"kpreload help":                    "TestGenericHelpExamples",
@@ -182,7 +183,6 @@ var examplesNotRun = map[string]bool{
 	"kpreload image build":     true,
 	"kpreload initramfs":       true,
 	"kpreload install":         true,
-	"kpreload status":          true,
 	"kpreload user-data apply": true,
 	// groups whose example is a child's above
 	"kpreload image":     true,
