@@ -109,8 +109,8 @@ func TestReadersRefuseOutsideNames(t *testing.T) {
 				t.Fatal(err)
 			}
 			treetest.Write(t, root, map[string]string{name: string(ix)})
-			if got, err := readIndex(root, release); !errors.Is(err, names.ErrInvalid) {
-				t.Errorf("%s %s %.80q: readIndex = %+v, %v; want it refused by the name grammar", c.Kind, field, c.Value, got, err)
+			if got, err := ReadIndex(root, release); !errors.Is(err, names.ErrInvalid) {
+				t.Errorf("%s %s %.80q: ReadIndex = %+v, %v; want it refused by the name grammar", c.Kind, field, c.Value, got, err)
 			}
 			kernels, err := Kernels(root)
 			if err != nil {
@@ -120,8 +120,8 @@ func TestReadersRefuseOutsideNames(t *testing.T) {
 				t.Errorf("%s %s %.80q: Kernels = %+v; want %s without drivers, its index refused", c.Kind, field, c.Value, kernels, release)
 			}
 		}
-		if got, err := readIndex(root, c.Value); err == nil {
-			t.Errorf("%s release %.80q: readIndex = %+v; want it refused", c.Kind, c.Value, got)
+		if got, err := ReadIndex(root, c.Value); err == nil {
+			t.Errorf("%s release %.80q: ReadIndex = %+v; want it refused", c.Kind, c.Value, got)
 		}
 	}
 
