@@ -14,10 +14,8 @@ import (
 
 	"github.com/kpreload/kpreload/internal/inroot/inroottest"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
-	"github.com/kpreload/kpreload/kmodcache/cellsign"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/remote"
-	"github.com/kpreload/kpreload/kmodcache/remote/remotetest"
 	"github.com/kpreload/kpreload/kmodcache/store"
 	"github.com/kpreload/kpreload/testsupport/testenv"
 	"github.com/kpreload/kpreload/testsupport/treetest"
@@ -44,16 +42,7 @@ type cacheCell struct {
 func newCacheCell(t *testing.T, kernel string) *cacheCell {
 	t.Helper()
 	ctx := context.Background()
-	keys := t.TempDir()
-	signer, err := cellsign.Generate(filepath.Join(keys, "builder.key"), filepath.Join(keys, "builder.pub"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := remotetest.Start(t)
-	rm, err := remote.Open(reg.URL(), remote.Options{PlainHTTP: true, DockerConfig: filepath.Join(t.TempDir(), "none.json"), Signer: signer})
-	if err != nil {
-		t.Fatal(err)
-	}
+	keys, _, reg, rm := signedRegistry(t, "builder")
 	built, err := store.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -29,18 +29,26 @@ import (
 // looks newer. The kernel hook's pull takes the newer signed cell. When
 // the registry then hides it, the hook warns, naming both generations, and
 // pulls nothing of that driver rather than the older cell.
+// signedRegistry starts a loopback registry and opens it for pushes signed
+// by a new key NAME.key, whose NAME.pub lies beside it in keys.
+func signedRegistry(t *testing.T, name string) (keys string, signer *cellsign.Signer, reg *remotetest.Registry, rm *remote.Remote) {
+	t.Helper()
+	keys = t.TempDir()
+	signer, err := cellsign.Generate(filepath.Join(keys, name+".key"), filepath.Join(keys, name+".pub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg = remotetest.Start(t)
+	rm, err = remote.Open(reg.URL(), remote.Options{PlainHTTP: true, DockerConfig: filepath.Join(t.TempDir(), "none.json"), Signer: signer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys, signer, reg, rm
+}
+
 func TestHookPullsNewestSignedCell(t *testing.T) {
 	ctx := context.Background()
-	keys := t.TempDir()
-	team, err := cellsign.Generate(filepath.Join(keys, "team.key"), filepath.Join(keys, "team.pub"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := remotetest.Start(t)
-	rm, err := remote.Open(reg.URL(), remote.Options{PlainHTTP: true, DockerConfig: filepath.Join(t.TempDir(), "none.json"), Signer: team})
-	if err != nil {
-		t.Fatal(err)
-	}
+	keys, _, reg, rm := signedRegistry(t, "team")
 	var tags, ids []string
 	kernel := ""
 	for _, cell := range []string{"older", "newer"} {
