@@ -77,7 +77,7 @@ func linkRoot(t *testing.T) (root, victim string) {
 }
 
 // TestRootLinksOut runs install, the kernel hooks (postinst, postrm),
-// grub-entries and boot-ok, for both boot loaders, on roots whose /boot, /boot/efi,
+// grub-entries, refresh, what status reads and boot-ok, for both boot loaders, on roots whose /boot, /boot/efi,
 // /boot/grub, /boot/kpreload, loader/entries, /etc/grub.d, /etc/kernel or
 // /etc/kpreload is a link out of the root (absolute, or relative with
 // "../.."), next to a victim tree: nothing there is created, changed or
@@ -148,6 +148,16 @@ func TestRootLinksOut(t *testing.T) {
 						{"install", func() error { _, err := Install(ctx, o); return err }},
 						{"postinst", func() error { _, err := KernelAdded(ctx, o, testKernel); return err }},
 						{"grub-entries", func() error { return GrubEntries(io.Discard, root, GrubEnv{}) }},
+						{"refresh", func() error { _, err := Refresh(ctx, o); return err }},
+						// What status reads of a root (builder/status reads
+						// it through these, beside the report).
+						{"status", func() error {
+							if _, err := Kernels(root); err != nil {
+								return err
+							}
+							_, _ = ReadSettingsOrDefaults(root)
+							return nil
+						}},
 						{"postrm", func() error { _, err := KernelRemoved(ctx, o, testKernel); return err }},
 						{"boot-ok", func() error {
 							_, err := BootOK(ctx, BootOKOptions{Root: root, Report: filepath.Join(root, "run/kpreload/report.json"), EFIVars: filepath.Join(root, "efivars"), Log: &log})
