@@ -332,17 +332,42 @@ func newCacheIndexCmd(open func() (*store.Store, error)) *cobra.Command {
 }
 
 func newCacheRmCmd(open func() (*store.Store, error)) *cobra.Command {
-	return &cobra.Command{
-		Use:         "rm SET...",
+	var sel store.Entry
+	cmd := &cobra.Command{
+		Use:         "rm SET... | rm [--kernel K] [--driver D] [--version V] [--flavor F]",
 		Annotations: map[string]string{argsNote: "the module sets to remove"},
-		Short:       "Remove sets (by id or unique id prefix) and the module files only they use",
-		Args:        minArgs(1),
+		Short:       "Remove sets (by id or unique id prefix, or every set a selection matches) and the module files only they use",
+		Long: `Rm removes module sets and the module files no other set uses, and
+regenerates the boot indexes of their kernels. Name the sets by id, as "cache
+ls" prints it (a unique prefix will do), or select them: --kernel, --driver,
+--version and --flavor remove every set that matches all of those given (the
+sets of a kernel no longer installed, or of a driver version no image
+carries any more). A selection that matches no set is an error.`,
+		Example: `  kpreload cache rm --cache ./cache --kernel 6.1.0-56-cloud-amd64 --driver kpreload-edu --version 1.0`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if sel == (store.Entry{}) {
+				return minArgs(1)(cmd, args)
+			}
+			if len(args) > 0 {
+				return fmt.Errorf("cache rm: give set ids or --kernel/--driver/--version/--flavor, not both")
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkNames("--kernel", sel.Kernel, "--driver", sel.Driver, "--version", sel.Version, "--flavor", sel.Flavor); err != nil {
+				return fmt.Errorf("cache rm: %w", err)
+			}
 			s, err := open()
 			if err != nil {
 				return err
 			}
-			for _, a := range args {
+			ids := args
+			if len(args) == 0 {
+				if ids, err = selectSets(s, sel); err != nil {
+					return err
+				}
+			}
+			for _, a := range ids {
 				id, err := s.Resolve(a)
 				if err != nil {
 					return err
@@ -355,6 +380,32 @@ func newCacheRmCmd(open func() (*store.Store, error)) *cobra.Command {
 			return nil
 		},
 	}
+	f := cmd.Flags()
+	f.StringVar(&sel.Kernel, "kernel", "", "remove the sets built for this kernel release")
+	f.StringVar(&sel.Driver, "driver", "", "remove the sets of this driver")
+	f.StringVar(&sel.Version, "version", "", "remove the sets of this driver version")
+	f.StringVar(&sel.Flavor, "flavor", "", "remove the sets of this flavor")
+	return cmd
+}
+
+// selectSets returns the ids of the sets of s that match every non-empty
+// field of sel among Kernel, Driver, Version and Flavor; none is an error.
+func selectSets(s *store.Store, sel store.Entry) ([]string, error) {
+	all, err := s.List()
+	if err != nil {
+		return nil, err
+	}
+	match := func(want, got string) bool { return want == "" || want == got }
+	var ids []string
+	for _, e := range all {
+		if match(sel.Kernel, e.Kernel) && match(sel.Driver, e.Driver) && match(sel.Version, e.Version) && match(sel.Flavor, e.Flavor) {
+			ids = append(ids, e.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("cache rm: no set in %s matches (kpreload cache ls lists them)", s.Dir())
+	}
+	return ids, nil
 }
 
 // cacheHumanSize formats a byte count with a binary unit.

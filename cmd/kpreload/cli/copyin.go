@@ -22,7 +22,7 @@ inside DIR as in a chroot of it: a link in DIR, absolute or with "..", is
 followed inside DIR or the copy fails naming it; nothing outside DIR is created,
 changed or removed. Directories already there are kept; files are replaced
 atomically with TREE's modes; links are made anew.`,
-		Example: `  sudo kpreload copy-in --root /mnt/image /tmp/kpreload-provision/tree`,
+		Example: `  sudo kpreload copy-in --root ./rootfs ./tree`,
 		Args:    exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := inroot.CopyTree(root, "/", args[0]); err != nil {

@@ -33,7 +33,6 @@ var extraExamples = map[string]string{
 	"kpreload cache add":             `  sudo kpreload cache add --driver testdriver --version 1.0 testdriver.ko`,
 	"kpreload cache index":           `  kpreload cache index --cache ./cache --kernel 6.1.0-56-cloud-amd64`,
 	"kpreload cache ls":              `  kpreload cache ls --cache ./cache`,
-	"kpreload cache rm":              `  kpreload cache rm --cache ./cache 333ac7fb1b15`,
 	"kpreload cache verify":          `  kpreload cache verify --cache ./cache --repair`,
 	"kpreload cache push":            `  kpreload cache push --cache ./cache --remote oci://127.0.0.1:5055/team --plain-http --sign team.key`,
 	"kpreload cache pull":            `  kpreload cache pull --cache ./cache --remote oci://127.0.0.1:5055/team --plain-http --trust team.pub`,

@@ -171,6 +171,8 @@ var exampleTests = map[string]string{
 	"kpreload modinfo":                 "TestCacheHelpExamples",
 	"kpreload cdi hook update-ldcache": "TestHookHelpExamples",
 	"kpreload k8s refresh":             "TestHookHelpExamples",
+	"kpreload cache rm":                "TestCacheRmHelpExamples",
+	"kpreload copy-in":                 "TestCopyInHelpExamples",
 }
 
 // examplesNotRun are the commands whose examples no test runs yet: each
@@ -178,8 +180,6 @@ var exampleTests = map[string]string{
 // must set up. TestCommandTree fails for a command in neither list.
 var examplesNotRun = map[string]bool{
 	"kpreload boot":            true,
-	"kpreload cache rm":        true, // the set id differs with each build
-	"kpreload copy-in":         true,
 	"kpreload image build":     true,
 	"kpreload initramfs":       true,
 	"kpreload install":         true,

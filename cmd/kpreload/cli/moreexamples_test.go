@@ -1,0 +1,71 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/kpreload/kpreload/kmodcache/store"
+	"github.com/kpreload/kpreload/testsupport/testenv"
+)
+
+// TestCacheRmHelpExamples runs the example of cache rm exactly as written,
+// in a directory whose ./cache holds the test driver's set, version 1.0 and
+// 2.0, for the example's kernel (a synthetic module, added with cache add):
+// it removes 1.0 and leaves 2.0.
+func TestCacheRmHelpExamples(t *testing.T) {
+	const kernel = "6.1.0-56-cloud-amd64"
+	ko := testenv.SyntheticModule(t, "kpreload_edu", kernel)
+	t.Chdir(t.TempDir())
+	for _, v := range []string{"1.0", "2.0"} {
+		if code, out, errOut := runCLI("cache", "add", "--cache", "./cache", "--driver", "kpreload-edu", "--version", v, ko); code != 0 {
+			t.Fatalf("cache add %s: exit %d: %s%s", v, code, out, errOut)
+		}
+	}
+	lines := examplesOf(t, "kpreload cache rm")
+	for _, l := range lines {
+		code, out, errOut := runCLI(strings.Fields(l)[1:]...)
+		if code != 0 || strings.Count(out, "removed ") != 1 {
+			t.Fatalf("example %q: exit %d, printed %q (want one set removed): %s", l, code, out, errOut)
+		}
+	}
+	code, out, errOut := runCLI("cache", "ls", "--cache", "./cache", "--json")
+	var left []store.Entry
+	if err := json.Unmarshal([]byte(out), &left); code != 0 || err != nil {
+		t.Fatalf("cache ls: exit %d, %v: %s", code, err, errOut)
+	}
+	if len(left) != 1 || left[0].Version != "2.0" || left[0].Kernel != kernel {
+		t.Errorf("after %q the cache holds %+v, want kpreload-edu 2.0 for %s alone", lines, left, kernel)
+	}
+	if len(lines) != 1 {
+		t.Errorf("cache rm examples %q; the test knows one", lines)
+	}
+}
+
+// TestCopyInHelpExamples runs the example of copy-in exactly as written, in
+// a directory holding ./rootfs (whose /usr/local is a link, absolute, to
+// /usr: followed inside the root) and ./tree, the unpacked files.
+func TestCopyInHelpExamples(t *testing.T) {
+	t.Chdir(t.TempDir())
+	mustWrite(t, "rootfs/usr/bin/.keep", "")
+	if err := os.Symlink("/usr", "rootfs/usr/local"); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, "tree/usr/local/bin/kpreload", "binary")
+	mustWrite(t, "tree/etc/kpreload/instance.yaml", "resources: {}\n")
+	lines := examplesOf(t, "kpreload copy-in")
+	for _, l := range lines {
+		if code, out, errOut := runCLI(strings.Fields(l)[1:]...); code != 0 {
+			t.Fatalf("example %q: exit %d: %s%s", l, code, out, errOut)
+		}
+	}
+	for p, want := range map[string]string{"rootfs/usr/bin/kpreload": "binary", "rootfs/etc/kpreload/instance.yaml": "resources: {}\n"} {
+		if b, err := os.ReadFile(p); err != nil || string(b) != want {
+			t.Errorf("after %q, %s holds %q (%v), want %q", lines, p, b, err, want)
+		}
+	}
+	if len(lines) != 1 {
+		t.Errorf("copy-in examples %q; the test knows one", lines)
+	}
+}
