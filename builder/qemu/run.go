@@ -114,24 +114,10 @@ func (r *Runner) Run(ctx context.Context, c Config) (*Result, error) {
 		drv = ExecDriver{}
 	}
 	res := &Result{ExitCode: -1}
-	if err := r.logPaths(&c); err != nil {
+	if err := r.prepare(&c); err != nil {
 		return nil, err
 	}
 	res.Console, res.ReportLog = c.ConsoleLog, c.ReportLog
-	if c.Firmware == FirmwareUEFISecure && c.OVMFCode == "" {
-		c.OVMFCode = SecureBootCode
-	}
-	if c.Firmware == FirmwareUEFI || c.Firmware == FirmwareUEFISecure {
-		code, vars, err := FindOVMF(c.OVMFCode, c.OVMFVars)
-		if err != nil {
-			return nil, err
-		}
-		c.OVMFCode, c.OVMFVars = code, vars
-		c.varsCopy = filepath.Join(filepath.Dir(c.ConsoleLog), "OVMF_VARS.fd")
-		if err := fileutil.CopyFile(vars, c.varsCopy, 0o644); err != nil {
-			return nil, fmt.Errorf("qemu: copy the UEFI variable store: %w", err)
-		}
-	}
 
 	accel, warn, err := r.chooseAccel(ctx, drv, c)
 	if err != nil {
@@ -217,6 +203,49 @@ func (r *Runner) Run(ctx context.Context, c Config) (*Result, error) {
 		return res, fmt.Errorf("qemu: while the machine ran: %w", atErr)
 	}
 	return res, nil
+}
+
+// DryRun prepares c as Run does before it starts QEMU (the logs' paths in
+// the work directory, the run's copy of the UEFI variable store) and returns
+// QEMU's command line (without the binary), starting nothing. The
+// accelerator is not probed: "kvm" and "auto" give the KVM command line,
+// which Run gives only once its probe has booted under KVM.
+func (r *Runner) DryRun(c Config) ([]string, error) {
+	c = c.withDefaults()
+	if err := r.prepare(&c); err != nil {
+		return nil, err
+	}
+	switch c.Accel {
+	case "tcg", "kvm":
+	case "auto":
+		c.Accel = "kvm"
+	default:
+		return nil, fmt.Errorf("qemu: accelerator %q: want tcg, kvm or auto", c.Accel)
+	}
+	return Args(c, c.ConsoleLog, c.ReportLog)
+}
+
+// prepare places c's logs (logPaths) and, for a UEFI boot, finds OVMF and
+// copies its variable store beside the console log for the run to change.
+func (r *Runner) prepare(c *Config) error {
+	if err := r.logPaths(c); err != nil {
+		return err
+	}
+	if c.Firmware == FirmwareUEFISecure && c.OVMFCode == "" {
+		c.OVMFCode = SecureBootCode
+	}
+	if c.Firmware == FirmwareUEFI || c.Firmware == FirmwareUEFISecure {
+		code, vars, err := FindOVMF(c.OVMFCode, c.OVMFVars)
+		if err != nil {
+			return err
+		}
+		c.OVMFCode, c.OVMFVars = code, vars
+		c.varsCopy = filepath.Join(filepath.Dir(c.ConsoleLog), "OVMF_VARS.fd")
+		if err := fileutil.CopyFile(vars, c.varsCopy, 0o644); err != nil {
+			return fmt.Errorf("qemu: copy the UEFI variable store: %w", err)
+		}
+	}
+	return nil
 }
 
 // untilEnd is what ended a run, by until.

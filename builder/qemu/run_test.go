@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -220,5 +221,29 @@ func TestKVMFallback(t *testing.T) {
 	ok, detail := ProbeKVM(context.Background(), &fakeDriver{}, "/k", t.TempDir(), time.Second)
 	if ok || !strings.Contains(detail, "cannot open") {
 		t.Errorf("ProbeKVM(no /dev/kvm) = %v, %q, want false and why", ok, detail)
+	}
+}
+
+// TestDryRunIsRunsCommand: DryRun gives the command line Run then runs, for
+// a direct boot and an image through OVMF alike, and starts nothing itself.
+func TestDryRunIsRunsCommand(t *testing.T) {
+	for _, c := range []Config{
+		{Kernel: "vmlinuz", Initramfs: "initrd.img", RootDisk: "root.img", Devices: []string{"edu"}, Accel: "tcg"},
+		{Firmware: FirmwareUEFI, RootDisk: "disk.qcow2", Snapshot: true, Accel: "tcg"},
+	} {
+		dir := t.TempDir()
+		drv := &fakeDriver{console: bootConsole}
+		r := &Runner{Driver: drv, WorkDir: dir}
+		got, err := r.DryRun(c)
+		if err != nil {
+			t.Fatalf("DryRun(%+v): %v", c, err)
+		}
+		if len(drv.calls) != 0 {
+			t.Fatalf("DryRun ran QEMU: %q", drv.calls)
+		}
+		r.Run(context.Background(), c)
+		if len(drv.calls) != 1 || !slices.Equal(drv.calls[0], got) {
+			t.Errorf("DryRun(%+v) = %q; Run ran %q", c, got, drv.calls)
+		}
 	}
 }

@@ -63,6 +63,7 @@ func newBootCmd() *cobra.Command {
 		vars     string
 		persist  bool
 		svgFile  string
+		dryRun   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "boot (--kernel FILE [--initramfs FILE] [--root-disk FILE] | --image DISK)",
@@ -110,11 +111,16 @@ read-only (a seed, a package to install).
 --icount N (with --cpus 1) drives the guest's clock by its instruction count
 instead of the host's: timings no longer move with the host's load, which makes
 two builds of /init comparable in a few boots (scripts/ab-init.sh). They are not
-real time: under plain TCG a guest's first run of new code costs far more.`,
-		Example: `  kpreload boot --kernel vmlinuz --initramfs initrd.img --root-disk root.img --device edu
-  kpreload boot --kernel vmlinuz --initramfs initrd.img --root-disk root.img --accel auto --json
-  kpreload boot --kernel vmlinuz --initramfs initrd.img --root-disk root.img --device edu --instance instance.yaml
-  kpreload boot --image out/ci-testdriver.qcow2 --device edu --instance images/instance-testdriver.yaml`,
+real time: under plain TCG a guest's first run of new code costs far more.
+
+--dry-run checks the files named and prints the QEMU command line the boot
+would run (its logs in the work directory, with the run's copy of the UEFI
+variable store), starting nothing; --accel kvm or auto shows KVM's, which the
+boot uses only once a probe has booted under KVM. Each example below boots
+without --dry-run.`,
+		Example: `  kpreload boot --kernel vmlinuz --initramfs initrd.img --root-disk root.img --device edu --dry-run
+  kpreload boot --kernel vmlinuz --initramfs initrd.img --root-disk root.img --device edu --instance instance.yaml --work-dir logs --dry-run
+  kpreload boot --image out/ci-testdriver.qcow2 --device edu --instance images/instance-testdriver.yaml --dry-run`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if image != "" {
@@ -182,6 +188,9 @@ real time: under plain TCG a guest's first run of new code costs far more.`,
 			}
 			stderr := cmd.ErrOrStderr()
 			r := &qemu.Runner{WorkDir: workDir, Log: stderr}
+			if dryRun {
+				return printBootCommand(cmd.OutOrStdout(), r, c, asJSON)
+			}
 			clear := bootProgress(r, stderr)
 			res, runErr := r.Run(cmd.Context(), c)
 			clear()
@@ -247,7 +256,48 @@ real time: under plain TCG a guest's first run of new code costs far more.`,
 	f.StringVar(&until, "until", "", "end the run when the console matches this regular expression (default with --image: the image is up: kpreload-up.service's record on the report channel, else systemd's default target, getty.target or a login prompt on the console)")
 	f.StringVar(&workDir, "work-dir", "", "directory for the logs (default: a new temporary directory)")
 	f.BoolVar(&asJSON, "json", false, "print the report, root-init record and timings as JSON")
+	f.BoolVar(&dryRun, "dry-run", false, "print the QEMU command line the boot would run and exit, starting nothing (with --json: {\"command\": [...]})")
 	return cmd
+}
+
+// printBootCommand is boot --dry-run: it checks that the files c names are
+// there and prints the QEMU command line r would run for c, shell-quoted
+// (asJSON: as a JSON list), starting nothing.
+func printBootCommand(w io.Writer, r *qemu.Runner, c qemu.Config, asJSON bool) error {
+	for _, f := range append([]string{c.Kernel, c.Initramfs, c.RootDisk}, c.Drives...) {
+		if f == "" {
+			continue
+		}
+		if _, err := os.Stat(f); err != nil {
+			return fmt.Errorf("boot: %w", err)
+		}
+	}
+	args, err := r.DryRun(c)
+	if err != nil {
+		return fmt.Errorf("boot: %w", err)
+	}
+	argv := append([]string{qemu.DefaultBinary}, args...)
+	if asJSON {
+		return printJSON(w, struct {
+			Command []string `json:"command"`
+		}{argv})
+	}
+	for i, a := range argv {
+		argv[i] = shellWord(a)
+	}
+	_, err = fmt.Fprintln(w, strings.Join(argv, " "))
+	return err
+}
+
+// plainWord is what a POSIX shell word may hold unquoted.
+var plainWord = regexp.MustCompile(`^[A-Za-z0-9_@%+=:,./-]+$`)
+
+// shellWord quotes s for a POSIX shell where it needs it.
+func shellWord(s string) string {
+	if plainWord.MatchString(s) {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // bootProgress makes r report elapsed time on w while QEMU runs: a spinner line redrawn in

@@ -173,13 +173,13 @@ var exampleTests = map[string]string{
 	"kpreload k8s refresh":             "TestHookHelpExamples",
 	"kpreload cache rm":                "TestCacheRmHelpExamples",
 	"kpreload copy-in":                 "TestCopyInHelpExamples",
+	"kpreload boot":                    "TestBootHelpExamples",
 }
 
 // examplesNotRun are the commands whose examples no test runs yet: each
 // needs a machine, a registry, a driver build or a VM that a test of its own
 // must set up. TestCommandTree fails for a command in neither list.
 var examplesNotRun = map[string]bool{
-	"kpreload boot":            true,
 	"kpreload image build":     true,
 	"kpreload initramfs":       true,
 	"kpreload install":         true,

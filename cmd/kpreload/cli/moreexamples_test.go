@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -67,5 +68,58 @@ func TestCopyInHelpExamples(t *testing.T) {
 	}
 	if len(lines) != 1 {
 		t.Errorf("copy-in examples %q; the test knows one", lines)
+	}
+}
+
+// TestBootHelpExamples runs the examples of boot exactly as written, with
+// no program on $PATH (no QEMU can start), in a directory holding the files
+// they name (vmlinuz, initrd.img, root.img, instance.yaml, out/ci-testdriver.qcow2
+// and images/ of this checkout): each prints QEMU's command line for them.
+func TestBootHelpExamples(t *testing.T) {
+	images, err := filepath.Abs("../../../images")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(t.TempDir())
+	t.Setenv("TMPDIR", t.TempDir())
+	if err := os.Symlink(images, "images"); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"vmlinuz", "initrd.img", "root.img", "out/ci-testdriver.qcow2"} {
+		mustWrite(t, f, "not booted")
+	}
+	inst, err := os.ReadFile("images/instance-testdriver.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, "instance.yaml", string(inst))
+	t.Setenv("PATH", t.TempDir())
+	lines := examplesOf(t, "kpreload boot")
+	for _, l := range lines {
+		code, out, errOut := runCLI(strings.Fields(l)[1:]...)
+		if code != 0 {
+			t.Fatalf("example %q: exit %d: %s%s", l, code, out, errOut)
+		}
+		want := []string{"qemu-system-x86_64 ", " -device edu"}
+		if strings.Contains(l, "--kernel vmlinuz") {
+			want = append(want, " -kernel vmlinuz -initrd initrd.img ", "file=root.img")
+		}
+		if strings.Contains(l, "--image") {
+			want = append(want, "file=out/ci-testdriver.qcow2,snapshot=on", "OVMF_VARS.fd")
+		}
+		if strings.Contains(l, "--instance") {
+			want = append(want, "-fw_cfg name=opt/kpreload/instance.yaml,file=/")
+		}
+		if strings.Contains(l, "--work-dir logs") {
+			want = append(want, "-serial file:logs/console.log")
+		}
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Errorf("example %q printed\n%s\nwant %q in it", l, out, w)
+			}
+		}
+	}
+	if len(lines) != 3 {
+		t.Errorf("boot examples %q; the test knows 3", lines)
 	}
 }
