@@ -68,7 +68,8 @@ type UserData struct {
 	// Origin is the file read (cloud-init's cloud-config.txt).
 	Origin string `json:"origin"`
 	// Action is none (no request, or one that yields to /init's source),
-	// unchanged (the driver it picks is active), switched, or failed.
+	// unchanged (the driver it picks is active), switched, or failed; a dry
+	// run (never recorded) says would-switch where it would switch.
 	Action string `json:"action"`
 	// Reason says why, in words.
 	Reason string `json:"reason"`

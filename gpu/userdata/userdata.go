@@ -55,7 +55,8 @@ type Options struct {
 	CacheDir string
 	// Root is the root the boot report and DriversDir are under ("/").
 	Root string
-	// ReportPath is the boot report's path under Root (report.Path).
+	// ReportPath is the boot report's path under Root (report.Path); empty
+	// when there is none to read (a dry run over another machine's devices).
 	ReportPath string
 	// SysDir, ProcDir, DevDir and RunDir are sysfs, procfs, /dev and /run.
 	SysDir, ProcDir, DevDir, RunDir string
@@ -67,6 +68,10 @@ type Options struct {
 	Log io.Writer
 	// Now returns the time recorded in the report section.
 	Now func() time.Time
+	// DryRun takes the decision and stops before the switch: the action is
+	// would-switch where Apply would switch; nothing is changed or called
+	// but System.Release.
+	DryRun bool
 }
 
 // Apply does the work and returns what it did, for the report's user_data
@@ -98,7 +103,9 @@ func Apply(o Options) (*report.UserData, error) {
 		return done("none", "the user-data has neither a write_files entry for "+instance.WriteFilesPath+" nor a "+instance.UserDataKey+": key", nil)
 	}
 	var rep report.Report
-	if b, err := inroot.ReadFile(o.Root, o.ReportPath, inroot.MaxLarge); err == nil {
+	if o.ReportPath == "" {
+		// No report to read: no request /init took stands.
+	} else if b, err := inroot.ReadFile(o.Root, o.ReportPath, inroot.MaxLarge); err == nil {
 		if err := json.Unmarshal(b, &rep); err != nil {
 			return done("failed", fmt.Sprintf("boot report %s: %v", o.ReportPath, err), fmt.Errorf("boot report %s: %w", o.ReportPath, err))
 		}
@@ -135,6 +142,9 @@ func Apply(o Options) (*report.UserData, error) {
 		if ready.Set == want.Chosen.ID {
 			return done("unchanged", fmt.Sprintf("%s%s %s, which the user-data asks for, is active", fault, want.Driver, ready.Version), nil)
 		}
+	}
+	if o.DryRun {
+		return done("would-switch", fmt.Sprintf("%sthe user-data asks for %s (%s): apply would switch to %s %s %s (dry run: nothing changed)", fault, want.Chosen.Version, want.Rule, want.Driver, want.Chosen.Version, want.Chosen.Flavor), nil)
 	}
 	res, err := o.System.Switch(switcher.Options{
 		Machine: m, Choice: c,

@@ -60,6 +60,7 @@ func TestApply(t *testing.T) {
 		cloud     string // "" leaves the cloud-config out
 		report    string // the boot report, "" for none
 		switchErr error
+		dryRun    bool
 		action    string
 		reason    string
 		switched  string
@@ -74,6 +75,8 @@ func TestApply(t *testing.T) {
 		{name: "the kernel command line wins", cloud: "#cloud-config\nkpreload:\n  resources:\n    driver:\n      version: \"2\"\n", report: `{"selection":{"source":"cmdline","origin":"kpreload.driver=1.0"}}`, action: "none", reason: "/init took the request from cmdline"},
 		{name: "refused", cloud: "#cloud-config\nkpreload:\n  resources:\n    driver:\n      version: \"2\"\n      flavor: proprietary\n", action: "failed", reason: "no nvidia driver will be loaded", wantErr: true},
 		{name: "wrong field", cloud: "#cloud-config\nkpreload:\n  resources:\n    driver:\n      vresion: \"2\"\n", action: "failed", reason: "the request is not honoured", wantErr: true},
+		{name: "branch 2, dry run", cloud: "#cloud-config\nwrite_files:\n- path: /etc/kpreload/instance.yaml\n  content: |\n    resources:\n      driver:\n        version: \"2\"\n", dryRun: true, action: "would-switch", reason: "the user-data asks for 2.0 (branch 2): apply would switch to nvidia 2.0 open (dry run: nothing changed)"},
+		{name: "the active version, dry run", cloud: "#cloud-config\nkpreload:\n  resources:\n    driver:\n      version: \"1.0\"\n", dryRun: true, action: "unchanged", reason: "nvidia 1.0, which the user-data asks for, is active"},
 		{name: "the switch fails", cloud: "#cloud-config\nkpreload:\n  resources:\n    driver:\n      version: \"2\"\n", switchErr: errors.New("nvidia failed"), action: "failed", reason: "nvidia failed", switched: "nvidia 2.0", wantErr: true},
 	}
 	for _, tt := range tests {
@@ -103,7 +106,7 @@ func TestApply(t *testing.T) {
 			sys0 := &fakeSystem{switchErr: tt.switchErr}
 			rec, err := Apply(Options{CloudConfig: cloud, CacheDir: cache, Root: root, ReportPath: report.Path,
 				SysDir: sys, ProcDir: filepath.Join(dir, "proc"), DevDir: filepath.Join(dir, "dev"), RunDir: run,
-				DriversDir: activate.DriversDir, System: sys0, Log: io.Discard, Now: time.Now})
+				DriversDir: activate.DriversDir, System: sys0, Log: io.Discard, Now: time.Now, DryRun: tt.dryRun})
 			if got, want := rec.Action, tt.action; got != want || !strings.Contains(rec.Reason, tt.reason) || (err != nil) != tt.wantErr {
 				t.Errorf("Apply = %s: %q, %v; want %s: %q, error %v", got, rec.Reason, err, want, tt.reason, tt.wantErr)
 			}

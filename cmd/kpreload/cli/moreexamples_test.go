@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/kmodcache/store"
+	"github.com/kpreload/kpreload/report"
 	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
@@ -121,5 +122,38 @@ func TestBootHelpExamples(t *testing.T) {
 	}
 	if len(lines) != 3 {
 		t.Errorf("boot examples %q; the test knows 3", lines)
+	}
+}
+
+// TestUserDataHelpExamples runs the examples of user-data apply exactly as
+// written in a checkout: the documented user-data (version "550") over the
+// committed H200 and H100 captures and the plan bundle, each a dry run that
+// would switch to nvidia 550.163.01. docs/driver-selection.md shows the
+// first.
+func TestUserDataHelpExamples(t *testing.T) {
+	doc, err := os.ReadFile("../../../docs/driver-selection.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inCheckout(t)
+	lines := examplesOf(t, "kpreload user-data apply")
+	if !strings.Contains(string(doc), "\n"+lines[0]+"\n") {
+		t.Errorf("docs/driver-selection.md does not show %q", lines[0])
+	}
+	for _, l := range lines {
+		out := runLine(t, l)
+		if strings.HasSuffix(l, " --json") {
+			var rec report.UserData
+			if err := json.Unmarshal([]byte(out), &rec); err != nil || rec.Action != "would-switch" || rec.Driver+" "+rec.To != "nvidia 550.163.01" {
+				t.Errorf("%s printed %s (%v); want would-switch to nvidia 550.163.01", l, out, err)
+			}
+			continue
+		}
+		if want := "kpreload user-data: would-switch: the user-data asks for 550.163.01 (branch 550): apply would switch to nvidia 550.163.01 open (dry run: nothing changed)\n"; out != want {
+			t.Errorf("%s printed %q, want %q", l, out, want)
+		}
+	}
+	if len(lines) != 2 {
+		t.Errorf("user-data apply examples %q; the test knows 2", lines)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kpreload/kpreload/gpu/userdata"
 	"github.com/kpreload/kpreload/internal/inroot/inroottest"
 )
 
@@ -26,7 +27,7 @@ func TestOutsideFileFIFO(t *testing.T) {
 		{"cache pull --trust", func() error { return execute(append([]string{"cache", "pull", "--trust", fifo}, remote...)) }},
 		{"cache push --sign", func() error { return execute(append([]string{"cache", "push", "--sign", fifo}, remote...)) }},
 		{"user-data apply --cloud-config", func() error {
-			if _, err := applyUserData(io.Discard, fifo, t.TempDir()); err != nil {
+			if _, err := userdata.Apply(userDataOptions(io.Discard, fifo, t.TempDir())); err != nil {
 				return err
 			}
 			return errors.New("no error")

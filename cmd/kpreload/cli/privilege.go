@@ -44,8 +44,8 @@ var privileges = map[string]privilege{
 		}
 		return cacheWriter(cmd)
 	},
-	"kpreload user-data apply": func(*cobra.Command) (bool, string) {
-		return true, "it switches the driver and writes the module cache"
+	"kpreload user-data apply": func(cmd *cobra.Command) (bool, string) {
+		return !flagBool(cmd, "dry-run"), "it switches the driver and writes the module cache; --dry-run only takes the decision"
 	},
 	"kpreload k8s refresh": func(cmd *cobra.Command) (bool, string) {
 		dir := filepath.Join(flagString(cmd, "root"), "etc", "kpreload", "k8s")

@@ -68,7 +68,7 @@ func TestNeedsRootAsNobody(t *testing.T) {
 		{[]string{"cache", "rm", "--cache", rootCache, "x-1"}, "kpreload: cache rm needs root (it writes the module cache " + rootCache + "): run it with sudo\n"},
 		{[]string{"keys", "rotate", "--cache", rootCache}, "kpreload: keys rotate needs root (it writes the module cache " + rootCache + "): run it with sudo\n"},
 		{[]string{"cache", "verify", "--cache", rootCache, "--repair"}, "kpreload: cache verify needs root (it writes the module cache " + rootCache + "): run it with sudo\n"},
-		{[]string{"user-data", "apply"}, "kpreload: user-data apply needs root (it switches the driver and writes the module cache): run it with sudo\n"},
+		{[]string{"user-data", "apply"}, "kpreload: user-data apply needs root (it switches the driver and writes the module cache; --dry-run only takes the decision): run it with sudo\n"},
 		{[]string{"k8s", "refresh", "--root", dir}, "kpreload: k8s refresh needs root (it writes " + filepath.Join(dir, "etc", "kpreload", "k8s") + "): run it with sudo\n"},
 		{[]string{"copy-in", "--root", rootCache, dir}, "kpreload: copy-in needs root (it writes into " + rootCache + "): run it with sudo\n"},
 		{[]string{"cdi", "generate", "-o", filepath.Join(etc, "kpreload-nvidia.yaml")}, "kpreload: cdi generate needs root (it writes " + filepath.Join(etc, "kpreload-nvidia.yaml") + "): run it with sudo\n"},

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -29,11 +30,11 @@ func newUserDataCmd() *cobra.Command {
 		Short: "Apply the driver request in cloud-init's user-data after boot",
 	}
 	var (
-		cloudConfig, cacheDir string
-		asJSON                bool
+		cloudConfig, cacheDir, sysfs, kernel string
+		asJSON, dryRun                       bool
 	)
 	apply := &cobra.Command{
-		Use:   "apply [--cloud-config FILE] [--cache DIR] [--json]",
+		Use:   "apply [--cloud-config FILE] [--cache DIR] [--json] | apply --dry-run [--cloud-config FILE] [--sysfs ROOT] [--cache DIR] [--kernel KVER] [--json]",
 		Short: "Switch to the driver version the user-data asks for, when /init could not read it",
 		Long: `apply reads the instance request in the #cloud-config cloud-init assembled
 from the instance's user-data (` + CloudConfigPath + `): the content of its
@@ -52,12 +53,38 @@ default. It takes the driver decision /init takes over the root's cache and, whe
 it picks another version than the active one, switches to it (kpreload switch)
 and refreshes the CDI spec. What it did goes into the boot report's user_data
 section. A request with a wrong field is an error naming the file and line; the
-driver /init loaded stays.`,
+driver /init loaded stays.
+
+--dry-run takes the same decision and says what apply would do (would-switch
+where it would switch), changing and recording nothing; with --sysfs (a sysfs
+mount, a root holding sys/, or a capture, as kpreload plan reads) it decides
+for that machine's devices and --kernel instead of this one's, without its
+boot report.`,
+		Example: `  kpreload user-data apply --dry-run --cloud-config images/user-data-550.yaml --sysfs testdata/h200-gpu-vm --cache testdata/plan-bundle --kernel 6.1.0-56-cloud-amd64
+  kpreload user-data apply --dry-run --cloud-config images/user-data-550.yaml --sysfs testdata/h100-gpu-vm/pci-sysfs.txt --cache testdata/plan-bundle --kernel 6.1.0-56-cloud-amd64 --json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			rec, err := applyUserData(cmd.ErrOrStderr(), cloudConfig, cacheDir)
-			if rerr := recordSection("/", report.Path, "user_data", rec); rerr != nil {
-				fmt.Fprintf(cmd.ErrOrStderr(), "kpreload user-data: warning: %v\n", rerr)
+			if (sysfs != "" || kernel != "") && !dryRun {
+				return errors.New("user-data apply: --sysfs and --kernel decide for another machine: only with --dry-run")
+			}
+			if err := checkNames("--kernel", kernel); err != nil {
+				return fmt.Errorf("user-data apply: %w", err)
+			}
+			o := userDataOptions(cmd.ErrOrStderr(), cloudConfig, cacheDir)
+			if dryRun {
+				o.DryRun, o.Log = true, io.Discard
+				if kernel != "" {
+					o.System = userDataSystem{release: kernel}
+				}
+				if sysfs != "" {
+					o.SysDir, o.ProcDir, o.RunDir, o.ReportPath = sysfs, "", "", "" // another machine: none of this host's records
+				}
+			}
+			rec, err := userdata.Apply(o)
+			if !dryRun {
+				if rerr := recordSection("/", report.Path, "user_data", rec); rerr != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "kpreload user-data: warning: %v\n", rerr)
+				}
 			}
 			if asJSON {
 				if jerr := printJSON(cmd.OutOrStdout(), rec); jerr != nil {
@@ -73,14 +100,17 @@ driver /init loaded stays.`,
 	f.StringVar(&cloudConfig, "cloud-config", CloudConfigPath, "the #cloud-config cloud-init assembled from the user-data")
 	f.StringVar(&cacheDir, "cache", store.DefaultDir, "module cache holding the driver sets")
 	f.BoolVar(&asJSON, "json", false, "print what was done as JSON (the report's user_data section)")
+	f.BoolVar(&dryRun, "dry-run", false, "take the decision and say what apply would do, changing and recording nothing")
+	f.StringVar(&sysfs, "sysfs", "", "with --dry-run: the PCI devices of another machine (a sysfs mount, a root holding sys/, a capture file or directory)")
+	f.StringVar(&kernel, "kernel", "", "with --dry-run: the kernel release to decide for (default: this machine's)")
 	cmd.AddCommand(apply)
 	return cmd
 }
 
-// applyUserData runs gpu/userdata over this machine; log receives the
-// switch's steps.
-func applyUserData(log io.Writer, cloudConfig, cacheDir string) (*report.UserData, error) {
-	return userdata.Apply(userdata.Options{
+// userDataOptions are gpu/userdata's options over this machine; log
+// receives the switch's steps.
+func userDataOptions(log io.Writer, cloudConfig, cacheDir string) userdata.Options {
+	return userdata.Options{
 		CloudConfig: cloudConfig, CacheDir: cacheDir,
 		Root: "/", ReportPath: report.Path,
 		SysDir: "/sys", ProcDir: "/proc", DevDir: "/dev", RunDir: activate.RunDir,
@@ -88,14 +118,17 @@ func applyUserData(log io.Writer, cloudConfig, cacheDir string) (*report.UserDat
 		System:     userDataSystem{},
 		Log:        prefixWriter{w: log, prefix: "kpreload user-data: "},
 		Now:        time.Now,
-	})
+	}
 }
 
-// userDataSystem is the running system: uname, the real kernel, ldconfig
-// and the CDI spec under /.
-type userDataSystem struct{}
+// userDataSystem is the running system: uname (or release, when set), the
+// real kernel, ldconfig and the CDI spec under /.
+type userDataSystem struct{ release string }
 
-func (userDataSystem) Release() (string, error) {
+func (s userDataSystem) Release() (string, error) {
+	if s.release != "" {
+		return s.release, nil
+	}
 	var u unix.Utsname
 	if err := unix.Uname(&u); err != nil {
 		return "", fmt.Errorf("uname: %w", err)
