@@ -43,9 +43,14 @@ boot index /init reads. The same inputs always give byte-identical output.
 
 --filesystems names the root filesystems to carry modules for (default: all). An
 image builder knows its root's: --filesystems ext4 leaves out xfs and btrfs, half of
-the uncompressed initramfs, which the kernel decompresses before /init runs.`,
-		Example: `  kpreload initramfs --kernel 6.1.0-56-cloud-amd64 -o initrd.img
-  kpreload initramfs --kernel 6.12.117+deb12-cloud-amd64 --root /var/cache/kpreload/kernels/6.12.117+deb12-cloud-amd64 --cache ./cache -o initrd.img`,
+the uncompressed initramfs, which the kernel decompresses before /init runs.
+
+The kernel's modules are this machine's (/lib/modules/KVER) unless --root names
+a directory holding an unpacked kernel: the examples' ./6.1.0-56-cloud-amd64 is
+the tree "kpreload kernels fetch 6.1.0-56-cloud-amd64" unpacked, linked into the
+working directory under its release's name.`,
+		Example: `  kpreload initramfs --kernel 6.1.0-56-cloud-amd64 --root ./6.1.0-56-cloud-amd64 -o initrd.img
+  kpreload initramfs --kernel 6.1.0-56-cloud-amd64 --root ./6.1.0-56-cloud-amd64 --cache ./cache --filesystems ext4 --json -o initrd.img`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Kernel == "" {

@@ -119,10 +119,14 @@ enabled (kpreload-boot-ok.service takes GRUB's one-shot fallback back once a
 boot comes up, which arms the fallback); everything is written with each path
 resolved inside the root. --image FILE does it to a raw disk image: its root
 partition (the one Linux partition, or --partition N) is mounted at its offset
-through a loop device, with /dev, /proc and /sys bound in, and unmounted after.`,
-		Example: `  sudo kpreload install                       # this system, every installed kernel
-  sudo kpreload install --kernel 6.1.0-56-cloud-amd64
-  sudo kpreload install --root /mnt/image --esp /mnt/image/boot/efi
+through a loop device, with /dev, /proc and /sys bound in, and unmounted after.
+
+Without --root it changes this system: "sudo kpreload install" makes every
+installed kernel boot kpreload. The examples change ./image-root, a root staged
+in a directory (the first every kernel it holds, the second one kernel, with
+its EFI system partition in ./esp), and a raw disk image another tool made.`,
+		Example: `  sudo kpreload install --root ./image-root --root-filesystem ext4
+  sudo kpreload install --root ./image-root --esp ./esp --kernel 6.1.0-56-cloud-amd64 --root-filesystem ext4 --json
   sudo kpreload install --stage --image debian.raw --recipe testdriver`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

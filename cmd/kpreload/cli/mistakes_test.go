@@ -135,7 +135,8 @@ func exampleLines(t *testing.T, c *cobra.Command) []string {
 
 // exampleTests names, for each command whose examples a test of its own runs
 // exactly as written, that test (a function of this package, or
-// "package-dir:function" elsewhere).
+// "package-dir:function" elsewhere), or the tests, space-separated, that run
+// them between them.
 var exampleTests = map[string]string{
 	"kpreload switch":                "TestSwitchHelpExamples",
 	"kpreload plan":                  "TestPlanHelpExamples",
@@ -175,6 +176,8 @@ var exampleTests = map[string]string{
 	"kpreload copy-in":                 "TestCopyInHelpExamples",
 	"kpreload boot":                    "TestBootHelpExamples",
 	"kpreload user-data apply":         "TestUserDataHelpExamples",
+	"kpreload initramfs":               "TestInitramfsHelpExamples",
+	"kpreload install":                 "TestInstallHelpExamples builder/adopt:adoptBootUpdate", // --stage: a diskimage-builder image
 }
 
 // examplesNotRun are the commands whose examples no test runs yet: each
@@ -182,8 +185,6 @@ var exampleTests = map[string]string{
 // must set up. TestCommandTree fails for a command in neither list.
 var examplesNotRun = map[string]bool{
 	"kpreload image build": true,
-	"kpreload initramfs":   true,
-	"kpreload install":     true,
 	// groups whose example is a child's above
 	"kpreload image": true,
 }
@@ -211,22 +212,24 @@ func TestEveryExampleHasItsTest(t *testing.T) {
 	run := map[string]bool{} // example lines some test runs
 	cmds := treeCommands()
 	for _, c := range cmds {
-		test, ok := exampleTests[c.CommandPath()]
+		tests, ok := exampleTests[c.CommandPath()]
 		if !ok {
 			continue
 		}
-		if dir, fn, ok := strings.Cut(test, ":"); ok {
-			matches, _ := filepath.Glob(filepath.Join("../../..", dir, "*_test.go"))
-			found := false
-			for _, m := range matches {
-				b, _ := os.ReadFile(m)
-				found = found || strings.Contains(string(b), "func "+fn+"(")
+		for _, test := range strings.Fields(tests) {
+			if dir, fn, ok := strings.Cut(test, ":"); ok {
+				matches, _ := filepath.Glob(filepath.Join("../../..", dir, "*_test.go"))
+				found := false
+				for _, m := range matches {
+					b, _ := os.ReadFile(m)
+					found = found || strings.Contains(string(b), "func "+fn+"(")
+				}
+				if !found {
+					t.Errorf("%s: %s has no function %s", c.CommandPath(), dir, fn)
+				}
+			} else if !funcs[test] {
+				t.Errorf("%s: no test function %s in this package", c.CommandPath(), test)
 			}
-			if !found {
-				t.Errorf("%s: %s has no function %s", c.CommandPath(), dir, fn)
-			}
-		} else if !funcs[test] {
-			t.Errorf("%s: no test function %s in this package", c.CommandPath(), test)
 		}
 		for _, l := range exampleLines(t, c) {
 			run[l] = true

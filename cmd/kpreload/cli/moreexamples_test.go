@@ -3,10 +3,13 @@ package cli
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/kmodcache/store"
 	"github.com/kpreload/kpreload/report"
 	"github.com/kpreload/kpreload/testsupport/testenv"
@@ -155,5 +158,125 @@ func TestUserDataHelpExamples(t *testing.T) {
 	}
 	if len(lines) != 2 {
 		t.Errorf("user-data apply examples %q; the test knows 2", lines)
+	}
+}
+
+// TestInitramfsHelpExamples runs the examples of initramfs exactly as
+// written, with kpreload and kpreload-init built beside each other as make
+// builds them, in a directory where ./6.1.0-56-cloud-amd64 links to that
+// kernel's unpacked tree (as the help says) and ./cache holds one set for it
+// (a synthetic module): the second carries that set, and no xfs module.
+func TestInitramfsHelpExamples(t *testing.T) {
+	const kver = "6.1.0-56-cloud-amd64"
+	tree := testenv.KernelTree(t, kver)
+	bin := t.TempDir()
+	kpreload := testenv.GoBuildStatic(t, bin, "kpreload", "./cmd/kpreload")
+	testenv.GoBuildStatic(t, bin, "kpreload-init", "./initramfs/cmd/init")
+	ko := testenv.SyntheticModule(t, "kpreload_syn", kver)
+	t.Chdir(t.TempDir())
+	if err := os.Symlink(tree, kver); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := runCLI("cache", "add", "--cache", "./cache", "--driver", "kpreload-syn", "--version", "1.0", ko); code != 0 {
+		t.Fatalf("cache add: exit %d: %s%s", code, out, errOut)
+	}
+	lines := examplesOf(t, "kpreload initramfs")
+	for _, l := range lines {
+		out, err := exec.Command(kpreload, strings.Fields(l)[1:]...).Output()
+		if err != nil {
+			t.Fatalf("example %q: %v\n%s", l, err, out)
+		}
+		files := testenv.InitramfsFiles(t, "initrd.img")
+		if _, ok := files["init"]; !ok {
+			t.Errorf("example %q: initrd.img has no /init", l)
+		}
+		if !strings.Contains(l, "--json") {
+			// One set: the kernel's own modules.
+			if !strings.HasPrefix(string(out), "initrd.img: ") || !strings.Contains(string(out), " modules, 1 sets, ") {
+				t.Errorf("example %q printed %q, want initrd.img's summary, the kernel's set alone", l, out)
+			}
+			continue
+		}
+		var res struct {
+			Modules []string `json:"modules"`
+			Sets    []string `json:"sets"`
+		}
+		if err := json.Unmarshal(out, &res); err != nil {
+			t.Fatalf("example %q: %v\n%s", l, err, out)
+		}
+		if len(res.Sets) != 2 || !slices.Contains(res.Modules, "kpreload_syn") || slices.Contains(res.Modules, "xfs") {
+			t.Errorf("example %q: sets %q, modules %q; want the kernel's and the cache's set, kpreload_syn and no xfs", l, res.Sets, res.Modules)
+		}
+	}
+	if len(lines) != 2 {
+		t.Errorf("initramfs examples %q; the test knows 2", lines)
+	}
+}
+
+// TestInstallHelpExamples runs the examples of install exactly as written
+// (sudo dropped: the test owns what they change), each on a fresh
+// ./image-root laid out as a kpreload image holds it (the 6.1 cloud kernel
+// and its modules, the real /init, an empty module cache, systemd-boot's
+// loader/ on the ESP at boot/efi and at ./esp): each builds the kernel's
+// kpreload initramfs and makes the ESP's default entry boot it. The --stage
+// example attaches a disk image: builder/adopt's adoptBootUpdate runs it,
+// exactly as written, on its diskimage-builder image.
+func TestInstallHelpExamples(t *testing.T) {
+	const kver = "6.1.0-56-cloud-amd64"
+	const stage = "kpreload install --stage --image debian.raw --recipe testdriver"
+	tree := testenv.KernelTree(t, kver)
+	init := testenv.GoBuildStatic(t, t.TempDir(), "kpreload-init", "./initramfs/cmd/init")
+	t.Chdir(t.TempDir())
+	lines := examplesOf(t, "kpreload install")
+	ran := 0
+	for _, l := range lines {
+		if l == stage {
+			continue
+		}
+		for _, d := range []string{"image-root", "esp"} {
+			if err := os.RemoveAll(d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for p, src := range map[string]string{"boot/vmlinuz-" + kver: filepath.Join(tree, "boot", "vmlinuz-"+kver), install.Init: init} {
+			b, err := os.ReadFile(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustWrite(t, filepath.Join("image-root", p), string(b))
+		}
+		for p, s := range map[string]string{
+			install.Cmdline:                          "root=UUID=0b0e0f0a-1111-4222-8333-444444444444 rw console=ttyS0\n",
+			install.ESPMount + "/loader/loader.conf": "timeout 0\n", "../esp/loader/loader.conf": "timeout 0\n",
+			install.CacheDir + "/index/.keep": "", install.BootOKUnit: "", "lib/.keep": "",
+		} {
+			mustWrite(t, filepath.Join("image-root", p), s)
+		}
+		if out, err := exec.Command("cp", "-a", filepath.Join(tree, "lib", "modules"), "image-root/lib/modules").CombinedOutput(); err != nil {
+			t.Fatalf("copy the kernel's modules into the root: %v\n%s", err, out)
+		}
+		code, out, errOut := runCLI(strings.Fields(l)[1:]...)
+		if code != 0 {
+			t.Fatalf("example %q: exit %d: %s%s", l, code, out, errOut)
+		}
+		esp := "image-root/" + install.ESPMount
+		if strings.Contains(l, "--esp ./esp") {
+			esp = "esp"
+			var res install.Result
+			if err := json.Unmarshal([]byte(out), &res); err != nil || res.Bootloader != install.SystemdBoot || res.Default != kver {
+				t.Errorf("example %q printed %s (%v); want systemd-boot, default %s", l, out, err, kver)
+			}
+		}
+		if _, err := os.Stat(filepath.Join("image-root", install.InitramfsPath(kver))); err != nil {
+			t.Errorf("example %q: no kpreload initramfs: %v", l, err)
+		}
+		conf, err := os.ReadFile(filepath.Join(esp, install.ESPLoaderConf))
+		if err != nil || !strings.Contains("\n"+string(conf), "\ndefault kpreload-"+kver) {
+			t.Errorf("example %q: %s/%s holds %q (%v), want the default on kpreload's entry of %s", l, esp, install.ESPLoaderConf, conf, err, kver)
+		}
+		ran++
+	}
+	if ran != 2 || !slices.Contains(lines, stage) {
+		t.Errorf("install examples %q; the test knows 2 and %q", lines, stage)
 	}
 }
