@@ -20,7 +20,7 @@ var extraExamples = map[string]string{
 	"kpreload cache":                 `  kpreload cache ls --cache ./cache`,
 	"kpreload cdi":                   `  kpreload cdi refresh --json`,
 	"kpreload cdi hook":              `  kpreload cdi hook update-ldcache --container-root ./rootfs --folder /usr/local/nvidia/lib64`,
-	"kpreload image":                 `  kpreload image build --name ci --kernel 6.1.0-56-cloud-amd64 --recipe testdriver --build-missing --out out/images`,
+	"kpreload image":                 `  kpreload image build --name ci --kernel 6.1.0-56-cloud-amd64 --recipe testdriver --build-missing --out out/images --dry-run`,
 	"kpreload keys":                  `  kpreload keys show --cache cache`,
 	"kpreload recipe":                `  kpreload recipe supported-gpus nvidia-550 --recipes recipes`,
 	"kpreload k8s":                   `  kpreload k8s refresh --root ./root --report report.json`,

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/kpreload/kpreload/builder/image"
 	"github.com/kpreload/kpreload/builder/image/formats"
 	"github.com/kpreload/kpreload/builder/install"
+	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/internal/layout"
 	"github.com/kpreload/kpreload/internal/progress"
 )
@@ -44,6 +46,7 @@ func newImageBuildCmd() *cobra.Command {
 		recipesDir    string
 		asJSON        bool
 		bootloader    string
+		dryRun        bool
 	)
 	c := &cobra.Command{
 		Use:   "build --name NAME --kernel KVER... [--recipe R]... [flags]",
@@ -84,11 +87,16 @@ for systemd-boot, bios and uefi for GRUB) and whether it boots with Secure
 Boot on (secure_boot), what each cloud's import asks. Outputs appear only when
 complete. Progress goes to stderr (on a terminal under one status line: phase
 done of all, the phase in progress, elapsed, an estimate of the time left); the manifest summary (or --json, the
-whole manifest) to stdout.`,
-		Example: `  kpreload image build --name ci --kernel 6.1.0-56-cloud-amd64 --recipe testdriver --build-missing --out out/images
-  kpreload image build --name gpu --kernel 6.1.0-56-cloud-amd64 --recipe nvidia-535 --format vmdk,vhd,gce
-  kpreload image build --name gpu --kernel 6.1.0-56-cloud-amd64 --recipe nvidia-535 \
-      --instance images/instance.yaml --cmdline "console=ttyS0" --json`,
+whole manifest) to stdout.
+
+--dry-run checks the options, the recipes and the binaries the image carries,
+and prints what the build would write and its phases (with --json: as JSON),
+building nothing; the archive's kernels, the tools and the driver cells are
+checked by the build's first phase. Each example below builds without
+--dry-run.`,
+		Example: `  kpreload image build --name ci --kernel 6.1.0-56-cloud-amd64 --recipe testdriver --build-missing --out out/images --dry-run
+  kpreload image build --name gpu --kernel 6.1.0-56-cloud-amd64 --recipe nvidia-535 --format vmdk,vhd,gce --dry-run
+  kpreload image build --name gpu --kernel 6.1.0-56-cloud-amd64 --recipe nvidia-535 --instance images/instance-gpu.yaml --cmdline console=ttyS0 --json --dry-run`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cacheContext(cmd), os.Interrupt, syscall.SIGTERM)
@@ -151,8 +159,20 @@ whole manifest) to stdout.`,
 			if o.DownloadDir == "" {
 				o.DownloadDir = envDownloadDir()
 			}
-			stopTicks := tickEverySecond(line)
 			j := image.NewJob(o)
+			if dryRun {
+				line.Stop()
+				if err := j.Options().Validate(); err != nil {
+					return fmt.Errorf("image: %w", err)
+				}
+				if o.Instance != "" {
+					if _, err := instance.ReadFile(o.Instance); err != nil {
+						return fmt.Errorf("--instance: %w", err)
+					}
+				}
+				return printImagePlan(cmd.OutOrStdout(), j, asJSON)
+			}
+			stopTicks := tickEverySecond(line)
 			err = image.RunPhases(ctx, image.ShowPhases(j.Phases(), j.PhaseCosts(), line, time.Now))
 			stopTicks()
 			line.Stop()
@@ -210,5 +230,53 @@ whole manifest) to stdout.`,
 	f.StringVar(&o.RootfsCacheDir, "rootfs-cache", image.DefaultRootfsCacheDir, `where mmdebstrap tarballs are kept for the day ("off": always run mmdebstrap)`)
 	f.BoolVar(&o.EmptyRootPassword, "empty-root-password", false, "let root log in on the console without a password (test images only)")
 	f.BoolVar(&asJSON, "json", false, "print the image manifest as JSON")
+	f.BoolVar(&dryRun, "dry-run", false, "check the options and recipes, print what the build would write and its phases, and build nothing")
 	return c
+}
+
+// imagePlan is what image build --dry-run prints.
+type imagePlan struct {
+	Name       string   `json:"name"`
+	Suite      string   `json:"suite"`
+	Bootloader string   `json:"bootloader"`
+	Kernels    []string `json:"kernels"`
+	Recipes    []string `json:"recipes"`
+	Cache      string   `json:"cache"`
+	// BuildMissing says cells missing from the cache are built with dkms.
+	BuildMissing bool `json:"build_missing"`
+	// Outputs are the files the build writes, the manifest last.
+	Outputs []string `json:"outputs"`
+	// Phases are the build's phases in order: name and what each does.
+	Phases [][2]string `json:"phases"`
+}
+
+// printImagePlan is image build --dry-run: what j would write and its
+// phases, as text or (asJSON) JSON.
+func printImagePlan(w io.Writer, j *image.Job, asJSON bool) error {
+	o := j.Options()
+	p := imagePlan{Name: o.Name, Suite: o.Suite, Bootloader: string(o.Bootloader), Kernels: o.Kernels, Recipes: []string{}, Cache: o.CacheDir, BuildMissing: o.BuildMissing}
+	for _, r := range o.Recipes {
+		p.Recipes = append(p.Recipes, r.Name)
+	}
+	for _, f := range o.Formats {
+		p.Outputs = append(p.Outputs, image.OutputPath(o.OutDir, o.Name, f))
+	}
+	p.Outputs = append(p.Outputs, image.OutputPath(o.OutDir, o.Name, "manifest.json"))
+	for _, ph := range j.Phases() {
+		p.Phases = append(p.Phases, [2]string{ph.Name, ph.Title})
+	}
+	if asJSON {
+		return printJSON(w, p)
+	}
+	cells := "from " + p.Cache
+	if p.BuildMissing {
+		cells += ", missing ones built with dkms"
+	}
+	fmt.Fprintf(w, "image %s: Debian %s, %s, kernels %s, recipes %s (cells %s)\n", p.Name, p.Suite, p.Bootloader, strings.Join(p.Kernels, " "), strings.Join(p.Recipes, " "), cells)
+	fmt.Fprintf(w, "  would write %s\n", strings.Join(p.Outputs, ", "))
+	for i, ph := range p.Phases {
+		fmt.Fprintf(w, "  %d. %s: %s\n", i+1, ph[0], ph[1])
+	}
+	_, err := fmt.Fprintln(w, "dry run: nothing built")
+	return err
 }

@@ -280,3 +280,40 @@ func TestInstallHelpExamples(t *testing.T) {
 		t.Errorf("install examples %q; the test knows 2 and %q", lines, stage)
 	}
 }
+
+// TestImageBuildHelpExamples runs the examples of image build exactly as
+// written, with kpreload and kpreload-init built beside each other as make
+// builds them, in a directory holding recipes/ and images/ of this checkout:
+// each prints the files it would write and writes none.
+func TestImageBuildHelpExamples(t *testing.T) {
+	repo, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	kpreload := testenv.GoBuildStatic(t, bin, "kpreload", "./cmd/kpreload")
+	testenv.GoBuildStatic(t, bin, "kpreload-init", "./initramfs/cmd/init")
+	t.Chdir(t.TempDir())
+	for _, d := range []string{"recipes", "images"} {
+		if err := os.Symlink(filepath.Join(repo, d), d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lines := examplesOf(t, "kpreload image build")
+	want := []string{"out/images/ci.raw, out/images/ci.qcow2, out/images/ci.manifest.json", "gpu.vmdk, gpu.vhd, gpu.tar.gz, gpu.manifest.json", `"gpu.raw",`}
+	for i, l := range lines {
+		out, err := exec.Command(kpreload, strings.Fields(l)[1:]...).Output()
+		if err != nil {
+			t.Fatalf("example %q: %v\n%s", l, err, out)
+		}
+		if i < len(want) && !strings.Contains(string(out), want[i]) {
+			t.Errorf("example %q printed\n%s\nwant %q in it", l, out, want[i])
+		}
+	}
+	if ents, err := os.ReadDir("."); err != nil || len(ents) != 2 {
+		t.Errorf("the examples left %v (%v) beside recipes/ and images/", ents, err)
+	}
+	if len(lines) != len(want) {
+		t.Errorf("image build examples %q; the test knows %d", lines, len(want))
+	}
+}
