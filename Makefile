@@ -32,8 +32,8 @@ deps:
 
 build:
 	$(GOFLAGS_STATIC) -o $(KPRELOAD) ./cmd/kpreload
-	$(GOFLAGS_STATIC) -o $(INIT) ./initramfs/cmd/init
-	$(GOFLAGS_STATIC) -o $(BIN)/kpreload-rootinit ./initramfs/rootinit
+	$(GOFLAGS_STATIC) -o $(INIT) ./cmd/kpreload-init
+	$(GOFLAGS_STATIC) -o $(BIN)/kpreload-rootinit ./cmd/kpreload-rootinit
 
 # The Packer plugin: `packer plugins install --path bin/packer-plugin-kpreload
 # github.com/kpreload/kpreload` installs it (docs/packer.md); it finds bin/kpreload
