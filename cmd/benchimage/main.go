@@ -41,6 +41,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/gpu/instance"
+	"github.com/kpreload/kpreload/internal/none"
 	"github.com/kpreload/kpreload/kmodcache/secureboot"
 )
 
@@ -218,7 +219,7 @@ func boot(args []string, out io.Writer) error {
 	if rep := res.Report; rep != nil {
 		fmt.Fprintf(out, "report: %s\n", rep.Summary())
 		if sel := rep.Selection; sel != nil {
-			fmt.Fprintf(out, "driver request from %s %s; warnings: %s; errors: %s\n", sel.Source, sel.Origin, orNone(sel.Warnings), orNone(sel.Errors))
+			fmt.Fprintf(out, "driver request from %s %s; warnings: %s; errors: %s\n", sel.Source, sel.Origin, none.Or(strings.Join(sel.Warnings, "; ")), none.Or(strings.Join(sel.Errors, "; ")))
 		}
 	}
 	fmt.Fprintf(out, "console log: %s\n", res.Console)
@@ -239,13 +240,6 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func orNone(v []string) string {
-	if len(v) == 0 {
-		return "none"
-	}
-	return strings.Join(v, "; ")
 }
 
 // printkLine matches a console line with a printk timestamp.
