@@ -32,8 +32,8 @@ deps:
 
 build:
 	$(GOFLAGS_STATIC) -o $(KPRELOAD) ./cmd/kpreload
-	$(GOFLAGS_STATIC) -o $(INIT) ./initramfs/cmd/init
-	$(GOFLAGS_STATIC) -o $(BIN)/kpreload-rootinit ./initramfs/rootinit
+	$(GOFLAGS_STATIC) -o $(INIT) ./cmd/kpreload-init
+	$(GOFLAGS_STATIC) -o $(BIN)/kpreload-rootinit ./cmd/kpreload-rootinit
 
 # The Packer plugin: `packer plugins install --path bin/packer-plugin-kpreload
 # github.com/kpreload/kpreload` installs it (docs/packer.md); it finds bin/kpreload
@@ -76,7 +76,7 @@ vet:
 # alone at the end.
 # -vet=off: the vet target just ran the full `go vet ./...`, whose analyzers
 # include every one go test would run again on each package.
-SLOW_FIRST := ./builder/image ./builder/adopt ./builder/follow/e2e ./builder/packer/e2e ./packaging/e2e ./initramfs/e2e ./builder/e2e
+SLOW_FIRST := ./builder/image ./builder/adopt ./builder/follow/e2e ./builder/packer-plugin-kpreload/e2e ./packaging/e2e ./initramfs/e2e ./builder/e2e
 test: deps build vet
 	@echo '$(STATIC) $(GO) test -trimpath -count=1 -vet=off -p 3 -timeout 60m $(SLOW_FIRST) ./... (but $(CGO_PKGS))'
 	@$(STATIC) $(GO) test -trimpath -count=1 -vet=off -p 3 -timeout 60m $(SLOW_FIRST) $(NOCGO_PKGS)

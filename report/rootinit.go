@@ -8,7 +8,7 @@ import (
 // RootInitFormat is the current format of the RootInit record.
 const RootInitFormat = 1
 
-// RootInit is what the test root filesystem's /sbin/init (initramfs/rootinit) saw after
+// RootInit is what the test root filesystem's /sbin/init (cmd/kpreload-rootinit) saw after
 // the boot handed over to it. It prints the record as one console line starting with
 // RootInitPrefix and then powers the machine off. Times are seconds since the kernel
 // started (/proc/uptime, or the printk clock for kernel log lines).

@@ -111,7 +111,7 @@ build "${args[1]}" b
 
 log "building the benchmark helper and the test driver (dkms) for $kver"
 bb="$work/benchboot"
-(cd "$top" && go build -o "$bb" ./scripts/benchboot) || die "go build ./scripts/benchboot failed"
+(cd "$top" && go build -o "$bb" ./cmd/benchboot) || die "go build ./cmd/benchboot failed"
 "$here/build-testdriver.sh" "$kver" "$work/edu" >"$work/logs/testdriver.log" 2>&1 || fail "test driver build failed" "$work/logs/testdriver.log"
 ktree="$KPRELOAD_CACHE/kernels/$kver"
 vmlinuz="$ktree/boot/vmlinuz-$kver"

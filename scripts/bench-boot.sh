@@ -113,7 +113,7 @@ seconds() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", (b - a) / 1e9 }'; }
 
 log "building the benchmark helper"
 bb="$work/benchboot"
-(cd "$top" && go build -o "$bb" ./scripts/benchboot) || die "go build ./scripts/benchboot failed"
+(cd "$top" && go build -o "$bb" ./cmd/benchboot) || die "go build ./cmd/benchboot failed"
 
 log "building the test driver with dkms"
 "$here/build-testdriver.sh" "$kver" "$work/edu" >"$work/logs/testdriver.log" 2>&1 || fail "test driver build failed" "$work/logs/testdriver.log"

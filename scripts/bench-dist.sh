@@ -156,7 +156,7 @@ if [ "$hook" = 1 ]; then
   "$kp" cache push --cache "$work/hookcell" $(rem hook/cells) --sign "$work/team.key" >/dev/null 2>>"$work/hookcell.log" \
     || die "hook cell push failed: $(tail -3 "$work/hookcell.log")"
   read -r hdriver hversion hflavor < <(jq -r '.[0] | "\(.driver) \(.version) \(.flavor // "")"' "$work/hookcell.json")
-  (cd "$top" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/kpreload-init" ./initramfs/cmd/init)
+  (cd "$top" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/kpreload-init" ./cmd/kpreload-init)
   ktree="$KPRELOAD_CACHE/kernels/$k612"
   tpl="$work/hookroot"
   mkdir -p "$tpl/boot/efi/loader" "$tpl/boot/kpreload" "$tpl/lib/modules" "$tpl/usr/lib/kpreload" \

@@ -151,8 +151,8 @@ if [ "$dib_only" = 1 ]; then
   (
     cd "$top"
     CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$work/plugins/kpreload" ./cmd/kpreload
-    CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$work/plugins/kpreload-init" ./initramfs/cmd/init
-    go build -o "$work/benchimage" ./builder/packer/internal/benchimage
+    CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$work/plugins/kpreload-init" ./cmd/kpreload-init
+    go build -o "$work/benchimage" ./cmd/benchimage
   ) || die "go build failed"
   versus "$work/dib"
   echo "bench-image --dib: bookworm, kernel $versus_kernel, raw, $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), $(disk-image-create --version 2>/dev/null | sed 's/^/diskimage-builder /')"
@@ -189,8 +189,8 @@ log "building the plugin, the static kpreload CLI and /init"
   cd "$top"
   go build -o "$work/plugins/packer-plugin-kpreload" ./cmd/packer-plugin-kpreload
   CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$work/plugins/kpreload" ./cmd/kpreload
-  CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$work/plugins/kpreload-init" ./initramfs/cmd/init
-  go build -o "$work/benchimage" ./builder/packer/internal/benchimage
+  CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$work/plugins/kpreload-init" ./cmd/kpreload-init
+  go build -o "$work/benchimage" ./cmd/benchimage
 ) || die "go build failed"
 bi="$work/benchimage"
 # Packer 1.11 and later load only installed plugins: install this one into the bench's own

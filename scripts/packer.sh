@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# packer.sh: build and install HashiCorp Packer (and the plugin SDK's packer-sdc code generator,
-# and Packer's QEMU plugin) from source through the Go module proxy, cached under
-# $KPRELOAD_CACHE/packer/<version>/, $KPRELOAD_CACHE/packer-sdc/<version>/ and
-# $KPRELOAD_CACHE/packer-plugin-qemu/<version>/.
+# packer.sh: build and install HashiCorp Packer (and Packer's QEMU plugin) from source through
+# the Go module proxy, cached under $KPRELOAD_CACHE/packer/<version>/ and
+# $KPRELOAD_CACHE/packer-plugin-qemu/<version>/. (The plugin SDK's code generator, packer-sdc,
+# is a tool of go.mod: `go generate ./...` runs it as `go tool packer-sdc`.)
 #
 #   scripts/packer.sh                  install Packer if missing; print its path
-#   scripts/packer.sh --sdc            also install packer-sdc; print its path after Packer's
 #   scripts/packer.sh --qemu           also build packer-plugin-qemu; print its path after Packer's
 #   scripts/packer.sh --qemu --install also install that plugin into Packer's plugin directory
 #                                      (packer plugins install --path; PACKER_PLUGIN_PATH, else
@@ -18,8 +17,8 @@
 # leaves a half-written binary. Versions live side by side: PACKER_VERSION=1.9.4 scripts/packer.sh
 # builds the last MPL release next to the default one.
 #
-# Environment: PACKER_VERSION (default 1.15.0), PACKER_SDC_VERSION (default: the SDK version in
-# go.mod), PACKER_QEMU_VERSION (default 1.0.9), KPRELOAD_CACHE (default /var/cache/kpreload).
+# Environment: PACKER_VERSION (default 1.15.0), PACKER_QEMU_VERSION (default 1.0.9),
+# KPRELOAD_CACHE (default /var/cache/kpreload).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -28,20 +27,14 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 : "${PACKER_VERSION:=1.15.0}"
 : "${PACKER_QEMU_VERSION:=1.0.9}"
-if [ -z "${PACKER_SDC_VERSION:-}" ]; then
-  PACKER_SDC_VERSION="$(awk '$1 == "github.com/hashicorp/packer-plugin-sdk" { print $2; exit }' "$here/../go.mod" 2>/dev/null || true)"
-  PACKER_SDC_VERSION="${PACKER_SDC_VERSION#v}"
-  : "${PACKER_SDC_VERSION:=0.6.4}"
-fi
 
-want_sdc=0 want_qemu=0 want_install=0
+want_qemu=0 want_install=0
 for arg in "$@"; do
   case "$arg" in
-    --sdc) want_sdc=1 ;;
     --qemu) want_qemu=1 ;;
     --install) want_install=1 ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
-    *) die "unknown argument $arg (want --sdc, --qemu, --install or nothing)" ;;
+    *) die "unknown argument $arg (want --qemu, --install or nothing)" ;;
   esac
 done
 [ "$want_install" = 0 ] || [ "$want_qemu" = 1 ] || die "--install installs the QEMU plugin: give --qemu too"
@@ -113,13 +106,6 @@ case "$got" in
   *) rm -f "$packer_bin"; die "$packer_bin reports version '$got', want $PACKER_VERSION (removed)" ;;
 esac
 echo "$packer_bin"
-
-if [ "$want_sdc" = 1 ]; then
-  sdc_bin="$KPRELOAD_CACHE/packer-sdc/$PACKER_SDC_VERSION/packer-sdc"
-  gobuild github.com/hashicorp/packer-plugin-sdk "$PACKER_SDC_VERSION" \
-    github.com/hashicorp/packer-plugin-sdk/cmd/packer-sdc "$sdc_bin"
-  echo "$sdc_bin"
-fi
 
 if [ "$want_qemu" = 1 ]; then
   # The plugin's tagged source says its own version (version.Version, no prerelease), which

@@ -91,7 +91,7 @@ func adoptBootUpdate(ctx context.Context, t *testing.T, cached string) {
 	}
 	bins := t.TempDir()
 	bin := testenv.GoBuildStatic(t, bins, "kpreload", "./cmd/kpreload")
-	testenv.GoBuildStatic(t, bins, "kpreload-init", "./initramfs/cmd/init")
+	testenv.GoBuildStatic(t, bins, "kpreload-init", "./cmd/kpreload-init")
 	if err := os.Symlink(filepath.Join(repo, "recipes"), filepath.Join(work, "recipes")); err != nil {
 		t.Fatal(err)
 	}

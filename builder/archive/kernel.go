@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/kpreload/kpreload/builder/internal/runner"
+	"github.com/kpreload/kpreload/internal/none"
 	"github.com/kpreload/kpreload/internal/versort"
 	"github.com/kpreload/kpreload/kmodcache/names"
 )
@@ -49,10 +50,7 @@ type KernelNotFoundError struct {
 
 // Error names the kernel, the suite and the cloud kernels it has.
 func (e *KernelNotFoundError) Error() string {
-	avail := strings.Join(e.Available, " ")
-	if avail == "" {
-		avail = "none"
-	}
+	avail := none.Or(strings.Join(e.Available, " "))
 	return fmt.Sprintf("kernel %s is not in the apt archive (suite %s); available cloud kernels: %s", e.Release, e.Suite, avail)
 }
 

@@ -50,7 +50,7 @@ func staticBinary(t *testing.T, name string) string {
 		case "kpreload":
 			return testenv.StaticBinary(t, name, "./cmd/kpreload")
 		case "kpreload-init":
-			return testenv.StaticBinary(t, name, "./initramfs/cmd/init")
+			return testenv.StaticBinary(t, name, "./cmd/kpreload-init")
 		case "kpreload-rootinit":
 			err = rootdisk.BuildRootInit(context.Background(), out)
 		default:

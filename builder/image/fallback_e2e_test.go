@@ -66,7 +66,7 @@ func stageFallbackRoot(t *testing.T, initBin string) fallbackRoot {
 	t.Helper()
 	ktree := testenv.KernelTree(t, fallbackKernel)
 	work := t.TempDir()
-	rootInit := testenv.GoBuildStatic(t, work, "kpreload-rootinit", "./initramfs/rootinit")
+	rootInit := testenv.GoBuildStatic(t, work, "kpreload-rootinit", "./cmd/kpreload-rootinit")
 	root := filepath.Join(work, "root")
 	if err := rootdisk.Stage(root, rootdisk.Options{Init: rootInit}); err != nil {
 		t.Fatal(err)

@@ -40,7 +40,7 @@ func binaries(t testing.TB) (kpreload, initBin string) {
 		if binDir, binErr = os.MkdirTemp("", "kpreload-image-bin-"); binErr != nil {
 			return
 		}
-		for out, pkg := range map[string]string{"kpreload": "./cmd/kpreload", "kpreload-init": "./initramfs/cmd/init"} {
+		for out, pkg := range map[string]string{"kpreload": "./cmd/kpreload", "kpreload-init": "./cmd/kpreload-init"} {
 			cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(binDir, out), pkg)
 			cmd.Dir = testenv.RepoRoot(t)
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

@@ -217,7 +217,7 @@ var (
 func testInit(t *testing.T) string {
 	t.Helper()
 	initOnce.Do(func() {
-		initBin = testenv.GoBuildStatic(t, sharedDir(t), "kpreload-init", "./initramfs/cmd/init")
+		initBin = testenv.GoBuildStatic(t, sharedDir(t), "kpreload-init", "./cmd/kpreload-init")
 	})
 	return initBin
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/kpreload/kpreload/builder/dkms"
 	toolrun "github.com/kpreload/kpreload/builder/internal/runner"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/internal/none"
 )
 
 // kernel is one kernel of the matrix, unpacked and inspected.
@@ -237,7 +238,7 @@ func describeAvailable(want string, archive, local []string) string {
 	} else {
 		what = "archive, " + flavor
 	}
-	s := fmt.Sprintf("unpacked: %s; %s: %s", orNone(local), what, orNone(same))
+	s := fmt.Sprintf("unpacked: %s; %s: %s", none.List(local), what, none.List(same))
 	return s
 }
 
@@ -252,11 +253,4 @@ func kernelFlavor(release string) string {
 		}
 	}
 	return ""
-}
-
-func orNone(s []string) string {
-	if len(s) == 0 {
-		return "none"
-	}
-	return strings.Join(s, ", ")
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/kpreload/kpreload/builder/archive"
+	"github.com/kpreload/kpreload/internal/none"
 )
 
 // KernelLister lists the kernel releases that can be built for.
@@ -290,7 +291,7 @@ func (m Matrix) resolve(l KernelLister, recipeSuite string) (map[string]string, 
 				if len(lookIn) > 1 {
 					in = " in " + suite
 				}
-				seen = append(seen, fmt.Sprintf("available %s kernels%s: %s", rel.Flavor, in, listOrNone(matching(p, "", rel.Flavor))))
+				seen = append(seen, fmt.Sprintf("available %s kernels%s: %s", rel.Flavor, in, none.List(matching(p, "", rel.Flavor))))
 			}
 		}
 		switch {
@@ -321,7 +322,7 @@ func (m Matrix) resolve(l KernelLister, recipeSuite string) (map[string]string, 
 			if s.Suite != "" {
 				in = " in " + suite
 			}
-			errs = append(errs, &Error{Field: fmt.Sprintf("select[%d]", i), Msg: fmt.Sprintf("%s: no such kernel is available; available %s kernels%s: %s", s, s.Flavor, in, listOrNone(matching(p, "", s.Flavor)))})
+			errs = append(errs, &Error{Field: fmt.Sprintf("select[%d]", i), Msg: fmt.Sprintf("%s: no such kernel is available; available %s kernels%s: %s", s, s.Flavor, in, none.List(matching(p, "", s.Flavor)))})
 			continue
 		}
 		if s.Newest >= 1 && len(got) > s.Newest {
@@ -358,14 +359,6 @@ func matching(parsed map[string]Release, series, flavor string) []string {
 	}
 	slices.SortFunc(out, CompareReleases)
 	return out
-}
-
-// listOrNone joins releases with spaces, or says "(none)".
-func listOrNone(rels []string) string {
-	if len(rels) == 0 {
-		return "(none)"
-	}
-	return strings.Join(rels, " ")
 }
 
 // StaticLister is a SuiteLister over fixed lists, for tests and offline

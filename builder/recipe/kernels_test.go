@@ -58,10 +58,10 @@ func TestResolveErrors(t *testing.T) {
 	}{
 		{"missing release", Matrix{Releases: []string{"6.1.0-56-cloud-amd64", "6.1.0-99-cloud-amd64"}}, fakeKernels,
 			[]string{"kernels.releases[1]: kernel 6.1.0-99-cloud-amd64 is not available; available cloud-amd64 kernels: " +
-				"6.1.0-9-cloud-amd64 6.1.0-10-cloud-amd64 6.1.0-56-cloud-amd64 6.12.9+deb12-cloud-amd64 6.12.10+deb12-cloud-amd64 " +
-				"6.12.90+deb12-cloud-amd64 6.12.90+deb12.1-cloud-amd64"}},
+				"6.1.0-9-cloud-amd64, 6.1.0-10-cloud-amd64, 6.1.0-56-cloud-amd64, 6.12.9+deb12-cloud-amd64, 6.12.10+deb12-cloud-amd64, " +
+				"6.12.90+deb12-cloud-amd64, 6.12.90+deb12.1-cloud-amd64"}},
 		{"missing flavour", Matrix{Releases: []string{"6.1.0-56-arm64"}}, fakeKernels,
-			[]string{"kernels.releases[0]: kernel 6.1.0-56-arm64 is not available; available arm64 kernels: (none)"}},
+			[]string{"kernels.releases[0]: kernel 6.1.0-56-arm64 is not available; available arm64 kernels: none"}},
 		{"empty selector", Matrix{Select: []Selector{{Series: "5.10", Flavor: "cloud-amd64", Newest: 1}}}, fakeKernels,
 			[]string{"kernels.select[0]: newest 1 of 5.10 cloud-amd64: no such kernel is available; available cloud-amd64 kernels: 6.1.0-9-cloud-amd64"}},
 		{"lister fails", Matrix{Releases: []string{"6.1.0-56-cloud-amd64"}},

@@ -219,8 +219,8 @@ func TestModuleRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(root, "initramfs/rootinit/main.go")); err != nil {
-		t.Errorf("ModuleRoot() = %s, which has no initramfs/rootinit/main.go: %v", root, err)
+	if _, err := os.Stat(filepath.Join(root, "cmd/kpreload-rootinit/main.go")); err != nil {
+		t.Errorf("ModuleRoot() = %s, which has no cmd/kpreload-rootinit/main.go: %v", root, err)
 	}
 	if _, err := ModuleRoot(t.TempDir()); err == nil {
 		t.Errorf("ModuleRoot(an empty directory) = nil error, want one")

@@ -17,13 +17,13 @@ import (
 const ModulePath = "github.com/kpreload/kpreload"
 
 // RootInitPackage is the package path, relative to the module root, of the test /sbin/init.
-const RootInitPackage = "./initramfs/rootinit"
+const RootInitPackage = "./cmd/kpreload-rootinit"
 
 // SourceEnv names the environment variable that points at kpreload's source tree when
 // it cannot be found from the working directory.
 const SourceEnv = "KPRELOAD_SRC"
 
-// BuildRootInit compiles the test root filesystem's init (initramfs/rootinit) as a
+// BuildRootInit compiles the test root filesystem's init (cmd/kpreload-rootinit) as a
 // static linux/amd64 binary at outPath with the go tool, from the source tree
 // ModuleRoot("") finds.
 func BuildRootInit(ctx context.Context, outPath string) error {

@@ -21,6 +21,7 @@ import (
 	"github.com/kpreload/kpreload/gpu/cdispec"
 	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/internal/inroot"
+	"github.com/kpreload/kpreload/internal/none"
 	"github.com/kpreload/kpreload/kmodcache/modname"
 	"github.com/kpreload/kpreload/kmodcache/secureboot"
 	"github.com/kpreload/kpreload/report"
@@ -185,7 +186,7 @@ func Read(o Options) (*Status, error) {
 	if !booted {
 		if o.Running {
 			s.add(fmt.Sprintf("this boot did not come through kpreload's /init (no %s)", report.Path),
-				"reboot: the boot loader's default entry boots kpreload (kernel "+orNone(s.Default)+")")
+				"reboot: the boot loader's default entry boots kpreload (kernel "+none.Or(s.Default)+")")
 		}
 		return s, nil
 	}
@@ -442,11 +443,4 @@ func (s *Status) readSecureBoot(root string, rep *report.Report) {
 				"mokutil --import "+k.File+" (then reboot and confirm it at the console)")
 		}
 	}
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "none"
-	}
-	return s
 }

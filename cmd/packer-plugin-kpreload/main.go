@@ -13,9 +13,9 @@ import (
 
 	"github.com/hashicorp/packer-plugin-sdk/plugin"
 
-	"github.com/kpreload/kpreload/builder/packer/kpreloadbuilder"
-	"github.com/kpreload/kpreload/builder/packer/provisioner"
-	"github.com/kpreload/kpreload/builder/packer/version"
+	"github.com/kpreload/kpreload/builder/packer-plugin-kpreload/kpreloadbuilder"
+	"github.com/kpreload/kpreload/builder/packer-plugin-kpreload/provisioner"
+	"github.com/kpreload/kpreload/builder/packer-plugin-kpreload/version"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 )
 

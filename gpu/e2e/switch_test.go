@@ -135,8 +135,8 @@ func TestSwitchInVM(t *testing.T) {
 	dir := t.TempDir()
 	ktree := testenv.KernelTree(t, kernel)
 	bins := filepath.Join(dir, "bin")
-	initBin := testenv.GoBuildStatic(t, bins, "kpreload-init", "./initramfs/cmd/init")
-	rootInit := testenv.GoBuildStatic(t, bins, "kpreload-rootinit", "./initramfs/rootinit")
+	initBin := testenv.GoBuildStatic(t, bins, "kpreload-init", "./cmd/kpreload-init")
+	rootInit := testenv.GoBuildStatic(t, bins, "kpreload-rootinit", "./cmd/kpreload-rootinit")
 	kpreload := testenv.GoBuildStatic(t, bins, "kpreload", "./cmd/kpreload")
 	cache, versions := buildCache(t, dir, kpreload)
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/kpreload/kpreload/gpu/instance"
+	"github.com/kpreload/kpreload/internal/none"
 	"github.com/kpreload/kpreload/report"
 )
 
@@ -154,5 +155,5 @@ func (m *Machine) held() string {
 		}
 		out = append(out, h)
 	}
-	return orNoneList(out)
+	return none.List(out)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/gpu/pci"
 	"github.com/kpreload/kpreload/internal/inroot"
+	"github.com/kpreload/kpreload/internal/none"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/secureboot"
 )
@@ -81,7 +82,7 @@ func Gather(w Where) (*Machine, error) {
 	idx, err := bootindex.Read(idxPath)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("the cache %s has no boot index for kernel %s (%s); kernels it has: %s", w.CacheDir, w.Kernel, idxPath, orNoneList(CachedKernels(w.CacheDir)))
+			return nil, fmt.Errorf("the cache %s has no boot index for kernel %s (%s); kernels it has: %s", w.CacheDir, w.Kernel, idxPath, none.List(CachedKernels(w.CacheDir)))
 		}
 		return nil, err
 	}
@@ -119,11 +120,4 @@ func CachedKernels(cacheDir string) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-func orNoneList(s []string) string {
-	if len(s) == 0 {
-		return "none"
-	}
-	return strings.Join(s, ", ")
 }

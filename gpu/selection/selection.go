@@ -287,7 +287,7 @@ func (d *Decision) decideDriver(in Input, name string, cs []*cand, requested boo
 			c.exclude(RuleCUDA, cuda.String())
 		}
 		if flavor != instance.FlavorAuto && c.rep.Flavor != flavor {
-			c.exclude(RuleFlavor, fmt.Sprintf("asked flavour %s, set is %s", flavor, orNone(c.rep.Flavor)))
+			c.exclude(RuleFlavor, fmt.Sprintf("asked flavour %s, set is %s", flavor, flavourText(c.rep.Flavor)))
 		}
 	}
 	if unchecked {
@@ -393,7 +393,7 @@ func refusal(in Input, name string, cs []*cand, want, flavor string, cuda instan
 	fmt.Fprintf(&b, ", flavour %s, kernel %s", flavor, in.Kernel)
 	var held []string
 	for _, c := range cs {
-		held = append(held, fmt.Sprintf("%s %s (%s: %s)", c.rep.Version, orNone(c.rep.Flavor), c.rep.Excluded, c.rep.Reason))
+		held = append(held, fmt.Sprintf("%s %s (%s: %s)", c.rep.Version, flavourText(c.rep.Flavor), c.rep.Excluded, c.rep.Reason))
 	}
 	fmt.Fprintf(&b, "; the cache holds %s", strings.Join(held, "; "))
 	var works []string
@@ -549,7 +549,8 @@ func majorOf(v string) string {
 	return m
 }
 
-func orNone(s string) string {
+// flavourText is a set's flavour s in a message: s, or "(no flavour)".
+func flavourText(s string) string {
 	if s == "" {
 		return "(no flavour)"
 	}
@@ -572,7 +573,7 @@ func (d *Decision) Lines() []string {
 	}
 	for _, dd := range d.Drivers {
 		if dd.Chosen != nil {
-			out = append(out, fmt.Sprintf("kpreload: %s %s %s chosen (%s, request from %s)", dd.Driver, dd.Chosen.Version, orNone(dd.Chosen.Flavor), dd.Rule, src))
+			out = append(out, fmt.Sprintf("kpreload: %s %s %s chosen (%s, request from %s)", dd.Driver, dd.Chosen.Version, flavourText(dd.Chosen.Flavor), dd.Rule, src))
 		} else {
 			out = append(out, fmt.Sprintf("kpreload: %s (request from %s)", dd.Refusal, src))
 		}

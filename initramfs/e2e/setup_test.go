@@ -40,7 +40,7 @@ func binaries(t testing.TB) (initBin, rootInit string) {
 		if binErr != nil {
 			return
 		}
-		for out, pkg := range map[string]string{"kpreload-init": "./initramfs/cmd/init", "kpreload-rootinit": "./initramfs/rootinit"} {
+		for out, pkg := range map[string]string{"kpreload-init": "./cmd/kpreload-init", "kpreload-rootinit": "./cmd/kpreload-rootinit"} {
 			cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(binDir, out), pkg)
 			cmd.Dir = testenv.RepoRoot(t)
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

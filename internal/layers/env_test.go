@@ -18,14 +18,14 @@ var envReaders = map[string][]string{
 }
 
 // TestEnvironmentReadInCmdOnly checks that only commands read environment
-// variables: a package below cmd/ (or initramfs/cmd/) takes what the
-// environment says as an option or a parameter, so a test or another caller
-// can set it without touching the process. Test files and testsupport/testenv
+// variables: a package outside cmd/ takes what the environment says as an
+// option or a parameter, so a test or another caller can set it without
+// touching the process. Test files and testsupport/testenv
 // (the tests' own helpers) may read it.
 func TestEnvironmentReadInCmdOnly(t *testing.T) {
 	fset := token.NewFileSet()
 	productFiles(t, func(p, rel string) {
-		if slices.Contains(strings.Split(filepath.ToSlash(rel), "/"), "cmd") {
+		if strings.HasPrefix(filepath.ToSlash(rel), "cmd/") {
 			return
 		}
 		for _, call := range envCalls(t, fset, p) {

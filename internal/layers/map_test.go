@@ -1,6 +1,8 @@
 package layers
 
 import (
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -68,5 +70,30 @@ func TestLayoutNamesEveryPackage(t *testing.T) {
 		if !slices.Contains(pkgs, name) {
 			t.Errorf("docs/layout.md names %s, which is no package of the repository", name)
 		}
+	}
+}
+
+// TestMainsUnderCmd checks that every command is a folder of cmd/: a file
+// of package main anywhere else (test fixtures under testdata/ aside) fails,
+// so docs/layout.md's Commands list is the whole list of programs built
+// from the repository.
+func TestMainsUnderCmd(t *testing.T) {
+	fset := token.NewFileSet()
+	mains := 0
+	productFiles(t, func(p, rel string) {
+		f, err := parser.ParseFile(fset, p, nil, parser.PackageClauseOnly)
+		if err != nil {
+			t.Fatalf("parse %s: %v", p, err)
+		}
+		if f.Name.Name != "main" {
+			return
+		}
+		mains++
+		if !strings.HasPrefix(filepath.ToSlash(rel), "cmd/") {
+			t.Errorf("%s is a command (package main) outside cmd/: move its folder to cmd/NAME", rel)
+		}
+	})
+	if mains < 5 {
+		t.Fatalf("found %d files of package main: the walk is wrong", mains)
 	}
 }

@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 // information, as the real ones are).
 func fakeBin(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile(testenv.StaticBinary(t, layout.RootInit, "./initramfs/rootinit"))
+	b, err := os.ReadFile(testenv.StaticBinary(t, layout.RootInit, "./cmd/kpreload-rootinit"))
 	if err != nil {
 		t.Fatal(err)
 	}

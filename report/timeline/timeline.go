@@ -303,7 +303,7 @@ func (b *Boot) Decision() []string {
 	if s.Origin != "" {
 		req += " (" + s.Origin + ")"
 	}
-	req += ": version " + orNone(s.Request.Version) + ", flavour " + orNone(s.Request.Flavor)
+	req += ": version " + orDash(s.Request.Version) + ", flavour " + orDash(s.Request.Flavor)
 	if s.Request.CUDA != "" {
 		req += ", cuda " + s.Request.CUDA
 	}
@@ -314,7 +314,7 @@ func (b *Boot) Decision() []string {
 			continue
 		}
 		c := d.Chosen
-		line := fmt.Sprintf("%s %s, flavour %s, from %s: chosen by the rule %s", d.Driver, c.Version, orNone(c.Flavor), c.From, d.Rule)
+		line := fmt.Sprintf("%s %s, flavour %s, from %s: chosen by the rule %s", d.Driver, c.Version, orDash(c.Flavor), c.From, d.Rule)
 		if !d.Requested {
 			line += " (no request names it)"
 		}
@@ -334,7 +334,7 @@ func (b *Boot) Decision() []string {
 			if x.Excluded == "" {
 				continue
 			}
-			out = append(out, fmt.Sprintf("  %s %s, flavour %s, from %s: excluded (%s): %s", d.Driver, x.Version, orNone(x.Flavor), x.From, x.Excluded, x.Reason))
+			out = append(out, fmt.Sprintf("  %s %s, flavour %s, from %s: excluded (%s): %s", d.Driver, x.Version, orDash(x.Flavor), x.From, x.Excluded, x.Reason))
 		}
 	}
 	for _, w := range s.Warnings {
@@ -346,8 +346,8 @@ func (b *Boot) Decision() []string {
 	return out
 }
 
-// orNone is s, or "-" when it is empty.
-func orNone(s string) string {
+// orDash is s, or "-" when it is empty (a value the report left out).
+func orDash(s string) string {
 	if s == "" {
 		return "-"
 	}

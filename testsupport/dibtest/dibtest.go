@@ -1,7 +1,7 @@
 // Package dibtest is the tests' image another tool made: a Debian 12 VM image
 // built by diskimage-builder (disk-image-create), once per machine, as
 // OpenStack users build theirs. builder/adopt's install --stage and the Packer
-// provisioner in Packer's QEMU builder (builder/packer/e2e) both start from
+// provisioner in Packer's QEMU builder (builder/packer-plugin-kpreload/e2e) both start from
 // it; both boot what they made with `kpreload boot --image … --firmware bios
 // --device edu --json` and check it with CheckBoundBeforeSystemd. GrubRoot is a
 // smaller image, mmdebstrap's Debian root with GRUB, for the tests that run

@@ -159,7 +159,7 @@ func TestFollowE2E(t *testing.T) {
 	debA, debB := kernelDeb(t, kernelA), kernelDeb(t, kernelB)
 	work := t.TempDir()
 	kpreload := testenv.GoBuildStatic(t, work, "kpreload", "./cmd/kpreload")
-	initBin := testenv.GoBuildStatic(t, work, "kpreload-init", "./initramfs/cmd/init")
+	initBin := testenv.GoBuildStatic(t, work, "kpreload-init", "./cmd/kpreload-init")
 	checkRefreshExample(t, kpreload)
 	recipes := filepath.Join(testenv.RepoRoot(t), "recipes")
 	r, err := recipe.Load(filepath.Join(recipes, "testdriver.yaml"))

@@ -10,6 +10,7 @@ import (
 	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/internal/none"
 	"github.com/kpreload/kpreload/internal/progress"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/remote"
@@ -78,7 +79,7 @@ func CheckKernels(kernels []string, recipes []*recipe.Recipe, lister recipe.Kern
 			continue
 		}
 		if !slices.Contains(avail, k) {
-			errs = append(errs, fmt.Errorf("%w %s: %s has no linux-image-%s with headers (available: %s)", ErrUnknownKernel, k, s, k, listOrNone(avail)))
+			errs = append(errs, fmt.Errorf("%w %s: %s has no linux-image-%s with headers (available: %s)", ErrUnknownKernel, k, s, k, none.List(avail)))
 			continue
 		}
 		known[k] = true
@@ -92,7 +93,7 @@ func CheckKernels(kernels []string, recipes []*recipe.Recipe, lister recipe.Kern
 			}
 			for _, k := range kernels {
 				if known[k] && !slices.Contains(rels, k) {
-					errs = append(errs, fmt.Errorf("%w %s: not in the kernel matrix of recipe %s (%s: %s)", ErrUnknownKernel, k, r.Name, recipeFile(r), listOrNone(rels)))
+					errs = append(errs, fmt.Errorf("%w %s: not in the kernel matrix of recipe %s (%s: %s)", ErrUnknownKernel, k, r.Name, recipeFile(r), none.List(rels)))
 				}
 			}
 		}
@@ -106,14 +107,6 @@ func recipeFile(r *recipe.Recipe) string {
 		return "built-in recipe"
 	}
 	return r.File
-}
-
-// listOrNone joins s with ", ", or says "none".
-func listOrNone(s []string) string {
-	if len(s) == 0 {
-		return "none"
-	}
-	return strings.Join(s, ", ")
 }
 
 // EnsureCells makes sure the module cache o.CacheDir holds the cell of every

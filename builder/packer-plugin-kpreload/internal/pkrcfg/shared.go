@@ -1,5 +1,5 @@
-//go:generate packer-sdc mapstructure-to-hcl2 -type Shared
-//go:generate ../../gendocs.sh shared.go
+//go:generate go tool packer-sdc mapstructure-to-hcl2 -type Shared
+//go:generate go tool packer-sdc struct-markdown
 
 package pkrcfg
 

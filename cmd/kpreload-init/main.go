@@ -1,6 +1,6 @@
-// Command init is kpreload's /init for the initramfs (see package pid1), and
+// Command kpreload-init is kpreload's /init for the initramfs (see package pid1), and
 // the kernel's module helper there (/sbin/modprobe links to it; see
-// pid1.Modprobe). Build it static: CGO_ENABLED=0 go build -o init ./initramfs/cmd/init
+// pid1.Modprobe). Build it static: CGO_ENABLED=0 go build -o init ./cmd/kpreload-init
 package main
 
 import (

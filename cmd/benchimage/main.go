@@ -41,6 +41,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/gpu/instance"
+	"github.com/kpreload/kpreload/internal/none"
 	"github.com/kpreload/kpreload/kmodcache/secureboot"
 )
 
@@ -99,78 +100,132 @@ func run(args []string, out io.Writer) error {
 // defaultTarget matches systemd's message when it reaches the default target.
 var defaultTarget = regexp.MustCompile(`Reached target .*(Multi-User System|Graphical Interface)`)
 
-func boot(args []string, out io.Writer) error {
+// bootOptions are boot's flags.
+type bootOptions struct {
+	name, disk, firmware, vars string
+	kernel, initrd, appendArgs string
+	wantSource, work, inst     string
+	drives                     multiFlag
+	network, human             bool
+	timeout                    time.Duration
+}
+
+// parseBoot reads boot's flags from args.
+func parseBoot(args []string) (*bootOptions, error) {
+	o := &bootOptions{}
 	fs := flag.NewFlagSet("boot", flag.ContinueOnError)
-	name := fs.String("name", "", "variant name")
-	disk := fs.String("disk", "", "disk image (booted through its firmware unless -kernel is given)")
-	firmware := fs.String("firmware", qemu.FirmwareUEFI, "the disk's firmware: uefi (OVMF), uefi-secure (OVMF with Secure Boot) or bios (SeaBIOS)")
-	vars := fs.String("vars", "", "the OVMF variable store to boot with a copy of (uefi-secure: the image's <name>.ovmf-vars.fd)")
-	var drives multiFlag
-	fs.Var(&drives, "drive", "a disk attached read-only on virtio after the root disk, such as a NoCloud seed (repeatable)")
-	network := fs.Bool("net", false, "give the guest QEMU's user-mode network (restrict=on)")
-	wantSource := fs.String("want-source", "", "require /init's driver request to have come from this source (seed, fw_cfg, image, ...)")
-	kernel := fs.String("kernel", "", "boot this kernel directly (with -initrd and -append)")
-	initrd := fs.String("initrd", "", "initramfs for -kernel")
-	appendArgs := fs.String("append", "", "kernel command line additions for -kernel")
-	timeout := fs.Duration("timeout", 480*time.Second, "give up after this long")
-	work := fs.String("work", "", "directory for the logs")
-	inst := fs.String("instance", "", "instance YAML passed to /init through fw_cfg ("+instance.FwCfgName+")")
-	human := fs.Bool("human", false, "print the timeline and the report summary for people")
+	fs.StringVar(&o.name, "name", "", "variant name")
+	fs.StringVar(&o.disk, "disk", "", "disk image (booted through its firmware unless -kernel is given)")
+	fs.StringVar(&o.firmware, "firmware", qemu.FirmwareUEFI, "the disk's firmware: uefi (OVMF), uefi-secure (OVMF with Secure Boot) or bios (SeaBIOS)")
+	fs.StringVar(&o.vars, "vars", "", "the OVMF variable store to boot with a copy of (uefi-secure: the image's <name>.ovmf-vars.fd)")
+	fs.Var(&o.drives, "drive", "a disk attached read-only on virtio after the root disk, such as a NoCloud seed (repeatable)")
+	fs.BoolVar(&o.network, "net", false, "give the guest QEMU's user-mode network (restrict=on)")
+	fs.StringVar(&o.wantSource, "want-source", "", "require /init's driver request to have come from this source (seed, fw_cfg, image, ...)")
+	fs.StringVar(&o.kernel, "kernel", "", "boot this kernel directly (with -initrd and -append)")
+	fs.StringVar(&o.initrd, "initrd", "", "initramfs for -kernel")
+	fs.StringVar(&o.appendArgs, "append", "", "kernel command line additions for -kernel")
+	fs.DurationVar(&o.timeout, "timeout", 480*time.Second, "give up after this long")
+	fs.StringVar(&o.work, "work", "", "directory for the logs")
+	fs.StringVar(&o.inst, "instance", "", "instance YAML passed to /init through fw_cfg ("+instance.FwCfgName+")")
+	fs.BoolVar(&o.human, "human", false, "print the timeline and the report summary for people")
 	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if o.name == "" || o.disk == "" {
+		return nil, errors.New("boot: -name and -disk are required")
+	}
+	return o, nil
+}
+
+func boot(args []string, out io.Writer) error {
+	o, err := parseBoot(args)
+	if err != nil {
 		return err
 	}
-	if *name == "" || *disk == "" {
-		return errors.New("boot: -name and -disk are required")
+	c, err := o.config()
+	if err != nil {
+		return err
 	}
-	c := qemu.Config{RootDisk: *disk, Devices: []string{"edu"}, Until: defaultTarget, Timeout: *timeout, Drives: drives}
-	if *kernel != "" {
-		c.Kernel, c.Initramfs, c.Append = *kernel, *initrd, *appendArgs
+	res, err := (&qemu.Runner{WorkDir: o.work}).Run(context.Background(), c)
+	if err != nil {
+		return fmt.Errorf("boot %s: %w", o.name, err)
+	}
+	if err := o.check(res); err != nil {
+		return err
+	}
+	s, bound, err := o.measure(res)
+	if err != nil {
+		return err
+	}
+	if !o.human {
+		return json.NewEncoder(out).Encode(s)
+	}
+	printBoot(out, o.name, c, res, s, bound)
+	return nil
+}
+
+// config is the QEMU configuration of the boot o asks for.
+func (o *bootOptions) config() (qemu.Config, error) {
+	c := qemu.Config{RootDisk: o.disk, Devices: []string{"edu"}, Until: defaultTarget, Timeout: o.timeout, Drives: o.drives}
+	if o.kernel != "" {
+		c.Kernel, c.Initramfs, c.Append = o.kernel, o.initrd, o.appendArgs
 	} else {
-		c.Firmware, c.OVMFVars = *firmware, *vars
+		c.Firmware, c.OVMFVars = o.firmware, o.vars
 	}
-	if *network {
+	if o.network {
 		// qemu.Config makes its user-mode network (restrict=on: nothing
 		// leaves the host) only for forwards: one to the guest's ssh port
 		// from a free loopback port, which nothing uses.
 		port, err := freePort()
 		if err != nil {
-			return err
+			return c, err
 		}
 		c.HostForwards = []string{fmt.Sprintf("tcp:127.0.0.1:%d-:22", port)}
 	}
-	if *inst != "" {
-		c.FwCfg = map[string]string{instance.FwCfgName: *inst}
+	if o.inst != "" {
+		c.FwCfg = map[string]string{instance.FwCfgName: o.inst}
 	}
-	res, err := (&qemu.Runner{WorkDir: *work}).Run(context.Background(), c)
-	if err != nil {
-		return fmt.Errorf("boot %s: %w", *name, err)
-	}
+	return c, nil
+}
+
+// check returns an error when the boot res is not what o requires: the
+// default target reached, Secure Boot on with uefi-secure, the driver
+// request from o.wantSource.
+func (o *bootOptions) check(res *qemu.Result) error {
 	if !res.UntilMatched {
-		return fmt.Errorf("boot %s: systemd did not reach its default target (console %s)", *name, res.Console)
+		return fmt.Errorf("boot %s: systemd did not reach its default target (console %s)", o.name, res.Console)
 	}
-	if *firmware == qemu.FirmwareUEFISecure && *kernel == "" && !*human {
+	if o.firmware == qemu.FirmwareUEFISecure && o.kernel == "" && !o.human {
 		if rep := res.Report; rep == nil || rep.SecureBoot == nil || rep.SecureBoot.SecureBoot != secureboot.Enabled {
-			return fmt.Errorf("boot %s: the report does not say Secure Boot was on (console %s)", *name, res.Console)
+			return fmt.Errorf("boot %s: the report does not say Secure Boot was on (console %s)", o.name, res.Console)
 		}
 	}
-	if *wantSource != "" {
-		if rep := res.Report; rep == nil || rep.Selection == nil || rep.Selection.Source != *wantSource {
+	if o.wantSource != "" {
+		if rep := res.Report; rep == nil || rep.Selection == nil || rep.Selection.Source != o.wantSource {
 			got := "no report"
 			if rep != nil && rep.Selection != nil {
 				got = rep.Selection.Source + " " + rep.Selection.Origin
 			}
-			return fmt.Errorf("boot %s: /init's driver request came from %s, want %s (console %s)", *name, got, *wantSource, res.Console)
+			return fmt.Errorf("boot %s: /init's driver request came from %s, want %s (console %s)", o.name, got, o.wantSource, res.Console)
 		}
 	}
-	s := Sample{Kind: "boot", Name: *name, Wall: res.Duration.Seconds()}
-	bound, ok := qemu.Find(res.Kernel, "bound, id 0x010000ed")
-	if !ok && !*human {
-		return fmt.Errorf("boot %s: the test driver never bound the edu device (console %s)", *name, res.Console)
+	return nil
+}
+
+// measure reads the boot res's timeline into a sample, and the kernel line
+// that says the test driver bound the edu device (nil when it never did,
+// which only -human allows).
+func (o *bootOptions) measure(res *qemu.Result) (Sample, *qemu.KernelLine, error) {
+	s := Sample{Kind: "boot", Name: o.name, Wall: res.Duration.Seconds()}
+	var bound *qemu.KernelLine
+	if l, ok := qemu.Find(res.Kernel, "bound, id 0x010000ed"); ok {
+		bound, s.Bound = &l, l.Time
+	} else if !o.human {
+		return s, nil, fmt.Errorf("boot %s: the test driver never bound the edu device (console %s)", o.name, res.Console)
 	}
-	s.Bound = bound.Time
 	console, err := os.ReadFile(res.Console)
 	if err != nil {
-		return err
+		return s, nil, err
 	}
 	lines := printkLines(console)
 	for _, l := range lines {
@@ -178,8 +233,8 @@ func boot(args []string, out io.Writer) error {
 			s.Target = l.Time
 		}
 	}
-	if s.Target == 0 && !*human {
-		return fmt.Errorf("boot %s: no kernel-timestamped default target line (boot with systemd.log_target=kmsg printk.devkmsg=on; console %s)", *name, res.Console)
+	if s.Target == 0 && !o.human {
+		return s, nil, fmt.Errorf("boot %s: no kernel-timestamped default target line (boot with systemd.log_target=kmsg printk.devkmsg=on; console %s)", o.name, res.Console)
 	}
 	// /sbin/init's start, measured the same way for every initramfs: systemd's
 	// first message (the kpreload report's switch_root time when it is missing).
@@ -188,9 +243,11 @@ func boot(args []string, out io.Writer) error {
 	} else if res.Report != nil {
 		s.Init = res.Report.SwitchRoot
 	}
-	if !*human {
-		return json.NewEncoder(out).Encode(s)
-	}
+	return s, bound, nil
+}
+
+// printBoot writes the boot's timeline and /init's report summary for people.
+func printBoot(out io.Writer, name string, c qemu.Config, res *qemu.Result, s Sample, bound *qemu.KernelLine) {
 	how := "direct kernel boot"
 	switch c.Firmware {
 	case qemu.FirmwareUEFI:
@@ -200,9 +257,9 @@ func boot(args []string, out io.Writer) error {
 	case qemu.FirmwareBIOS:
 		how = "BIOS through the image's bootloader"
 	}
-	fmt.Fprintf(out, "boot %s (%s, %s, QEMU ran %.1fs):\n", *name, res.Accel, how, s.Wall)
+	fmt.Fprintf(out, "boot %s (%s, %s, QEMU ran %.1fs):\n", name, res.Accel, how, s.Wall)
 	fmt.Fprintf(out, "  %7.2fs  kernel started\n", 0.0)
-	if ok {
+	if bound != nil {
 		fmt.Fprintf(out, "  %7.2fs  kpreload_edu bound the edu device (%s)\n", s.Bound, strings.TrimSpace(bound.Text))
 	} else {
 		fmt.Fprintf(out, "     --     the edu device was not bound (see the report's selection below)\n")
@@ -218,11 +275,10 @@ func boot(args []string, out io.Writer) error {
 	if rep := res.Report; rep != nil {
 		fmt.Fprintf(out, "report: %s\n", rep.Summary())
 		if sel := rep.Selection; sel != nil {
-			fmt.Fprintf(out, "driver request from %s %s; warnings: %s; errors: %s\n", sel.Source, sel.Origin, orNone(sel.Warnings), orNone(sel.Errors))
+			fmt.Fprintf(out, "driver request from %s %s; warnings: %s; errors: %s\n", sel.Source, sel.Origin, none.Or(strings.Join(sel.Warnings, "; ")), none.Or(strings.Join(sel.Errors, "; ")))
 		}
 	}
 	fmt.Fprintf(out, "console log: %s\n", res.Console)
-	return nil
 }
 
 // multiFlag is a repeatable string flag.
@@ -239,13 +295,6 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func orNone(v []string) string {
-	if len(v) == 0 {
-		return "none"
-	}
-	return strings.Join(v, "; ")
 }
 
 // printkLine matches a console line with a printk timestamp.
@@ -279,124 +328,157 @@ func median(v []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
+// samples are a samples file's measurements by kind, each kind's names in
+// the order they first came.
+type samples struct {
+	builds, installs                                        map[string][]float64
+	sizes                                                   map[string]int64
+	boots                                                   map[string]*bootSeries
+	vs                                                      map[string]*versus
+	buildOrder, installOrder, sizeOrder, bootOrder, vsOrder []string
+}
+
+// bootSeries are one variant's boots in the table.
+type bootSeries struct{ bound, init, target, wall []float64 }
+
 func table(path string, out io.Writer) error {
-	f, err := os.Open(path)
+	ss, err := readSamples(path)
 	if err != nil {
 		return err
 	}
+	ss.write(out)
+	return nil
+}
+
+// readSamples reads the samples file at path, one JSON Sample a line.
+func readSamples(path string) (*samples, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
 	defer f.Close()
-	builds := map[string][]float64{}
-	installs := map[string][]float64{}
-	sizes := map[string]int64{}
-	var sizeOrder, buildOrder, installOrder, bootOrder []string
-	type series struct{ bound, init, target, wall []float64 }
-	boots := map[string]*series{}
-	vs := map[string]*versus{}
-	var vsOrder []string
+	ss := &samples{builds: map[string][]float64{}, installs: map[string][]float64{}, sizes: map[string]int64{},
+		boots: map[string]*bootSeries{}, vs: map[string]*versus{}}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		var s Sample
 		if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
+			return nil, fmt.Errorf("%s: %w", path, err)
 		}
-		switch s.Kind {
-		case "build":
-			if _, ok := builds[s.Name]; !ok {
-				buildOrder = append(buildOrder, s.Name)
-			}
-			builds[s.Name] = append(builds[s.Name], s.Seconds)
-		case "install":
-			if _, ok := installs[s.Name]; !ok {
-				installOrder = append(installOrder, s.Name)
-			}
-			installs[s.Name] = append(installs[s.Name], s.Seconds)
-		case "size":
-			if _, ok := sizes[s.Name]; !ok {
-				sizeOrder = append(sizeOrder, s.Name)
-			}
-			sizes[s.Name] = s.Bytes
-		case "versus":
-			v := vs[s.Name]
-			if v == nil {
-				v = &versus{}
-				vs[s.Name] = v
-				vsOrder = append(vsOrder, s.Name)
-			}
-			switch s.Phase {
-			case "cold":
-				v.cold = append(v.cold, s.Seconds)
-				v.bytes, v.allocated = s.Bytes, s.Allocated
-			case "warm":
-				v.warm = append(v.warm, s.Seconds)
-			default:
-				return fmt.Errorf("%s: versus sample %q: phase %q, want cold or warm", path, s.Name, s.Phase)
-			}
-		case "boot":
-			b := boots[s.Name]
-			if b == nil {
-				b = &series{}
-				boots[s.Name] = b
-				bootOrder = append(bootOrder, s.Name)
-			}
-			b.bound = append(b.bound, s.Bound)
-			b.init = append(b.init, s.Init)
-			b.target = append(b.target, s.Target)
-			b.wall = append(b.wall, s.Wall)
+		if err := ss.add(s); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return err
+	return ss, sc.Err()
+}
+
+// add files the sample s under its kind and name.
+func (ss *samples) add(s Sample) error {
+	switch s.Kind {
+	case "build":
+		if _, ok := ss.builds[s.Name]; !ok {
+			ss.buildOrder = append(ss.buildOrder, s.Name)
+		}
+		ss.builds[s.Name] = append(ss.builds[s.Name], s.Seconds)
+	case "install":
+		if _, ok := ss.installs[s.Name]; !ok {
+			ss.installOrder = append(ss.installOrder, s.Name)
+		}
+		ss.installs[s.Name] = append(ss.installs[s.Name], s.Seconds)
+	case "size":
+		if _, ok := ss.sizes[s.Name]; !ok {
+			ss.sizeOrder = append(ss.sizeOrder, s.Name)
+		}
+		ss.sizes[s.Name] = s.Bytes
+	case "versus":
+		v := ss.vs[s.Name]
+		if v == nil {
+			v = &versus{}
+			ss.vs[s.Name] = v
+			ss.vsOrder = append(ss.vsOrder, s.Name)
+		}
+		switch s.Phase {
+		case "cold":
+			v.cold = append(v.cold, s.Seconds)
+			v.bytes, v.allocated = s.Bytes, s.Allocated
+		case "warm":
+			v.warm = append(v.warm, s.Seconds)
+		default:
+			return fmt.Errorf("versus sample %q: phase %q, want cold or warm", s.Name, s.Phase)
+		}
+	case "boot":
+		b := ss.boots[s.Name]
+		if b == nil {
+			b = &bootSeries{}
+			ss.boots[s.Name] = b
+			ss.bootOrder = append(ss.bootOrder, s.Name)
+		}
+		b.bound = append(b.bound, s.Bound)
+		b.init = append(b.init, s.Init)
+		b.target = append(b.target, s.Target)
+		b.wall = append(b.wall, s.Wall)
 	}
-	if len(buildOrder) > 0 {
+	return nil
+}
+
+// write writes the table's sections, one for each kind of sample present.
+func (ss *samples) write(out io.Writer) {
+	if len(ss.buildOrder) > 0 {
 		fmt.Fprintln(out, "| packer build | runs | median s | each run s |")
 		fmt.Fprintln(out, "| --- | ---: | ---: | --- |")
 	}
-	for _, n := range buildOrder {
-		fmt.Fprintf(out, "| %s | %d | %.1f | %s |\n", n, len(builds[n]), median(builds[n]), list(builds[n]))
+	for _, n := range ss.buildOrder {
+		fmt.Fprintf(out, "| %s | %d | %.1f | %s |\n", n, len(ss.builds[n]), median(ss.builds[n]), list(ss.builds[n]))
 	}
-	if len(buildOrder) >= 2 {
-		a, b := median(builds[buildOrder[0]]), median(builds[buildOrder[1]])
+	if len(ss.buildOrder) >= 2 {
+		a, b := median(ss.builds[ss.buildOrder[0]]), median(ss.builds[ss.buildOrder[1]])
 		if b > 0 {
-			fmt.Fprintf(out, "\n%s / %s: %.1fx\n", buildOrder[0], buildOrder[1], a/b)
+			fmt.Fprintf(out, "\n%s / %s: %.1fx\n", ss.buildOrder[0], ss.buildOrder[1], a/b)
 		}
 	}
-	if len(installOrder) > 0 {
+	if len(ss.installOrder) > 0 {
 		fmt.Fprintln(out, "\n| install per kernel | runs | median s | each run s |")
 		fmt.Fprintln(out, "| --- | ---: | ---: | --- |")
-		for _, n := range installOrder {
-			fmt.Fprintf(out, "| %s | %d | %.2f | %s |\n", n, len(installs[n]), median(installs[n]), list(installs[n]))
+		for _, n := range ss.installOrder {
+			fmt.Fprintf(out, "| %s | %d | %.2f | %s |\n", n, len(ss.installs[n]), median(ss.installs[n]), list(ss.installs[n]))
 		}
-		if len(installOrder) >= 2 {
-			fmt.Fprintf(out, "\n%s / %s: %.2f\n", installOrder[0], installOrder[1], ratio(median(installs[installOrder[0]]), median(installs[installOrder[1]])))
+		if len(ss.installOrder) >= 2 {
+			fmt.Fprintf(out, "\n%s / %s: %.2f\n", ss.installOrder[0], ss.installOrder[1], ratio(median(ss.installs[ss.installOrder[0]]), median(ss.installs[ss.installOrder[1]])))
 		}
 	}
-	if len(sizeOrder) > 0 {
+	if len(ss.sizeOrder) > 0 {
 		fmt.Fprintln(out, "\n| file | bytes | MiB |")
 		fmt.Fprintln(out, "| --- | ---: | ---: |")
 	}
-	for _, n := range sizeOrder {
-		fmt.Fprintf(out, "| %s | %d | %.0f |\n", n, sizes[n], float64(sizes[n])/(1<<20))
+	for _, n := range ss.sizeOrder {
+		fmt.Fprintf(out, "| %s | %d | %.0f |\n", n, ss.sizes[n], float64(ss.sizes[n])/(1<<20))
 	}
-	versusTable(out, vsOrder, vs)
-	if len(bootOrder) > 0 {
-		fmt.Fprintln(out, "\nBoot timeline, seconds of kernel time since the kernel started (medians; wall includes firmware):")
-		fmt.Fprintln(out, "\n| boot | runs | driver bound | /sbin/init | default target | QEMU wall |")
-		fmt.Fprintln(out, "| --- | ---: | ---: | ---: | ---: | ---: |")
+	versusTable(out, ss.vsOrder, ss.vs)
+	bootTable(out, ss.bootOrder, ss.boots)
+}
+
+// bootTable writes each variant's boot timeline (medians), then each
+// variant's ratios to the first.
+func bootTable(out io.Writer, order []string, boots map[string]*bootSeries) {
+	if len(order) == 0 {
+		return
 	}
-	for _, n := range bootOrder {
+	fmt.Fprintln(out, "\nBoot timeline, seconds of kernel time since the kernel started (medians; wall includes firmware):")
+	fmt.Fprintln(out, "\n| boot | runs | driver bound | /sbin/init | default target | QEMU wall |")
+	fmt.Fprintln(out, "| --- | ---: | ---: | ---: | ---: | ---: |")
+	for _, n := range order {
 		b := boots[n]
 		fmt.Fprintf(out, "| %s | %d | %.2f | %.2f | %.2f | %.1f |\n", n, len(b.bound), median(b.bound), median(b.init), median(b.target), median(b.wall))
 	}
-	if len(bootOrder) >= 2 {
+	if len(order) >= 2 {
 		fmt.Fprintln(out)
-		a := boots[bootOrder[0]]
-		for _, n := range bootOrder[1:] {
+		a := boots[order[0]]
+		for _, n := range order[1:] {
 			b := boots[n]
-			fmt.Fprintf(out, "ratios %s / %s: driver bound %.2f, default target %.2f\n", n, bootOrder[0],
+			fmt.Fprintf(out, "ratios %s / %s: driver bound %.2f, default target %.2f\n", n, order[0],
 				ratio(median(b.bound), median(a.bound)), ratio(median(b.target), median(a.target)))
 		}
 	}
-	return nil
 }
 
 // versusTable writes the builds of the same image by other tools: each

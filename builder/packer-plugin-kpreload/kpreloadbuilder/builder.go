@@ -22,7 +22,7 @@ import (
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
 
 	"github.com/kpreload/kpreload/builder/image"
-	"github.com/kpreload/kpreload/builder/packer/internal/pkrcfg"
+	"github.com/kpreload/kpreload/builder/packer-plugin-kpreload/internal/pkrcfg"
 )
 
 // BuilderID identifies the kpreload builder's artifacts.

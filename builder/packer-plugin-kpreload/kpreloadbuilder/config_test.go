@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/builder/image"
-	"github.com/kpreload/kpreload/builder/packer/internal/pkrcfg"
+	"github.com/kpreload/kpreload/builder/packer-plugin-kpreload/internal/pkrcfg"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/kmodcache/cellsign"
 )

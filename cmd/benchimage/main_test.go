@@ -5,6 +5,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/kpreload/kpreload/builder/qemu"
 )
 
 func TestMedian(t *testing.T) {
@@ -98,5 +101,74 @@ func TestTableVersus(t *testing.T) {
 	}
 	if err := table(samples, &b); err == nil || !strings.Contains(err.Error(), `phase "lukewarm"`) {
 		t.Errorf("a sample of an unknown phase: %v, want an error naming it", err)
+	}
+}
+
+func TestMeasure(t *testing.T) {
+	console := filepath.Join(t.TempDir(), "console.log")
+	if err := os.WriteFile(console, []byte("[    0.000000] Linux version 6.1\n"+
+		"[    1.500000] systemd[1]: systemd 252 running in system mode\n"+
+		"[    4.250000] systemd[1]: Reached target multi-user.target - Multi-User System.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bound := qemu.KernelLine{Time: 0.75, Text: "kpreload_edu 0000:00:04.0: bound, id 0x010000ed"}
+	tests := []struct {
+		name    string
+		human   bool
+		kernel  []qemu.KernelLine
+		want    Sample
+		wantErr string
+	}{
+		{"bound", false, []qemu.KernelLine{bound}, Sample{Kind: "boot", Name: "v", Wall: 9, Bound: 0.75, Init: 1.5, Target: 4.25}, ""},
+		{"never bound", false, nil, Sample{}, "never bound the edu device"},
+		{"never bound, for people", true, nil, Sample{Kind: "boot", Name: "v", Wall: 9, Init: 1.5, Target: 4.25}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := &bootOptions{name: "v", human: tt.human}
+			got, line, err := o.measure(&qemu.Result{Console: console, Kernel: tt.kernel, Duration: 9 * time.Second})
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("measure() error = %v, want one saying %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Errorf("measure() = %+v, want %+v", got, tt.want)
+			}
+			if (line != nil) != (len(tt.kernel) > 0) {
+				t.Errorf("measure() bound line = %v, want one only when the driver bound", line)
+			}
+			var out strings.Builder
+			printBoot(&out, o.name, qemu.Config{}, &qemu.Result{Console: console}, got, line)
+			if want := "systemd reached its default target"; !strings.Contains(out.String(), want) {
+				t.Errorf("printBoot wrote %q, want it to say %q", out.String(), want)
+			}
+		})
+	}
+}
+
+func TestCheck(t *testing.T) {
+	tests := []struct {
+		name    string
+		o       bootOptions
+		res     qemu.Result
+		wantErr string
+	}{
+		{"reached", bootOptions{name: "v"}, qemu.Result{UntilMatched: true}, ""},
+		{"not reached", bootOptions{name: "v"}, qemu.Result{}, "did not reach its default target"},
+		{"secure boot unproven", bootOptions{name: "v", firmware: qemu.FirmwareUEFISecure}, qemu.Result{UntilMatched: true}, "Secure Boot was on"},
+		{"request from elsewhere", bootOptions{name: "v", wantSource: "seed"}, qemu.Result{UntilMatched: true}, "came from no report, want seed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.o.check(&tt.res)
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Errorf("check() error = %v, want %q", err, tt.wantErr)
+			}
+		})
 	}
 }

@@ -1,4 +1,4 @@
-// Command rootinit is /sbin/init of kpreload's test root filesystem. It records what the
+// Command kpreload-rootinit is /sbin/init of kpreload's test root filesystem. It records what the
 // booted system looks like once the initramfs has handed over (uptime, command line, the
 // root mount, /init's report, loaded modules, PCI driver bindings, kpreload and NVRM kernel
 // log lines), prints that as one "kpreload-rootinit: {json}" line on the console and on

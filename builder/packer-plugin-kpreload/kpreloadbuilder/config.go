@@ -1,5 +1,5 @@
-//go:generate packer-sdc mapstructure-to-hcl2 -type Config
-//go:generate ../gendocs.sh config.go
+//go:generate go tool packer-sdc mapstructure-to-hcl2 -type Config
+//go:generate go tool packer-sdc struct-markdown
 
 package kpreloadbuilder
 
@@ -14,7 +14,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/image"
 	"github.com/kpreload/kpreload/builder/install"
-	"github.com/kpreload/kpreload/builder/packer/internal/pkrcfg"
+	"github.com/kpreload/kpreload/builder/packer-plugin-kpreload/internal/pkrcfg"
 )
 
 // Config is the kpreload builder's configuration: the `source "kpreload" "name" {...}`

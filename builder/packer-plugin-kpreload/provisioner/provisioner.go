@@ -1,5 +1,5 @@
-//go:generate packer-sdc mapstructure-to-hcl2 -type Config
-//go:generate ../gendocs.sh provisioner.go
+//go:generate go tool packer-sdc mapstructure-to-hcl2 -type Config
+//go:generate go tool packer-sdc struct-markdown
 
 // Package provisioner is the kpreload Packer provisioner (`provisioner "kpreload"`):
 // for images made by other builders (packer-plugin-qemu, cloud builders), it
@@ -38,7 +38,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/image"
 	"github.com/kpreload/kpreload/builder/image/stage"
-	"github.com/kpreload/kpreload/builder/packer/internal/pkrcfg"
+	"github.com/kpreload/kpreload/builder/packer-plugin-kpreload/internal/pkrcfg"
 )
 
 // Config is the kpreload provisioner's configuration.

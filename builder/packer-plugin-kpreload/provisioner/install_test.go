@@ -70,7 +70,7 @@ func (localComm) DownloadDir(string, string, []string) error {
 // built once per test run (sharedbins_test.go).
 func staticBinaries(t *testing.T) (kpreload, initBin string) {
 	t.Helper()
-	return staticBinary(t, "kpreload", "./cmd/kpreload"), staticBinary(t, "kpreload-init", "./initramfs/cmd/init")
+	return staticBinary(t, "kpreload", "./cmd/kpreload"), staticBinary(t, "kpreload-init", "./cmd/kpreload-init")
 }
 
 // TestProvisionInstallsIntoRoot runs the provisioner for real (stage.Stage with
