@@ -35,11 +35,11 @@ top=$(cd "$here/.." && pwd)
 keep=0
 nvidia=0
 vm=0
-cells=
+scale=
 while [ $# -gt 0 ]; do
   case "$1" in
     --keep) keep=1 ;;
-    --cells) [ $# -ge 2 ] || die "--cells needs a number"; cells=$2; shift ;;
+    --cells) [ $# -ge 2 ] || die "--cells needs a number"; scale=$2; shift ;;
     --nvidia) nvidia=1 ;;
     --vm) vm=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -48,22 +48,23 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-if [ -n "$cells" ]; then
-  case "$cells" in ''|*[!0-9]*) die "--cells $cells: want a number of cells" ;; esac
-  [ "$cells" -ge 10 ] || die "--cells $cells: want at least 10"
-  sizes="$((cells / 10)),$((cells * 2 / 5)),$cells"
+if [ -n "$scale" ]; then
+  case "$scale" in ''|*[!0-9]*) die "--cells $scale: want a number of cells" ;; esac
+  [ "$scale" -ge 10 ] || die "--cells $scale: want at least 10"
+  sizes="$((scale / 10)),$((scale * 2 / 5)),$scale"
   bench_start bench-follow-cells go
   log "scale: matrices of $sizes cells, nothing new (BenchmarkNothingNew; first cycles push every cell, not timed)"
   (cd "$top" && KPRELOAD_BENCH_CELLS=$sizes CGO_ENABLED=0 go test -trimpath -count=1 -run '^$' \
     -bench '^BenchmarkNothingNew$' -benchtime 1x -timeout 60m ./builder/follow/) >"$work/bench.txt" 2>&1 \
     || die "BenchmarkNothingNew failed: $(tail -20 "$work/bench.txt")"
+  grep '^BenchmarkNothingNew' "$work/bench.txt" >&2
   echo "Follow scale benchmark ($(nproc) CPUs, load average at the end $(cut -d' ' -f1-3 /proc/loadavg)); registry: Debian's docker-registry on loopback"
   echo
   echo "| cells | follow cycle, nothing new | per cell | build --remote, nothing new | per cell |"
   echo "| --- | --- | --- | --- | --- |"
   awk '/^BenchmarkNothingNew\/cells=/ {
     n = $1; sub(/.*cells=/, "", n); sub(/-[0-9]+$/, "", n)
-    for (i = 4; i < NF; i += 2) v[$(i + 1)] = $i
+    for (i = 3; i < NF; i += 2) v[$(i + 1)] = $i
     printf "| %d | %.2f s | %.2f ms | %.2f s | %.2f ms |\n", n, v["follow-s"], v["follow-ms/cell"], v["build-s"], v["build-ms/cell"]
   }' "$work/bench.txt"
   ok=1
