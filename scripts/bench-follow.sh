@@ -60,12 +60,12 @@ if [ -n "$scale" ]; then
   grep '^BenchmarkNothingNew' "$work/bench.txt" >&2
   echo "Follow scale benchmark ($(nproc) CPUs, load average at the end $(cut -d' ' -f1-3 /proc/loadavg)); registry: Debian's docker-registry on loopback"
   echo
-  echo "| cells | follow cycle, nothing new | per cell | build --remote, nothing new | per cell |"
+  echo "| cells | follow cycle, nothing new | per cell (CPU) | build --remote, nothing new | per cell (CPU) |"
   echo "| --- | --- | --- | --- | --- |"
   awk '/^BenchmarkNothingNew\/cells=/ {
     n = $1; sub(/.*cells=/, "", n); sub(/-[0-9]+$/, "", n)
     for (i = 3; i < NF; i += 2) v[$(i + 1)] = $i
-    printf "| %d | %.2f s | %.2f ms | %.2f s | %.2f ms |\n", n, v["follow-s"], v["follow-ms/cell"], v["build-s"], v["build-ms/cell"]
+    printf "| %d | %.2f s | %.2f ms (%.2f ms) | %.2f s | %.2f ms (%.2f ms) |\n", n, v["follow-s"], v["follow-ms/cell"], v["follow-cpu-ms/cell"], v["build-s"], v["build-ms/cell"], v["build-cpu-ms/cell"]
   }' "$work/bench.txt"
   ok=1
   exit 0
