@@ -2,12 +2,21 @@
 # bench-follow.sh: one follow cycle, measured against a local registry.
 #
 #   scripts/bench-follow.sh [--keep] [--nvidia] [--vm]
+#   scripts/bench-follow.sh --cells N
 #
 #   --keep    keep the work directory (it is always kept when something fails)
 #   --nvidia  add the rows of one NVIDIA branch (nvidia-535: minutes of compiling)
 #   --vm      add the rows upload → cell in the registry and upload → VM on the new
 #             kernel with its driver, from the end-to-end test TestFollowE2E
 #             (builder/follow/e2e; KPRELOAD_FOLLOW_TIMINGS names its JSON file)
+#   --cells N the scale figure instead: matrices of N/10, 2N/5 and N cells (synthetic
+#             recipes × up to 25 synthetic kernels) against a real registry on loopback,
+#             every cell already pushed; times one follow cycle and one build with the
+#             registry, both with nothing new (the Go benchmark BenchmarkNothingNew of
+#             builder/follow: the real cycle, matrix and registry; kernels unpacked by
+#             testenv.SyntheticKernel, dkms faked by builder/dkms/dkmstest, package dates
+#             from a fake archive: no network). Seconds of work, plus the first cycles
+#             that push the cells (not timed).
 #
 # A real registry (Debian's docker-registry) runs on a free loopback port. The recipe's
 # kernel matrix first holds 6.1.0-56 and a cycle pushes its cell (not timed); then
@@ -26,9 +35,11 @@ top=$(cd "$here/.." && pwd)
 keep=0
 nvidia=0
 vm=0
+scale=
 while [ $# -gt 0 ]; do
   case "$1" in
     --keep) keep=1 ;;
+    --cells) [ $# -ge 2 ] || die "--cells needs a number"; scale=$2; shift ;;
     --nvidia) nvidia=1 ;;
     --vm) vm=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -36,6 +47,29 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+
+if [ -n "$scale" ]; then
+  case "$scale" in ''|*[!0-9]*) die "--cells $scale: want a number of cells" ;; esac
+  [ "$scale" -ge 10 ] || die "--cells $scale: want at least 10"
+  sizes="$((scale / 10)),$((scale * 2 / 5)),$scale"
+  bench_start bench-follow-cells go
+  log "scale: matrices of $sizes cells, nothing new (BenchmarkNothingNew; first cycles push every cell, not timed)"
+  (cd "$top" && KPRELOAD_BENCH_CELLS=$sizes CGO_ENABLED=0 go test -trimpath -count=1 -run '^$' \
+    -bench '^BenchmarkNothingNew$' -benchtime 1x -timeout 60m ./builder/follow/) >"$work/bench.txt" 2>&1 \
+    || die "BenchmarkNothingNew failed: $(tail -20 "$work/bench.txt")"
+  grep '^BenchmarkNothingNew' "$work/bench.txt" >&2
+  echo "Follow scale benchmark ($(nproc) CPUs, load average at the end $(cut -d' ' -f1-3 /proc/loadavg)); registry: Debian's docker-registry on loopback"
+  echo
+  echo "| cells | follow cycle, nothing new | per cell (CPU) | build --remote, nothing new | per cell (CPU) |"
+  echo "| --- | --- | --- | --- | --- |"
+  awk '/^BenchmarkNothingNew\/cells=/ {
+    n = $1; sub(/.*cells=/, "", n); sub(/-[0-9]+$/, "", n)
+    for (i = 3; i < NF; i += 2) v[$(i + 1)] = $i
+    printf "| %d | %.2f s | %.2f ms (%.2f ms) | %.2f s | %.2f ms (%.2f ms) |\n", n, v["follow-s"], v["follow-ms/cell"], v["follow-cpu-ms/cell"], v["build-s"], v["build-ms/cell"], v["build-cpu-ms/cell"]
+  }' "$work/bench.txt"
+  ok=1
+  exit 0
+fi
 
 k61=6.1.0-56-cloud-amd64
 k612=6.12.117+deb12-cloud-amd64

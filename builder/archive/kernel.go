@@ -114,7 +114,7 @@ func (a *Archive) FetchKernel(ctx context.Context, release, cache string, progre
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return "", fmt.Errorf("kernel %s: %w", release, err)
 	}
-	if err := finishKernel(ctx, tmp, release, pkgs[0].name); err != nil {
+	if err := finishKernel(ctx, runner.Or(a.run), tmp, release, pkgs[0].name); err != nil {
 		return "", err
 	}
 	if err := os.WriteFile(filepath.Join(tmp, completeMarker), nil, 0o644); err != nil {
@@ -214,7 +214,7 @@ func (a *Archive) kernelPackages(ctx context.Context, release string) ([]debPack
 // finishKernel makes the unpacked tree at dir look as an installed kernel
 // does: modules under lib/modules/<release> (merged-/usr packages ship them
 // under usr/lib/modules), a boot/vmlinuz-<release>, and depmod's indexes.
-func finishKernel(ctx context.Context, dir, release, image string) error {
+func finishKernel(ctx context.Context, run runner.Runner, dir, release, image string) error {
 	mods := filepath.Join(dir, "lib", "modules", release)
 	if _, err := os.Stat(mods); err != nil {
 		usrMods := filepath.Join(dir, "usr", "lib", "modules", release)
@@ -233,7 +233,7 @@ func finishKernel(ctx context.Context, dir, release, image string) error {
 	if _, err := os.Stat(filepath.Join(mods, "modules.dep")); err == nil {
 		return nil
 	}
-	if _, err := runner.Default.Run(ctx, runner.Cmd{Name: "depmod", Args: []string{"-b", dir, release}}); err != nil {
+	if _, err := run.Run(ctx, runner.Cmd{Name: "depmod", Args: []string{"-b", dir, release}}); err != nil {
 		err, words := ended(err)
 		return fmt.Errorf("kernel %s: depmod -b %s %s: %w%s", release, dir, release, err, words)
 	}

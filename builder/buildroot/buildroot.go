@@ -44,6 +44,8 @@ type Root struct {
 	Suite string
 	// Dir is its root directory.
 	Dir string
+	// Runner runs chroot for Output (nil: runner.Default).
+	Runner runner.Runner
 }
 
 // Spec describes a build root to make.
@@ -54,6 +56,8 @@ type Spec struct {
 	Mirror string
 	// Cache holds build roots under buildroot/ (kpreload's download cache).
 	Cache string
+	// Runner runs mmdebstrap, and the Root's programs (nil: runner.Default).
+	Runner runner.Runner
 }
 
 // packages returns the package list of suite's build root.
@@ -103,9 +107,10 @@ func Ensure(ctx context.Context, spec Spec, log func(string)) (*Root, error) {
 	base := filepath.Join(spec.Cache, "buildroot")
 	dir := filepath.Join(base, spec.Suite+"-"+spec.Key())
 	if _, err := os.Stat(filepath.Join(dir, ".complete")); err == nil {
-		return &Root{Suite: spec.Suite, Dir: dir}, nil
+		return &Root{Suite: spec.Suite, Dir: dir, Runner: spec.Runner}, nil
 	}
-	if _, err := runner.Default.LookPath("mmdebstrap"); err != nil {
+	run := runner.Or(spec.Runner)
+	if _, err := run.LookPath("mmdebstrap"); err != nil {
 		return nil, fmt.Errorf("build root for %s: mmdebstrap is not installed (run scripts/deps.sh): %w", spec.Suite, err)
 	}
 	if err := os.MkdirAll(base, 0o755); err != nil {
@@ -126,7 +131,7 @@ func Ensure(ctx context.Context, spec Spec, log func(string)) (*Root, error) {
 		"--customize-hook=rm -rf \"$1\"/var/lib/apt/lists/* \"$1\"/var/cache/apt/archives/*.deb",
 		spec.Suite, root,
 	}, spec.sources()...)
-	if _, err := runner.Default.Run(ctx, runner.Cmd{Name: "mmdebstrap", Args: args}); err != nil {
+	if _, err := run.Run(ctx, runner.Cmd{Name: "mmdebstrap", Args: args}); err != nil {
 		return nil, fmt.Errorf("build root for %s: %w", spec.Suite, err)
 	}
 	if err := os.WriteFile(filepath.Join(root, ".complete"), []byte(spec.Key()+"\n"), 0o644); err != nil {
@@ -134,11 +139,11 @@ func Ensure(ctx context.Context, spec Spec, log func(string)) (*Root, error) {
 	}
 	if err := os.Rename(root, dir); err != nil {
 		if _, statErr := os.Stat(filepath.Join(dir, ".complete")); statErr == nil {
-			return &Root{Suite: spec.Suite, Dir: dir}, nil // another build made it meanwhile
+			return &Root{Suite: spec.Suite, Dir: dir, Runner: spec.Runner}, nil // another build made it meanwhile
 		}
 		return nil, fmt.Errorf("build root: %w", err)
 	}
-	return &Root{Suite: spec.Suite, Dir: dir}, nil
+	return &Root{Suite: spec.Suite, Dir: dir, Runner: spec.Runner}, nil
 }
 
 // Has reports whether the build root has the program at path (absolute
@@ -159,7 +164,7 @@ func (r *Root) Has(prog string) bool {
 // Output runs name with args in the build root (no binds) and returns its
 // standard output.
 func (r *Root) Output(ctx context.Context, name string, args ...string) ([]byte, error) {
-	out, err := runner.Default.Run(ctx, runner.Cmd{Name: "chroot", Args: append([]string{r.Dir, name}, args...)})
+	out, err := runner.Or(r.Runner).Run(ctx, runner.Cmd{Name: "chroot", Args: append([]string{r.Dir, name}, args...)})
 	if err != nil {
 		return nil, fmt.Errorf("%s in the %s build root: %w", name, r.Suite, err)
 	}

@@ -51,6 +51,8 @@ type SignRequest struct {
 	// Module is the plain (uncompressed) .ko file to sign; it is replaced
 	// by the signed file.
 	Module string
+	// Runner runs sign-file (nil: runner.Default).
+	Runner runner.Runner
 }
 
 // Sign appends a module signature to req.Module with the kernel's sign-file.
@@ -70,7 +72,7 @@ func Sign(ctx context.Context, req SignRequest) error {
 		return fmt.Errorf("sign %s: signing certificate: %w", filepath.Base(req.Module), err)
 	}
 	c := runner.Cmd{Name: req.SignFile, Args: []string{req.Hash, req.Key, req.Cert, req.Module}, Env: []string{"LC_ALL=C"}}
-	if _, err := runner.Default.Run(ctx, c); err != nil {
+	if _, err := runner.Or(req.Runner).Run(ctx, c); err != nil {
 		return fmt.Errorf("sign %s: %w", filepath.Base(req.Module), err)
 	}
 	return nil

@@ -106,12 +106,12 @@ func Cycle(ctx context.Context, o Options) (*Report, error) {
 		now = time.Now
 	}
 	start := now()
+	// The matrix's defaults, once: the cycle reads the same downloads
+	// directory and archives as the build it runs.
+	o.Build = o.Build.Resolve()
 	state := o.StateDir
 	if state == "" {
 		state = o.Build.DownloadDir
-	}
-	if state == "" {
-		state = matrix.DefaultDownloadDir
 	}
 	unlock, err := lock(ctx, state, lockName(o.Build.Shard.Index, o.Build.Shard.Count), o.Wait)
 	if err != nil {
@@ -125,19 +125,11 @@ func Cycle(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 
-	cache := o.Build.DownloadDir
-	if cache == "" {
-		cache = matrix.DefaultDownloadDir
-	}
 	// Every cycle reads the archives as they are now.
-	if err := archive.Refresh(ctx, cache); err != nil {
+	if err := archive.Refresh(ctx, o.Build.DownloadDir); err != nil {
 		return nil, fmt.Errorf("follow: %w", err)
 	}
 	arcs := o.Build.Archives
-	if arcs == nil {
-		arcs = &recipe.AptArchives{Cache: cache}
-		o.Build.Archives = arcs
-	}
 	// The driver picks, for their dates (the matrix resolves the same
 	// selectors again through the same archives, from their lists).
 	picks := map[string]recipe.DriverPick{}

@@ -215,8 +215,23 @@ func GrubQuote(s string) string { return strings.ReplaceAll(s, "'", `'\''`) }
 // own program, run in its sandbox (builder/internal/sandbox): the root as /,
 // no network, no capabilities, a /proc and /dev of its own, with the block
 // devices holding the root (sandbox.RootDevices) and the host's /sys read
-// only, which grub-probe examines.
+// only, which grub-probe examines. The programs run through runner.Default
+// (UpdateGrubWith takes another).
 func UpdateGrub(ctx context.Context, root string, log io.Writer) error {
+	return UpdateGrubWith(nil)(ctx, root, log)
+}
+
+// UpdateGrubWith returns UpdateGrub running its programs through run (nil:
+// runner.Default), as Options.UpdateGrub.
+func UpdateGrubWith(run runner.Runner) func(ctx context.Context, root string, log io.Writer) error {
+	run = runner.Or(run)
+	return func(ctx context.Context, root string, log io.Writer) error {
+		return updateGrub(ctx, run, root, log)
+	}
+}
+
+// updateGrub is UpdateGrub with its programs run by run.
+func updateGrub(ctx context.Context, run runner.Runner, root string, log io.Writer) error {
 	argv := []string{"update-grub"}
 	if !exists(root, "usr/sbin/update-grub") {
 		argv = []string{"grub-mkconfig", "-o", "/" + GrubConfig}
@@ -224,9 +239,9 @@ func UpdateGrub(ctx context.Context, root string, log io.Writer) error {
 	seen := &grubProbeNoise{w: log}
 	var err error
 	if filepath.Clean(root) == "/" {
-		_, err = runner.Default.Run(ctx, runner.Cmd{Name: argv[0], Args: argv[1:], Env: []string{"PATH=" + sandbox.Path}, Log: seen})
+		_, err = run.Run(ctx, runner.Cmd{Name: argv[0], Args: argv[1:], Env: []string{"PATH=" + sandbox.Path}, Log: seen})
 	} else {
-		_, err = sandbox.Run(ctx, runner.Default, sandbox.Spec{Root: root, Argv: argv, Devices: sandbox.RootDevices(root), HostSys: true, Log: seen})
+		_, err = sandbox.Run(ctx, run, sandbox.Spec{Root: root, Argv: argv, Devices: sandbox.RootDevices(root), HostSys: true, Log: seen})
 	}
 	if err != nil {
 		return fmt.Errorf("%w (grub.cfg was left as it was)", err)
@@ -316,6 +331,12 @@ func CheckGrubConfig(root, kernel string) error {
 // an install, empty or "remove" after a removal, and grub.cfg exists. Only
 // then may kpreload's hook leave grub.cfg to it.
 func DistributionGrubHook(root, phase string, env func(string) string) string {
+	return DistributionGrubHookWith(nil, root, phase, env)
+}
+
+// DistributionGrubHookWith is DistributionGrubHook asking
+// systemd-detect-virt through run (nil: runner.Default).
+func DistributionGrubHookWith(run runner.Runner, root, phase string, env func(string) string) string {
 	hook := path.Join("/etc/kernel", phase+".d", "zz-update-grub")
 	if fi, err := inroot.Stat(root, hook); err != nil || fi.Mode()&0o111 == 0 {
 		return ""
@@ -326,7 +347,7 @@ func DistributionGrubHook(root, phase string, env func(string) string) string {
 	// As zz-update-grub asks: systemd-detect-virt --container (on this
 	// system), else systemd's marker of a container.
 	if root == "/" {
-		if _, err := runner.Default.Run(context.Background(), runner.Cmd{Name: "systemd-detect-virt", Args: []string{"--quiet", "--container"}}); err == nil {
+		if _, err := runner.Or(run).Run(context.Background(), runner.Cmd{Name: "systemd-detect-virt", Args: []string{"--quiet", "--container"}}); err == nil {
 			return ""
 		}
 	}

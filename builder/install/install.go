@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kpreload/kpreload/builder/internal/runner"
 	"github.com/kpreload/kpreload/initramfs/archive"
 	"github.com/kpreload/kpreload/initramfs/assemble"
 	"github.com/kpreload/kpreload/initramfs/rootcheck"
@@ -50,9 +51,11 @@ type Options struct {
 	RootFS *rootcheck.Root
 	// SkipInitramfs keeps the kpreload initramfs images already in the root.
 	SkipInitramfs bool
-	// UpdateGrub regenerates grub.cfg (nil: UpdateGrub, in the root's
-	// sandbox when Root is not "/").
+	// UpdateGrub regenerates grub.cfg (nil: UpdateGrubWith(Runner), in the
+	// root's sandbox when Root is not "/").
 	UpdateGrub func(ctx context.Context, root string, log io.Writer) error
+	// Runner runs the host's programs UpdateGrub runs (nil: runner.Default).
+	Runner runner.Runner
 	// GrubRegeneratedBy, when set, is the hook that regenerates grub.cfg
 	// right after this one (DistributionGrubHook): grub.cfg is left to it,
 	// so that a kernel update runs grub-mkconfig once, not twice.
@@ -99,7 +102,7 @@ func (o *Options) defaults() error {
 		o.Log = io.Discard
 	}
 	if o.UpdateGrub == nil {
-		o.UpdateGrub = UpdateGrub
+		o.UpdateGrub = UpdateGrubWith(o.Runner)
 	}
 	if fi, err := os.Stat(o.Root); err != nil || !fi.IsDir() {
 		return fmt.Errorf("root %s is not a directory", o.Root)

@@ -55,10 +55,10 @@ func (r *runner) keepLog(c Cell, log string) string {
 	if log == "" {
 		return ""
 	}
-	if err := os.MkdirAll(r.logDir, 0o755); err != nil {
+	if err := os.MkdirAll(r.opts.LogDir, 0o755); err != nil {
 		return log
 	}
-	dst := filepath.Join(r.logDir, c.Recipe.Name+"_"+c.Kernel+".log")
+	dst := filepath.Join(r.opts.LogDir, c.Recipe.Name+"_"+c.Kernel+".log")
 	if err := fileutil.CopyFile(log, dst, 0o644); err != nil {
 		return log
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/buildroot"
 	"github.com/kpreload/kpreload/builder/dkms"
+	toolrun "github.com/kpreload/kpreload/builder/internal/runner"
 	"github.com/kpreload/kpreload/internal/fileutil"
 	"github.com/kpreload/kpreload/kmodcache/modinfo"
 	"github.com/kpreload/kpreload/kmodcache/modname"
@@ -86,7 +87,7 @@ func (r *runner) runCell(ctx context.Context, i int, c Cell) Result {
 	case err != nil:
 		return fail(err)
 	}
-	if err := sign(ctx, in, files); err != nil {
+	if err := sign(ctx, r.opts.Tools, in, files); err != nil {
 		return fail(fmt.Errorf("%s for %s: %w", c.Recipe.Name, c.Kernel, err))
 	}
 	got, err = r.cache.Put(ctx, cell, store.AddRequest{
@@ -107,7 +108,7 @@ func (r *runner) runCell(ctx context.Context, i int, c Cell) Result {
 // dkms fails.
 func (r *runner) build(ctx context.Context, i int, c Cell, in *inputs, res *Result) ([]string, error) {
 	work := filepath.Join(r.tmp, fmt.Sprintf("cell-%03d", i))
-	built, err := r.driver.Build(ctx, dkms.BuildRequest{
+	built, err := r.opts.Driver.Build(ctx, dkms.BuildRequest{
 		SourceDir:       in.src.dir,
 		Kernel:          c.Kernel,
 		KernelSourceDir: in.kernel.headersDir,
@@ -141,12 +142,12 @@ func compileFailed(ctx context.Context, err error) bool {
 
 // sign signs the built modules when the recipe has a signing key, before
 // the set enters the cache: the cache holds, and the manifest digests,
-// exactly the bytes the kernel will verify.
-func sign(ctx context.Context, in *inputs, files []string) error {
+// exactly the bytes the kernel will verify. sign-file runs through run.
+func sign(ctx context.Context, run toolrun.Runner, in *inputs, files []string) error {
 	if in.extras.signCert == "" {
 		return nil
 	}
-	return signModules(ctx, in.extras, in.kernel, files)
+	return signModules(ctx, run, in.extras, in.kernel, files)
 }
 
 // prepare fetches and inspects what cell c builds from, each input once per
@@ -156,13 +157,13 @@ func (r *runner) prepare(ctx context.Context, c Cell) (*inputs, error) {
 	rid := r.recipeID(c.Recipe)
 	var err error
 	in.src, err = r.sources.get(rid, func() (*source, error) {
-		return prepareSource(ctx, r.tools, c.Recipe, r.downloads)
+		return prepareSource(ctx, r.opts.Tools, c.Recipe, r.opts.DownloadDir)
 	})
 	if err != nil {
 		return nil, err
 	}
 	in.extras, err = r.extras.get(rid, func() (*extras, error) {
-		return prepareExtras(ctx, c.Recipe, r.downloads, filepath.Join(r.tmp, "recipe-"+strings.ReplaceAll(rid, ":", "-")))
+		return prepareExtras(ctx, c.Recipe, r.opts.DownloadDir, filepath.Join(r.tmp, "recipe-"+strings.ReplaceAll(rid, ":", "-")))
 	})
 	if err != nil {
 		return nil, err
@@ -171,7 +172,7 @@ func (r *runner) prepare(ctx context.Context, c Cell) (*inputs, error) {
 	if suite != "" && suite != archive.DefaultSuite {
 		// The kernel's own suite builds it: its compiler and kbuild tools.
 		in.root, err = r.roots.get(suite, func() (*buildroot.Root, error) {
-			return buildroot.Ensure(ctx, buildroot.Spec{Suite: suite, Cache: r.downloads}, nil)
+			return buildroot.Ensure(ctx, buildroot.Spec{Suite: suite, Cache: r.opts.DownloadDir, Runner: r.opts.Tools}, nil)
 		})
 		if err != nil {
 			return nil, err
@@ -179,12 +180,12 @@ func (r *runner) prepare(ctx context.Context, c Cell) (*inputs, error) {
 	}
 	in.kernel, err = r.kernels.get(c.Kernel, func() (*kernel, error) {
 		arc, err := r.archives.get(suite, func() (*archive.Archive, error) {
-			return archive.New(suite, r.downloads)
+			return archive.New(suite, r.opts.DownloadDir)
 		})
 		if err != nil {
 			return nil, fmt.Errorf("kernel %s: %w", c.Kernel, err)
 		}
-		return prepareKernel(ctx, r.tools, c.Kernel, arc, r.downloads, in.root, r.driver)
+		return prepareKernel(ctx, r.opts.Tools, c.Kernel, arc, r.opts.DownloadDir, in.root, r.opts.Driver)
 	})
 	if err != nil {
 		return nil, err

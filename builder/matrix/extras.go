@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/kpreload/kpreload/builder/dkms"
+	toolrun "github.com/kpreload/kpreload/builder/internal/runner"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/internal/inroot"
 )
@@ -136,14 +137,15 @@ func sha256Hex(data []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// signModules signs every file with the kernel's sign-file, in place.
-func signModules(ctx context.Context, x *extras, k *kernel, files []string) error {
+// signModules signs every file with the kernel's sign-file, in place,
+// running it through run.
+func signModules(ctx context.Context, run toolrun.Runner, x *extras, k *kernel, files []string) error {
 	signFile, err := dkms.SignFile(k.headersDir)
 	if err != nil {
 		return err
 	}
 	for _, f := range files {
-		if err := dkms.Sign(ctx, dkms.SignRequest{SignFile: signFile, Hash: x.signHash, Key: x.signKey, Cert: x.signCert, Module: f}); err != nil {
+		if err := dkms.Sign(ctx, dkms.SignRequest{SignFile: signFile, Hash: x.signHash, Key: x.signKey, Cert: x.signCert, Module: f, Runner: run}); err != nil {
 			return err
 		}
 	}

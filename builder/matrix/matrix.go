@@ -147,8 +147,9 @@ type Options struct {
 	// Lister resolves recipes' kernel matrices when Kernels is empty; nil
 	// means recipe.AptKernelsIn(DownloadDir).
 	Lister recipe.KernelLister
-	// Tools runs cp, patch, dpkg-deb and the compiler; nil means the real
-	// programs (runner.Default).
+	// Tools runs the programs of a run: cp, patch, dpkg-deb, the compiler,
+	// sign-file, mmdebstrap and chroot for build roots, and dkms when Driver
+	// is nil; nil means the real programs (runner.Default).
 	Tools toolrun.Runner
 	// Archives resolves recipes that select their driver version
 	// (source.select); nil means recipe.AptArchives over DownloadDir.
@@ -168,7 +169,8 @@ type Options struct {
 	// Jobs is how many cells build at once; 0 means one per two CPUs (at
 	// least one). Each dkms build gets make -j CPUs/cells.
 	Jobs int
-	// Driver builds one cell; nil means dkms.New().
+	// Driver builds one cell; nil means the real dkms (dkms.DKMS at
+	// dkms.DefaultPath), run through Tools.
 	Driver dkms.Driver
 	// Progress, if set, is called on every state change, one call at a time.
 	Progress func(Event)
@@ -196,12 +198,30 @@ type Options struct {
 // no directory (as scripts/lib.sh).
 const DefaultDownloadDir = "/var/cache/kpreload"
 
-// downloadsOf is opts.DownloadDir, else DefaultDownloadDir.
-func downloadsOf(opts Options) string {
-	if opts.DownloadDir != "" {
-		return opts.DownloadDir
+// Resolve returns opts with its defaults applied: the one place the entry
+// points (Run, Cells, Rebuild, FetchSupportedGPUs; builder/follow for its
+// cycle) fill them in, so everything downstream reads one downloads
+// directory, one kernel lister (an apt lister asks the archive once per
+// suite and remembers), one set of archives, one runner and one driver.
+// Resolving resolved options changes nothing.
+func (opts Options) Resolve() Options {
+	if opts.DownloadDir == "" {
+		opts.DownloadDir = DefaultDownloadDir
 	}
-	return DefaultDownloadDir
+	if opts.Lister == nil {
+		opts.Lister = recipe.AptKernelsIn(opts.DownloadDir)
+	}
+	if opts.Archives == nil {
+		opts.Archives = &recipe.AptArchives{Cache: opts.DownloadDir}
+	}
+	opts.Tools = toolrun.Or(opts.Tools)
+	if opts.Driver == nil {
+		opts.Driver = &dkms.DKMS{Path: dkms.DefaultPath, Runner: opts.Tools}
+	}
+	if opts.LogDir == "" {
+		opts.LogDir = filepath.Join(opts.DownloadDir, "logs")
+	}
+	return opts
 }
 
 // Run builds every cell of the matrix and returns one Result per cell, in
@@ -215,6 +235,7 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	if opts.CacheDir == "" {
 		return nil, errors.New("build: no cache directory")
 	}
+	opts = opts.Resolve()
 	cells, suites, err := cellsAndSuites(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("build: %w", err)
@@ -238,13 +259,8 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	if opts.FetchOnly && (opts.Remote != nil || opts.PullOnly) {
 		return nil, errors.New("build: fetch-only neither pulls nor pushes: leave out the remote cache")
 	}
-	r := &runner{opts: opts, driver: opts.Driver, suites: suites, tools: opts.Tools}
-	r.downloads = downloadsOf(opts)
-	lister := opts.Lister
-	if lister == nil {
-		lister = recipe.AptKernelsIn(r.downloads)
-	}
-	if err := checkKernels(cells, r.downloads, lister, suites); err != nil {
+	r := &runner{opts: opts, suites: suites}
+	if err := checkKernels(cells, opts.DownloadDir, opts.Lister, suites); err != nil {
 		return nil, fmt.Errorf("build: %w", err)
 	}
 	local, err := store.Open(opts.CacheDir)
@@ -252,12 +268,6 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 		return nil, fmt.Errorf("build: %w", err)
 	}
 	r.cache = tiered.New(local, tiered.Options{Remote: opts.Remote, PullOnly: opts.PullOnly, RetryFailed: opts.RetryFailed})
-	if r.driver == nil {
-		r.driver = dkms.New()
-	}
-	if r.logDir = opts.LogDir; r.logDir == "" {
-		r.logDir = filepath.Join(r.downloads, "logs")
-	}
 	workers, makeJobs := parallelism(opts.Jobs, len(cells), runtime.NumCPU())
 	r.makeJobs = makeJobs
 
@@ -328,21 +338,19 @@ func parallelism(jobs, cells, cpus int) (workers, makeJobs int) {
 
 // runner holds one Run's shared state.
 type runner struct {
-	opts                   Options
-	cache                  *tiered.Cache
-	driver                 dkms.Driver
-	downloads, logDir, tmp string
-	tools                  toolrun.Runner // Options.Tools
-	suites                 map[string]string
-	makeJobs               int
-	progressMu             sync.Mutex
-	sources                onceMap[*source]
-	extras                 onceMap[*extras]
-	kernels                onceMap[*kernel]
-	roots                  onceMap[*buildroot.Root]
-	archives               onceMap[*archive.Archive]
-	recipeIDsMu            sync.Mutex
-	recipeIDs              map[*recipe.Recipe]string
+	opts        Options // resolved: every default applied
+	cache       *tiered.Cache
+	tmp         string
+	suites      map[string]string
+	makeJobs    int
+	progressMu  sync.Mutex
+	sources     onceMap[*source]
+	extras      onceMap[*extras]
+	kernels     onceMap[*kernel]
+	roots       onceMap[*buildroot.Root]
+	archives    onceMap[*archive.Archive]
+	recipeIDsMu sync.Mutex
+	recipeIDs   map[*recipe.Recipe]string
 }
 
 // emit calls the progress function, one event at a time.

@@ -15,24 +15,21 @@ import (
 // opts.RecipeKernels entry, else opts.Kernels, else its matrix), in recipe
 // order then kernel order, each cell once.
 func Cells(opts Options) ([]Cell, error) {
-	cells, _, err := cellsAndSuites(context.Background(), opts)
+	cells, _, err := cellsAndSuites(context.Background(), opts.Resolve())
 	return cells, err
 }
 
 // cellsAndSuites is Cells that also says which Debian suite carries each
 // kernel: the one its recipe's matrix found it in, else the suite its
 // release names (archive.KernelSuite). A recipe that selects its driver
-// version is resolved first: its cells carry the pinned copy.
+// version is resolved first: its cells carry the pinned copy. opts is
+// resolved (Options.Resolve).
 func cellsAndSuites(ctx context.Context, opts Options) ([]Cell, map[string]string, error) {
 	var cells []Cell
 	seen := map[Cell]bool{}
 	suites := map[string]string{}
-	arcs := opts.Archives
-	if arcs == nil {
-		arcs = &recipe.AptArchives{Cache: downloadsOf(opts)}
-	}
 	for _, r := range opts.Recipes {
-		pinned, _, err := r.ResolveDriver(ctx, arcs)
+		pinned, _, err := r.ResolveDriver(ctx, opts.Archives)
 		if err != nil {
 			return nil, nil, fmt.Errorf("driver version: %w", err)
 		}
@@ -41,11 +38,7 @@ func cellsAndSuites(ctx context.Context, opts Options) ([]Cell, map[string]strin
 			kernels = opts.Kernels
 		}
 		if len(kernels) == 0 && !only {
-			lister := opts.Lister
-			if lister == nil {
-				lister = recipe.AptKernelsIn(downloadsOf(opts))
-			}
-			found, err := r.ResolveKernelSuites(lister)
+			found, err := r.ResolveKernelSuites(opts.Lister)
 			if err != nil {
 				return nil, nil, fmt.Errorf("kernel matrix: %w", err)
 			}

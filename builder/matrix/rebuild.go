@@ -73,6 +73,7 @@ func Rebuild(ctx context.Context, st *store.Store, ref string, candidates []*rec
 		return nil, fmt.Errorf("rebuild %.12s: the set records no cache key (added with cache add, not built): nothing to rebuild it from", id)
 	}
 	out := &Rebuilt{Set: id, KeyID: manifest.KeyID(stored.CacheKey), Kernel: stored.Kernel}
+	opts = opts.Resolve() // one lister and one set of archives for both runs below
 
 	same, err := sameDriver(ctx, stored, candidates, opts)
 	if err != nil {
@@ -170,6 +171,7 @@ func keyDiff(a, b map[string]string) string {
 // flavour: recipes that pin it, and recipes that select their version by
 // branch pinned to the source package version stored's key names (the
 // version the cell was built from, which need not be the newest any more).
+// opts is resolved (Options.Resolve).
 func sameDriver(ctx context.Context, stored *manifest.Manifest, candidates []*recipe.Recipe, opts Options) ([]*recipe.Recipe, error) {
 	var same []*recipe.Recipe
 	for _, r := range candidates {
@@ -186,11 +188,7 @@ func sameDriver(ctx context.Context, stored *manifest.Manifest, candidates []*re
 		if !ok || pkg != r.Source.Package || !recipe.InBranch(stored.Version, r.Source.Select.Branch) {
 			continue
 		}
-		arcs := opts.Archives
-		if arcs == nil {
-			arcs = &recipe.AptArchives{Cache: downloadsOf(opts)}
-		}
-		pinned, _, err := r.PinDriver(ctx, arcs, version)
+		pinned, _, err := r.PinDriver(ctx, opts.Archives, version)
 		if err != nil {
 			return nil, err
 		}

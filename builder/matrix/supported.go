@@ -48,11 +48,8 @@ func SupportedDir(downloads, name, version string) string {
 // are left out; recipes naming the same package version share one entry.
 // The result is in the order of each entry's first recipe.
 func FetchSupportedGPUs(ctx context.Context, recipes []*recipe.Recipe, opts Options) ([]SupportedList, error) {
-	downloads := downloadsOf(opts)
-	arcs := opts.Archives
-	if arcs == nil {
-		arcs = &recipe.AptArchives{Cache: downloads}
-	}
+	opts = opts.Resolve()
+	downloads, arcs := opts.DownloadDir, opts.Archives
 	var out []SupportedList
 	seen := map[string]int{}
 	for _, r := range recipes {

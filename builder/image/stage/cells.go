@@ -23,8 +23,9 @@ import (
 var ErrMissingCells = errors.New("module cache lacks cells")
 
 // ErrUnknownKernel is wrapped by CheckKernels' error when a kernel is not in
-// the archive or not in a recipe's kernel matrix.
-var ErrUnknownKernel = errors.New("unknown kernel")
+// the archive or not in a recipe's kernel matrix, and by Stage's when a
+// build finds it neither unpacked nor in the archive: builder/matrix's.
+var ErrUnknownKernel = matrix.ErrUnknownKernel
 
 // cell is one recipe's set for one kernel, as found in the cache.
 type cell struct {
@@ -85,16 +86,24 @@ func CheckKernels(kernels []string, recipes []*recipe.Recipe, lister recipe.Kern
 		known[k] = true
 	}
 	if matrix {
-		for _, r := range recipes {
-			rels, err := r.ResolveKernels(lister)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("recipe %s: %w", r.Name, err))
-				continue
-			}
-			for _, k := range kernels {
-				if known[k] && !slices.Contains(rels, k) {
-					errs = append(errs, fmt.Errorf("%w %s: not in the kernel matrix of recipe %s (%s: %s)", ErrUnknownKernel, k, r.Name, recipeFile(r), none.List(rels)))
-				}
+		errs = append(errs, inMatrices(kernels, recipes, lister, func(k string) bool { return known[k] }))
+	}
+	return errors.Join(errs...)
+}
+
+// inMatrices checks that every kernel for which check says so is in every
+// recipe's kernel matrix (lister resolves the matrices).
+func inMatrices(kernels []string, recipes []*recipe.Recipe, lister recipe.KernelLister, check func(string) bool) error {
+	var errs []error
+	for _, r := range recipes {
+		rels, err := r.ResolveKernels(lister)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("recipe %s: %w", r.Name, err))
+			continue
+		}
+		for _, k := range kernels {
+			if check(k) && !slices.Contains(rels, k) {
+				errs = append(errs, fmt.Errorf("%w %s: not in the kernel matrix of recipe %s (%s: %s)", ErrUnknownKernel, k, r.Name, recipeFile(r), none.List(rels)))
 			}
 		}
 	}

@@ -171,7 +171,12 @@ func Stage(ctx context.Context, o Options, root string) (*Result, error) {
 		return nil, fmt.Errorf("stage: %w", err)
 	}
 	if o.BuildMissing {
-		if err := CheckKernels(o.Kernels, o.Recipes, o.Lister, true, ""); err != nil {
+		// Building needs the kernels in the recipes' matrices. Whether the
+		// archive offers them is the build's own check (builder/matrix,
+		// through the same lister), made once: its error also names the
+		// kernels unpacked here.
+		all := func(string) bool { return true }
+		if err := inMatrices(o.Kernels, o.Recipes, o.Lister, all); err != nil {
 			return nil, fmt.Errorf("stage: %w", err)
 		}
 	}
