@@ -20,7 +20,6 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/initramfs/archive"
-	"github.com/kpreload/kpreload/initramfs/modprobe"
 	"github.com/kpreload/kpreload/initramfs/rootcheck"
 	"github.com/kpreload/kpreload/internal/fileutil"
 	"github.com/kpreload/kpreload/internal/inroot"
@@ -183,10 +182,8 @@ func Build(o Options, w io.Writer) (*Result, error) {
 	if err := a.AddFileFrom("init", 0o755, o.Init); err != nil {
 		return nil, fmt.Errorf("init: %w", err)
 	}
-	// The kernel's request_module() runs /sbin/modprobe: /init serves it.
-	if err := a.AddSymlink(modprobe.HelperPath, modprobe.HelperTarget); err != nil {
-		return nil, fmt.Errorf("module helper: %w", err)
-	}
+	// No sbin/modprobe: /init makes that link when it starts, so that the
+	// kernel's own requests before /init find no helper (modprobe.HelperPath).
 	if o.Shell != "" {
 		if err := a.AddFileFrom("bin/sh", 0o755, o.Shell); err != nil {
 			return nil, fmt.Errorf("shell: %w", err)

@@ -193,3 +193,54 @@ func TestReadRecordsRefusesBadFiles(t *testing.T) {
 		t.Errorf("ReadRecords gave %d errors, want 3:\n%s", len(errs), all)
 	}
 }
+
+// TestInstall: the link is made under a root that lacks it (and its
+// directory), kept where an archive carried it, and refused over anything
+// else, which the error names.
+func TestInstall(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		before  func(t *testing.T, p string)
+		wantErr string
+	}{
+		{"none there", func(*testing.T, string) {}, ""},
+		{"the archive's link", func(t *testing.T, p string) { mustSymlink(t, HelperTarget, p) }, ""},
+		{"another link", func(t *testing.T, p string) { mustSymlink(t, "/usr/bin/kmod", p) }, "file exists"},
+		{"a file", func(t *testing.T, p string) {
+			if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, "file exists"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			root := t.TempDir()
+			p := filepath.Join(root, HelperPath)
+			if c.name != "none there" {
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.before(t, p)
+			err := Install(root)
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) || !strings.Contains(err.Error(), p) {
+					t.Errorf("Install = %v, want an error naming %s and %q", err, p, c.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Install = %v, want nil", err)
+			}
+			if got, err := os.Readlink(p); err != nil || got != HelperTarget {
+				t.Errorf("%s links to %q (%v), want %q", HelperPath, got, err, HelperTarget)
+			}
+		})
+	}
+}
+
+func mustSymlink(t *testing.T, target, link string) {
+	t.Helper()
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+}

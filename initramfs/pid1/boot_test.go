@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kpreload/kpreload/gpu/instance"
+	"github.com/kpreload/kpreload/initramfs/modprobe"
 	"github.com/kpreload/kpreload/internal/inroot/inroottest"
 	"github.com/kpreload/kpreload/kmodcache/secureboot"
 	"github.com/kpreload/kpreload/report"
@@ -713,6 +714,33 @@ func TestBootSetup(t *testing.T) {
 		want := "this image was built for Secure Boot (kpreload.secureboot=expected), but Secure Boot is not-uefi"
 		if sb == nil || !sb.Expected || !strings.HasPrefix(sb.Fault, want) || !slices.Contains(o.written.Warnings, sb.Fault) {
 			t.Errorf("secure_boot %+v, warnings %q; want the fault %q", sb, o.written.Warnings, want)
+		}
+		if got := bootGot(f, o, bootWant{}).edu; !slices.Equal(got, []string{"loaded initramfs 1.0.0"}) {
+			t.Errorf("kpreload_edu %q, want it loaded: the boot goes on", got)
+		}
+	})
+	t.Run("the module helper link, made before the first load", func(t *testing.T) {
+		f := newFixture(t, "")
+		f.initSets = []testSet{edu("1.0.0")}
+		o := f.boot()
+		if got, err := os.Readlink(f.path("initramfs/" + modprobe.HelperPath)); err != nil || got != modprobe.HelperTarget {
+			t.Errorf("%s links to %q (%v), want %q", modprobe.HelperPath, got, err, modprobe.HelperTarget)
+		}
+		if len(o.kern.helperLinked) == 0 || slices.Contains(o.kern.helperLinked, false) {
+			t.Errorf("link there at each load: %v, want true for every one of at least one load", o.kern.helperLinked)
+		}
+		if len(o.written.Warnings) != 0 {
+			t.Errorf("warnings %q, want none", o.written.Warnings)
+		}
+	})
+	t.Run("a module helper link that cannot be made is a warning", func(t *testing.T) {
+		f := newFixture(t, "")
+		f.initSets = []testSet{edu("1.0.0")}
+		f.write("initramfs/"+modprobe.HelperPath, "not /init")
+		o := f.boot()
+		want := "the kernel's module requests are not served before switch_root"
+		if o.written == nil || !slices.ContainsFunc(o.written.Warnings, func(w string) bool { return strings.Contains(w, want) }) {
+			t.Errorf("report %+v, want a warning containing %q", o.written, want)
 		}
 		if got := bootGot(f, o, bootWant{}).edu; !slices.Equal(got, []string{"loaded initramfs 1.0.0"}) {
 			t.Errorf("kpreload_edu %q, want it loaded: the boot goes on", got)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/gpu/pci/pcitest"
+	"github.com/kpreload/kpreload/initramfs/modprobe"
 	"github.com/kpreload/kpreload/initramfs/rootfs"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/report"
@@ -475,6 +476,9 @@ type fakeKernel struct {
 	errs   map[string]error
 	loaded []string
 	params map[string]string
+	// helperLinked says, for each module load, whether the initramfs's
+	// module helper link (modprobe.HelperPath) was there when it began.
+	helperLinked []bool
 }
 
 func (k *fakeKernel) FinitModule(fd int, params string, flags int) error {
@@ -484,8 +488,10 @@ func (k *fakeKernel) FinitModule(fd int, params string, flags int) error {
 	}
 	name := strings.TrimSuffix(filepath.Base(path), ".ko")
 	k.f.sys.tick()
+	_, lerr := os.Lstat(filepath.Join(k.f.path("initramfs"), modprobe.HelperPath))
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.helperLinked = append(k.helperLinked, lerr == nil)
 	if err := k.errs[name]; err != nil {
 		return err
 	}

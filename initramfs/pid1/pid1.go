@@ -23,6 +23,7 @@ import (
 	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/gpu/selection"
 	"github.com/kpreload/kpreload/initramfs/kcmdline"
+	"github.com/kpreload/kpreload/initramfs/modprobe"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/kmodcache/secureboot"
 	"github.com/kpreload/kpreload/live/coldplug"
@@ -235,6 +236,13 @@ func (b *Boot) setup() {
 	}
 	if f, err := os.OpenFile(filepath.Join(b.o.DevDir, "console"), os.O_WRONLY, 0); err == nil {
 		b.console = f
+	}
+	// From here on the kernel's module requests reach /init as its helper,
+	// which can log to /dev/kmsg and leave its records on this /run; the
+	// kernel's requests before /init find no helper and fail at once
+	// (modprobe.HelperPath says why the archive has no link).
+	if err := modprobe.Install(b.o.Initramfs); err != nil {
+		b.warnf("%v: the kernel's module requests are not served before switch_root", err)
 	}
 	// securityfs shows the kernel's lockdown mode (secureboot.Read); a
 	// kernel without it leaves the mode unknown, which is no error.

@@ -1,7 +1,7 @@
 // Package layers holds the test that keeps kpreload's import graph layered:
 // internal <- kmodcache <- report <- live <- gpu <- initramfs, with builder and
 // cmd on top, the test helpers of testsupport/ beside report, and /init free of
-// build-side code.
+// build-side code and within its size budget (initSizeBudget).
 package layers
 
 import (
