@@ -55,7 +55,7 @@ const (
 // OVMF firmware files (package ovmf) tried in order when Config.OVMFCode is empty:
 // the 4 MiB build first, with its matching variable store template.
 var ovmfPairs = [][2]string{
-	{"/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_VARS_4M.fd"},
+	{OVMFCode4M, "/usr/share/OVMF/OVMF_VARS_4M.fd"},
 	{SecureBootCode, SecureBootVars},
 	{"/usr/share/OVMF/OVMF_CODE.fd", "/usr/share/OVMF/OVMF_VARS.fd"},
 }

@@ -123,6 +123,13 @@ without --dry-run.`,
   kpreload boot --image out/ci-testdriver.qcow2 --device edu --instance images/instance-testdriver.yaml --dry-run`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if until != "" {
+				re, err := regexp.Compile(until)
+				if err != nil {
+					return fmt.Errorf("--until: %w", err)
+				}
+				c.Until = re
+			}
 			if image != "" {
 				if c.Kernel != "" || c.Initramfs != "" || c.RootDisk != "" || c.Append != "" {
 					return errors.New("--image boots the disk's own bootloader: it excludes --kernel, --initramfs, --root-disk and --append")
@@ -130,41 +137,18 @@ without --dry-run.`,
 				if _, err := os.Stat(image); err != nil {
 					return fmt.Errorf("--image: %w", err)
 				}
-				switch firmware {
-				case qemu.FirmwareUEFI, qemu.FirmwareBIOS, qemu.FirmwareUEFISecure:
-				default:
-					return fmt.Errorf("--firmware %q: want uefi, uefi-secure or bios", firmware)
-				}
 				if vars != "" {
-					if firmware == qemu.FirmwareBIOS {
-						return errors.New("--vars is a UEFI variable store: it goes with --firmware uefi or uefi-secure")
-					}
 					if _, err := os.Stat(vars); err != nil {
 						return fmt.Errorf("--vars: %w", err)
 					}
-					c.OVMFVars = vars
-					if firmware == qemu.FirmwareUEFI {
-						// A store made for Secure Boot firmware fits only its code.
-						c.OVMFCode, c.OVMFVars = "/usr/share/OVMF/OVMF_CODE_4M.fd", vars
-					}
-				} else if firmware == qemu.FirmwareUEFISecure {
-					c.OVMFVars = qemu.SecureBootVars
 				}
-				c.Firmware, c.RootDisk, c.Snapshot = firmware, image, !persist
-				if until == "" {
-					c.Until, c.UntilUp = qemu.ImageUp, true
+				if err := c.ForImage(image, firmware, vars, persist); err != nil {
+					return fmt.Errorf("--image: %w", err)
 				}
 			} else if c.Kernel == "" {
 				return errors.New("--kernel (or --image) is required")
 			} else if persist || cmd.Flags().Changed("firmware") || vars != "" {
 				return errors.New("--persist, --firmware and --vars go with --image")
-			}
-			if until != "" {
-				re, err := regexp.Compile(until)
-				if err != nil {
-					return fmt.Errorf("--until: %w", err)
-				}
-				c.Until = re
 			}
 			c.FwCfg = map[string]string{}
 			for _, kv := range fwCfg {
