@@ -5,13 +5,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
 	"github.com/kpreload/kpreload/gpu/activate"
 	"github.com/kpreload/kpreload/gpu/cdispec"
@@ -20,7 +18,6 @@ import (
 	"github.com/kpreload/kpreload/gpu/switcher"
 	"github.com/kpreload/kpreload/kmodcache/names"
 	"github.com/kpreload/kpreload/kmodcache/store"
-	"github.com/kpreload/kpreload/live/loader"
 	"github.com/kpreload/kpreload/report"
 )
 
@@ -93,11 +90,10 @@ kpreload-persistenced), then run kpreload switch with the version or branch.`,
 				}
 			}
 			if kernel == "" {
-				var u unix.Utsname
-				if err := unix.Uname(&u); err != nil {
-					return fmt.Errorf("switch: uname: %w", err)
+				var err error
+				if kernel, err = (switcher.System{}).Release(); err != nil {
+					return fmt.Errorf("switch: %w", err)
 				}
-				kernel = unix.ByteSliceToString(u.Release[:])
 			}
 			if sysfs != "" && !dryRun {
 				return errors.New("switch: --sysfs reads another machine's devices: only with --dry-run")
@@ -142,15 +138,15 @@ kpreload-persistenced), then run kpreload switch with the version or branch.`,
 			if dryRun {
 				log = nil
 			}
-			ld := &loader.Loader{Release: kernel, SysRoot: "/sys", VerifyDigest: true, Phase: "switch", Now: switcher.BootTime}
+			sys := switcher.NewSystem(kernel, "/sys")
 			res, err := switcher.Switch(switcher.Options{
 				Machine: m, Choice: choice,
 				SysDir: sysDir, ProcDir: "/proc", DevDir: "/dev", RunDir: runDir, Root: "/",
 				DryRun:      dryRun,
 				DriversDir:  activate.DriversDir,
-				Kernel:      switcher.System{Loader: ld},
+				Kernel:      sys,
 				BindTimeout: bindTimeout,
-				Ldconfig:    ldconfig,
+				Ldconfig:    sys.Ldconfig,
 				Log:         log,
 			})
 			if dryRun {
@@ -282,21 +278,6 @@ func fromText(res *switcher.Result) string {
 		return "no driver active now"
 	}
 	return "replacing " + res.From.Version
-}
-
-// ldconfig refreshes the linker cache so libraries behind the moved driver link
-// are found by their new names; a system without ldconfig is left alone.
-func ldconfig() error {
-	for _, p := range []string{"/sbin/ldconfig", "/usr/sbin/ldconfig"} {
-		if _, err := os.Stat(p); err != nil {
-			continue
-		}
-		if out, err := exec.Command(p).CombinedOutput(); err != nil {
-			return fmt.Errorf("%s: %w: %s", p, err, strings.TrimSpace(string(out)))
-		}
-		return nil
-	}
-	return nil
 }
 
 // prefixWriter writes each line with a prefix.

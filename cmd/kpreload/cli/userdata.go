@@ -7,14 +7,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
 	"github.com/kpreload/kpreload/gpu/activate"
 	"github.com/kpreload/kpreload/gpu/cdispec"
 	"github.com/kpreload/kpreload/gpu/switcher"
 	"github.com/kpreload/kpreload/gpu/userdata"
 	"github.com/kpreload/kpreload/kmodcache/store"
-	"github.com/kpreload/kpreload/live/loader"
 	"github.com/kpreload/kpreload/report"
 )
 
@@ -129,16 +127,12 @@ func (s userDataSystem) Release() (string, error) {
 	if s.release != "" {
 		return s.release, nil
 	}
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return "", fmt.Errorf("uname: %w", err)
-	}
-	return unix.ByteSliceToString(u.Release[:]), nil
+	return switcher.System{}.Release()
 }
 
 func (userDataSystem) Switch(o switcher.Options) (*switcher.Result, error) {
-	o.Kernel = switcher.System{Loader: &loader.Loader{Release: o.Machine.Kernel, SysRoot: o.SysDir, VerifyDigest: true, Phase: "switch", Now: switcher.BootTime}}
-	o.Ldconfig = ldconfig
+	sys := switcher.NewSystem(o.Machine.Kernel, o.SysDir)
+	o.Kernel, o.Ldconfig = sys, sys.Ldconfig
 	return switcher.Switch(o)
 }
 
