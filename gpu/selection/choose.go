@@ -108,7 +108,7 @@ func (m *Machine) Choose(req instance.Request, t Target) (*Choice, error) {
 	var best *report.SelectionCandidate
 	for i := range c.Driver.Candidates {
 		cand := &c.Driver.Candidates[i]
-		if !matchVersion(t.Version, cand.Version) || (t.Flavor != "" && t.Flavor != instance.FlavorAuto && cand.Flavor != t.Flavor) {
+		if !MatchVersion(t.Version, cand.Version) || (t.Flavor != "" && t.Flavor != instance.FlavorAuto && cand.Flavor != t.Flavor) {
 			continue
 		}
 		if best == nil || instance.CompareVersions(cand.Version, best.Version) > 0 {

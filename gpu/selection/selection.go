@@ -280,7 +280,7 @@ func (d *Decision) decideDriver(in Input, name string, cs []*cand, requested boo
 		}
 		c.hwOK = c.rep.Excluded == ""
 		// Rules from the request.
-		if !matchVersion(want, c.rep.Version) {
+		if !MatchVersion(want, c.rep.Version) {
 			c.exclude(RuleVersion, fmt.Sprintf("asked %s", versionRule(want)))
 		}
 		if minDriver != "" && instance.CompareVersions(c.rep.Version, minDriver) < 0 {
@@ -353,7 +353,7 @@ func absentVersion(req instance.Request, want string, cs []*cand) string {
 	}
 	var held []string
 	for _, c := range cs {
-		if matchVersion(want, c.rep.Version) {
+		if MatchVersion(want, c.rep.Version) {
 			return ""
 		}
 		if !slices.Contains(held, c.rep.Version) {
@@ -519,9 +519,10 @@ func vermagicMismatch(s *bootindex.Set, kernel, vermagic string) string {
 	return ""
 }
 
-// matchVersion applies the version rule: latest, exact, or a dotted prefix
-// ("535" is the 535 branch, "535.261" any 535.261.x).
-func matchVersion(want, version string) bool {
+// MatchVersion applies the version rule of the instance YAML's
+// resources.driver.version to version: want is latest, exact, or a dotted
+// prefix ("535" is the 535 branch, "535.261" any 535.261.x).
+func MatchVersion(want, version string) bool {
 	if want == instance.Latest || want == version {
 		return true
 	}

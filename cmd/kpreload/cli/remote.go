@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/kpreload/kpreload/gpu/selection"
 	"github.com/kpreload/kpreload/kmodcache/cellsign"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/store"
@@ -291,12 +292,9 @@ use kpreload build --remote ... --pull-only, or kpreload image build --remote.`,
 			} else {
 				// The newest cell of each driver, version, flavour and kernel
 				// asked for, refusing one older than this cache has seen.
-				match := func(id remote.Identity) bool {
-					return (len(kernels) == 0 || slices.Contains(kernels, id.Kernel)) &&
-						(driver == "" || id.Driver == driver) && (version == "" || id.Version == version) && (flavor == "" || id.Flavor == flavor)
-				}
+				filter := remote.Filter{Kernels: kernels, Driver: driver, Version: version, Flavor: flavor, VersionRule: selection.MatchVersion}
 				var rollbacks []error
-				if want, rollbacks, err = rm.Select(st, recs, match); err != nil {
+				if want, rollbacks, err = rm.Select(st, recs, filter.Match); err != nil {
 					return err
 				}
 				refused = append(refused, rollbacks...)
@@ -342,7 +340,7 @@ use kpreload build --remote ... --pull-only, or kpreload image build --remote.`,
 	rf.register(f)
 	f.StringArrayVar(&kernels, "kernel", nil, "only cells for this kernel release (repeatable)")
 	f.StringVar(&driver, "driver", "", "only cells of this driver")
-	f.StringVar(&version, "version", "", "only cells of this driver version")
+	f.StringVar(&version, "version", "", "only cells of this driver version, read as the instance YAML reads it (550: the 550 branch; 550.54.14: that version)")
 	f.StringVar(&flavor, "flavor", "", "only cells of this flavour")
 	f.BoolVar(&asJSON, "json", false, "print what was pulled as JSON")
 	f.BoolVar(&replace, "replace", false, "let a pulled cell replace a local set of the same driver, version and flavour for its kernel")

@@ -162,6 +162,21 @@ func TestCachePullRefusesSome(t *testing.T) {
 		"--docker-config", filepath.Join(t.TempDir(), "config.json"), "--driver", "good-a"}, &out, &errb); code != 0 || !strings.Contains(errb.String(), "skipped, not a readable cell") {
 		t.Errorf("pull --driver good-a = exit %d, stderr %q; want 0 and a warning", code, errb.String())
 	}
+
+	// --version reads as the instance YAML's version: "1" is the 1 branch,
+	// holding 1.0; "1.0" is that version; "2" holds nothing.
+	for _, tt := range []struct {
+		version string
+		pulled  bool
+	}{{"1", true}, {"1.0", true}, {"2", false}} {
+		out.Reset()
+		errb.Reset()
+		code := Execute([]string{"cache", "pull", "--cache", t.TempDir(), "--remote", reg.URL(), "--plain-http",
+			"--docker-config", filepath.Join(t.TempDir(), "config.json"), "--driver", "good-a", "--version", tt.version}, &out, &errb)
+		if got := code == 0 && strings.Contains(out.String(), "good-a 1.0  for "); got != tt.pulled {
+			t.Errorf("pull --driver good-a --version %s = exit %d, stdout %q, stderr %q; want pulled %v", tt.version, code, out.String(), errb.String(), tt.pulled)
+		}
+	}
 }
 
 // TestCachePullSIGTERM: SIGTERM in the middle of a download ends the pull
