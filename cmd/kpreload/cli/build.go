@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -379,41 +378,24 @@ func printUnsigned(w io.Writer, results []matrix.Result, rm fmt.Stringer) {
 // printBuildTable prints a kernel × recipe table of states, then the
 // failures with their first error and log.
 func printBuildTable(w io.Writer, results []matrix.Result) {
-	var kernels, recipes, versions []string
-	state := map[[2]string]string{}
+	tab := matrix.Table{Corner: "KERNEL"}
+	// The driver version of each recipe: what a recipe that selects its
+	// version by branch resolved to in this run.
+	versions := matrix.TableNote{Name: "(version)", Values: map[string]string{}}
 	counts := map[string]int{}
 	for _, r := range results {
-		if !slices.Contains(kernels, r.Kernel) {
-			kernels = append(kernels, r.Kernel)
-		}
-		if !slices.Contains(recipes, r.Recipe.Name) {
-			recipes = append(recipes, r.Recipe.Name)
-			versions = append(versions, r.Recipe.Driver.Version)
-		}
 		s := r.State
 		if r.Trust != "" && r.Trust != remote.TrustVerified {
 			s += " (" + r.Trust + ")"
 		}
-		state[[2]string{r.Kernel, r.Recipe.Name}] = s
+		tab.Set(r.Kernel, r.Recipe.Name, s)
+		if _, ok := versions.Values[r.Recipe.Name]; !ok {
+			versions.Values[r.Recipe.Name] = r.Recipe.Driver.Version
+		}
 		counts[r.State]++
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "KERNEL\t%s\n", strings.Join(recipes, "\t"))
-	// The driver version of each recipe: what a recipe that selects its
-	// version by branch resolved to in this run.
-	fmt.Fprintf(tw, "(version)\t%s\n", strings.Join(versions, "\t"))
-	for _, k := range kernels {
-		row := []string{k}
-		for _, r := range recipes {
-			s, ok := state[[2]string{k, r}]
-			if !ok {
-				s = "-"
-			}
-			row = append(row, s)
-		}
-		fmt.Fprintln(tw, strings.Join(row, "\t"))
-	}
-	tw.Flush()
+	tab.Notes = []matrix.TableNote{versions}
+	tab.Write(w)
 	for _, r := range results {
 		if r.State != matrix.StateFailed {
 			continue

@@ -10,12 +10,12 @@ import (
 	"slices"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/gpu/selection"
 	"github.com/kpreload/kpreload/kmodcache/cellsign"
 	"github.com/kpreload/kpreload/kmodcache/remote"
@@ -400,15 +400,8 @@ func printRemoteReport(ctx context.Context, w io.Writer, rm *remote.Remote, name
 		}
 		return printJSON(w, newest)
 	}
-	var kernels, cells []string
-	state := map[[2]string]string{}
+	tab := matrix.Table{Corner: "CELL"}
 	for _, rec := range newest {
-		if !slices.Contains(kernels, rec.Kernel) {
-			kernels = append(kernels, rec.Kernel)
-		}
-		if !slices.Contains(cells, rec.Cell()) {
-			cells = append(cells, rec.Cell())
-		}
 		s := rec.State
 		if rec.Trust != remote.TrustVerified {
 			s += ", " + rec.Trust
@@ -416,28 +409,15 @@ func printRemoteReport(ctx context.Context, w io.Writer, rm *remote.Remote, name
 		if n := older[[2]string{rec.Cell(), rec.Kernel}] - 1; n > 0 {
 			s += fmt.Sprintf(" (+%d superseded)", n)
 		}
-		state[[2]string{rec.Cell(), rec.Kernel}] = s
+		tab.Set(rec.Cell(), rec.Kernel, s)
 	}
-	slices.Sort(kernels)
+	tab.SortColumns()
 	fmt.Fprintf(w, "registry %s: %d cells\n", rm, len(newest))
 	if !rm.Trusting() {
 		fmt.Fprintf(w, "no --trust: every cell below is unsigned or its signature unchecked\n")
 	}
 	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "CELL\t%s\n", strings.Join(kernels, "\t"))
-	for _, c := range cells {
-		row := []string{c}
-		for _, k := range kernels {
-			s, ok := state[[2]string{c, k}]
-			if !ok {
-				s = "-"
-			}
-			row = append(row, s)
-		}
-		fmt.Fprintln(tw, strings.Join(row, "\t"))
-	}
-	tw.Flush()
+	tab.Write(w)
 	for _, rec := range newest {
 		if rec.State == remote.StateFailed {
 			fmt.Fprintf(w, "\nFAILED %s for %s (key %.12s, %s):\n  %s\n", rec.Cell(), rec.Kernel, rec.Tag, rec.Created.Format("2006-01-02 15:04 MST"), rec.FirstError)
