@@ -50,21 +50,26 @@ type bootJSON struct {
 	Error    string          `json:"error,omitempty"`
 }
 
-func newBootCmd() *cobra.Command {
-	var (
-		c        qemu.Config
-		fwCfg    []string
-		instFile string
-		workDir  string
-		asJSON   bool
-		image    string
-		until    string
-		firmware string
-		vars     string
-		persist  bool
-		svgFile  string
-		dryRun   bool
-	)
+// bootCommand is kpreload boot: its options, as the flags set them.
+type bootCommand struct {
+	c        qemu.Config
+	fwCfg    []string
+	instFile string
+	workDir  string
+	asJSON   bool
+	image    string
+	until    string
+	firmware string
+	vars     string
+	persist  bool
+	svgFile  string
+	dryRun   bool
+}
+
+func newBootCmd() *cobra.Command { return (&bootCommand{}).build() }
+
+// build makes the command: its help and its flags.
+func (m *bootCommand) build() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "boot (--kernel FILE [--initramfs FILE] [--root-disk FILE] | --image DISK)",
 		Short: "Boot a kernel, initramfs and root disk in QEMU and show kpreload's boot report",
@@ -123,99 +128,19 @@ without --dry-run.`,
   kpreload boot --image out/ci-testdriver.qcow2 --device edu --instance images/instance-testdriver.yaml --dry-run`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if until != "" {
-				re, err := regexp.Compile(until)
-				if err != nil {
-					return fmt.Errorf("--until: %w", err)
-				}
-				c.Until = re
+			if err := m.validate(cmd.Flags().Changed("firmware")); err != nil {
+				return err
 			}
-			if image != "" {
-				if c.Kernel != "" || c.Initramfs != "" || c.RootDisk != "" || c.Append != "" {
-					return errors.New("--image boots the disk's own bootloader: it excludes --kernel, --initramfs, --root-disk and --append")
-				}
-				if _, err := os.Stat(image); err != nil {
-					return fmt.Errorf("--image: %w", err)
-				}
-				if vars != "" {
-					if _, err := os.Stat(vars); err != nil {
-						return fmt.Errorf("--vars: %w", err)
-					}
-				}
-				if err := c.ForImage(image, firmware, vars, persist); err != nil {
-					return fmt.Errorf("--image: %w", err)
-				}
-			} else if c.Kernel == "" {
-				return errors.New("--kernel (or --image) is required")
-			} else if persist || cmd.Flags().Changed("firmware") || vars != "" {
-				return errors.New("--persist, --firmware and --vars go with --image")
-			}
-			c.FwCfg = map[string]string{}
-			for _, kv := range fwCfg {
-				name, file, ok := strings.Cut(kv, "=")
-				if !ok || name == "" || file == "" {
-					return fmt.Errorf("--fw-cfg %q: want NAME=FILE", kv)
-				}
-				c.FwCfg[name] = file
-			}
-			if instFile != "" {
-				// Refuse a bad instance here, with its line numbers, rather than
-				// have /init skip it at boot.
-				if _, err := instance.ReadFile(instFile); err != nil {
-					return fmt.Errorf("--instance: %w", err)
-				}
-				abs, err := filepath.Abs(instFile)
-				if err != nil {
-					return fmt.Errorf("--instance: %w", err)
-				}
-				c.FwCfg[instance.FwCfgName] = abs
-			}
-			stderr := cmd.ErrOrStderr()
-			r := &qemu.Runner{WorkDir: workDir, Log: stderr}
-			if dryRun {
-				return printBootCommand(cmd.OutOrStdout(), r, c, asJSON)
-			}
-			clear := bootProgress(r, stderr)
-			res, runErr := r.Run(cmd.Context(), c)
-			clear()
-			if res == nil {
-				return fmt.Errorf("boot: %w", runErr)
-			}
-			bootErr := runErr
-			if bootErr == nil && res.Report == nil {
-				var summary string
-				if summary, bootErr = qemu.NoReport(res); bootErr == nil {
-					res.Warnings = append(res.Warnings, "only /init's summary came back, from the console (the report line reached no channel): "+summary)
-				}
-			}
-			if asJSON {
-				out := bootJSON{Report: res.Report, RootInit: res.RootInit, Console: res.Console, ReportLog: res.ReportLog,
-					WallSeconds: res.Duration.Seconds(), Accel: res.Accel, Panicked: res.Panicked, TimedOut: res.TimedOut,
-					ExitCode: res.ExitCode, Kernel: res.Kernel, Status: res.Status, Warnings: res.Warnings}
-				if res.UntilMatched {
-					out.UntilMatch, out.Up, out.UpRecord = res.UntilMatch, res.EndedBy(), res.Up
-				}
-				if bootErr != nil {
-					out.Error = bootErr.Error()
-				}
-				if err := printJSON(cmd.OutOrStdout(), out); err != nil {
-					return err
-				}
-			} else {
-				printBootSummary(cmd.OutOrStdout(), res)
-			}
-			if svgFile != "" && res.Report != nil {
-				if err := writeBootSVG(svgFile, res); err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "timeline picture: %s\n", svgFile)
-			}
-			if bootErr != nil {
-				return fmt.Errorf("boot: %w", bootErr)
-			}
-			return nil
+			return m.run(cmd)
 		},
 	}
+	m.flags(cmd)
+	return cmd
+}
+
+// flags adds the flags to cmd.
+func (m *bootCommand) flags(cmd *cobra.Command) {
+	c := &m.c
 	f := cmd.Flags()
 	f.StringVar(&c.Kernel, "kernel", "", "kernel image (vmlinuz) to boot")
 	f.StringVar(&c.Initramfs, "initramfs", "", "initramfs image")
@@ -229,19 +154,138 @@ without --dry-run.`,
 	f.IntVar(&c.ICount, "icount", 0, "N > 0: TCG with a virtual clock of 2^N ns per guest instruction, idle time skipped (-icount shift=N,sleep=off), so timings do not move with the host's load; needs --cpus 1. For A/B comparisons (scripts/ab-init.sh)")
 	f.StringVar(&c.Append, "append", "", "extra kernel command line parameters")
 	f.StringVar(&c.ConsoleLog, "console", "", "write the console log here (default: in the work directory)")
-	f.StringArrayVar(&fwCfg, "fw-cfg", nil, "pass a file through QEMU fw_cfg as opt/NAME, NAME=FILE (repeatable)")
-	f.StringVar(&instFile, "instance", "", "instance YAML (driver version, cuda, flavour) for /init, passed through fw_cfg as "+instance.FwCfgName)
-	f.StringVar(&image, "image", "", "disk image to boot through its firmware and its own bootloader (raw or qcow2)")
-	f.StringVar(&firmware, "firmware", qemu.FirmwareUEFI, "with --image: uefi (OVMF), uefi-secure (OVMF with Secure Boot on: q35, SMM, secure pflash) or bios (SeaBIOS)")
-	f.StringVar(&vars, "vars", "", "with --firmware uefi or uefi-secure: the UEFI variable store to boot with (a copy is used), such as the <name>.ovmf-vars.fd that image build --secure-boot writes (the module key enrolled as a MOK); default for uefi-secure: OVMF_VARS_4M.ms.fd, Microsoft's keys only")
-	f.BoolVar(&persist, "persist", false, "with --image: boot the image itself, keeping what the guest writes (default: a throwaway overlay)")
+	f.StringArrayVar(&m.fwCfg, "fw-cfg", nil, "pass a file through QEMU fw_cfg as opt/NAME, NAME=FILE (repeatable)")
+	f.StringVar(&m.instFile, "instance", "", "instance YAML (driver version, cuda, flavour) for /init, passed through fw_cfg as "+instance.FwCfgName)
+	f.StringVar(&m.image, "image", "", "disk image to boot through its firmware and its own bootloader (raw or qcow2)")
+	f.StringVar(&m.firmware, "firmware", qemu.FirmwareUEFI, "with --image: uefi (OVMF), uefi-secure (OVMF with Secure Boot on: q35, SMM, secure pflash) or bios (SeaBIOS)")
+	f.StringVar(&m.vars, "vars", "", "with --firmware uefi or uefi-secure: the UEFI variable store to boot with (a copy is used), such as the <name>.ovmf-vars.fd that image build --secure-boot writes (the module key enrolled as a MOK); default for uefi-secure: OVMF_VARS_4M.ms.fd, Microsoft's keys only")
+	f.BoolVar(&m.persist, "persist", false, "with --image: boot the image itself, keeping what the guest writes (default: a throwaway overlay)")
 	f.StringArrayVar(&c.Drives, "drive", nil, "attach this disk image (raw or .qcow2) on virtio, read-only, after the root disk (repeatable)")
-	f.StringVar(&svgFile, "svg", "", "draw the boot into this SVG file: the summary line, the driver decision, the phases from the kernel's start to the target, /init's steps and module loads, a legend")
-	f.StringVar(&until, "until", "", "end the run when the console matches this regular expression (default with --image: the image is up: kpreload-up.service's record on the report channel, else systemd's default target, getty.target or a login prompt on the console)")
-	f.StringVar(&workDir, "work-dir", "", "directory for the logs (default: a new temporary directory)")
-	f.BoolVar(&asJSON, "json", false, "print the report, root-init record and timings as JSON")
-	f.BoolVar(&dryRun, "dry-run", false, "print the QEMU command line the boot would run and exit, starting nothing (with --json: {\"command\": [...]})")
-	return cmd
+	f.StringVar(&m.svgFile, "svg", "", "draw the boot into this SVG file: the summary line, the driver decision, the phases from the kernel's start to the target, /init's steps and module loads, a legend")
+	f.StringVar(&m.until, "until", "", "end the run when the console matches this regular expression (default with --image: the image is up: kpreload-up.service's record on the report channel, else systemd's default target, getty.target or a login prompt on the console)")
+	f.StringVar(&m.workDir, "work-dir", "", "directory for the logs (default: a new temporary directory)")
+	f.BoolVar(&m.asJSON, "json", false, "print the report, root-init record and timings as JSON")
+	f.BoolVar(&m.dryRun, "dry-run", false, "print the QEMU command line the boot would run and exit, starting nothing (with --json: {\"command\": [...]})")
+}
+
+// validate checks the flags together and fills in the boot's
+// configuration: an image's firmware, what to end on, the fw_cfg files.
+// firmwareSet says --firmware was given.
+func (m *bootCommand) validate(firmwareSet bool) error {
+	c := &m.c
+	if m.until != "" {
+		re, err := regexp.Compile(m.until)
+		if err != nil {
+			return fmt.Errorf("--until: %w", err)
+		}
+		c.Until = re
+	}
+	if err := m.validateImage(firmwareSet); err != nil {
+		return err
+	}
+	c.FwCfg = map[string]string{}
+	for _, kv := range m.fwCfg {
+		name, file, ok := strings.Cut(kv, "=")
+		if !ok || name == "" || file == "" {
+			return fmt.Errorf("--fw-cfg %q: want NAME=FILE", kv)
+		}
+		c.FwCfg[name] = file
+	}
+	if m.instFile != "" {
+		// Refuse a bad instance here, with its line numbers, rather than
+		// have /init skip it at boot.
+		if _, err := instance.ReadFile(m.instFile); err != nil {
+			return fmt.Errorf("--instance: %w", err)
+		}
+		abs, err := filepath.Abs(m.instFile)
+		if err != nil {
+			return fmt.Errorf("--instance: %w", err)
+		}
+		c.FwCfg[instance.FwCfgName] = abs
+	}
+	return nil
+}
+
+// validateImage checks --image against the direct boot's flags and sets
+// the image's boot (qemu.Config.ForImage).
+func (m *bootCommand) validateImage(firmwareSet bool) error {
+	c := &m.c
+	switch {
+	case m.image == "" && c.Kernel == "":
+		return errors.New("--kernel (or --image) is required")
+	case m.image == "" && (m.persist || firmwareSet || m.vars != ""):
+		return errors.New("--persist, --firmware and --vars go with --image")
+	case m.image == "":
+		return nil
+	case c.Kernel != "" || c.Initramfs != "" || c.RootDisk != "" || c.Append != "":
+		return errors.New("--image boots the disk's own bootloader: it excludes --kernel, --initramfs, --root-disk and --append")
+	}
+	if _, err := os.Stat(m.image); err != nil {
+		return fmt.Errorf("--image: %w", err)
+	}
+	if m.vars != "" {
+		if _, err := os.Stat(m.vars); err != nil {
+			return fmt.Errorf("--vars: %w", err)
+		}
+	}
+	if err := c.ForImage(m.image, m.firmware, m.vars, m.persist); err != nil {
+		return fmt.Errorf("--image: %w", err)
+	}
+	return nil
+}
+
+// run boots and prints what came back, or with --dry-run prints the
+// QEMU command line.
+func (m *bootCommand) run(cmd *cobra.Command) error {
+	stderr := cmd.ErrOrStderr()
+	r := &qemu.Runner{WorkDir: m.workDir, Log: stderr}
+	if m.dryRun {
+		return printBootCommand(cmd.OutOrStdout(), r, m.c, m.asJSON)
+	}
+	clear := bootProgress(r, stderr)
+	res, runErr := r.Run(cmd.Context(), m.c)
+	clear()
+	if res == nil {
+		return fmt.Errorf("boot: %w", runErr)
+	}
+	bootErr := runErr
+	if bootErr == nil && res.Report == nil {
+		var summary string
+		if summary, bootErr = qemu.NoReport(res); bootErr == nil {
+			res.Warnings = append(res.Warnings, "only /init's summary came back, from the console (the report line reached no channel): "+summary)
+		}
+	}
+	if m.asJSON {
+		if err := printJSON(cmd.OutOrStdout(), newBootJSON(res, bootErr)); err != nil {
+			return err
+		}
+	} else {
+		printBootSummary(cmd.OutOrStdout(), res)
+	}
+	if m.svgFile != "" && res.Report != nil {
+		if err := writeBootSVG(m.svgFile, res); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "timeline picture: %s\n", m.svgFile)
+	}
+	if bootErr != nil {
+		return fmt.Errorf("boot: %w", bootErr)
+	}
+	return nil
+}
+
+// newBootJSON is the --json record of a boot that ended with err.
+func newBootJSON(res *qemu.Result, err error) bootJSON {
+	out := bootJSON{Report: res.Report, RootInit: res.RootInit, Console: res.Console, ReportLog: res.ReportLog,
+		WallSeconds: res.Duration.Seconds(), Accel: res.Accel, Panicked: res.Panicked, TimedOut: res.TimedOut,
+		ExitCode: res.ExitCode, Kernel: res.Kernel, Status: res.Status, Warnings: res.Warnings}
+	if res.UntilMatched {
+		out.UntilMatch, out.Up, out.UpRecord = res.UntilMatch, res.EndedBy(), res.Up
+	}
+	if err != nil {
+		out.Error = err.Error()
+	}
+	return out
 }
 
 // printBootCommand is boot --dry-run: it checks that the files c names are
