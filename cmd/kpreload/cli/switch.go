@@ -23,13 +23,18 @@ import (
 
 func init() { register(newSwitchCmd) }
 
-func newSwitchCmd() *cobra.Command {
-	var (
-		cacheDir, driver, flavor, kernel string
-		sysfs, instFile                  string
-		bindTimeout                      time.Duration
-		asJSON, dryRun, force            bool
-	)
+// switchCommand is kpreload switch: its options, as the flags set them.
+type switchCommand struct {
+	cacheDir, driver, flavor, kernel string
+	sysfs, instFile                  string
+	bindTimeout                      time.Duration
+	asJSON, dryRun, force            bool
+}
+
+func newSwitchCmd() *cobra.Command { return (&switchCommand{}).build() }
+
+// build makes the command: its help and its flags.
+func (m *switchCommand) build() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:         "switch VERSION|BRANCH [--cache DIR] [--driver NAME] [--flavor FLAVOR] [--force] [--json] | switch VERSION|BRANCH --dry-run [--sysfs ROOT] [--cache DIR] [--kernel KVER] [--json]",
 		Annotations: map[string]string{argsNote: "the driver version or branch to switch to"},
@@ -81,133 +86,165 @@ kpreload-persistenced), then run kpreload switch with the version or branch.`,
   kpreload switch 550 --flavor open --dry-run --sysfs testdata/h200-gpu-vm --cache testdata/plan-bundle --kernel 6.1.0-56-cloud-amd64 --json`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkNames("VERSION", args[0], "--driver", driver, "--flavor", flavor, "--kernel", kernel); err != nil || args[0] == "" {
-				return fmt.Errorf("switch: %w", errors.Join(err, names.Check("VERSION", args[0])))
-			}
-			if flavor != "" {
-				if err := instance.CheckFlavor(flavor); err != nil {
-					return fmt.Errorf("switch: --flavor: %w", err)
-				}
-			}
-			if kernel == "" {
-				var err error
-				if kernel, err = (switcher.System{}).Release(); err != nil {
-					return fmt.Errorf("switch: %w", err)
-				}
-			}
-			if sysfs != "" && !dryRun {
-				return errors.New("switch: --sysfs reads another machine's devices: only with --dry-run")
-			}
-			if !dryRun {
-				if err := checkKpreloadMachine(switchRunDir); err != nil {
-					return err
-				}
-			}
-			sysDir, procDir, runDir := "/sys", "/proc", switchRunDir
-			if sysfs != "" {
-				sysDir, procDir, runDir = sysfs, "", "" // a capture: no readiness record of this host
-			}
-			req, err := switchRequest(instFile, sysfs == "")
-			if err != nil {
+			if err := m.validate(args[0]); err != nil {
 				return err
 			}
-			m, err := selection.Gather(selection.Where{SysDir: sysDir, ProcDir: procDir, CacheDir: cacheDir, Kernel: kernel})
-			if err != nil {
-				return fmt.Errorf("switch: %w", err)
-			}
-			choice, err := m.Choose(req, selection.Target{Version: args[0], Driver: driver, Flavor: flavor, Force: force})
-			if err != nil {
-				// One decision: the refusal. The text form says it once, on
-				// stderr; the record carries the driver's decision only when
-				// it is the refusal itself (it chose nothing), never a plan
-				// that would load another version.
-				if asJSON {
-					res := &switcher.Result{DryRun: dryRun}
-					if choice != nil && choice.Driver != nil && choice.Driver.Chosen == nil {
-						res.Decision = choice.Driver
-					}
-					if jerr := printJSON(cmd.OutOrStdout(), res); jerr != nil {
-						return jerr
-					}
-				}
-				return err
-			}
-			// The steps go to stderr as they happen; a dry run has none (its
-			// outcome, on stdout, is the whole story).
-			var log io.Writer = prefixWriter{w: cmd.ErrOrStderr(), prefix: "kpreload switch: "}
-			if dryRun {
-				log = nil
-			}
-			sys := switcher.NewSystem(kernel, "/sys")
-			res, err := switcher.Switch(switcher.Options{
-				Machine: m, Choice: choice,
-				SysDir: sysDir, ProcDir: "/proc", DevDir: "/dev", RunDir: runDir, Root: "/",
-				DryRun:      dryRun,
-				DriversDir:  activate.DriversDir,
-				Kernel:      sys,
-				BindTimeout: bindTimeout,
-				Ldconfig:    sys.Ldconfig,
-				Log:         log,
-			})
-			if dryRun {
-				return printSwitchDecision(cmd.OutOrStdout(), res, choice.Decision, err, asJSON)
-			}
-			// The CDI spec follows the driver now active (the new one, the old one
-			// after a rollback, or none: then the spec is removed).
-			// Its warnings are told once, as the switcher's are: on stderr as
-			// they happen, and in the --json record.
-			cres, cerr := refreshCDI("/", "", cdispec.Options{})
-			var cdiWarnings []string
-			if cres != nil {
-				for _, w := range cres.Warnings {
-					cdiWarnings = append(cdiWarnings, "cdi: "+w)
-				}
-			}
-			if cerr != nil {
-				cdiWarnings = append(cdiWarnings, cerr.Error())
-			}
-			for _, w := range cdiWarnings {
-				fmt.Fprintf(cmd.ErrOrStderr(), "kpreload switch: warning: %s\n", w)
-			}
-			if res != nil {
-				res.Warnings = append(res.Warnings, cdiWarnings...)
-			}
-			if asJSON {
-				if jerr := printJSON(cmd.OutOrStdout(), res); jerr != nil {
-					return jerr
-				}
-				return err
-			}
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			switch {
-			case res.Unchanged:
-				fmt.Fprintf(out, "%s %s is already active\n", res.To.Driver, res.To.Version)
-			case res.From == nil:
-				fmt.Fprintf(out, "%s %s loaded in %.2fs\n", res.To.Driver, res.To.Version, res.Seconds)
-			default:
-				fmt.Fprintf(out, "%s %s -> %s in %.2fs\n", res.To.Driver, res.From.Version, res.To.Version, res.Seconds)
-			}
-			for _, b := range res.Bound {
-				fmt.Fprintf(out, "  %s bound to %s\n", b.Device, b.Driver)
-			}
-			return nil
+			return m.run(cmd, args[0])
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&cacheDir, "cache", store.DefaultDir, "module cache holding the driver sets")
-	f.StringVar(&driver, "driver", "", "driver name, when several cached drivers have VERSION")
-	f.StringVar(&flavor, "flavor", "", "flavour (open, proprietary or auto), when VERSION is cached in several")
-	f.DurationVar(&bindTimeout, "bind-timeout", 10*time.Second, "how long to wait for devices to be bound again")
-	f.BoolVar(&asJSON, "json", false, "print the outcome as JSON")
-	f.StringVar(&kernel, "kernel", "", "kernel release to take the sets of (default: the running kernel)")
-	f.BoolVar(&dryRun, "dry-run", false, "take and print the decision, change nothing")
-	f.BoolVar(&force, "force", false, "switch even when the decision refuses VERSION (recorded in the result)")
-	f.StringVar(&sysfs, "sysfs", "", "with --dry-run: the PCI devices of another machine (a sysfs mount, a root holding sys/, a capture file or directory)")
-	f.StringVar(&instFile, "instance", "", "instance YAML whose CUDA minimum the switch keeps (default: /etc/kpreload/instance.yaml when it exists)")
+	m.flags(cmd)
 	return cmd
+}
+
+// flags adds the flags to cmd.
+func (m *switchCommand) flags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&m.cacheDir, "cache", store.DefaultDir, "module cache holding the driver sets")
+	f.StringVar(&m.driver, "driver", "", "driver name, when several cached drivers have VERSION")
+	f.StringVar(&m.flavor, "flavor", "", "flavour (open, proprietary or auto), when VERSION is cached in several")
+	f.DurationVar(&m.bindTimeout, "bind-timeout", 10*time.Second, "how long to wait for devices to be bound again")
+	f.BoolVar(&m.asJSON, "json", false, "print the outcome as JSON")
+	f.StringVar(&m.kernel, "kernel", "", "kernel release to take the sets of (default: the running kernel)")
+	f.BoolVar(&m.dryRun, "dry-run", false, "take and print the decision, change nothing")
+	f.BoolVar(&m.force, "force", false, "switch even when the decision refuses VERSION (recorded in the result)")
+	f.StringVar(&m.sysfs, "sysfs", "", "with --dry-run: the PCI devices of another machine (a sysfs mount, a root holding sys/, a capture file or directory)")
+	f.StringVar(&m.instFile, "instance", "", "instance YAML whose CUDA minimum the switch keeps (default: /etc/kpreload/instance.yaml when it exists)")
+}
+
+// validate checks the flags and the version asked for, takes the running
+// kernel's release when --kernel is not given, and on this machine checks
+// that it booted with kpreload.
+func (m *switchCommand) validate(version string) error {
+	if err := checkNames("VERSION", version, "--driver", m.driver, "--flavor", m.flavor, "--kernel", m.kernel); err != nil || version == "" {
+		return fmt.Errorf("switch: %w", errors.Join(err, names.Check("VERSION", version)))
+	}
+	if m.flavor != "" {
+		if err := instance.CheckFlavor(m.flavor); err != nil {
+			return fmt.Errorf("switch: --flavor: %w", err)
+		}
+	}
+	if m.sysfs != "" && !m.dryRun {
+		return errors.New("switch: --sysfs reads another machine's devices: only with --dry-run")
+	}
+	if m.kernel == "" {
+		var err error
+		if m.kernel, err = (switcher.System{}).Release(); err != nil {
+			return fmt.Errorf("switch: %w", err)
+		}
+	}
+	if !m.dryRun {
+		return checkKpreloadMachine(switchRunDir)
+	}
+	return nil
+}
+
+// run takes the decision for version and switches, or with --dry-run
+// prints the decision.
+func (m *switchCommand) run(cmd *cobra.Command, version string) error {
+	sysDir, procDir, runDir := "/sys", "/proc", switchRunDir
+	if m.sysfs != "" {
+		sysDir, procDir, runDir = m.sysfs, "", "" // a capture: no readiness record of this host
+	}
+	req, err := switchRequest(m.instFile, m.sysfs == "")
+	if err != nil {
+		return err
+	}
+	mach, err := selection.Gather(selection.Where{SysDir: sysDir, ProcDir: procDir, CacheDir: m.cacheDir, Kernel: m.kernel})
+	if err != nil {
+		return fmt.Errorf("switch: %w", err)
+	}
+	choice, err := mach.Choose(req, selection.Target{Version: version, Driver: m.driver, Flavor: m.flavor, Force: m.force})
+	if err != nil {
+		return m.refused(cmd.OutOrStdout(), choice, err)
+	}
+	// The steps go to stderr as they happen; a dry run has none (its
+	// outcome, on stdout, is the whole story).
+	var log io.Writer = prefixWriter{w: cmd.ErrOrStderr(), prefix: "kpreload switch: "}
+	if m.dryRun {
+		log = nil
+	}
+	sys := switcher.NewSystem(m.kernel, "/sys")
+	res, err := switcher.Switch(switcher.Options{
+		Machine: mach, Choice: choice,
+		SysDir: sysDir, ProcDir: "/proc", DevDir: "/dev", RunDir: runDir, Root: "/",
+		DryRun:      m.dryRun,
+		DriversDir:  activate.DriversDir,
+		Kernel:      sys,
+		BindTimeout: m.bindTimeout,
+		Ldconfig:    sys.Ldconfig,
+		Log:         log,
+	})
+	if m.dryRun {
+		return printSwitchDecision(cmd.OutOrStdout(), res, choice.Decision, err, m.asJSON)
+	}
+	switchCDI(cmd.ErrOrStderr(), res)
+	if m.asJSON {
+		if jerr := printJSON(cmd.OutOrStdout(), res); jerr != nil {
+			return jerr
+		}
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	printSwitchOutcome(cmd.OutOrStdout(), res)
+	return nil
+}
+
+// refused is the end of a switch the decision refused: err. The text form
+// says it once, on stderr; the --json record carries the driver's decision
+// only when it is the refusal itself (it chose nothing), never a plan that
+// would load another version.
+func (m *switchCommand) refused(w io.Writer, choice *selection.Choice, err error) error {
+	if !m.asJSON {
+		return err
+	}
+	res := &switcher.Result{DryRun: m.dryRun}
+	if choice != nil && choice.Driver != nil && choice.Driver.Chosen == nil {
+		res.Decision = choice.Driver
+	}
+	if jerr := printJSON(w, res); jerr != nil {
+		return jerr
+	}
+	return err
+}
+
+// switchCDI makes the CDI spec follow the driver now active (the new one,
+// the old one after a rollback, or none: then the spec is removed). Its
+// warnings are told once, as the switcher's are: on stderr (w) as they
+// happen, and in res, the --json record.
+func switchCDI(w io.Writer, res *switcher.Result) {
+	cres, cerr := refreshCDI("/", "", cdispec.Options{})
+	var cdiWarnings []string
+	if cres != nil {
+		for _, w := range cres.Warnings {
+			cdiWarnings = append(cdiWarnings, "cdi: "+w)
+		}
+	}
+	if cerr != nil {
+		cdiWarnings = append(cdiWarnings, cerr.Error())
+	}
+	for _, warn := range cdiWarnings {
+		fmt.Fprintf(w, "kpreload switch: warning: %s\n", warn)
+	}
+	if res != nil {
+		res.Warnings = append(res.Warnings, cdiWarnings...)
+	}
+}
+
+// printSwitchOutcome prints what a switch did.
+func printSwitchOutcome(out io.Writer, res *switcher.Result) {
+	switch {
+	case res.Unchanged:
+		fmt.Fprintf(out, "%s %s is already active\n", res.To.Driver, res.To.Version)
+	case res.From == nil:
+		fmt.Fprintf(out, "%s %s loaded in %.2fs\n", res.To.Driver, res.To.Version, res.Seconds)
+	default:
+		fmt.Fprintf(out, "%s %s -> %s in %.2fs\n", res.To.Driver, res.From.Version, res.To.Version, res.Seconds)
+	}
+	for _, b := range res.Bound {
+		fmt.Fprintf(out, "  %s bound to %s\n", b.Device, b.Driver)
+	}
 }
 
 // switchRunDir is where switch finds the boot report and the readiness record
