@@ -35,19 +35,25 @@ initramfs from the cache when a kernel is installed later.`,
 	return c
 }
 
-func newImageBuildCmd() *cobra.Command {
-	var (
-		o          image.Options
-		recipeArgs []string
-		rf         remoteFlags
-		// allowUnsigned lets --remote go without --trust.
-		allowUnsigned bool
-		addFiles      []string
-		recipesDir    string
-		asJSON        bool
-		bootloader    string
-		dryRun        bool
-	)
+// imageBuildCommand is kpreload image build: its options, as the flags
+// set them.
+type imageBuildCommand struct {
+	o          image.Options
+	recipeArgs []string
+	rf         remoteFlags
+	// allowUnsigned lets --remote go without --trust.
+	allowUnsigned bool
+	addFiles      []string
+	recipesDir    string
+	asJSON        bool
+	bootloader    string
+	dryRun        bool
+}
+
+func newImageBuildCmd() *cobra.Command { return (&imageBuildCommand{}).build() }
+
+// build makes the command: its help and its flags.
+func (m *imageBuildCommand) build() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "build --name NAME --kernel KVER... [--recipe R]... [flags]",
 		Short: "Build a bootable disk image (raw, qcow2, vhd, vmdk, gce) with precompiled drivers",
@@ -99,116 +105,28 @@ checked by the build's first phase. Each example below builds without
   kpreload image build --name gpu --kernel 6.1.0-56-cloud-amd64 --recipe nvidia-535 --instance images/instance-gpu.yaml --cmdline console=ttyS0 --json --dry-run`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cacheContext(cmd), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			if o.Name == "" {
-				return fmt.Errorf("--name is required")
-			}
-			if len(o.Kernels) == 0 {
-				return fmt.Errorf("--kernel is required (a kernel release such as 6.1.0-56-cloud-amd64; repeatable)")
-			}
-			if err := formats.Check(o.Formats); err != nil {
-				return fmt.Errorf("--format: %w", err)
-			}
-			if err := rf.imageTrust(allowUnsigned); err != nil {
+			if err := m.validate(); err != nil {
 				return err
 			}
-			rm, err := rf.open()
-			if err != nil {
-				return err
-			}
-			o.Remote = rm
-			for _, a := range addFiles {
-				dst, src, ok := strings.Cut(a, "=")
-				if !ok || dst == "" || src == "" {
-					return fmt.Errorf("--add %q: want DEST=SRC (an absolute path in the image = a host file)", a)
-				}
-				if o.Files == nil {
-					o.Files = map[string]string{}
-				}
-				o.Files[dst] = src
-			}
-			if len(recipeArgs) > 0 {
-				recipes, err := loadRecipes(recipeArgs, recipesDir)
-				if err != nil {
-					return err
-				}
-				o.Recipes = recipes
-			}
-			if o.KpreloadBinary == "" {
-				exe, err := os.Executable()
-				if err != nil {
-					return fmt.Errorf("find this executable for the image (pass --kpreload-binary): %w", err)
-				}
-				o.KpreloadBinary = exe
-			}
-			if o.InitBinary == "" {
-				o.InitBinary = defaultInit()
-			}
-			bl, err := install.ParseBootloader(bootloader)
-			if err != nil {
-				return err
-			}
-			o.Bootloader = bl
-			errw := cmd.ErrOrStderr()
-			start := time.Now()
-			line := progress.New(errw, isTerminal(errw), time.Now)
-			o.Progress = func(msg string) {
-				line.Note(fmt.Sprintf("[%6.1fs] %s", time.Since(start).Seconds(), msg))
-			}
-			if o.DownloadDir == "" {
-				o.DownloadDir = envDownloadDir()
-			}
-			j := image.NewJob(o)
-			if dryRun {
-				line.Stop()
-				if err := j.Options().Validate(); err != nil {
-					return fmt.Errorf("image: %w", err)
-				}
-				if o.Instance != "" {
-					if _, err := instance.ReadFile(o.Instance); err != nil {
-						return fmt.Errorf("--instance: %w", err)
-					}
-				}
-				return printImagePlan(cmd.OutOrStdout(), j, asJSON)
-			}
-			stopTicks := tickEverySecond(line)
-			err = image.RunPhases(ctx, image.ShowPhases(j.Phases(), j.PhaseCosts(), line, time.Now))
-			stopTicks()
-			line.Stop()
-			if err != nil {
-				return err
-			}
-			m := j.Manifest()
-			out := cmd.OutOrStdout()
-			if asJSON {
-				return printJSON(out, m)
-			}
-			fmt.Fprintf(out, "image %s built in %.0fs (root UUID %s)\n", m.Name, m.Seconds, m.RootUUID)
-			for _, f := range m.Files {
-				fmt.Fprintf(out, "  %-6s %s  %d bytes  sha256 %s\n", f.Format, f.Path, f.Size, f.SHA256)
-			}
-			fmt.Fprintf(out, "  manifest %s\n", image.OutputPath(o.OutDir, o.Name, "manifest.json"))
-			for _, k := range m.Kernels {
-				fmt.Fprintf(out, "  kernel %s (%s)\n", k, m.KernelPackages[k])
-			}
-			for _, d := range m.Drivers {
-				fmt.Fprintf(out, "  driver %s %s %s for %s: set %s\n", d.Driver, d.Version, d.Flavor, d.Kernel, d.SetID[:16])
-			}
-			fmt.Fprintf(out, "  cmdline %s\n", m.Cmdline)
-			fmt.Fprintf(out, "  boots under %s (secure boot: %v)\n", strings.Join(m.BootFirmware, " and "), m.SecureBoot)
-			return nil
+			return m.run(cmd)
 		},
 	}
+	m.flags(c)
+	return c
+}
+
+// flags adds the flags to c.
+func (m *imageBuildCommand) flags(c *cobra.Command) {
+	o, rf := &m.o, &m.rf
 	f := c.Flags()
 	f.StringVar(&o.Name, "name", "", "image name: output files are OUT/NAME.{raw,qcow2,vhd,vmdk,tar.gz,manifest.json}")
 	f.StringArrayVar(&o.Kernels, "kernel", nil, "kernel release to install (linux-image-KVER; repeatable, the first boots by default)")
-	f.StringArrayVar(&recipeArgs, "recipe", nil, "driver recipe the image carries: a file, or a name in --recipes (repeatable)")
-	f.StringVar(&recipesDir, "recipes", "", "directory of recipes for --recipe names"+recipesDefaultHelp)
+	f.StringArrayVar(&m.recipeArgs, "recipe", nil, "driver recipe the image carries: a file, or a name in --recipes (repeatable)")
+	f.StringVar(&m.recipesDir, "recipes", "", "directory of recipes for --recipe names"+recipesDefaultHelp)
 	f.StringVar(&o.CacheDir, "cache", cacheDefaultDir(), "module cache the driver cells are read from")
 	f.BoolVar(&o.BuildMissing, "build-missing", false, "build cells missing from the cache with dkms instead of failing")
 	rf.register(f) // --remote: pull the cells the image needs; with --build-missing, push what was built
-	f.BoolVar(&allowUnsigned, "allow-unsigned", false, "with --remote and no --trust: take the image's driver cells unsigned, on purpose (without it --remote needs --trust)")
+	f.BoolVar(&m.allowUnsigned, "allow-unsigned", false, "with --remote and no --trust: take the image's driver cells unsigned, on purpose (without it --remote needs --trust)")
 	f.StringVar(&o.OutDir, "out", ".", "output directory")
 	f.StringVar(&o.Instance, "instance", "", "instance YAML file to bake in at /"+image.ImageInstance)
 	f.StringVar(&o.RemoteConfig, "remote-config", "", "registry configuration (remote, plain_http, credentials, trust, timeout) for the kernel hook, baked in at /"+install.RemoteFile+" with the keys and credentials it names")
@@ -216,9 +134,9 @@ checked by the build's first phase. Each example below builds without
 	f.BoolVar(&o.Plain, "plain", false, "an image without kpreload, like Debian's cloud images (GRUB, initramfs-tools): a base for the Packer provisioner; needs --bootloader grub")
 	f.BoolVar(&o.CloudInit, "cloud-init", false, "add Debian's cloud-init (NoCloud, ConfigDrive, EC2, GCE, Azure, OpenStack): the default user and SSH key from the instance's metadata, the root grown to the disk (no image carries SSH host keys or a machine-id either way)")
 	f.BoolVar(&o.SecureBoot, "secure-boot", false, "boot with UEFI Secure Boot on (needs --bootloader grub): Debian's signed shim, GRUB and kernel; the modules are signed with the recipes' one key or, where no recipe names one, the module cache's own (made on first use; kpreload keys show); its certificate is written beside the image (NAME.module-key.der/.pem) and enrolled as a MOK in NAME.ovmf-vars.fd for kpreload boot --firmware uefi-secure --vars")
-	f.StringVar(&bootloader, "bootloader", string(install.SystemdBoot), "systemd-boot (UEFI) or grub (one disk that boots under BIOS and UEFI, as Debian's cloud images)")
+	f.StringVar(&m.bootloader, "bootloader", string(install.SystemdBoot), "systemd-boot (UEFI) or grub (one disk that boots under BIOS and UEFI, as Debian's cloud images)")
 	f.StringArrayVar(&o.Packages, "package", nil, "extra Debian package to install (repeatable)")
-	f.StringArrayVar(&addFiles, "add", nil, "extra file DEST=SRC: copy the host file SRC to the absolute path DEST in the image (repeatable)")
+	f.StringArrayVar(&m.addFiles, "add", nil, "extra file DEST=SRC: copy the host file SRC to the absolute path DEST in the image (repeatable)")
 	f.StringArrayVar(&o.Enable, "enable", nil, "systemd unit to enable in the image, e.g. one --add brought (repeatable)")
 	f.BoolVar(&o.EarlyDrivers, "early-drivers", false, "put the driver sets into the initramfs with a complete index: /init chooses and loads them while it finds the root (larger initramfs)")
 	f.StringVar(&o.Suite, "suite", image.DefaultSuite, "Debian release")
@@ -229,9 +147,129 @@ checked by the build's first phase. Each example below builds without
 	f.StringVar(&o.InitBinary, "init", "", "the static /init binary (default: kpreload-init beside this executable, else in "+layout.LibDir+")")
 	f.StringVar(&o.RootfsCacheDir, "rootfs-cache", image.DefaultRootfsCacheDir, `where mmdebstrap tarballs are kept for the day ("off": always run mmdebstrap)`)
 	f.BoolVar(&o.EmptyRootPassword, "empty-root-password", false, "let root log in on the console without a password (test images only)")
-	f.BoolVar(&asJSON, "json", false, "print the image manifest as JSON")
-	f.BoolVar(&dryRun, "dry-run", false, "check the options and recipes, print what the build would write and its phases, and build nothing")
-	return c
+	f.BoolVar(&m.asJSON, "json", false, "print the image manifest as JSON")
+	f.BoolVar(&m.dryRun, "dry-run", false, "check the options and recipes, print what the build would write and its phases, and build nothing")
+}
+
+// validate checks the flags and fills in the image's options they make:
+// the files to add and the bootloader.
+func (m *imageBuildCommand) validate() error {
+	o := &m.o
+	if o.Name == "" {
+		return fmt.Errorf("--name is required")
+	}
+	if len(o.Kernels) == 0 {
+		return fmt.Errorf("--kernel is required (a kernel release such as 6.1.0-56-cloud-amd64; repeatable)")
+	}
+	if err := formats.Check(o.Formats); err != nil {
+		return fmt.Errorf("--format: %w", err)
+	}
+	if err := m.rf.imageTrust(m.allowUnsigned); err != nil {
+		return err
+	}
+	for _, a := range m.addFiles {
+		dst, src, ok := strings.Cut(a, "=")
+		if !ok || dst == "" || src == "" {
+			return fmt.Errorf("--add %q: want DEST=SRC (an absolute path in the image = a host file)", a)
+		}
+		if o.Files == nil {
+			o.Files = map[string]string{}
+		}
+		o.Files[dst] = src
+	}
+	bl, err := install.ParseBootloader(m.bootloader)
+	if err != nil {
+		return err
+	}
+	o.Bootloader = bl
+	return nil
+}
+
+// run opens the registry, reads the recipes, builds the image and prints
+// its manifest, or with --dry-run what it would build.
+func (m *imageBuildCommand) run(cmd *cobra.Command) error {
+	ctx, stop := signal.NotifyContext(cacheContext(cmd), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	o := &m.o
+	rm, err := m.rf.open()
+	if err != nil {
+		return err
+	}
+	o.Remote = rm
+	if len(m.recipeArgs) > 0 {
+		if o.Recipes, err = loadRecipes(m.recipeArgs, m.recipesDir); err != nil {
+			return err
+		}
+	}
+	if o.KpreloadBinary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("find this executable for the image (pass --kpreload-binary): %w", err)
+		}
+		o.KpreloadBinary = exe
+	}
+	if o.InitBinary == "" {
+		o.InitBinary = defaultInit()
+	}
+	if o.DownloadDir == "" {
+		o.DownloadDir = envDownloadDir()
+	}
+	if m.dryRun {
+		return m.dryRunJob(cmd.OutOrStdout())
+	}
+	errw := cmd.ErrOrStderr()
+	start := time.Now()
+	line := progress.New(errw, isTerminal(errw), time.Now)
+	o.Progress = func(msg string) {
+		line.Note(fmt.Sprintf("[%6.1fs] %s", time.Since(start).Seconds(), msg))
+	}
+	stopTicks := tickEverySecond(line)
+	j := image.NewJob(*o)
+	err = image.RunPhases(ctx, image.ShowPhases(j.Phases(), j.PhaseCosts(), line, time.Now))
+	stopTicks()
+	line.Stop()
+	if err != nil {
+		return err
+	}
+	if m.asJSON {
+		return printJSON(cmd.OutOrStdout(), j.Manifest())
+	}
+	printImageManifest(cmd.OutOrStdout(), j.Manifest(), o.OutDir)
+	return nil
+}
+
+// printImageManifest prints the summary of an image's manifest m, built
+// into outDir.
+func printImageManifest(out io.Writer, m *image.Manifest, outDir string) {
+	fmt.Fprintf(out, "image %s built in %.0fs (root UUID %s)\n", m.Name, m.Seconds, m.RootUUID)
+	for _, f := range m.Files {
+		fmt.Fprintf(out, "  %-6s %s  %d bytes  sha256 %s\n", f.Format, f.Path, f.Size, f.SHA256)
+	}
+	fmt.Fprintf(out, "  manifest %s\n", image.OutputPath(outDir, m.Name, "manifest.json"))
+	for _, k := range m.Kernels {
+		fmt.Fprintf(out, "  kernel %s (%s)\n", k, m.KernelPackages[k])
+	}
+	for _, d := range m.Drivers {
+		fmt.Fprintf(out, "  driver %s %s %s for %s: set %s\n", d.Driver, d.Version, d.Flavor, d.Kernel, d.SetID[:16])
+	}
+	fmt.Fprintf(out, "  cmdline %s\n", m.Cmdline)
+	fmt.Fprintf(out, "  boots under %s (secure boot: %v)\n", strings.Join(m.BootFirmware, " and "), m.SecureBoot)
+}
+
+// dryRunJob is image build --dry-run: the options, the recipes and the
+// instance file checked, what the build would write and its phases
+// printed on w, nothing built.
+func (m *imageBuildCommand) dryRunJob(w io.Writer) error {
+	j := image.NewJob(m.o)
+	if err := j.Options().Validate(); err != nil {
+		return fmt.Errorf("image: %w", err)
+	}
+	if m.o.Instance != "" {
+		if _, err := instance.ReadFile(m.o.Instance); err != nil {
+			return fmt.Errorf("--instance: %w", err)
+		}
+	}
+	return printImagePlan(w, j, m.asJSON)
 }
 
 // imagePlan is what image build --dry-run prints.
