@@ -170,8 +170,16 @@ its EFI system partition in ./esp), and a raw disk image another tool made.`,
 	return c
 }
 
-func newKernelHookCmd() *cobra.Command {
-	var f installFlags
+// kernelHookCommand is kpreload kernel-hook: its options, as the flags
+// set them.
+type kernelHookCommand struct {
+	f installFlags
+}
+
+func newKernelHookCmd() *cobra.Command { return (&kernelHookCommand{}).build() }
+
+// build makes the command: its help and its flags.
+func (m *kernelHookCommand) build() *cobra.Command {
 	c := &cobra.Command{
 		Use:         "kernel-hook postinst|postrm KVER [IMAGE] | grub-entries | boot-ok | up | refresh",
 		Annotations: map[string]string{argsNote: "the hook's event (postinst|postrm KVER [IMAGE], grub-entries, boot-ok, up or refresh)"},
@@ -242,106 +250,126 @@ are used. Every path is resolved inside --root, as in a chroot of it.`,
 		Example: `  kpreload kernel-hook refresh`,
 		Args:    rangeArgs(1, 3),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if args[0] == "grub-entries" {
-				if len(args) != 1 {
-					return fmt.Errorf("grub-entries takes no arguments")
-				}
-				// Run inside grub-mkconfig, which must finish with the
-				// distribution's entries whatever happens here: a problem
-				// is a warning on standard error, and no entry is printed.
-				if !install.Installed(f.root) {
-					return nil // the packaged hook, before kpreload install: quiet
-				}
-				env := install.GrubEnvFromEnviron(os.Getenv)
-				env.Log = cmd.ErrOrStderr()
-				if err := install.GrubEntries(cmd.OutOrStdout(), f.root, env); err != nil {
-					fmt.Fprintf(cmd.ErrOrStderr(), "kpreload: WARNING: no kpreload menu entries: %v\n", err)
-				}
-				return nil
-			}
-			if args[0] == "boot-ok" {
-				if len(args) != 1 {
-					return fmt.Errorf("boot-ok takes no arguments")
-				}
-				_, err := install.BootOK(cmd.Context(), install.BootOKOptions{Root: f.root, ESP: f.esp, Log: cmd.OutOrStdout()})
+			if err := validateHookArgs(args); err != nil {
 				return err
 			}
-			if args[0] == "up" {
-				if len(args) != 1 {
-					return fmt.Errorf("up takes no arguments")
-				}
-				// The machine's own status goes on the channel with the up
-				// record, so a boot harness can check what it says of itself.
-				what, err := install.ReportUp(install.UpOptions{Root: f.root, Status: func() ([]byte, error) {
-					st, err := status.Read(status.Options{Root: f.root, Running: true})
-					if err != nil {
-						return nil, err
-					}
-					return json.Marshal(st)
-				}})
-				if err != nil {
-					return fmt.Errorf("kernel-hook up: %w", err)
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "kpreload: %s\n", what)
-				return nil
-			}
-			if args[0] == "refresh" {
-				if len(args) != 1 {
-					return fmt.Errorf("refresh takes no arguments")
-				}
-				o, err := f.options(cmd.ErrOrStderr())
-				if err != nil {
-					return err
-				}
-				res, err := install.Refresh(cmd.Context(), o)
-				if err == nil {
-					err = hookInterrupted(cmd.Context())
-				}
-				if err != nil {
-					return fmt.Errorf("kernel-hook refresh: %w", err)
-				}
-				return f.print(cmd, res)
-			}
-			if len(args) < 2 {
-				return fmt.Errorf("%s needs the kernel release: kernel-hook %s KVER [IMAGE]", args[0], args[0])
-			}
-			if err := install.CheckRelease(args[1]); err != nil {
-				return err
-			}
-			if (args[0] == "postinst" || args[0] == "postrm") && !install.Installed(f.root) {
-				// The kpreload package ships the hooks; until kpreload
-				// install has run they change nothing, and say nothing.
-				return nil
-			}
-			o, err := f.options(cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			if o.Root == "/" || o.Root == "" {
-				// Run by the kernel packages: leave grub.cfg to grub2-common's
-				// own hook where it runs next, so it is made once.
-				o.GrubRegeneratedBy = install.DistributionGrubHook("/", args[0], os.Getenv)
-			}
-			var res *install.Result
-			switch args[0] {
-			case "postinst":
-				res, err = install.KernelAdded(cmd.Context(), o, args[1])
-			case "postrm":
-				res, err = install.KernelRemoved(cmd.Context(), o, args[1])
-			default:
-				return fmt.Errorf("unknown hook %q: postinst, postrm, grub-entries, boot-ok, up or refresh", args[0])
-			}
-			if err == nil {
-				err = hookInterrupted(cmd.Context())
-			}
-			if err != nil {
-				return fmt.Errorf("kernel %s hook for %s: %w", args[0], args[1], err)
-			}
-			return f.print(cmd, res)
+			return m.run(cmd, args)
 		},
 	}
-	f.add(c)
+	m.f.add(c)
 	return c
+}
+
+// validateHookArgs checks the hook's event and its arguments: the kernel
+// release of postinst and postrm, nothing more for the others.
+func validateHookArgs(args []string) error {
+	switch args[0] {
+	case "grub-entries", "boot-ok", "up", "refresh":
+		if len(args) != 1 {
+			return fmt.Errorf("%s takes no arguments", args[0])
+		}
+		return nil
+	}
+	if len(args) < 2 {
+		return fmt.Errorf("%s needs the kernel release: kernel-hook %s KVER [IMAGE]", args[0], args[0])
+	}
+	if err := install.CheckRelease(args[1]); err != nil {
+		return err
+	}
+	if args[0] != "postinst" && args[0] != "postrm" {
+		return fmt.Errorf("unknown hook %q: postinst, postrm, grub-entries, boot-ok, up or refresh", args[0])
+	}
+	return nil
+}
+
+// run runs the hook of the event args[0].
+func (m *kernelHookCommand) run(cmd *cobra.Command, args []string) error {
+	f := &m.f
+	switch args[0] {
+	case "grub-entries":
+		// Run inside grub-mkconfig, which must finish with the
+		// distribution's entries whatever happens here: a problem
+		// is a warning on standard error, and no entry is printed.
+		if !install.Installed(f.root) {
+			return nil // the packaged hook, before kpreload install: quiet
+		}
+		env := install.GrubEnvFromEnviron(os.Getenv)
+		env.Log = cmd.ErrOrStderr()
+		if err := install.GrubEntries(cmd.OutOrStdout(), f.root, env); err != nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "kpreload: WARNING: no kpreload menu entries: %v\n", err)
+		}
+		return nil
+	case "boot-ok":
+		_, err := install.BootOK(cmd.Context(), install.BootOKOptions{Root: f.root, ESP: f.esp, Log: cmd.OutOrStdout()})
+		return err
+	case "up":
+		return m.up(cmd.OutOrStdout())
+	case "refresh":
+		o, err := f.options(cmd.ErrOrStderr())
+		if err != nil {
+			return err
+		}
+		res, err := install.Refresh(cmd.Context(), o)
+		if err == nil {
+			err = hookInterrupted(cmd.Context())
+		}
+		if err != nil {
+			return fmt.Errorf("kernel-hook refresh: %w", err)
+		}
+		return f.print(cmd, res)
+	}
+	return m.kernelEvent(cmd, args[0], args[1])
+}
+
+// up writes the up record, with the machine's own status before it on
+// the channel, so a boot harness can check what it says of itself.
+func (m *kernelHookCommand) up(w io.Writer) error {
+	root := m.f.root
+	what, err := install.ReportUp(install.UpOptions{Root: root, Status: func() ([]byte, error) {
+		st, err := status.Read(status.Options{Root: root, Running: true})
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(st)
+	}})
+	if err != nil {
+		return fmt.Errorf("kernel-hook up: %w", err)
+	}
+	fmt.Fprintf(w, "kpreload: %s\n", what)
+	return nil
+}
+
+// kernelEvent runs the postinst or postrm hook (event) of the kernel
+// release kver.
+func (m *kernelHookCommand) kernelEvent(cmd *cobra.Command, event, kver string) error {
+	f := &m.f
+	if !install.Installed(f.root) {
+		// The kpreload package ships the hooks; until kpreload
+		// install has run they change nothing, and say nothing.
+		return nil
+	}
+	o, err := f.options(cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	if o.Root == "/" || o.Root == "" {
+		// Run by the kernel packages: leave grub.cfg to grub2-common's
+		// own hook where it runs next, so it is made once.
+		o.GrubRegeneratedBy = install.DistributionGrubHook("/", event, os.Getenv)
+	}
+	var res *install.Result
+	if event == "postinst" {
+		res, err = install.KernelAdded(cmd.Context(), o, kver)
+	} else {
+		res, err = install.KernelRemoved(cmd.Context(), o, kver)
+	}
+	if err == nil {
+		err = hookInterrupted(cmd.Context())
+	}
+	if err != nil {
+		return fmt.Errorf("kernel %s hook for %s: %w", event, kver, err)
+	}
+	return f.print(cmd, res)
 }
 
 // hookInterrupted is an error once ctx is cancelled: a hook that a signal
