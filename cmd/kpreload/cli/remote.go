@@ -198,13 +198,22 @@ func setIDs(st *store.Store, args []string) ([]string, error) {
 	return ids, nil
 }
 
+// cachePullCommand is kpreload cache pull: its options, as the flags set
+// them, and the local cache it pulls into.
+type cachePullCommand struct {
+	open                    func() (*store.Store, error)
+	rf                      remoteFlags
+	kernels                 []string
+	driver, version, flavor string
+	asJSON, replace         bool
+}
+
 func newCachePullCmd(open func() (*store.Store, error)) *cobra.Command {
-	var (
-		rf                      remoteFlags
-		kernels                 []string
-		driver, version, flavor string
-		asJSON, replace         bool
-	)
+	return (&cachePullCommand{open: open}).build()
+}
+
+// build makes the command: its help and its flags.
+func (m *cachePullCommand) build() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "pull --remote oci://HOST[:PORT]/REPO [--trust KEY.pub]... [--kernel K]... [--driver D] [--version V] [--flavor F] [--replace] [KEY...]",
 		Short: "Pull cells from an OCI registry into the local cache",
@@ -249,102 +258,125 @@ kernel already in the local cache (built here, say) unless --replace.
 To pull exactly the cells an image or a build needs (by their content keys),
 use kpreload build --remote ... --pull-only, or kpreload image build --remote.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := remoteContext(cmd)
-			defer stop()
-			rm, err := rf.require("pull")
-			if err != nil {
-				return err
-			}
-			st, err := open()
-			if err != nil {
-				return err
-			}
-			recs, refusedTags, err := rm.List(ctx)
-			if err != nil {
-				return err
-			}
-			// A tag that is no readable cell is refused when the pull is of the
-			// whole repository or names its key; a pull narrowed by kernel,
-			// driver, version or flavour cannot tell whether it is one of
-			// those, and only warns.
-			var refused []error
-			narrowed := len(kernels) > 0 || driver != "" || version != "" || flavor != ""
-			for _, f := range refusedTags {
-				switch {
-				case len(args) > 0:
-					if slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(f.Tag, a) }) {
-						refused = append(refused, f.Err)
-					}
-				case narrowed:
-					fmt.Fprintf(cmd.ErrOrStderr(), "kpreload: pull: skipped, not a readable cell: %v\n", f.Err)
-				default:
-					refused = append(refused, f.Err)
-				}
-			}
-			var want []*remote.Record
-			if len(args) > 0 {
-				// Cells named by their keys: exactly those.
-				for _, rec := range recs {
-					if rec.State == remote.StateOK && slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(rec.Tag, a) }) {
-						want = append(want, rec)
-					}
-				}
-			} else {
-				// The newest cell of each driver, version, flavour and kernel
-				// asked for, refusing one older than this cache has seen.
-				filter := remote.Filter{Kernels: kernels, Driver: driver, Version: version, Flavor: flavor, VersionRule: selection.MatchVersion}
-				var rollbacks []error
-				if want, rollbacks, err = rm.Select(st, recs, filter.Match); err != nil {
-					return err
-				}
-				refused = append(refused, rollbacks...)
-			}
-			if len(want) == 0 && len(refused) == 0 {
-				return fmt.Errorf("pull: %s holds no built cell matching the request (%d records in all; kpreload build --report --remote %s lists them)", rm, len(recs), rm)
-			}
-			type pulled struct {
-				*remote.Record
-				LocalSet string `json:"local_set"`
-				Bytes    int64  `json:"bytes"`
-			}
-			out := []pulled{}
-			for _, rec := range want {
-				if ctx.Err() != nil {
-					break
-				}
-				res, err := rm.PullRecord(ctx, st, rec, replace)
-				if err != nil {
-					refused = append(refused, err)
-					continue
-				}
-				if note := trustNote(rec.Trust, rec.Signer); note != "" {
-					fmt.Fprintf(cmd.ErrOrStderr(), "kpreload: pull: %s for %s (key %.12s): %s\n", rec.Cell(), rec.Kernel, rec.Tag, note)
-				}
-				out = append(out, pulled{rec, res.SetID, res.Bytes})
-				if !asJSON {
-					fmt.Fprintf(cmd.OutOrStdout(), "%s %s %s for %s: pulled set %.12s (%s)\n", rec.Driver, rec.Version, rec.Flavor, rec.Kernel, res.SetID, cacheHumanSize(res.Bytes))
-				}
-			}
-			if asJSON {
-				if err := printJSON(cmd.OutOrStdout(), out); err != nil {
-					return err
-				}
-			}
-			if err := ctx.Err(); err != nil {
-				return fmt.Errorf("pull from %s: interrupted after %d of %d cells: %w", rm, len(out), len(want), err)
-			}
-			return pullSummary(rm, len(out), refused)
+			return m.run(cmd, args)
 		},
 	}
+	m.flags(cmd)
+	return cmd
+}
+
+// flags adds the flags to cmd.
+func (m *cachePullCommand) flags(cmd *cobra.Command) {
+	rf := &m.rf
 	f := cmd.Flags()
 	rf.register(f)
-	f.StringArrayVar(&kernels, "kernel", nil, "only cells for this kernel release (repeatable)")
-	f.StringVar(&driver, "driver", "", "only cells of this driver")
-	f.StringVar(&version, "version", "", "only cells of this driver version, read as the instance YAML reads it (550: the 550 branch; 550.54.14: that version)")
-	f.StringVar(&flavor, "flavor", "", "only cells of this flavour")
-	f.BoolVar(&asJSON, "json", false, "print what was pulled as JSON")
-	f.BoolVar(&replace, "replace", false, "let a pulled cell replace a local set of the same driver, version and flavour for its kernel")
-	return cmd
+	f.StringArrayVar(&m.kernels, "kernel", nil, "only cells for this kernel release (repeatable)")
+	f.StringVar(&m.driver, "driver", "", "only cells of this driver")
+	f.StringVar(&m.version, "version", "", "only cells of this driver version, read as the instance YAML reads it (550: the 550 branch; 550.54.14: that version)")
+	f.StringVar(&m.flavor, "flavor", "", "only cells of this flavour")
+	f.BoolVar(&m.asJSON, "json", false, "print what was pulled as JSON")
+	f.BoolVar(&m.replace, "replace", false, "let a pulled cell replace a local set of the same driver, version and flavour for its kernel")
+}
+
+// run pulls the cells asked for: those tagged keys, else the newest of
+// each identity the flags narrow to.
+func (m *cachePullCommand) run(cmd *cobra.Command, keys []string) error {
+	ctx, stop := remoteContext(cmd)
+	defer stop()
+	rm, err := m.rf.require("pull")
+	if err != nil {
+		return err
+	}
+	st, err := m.open()
+	if err != nil {
+		return err
+	}
+	want, refused, err := m.selectCells(ctx, cmd.ErrOrStderr(), rm, st, keys)
+	if err != nil {
+		return err
+	}
+	type pulled struct {
+		*remote.Record
+		LocalSet string `json:"local_set"`
+		Bytes    int64  `json:"bytes"`
+	}
+	out := []pulled{}
+	for _, rec := range want {
+		if ctx.Err() != nil {
+			break
+		}
+		res, err := rm.PullRecord(ctx, st, rec, m.replace)
+		if err != nil {
+			refused = append(refused, err)
+			continue
+		}
+		if note := trustNote(rec.Trust, rec.Signer); note != "" {
+			fmt.Fprintf(cmd.ErrOrStderr(), "kpreload: pull: %s for %s (key %.12s): %s\n", rec.Cell(), rec.Kernel, rec.Tag, note)
+		}
+		out = append(out, pulled{rec, res.SetID, res.Bytes})
+		if !m.asJSON {
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s %s for %s: pulled set %.12s (%s)\n", rec.Driver, rec.Version, rec.Flavor, rec.Kernel, res.SetID, cacheHumanSize(res.Bytes))
+		}
+	}
+	if m.asJSON {
+		if err := printJSON(cmd.OutOrStdout(), out); err != nil {
+			return err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("pull from %s: interrupted after %d of %d cells: %w", rm, len(out), len(want), err)
+	}
+	return pullSummary(rm, len(out), refused)
+}
+
+// selectCells lists rm and picks the cells to pull: those tagged keys,
+// else the newest cell of each driver, version, flavour and kernel the
+// flags ask for (remote.Filter, the version read as the instance YAML
+// reads it), refusing one older than st has seen. refused are the cells
+// and tags refused; a tag that is no readable cell is refused when the
+// pull is of the whole repository or names its key, and only warned about
+// on w when the flags narrow the pull (it cannot tell whether the tag is
+// one of those).
+func (m *cachePullCommand) selectCells(ctx context.Context, w io.Writer, rm *remote.Remote, st *store.Store, keys []string) (want []*remote.Record, refused []error, err error) {
+	recs, refusedTags, err := rm.List(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	filter := remote.Filter{Kernels: m.kernels, Driver: m.driver, Version: m.version, Flavor: m.flavor, VersionRule: selection.MatchVersion}
+	narrowed := len(m.kernels) > 0 || m.driver != "" || m.version != "" || m.flavor != ""
+	named := func(tag string) bool {
+		return slices.ContainsFunc(keys, func(a string) bool { return strings.HasPrefix(tag, a) })
+	}
+	for _, f := range refusedTags {
+		switch {
+		case len(keys) > 0:
+			if named(f.Tag) {
+				refused = append(refused, f.Err)
+			}
+		case narrowed:
+			fmt.Fprintf(w, "kpreload: pull: skipped, not a readable cell: %v\n", f.Err)
+		default:
+			refused = append(refused, f.Err)
+		}
+	}
+	if len(keys) > 0 {
+		// Cells named by their keys: exactly those.
+		for _, rec := range recs {
+			if rec.State == remote.StateOK && named(rec.Tag) {
+				want = append(want, rec)
+			}
+		}
+	} else {
+		var rollbacks []error
+		if want, rollbacks, err = rm.Select(st, recs, filter.Match); err != nil {
+			return nil, nil, err
+		}
+		refused = append(refused, rollbacks...)
+	}
+	if len(want) == 0 && len(refused) == 0 {
+		return nil, nil, fmt.Errorf("pull: %s holds no built cell matching the request (%d records in all; kpreload build --report --remote %s lists them)", rm, len(recs), rm)
+	}
+	return want, refused, nil
 }
 
 // trustNote says, for a cell taken from a registry, that its signature was
