@@ -23,13 +23,18 @@ import (
 
 func init() { register(newBuildCmd) }
 
-func newBuildCmd() *cobra.Command {
-	var (
-		opts   matrix.Options
-		cf     cellFlags
-		asJSON bool
-		report bool
-	)
+// buildCommand is kpreload build: its options, as the flags set them.
+type buildCommand struct {
+	opts   matrix.Options
+	cf     cellFlags
+	asJSON bool
+	report bool
+}
+
+func newBuildCmd() *cobra.Command { return (&buildCommand{}).build() }
+
+// build makes the command: its help and its flags.
+func (m *buildCommand) build() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:         "build RECIPE[:KVER]... [--kernel KVER]... [--cache DIR] [--jobs N] [--remote oci://HOST/REPO] [--shard I/N] [--json]",
 		Annotations: map[string]string{argsNote: "the recipes to build"},
@@ -95,82 +100,115 @@ cell in progress, elapsed, an estimate of the time left; else plain lines), the
 result table (or --json) to stdout. The exit
 status is non-zero when any cell failed or a push failed. Ctrl-C stops the
 builds and leaves the cache (and the registry) as it was.`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if report {
-				return nil
-			}
-			return minArgs(1)(cmd, args)
-		},
+		Args: m.args,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := signal.NotifyContext(cacheContext(cmd), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			rm, err := cf.rf.open()
-			if err != nil {
+			if err := m.validate(); err != nil {
 				return err
 			}
-			if report {
-				if rm == nil {
-					return fmt.Errorf("--report reads the registry: give --remote oci://HOST[:PORT]/REPO")
-				}
-				return printRemoteReport(ctx, cmd.OutOrStdout(), rm, args, asJSON)
-			}
-			opts.Remote = rm
-			if (opts.PullOnly || opts.RetryFailed) && rm == nil {
-				return fmt.Errorf("--pull-only and --retry-failed need --remote")
-			}
-			if opts.FetchOnly && (rm != nil || opts.PullOnly) {
-				return fmt.Errorf("--fetch-only prepares this machine only: leave out --remote and --pull-only")
-			}
-			if err := cf.setShard(&opts); err != nil {
-				return err
-			}
-			recipes, kernels, err := loadCells(args, cf.recipesDir)
-			if err != nil {
-				return err
-			}
-			var kvers []string // flag or argument, kernel release
-			for _, k := range opts.Kernels {
-				kvers = append(kvers, "--kernel", k)
-			}
-			for _, r := range recipes {
-				for _, k := range kernels[r] {
-					kvers = append(kvers, r.Name+":KVER", k)
-				}
-			}
-			if err := checkNames(kvers...); err != nil {
-				return fmt.Errorf("build: %w", err)
-			}
-			opts.Recipes, opts.RecipeKernels = recipes, kernels
-			p := newBuildProgress(cmd.ErrOrStderr())
-			opts.Progress = p.event
-			if opts.DownloadDir == "" {
-				opts.DownloadDir = envDownloadDir()
-			}
-			results, err := matrix.Run(ctx, opts)
-			p.stop()
-			if results == nil {
-				return err
-			}
-			printUnsigned(cmd.ErrOrStderr(), results, rm)
-			out := cmd.OutOrStdout()
-			if asJSON {
-				if jerr := printJSON(out, buildJSON(results)); jerr != nil {
-					return jerr
-				}
-			} else {
-				printBuildTable(out, results)
-			}
-			return err
+			return m.run(cmd, args)
 		},
 	}
+	m.flags(cmd)
+	return cmd
+}
+
+// flags adds the flags to cmd.
+func (m *buildCommand) flags(cmd *cobra.Command) {
+	opts, cf := &m.opts, &m.cf
 	f := cmd.Flags()
 	f.StringArrayVar(&opts.Kernels, "kernel", nil, "kernel release to build for, instead of the recipes' matrices (repeatable)")
-	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
-	cf.register(f, &opts, "build", "directory of recipes for RECIPE names")
+	f.BoolVar(&m.asJSON, "json", false, "print the results as JSON")
+	cf.register(f, opts, "build", "directory of recipes for RECIPE names")
 	f.BoolVar(&opts.PullOnly, "pull-only", false, "never compile: take cells from the local cache or the registry only")
 	f.BoolVar(&opts.FetchOnly, "fetch-only", false, "download and prepare kernels, sources and build roots, compute keys, compile nothing (cells the cache lacks: \"fetched\")")
-	f.BoolVar(&report, "report", false, "print the matrix state the registry holds (--remote), building nothing")
-	return cmd
+	f.BoolVar(&m.report, "report", false, "print the matrix state the registry holds (--remote), building nothing")
+}
+
+// args checks the arguments: recipes to build, or with --report
+// recipes to narrow the registry's report to.
+func (m *buildCommand) args(cmd *cobra.Command, args []string) error {
+	if m.report {
+		return nil
+	}
+	return minArgs(1)(cmd, args)
+}
+
+// validate checks the flags together.
+func (m *buildCommand) validate() error {
+	remote := m.cf.rf.url != ""
+	switch {
+	case m.report && !remote:
+		return fmt.Errorf("--report reads the registry: give --remote oci://HOST[:PORT]/REPO")
+	case m.report:
+		return nil
+	case (m.opts.PullOnly || m.opts.RetryFailed) && !remote:
+		return fmt.Errorf("--pull-only and --retry-failed need --remote")
+	case m.opts.FetchOnly && (remote || m.opts.PullOnly):
+		return fmt.Errorf("--fetch-only prepares this machine only: leave out --remote and --pull-only")
+	}
+	return m.cf.setShard(&m.opts)
+}
+
+// run builds the cells of the recipes args name (RECIPE or RECIPE:KVER),
+// or with --report prints what the registry holds.
+func (m *buildCommand) run(cmd *cobra.Command, args []string) error {
+	ctx, stop := signal.NotifyContext(cacheContext(cmd), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rm, err := m.cf.rf.open()
+	if err != nil {
+		return err
+	}
+	if m.report {
+		return printRemoteReport(ctx, cmd.OutOrStdout(), rm, args, m.asJSON)
+	}
+	opts := m.opts
+	opts.Remote = rm
+	if opts.Recipes, opts.RecipeKernels, err = loadBuildCells(args, m.cf.recipesDir, opts.Kernels); err != nil {
+		return err
+	}
+	p := newBuildProgress(cmd.ErrOrStderr())
+	opts.Progress = p.event
+	if opts.DownloadDir == "" {
+		opts.DownloadDir = envDownloadDir()
+	}
+	results, err := matrix.Run(ctx, opts)
+	p.stop()
+	if results == nil {
+		return err
+	}
+	printUnsigned(cmd.ErrOrStderr(), results, rm)
+	out := cmd.OutOrStdout()
+	if m.asJSON {
+		if jerr := printJSON(out, buildJSON(results)); jerr != nil {
+			return jerr
+		}
+	} else {
+		printBuildTable(out, results)
+	}
+	return err
+}
+
+// loadBuildCells loads the recipes and kernels args name (loadCells) and
+// checks the kernel releases, of the arguments and of --kernel (kernels),
+// as names.
+func loadBuildCells(args []string, recipesDir string, kernels []string) ([]*recipe.Recipe, map[*recipe.Recipe][]string, error) {
+	recipes, cellKernels, err := loadCells(args, recipesDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	var kvers []string // flag or argument, kernel release
+	for _, k := range kernels {
+		kvers = append(kvers, "--kernel", k)
+	}
+	for _, r := range recipes {
+		for _, k := range cellKernels[r] {
+			kvers = append(kvers, r.Name+":KVER", k)
+		}
+	}
+	if err := checkNames(kvers...); err != nil {
+		return nil, nil, fmt.Errorf("build: %w", err)
+	}
+	return recipes, cellKernels, nil
 }
 
 // loadCells loads the recipes the arguments name (see loadRecipes), each
