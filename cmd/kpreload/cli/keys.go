@@ -71,6 +71,12 @@ certificate: enroll the new one where they are rebuilt).`,
 	}
 	cmd.PersistentFlags().StringVar(&cache, "cache", cacheDefaultDir(), "module cache directory the key is kept with")
 
+	cmd.AddCommand(newKeysShowCmd(&cache), newKeysExportCmd(&cache), newKeysRotateCmd(&cache))
+	return cmd
+}
+
+// newKeysShowCmd is kpreload keys show, of the key kept with *cache.
+func newKeysShowCmd(cache *string) *cobra.Command {
 	var asJSON bool
 	show := &cobra.Command{
 		Use:     "show [--json]",
@@ -78,7 +84,7 @@ certificate: enroll the new one where they are rebuilt).`,
 		Example: "  kpreload keys show --cache cache\n  kpreload keys show --cache cache --json",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			k, err := loadKey(cache)
+			k, err := loadKey(*cache)
 			if err != nil {
 				return err
 			}
@@ -90,99 +96,142 @@ certificate: enroll the new one where they are rebuilt).`,
 		},
 	}
 	show.Flags().BoolVar(&asJSON, "json", false, "print the key as JSON")
+	return show
+}
 
-	var out, format string
+// keysExportCommand is kpreload keys export: its options, as the flags
+// set them.
+type keysExportCommand struct {
+	cache       *string
+	out, format string
+}
+
+// newKeysExportCmd is kpreload keys export, of the key kept with *cache.
+func newKeysExportCmd(cache *string) *cobra.Command {
+	m := &keysExportCommand{cache: cache}
 	export := &cobra.Command{
 		Use:     "export -o FILE [--format der|pem]",
 		Short:   "Write the module signing certificate (never the private key)",
 		Example: "  kpreload keys export --cache cache -o mok.der\n  kpreload keys export --cache cache --format pem -o mok.pem",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if out == "" {
-				return errors.New("-o FILE is required")
-			}
-			k, err := loadKey(cache)
-			if err != nil {
+			if err := m.validate(); err != nil {
 				return err
 			}
-			// The certificate as loaded (read bounded, regular files
-			// only), never the files read again.
-			data := k.Certificate.Raw
-			switch format {
-			case "der":
-			case "pem":
-				data = k.PEM()
-			default:
-				return fmt.Errorf("--format %q: want der or pem", format)
-			}
-			if err := fileutil.WriteAtomic(out, data, 0o644, false); err != nil {
-				return fmt.Errorf("export the module signing certificate: %w", err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: certificate %q (sig_key %s); enroll it with mokutil --import %s\n", out, k.Certificate.Subject.CommonName, k.SigKey(), out)
-			return nil
+			return m.run(cmd.OutOrStdout())
 		},
 	}
-	export.Flags().StringVarP(&out, "output", "o", "", "file to write the certificate to")
-	export.Flags().StringVar(&format, "format", "der", "der (mokutil, GCE) or pem")
+	export.Flags().StringVarP(&m.out, "output", "o", "", "file to write the certificate to")
+	export.Flags().StringVar(&m.format, "format", "der", "der (mokutil, GCE) or pem")
+	return export
+}
 
-	var downloads string
-	var rotJSON bool
+// validate checks the flags.
+func (m *keysExportCommand) validate() error {
+	if m.out == "" {
+		return errors.New("-o FILE is required")
+	}
+	if m.format != "der" && m.format != "pem" {
+		return fmt.Errorf("--format %q: want der or pem", m.format)
+	}
+	return nil
+}
+
+// run writes the certificate and says what to enroll on w.
+func (m *keysExportCommand) run(w io.Writer) error {
+	k, err := loadKey(*m.cache)
+	if err != nil {
+		return err
+	}
+	// The certificate as loaded (read bounded, regular files only), never
+	// the files read again.
+	data := k.Certificate.Raw
+	if m.format == "pem" {
+		data = k.PEM()
+	}
+	if err := fileutil.WriteAtomic(m.out, data, 0o644, false); err != nil {
+		return fmt.Errorf("export the module signing certificate: %w", err)
+	}
+	fmt.Fprintf(w, "%s: certificate %q (sig_key %s); enroll it with mokutil --import %s\n", m.out, k.Certificate.Subject.CommonName, k.SigKey(), m.out)
+	return nil
+}
+
+// keysRotateCommand is kpreload keys rotate: its options, as the flags
+// set them.
+type keysRotateCommand struct {
+	cache     *string
+	downloads string
+	asJSON    bool
+}
+
+// newKeysRotateCmd is kpreload keys rotate, of the key kept with *cache.
+func newKeysRotateCmd(cache *string) *cobra.Command {
+	m := &keysRotateCommand{cache: cache}
 	rotate := &cobra.Command{
 		Use:     "rotate [--json]",
 		Short:   "Make a new module signing key and sign the old key's cells again with it",
 		Example: "  kpreload keys rotate --cache cache",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			old, cur, err := modkey.Rotate(cache)
-			if err != nil {
-				return err
-			}
-			var done []modkey.Resigned
-			if old != nil {
-				st, err := store.Open(cache)
-				if err != nil {
-					return err
-				}
-				signFile := func(kernel string) (string, error) {
-					return dkms.SignFile(filepath.Join(downloads, "kernels", kernel, "usr", "src", "linux-headers-"+kernel))
-				}
-				if done, err = modkey.Resign(cmd.Context(), st, old, cur, signFile); err != nil {
-					return fmt.Errorf("the new key is in place, the old one in %s; %d cell(s) re-signed before: %w", old.Dir, len(done), err)
-				}
-			}
-			if rotJSON {
-				res := struct {
-					Key      keyJSON           `json:"key"`
-					Retired  string            `json:"retired,omitempty"`
-					Resigned []modkey.Resigned `json:"resigned"`
-				}{Key: keyInfo(cur), Resigned: done}
-				if old != nil {
-					res.Retired = old.Dir
-				}
-				if res.Resigned == nil {
-					res.Resigned = []modkey.Resigned{}
-				}
-				return printJSON(cmd.OutOrStdout(), res)
-			}
-			w := cmd.OutOrStdout()
-			if old == nil {
-				fmt.Fprintf(w, "no key yet: made one\n")
-			} else {
-				fmt.Fprintf(w, "retired the key with sig_key %s into %s\n", old.SigKey(), old.Dir)
-			}
-			for _, r := range done {
-				fmt.Fprintf(w, "re-signed %s %s %s for %s: set %.12s -> %.12s\n", r.Driver, r.Version, r.Flavor, r.Kernel, r.From, r.To)
-			}
-			fmt.Fprintf(w, "%d cell(s) re-signed\n", len(done))
-			printKey(w, keyInfo(cur))
-			return nil
+			return m.run(cmd)
 		},
 	}
-	rotate.Flags().StringVar(&downloads, "downloads", image.DefaultDownloadDir(), "where the unpacked kernels (their sign-file) are")
-	rotate.Flags().BoolVar(&rotJSON, "json", false, "print the new key and the cells re-signed as JSON")
+	rotate.Flags().StringVar(&m.downloads, "downloads", image.DefaultDownloadDir(), "where the unpacked kernels (their sign-file) are")
+	rotate.Flags().BoolVar(&m.asJSON, "json", false, "print the new key and the cells re-signed as JSON")
+	return rotate
+}
 
-	cmd.AddCommand(show, export, rotate)
-	return cmd
+// run rotates the key and signs the old key's cells again.
+func (m *keysRotateCommand) run(cmd *cobra.Command) error {
+	cache := *m.cache
+	old, cur, err := modkey.Rotate(cache)
+	if err != nil {
+		return err
+	}
+	var done []modkey.Resigned
+	if old != nil {
+		st, err := store.Open(cache)
+		if err != nil {
+			return err
+		}
+		signFile := func(kernel string) (string, error) {
+			return dkms.SignFile(filepath.Join(m.downloads, "kernels", kernel, "usr", "src", "linux-headers-"+kernel))
+		}
+		if done, err = modkey.Resign(cmd.Context(), st, old, cur, signFile); err != nil {
+			return fmt.Errorf("the new key is in place, the old one in %s; %d cell(s) re-signed before: %w", old.Dir, len(done), err)
+		}
+	}
+	if m.asJSON {
+		res := struct {
+			Key      keyJSON           `json:"key"`
+			Retired  string            `json:"retired,omitempty"`
+			Resigned []modkey.Resigned `json:"resigned"`
+		}{Key: keyInfo(cur), Resigned: done}
+		if old != nil {
+			res.Retired = old.Dir
+		}
+		if res.Resigned == nil {
+			res.Resigned = []modkey.Resigned{}
+		}
+		return printJSON(cmd.OutOrStdout(), res)
+	}
+	printRotation(cmd.OutOrStdout(), old, cur, done)
+	return nil
+}
+
+// printRotation says what a rotation did: the key retired (old, nil when
+// there was none), the cells re-signed (done), the new key (cur).
+func printRotation(w io.Writer, old, cur *modkey.Key, done []modkey.Resigned) {
+	if old == nil {
+		fmt.Fprintf(w, "no key yet: made one\n")
+	} else {
+		fmt.Fprintf(w, "retired the key with sig_key %s into %s\n", old.SigKey(), old.Dir)
+	}
+	for _, r := range done {
+		fmt.Fprintf(w, "re-signed %s %s %s for %s: set %.12s -> %.12s\n", r.Driver, r.Version, r.Flavor, r.Kernel, r.From, r.To)
+	}
+	fmt.Fprintf(w, "%d cell(s) re-signed\n", len(done))
+	printKey(w, keyInfo(cur))
 }
 
 // printKey writes a key's files and what to enroll.
