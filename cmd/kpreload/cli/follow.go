@@ -19,14 +19,19 @@ func init() { register(newFollowCmd) }
 // cells (--new-exit-code changes it).
 const ExitFollowNew = 2
 
-func newFollowCmd() *cobra.Command {
-	var (
-		opts    matrix.Options
-		cf      cellFlags
-		asJSON  bool
-		newCode int
-		wait    bool
-	)
+// followCommand is kpreload follow: its options, as the flags set them.
+type followCommand struct {
+	opts    matrix.Options
+	cf      cellFlags
+	asJSON  bool
+	newCode int
+	wait    bool
+}
+
+func newFollowCmd() *cobra.Command { return (&followCommand{}).build() }
+
+// build makes the command: its help and its flags.
+func (m *followCommand) build() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "follow [RECIPE...] --remote oci://HOST[:PORT]/REPO --sign KEY [--trust KEY...] [--shard I/N | --shards N] [--json] [--new-exit-code N]",
 		Short: "One unattended cycle: build and push the cells a new kernel or driver upload needs, and print how fresh the registry is",
@@ -79,68 +84,95 @@ Examples:
 
 `,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := signal.NotifyContext(cacheContext(cmd), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			if cf.rf.url == "" || cf.rf.sign == "" {
-				return fmt.Errorf("follow pushes signed cells: give --remote oci://HOST[:PORT]/REPO and --sign KEY")
-			}
-			if newCode < 0 || newCode > 125 {
-				return fmt.Errorf("--new-exit-code %d: want 0..125", newCode)
-			}
-			rm, err := cf.rf.open()
-			if err != nil {
+			if err := m.validate(); err != nil {
 				return err
 			}
-			opts.Remote = rm
-			if err := cf.setShard(&opts); err != nil {
-				return err
-			}
-			var recipes []*recipe.Recipe
-			kernels := map[*recipe.Recipe][]string{}
-			if len(args) == 0 {
-				dir, err := resolveRecipesDir(cf.recipesDir)
-				if err != nil {
-					return err
-				}
-				if recipes, err = recipe.LoadDir(dir); err != nil {
-					return err
-				}
-			} else if recipes, kernels, err = loadCells(args, cf.recipesDir); err != nil {
-				return err
-			}
-			opts.Recipes, opts.RecipeKernels = recipes, kernels
-			if opts.DownloadDir == "" {
-				opts.DownloadDir = envDownloadDir()
-			}
-			p := newBuildProgress(cmd.ErrOrStderr())
-			opts.Progress = p.event
-			rep, err := follow.Cycle(ctx, follow.Options{Build: opts, StateDir: downloadDefaultDir(), Wait: wait})
-			p.stop()
-			if rep != nil {
-				out := cmd.OutOrStdout()
-				if asJSON {
-					if jerr := printJSON(out, rep); jerr != nil {
-						return jerr
-					}
-				} else if terr := rep.WriteTable(out); terr != nil {
-					return terr
-				}
-			}
-			switch {
-			case err != nil:
-				return &exitStatus{code: 1, err: err}
-			case rep.New > 0 && newCode != 0:
-				return &exitStatus{code: newCode}
-			}
-			return nil
+			return m.run(cmd, args)
 		},
 	}
-	f := cmd.Flags()
-	f.BoolVar(&asJSON, "json", false, "print the freshness table as JSON")
-	cf.register(f, &opts, "follow", "directory of recipes: RECIPE names, and every recipe when none is named")
-	f.IntVar(&newCode, "new-exit-code", ExitFollowNew, "exit status when the cycle pushed new cells")
-	f.BoolVar(&wait, "wait", false, "when another cycle runs, wait for it instead of stopping")
+	m.flags(cmd)
 	return cmd
+}
+
+// flags adds the flags to cmd.
+func (m *followCommand) flags(cmd *cobra.Command) {
+	opts, cf := &m.opts, &m.cf
+	f := cmd.Flags()
+	f.BoolVar(&m.asJSON, "json", false, "print the freshness table as JSON")
+	cf.register(f, opts, "follow", "directory of recipes: RECIPE names, and every recipe when none is named")
+	f.IntVar(&m.newCode, "new-exit-code", ExitFollowNew, "exit status when the cycle pushed new cells")
+	f.BoolVar(&m.wait, "wait", false, "when another cycle runs, wait for it instead of stopping")
+}
+
+// validate checks the flags: follow pushes signed cells.
+func (m *followCommand) validate() error {
+	if m.cf.rf.url == "" || m.cf.rf.sign == "" {
+		return fmt.Errorf("follow pushes signed cells: give --remote oci://HOST[:PORT]/REPO and --sign KEY")
+	}
+	if m.newCode < 0 || m.newCode > 125 {
+		return fmt.Errorf("--new-exit-code %d: want 0..125", m.newCode)
+	}
+	return nil
+}
+
+// run follows the recipes args name (every recipe when none) for one
+// cycle and prints the freshness table.
+func (m *followCommand) run(cmd *cobra.Command, args []string) error {
+	ctx, stop := signal.NotifyContext(cacheContext(cmd), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	opts := m.opts
+	rm, err := m.cf.rf.open()
+	if err != nil {
+		return err
+	}
+	opts.Remote = rm
+	if err := m.cf.setShard(&opts); err != nil {
+		return err
+	}
+	if opts.Recipes, opts.RecipeKernels, err = followCells(args, m.cf.recipesDir); err != nil {
+		return err
+	}
+	if opts.DownloadDir == "" {
+		opts.DownloadDir = envDownloadDir()
+	}
+	p := newBuildProgress(cmd.ErrOrStderr())
+	opts.Progress = p.event
+	rep, err := follow.Cycle(ctx, follow.Options{Build: opts, StateDir: downloadDefaultDir(), Wait: m.wait})
+	p.stop()
+	if rep != nil {
+		out := cmd.OutOrStdout()
+		if m.asJSON {
+			if jerr := printJSON(out, rep); jerr != nil {
+				return jerr
+			}
+		} else if terr := rep.WriteTable(out); terr != nil {
+			return terr
+		}
+	}
+	switch {
+	case err != nil:
+		return &exitStatus{code: 1, err: err}
+	case rep.New > 0 && m.newCode != 0:
+		return &exitStatus{code: m.newCode}
+	}
+	return nil
+}
+
+// followCells are the recipes (and kernels of RECIPE:KVER) args name, or
+// every recipe in recipesDir when args name none.
+func followCells(args []string, recipesDir string) ([]*recipe.Recipe, map[*recipe.Recipe][]string, error) {
+	if len(args) > 0 {
+		return loadCells(args, recipesDir)
+	}
+	dir, err := resolveRecipesDir(recipesDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	recipes, err := recipe.LoadDir(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	return recipes, map[*recipe.Recipe][]string{}, nil
 }
 
 // exitStatus is an error that sets the process's exit status; with no err
