@@ -53,14 +53,20 @@ func (f *installFlags) print(cmd *cobra.Command, res *install.Result) error {
 	return nil
 }
 
-func newInstallCmd() *cobra.Command {
-	var (
-		f       installFlags
-		kernels []string
-		def     string
-		rootFS  string
-		sf      stageFlags
-	)
+// installCommand is kpreload install: its options, as the flags set
+// them.
+type installCommand struct {
+	f       installFlags
+	kernels []string
+	def     string
+	rootFS  string
+	sf      stageFlags
+}
+
+func newInstallCmd() *cobra.Command { return (&installCommand{}).build() }
+
+// build makes the command: its help and its flags.
+func (m *installCommand) build() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "install [--root DIR] [--kernel KVER]...",
 		Short: "Make a root filesystem boot kpreload's initramfs (boot loader, kernel hooks)",
@@ -130,44 +136,63 @@ its EFI system partition in ./esp), and a raw disk image another tool made.`,
   sudo kpreload install --stage --image debian.raw --recipe testdriver`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			errs := []error{checkNames("--default", def)}
-			for _, k := range kernels {
-				errs = append(errs, checkNames("--kernel", k))
-			}
-			if err := errors.Join(errs...); err != nil {
-				return fmt.Errorf("install: %w", err)
-			}
-			if err := sf.check(cmd, f.root); err != nil {
-				return fmt.Errorf("install: %w", err)
-			}
-			o, err := f.options(cmd.ErrOrStderr())
-			if err != nil {
+			if err := m.validate(cmd); err != nil {
 				return err
 			}
-			o.Kernels, o.Default = kernels, def
-			if rootFS != "" {
-				r, err := rootcheck.Default(rootFS)
-				if err != nil {
-					return fmt.Errorf("install: --root-filesystem: %w", err)
-				}
-				o.RootFS = &r
-			}
-			if sf.stage {
-				return sf.run(cmd, f, o)
-			}
-			res, err := install.Install(cmd.Context(), o)
-			if err != nil {
-				return fmt.Errorf("install into %s: %w", f.root, err)
-			}
-			return f.print(cmd, res)
+			return m.run(cmd)
 		},
 	}
-	f.add(c)
-	sf.add(c)
-	c.Flags().StringSliceVar(&kernels, "kernel", nil, "build the kpreload initramfs of this kernel (repeatable; default: every kernel the root has)")
-	c.Flags().StringVar(&def, "default", "", "boot this kernel by default (default: the newest with driver cells)")
-	c.Flags().StringVar(&rootFS, "root-filesystem", "", "the filesystem the root boots from ("+strings.Join(rootcheck.Filesystems, ", ")+", as its mkfs makes it), when it is not the one holding --root now (default: read from that one)")
+	m.flags(c)
 	return c
+}
+
+// flags adds the flags to c.
+func (m *installCommand) flags(c *cobra.Command) {
+	m.f.add(c)
+	m.sf.add(c)
+	c.Flags().StringSliceVar(&m.kernels, "kernel", nil, "build the kpreload initramfs of this kernel (repeatable; default: every kernel the root has)")
+	c.Flags().StringVar(&m.def, "default", "", "boot this kernel by default (default: the newest with driver cells)")
+	c.Flags().StringVar(&m.rootFS, "root-filesystem", "", "the filesystem the root boots from ("+strings.Join(rootcheck.Filesystems, ", ")+", as its mkfs makes it), when it is not the one holding --root now (default: read from that one)")
+}
+
+// validate checks the flags, --stage's with them.
+func (m *installCommand) validate(cmd *cobra.Command) error {
+	errs := []error{checkNames("--default", m.def)}
+	for _, k := range m.kernels {
+		errs = append(errs, checkNames("--kernel", k))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("install: %w", err)
+	}
+	if err := m.sf.check(cmd, m.f.root); err != nil {
+		return fmt.Errorf("install: %w", err)
+	}
+	return nil
+}
+
+// run stages kpreload into the root first with --stage, then makes the
+// root boot it.
+func (m *installCommand) run(cmd *cobra.Command) error {
+	o, err := m.f.options(cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	o.Kernels, o.Default = m.kernels, m.def
+	if m.rootFS != "" {
+		r, err := rootcheck.Default(m.rootFS)
+		if err != nil {
+			return fmt.Errorf("install: --root-filesystem: %w", err)
+		}
+		o.RootFS = &r
+	}
+	if m.sf.stage {
+		return m.sf.run(cmd, m.f, o)
+	}
+	res, err := install.Install(cmd.Context(), o)
+	if err != nil {
+		return fmt.Errorf("install into %s: %w", m.f.root, err)
+	}
+	return m.f.print(cmd, res)
 }
 
 // kernelHookCommand is kpreload kernel-hook: its options, as the flags
@@ -443,80 +468,7 @@ func writeStatus(out io.Writer, st *status.Status) {
 	w := termtext.NewWriter(out)
 	name := termtext.Name
 	if st.Booted {
-		fmt.Fprintf(w, "booted: through kpreload's /init, kernel %s\n", name(orNone(st.RunningKernel)))
-		if d := st.Driver; d != nil {
-			by := "/init"
-			if d.By != "init" {
-				by = "kpreload " + d.By
-			}
-			line := fmt.Sprintf("driver: %s %s", name(d.Driver), name(d.Version))
-			if d.Flavor != "" {
-				line += " (" + name(d.Flavor) + ")"
-			}
-			line += ", activated by " + name(by)
-			if d.Previous != "" {
-				line += " (was " + name(d.Previous) + ")"
-			}
-			if d.Userspace != "" {
-				line += "; userspace " + name(d.Userspace)
-			}
-			fmt.Fprintln(w, line)
-		} else {
-			fmt.Fprintln(w, "driver: none active")
-		}
-		if r := st.Request; r != nil {
-			line := "request: " + name(r.Source)
-			if r.Origin != "" {
-				line += " (" + name(r.Origin) + ")"
-			}
-			var asked []string
-			for _, f := range [][2]string{{"version", r.Version}, {"flavour", r.Flavor}, {"cuda", r.CUDA}} {
-				if f[1] != "" {
-					asked = append(asked, f[0]+" "+name(f[1]))
-				}
-			}
-			if len(asked) > 0 {
-				line += ": " + strings.Join(asked, ", ")
-			}
-			fmt.Fprintln(w, line)
-			if ud := r.UserData; ud != nil {
-				fmt.Fprintf(w, "user-data: %s (%s)\n", name(ud.Action), name(ud.Reason))
-			}
-		}
-		if c := st.CDI; c != nil {
-			switch {
-			case c.File == "":
-				fmt.Fprintf(w, "cdi: no spec (%s)\n", name(c.Why))
-			case c.State == "matches":
-				fmt.Fprintf(w, "cdi: %s (%s) matches the loaded driver\n", name(c.File), name(c.Kind))
-			default:
-				fmt.Fprintf(w, "cdi: %s (%s) %s: %s\n", name(c.File), name(c.Kind), name(c.State), name(c.Why))
-			}
-		}
-		if sb := st.SecureBoot; sb != nil {
-			line := "secure boot: " + name(sb.State)
-			if sb.Lockdown != "" {
-				line += ", lockdown " + name(sb.Lockdown)
-			}
-			if sb.Enforced {
-				line += "; module signatures enforced"
-			} else {
-				line += "; module signatures not enforced"
-			}
-			if sb.Expected {
-				line += "; the image was built for Secure Boot"
-			}
-			fmt.Fprintln(w, line)
-			for _, k := range sb.Keys {
-				held := "not on the kernel's keyrings"
-				if k.Enrolled {
-					held = "enrolled"
-				} else if sb.KeysError != "" {
-					held = "keyrings unreadable (" + name(sb.KeysError) + ")"
-				}
-				fmt.Fprintf(w, "signing key: \"%s\" (sig_key %s) of %s: %s\n", name(k.Signer), name(k.SigKey), name(strings.Join(k.Sets, ", ")), held)
-			}
-		}
+		writeBootedStatus(w, st)
 	}
 	fmt.Fprintf(w, "default: %s (%s)\n", name(orNone(st.Default)), name(st.DefaultWhy))
 	for _, k := range st.Kernels {
@@ -546,6 +498,96 @@ func writeStatus(out io.Writer, st *status.Status) {
 	}
 	for _, p := range st.Problems {
 		fmt.Fprintf(w, "problem: %s; fix: %s\n", name(p.What), name(p.Fix))
+	}
+}
+
+// writeBootedStatus writes, to w (escaped), what a system booted through
+// kpreload's /init says: the driver, the request, the CDI spec, Secure
+// Boot.
+func writeBootedStatus(w io.Writer, st *status.Status) {
+	name := termtext.Name
+	fmt.Fprintf(w, "booted: through kpreload's /init, kernel %s\n", name(orNone(st.RunningKernel)))
+	if d := st.Driver; d != nil {
+		by := "/init"
+		if d.By != "init" {
+			by = "kpreload " + d.By
+		}
+		line := fmt.Sprintf("driver: %s %s", name(d.Driver), name(d.Version))
+		if d.Flavor != "" {
+			line += " (" + name(d.Flavor) + ")"
+		}
+		line += ", activated by " + name(by)
+		if d.Previous != "" {
+			line += " (was " + name(d.Previous) + ")"
+		}
+		if d.Userspace != "" {
+			line += "; userspace " + name(d.Userspace)
+		}
+		fmt.Fprintln(w, line)
+	} else {
+		fmt.Fprintln(w, "driver: none active")
+	}
+	if r := st.Request; r != nil {
+		line := "request: " + name(r.Source)
+		if r.Origin != "" {
+			line += " (" + name(r.Origin) + ")"
+		}
+		var asked []string
+		for _, f := range [][2]string{{"version", r.Version}, {"flavour", r.Flavor}, {"cuda", r.CUDA}} {
+			if f[1] != "" {
+				asked = append(asked, f[0]+" "+name(f[1]))
+			}
+		}
+		if len(asked) > 0 {
+			line += ": " + strings.Join(asked, ", ")
+		}
+		fmt.Fprintln(w, line)
+		if ud := r.UserData; ud != nil {
+			fmt.Fprintf(w, "user-data: %s (%s)\n", name(ud.Action), name(ud.Reason))
+		}
+	}
+	if c := st.CDI; c != nil {
+		switch {
+		case c.File == "":
+			fmt.Fprintf(w, "cdi: no spec (%s)\n", name(c.Why))
+		case c.State == "matches":
+			fmt.Fprintf(w, "cdi: %s (%s) matches the loaded driver\n", name(c.File), name(c.Kind))
+		default:
+			fmt.Fprintf(w, "cdi: %s (%s) %s: %s\n", name(c.File), name(c.Kind), name(c.State), name(c.Why))
+		}
+	}
+	writeSecureBootStatus(w, st)
+}
+
+// writeSecureBootStatus writes, to w (escaped), Secure Boot's state and
+// the module signing keys.
+func writeSecureBootStatus(w io.Writer, st *status.Status) {
+	name := termtext.Name
+	sb := st.SecureBoot
+	if sb == nil {
+		return
+	}
+	line := "secure boot: " + name(sb.State)
+	if sb.Lockdown != "" {
+		line += ", lockdown " + name(sb.Lockdown)
+	}
+	if sb.Enforced {
+		line += "; module signatures enforced"
+	} else {
+		line += "; module signatures not enforced"
+	}
+	if sb.Expected {
+		line += "; the image was built for Secure Boot"
+	}
+	fmt.Fprintln(w, line)
+	for _, k := range sb.Keys {
+		held := "not on the kernel's keyrings"
+		if k.Enrolled {
+			held = "enrolled"
+		} else if sb.KeysError != "" {
+			held = "keyrings unreadable (" + name(sb.KeysError) + ")"
+		}
+		fmt.Fprintf(w, "signing key: \"%s\" (sig_key %s) of %s: %s\n", name(k.Signer), name(k.SigKey), name(strings.Join(k.Sets, ", ")), held)
 	}
 }
 
