@@ -56,13 +56,19 @@ func parseAdds(adds []string) (map[string]string, error) {
 	return m, nil
 }
 
-func newRootdiskCmd() *cobra.Command {
-	var (
-		o      rootdisk.Options
-		size   string
-		adds   []string
-		asJSON bool
-	)
+// rootdiskCommand is kpreload rootdisk: its options, as the flags set
+// them.
+type rootdiskCommand struct {
+	o      rootdisk.Options
+	size   string
+	adds   []string
+	asJSON bool
+}
+
+func newRootdiskCmd() *cobra.Command { return (&rootdiskCommand{}).build() }
+
+// build makes the command: its help and its flags.
+func (m *rootdiskCommand) build() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "rootdisk -o FILE",
 		Short: "Build the test root disk (ext4, xfs or btrfs) whose /sbin/init reports and powers off",
@@ -88,69 +94,90 @@ nearest one above it with kpreload's go.mod.`,
   kpreload rootdisk -o root-xfs.img --fstype xfs --uuid 5f1d2c3b-8a9e-4f70-b6d5-4c3b2a190807`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.Out == "" {
-				return fmt.Errorf("-o/--output is required")
-			}
-			var err error
-			if size != "" {
-				if o.SizeMB, err = parseSizeMB(size); err != nil {
-					return err
-				}
-			}
-			if o.Extra, err = parseAdds(adds); err != nil {
+			if err := m.validate(); err != nil {
 				return err
 			}
-			if o.Init == "" {
-				if p := defaultRootInit(); p != "" {
-					if _, err := os.Stat(p); err == nil {
-						o.Init = p
-					}
-				}
-			}
-			if o.Init == "" {
-				dir, err := os.MkdirTemp("", "kpreload-rootinit-")
-				if err != nil {
-					return fmt.Errorf("temporary directory: %w", err)
-				}
-				defer os.RemoveAll(dir)
-				o.Init = filepath.Join(dir, "init")
-				if err := rootdisk.BuildRootInitFrom(cmd.Context(), envSourceDir(), o.Init); err != nil {
-					return fmt.Errorf("no --init given and building one failed: %w", err)
-				}
-			}
-			if err := rootdisk.Build(cmd.Context(), o); err != nil {
-				return err
-			}
-			st, err := os.Stat(o.Out)
-			if err != nil {
-				return err
-			}
-			label := o.Label
-			if label == "" {
-				label = rootdisk.LabelFor(o.FSType)
-			}
-			if asJSON {
-				return printJSON(cmd.OutOrStdout(), map[string]any{
-					"image": o.Out, "fstype": o.FSType, "size": st.Size(), "label": label, "uuid": o.UUID, "init": o.Init, "extra": o.Extra,
-				})
-			}
-			uuid := o.UUID
-			if uuid == "" {
-				uuid = "random"
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s, %d MiB, label %s, UUID %s, /sbin/init from %s\n",
-				o.Out, o.FSType, st.Size()>>20, label, uuid, o.Init)
-			return nil
+			return m.run(cmd)
 		},
 	}
+	m.flags(c)
+	return c
+}
+
+// flags adds the flags to c.
+func (m *rootdiskCommand) flags(c *cobra.Command) {
+	o := &m.o
 	f := c.Flags()
 	f.StringVarP(&o.Out, "output", "o", "", "image file to write")
 	f.StringVar(&o.FSType, "fstype", rootdisk.FSExt4, "filesystem: "+strings.Join(rootdisk.FSTypes, ", "))
-	f.StringVar(&size, "size", "", "image size (e.g. 64M, 1G); default fits the contents, at least 64M (btrfs 128M, xfs 300M)")
+	f.StringVar(&m.size, "size", "", "image size (e.g. 64M, 1G); default fits the contents, at least 64M (btrfs 128M, xfs 300M)")
 	f.StringVar(&o.UUID, "uuid", "", "filesystem UUID (default random)")
 	f.StringVar(&o.Label, "label", "", "filesystem label (default "+rootdisk.DefaultLabel+", on xfs "+rootdisk.DefaultLabelXFS+")")
 	f.StringVar(&o.Init, "init", "", "program to install as /sbin/init (default: kpreload-rootinit beside kpreload or in "+layout.LibDir+", else built)")
-	f.StringArrayVar(&adds, "add", nil, "copy a host directory into the image, DEST=SRC (repeatable)")
-	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
-	return c
+	f.StringArrayVar(&m.adds, "add", nil, "copy a host directory into the image, DEST=SRC (repeatable)")
+	f.BoolVar(&m.asJSON, "json", false, "print the result as JSON")
+}
+
+// validate checks the flags and reads the size and the directories to
+// add into the options.
+func (m *rootdiskCommand) validate() error {
+	o := &m.o
+	if o.Out == "" {
+		return fmt.Errorf("-o/--output is required")
+	}
+	var err error
+	if m.size != "" {
+		if o.SizeMB, err = parseSizeMB(m.size); err != nil {
+			return err
+		}
+	}
+	o.Extra, err = parseAdds(m.adds)
+	return err
+}
+
+// run finds or builds the init program, builds the disk and says what it
+// made.
+func (m *rootdiskCommand) run(cmd *cobra.Command) error {
+	o := m.o
+	if o.Init == "" {
+		if p := defaultRootInit(); p != "" {
+			if _, err := os.Stat(p); err == nil {
+				o.Init = p
+			}
+		}
+	}
+	if o.Init == "" {
+		dir, err := os.MkdirTemp("", "kpreload-rootinit-")
+		if err != nil {
+			return fmt.Errorf("temporary directory: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		o.Init = filepath.Join(dir, "init")
+		if err := rootdisk.BuildRootInitFrom(cmd.Context(), envSourceDir(), o.Init); err != nil {
+			return fmt.Errorf("no --init given and building one failed: %w", err)
+		}
+	}
+	if err := rootdisk.Build(cmd.Context(), o); err != nil {
+		return err
+	}
+	st, err := os.Stat(o.Out)
+	if err != nil {
+		return err
+	}
+	label := o.Label
+	if label == "" {
+		label = rootdisk.LabelFor(o.FSType)
+	}
+	if m.asJSON {
+		return printJSON(cmd.OutOrStdout(), map[string]any{
+			"image": o.Out, "fstype": o.FSType, "size": st.Size(), "label": label, "uuid": o.UUID, "init": o.Init, "extra": o.Extra,
+		})
+	}
+	uuid := o.UUID
+	if uuid == "" {
+		uuid = "random"
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "%s: %s, %d MiB, label %s, UUID %s, /sbin/init from %s\n",
+		o.Out, o.FSType, st.Size()>>20, label, uuid, o.Init)
+	return nil
 }
