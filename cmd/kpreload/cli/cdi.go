@@ -27,11 +27,17 @@ createContainer hook that spec names.`,
 	return cmd
 }
 
-func newCDIGenerateCmd() *cobra.Command {
-	var (
-		root, out, hookPath string
-		asJSON              bool
-	)
+// cdiGenerateCommand is kpreload cdi generate: its options, as the flags
+// set them.
+type cdiGenerateCommand struct {
+	root, out, hookPath string
+	asJSON              bool
+}
+
+func newCDIGenerateCmd() *cobra.Command { return (&cdiGenerateCommand{}).build() }
+
+// build makes the command: its help and its flags.
+func (m *cdiGenerateCommand) build() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "generate [--root DIR] [--json] [-o FILE]",
 		Short: "Write the CDI spec (nvidia.com/gpu) of the loaded NVIDIA driver",
@@ -78,50 +84,65 @@ and a driver library; then containers ask for the devices by name.`,
   docker run --rm --device nvidia.com/gpu=all ubuntu nvidia-smi
   podman run --rm --device nvidia.com/gpu=0 ubuntu nvidia-smi -L`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts := cdispec.Options{HookPath: hookPath}
-			if opts.HookPath == "" {
-				if _, err := inroot.Stat(root, activate.ReadyPath(activate.RunDir)); err != nil {
-					// Not a kpreload image: the hook runs this binary.
-					if exe, err := os.Executable(); err == nil {
-						opts.HookPath = exe
-					}
-				}
-			}
-			spec, found, err := cdispec.Generate(root, opts)
-			if err != nil {
-				return err
-			}
-			cdiReport(cmd, found)
-			data, err := cdispec.Marshal(spec, asJSON)
-			if err != nil {
-				return err
-			}
-			if out != "" {
-				if asJSON {
-					err = cdispec.WriteNew(out, data, true)
-				} else {
-					err = writeOwnSpec(out, data)
-				}
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "cdi: wrote %s (%d devices, valid CDI %s)\n", out, len(spec.Devices), spec.Version)
-				return nil
-			}
-			if _, err := cdispec.Validate(data, asJSON); err != nil {
-				return err
-			}
-			_, err = cmd.OutOrStdout().Write(data)
-			return err
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			m.complete()
+			return m.run(cmd)
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&root, "root", "/", "root of the system to describe (reads DIR/proc, DIR/sys, DIR/dev, DIR/run, DIR/etc)")
-	f.StringVarP(&out, "output", "o", "", "file to write atomically (default: stdout)")
-	f.BoolVar(&asJSON, "json", false, "write JSON instead of YAML")
-	f.StringVar(&hookPath, "hook-path", "", "host path of the kpreload binary the hook runs (default: "+cdispec.DefaultHookPath+" on kpreload images, this binary elsewhere)")
+	m.flags(cmd)
 	return cmd
+}
+
+// flags adds the flags to cmd.
+func (m *cdiGenerateCommand) flags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&m.root, "root", "/", "root of the system to describe (reads DIR/proc, DIR/sys, DIR/dev, DIR/run, DIR/etc)")
+	f.StringVarP(&m.out, "output", "o", "", "file to write atomically (default: stdout)")
+	f.BoolVar(&m.asJSON, "json", false, "write JSON instead of YAML")
+	f.StringVar(&m.hookPath, "hook-path", "", "host path of the kpreload binary the hook runs (default: "+cdispec.DefaultHookPath+" on kpreload images, this binary elsewhere)")
+}
+
+// complete completes the options: the hook runs this binary when
+// --hook-path names none and the root is not a kpreload image.
+func (m *cdiGenerateCommand) complete() {
+	if m.hookPath != "" {
+		return
+	}
+	if _, err := inroot.Stat(m.root, activate.ReadyPath(activate.RunDir)); err != nil {
+		if exe, err := os.Executable(); err == nil {
+			m.hookPath = exe
+		}
+	}
+}
+
+// run makes the spec, validates it and writes it to -o or stdout.
+func (m *cdiGenerateCommand) run(cmd *cobra.Command) error {
+	spec, found, err := cdispec.Generate(m.root, cdispec.Options{HookPath: m.hookPath})
+	if err != nil {
+		return err
+	}
+	cdiReport(cmd, found)
+	data, err := cdispec.Marshal(spec, m.asJSON)
+	if err != nil {
+		return err
+	}
+	if m.out == "" {
+		if _, err := cdispec.Validate(data, m.asJSON); err != nil {
+			return err
+		}
+		_, err = cmd.OutOrStdout().Write(data)
+		return err
+	}
+	if m.asJSON {
+		err = cdispec.WriteNew(m.out, data, true)
+	} else {
+		err = writeOwnSpec(m.out, data)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "cdi: wrote %s (%d devices, valid CDI %s)\n", m.out, len(spec.Devices), spec.Version)
+	return nil
 }
 
 func newCDIRefreshCmd() *cobra.Command {
