@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
 
@@ -27,12 +28,17 @@ type matchResult struct {
 	LoadOrder  []modalias.Module `json:"load_order,omitempty"`
 }
 
-func newMatchCmd() *cobra.Command {
-	var (
-		modulesDir, kernel, root string
-		aliases                  []string
-		loadOrder, asJSON        bool
-	)
+// matchCommand is kpreload match: its options, as the flags set them.
+type matchCommand struct {
+	modulesDir, kernel, root string
+	aliases                  []string
+	loadOrder, asJSON        bool
+}
+
+func newMatchCmd() *cobra.Command { return (&matchCommand{}).build() }
+
+// build makes the command: its help and its flags.
+func (m *matchCommand) build() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "match (--modules-dir DIR | --kernel KVER [--root DIR]) [--modalias STRING]... [MODALIAS]...",
 		Short: "Resolve modaliases to kernel modules the way modprobe does",
@@ -59,67 +65,92 @@ modalias, and the virtio block device's load order.`,
   kpreload match --modules-dir ./6.1.0-56-cloud-amd64/lib/modules/6.1.0-56-cloud-amd64 --load-order virtio:d00000002v00001AF4`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			dir, err := matchModulesDir(modulesDir, kernel, root)
+			dir, lookups, err := m.validate(args)
 			if err != nil {
 				return err
 			}
-			lookups := append(append([]string(nil), aliases...), args...)
-			if len(lookups) == 0 {
-				return errors.New("match: give at least one modalias (--modalias STRING or an argument)")
-			}
-			tree, err := modalias.LoadTree(dir)
-			if err != nil {
-				return fmt.Errorf("match: %w", err)
-			}
-			res := matchResult{ModulesDir: dir}
-			seen := map[string]bool{}
-			for _, a := range lookups {
-				mods := tree.Resolve(a)
-				res.Lookups = append(res.Lookups, matchLookup{Modalias: a, Modules: append([]string{}, mods...)})
-				for _, m := range mods {
-					if !seen[m] {
-						seen[m] = true
-						res.Modules = append(res.Modules, m)
-					}
-				}
-			}
-			if res.Modules == nil {
-				res.Modules = []string{}
-			}
-			if loadOrder {
-				res.LoadOrder = tree.LoadOrderFor(lookups...)
-			}
-			w := cmd.OutOrStdout()
-			if asJSON {
-				return printJSON(w, res)
-			}
-			if len(res.Modules) == 0 {
-				return fmt.Errorf("match: no module in %s matches %s", dir, strings.Join(lookups, ", "))
-			}
-			if loadOrder {
-				for _, m := range res.LoadOrder {
-					if m.Builtin {
-						fmt.Fprintf(w, "builtin %s\n", m.Name)
-					} else {
-						fmt.Fprintf(w, "insmod %s\n", filepath.Join(dir, m.Path))
-					}
-				}
-				return nil
-			}
-			for _, m := range res.Modules {
-				fmt.Fprintln(w, m)
-			}
-			return nil
+			return m.run(cmd.OutOrStdout(), dir, lookups)
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&modulesDir, "modules-dir", "", "the kernel's modules directory (holding modules.dep)")
-	f.StringVar(&kernel, "kernel", "", "kernel release; the tree is ROOT/lib/modules/KVER")
-	f.StringVar(&root, "root", "/", "root directory holding lib/modules, with --kernel")
-	f.StringArrayVar(&aliases, "modalias", nil, "a modalias to resolve (repeatable)")
-	f.BoolVar(&loadOrder, "load-order", false, "print the insertion order (like modprobe --show-depends)")
-	f.BoolVar(&asJSON, "json", false, "print a JSON object")
+	m.flags(cmd)
 	return cmd
+}
+
+// flags adds the flags to cmd.
+func (m *matchCommand) flags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&m.modulesDir, "modules-dir", "", "the kernel's modules directory (holding modules.dep)")
+	f.StringVar(&m.kernel, "kernel", "", "kernel release; the tree is ROOT/lib/modules/KVER")
+	f.StringVar(&m.root, "root", "/", "root directory holding lib/modules, with --kernel")
+	f.StringArrayVar(&m.aliases, "modalias", nil, "a modalias to resolve (repeatable)")
+	f.BoolVar(&m.loadOrder, "load-order", false, "print the insertion order (like modprobe --show-depends)")
+	f.BoolVar(&m.asJSON, "json", false, "print a JSON object")
+}
+
+// validate checks the flags and the arguments: it returns the modules
+// directory and the modaliases to resolve, of --modalias and the
+// arguments.
+func (m *matchCommand) validate(args []string) (dir string, lookups []string, err error) {
+	if dir, err = matchModulesDir(m.modulesDir, m.kernel, m.root); err != nil {
+		return "", nil, err
+	}
+	lookups = append(append([]string(nil), m.aliases...), args...)
+	if len(lookups) == 0 {
+		return "", nil, errors.New("match: give at least one modalias (--modalias STRING or an argument)")
+	}
+	return dir, lookups, nil
+}
+
+// run resolves lookups in the module tree dir and prints the modules, or
+// their load order, on w.
+func (m *matchCommand) run(w io.Writer, dir string, lookups []string) error {
+	tree, err := modalias.LoadTree(dir)
+	if err != nil {
+		return fmt.Errorf("match: %w", err)
+	}
+	res := resolveAll(tree, dir, lookups, m.loadOrder)
+	if m.asJSON {
+		return printJSON(w, res)
+	}
+	if len(res.Modules) == 0 {
+		return fmt.Errorf("match: no module in %s matches %s", dir, strings.Join(lookups, ", "))
+	}
+	if m.loadOrder {
+		for _, mod := range res.LoadOrder {
+			if mod.Builtin {
+				fmt.Fprintf(w, "builtin %s\n", mod.Name)
+			} else {
+				fmt.Fprintf(w, "insmod %s\n", filepath.Join(dir, mod.Path))
+			}
+		}
+		return nil
+	}
+	for _, mod := range res.Modules {
+		fmt.Fprintln(w, mod)
+	}
+	return nil
+}
+
+// resolveAll resolves each of lookups in tree (the module tree dir): the
+// modules of each, every module once, and with loadOrder the order
+// modprobe would insert them in.
+func resolveAll(tree *modalias.Tree, dir string, lookups []string, loadOrder bool) matchResult {
+	res := matchResult{ModulesDir: dir, Modules: []string{}}
+	seen := map[string]bool{}
+	for _, a := range lookups {
+		mods := tree.Resolve(a)
+		res.Lookups = append(res.Lookups, matchLookup{Modalias: a, Modules: append([]string{}, mods...)})
+		for _, mod := range mods {
+			if !seen[mod] {
+				seen[mod] = true
+				res.Modules = append(res.Modules, mod)
+			}
+		}
+	}
+	if loadOrder {
+		res.LoadOrder = tree.LoadOrderFor(lookups...)
+	}
+	return res
 }
 
 // matchModulesDir picks the modules directory from --modules-dir or --kernel/--root.
