@@ -172,10 +172,21 @@ func writeCacheLs(w io.Writer, entries []store.Entry) error {
 	return tw.Flush()
 }
 
+// cacheVerifyCommand is kpreload cache verify: its options, as the flags
+// set them, and the cache it verifies.
+type cacheVerifyCommand struct {
+	open                func() (*store.Store, error)
+	asJSON, repair      bool
+	rebuild, recipesDir string
+	recipeRefs          []string
+}
+
 func newCacheVerifyCmd(open func() (*store.Store, error)) *cobra.Command {
-	var asJSON, repair bool
-	var rebuild, recipesDir string
-	var recipeRefs []string
+	return (&cacheVerifyCommand{open: open}).build()
+}
+
+// build makes the command: its help and its flags.
+func (m *cacheVerifyCommand) build() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "verify [--repair] | verify --rebuild SET|KEY [--recipe R]... [--json]",
 		Short: "Re-hash every module file and check manifests and boot indexes, or rebuild a set and compare",
@@ -202,64 +213,75 @@ is non-zero when they differ.
   kpreload cache verify --rebuild 0f5074e78eb6
   kpreload cache pull --remote oci://registry.example/kpreload && kpreload cache verify --rebuild ae3c39a1 --json`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := open()
-			if err != nil {
-				return err
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if m.rebuild != "" && m.repair {
+				return fmt.Errorf("--rebuild and --repair: give one")
 			}
-			ctx := cacheContext(cmd)
-			w := cmd.OutOrStdout()
-			if rebuild != "" {
-				if repair {
-					return fmt.Errorf("--rebuild and --repair: give one")
-				}
-				return runRebuild(cmd, s, rebuild, recipeRefs, recipesDir, asJSON)
-			}
-			var rep *store.Repaired
-			if repair {
-				if rep, err = s.Repair(ctx); err != nil {
-					return err
-				}
-			}
-			probs, err := s.Verify(ctx)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				if probs == nil {
-					probs = []store.Problem{}
-				}
-				if err := printJSON(w, struct {
-					OK       bool            `json:"ok"`
-					Repaired *store.Repaired `json:"repaired,omitempty"`
-					Problems []store.Problem `json:"problems"`
-				}{len(probs) == 0, rep, probs}); err != nil {
-					return err
-				}
-			} else {
-				if rep != nil {
-					fmt.Fprintf(w, "repaired: %d temporary file(s), %d boot index(es), %d cache key(s), %d unused object(s) removed or rewritten\n",
-						len(rep.TempFiles), len(rep.Indexes), len(rep.Keys), len(rep.Objects))
-				}
-				for _, p := range probs {
-					fmt.Fprintln(w, p)
-				}
-				if len(probs) == 0 {
-					fmt.Fprintf(w, "ok: %s\n", s.Dir())
-				}
-			}
-			if len(probs) > 0 {
-				return fmt.Errorf("verify %s: %d problem(s)", s.Dir(), len(probs))
-			}
-			return nil
+			return m.run(cmd)
 		},
 	}
-	cmd.Flags().BoolVar(&repair, "repair", false, "clean up after interrupted writers first")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
-	cmd.Flags().StringVar(&rebuild, "rebuild", "", "rebuild this set (id or cache key digest, or a prefix) and compare it byte for byte")
-	cmd.Flags().StringArrayVar(&recipeRefs, "recipe", nil, "with --rebuild: the recipe (file or name) the set was built from (repeatable; default: every recipe in --recipes)")
-	cmd.Flags().StringVar(&recipesDir, "recipes", "", "with --rebuild: directory of recipes"+recipesDefaultHelp)
+	cmd.Flags().BoolVar(&m.repair, "repair", false, "clean up after interrupted writers first")
+	cmd.Flags().BoolVar(&m.asJSON, "json", false, "print the result as JSON")
+	cmd.Flags().StringVar(&m.rebuild, "rebuild", "", "rebuild this set (id or cache key digest, or a prefix) and compare it byte for byte")
+	cmd.Flags().StringArrayVar(&m.recipeRefs, "recipe", nil, "with --rebuild: the recipe (file or name) the set was built from (repeatable; default: every recipe in --recipes)")
+	cmd.Flags().StringVar(&m.recipesDir, "recipes", "", "with --rebuild: directory of recipes"+recipesDefaultHelp)
 	return cmd
+}
+
+// run rebuilds a set and compares it, or repairs (with --repair) and
+// verifies the cache.
+func (m *cacheVerifyCommand) run(cmd *cobra.Command) error {
+	s, err := m.open()
+	if err != nil {
+		return err
+	}
+	if m.rebuild != "" {
+		return runRebuild(cmd, s, m.rebuild, m.recipeRefs, m.recipesDir, m.asJSON)
+	}
+	ctx := cacheContext(cmd)
+	var rep *store.Repaired
+	if m.repair {
+		if rep, err = s.Repair(ctx); err != nil {
+			return err
+		}
+	}
+	probs, err := s.Verify(ctx)
+	if err != nil {
+		return err
+	}
+	if err := m.print(cmd.OutOrStdout(), s.Dir(), rep, probs); err != nil {
+		return err
+	}
+	if len(probs) > 0 {
+		return fmt.Errorf("verify %s: %d problem(s)", s.Dir(), len(probs))
+	}
+	return nil
+}
+
+// print writes what the repair did (rep, nil without one) and the problems
+// verifying the cache dir found, as text or JSON.
+func (m *cacheVerifyCommand) print(w io.Writer, dir string, rep *store.Repaired, probs []store.Problem) error {
+	if m.asJSON {
+		if probs == nil {
+			probs = []store.Problem{}
+		}
+		return printJSON(w, struct {
+			OK       bool            `json:"ok"`
+			Repaired *store.Repaired `json:"repaired,omitempty"`
+			Problems []store.Problem `json:"problems"`
+		}{len(probs) == 0, rep, probs})
+	}
+	if rep != nil {
+		fmt.Fprintf(w, "repaired: %d temporary file(s), %d boot index(es), %d cache key(s), %d unused object(s) removed or rewritten\n",
+			len(rep.TempFiles), len(rep.Indexes), len(rep.Keys), len(rep.Objects))
+	}
+	for _, p := range probs {
+		fmt.Fprintln(w, p)
+	}
+	if len(probs) == 0 {
+		fmt.Fprintf(w, "ok: %s\n", dir)
+	}
+	return nil
 }
 
 // runRebuild is cache verify --rebuild: matrix.Rebuild, printed.
