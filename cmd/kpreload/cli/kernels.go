@@ -32,11 +32,17 @@ type kernelJSON struct {
 	Seconds float64 `json:"seconds"`
 }
 
-func newKernelsFetchCmd() *cobra.Command {
-	var (
-		suite, cache string
-		asJSON       bool
-	)
+// kernelsFetchCommand is kpreload kernels fetch: its options, as the
+// flags set them.
+type kernelsFetchCommand struct {
+	suite, cache string
+	asJSON       bool
+}
+
+func newKernelsFetchCmd() *cobra.Command { return (&kernelsFetchCommand{}).build() }
+
+// build makes the command: its help and its flags.
+func (m *kernelsFetchCommand) build() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "fetch [--suite S] [--cache DIR] [--json] KVER...",
 		Short: "Download and unpack Debian kernels (image, headers, kbuild) under $KPRELOAD_CACHE/kernels",
@@ -61,57 +67,76 @@ kernels. DIR is --cache, else $KPRELOAD_CACHE, else /var/cache/kpreload.
 
 Progress goes to stderr; --json prints one object per kernel (kernel, suite,
 dir, fetched, seconds) to stdout. scripts/kernels.sh runs this command.`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return fmt.Errorf("kernels fetch: name at least one kernel release (KVER), such as 6.1.0-56-cloud-amd64")
-			}
-			return nil
-		},
+		Args: kernelsFetchArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := signal.NotifyContext(cacheContext(cmd), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			if suite != "" {
-				if err := archive.CheckSuite(suite); err != nil {
-					return err
-				}
+			if err := m.validate(); err != nil {
+				return err
 			}
-			stderr := cmd.ErrOrStderr()
-			progress := func(line string) { fmt.Fprintln(stderr, line) }
-			archives := map[string]*archive.Archive{}
-			var out []kernelJSON
-			for _, kver := range args {
-				s := suite
-				if s == "" {
-					s = archive.KernelSuite(kver)
-				}
-				a, ok := archives[s]
-				if !ok {
-					var err error
-					if a, err = archive.New(s, cache); err != nil {
-						return err
-					}
-					archives[s] = a
-				}
-				fetched := !archive.KernelUnpacked(cache, kver)
-				start := time.Now()
-				dir, err := a.FetchKernel(ctx, kver, cache, progress)
-				if err != nil {
-					return err
-				}
-				if !fetched {
-					progress(fmt.Sprintf("kernel %s already unpacked in %s", kver, dir))
-				}
-				out = append(out, kernelJSON{Kernel: kver, Suite: s, Dir: dir, Fetched: fetched, Seconds: time.Since(start).Seconds()})
-			}
-			if asJSON {
-				return printJSON(cmd.OutOrStdout(), out)
-			}
-			return nil
+			return m.run(cmd, args)
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&suite, "suite", "", "Debian suite to fetch from (default: the one each release names)")
-	f.StringVar(&cache, "cache", downloadDefaultDir(), "download cache: debs/, kernels/, apt/ ($KPRELOAD_CACHE)")
-	f.BoolVar(&asJSON, "json", false, "print the kernels as JSON")
+	m.flags(cmd)
 	return cmd
+}
+
+// flags adds the flags to cmd.
+func (m *kernelsFetchCommand) flags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&m.suite, "suite", "", "Debian suite to fetch from (default: the one each release names)")
+	f.StringVar(&m.cache, "cache", downloadDefaultDir(), "download cache: debs/, kernels/, apt/ ($KPRELOAD_CACHE)")
+	f.BoolVar(&m.asJSON, "json", false, "print the kernels as JSON")
+}
+
+// kernelsFetchArgs checks that the arguments name a kernel release.
+func kernelsFetchArgs(_ *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return fmt.Errorf("kernels fetch: name at least one kernel release (KVER), such as 6.1.0-56-cloud-amd64")
+	}
+	return nil
+}
+
+// validate checks the flags.
+func (m *kernelsFetchCommand) validate() error {
+	if m.suite != "" {
+		return archive.CheckSuite(m.suite)
+	}
+	return nil
+}
+
+// run fetches and unpacks the kernels kvers, each from its suite.
+func (m *kernelsFetchCommand) run(cmd *cobra.Command, kvers []string) error {
+	ctx, stop := signal.NotifyContext(cacheContext(cmd), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	stderr := cmd.ErrOrStderr()
+	progress := func(line string) { fmt.Fprintln(stderr, line) }
+	archives := map[string]*archive.Archive{}
+	var out []kernelJSON
+	for _, kver := range kvers {
+		s := m.suite
+		if s == "" {
+			s = archive.KernelSuite(kver)
+		}
+		a, ok := archives[s]
+		if !ok {
+			var err error
+			if a, err = archive.New(s, m.cache); err != nil {
+				return err
+			}
+			archives[s] = a
+		}
+		fetched := !archive.KernelUnpacked(m.cache, kver)
+		start := time.Now()
+		dir, err := a.FetchKernel(ctx, kver, m.cache, progress)
+		if err != nil {
+			return err
+		}
+		if !fetched {
+			progress(fmt.Sprintf("kernel %s already unpacked in %s", kver, dir))
+		}
+		out = append(out, kernelJSON{Kernel: kver, Suite: s, Dir: dir, Fetched: fetched, Seconds: time.Since(start).Seconds()})
+	}
+	if m.asJSON {
+		return printJSON(cmd.OutOrStdout(), out)
+	}
+	return nil
 }
