@@ -24,14 +24,20 @@ func defaultInit() string {
 	return layout.Companion(exe, layout.Init)
 }
 
-func newInitramfsCmd() *cobra.Command {
-	var (
-		o      assemble.Options
-		out    string
-		comp   string
-		asJSON bool
-		root   string
-	)
+// initramfsCommand is kpreload initramfs: its options, as the flags set
+// them.
+type initramfsCommand struct {
+	o      assemble.Options
+	out    string
+	comp   string
+	asJSON bool
+	root   string
+}
+
+func newInitramfsCmd() *cobra.Command { return (&initramfsCommand{}).build() }
+
+// build makes the command: its help and its flags.
+func (m *initramfsCommand) build() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "initramfs --kernel KVER -o FILE",
 		Short: "Build a kpreload initramfs for one kernel",
@@ -53,45 +59,23 @@ working directory under its release's name.`,
   kpreload initramfs --kernel 6.1.0-56-cloud-amd64 --root ./6.1.0-56-cloud-amd64 --cache ./cache --filesystems ext4 --json -o initrd.img`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.Kernel == "" {
-				return fmt.Errorf("--kernel is required (the kernel release, as uname -r prints it)")
-			}
-			if out == "" {
-				return fmt.Errorf("-o/--output is required")
-			}
-			c, err := archive.ParseCompression(comp)
-			if err != nil {
+			if err := m.validate(); err != nil {
 				return err
 			}
-			o.Compression = c
-			if o.ModulesDir == "" && root != "" {
-				o.ModulesDir = filepath.Join(root, "lib/modules", o.Kernel)
-			}
-			if o.Init == "" {
-				o.Init = defaultInit()
-			}
-			if _, err := os.Stat(o.Init); err != nil {
-				return fmt.Errorf("/init binary: %w (build it with `make`, or pass --init)", err)
-			}
-			res, err := assemble.WriteFile(o, out)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(cmd.OutOrStdout(), res)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: %d bytes (%s), %d modules, %d sets, sha256 %s\n",
-				out, res.Size, res.Compression, len(res.Modules), len(res.Sets), res.SHA256[:16])
-			for _, fw := range res.MissingFirmware {
-				fmt.Fprintf(cmd.ErrOrStderr(), "warning: firmware %s declared by an included module is not in %s\n", fw, o.FirmwareDir)
-			}
-			return nil
+			return m.run(cmd)
 		},
 	}
+	m.flags(c)
+	return c
+}
+
+// flags adds the flags to c.
+func (m *initramfsCommand) flags(c *cobra.Command) {
+	o := &m.o
 	f := c.Flags()
 	f.StringVar(&o.Kernel, "kernel", "", "kernel release (uname -r) the initramfs is for")
 	f.StringVar(&o.ModulesDir, "modules-dir", "", "the kernel's module tree (default /lib/modules/KVER, or ROOT/lib/modules/KVER)")
-	f.StringVar(&root, "root", "", "a directory holding an unpacked kernel (lib/modules/KVER), e.g. from scripts/kernels.sh")
+	f.StringVar(&m.root, "root", "", "a directory holding an unpacked kernel (lib/modules/KVER), e.g. from scripts/kernels.sh")
 	f.StringVar(&o.CacheDir, "cache", "", "include the module sets a kpreload cache holds for this kernel")
 	f.StringSliceVar(&o.Filesystems, "filesystems", nil, "only these root filesystems' modules ("+strings.Join(assemble.FilesystemNames(), ", ")+"; default: all)")
 	f.BoolVar(&o.Complete, "complete", false, "mark the index complete: the root's module cache holds no driver set for this kernel that --cache lacks, so /init chooses and loads drivers while it finds the root (kpreload.early=0 turns that off at boot)")
@@ -101,8 +85,51 @@ working directory under its release's name.`,
 	f.StringVar(&o.FirmwareDir, "firmware-dir", "/lib/firmware", "where declared firmware is taken from")
 	f.StringVar(&o.Init, "init", "", "the static /init binary (default: kpreload-init beside this executable, else in "+layout.LibDir+")")
 	f.StringVar(&o.Shell, "debug-shell", "", "a static shell (e.g. /bin/busybox) to include as /bin/sh for kpreload.debug")
-	f.StringVar(&comp, "compression", "zstd", "zstd, lz4 (larger, faster to unpack), gzip or none")
-	f.StringVarP(&out, "output", "o", "", "where to write the initramfs")
-	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
-	return c
+	f.StringVar(&m.comp, "compression", "zstd", "zstd, lz4 (larger, faster to unpack), gzip or none")
+	f.StringVarP(&m.out, "output", "o", "", "where to write the initramfs")
+	f.BoolVar(&m.asJSON, "json", false, "print the result as JSON")
+}
+
+// validate checks the flags and completes the options: the compression,
+// the module tree under --root, the /init binary.
+func (m *initramfsCommand) validate() error {
+	o := &m.o
+	if o.Kernel == "" {
+		return fmt.Errorf("--kernel is required (the kernel release, as uname -r prints it)")
+	}
+	if m.out == "" {
+		return fmt.Errorf("-o/--output is required")
+	}
+	c, err := archive.ParseCompression(m.comp)
+	if err != nil {
+		return err
+	}
+	o.Compression = c
+	if o.ModulesDir == "" && m.root != "" {
+		o.ModulesDir = filepath.Join(m.root, "lib/modules", o.Kernel)
+	}
+	if o.Init == "" {
+		o.Init = defaultInit()
+	}
+	if _, err := os.Stat(o.Init); err != nil {
+		return fmt.Errorf("/init binary: %w (build it with `make`, or pass --init)", err)
+	}
+	return nil
+}
+
+// run writes the initramfs and says what it holds.
+func (m *initramfsCommand) run(cmd *cobra.Command) error {
+	res, err := assemble.WriteFile(m.o, m.out)
+	if err != nil {
+		return err
+	}
+	if m.asJSON {
+		return printJSON(cmd.OutOrStdout(), res)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "%s: %d bytes (%s), %d modules, %d sets, sha256 %s\n",
+		m.out, res.Size, res.Compression, len(res.Modules), len(res.Sets), res.SHA256[:16])
+	for _, fw := range res.MissingFirmware {
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: firmware %s declared by an included module is not in %s\n", fw, m.o.FirmwareDir)
+	}
+	return nil
 }

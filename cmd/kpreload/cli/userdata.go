@@ -27,10 +27,20 @@ func newUserDataCmd() *cobra.Command {
 		Use:   "user-data",
 		Short: "Apply the driver request in cloud-init's user-data after boot",
 	}
-	var (
-		cloudConfig, cacheDir, sysfs, kernel string
-		asJSON, dryRun                       bool
-	)
+	cmd.AddCommand((&userDataApplyCommand{}).build())
+	return cmd
+}
+
+// userDataApplyCommand is kpreload user-data apply: its options, as the
+// flags set them.
+type userDataApplyCommand struct {
+	cloudConfig, cacheDir, sysfs, kernel string
+	asJSON, dryRun                       bool
+}
+
+// build makes the command: its help and its flags.
+func (m *userDataApplyCommand) build() *cobra.Command {
+
 	apply := &cobra.Command{
 		Use:   "apply [--cloud-config FILE] [--cache DIR] [--json] | apply --dry-run [--cloud-config FILE] [--sysfs ROOT] [--cache DIR] [--kernel KVER] [--json]",
 		Short: "Switch to the driver version the user-data asks for, when /init could not read it",
@@ -62,47 +72,62 @@ boot report.`,
   kpreload user-data apply --dry-run --cloud-config images/user-data-550.yaml --sysfs testdata/h100-gpu-vm/pci-sysfs.txt --cache testdata/plan-bundle --kernel 6.1.0-56-cloud-amd64 --json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if (sysfs != "" || kernel != "") && !dryRun {
-				return errors.New("user-data apply: --sysfs and --kernel decide for another machine: only with --dry-run")
+			if err := m.validate(); err != nil {
+				return err
 			}
-			if err := checkNames("--kernel", kernel); err != nil {
-				return fmt.Errorf("user-data apply: %w", err)
-			}
-			o := userDataOptions(cmd.ErrOrStderr(), cloudConfig, cacheDir)
-			if dryRun {
-				o.DryRun, o.Log = true, io.Discard
-				if kernel != "" {
-					o.System = userDataSystem{release: kernel}
-				}
-				if sysfs != "" {
-					o.SysDir, o.ProcDir, o.RunDir, o.ReportPath = sysfs, "", "", "" // another machine: none of this host's records
-				}
-			}
-			rec, err := userdata.Apply(o)
-			if !dryRun {
-				if rerr := recordSection("/", report.Path, "user_data", rec); rerr != nil {
-					fmt.Fprintf(cmd.ErrOrStderr(), "kpreload user-data: warning: %v\n", rerr)
-				}
-			}
-			if asJSON {
-				if jerr := printJSON(cmd.OutOrStdout(), rec); jerr != nil {
-					return jerr
-				}
-			} else {
-				fmt.Fprintf(cmd.OutOrStdout(), "kpreload user-data: %s: %s\n", rec.Action, rec.Reason)
-			}
-			return err
+			return m.run(cmd)
 		},
 	}
 	f := apply.Flags()
-	f.StringVar(&cloudConfig, "cloud-config", CloudConfigPath, "the #cloud-config cloud-init assembled from the user-data")
-	f.StringVar(&cacheDir, "cache", store.DefaultDir, "module cache holding the driver sets")
-	f.BoolVar(&asJSON, "json", false, "print what was done as JSON (the report's user_data section)")
-	f.BoolVar(&dryRun, "dry-run", false, "take the decision and say what apply would do, changing and recording nothing")
-	f.StringVar(&sysfs, "sysfs", "", "with --dry-run: the PCI devices of another machine (a sysfs mount, a root holding sys/, a capture file or directory)")
-	f.StringVar(&kernel, "kernel", "", "with --dry-run: the kernel release to decide for (default: this machine's)")
-	cmd.AddCommand(apply)
-	return cmd
+
+	f.StringVar(&m.cloudConfig, "cloud-config", CloudConfigPath, "the #cloud-config cloud-init assembled from the user-data")
+	f.StringVar(&m.cacheDir, "cache", store.DefaultDir, "module cache holding the driver sets")
+	f.BoolVar(&m.asJSON, "json", false, "print what was done as JSON (the report's user_data section)")
+	f.BoolVar(&m.dryRun, "dry-run", false, "take the decision and say what apply would do, changing and recording nothing")
+	f.StringVar(&m.sysfs, "sysfs", "", "with --dry-run: the PCI devices of another machine (a sysfs mount, a root holding sys/, a capture file or directory)")
+	f.StringVar(&m.kernel, "kernel", "", "with --dry-run: the kernel release to decide for (default: this machine's)")
+	return apply
+}
+
+// validate checks the flags: another machine's devices and kernel go
+// with --dry-run only.
+func (m *userDataApplyCommand) validate() error {
+	if (m.sysfs != "" || m.kernel != "") && !m.dryRun {
+		return errors.New("user-data apply: --sysfs and --kernel decide for another machine: only with --dry-run")
+	}
+	if err := checkNames("--kernel", m.kernel); err != nil {
+		return fmt.Errorf("user-data apply: %w", err)
+	}
+	return nil
+}
+
+// run applies the request (with --dry-run: takes the decision only),
+// records what it did in the boot report and says it.
+func (m *userDataApplyCommand) run(cmd *cobra.Command) error {
+	o := userDataOptions(cmd.ErrOrStderr(), m.cloudConfig, m.cacheDir)
+	if m.dryRun {
+		o.DryRun, o.Log = true, io.Discard
+		if m.kernel != "" {
+			o.System = userDataSystem{release: m.kernel}
+		}
+		if m.sysfs != "" {
+			o.SysDir, o.ProcDir, o.RunDir, o.ReportPath = m.sysfs, "", "", "" // another machine: none of this host's records
+		}
+	}
+	rec, err := userdata.Apply(o)
+	if !m.dryRun {
+		if rerr := recordSection("/", report.Path, "user_data", rec); rerr != nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "kpreload user-data: warning: %v\n", rerr)
+		}
+	}
+	if m.asJSON {
+		if jerr := printJSON(cmd.OutOrStdout(), rec); jerr != nil {
+			return jerr
+		}
+	} else {
+		fmt.Fprintf(cmd.OutOrStdout(), "kpreload user-data: %s: %s\n", rec.Action, rec.Reason)
+	}
+	return err
 }
 
 // userDataOptions are gpu/userdata's options over this machine; log
