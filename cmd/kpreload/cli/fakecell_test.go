@@ -189,3 +189,28 @@ func TestFakeCellThroughARegistry(t *testing.T) {
 		t.Errorf("cache pull KEY pulled %d cells, want 1:\n%s", n, out)
 	}
 }
+
+// TestFakeCellSigned: a key made with cache keygen signs the cells cache
+// push sends, and a pull that trusts it takes them verified, where a pull
+// trusting another key refuses them.
+func TestFakeCellSigned(t *testing.T) {
+	t.Chdir(t.TempDir())
+	mustRun(t, 0, "cache", "keygen", "team")
+	mustRun(t, 0, "cache", "keygen", "--json", "other")
+	reg := remotetest.Start(t)
+	cache := t.TempDir()
+	remoteFlags := []string{"--remote", reg.URL(), "--plain-http", "--docker-config", filepath.Join(t.TempDir(), "config.json")}
+	mustRun(t, 0, "cache", "add", "--cache", cache, "--driver", "fake", "--version", "1.0", "--key", "schema=test/1", fakeModule(t, "kpreload_fake"))
+	out, _ := mustRun(t, 0, append([]string{"cache", "push", "--cache", cache, "--sign", "team.key", "--json"}, remoteFlags...)...)
+	wantIn(t, "cache push --sign --json", out, `"driver": "fake"`)
+
+	out, errOut := mustRun(t, 0, append([]string{"cache", "pull", "--cache", t.TempDir(), "--trust", "team.pub"}, remoteFlags...)...)
+	wantIn(t, "cache pull --trust team.pub", out, "fake 1.0  for "+fakeKernel+": pulled set")
+	if strings.Contains(errOut, "unsigned") || strings.Contains(errOut, "not verified") {
+		t.Errorf("cache pull --trust team.pub warns of a cell it verified:\n%s", errOut)
+	}
+	_, errOut = mustRun(t, 1, append([]string{"cache", "pull", "--cache", t.TempDir(), "--trust", "other.pub"}, remoteFlags...)...)
+	wantIn(t, "cache pull --trust other.pub", errOut, "0 cell(s) pulled, 1 refused")
+	out, _ = mustRun(t, 0, append([]string{"build", "--report", "--trust", "team.pub"}, remoteFlags...)...)
+	wantIn(t, "build --report --trust team.pub", out, "fake 1.0", "ok")
+}
