@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -28,5 +30,50 @@ func TestValidateHookArgs(t *testing.T) {
 		if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
 			t.Errorf("validateHookArgs(%q) = %v, want error %q", tt.args, err, tt.wantErr)
 		}
+	}
+}
+
+// TestKernelHookOnAPlainRoot: on a root kpreload never booted or
+// installed, the hooks change nothing: up and boot-ok say why, postinst
+// and grub-entries are quiet, refresh fails naming the missing boot
+// loader.
+func TestKernelHookOnAPlainRoot(t *testing.T) {
+	root := t.TempDir()
+	for _, tt := range []struct {
+		args           []string
+		code           int
+		stdout, stderr string
+	}{
+		{[]string{"up"}, 0, "did not come through kpreload's /init", ""},
+		{[]string{"boot-ok"}, 0, "did not come through kpreload's /init", ""},
+		{[]string{"postinst", "6.1.0-56-cloud-amd64"}, 0, "", ""},
+		{[]string{"postrm", "6.1.0-56-cloud-amd64"}, 0, "", ""},
+		{[]string{"grub-entries"}, 0, "", ""},
+		{[]string{"refresh"}, 1, "", "no boot loader found"},
+	} {
+		code, out, errOut := runCLI(append(append([]string{"kernel-hook"}, tt.args...), "--root", root)...)
+		if code != tt.code || !strings.Contains(out, tt.stdout) || tt.stdout == "" && out != "" || !strings.Contains(errOut, tt.stderr) {
+			t.Errorf("kernel-hook %q on a plain root = exit %d, stdout %q, stderr %q; want exit %d, stdout %q, stderr with %q",
+				tt.args, code, out, errOut, tt.code, tt.stdout, tt.stderr)
+		}
+	}
+}
+
+// TestSwitchRequest: the request a switch keeps: none without a file, the
+// file's when given, an error naming a bad one.
+func TestSwitchRequest(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "instance.yaml")
+	if err := os.WriteFile(good, []byte("resources:\n  driver:\n    version: \"550\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if req, err := switchRequest("", false); err != nil || req.Source != "" {
+		t.Errorf("switchRequest(none, another machine) = %+v, %v; want no request", req, err)
+	}
+	if req, err := switchRequest(good, true); err != nil || req.Source != "file" || req.Origin != good || req.Instance.Resources.Driver.Version != "550" {
+		t.Errorf("switchRequest(%s) = %+v, %v; want the file's request", good, req, err)
+	}
+	if _, err := switchRequest(filepath.Join(dir, "absent.yaml"), true); err == nil || !strings.Contains(err.Error(), "absent.yaml") {
+		t.Errorf("switchRequest(absent) = %v, want an error naming the file", err)
 	}
 }
