@@ -171,7 +171,7 @@ func TestInitramfsHelpExamples(t *testing.T) {
 	tree := testenv.KernelTree(t, kver)
 	bin := t.TempDir()
 	kpreload := testenv.GoBuildStatic(t, bin, "kpreload", "./cmd/kpreload")
-	testenv.GoBuildStatic(t, bin, "kpreload-init", "./initramfs/cmd/init")
+	testenv.GoBuildStatic(t, bin, "kpreload-init", "./cmd/kpreload-init")
 	ko := testenv.SyntheticModule(t, "kpreload_syn", kver)
 	t.Chdir(t.TempDir())
 	if err := os.Symlink(tree, kver); err != nil {
@@ -225,7 +225,7 @@ func TestInstallHelpExamples(t *testing.T) {
 	const kver = "6.1.0-56-cloud-amd64"
 	const stage = "kpreload install --stage --image debian.raw --recipe testdriver"
 	tree := testenv.KernelTree(t, kver)
-	init := testenv.GoBuildStatic(t, t.TempDir(), "kpreload-init", "./initramfs/cmd/init")
+	init := testenv.GoBuildStatic(t, t.TempDir(), "kpreload-init", "./cmd/kpreload-init")
 	t.Chdir(t.TempDir())
 	lines := examplesOf(t, "kpreload install")
 	ran := 0
@@ -292,7 +292,7 @@ func TestImageBuildHelpExamples(t *testing.T) {
 	}
 	bin := t.TempDir()
 	kpreload := testenv.GoBuildStatic(t, bin, "kpreload", "./cmd/kpreload")
-	testenv.GoBuildStatic(t, bin, "kpreload-init", "./initramfs/cmd/init")
+	testenv.GoBuildStatic(t, bin, "kpreload-init", "./cmd/kpreload-init")
 	t.Chdir(t.TempDir())
 	for _, d := range []string{"recipes", "images"} {
 		if err := os.Symlink(filepath.Join(repo, d), d); err != nil {
