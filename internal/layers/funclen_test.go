@@ -14,8 +14,8 @@ import (
 // maxCmdFuncLines is the most lines a function under cmd/ may take.
 const maxCmdFuncLines = 80
 
-// TestCmdFunctionsShort checks that no function in the commands (cmd/ and
-// initramfs/cmd/, test files aside) is longer than maxCmdFuncLines: a command
+// TestCmdFunctionsShort checks that no function in the commands (cmd/,
+// test files aside) is longer than maxCmdFuncLines: a command
 // builds its flags, validates them and runs, and what is not about flags
 // lives in a library.
 //
