@@ -272,7 +272,7 @@ func (m *cachePullCommand) flags(cmd *cobra.Command) {
 	rf.register(f)
 	f.StringArrayVar(&m.kernels, "kernel", nil, "only cells for this kernel release (repeatable)")
 	f.StringVar(&m.driver, "driver", "", "only cells of this driver")
-	f.StringVar(&m.version, "version", "", "only cells of this driver version, read as the instance YAML reads it (550: the 550 branch; 550.54.14: that version)")
+	f.StringVar(&m.version, "version", "", "only cells of this driver version, matched as the instance YAML matches it: 550.54.14 that version, 550 or 550.54 every version of that branch or prefix, latest every version")
 	f.StringVar(&m.flavor, "flavor", "", "only cells of this flavour")
 	f.BoolVar(&m.asJSON, "json", false, "print what was pulled as JSON")
 	f.BoolVar(&m.replace, "replace", false, "let a pulled cell replace a local set of the same driver, version and flavour for its kernel")
