@@ -497,14 +497,6 @@ func bootTimeline(res *qemu.Result) *timeline.Boot {
 	return b
 }
 
-// listOrNone joins names with commas, or says "none".
-func listOrNone(names []string) string {
-	if len(names) == 0 {
-		return "none"
-	}
-	return strings.Join(names, ", ")
-}
-
 // printModuleTimeline lists every module /init considered, in start order, with
 // its times, outcome, phase and the devices that asked for it.
 func printModuleTimeline(w io.Writer, rep *report.Report) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/kpreload/kpreload/internal/none"
 	"io"
 	"os"
 	"strings"
@@ -470,7 +471,7 @@ func writeStatus(out io.Writer, st *status.Status) {
 	if st.Booted {
 		writeBootedStatus(w, st)
 	}
-	fmt.Fprintf(w, "default: %s (%s)\n", name(orNone(st.Default)), name(st.DefaultWhy))
+	fmt.Fprintf(w, "default: %s (%s)\n", name(none.Or(st.Default)), name(st.DefaultWhy))
 	for _, k := range st.Kernels {
 		mark := " "
 		if k.Release == st.Default {
@@ -506,7 +507,7 @@ func writeStatus(out io.Writer, st *status.Status) {
 // Boot.
 func writeBootedStatus(w io.Writer, st *status.Status) {
 	name := termtext.Name
-	fmt.Fprintf(w, "booted: through kpreload's /init, kernel %s\n", name(orNone(st.RunningKernel)))
+	fmt.Fprintf(w, "booted: through kpreload's /init, kernel %s\n", name(none.Or(st.RunningKernel)))
 	if d := st.Driver; d != nil {
 		by := "/init"
 		if d.By != "init" {
@@ -589,11 +590,4 @@ func writeSecureBootStatus(w io.Writer, st *status.Status) {
 		}
 		fmt.Fprintf(w, "signing key: \"%s\" (sig_key %s) of %s: %s\n", name(k.Signer), name(k.SigKey), name(strings.Join(k.Sets, ", ")), held)
 	}
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "none"
-	}
-	return s
 }
