@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,13 +53,24 @@ func TestDiskImageBuilder(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Fatal("this test needs root (diskimage-builder, loop mounts, chroot)")
 	}
+	t.Parallel() // its image build beside vmdb2's: see adoptBoots
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 40*time.Minute))
 	defer cancel()
 	start := time.Now()
 	cached := dibtest.Image(ctx, t)
+	adoptBoots.Lock()
+	defer adoptBoots.Unlock()
 	adoptBootUpdate(ctx, t, cached)
 	t.Logf("whole test: %s", time.Since(start).Round(time.Second))
 }
+
+// adoptBoots lets one of TestDiskImageBuilder and TestVmdb2 at a time adopt
+// and boot its image. The two run in parallel so that the other tools' image
+// builds, each once per machine and each about ten minutes on a cold
+// machine (debootstrap and dpkg, waiting on the disk more than using a
+// CPU), overlap instead of following each other; what comes after (the
+// test driver's dkms build, install --stage, a TCG boot) takes turns.
+var adoptBoots sync.Mutex
 
 // adoptBootUpdate is what TestDiskImageBuilder and TestVmdb2 prove on a copy
 // of the raw disk image cached, another tool's Debian 12 image with Debian's

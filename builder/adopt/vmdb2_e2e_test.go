@@ -92,11 +92,14 @@ func TestVmdb2(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Fatal("this test needs root (vmdb2, loop devices, chroot)")
 	}
+	t.Parallel() // its image build beside diskimage-builder's: see adoptBoots
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 40*time.Minute))
 	defer cancel()
 	start := time.Now()
 	cached := vmdb2Image(ctx, t)
 	checkVmdb2Disk(t, cached)
+	adoptBoots.Lock()
+	defer adoptBoots.Unlock()
 	adoptBootUpdate(ctx, t, cached)
 	t.Logf("whole test: %s", time.Since(start).Round(time.Second))
 }
