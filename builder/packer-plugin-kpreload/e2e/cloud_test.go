@@ -46,43 +46,23 @@ WantedBy=multi-user.target
 `
 )
 
-// initramfsConf is the base image's /etc/initramfs-tools/conf.d/ file:
-// MODULES=dep, as many cloud images and their users set, so that
-// update-initramfs in the guest packs the modules this VM uses rather than
-// initramfs.conf's MODULES=most (every storage and filesystem driver: 256 s
-// under TCG against 60 s with dep, the initrd 15.9 MB against 6.4 MB). It comes with the test's other files,
-// after mmdebstrap: the base image's own initramfs, which boots the Packer
-// build, is the one made at mmdebstrap time with MODULES=most (a MODULES=dep
-// one made in the build chroot would be sized for the build host). Only the
-// provisioned disk's first boot runs mkinitramfs with it, in the guest, where
-// "dep" sees the VM's own root device and modules.
-const initramfsConf = `# kpreload test: the modules this machine needs (see cloud_test.go)
-MODULES=dep
-`
-
-// What packages do to a provisioned image, run at each boot once kpreload is
-// installed (not during the Packer build's own boot): the first time,
-// update-initramfs -u -k all (firmware and cryptsetup packages trigger it)
-// and update-grub; every time, the menu and kpreload-ready's state.
+// What each boot of a provisioned image reports (not during the Packer
+// build's own boot): GRUB's menu and kpreload-ready's state. What packages
+// do to such an image later (update-initramfs -u -k all, update-grub,
+// another kernel package) is proved inside another tool's image by
+// builder/adopt's TestDiskImageBuilder and TestVmdb2, and on a running
+// kpreload image by builder/follow/e2e, whose boots install kernels with
+// apt-get; here, under TCG, it would add two minutes of the guest's
+// mkinitramfs to what this test proves (the QEMU builder's provisioning).
 const (
 	updatesSrc = `#!/bin/sh
 say() { echo "kpreload-test: $*"; }
-since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1fs", b - a }'; }
-if [ ! -e /var/lib/kpreload-test-updates ]; then
-	t0=$(date +%s.%N)
-	update-initramfs -u -k all >/tmp/u.log 2>&1 && say "update-initramfs ok in $(since $t0)" || say "update-initramfs FAILED"
-	t0=$(date +%s.%N)
-	update-grub >/tmp/g.log 2>&1 && say "update-grub ok in $(since $t0)" || say "update-grub FAILED"
-	ls -l /boot/initrd.img-* | sed 's/^/kpreload-test: /'
-	touch /var/lib/kpreload-test-updates
-	sync
-fi
 grep -o "^menuentry '[^']*'" /boot/grub/grub.cfg | cut -d"'" -f2 | sed 's/^/kpreload-test: entry: /'
 say "kpreload-ready $(systemctl is-active kpreload-ready.service)"
 say done
 `
 	updatesUnit = `[Unit]
-Description=kpreload test: what packages do to a provisioned image
+Description=kpreload test: what a provisioned image boots
 ConditionPathExists=/usr/bin/kpreload
 After=kpreload-drivers.target
 
@@ -115,8 +95,7 @@ var updatesDone = regexp.MustCompile(`kpreload-test: done`)
 // the non-root user; provisioner "kpreload" with use_sudo uploads the test
 // driver's cells and runs kpreload install, which makes the VM's own GRUB
 // boot kpreload's initramfs (the VM's real update-grub and grub-probe). The
-// output disk then boots under SeaBIOS, where it runs update-initramfs -u -k
-// all and update-grub as packages do (kept), and under OVMF: both times with
+// output disk then boots under SeaBIOS and under OVMF: both times with
 // kpreload's entry first and the default, the distribution's initramfs one
 // entry away, the driver bound before switch_root and kpreload-drivers.target
 // reached.
@@ -140,7 +119,6 @@ func TestProvisionerCloudBuilder(t *testing.T) {
 		"/etc/systemd/system/kpreload-test-make-user.service": write(t, dir, "make-user.service", makeUserUnit, 0o644),
 		"/usr/local/sbin/kpreload-test-updates":               write(t, dir, "updates", updatesSrc, 0o755),
 		"/etc/systemd/system/kpreload-test-updates.service":   write(t, dir, "updates.service", updatesUnit, 0o644),
-		"/etc/initramfs-tools/conf.d/kpreload-test.conf":      write(t, dir, "initramfs.conf", initramfsConf, 0o644),
 	}
 
 	// The base image: no kpreload in it.
@@ -239,13 +217,12 @@ build {
 		}
 	}
 
-	// The first boot keeps what it does: update-initramfs -u -k all and
-	// update-grub, as packages run them. Both boots must still start
-	// kpreload's initramfs by default, with the distribution's one entry away.
+	// Both boots start kpreload's initramfs by default, with the
+	// distribution's one entry away.
 	disk := filepath.Join(out, "gpu.qcow2")
-	for i, fw := range []string{qemu.FirmwareBIOS, qemu.FirmwareUEFI} {
+	for _, fw := range []string{qemu.FirmwareBIOS, qemu.FirmwareUEFI} {
 		res, err := (&qemu.Runner{WorkDir: t.TempDir()}).Run(ctx, qemu.Config{
-			Firmware: fw, RootDisk: disk, Snapshot: i > 0,
+			Firmware: fw, RootDisk: disk, Snapshot: true,
 			Devices: []string{"edu"}, Until: updatesDone, Timeout: testenv.Deadline(t, 420*time.Second),
 		})
 		if err != nil {
@@ -263,9 +240,6 @@ build {
 			"Booting `Debian GNU/Linux, with Linux " + testKernel + " (kpreload)'",
 			"kpreload-test: entry: Debian GNU/Linux, with Linux " + testKernel + " (distribution initramfs)",
 			"kpreload-test: kpreload-ready active",
-		}
-		if i == 0 {
-			wants = append(wants, "kpreload-test: update-initramfs ok", "kpreload-test: update-grub ok")
 		}
 		if !kpreloadReady.Match(c) {
 			t.Errorf("%s boot: systemd did not reach kpreload-drivers.target (%s)", fw, res.Console)

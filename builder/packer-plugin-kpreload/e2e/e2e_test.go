@@ -119,7 +119,7 @@ var defaultTarget = regexp.MustCompile(`Reached target .*(Multi-User System|Grap
 // mmdebstrap of the same tarball is not run again), then boots the produced qcow2 in QEMU through OVMF and the
 // image's systemd-boot with -device edu: /init's report shows kpreload_edu
 // loaded and the device bound before switch_root to /sbin/init, and systemd
-// reaches its default target. Bookworm's build is the documented flow run as
+// reaches its default target (trixie's boot ends at systemd's welcome). Bookworm's build is the documented flow run as
 // written (docs/packer.md and README.md: `packer init`, `packer validate`,
 // `packer build images/ci-testdriver.pkr.hcl`, the template's variables set
 // through PKR_VAR_ in the environment); trixie's adds -var suite=trixie and
@@ -239,11 +239,20 @@ func buildAndBootCITestdriver(t *testing.T, suite, kernel, welcome string, docum
 	if b, err := exec.CommandContext(ctx, "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", want[1], overlay).CombinedOutput(); err != nil {
 		t.Fatalf("qemu-img create overlay: %v\n%s", err, b)
 	}
+	// The documented build boots to systemd's default target. The other
+	// suite's boot ends at systemd's welcome: the driver bound before the
+	// real init and the suite's own systemd started are what it adds, and
+	// the rest of a trixie userspace under TCG is the cloud-init image's
+	// boot (builder/image TestCloudInitImage).
+	until, what := defaultTarget, "its default target"
+	if !documented {
+		until, what = regexp.MustCompile(`Welcome to .*`+regexp.QuoteMeta(welcome)), "the systemd welcome of "+welcome
+	}
 	res, err := (&qemu.Runner{WorkDir: t.TempDir()}).Run(ctx, qemu.Config{
 		Firmware: qemu.FirmwareUEFI,
 		RootDisk: overlay,
 		Devices:  []string{"edu"},
-		Until:    defaultTarget,
+		Until:    until,
 		Timeout:  testenv.Deadline(t, 480*time.Second),
 	})
 	if err != nil {
@@ -251,7 +260,7 @@ func buildAndBootCITestdriver(t *testing.T, suite, kernel, welcome string, docum
 	}
 	t.Logf("booted to %q in %s", res.UntilMatch, res.Duration.Round(time.Second))
 	if !res.UntilMatched {
-		t.Fatalf("systemd did not reach its default target; console %s", res.Console)
+		t.Fatalf("the boot did not reach %s; console %s", what, res.Console)
 	}
 	checkDriverBound(t, res, kernel, "root=UUID="+m.RootUUID)
 	console, err := os.ReadFile(res.Console)
