@@ -29,6 +29,16 @@ const (
 	DefaultAccel   = "tcg"
 )
 
+// TCGModel is the virtual CPU of a TCG boot: QEMU's AMD-vendored qemu64 with
+// the x86-64-v2 instructions every cloud CPU has (SSSE3, SSE4.1, SSE4.2 with
+// its crc32, which Debian's crc32c-intel needs, POPCNT, CMPXCHG16B), rather
+// than max. Without max's AVX, AVX-512 and newer sets for the guest's
+// kernel and libraries to pick, a boot takes less host CPU under TCG
+// (bench/results/qemu-cpu-model-2026-12-07.md), which most of make test's
+// time is; AMD-vendored, the guest needs no page-table isolation, as with
+// max. It has no TSC-deadline timer either (see Args).
+const TCGModel = "qemu64,+ssse3,+sse4.1,+sse4.2,+popcnt,+cx16"
+
 // ReportDevice is the guest device of the second serial port, the clean report channel
 // passed to the guest as kpreload.report=.
 const ReportDevice = "/dev/ttyS1"
@@ -332,7 +342,8 @@ func Args(c Config, consoleLog, reportLog string) ([]string, error) {
 		// multi-threaded TCG. On this project's 2-core hosts, with tests booting in
 		// parallel, it costs nothing measurable (builder/qemu + initramfs/e2e:
 		// 27.9 + 44.6 s single, 26.1 + 43.9 s multi).
-		args = append(args, "-accel", "tcg,thread=single", "-cpu", "max,tsc-deadline=off")
+		// The CPU is TCGModel rather than max: see there.
+		args = append(args, "-accel", "tcg,thread=single", "-cpu", TCGModel)
 		if c.ICount > 0 {
 			args = append(args, "-icount", fmt.Sprintf("shift=%d,sleep=off", c.ICount))
 		}

@@ -9,7 +9,7 @@ import (
 
 // common is the part of every TCG command line before -kernel.
 func common(mem, cpus string) []string {
-	return []string{"-machine", "q35", "-accel", "tcg,thread=single", "-cpu", "max,tsc-deadline=off", "-m", mem, "-smp", cpus,
+	return []string{"-machine", "q35", "-accel", "tcg,thread=single", "-cpu", TCGModel, "-m", mem, "-smp", cpus,
 		"-nodefaults", "-no-user-config", "-display", "none", "-monitor", "none", "-no-reboot",
 		"-serial", "file:/w/console.log", "-serial", "file:/w/report.log"}
 }
