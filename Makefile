@@ -70,13 +70,13 @@ vet:
 # -timeout only catches a hang (60m: within CI's 90 minutes with deps and builds;
 # builder/image takes about 12 on an idle host): each VM test's own deadlines follow the host's
 # measured slowdown (testenv.Deadline), so a busy host needs the room.
-# go test starts packages in the order named (each once): the four longest (image
-# builds and boots, Packer, /init's boots, build-to-boot) first, so that the many
-# short ones fill the second core around them instead of one long one running
-# alone at the end.
-# -vet=off: the vet target just ran the full `go vet ./...`, whose analyzers
-# include every one go test would run again on each package.
-SLOW_FIRST := ./builder/image ./builder/adopt ./builder/follow/e2e ./builder/packer-plugin-kpreload/e2e ./packaging/e2e ./initramfs/e2e ./builder/e2e
+# go test starts packages in the order named (each once): the long ones first, so
+# that the many short ones fill the second core around them instead of one long one
+# running alone at the end. builder/adopt (other tools' image builds, which wait on
+# dpkg and the disk more than they use a CPU) and builder/image lead; builder/e2e
+# (the NVIDIA dkms builds, CPU all the way) comes third so that its compilers fill
+# what the image builds leave, where last it ran alone at the end of a cold run.
+SLOW_FIRST := ./builder/adopt ./builder/image ./builder/e2e ./builder/packer-plugin-kpreload/e2e ./builder/follow/e2e ./initramfs/e2e ./packaging/e2e ./gpu/userdata/e2e
 test: deps build vet
 	@echo '$(STATIC) $(GO) test -trimpath -count=1 -vet=off -p 3 -timeout 60m $(SLOW_FIRST) ./... (but $(CGO_PKGS))'
 	@$(STATIC) $(GO) test -trimpath -count=1 -vet=off -p 3 -timeout 60m $(SLOW_FIRST) $(NOCGO_PKGS)
