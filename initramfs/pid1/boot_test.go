@@ -770,3 +770,50 @@ func TestBootInstanceBase64(t *testing.T) {
 		t.Errorf("got %+v, want 1.0.0 early from the command line", got)
 	}
 }
+
+// TestRequestedEarly checks that a kpreload.load= driver without its device
+// (NVIDIA's module on a machine whose GPU is not there, as in a benchmark
+// under QEMU) loads with the early decision before the root is there, and
+// after the root mount when the decision waits for the root.
+func TestRequestedEarly(t *testing.T) {
+	tests := []struct {
+		name      string
+		complete  bool
+		phase     string
+		event     string
+		beforeFor bool // the root appears only once nvidia was asked for
+	}{
+		{"early decision: loaded while the root is not there yet", true, "initramfs-early", "initramfs-early: loading nvidia (kpreload.load)", true},
+		{"decision after the root: loaded after its mount", false, "initramfs", "initramfs: loading nvidia (kpreload.load)", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, "")
+			f.initSets = []testSet{nvidia("550.163.01", "open")}
+			f.complete = tt.complete
+			f.cmdline = "kpreload.load=nvidia"
+			if tt.beforeFor {
+				f.sys.rootAfterLoad = "nvidia"
+			}
+			o := f.boot()
+			if o.written == nil || o.written.Root.Mounted == 0 {
+				t.Fatalf("the root was never mounted; events:\n%v\nconsole:\n%s", o.rep.Events, o.console)
+			}
+			mods := o.module("nvidia")
+			if len(mods) != 1 {
+				t.Fatalf("nvidia entries %+v, want one", mods)
+			}
+			m, mounted := mods[0], o.written.Root.Mounted
+			before := m.End <= mounted
+			if got, want := fmt.Sprintf("%s %s before root %v", m.Phase, m.Errno, before), fmt.Sprintf("%s ENODEV before root %v", tt.phase, tt.complete); got != want {
+				t.Errorf("nvidia %q (start %.3f, end %.3f, root mounted %.3f), want %q", got, m.Start, m.End, mounted, want)
+			}
+			if !strings.Contains(o.events(), tt.event) {
+				t.Errorf("events lack %q:\n%s", tt.event, o.events())
+			}
+			if n := strings.Count(o.events(), "loading nvidia (kpreload.load)"); n != 1 {
+				t.Errorf("nvidia asked for %d times, want once:\n%s", n, o.events())
+			}
+		})
+	}
+}

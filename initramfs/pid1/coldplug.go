@@ -153,32 +153,49 @@ func (b *Boot) record(mods []report.Module, fwDirs []string) {
 // module then fails with ENODEV, which proves it links against this kernel).
 // Names the index does not know yet are tried again in the next phase.
 func (b *Boot) requested(phase string) {
-	v, ok := b.flagOK("kpreload.load")
-	if !ok || v == "" {
-		return
-	}
-	b.ld.Phase = phase
-	var want []string
-	for _, n := range strings.Split(v, ",") {
-		n = modname.Normalize(strings.TrimSpace(n))
-		if n == "" || b.attempted[n] || len(b.index.ByName(n)) == 0 {
-			continue
-		}
-		b.attempted[n] = true
-		want = append(want, n)
-	}
+	want := b.takeRequested(b.index)
 	if len(want) == 0 {
 		if phase == "rootfs" {
-			for _, n := range strings.Split(v, ",") {
-				if n = modname.Normalize(strings.TrimSpace(n)); n != "" && !b.attempted[n] {
+			for _, n := range b.loadFlag() {
+				if !b.attempted[n] {
 					b.warnf("kpreload.load: module %s is in no cached set for %s", n, b.release)
 				}
 			}
 		}
 		return
 	}
+	b.ld.Phase = phase
 	b.event("%s: loading %s (kpreload.load)", phase, strings.Join(want, ", "))
 	b.load(want)
+}
+
+// loadFlag returns the module names kpreload.load= gives (comma-separated),
+// normalized, in order.
+func (b *Boot) loadFlag() []string {
+	var out []string
+	for _, n := range strings.Split(b.flag("kpreload.load", ""), ",") {
+		if n = modname.Normalize(strings.TrimSpace(n)); n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// takeRequested returns the kpreload.load= modules ix holds that were not
+// given to a loader yet, and marks them given: requested's for its phase,
+// and the early loads' (loadEarly), whose decision is final before the root
+// is there, so a driver asked for without its device loads beside the
+// devices' drivers rather than after the root mount.
+func (b *Boot) takeRequested(ix *coldplug.Index) []string {
+	var want []string
+	for _, n := range b.loadFlag() {
+		if b.attempted[n] || len(ix.ByName(n)) == 0 {
+			continue
+		}
+		b.attempted[n] = true
+		want = append(want, n)
+	}
+	return want
 }
 
 // refreshDrivers records which driver each device ended up bound to.

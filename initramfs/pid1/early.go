@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/gpu/selection"
@@ -63,11 +64,17 @@ func (b *Boot) startEarly() (join func()) {
 // meanwhile) for the devices they match: the PCI bus scanned for the
 // decision when every alias of the chosen sets is a PCI one (the devices a
 // driver set matches, PCI GPUs, are there before /init runs), else one whole
-// scan, which serves the first coldplug round too. join waits for the loads
+// scan, which serves the first coldplug round too. The kpreload.load=
+// modules the chosen sets hold load there too, after the devices' drivers:
+// the root holds nothing that could change them. join waits for the loads
 // and records them.
 func (b *Boot) loadEarly(ix planIndex, pciBus []coldplug.Device, pciErr error) (join func()) {
 	resolve := b.chosenIndex(ix, true)
 	match := b.chosenIndex(ix, false)
+	asked := b.takeRequested(match)
+	if len(asked) > 0 {
+		b.event("initramfs-early: loading %s (kpreload.load)", strings.Join(asked, ", "))
+	}
 	ld := b.newLoader("initramfs-early")
 	ld.FirmwareDirs = b.firmwareDirs("")
 	var devs []coldplug.Device
@@ -91,18 +98,18 @@ func (b *Boot) loadEarly(ix planIndex, pciBus []coldplug.Device, pciErr error) (
 			}
 			out <- res
 		}()
-		if scanErr != nil {
-			return
-		}
 		var want []string
 		seen := map[string]bool{}
-		for _, dev := range devs {
-			names, load := matchDevice(match, dev, seen)
-			if len(names) > 0 {
-				res.matched = append(res.matched, earlyMatch{dev, names})
-				want = append(want, load...)
+		if scanErr == nil {
+			for _, dev := range devs {
+				names, load := matchDevice(match, dev, seen)
+				if len(names) > 0 {
+					res.matched = append(res.matched, earlyMatch{dev, names})
+					want = append(want, load...)
+				}
 			}
 		}
+		want = append(want, newNames(asked, seen)...)
 		if len(want) > 0 {
 			res.modules = ld.Load(resolve, want)
 		}

@@ -325,6 +325,9 @@ type fakeSystem struct {
 	roots map[string]string
 	// findAfter is how many root lookups fail before the root is there.
 	findAfter, finds int
+	// rootAfterLoad, when set, keeps the root away until the fake kernel
+	// has been asked to load this module: a root that appears late.
+	rootAfterLoad string
 	// mountErrs is how many root mounts fail first.
 	mountErrs int
 	// fwData and fwErr are what fw_cfg's I/O ports give.
@@ -389,6 +392,9 @@ func (s *fakeSystem) FindRoot(spec rootfs.Spec) (string, error) {
 	s.finds++
 	late := s.finds <= s.findAfter
 	s.mu.Unlock()
+	if s.rootAfterLoad != "" && !s.f.kern.wasAsked(s.rootAfterLoad) {
+		late = true
+	}
 	name, ok := s.roots[spec.String()]
 	if !ok || late {
 		return "", fmt.Errorf("no block device with %s (have: no block devices)", spec)
@@ -475,6 +481,8 @@ type fakeKernel struct {
 	// errs holds the error a module's init returns.
 	errs   map[string]error
 	loaded []string
+	// asked is every module a load was asked for, its init failing or not.
+	asked  []string
 	params map[string]string
 	// helperLinked says, for each module load, whether the initramfs's
 	// module helper link (modprobe.HelperPath) was there when it began.
@@ -492,6 +500,7 @@ func (k *fakeKernel) FinitModule(fd int, params string, flags int) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.helperLinked = append(k.helperLinked, lerr == nil)
+	k.asked = append(k.asked, name)
 	if err := k.errs[name]; err != nil {
 		return err
 	}
@@ -545,6 +554,13 @@ func (k *fakeKernel) bind(addr, driver string) error {
 }
 
 func (k *fakeKernel) InitModule(image []byte, params string) error { return unix.ENOSYS }
+
+// wasAsked reports whether a load of module name was asked for.
+func (k *fakeKernel) wasAsked(name string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Contains(k.asked, name)
+}
 
 // names returns the modules the fake kernel loaded, sorted (loads of one
 // round run in parallel).
