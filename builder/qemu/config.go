@@ -86,6 +86,15 @@ type Config struct {
 	// RootDisk is a raw (or .qcow2) disk image attached on RootBus; empty attaches none.
 	// With FirmwareUEFI it is the disk the firmware boots from (required).
 	RootDisk string
+	// RootLate, when above 0, attaches RootDisk this long after QEMU starts
+	// instead of at its start: a root volume that appears while the machine
+	// boots, as a cloud's network block volumes and NVMe namespaces can.
+	// Run gives the machine a monitor (MonitorSocket, beside the console
+	// log unless set) and plugs the disk in there (RootPlugCommands) on
+	// HotplugBus, where the guest's PCIe hotplug finds it. It needs a direct
+	// kernel boot and RootBus virtio or nvme; the guest's root= names it
+	// as at start (/dev/vda with no Drives), or better by UUID.
+	RootLate time.Duration
 	// RootDiskFormat is RootDisk's format as QEMU's block drivers name it:
 	// "raw", "qcow2", "vmdk" or "vpc" (VHD). Empty takes it from the file's
 	// name (DiskFormat). QEMU is always told the format: it never probes.
@@ -379,7 +388,11 @@ func Args(c Config, consoleLog, reportLog string) ([]string, error) {
 	if c.MonitorSocket != "" {
 		args = append(args, "-device", "pcie-root-port,id="+HotplugBus+",chassis=1,slot=1")
 	}
-	if c.RootDisk != "" {
+	if c.RootLate > 0 {
+		if _, err := RootPlugCommands(c); err != nil {
+			return nil, err
+		}
+	} else if c.RootDisk != "" {
 		format := c.RootDiskFormat
 		if format == "" {
 			format = DiskFormat(c.RootDisk)
@@ -468,6 +481,40 @@ func DiskFormat(path string) string {
 
 // optEscape doubles commas, QEMU's escape inside a key=value option list.
 func optEscape(s string) string { return strings.ReplaceAll(s, ",", ",,") }
+
+// RootPlugCommands are the monitor commands that attach c's root disk to a
+// running machine (Config.RootLate): the drive, then its device on
+// HotplugBus.
+func RootPlugCommands(c Config) ([]string, error) {
+	c = c.withDefaults()
+	switch {
+	case c.RootDisk == "":
+		return nil, errors.New("qemu: a late root needs a root disk (RootDisk)")
+	case c.Firmware != FirmwareDirect:
+		return nil, fmt.Errorf("qemu: a late root needs a direct kernel boot: %s firmware boots from the disk", c.Firmware)
+	case c.MonitorSocket == "":
+		return nil, errors.New("qemu: a late root is plugged in through the monitor: set MonitorSocket (Run does)")
+	case c.Snapshot:
+		return nil, errors.New("qemu: a late root cannot be a snapshot")
+	case strings.ContainsAny(c.RootDisk, " \t\n\"'"):
+		return nil, fmt.Errorf("qemu: a late root's path %q has a space or quote, which the monitor's command line splits on", c.RootDisk)
+	}
+	format := c.RootDiskFormat
+	if format == "" {
+		format = DiskFormat(c.RootDisk)
+	}
+	if !slices.Contains(diskFormats, format) {
+		return nil, fmt.Errorf("qemu: root disk format %q: want one of %s", format, strings.Join(diskFormats, ", "))
+	}
+	drive := "drive_add 0 if=none,id=root,format=" + format + ",file=" + optEscape(c.RootDisk)
+	switch c.RootBus {
+	case "virtio":
+		return []string{drive, "device_add virtio-blk-pci,drive=root,bus=" + HotplugBus}, nil
+	case "nvme":
+		return []string{drive, "device_add nvme,serial=kpreload-root,drive=root,bus=" + HotplugBus}, nil
+	}
+	return nil, fmt.Errorf("qemu: a late root on %s: want virtio or nvme (PCIe hotplug)", c.RootBus)
+}
 
 // HotplugBus is the PCIe root port a machine with a monitor has for devices
 // plugged in while it runs: device_add ...,bus=HotplugBus.

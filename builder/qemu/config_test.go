@@ -116,6 +116,11 @@ func TestArgsErrors(t *testing.T) {
 		{"icount with two CPUs", Config{Kernel: "/k", ICount: 3}, "1 CPU"},
 		{"icount under kvm", Config{Kernel: "/k", Accel: "kvm", CPUs: 1, ICount: 3}, "-accel tcg"},
 		{"icount shift too large", Config{Kernel: "/k", CPUs: 1, ICount: 11}, "want 1 to 10"},
+		{"late root without a monitor", Config{Kernel: "/k", RootDisk: "/d", RootLate: time.Second}, "set MonitorSocket"},
+		{"late root on scsi", Config{Kernel: "/k", RootDisk: "/d", RootBus: "scsi", RootLate: time.Second, MonitorSocket: "/m"}, "want virtio or nvme"},
+		{"late root through firmware", Config{Firmware: FirmwareUEFI, OVMFCode: "/c", OVMFVars: "/v", RootDisk: "/d", RootLate: time.Second, MonitorSocket: "/m"}, "direct kernel boot"},
+		{"late root with a space", Config{Kernel: "/k", RootDisk: "/a b.img", RootLate: time.Second, MonitorSocket: "/m"}, "space or quote"},
+		{"late root as a snapshot", Config{Kernel: "/k", RootDisk: "/d", Snapshot: true, RootLate: time.Second, MonitorSocket: "/m"}, "snapshot"},
 	}
 	for _, tt := range tests {
 		_, err := Args(tt.c, "/w/c", "/w/r")
@@ -138,6 +143,40 @@ func TestKernelCmdline(t *testing.T) {
 	for _, tt := range tests {
 		if got := KernelCmdline(tt.c); got != tt.want {
 			t.Errorf("KernelCmdline(%+v) = %q, want %q", tt.c, got, tt.want)
+		}
+	}
+}
+
+// TestRootLate checks a late root's command line (a monitor and the hotplug
+// port, no root drive) and the monitor commands that plug it in.
+func TestRootLate(t *testing.T) {
+	tests := []struct {
+		name string
+		c    Config
+		want []string
+	}{
+		{"virtio", Config{Kernel: "/k", RootDisk: "/a,b.img", MonitorSocket: "/w/m.sock", RootLate: 5 * time.Second},
+			[]string{"drive_add 0 if=none,id=root,format=raw,file=/a,,b.img", "device_add virtio-blk-pci,drive=root,bus=" + HotplugBus}},
+		{"nvme, qcow2", Config{Kernel: "/k", RootDisk: "/d.qcow2", RootBus: "nvme", MonitorSocket: "/w/m.sock", RootLate: 5 * time.Second},
+			[]string{"drive_add 0 if=none,id=root,format=qcow2,file=/d.qcow2", "device_add nvme,serial=kpreload-root,drive=root,bus=" + HotplugBus}},
+	}
+	for _, tt := range tests {
+		got, err := RootPlugCommands(tt.c)
+		if err != nil || !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("RootPlugCommands(%s) = %q, %v; want %q", tt.name, got, err, tt.want)
+		}
+		args, err := Args(tt.c, "/w/console.log", "/w/report.log")
+		if err != nil {
+			t.Fatalf("Args(%s): %v", tt.name, err)
+		}
+		line := strings.Join(args, " ")
+		for _, want := range []string{"-monitor unix:/w/m.sock,server=on,wait=off", "-device pcie-root-port,id=" + HotplugBus, "root=" + RootDevice[tt.c.withDefaults().RootBus]} {
+			if !strings.Contains(line, want) {
+				t.Errorf("Args(%s) = %q, want %q in it", tt.name, line, want)
+			}
+		}
+		if strings.Contains(line, "id=root") {
+			t.Errorf("Args(%s) = %q attaches the root disk at start", tt.name, line)
 		}
 	}
 }

@@ -58,6 +58,9 @@ type Result struct {
 	// (Config.UntilUp; UntilMatch is then its line on the report
 	// channel), nil when none did.
 	Up *report.Up
+	// RootPlugged is how long after QEMU started the root disk was plugged
+	// in (Config.RootLate), 0 when it was there from the start.
+	RootPlugged time.Duration
 	// Status is what the machine said of itself, `kpreload status --json`
 	// as kpreload-up.service wrote it on the report channel before its
 	// record (report.ScanStatus; Config.UntilUp), nil when it wrote none.
@@ -155,10 +158,14 @@ func (r *Runner) Run(ctx context.Context, c Config) (*Result, error) {
 		stopQEMU()
 	})
 	start := time.Now()
+	plugged := plugRootLate(qemuCtx, c, stopQEMU)
 	code, runErr := drv.Run(qemuCtx, args)
 	res.Duration = time.Since(start)
 	stop()
 	stopWatch()
+	stopQEMU()
+	var plugErr error
+	res.RootPlugged, plugErr = plugged()
 	res.ExitCode = code
 
 	console, readErr := os.ReadFile(c.ConsoleLog)
@@ -183,6 +190,8 @@ func (r *Runner) Run(ctx context.Context, c Config) (*Result, error) {
 	r.collectReports(res, console)
 
 	switch {
+	case plugErr != nil:
+		return res, fmt.Errorf("%w; last console lines:\n%s", plugErr, tail(console, 20))
 	case res.TimedOut:
 		return res, fmt.Errorf("qemu: boot did not finish within %s (killed); last console lines:\n%s", c.Timeout, tail(console, 20))
 	case runErr != nil:
@@ -203,6 +212,51 @@ func (r *Runner) Run(ctx context.Context, c Config) (*Result, error) {
 		return res, fmt.Errorf("qemu: while the machine ran: %w", atErr)
 	}
 	return res, nil
+}
+
+// plugRootLate attaches c's root disk through the monitor c.RootLate after
+// it is called (Config.RootLate), unless ctx ends first; a plug that fails
+// stops QEMU through stop, since the guest would wait for its root until
+// the timeout. wait, called once QEMU has exited, returns how long after
+// the call the disk was plugged in (0 when it was not) and why it failed.
+func plugRootLate(ctx context.Context, c Config, stop func()) (wait func() (time.Duration, error)) {
+	if c.RootLate <= 0 {
+		return func() (time.Duration, error) { return 0, nil }
+	}
+	start := time.Now()
+	type plug struct {
+		at  time.Duration
+		err error
+	}
+	done := make(chan plug, 1)
+	go func() {
+		t := time.NewTimer(c.RootLate)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			done <- plug{}
+			return
+		case <-t.C:
+		}
+		cmds, err := RootPlugCommands(c)
+		if err == nil {
+			var ans []string
+			ans, err = Monitor(c.MonitorSocket, cmds...)
+			if err == nil && strings.Contains(strings.Join(ans, "\n"), "Error") {
+				err = fmt.Errorf("monitor answered %q", ans)
+			}
+		}
+		if err != nil {
+			stop()
+			done <- plug{err: fmt.Errorf("qemu: plug the root disk in after %s: %w", c.RootLate, err)}
+			return
+		}
+		done <- plug{at: time.Since(start)}
+	}()
+	return func() (time.Duration, error) {
+		p := <-done
+		return p.at, p.err
+	}
 }
 
 // DryRun prepares c as Run does before it starts QEMU (the logs' paths in
@@ -230,6 +284,17 @@ func (r *Runner) DryRun(c Config) ([]string, error) {
 func (r *Runner) prepare(c *Config) error {
 	if err := r.logPaths(c); err != nil {
 		return err
+	}
+	if c.RootLate > 0 && c.MonitorSocket == "" {
+		// A Unix socket's path has room for 107 bytes.
+		c.MonitorSocket = filepath.Join(filepath.Dir(c.ConsoleLog), "monitor.sock")
+		if len(c.MonitorSocket) > 100 {
+			dir, err := os.MkdirTemp("", "kpreload-monitor-")
+			if err != nil {
+				return fmt.Errorf("qemu: monitor socket: %w", err)
+			}
+			c.MonitorSocket = filepath.Join(dir, "monitor.sock")
+		}
 	}
 	if c.Firmware == FirmwareUEFISecure && c.OVMFCode == "" {
 		c.OVMFCode = SecureBootCode

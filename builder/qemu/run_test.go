@@ -1,8 +1,11 @@
 package qemu
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -245,5 +248,84 @@ func TestDryRunIsRunsCommand(t *testing.T) {
 		if len(drv.calls) != 1 || !slices.Equal(drv.calls[0], got) {
 			t.Errorf("DryRun(%+v) = %q; Run ran %q", c, got, drv.calls)
 		}
+	}
+}
+
+// monitorDriver is a fake QEMU with a human monitor on the -monitor socket:
+// it records the commands it is sent and powers off once a device_add
+// comes, or when its context ends.
+type monitorDriver struct {
+	answer string // what it answers to device_add
+	cmds   chan string
+}
+
+func (d *monitorDriver) Run(ctx context.Context, args []string) (int, error) {
+	var sock string
+	for i, a := range args {
+		if a == "-monitor" && i+1 < len(args) {
+			sock = strings.TrimSuffix(strings.TrimPrefix(args[i+1], "unix:"), ",server=on,wait=off")
+		}
+	}
+	if sock == "" {
+		return 1, errors.New("no monitor")
+	}
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return 1, err
+	}
+	defer ln.Close()
+	go func() { <-ctx.Done(); ln.Close() }()
+	conn, err := ln.Accept()
+	if err != nil {
+		return -1, ctx.Err()
+	}
+	defer conn.Close()
+	fmt.Fprint(conn, "QEMU 7.2 monitor\r\n(qemu) ")
+	r := bufio.NewReader(conn)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return -1, err
+		}
+		line = strings.TrimSpace(line)
+		d.cmds <- line
+		ans := ""
+		if strings.HasPrefix(line, "device_add") {
+			ans = d.answer
+		}
+		fmt.Fprintf(conn, "%s\r\n%s(qemu) ", line, ans)
+		if strings.HasPrefix(line, "device_add") {
+			return 0, nil
+		}
+	}
+}
+
+// TestRunRootLate plugs the root disk in through the monitor RootLate after
+// QEMU starts, and fails the run when the monitor refuses it.
+func TestRunRootLate(t *testing.T) {
+	for _, tt := range []struct{ name, answer, wantErr string }{
+		{"plugged", "", ""},
+		{"refused", "Error: Bus 'hotplug0' not found\r\n", "plug the root disk in after 200ms: monitor answered"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			drv := &monitorDriver{answer: tt.answer, cmds: make(chan string, 10)}
+			r := &Runner{Driver: drv, WorkDir: t.TempDir()}
+			res, err := r.Run(context.Background(), Config{Kernel: "/k", RootDisk: "/d.img", RootLate: 200 * time.Millisecond, Timeout: 20 * time.Second})
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("Run: %v, want error %q", err, tt.wantErr)
+			}
+			close(drv.cmds)
+			var cmds []string
+			for c := range drv.cmds {
+				cmds = append(cmds, c)
+			}
+			want := []string{"drive_add 0 if=none,id=root,format=raw,file=/d.img", "device_add virtio-blk-pci,drive=root,bus=" + HotplugBus}
+			if !slices.Equal(cmds, want) {
+				t.Errorf("monitor commands %q, want %q", cmds, want)
+			}
+			if tt.wantErr == "" && (res.RootPlugged < 200*time.Millisecond || res.RootPlugged > 10*time.Second) {
+				t.Errorf("RootPlugged %s, want just after 200ms", res.RootPlugged)
+			}
+		})
 	}
 }

@@ -25,11 +25,14 @@ func init() { register(newBootCmd) }
 
 // bootJSON is what `kpreload boot --json` prints.
 type bootJSON struct {
-	Report      *report.Report    `json:"report"`
-	RootInit    *report.RootInit  `json:"rootinit"`
-	Console     string            `json:"console"`
-	ReportLog   string            `json:"report_log"`
-	WallSeconds float64           `json:"wall_seconds"`
+	Report      *report.Report   `json:"report"`
+	RootInit    *report.RootInit `json:"rootinit"`
+	Console     string           `json:"console"`
+	ReportLog   string           `json:"report_log"`
+	WallSeconds float64          `json:"wall_seconds"`
+	// RootPlugged is when the root disk was plugged in (--root-late),
+	// seconds after QEMU started; absent when it was there from the start.
+	RootPlugged float64           `json:"root_plugged_seconds,omitempty"`
 	Accel       string            `json:"accel"`
 	Panicked    bool              `json:"panicked"`
 	TimedOut    bool              `json:"timed_out"`
@@ -111,7 +114,10 @@ there). The summary, and "up" in --json, say which ended the run.
 QEMU boots a copy-on-write overlay, so the image itself is never changed;
 --persist boots the image itself, keeping what the guest writes (to boot, change
 and boot the same disk again). --drive FILE attaches another disk on virtio,
-read-only (a seed, a package to install).
+read-only (a seed, a package to install). --root-late DURATION plugs the root
+disk in that long after QEMU starts instead (PCIe hotplug through QEMU's monitor),
+as a cloud's block volume can appear while the machine boots: /init must wait for
+it (scripts/bench-boot.sh --slow-root).
 
 --icount N (with --cpus 1) drives the guest's clock by its instruction count
 instead of the host's: timings no longer move with the host's load, which makes
@@ -146,6 +152,7 @@ func (m *bootCommand) flags(cmd *cobra.Command) {
 	f.StringVar(&c.Initramfs, "initramfs", "", "initramfs image")
 	f.StringVar(&c.RootDisk, "root-disk", "", "root disk image (raw, or .qcow2)")
 	f.StringVar(&c.RootBus, "root-bus", qemu.DefaultRootBus, "how the root disk is attached: virtio, nvme or scsi")
+	f.DurationVar(&c.RootLate, "root-late", 0, "plug the root disk in this long after QEMU starts (PCIe hotplug through QEMU's monitor; virtio or nvme), as a cloud volume that appears while the machine boots; --json says when (root_plugged_seconds)")
 	f.StringArrayVar(&c.Devices, "device", nil, "extra QEMU -device argument, e.g. edu (repeatable)")
 	f.StringVar(&c.Accel, "accel", qemu.DefaultAccel, "accelerator: tcg, kvm (probed, falls back to tcg) or auto")
 	f.DurationVar(&c.Timeout, "timeout", qemu.DefaultTimeout, "give up and kill QEMU after this long")
@@ -278,7 +285,8 @@ func (m *bootCommand) run(cmd *cobra.Command) error {
 func newBootJSON(res *qemu.Result, err error) bootJSON {
 	out := bootJSON{Report: res.Report, RootInit: res.RootInit, Console: res.Console, ReportLog: res.ReportLog,
 		WallSeconds: res.Duration.Seconds(), Accel: res.Accel, Panicked: res.Panicked, TimedOut: res.TimedOut,
-		ExitCode: res.ExitCode, Kernel: res.Kernel, Status: res.Status, Warnings: res.Warnings}
+		ExitCode: res.ExitCode, Kernel: res.Kernel, Status: res.Status, Warnings: res.Warnings,
+		RootPlugged: res.RootPlugged.Seconds()}
 	if res.UntilMatched {
 		out.UntilMatch, out.Up, out.UpRecord = res.UntilMatch, res.EndedBy(), res.Up
 	}
