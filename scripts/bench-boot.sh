@@ -2,7 +2,7 @@
 # bench-boot.sh: kpreload's initramfs against Debian's own initramfs-tools, measured in
 # one run, on the same kernel, root disk and devices, under QEMU TCG.
 #
-#   scripts/bench-boot.sh [--kernel KVER] [--runs N] [--json] [--keep] [--svg DIR]
+#   scripts/bench-boot.sh [--kernel KVER] [--runs N] [--slow-root S] [--json] [--keep] [--svg DIR]
 #
 #   --kernel KVER  kernel to boot (default 6.1.0-56-cloud-amd64; fetched with kernels.sh)
 #   --runs N       boots and initramfs builds per variant (default 5); medians are reported,
@@ -14,6 +14,12 @@
 #                  hangs are counted in the output and their logs kept
 #   --svg DIR      draw each round's boots (Debian's and kpreload's) on one time axis:
 #                  DIR/round-N.svg
+#   --slow-root S  also boot every variant with its root disk plugged in S seconds after
+#                  QEMU starts (kpreload boot --root-late: PCIe hotplug through QEMU's
+#                  monitor), as a cloud volume that appears while the machine boots, in
+#                  the same rounds; a second table gives kernel start -> root mounted and
+#                  -> test driver bound, whether the driver was bound before the root,
+#                  and early against after the root round by round
 #
 # Every variant boots the same ext4 root disk (root=UUID=..., on virtio-blk, /sbin/init
 # is kpreload-rootinit, which records what it saw and powers off) with QEMU's edu
@@ -48,7 +54,8 @@ keep=0
 timeout=120
 retries=1
 svgdir=""
-usage() { sed -n '2,16s/^# \{0,1\}//p' "$0"; }
+slow=""
+usage() { sed -n '2,22s/^# \{0,1\}//p' "$0"; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --kernel) [ $# -ge 2 ] || die "--kernel needs a value"; kver=$2; shift 2 ;;
@@ -61,6 +68,8 @@ while [ $# -gt 0 ]; do
     --retries=*) retries=${1#*=}; shift ;;
     --svg) [ $# -ge 2 ] || die "--svg needs a directory"; svgdir=$2; shift 2 ;;
     --svg=*) svgdir=${1#*=}; shift ;;
+    --slow-root) [ $# -ge 2 ] || die "--slow-root needs seconds"; slow=$2; shift 2 ;;
+    --slow-root=*) slow=${1#*=}; shift ;;
     --json) json=1; shift ;;
     --keep) keep=1; shift ;;
     -h|--help) usage; exit 0 ;;
@@ -70,6 +79,7 @@ done
 [[ $runs =~ ^[1-9][0-9]*$ ]] || die "--runs '$runs': want a positive number"
 [[ $timeout =~ ^[1-9][0-9]*$ ]] || die "--timeout '$timeout': want seconds"
 [[ $retries =~ ^[0-9]+$ ]] || die "--retries '$retries': want a number"
+[ -z "$slow" ] || [[ $slow =~ ^[1-9][0-9]*$ ]] || die "--slow-root '$slow': want whole seconds"
 [ "$(id -u)" = 0 ] || die "run as root: mkinitramfs runs in a private mount namespace, and missing packages are installed with apt-get"
 for b in kpreload kpreload-init kpreload-rootinit; do
   [ -x "$top/bin/$b" ] || die "$top/bin/$b is not built: run make build"
@@ -77,7 +87,7 @@ done
 
 t0=$(date +%s%N)
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-log "bench-boot: kernel $kver, $runs runs per variant, load average $load_start, $(nproc) CPUs"
+log "bench-boot: kernel $kver, $runs runs per variant${slow:+, and each with the root plugged in ${slow} s after QEMU starts}, load average $load_start, $(nproc) CPUs"
 
 ensure_packages "${MKINITRAMFS_PACKAGES[@]}"
 
@@ -186,30 +196,44 @@ deb_fsck=no
 grep -q 'sbin/fsck' "$work/logs/debian-contents.txt" && deb_fsck=yes
 kp_mods=$(sed -n 's/.* \([0-9]*\) modules, .*/\1/p' "$work/logs/build-kpreload-$runs.log")
 
+# boots I: order I's boots, each variant's slow-root boot (VARIANT+slow) after it.
+boots() {
+  local v
+  for v in $(order "$1"); do
+    echo "$v"
+    [ -z "$slow" ] || echo "$v+slow"
+  done
+}
+
 hung=0
 for i in $(seq 1 "$runs"); do
-  for v in $(order "$i"); do
+  for b in $(boots "$i"); do
+    v=${b%+slow}
+    late=() slow_arg=(-slow-root 0) slow_s=0
+    if [ "$b" != "$v" ]; then
+      late=(--root-late "${slow}s") slow_arg=(-slow-root "$slow") slow_s=$slow
+    fi
     for try in $(seq 0 "$retries"); do
-      base="$work/boots/$v-$i"
+      base="$work/boots/$b-$i"
       [ "$try" = 0 ] || base="$base.retry$try"
       disk="$base.root.img"
       cp --sparse=always "$work/root.img" "$disk"   # a pristine disk for every boot
       note=""
       [ "$try" = 0 ] || note=" (again, after a hang)"
-      log "boot $i/$runs $v$note"
-      "$kp" boot --kernel "$vmlinuz" --initramfs "${initrd[$v]}" --root-disk "$disk" --device edu \
+      log "boot $i/$runs $b$note"
+      "$kp" boot --kernel "$vmlinuz" --initramfs "${initrd[$v]}" --root-disk "$disk" "${late[@]}" --device edu \
         --append "root=UUID=$uuid" --accel tcg --cpus 2 --memory 1024 --timeout "${timeout}s" \
         --console "$base.console" --json >"$base.json" 2>"$base.stderr" || true
       rm -f "$disk"
       rc=0
-      "$bb" sample -variant "$v" -run "$i" -kernel "$kver" -boot "$base.json" -console "$base.console" >>"$samples" || rc=$?
+      "$bb" sample -variant "$v" "${slow_arg[@]}" -run "$i" -kernel "$kver" -boot "$base.json" -console "$base.console" >>"$samples" || rc=$?
       [ "$rc" = 0 ] && break
-      [ "$rc" = 3 ] || fail "$v boot $i did not reach the root disk's init with edu bound" "$base.stderr"
+      [ "$rc" = 3 ] || fail "$b boot $i did not reach the root disk's init with edu bound" "$base.stderr"
       # A hang (QEMU killed at the timeout): count it, keep its logs, run it again.
       hung=$((hung + 1))
-      printf '{"kind":"hung","variant":"%s","run":%d,"wall":%s}\n' "$v" "$i" "$timeout" >>"$samples"
-      warn "$v boot $i hung (console $base.console)"
-      [ "$try" -lt "$retries" ] || die "$v boot $i hung $((retries + 1)) times in a row (console $base.console)"
+      printf '{"kind":"hung","variant":"%s","run":%d,"wall":%s,"slow_root":%s}\n' "$v" "$i" "$timeout" "$slow_s" >>"$samples"
+      warn "$b boot $i hung (console $base.console)"
+      [ "$try" -lt "$retries" ] || die "$b boot $i hung $((retries + 1)) times in a row (console $base.console)"
     done
   done
 done

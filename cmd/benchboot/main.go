@@ -84,6 +84,14 @@ type Sample struct {
 	RootReady float64 `json:"root_ready,omitempty"` // virtio_blk's "[vda]" line
 	EduBound  float64 `json:"edu_bound,omitempty"`  // kpreload_edu's "bound" line
 	RealInit  float64 `json:"real_init,omitempty"`  // rootinit's start
+	// RootMounted is the kernel's "EXT4-fs (vda): mounted filesystem" line:
+	// the root's first mount, whoever's initramfs made it.
+	RootMounted float64 `json:"root_mounted,omitempty"`
+	// SlowRoot is how long after QEMU started the root disk was to be
+	// plugged in (kpreload boot --root-late), 0 for a root there from the
+	// start; RootPlugged is when it was, as kpreload boot measured it.
+	SlowRoot    float64 `json:"slow_root,omitempty"`
+	RootPlugged float64 `json:"root_plugged,omitempty"`
 	// Wall is the boot's or the build's wall-clock time in seconds.
 	Wall float64 `json:"wall"`
 	// Bytes is the initramfs size (builds only).
@@ -95,6 +103,7 @@ type bootResult struct {
 	Report      *report.Report   `json:"report"`
 	RootInit    *report.RootInit `json:"rootinit"`
 	WallSeconds float64          `json:"wall_seconds"`
+	RootPlugged float64          `json:"root_plugged_seconds"`
 	Accel       string           `json:"accel"`
 	Panicked    bool             `json:"panicked"`
 	TimedOut    bool             `json:"timed_out"`
@@ -111,6 +120,8 @@ var (
 	// vdaLine is virtio_blk announcing the root disk, anywhere in a console line
 	// (userspace output on the shared console can precede it).
 	vdaLine = regexp.MustCompile(`\[\s*(\d+\.\d+)\] virtio_blk virtio\d+: \[vda\] `)
+	// mountedLine is ext4's first mount of the root disk.
+	mountedLine = regexp.MustCompile(`\[\s*(\d+\.\d+)\] EXT4-fs \(vda\): mounted filesystem`)
 	// initLine is the kernel starting the initramfs's /init.
 	initLine = regexp.MustCompile(`\[\s*(\d+\.\d+)\] Run /init as init process`)
 )
@@ -123,6 +134,7 @@ func runSample(args []string, stdout, stderr io.Writer) error {
 	bootFile := fs.String("boot", "", "output of kpreload boot --json")
 	label := fs.String("label", "", "the build of kpreload the boot ran (ab-init.sh)")
 	consoleFile := fs.String("console", "", "the boot's console log")
+	slowRoot := fs.Float64("slow-root", 0, "seconds after QEMU's start the root disk was plugged in (boot --root-late), 0 for none")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -146,8 +158,11 @@ func runSample(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%s boot %d is broken (console %s): %w", *variant, *runN, *consoleFile, err)
 	}
 	s.Run, s.Label = *runN, *label
-	fmt.Fprintf(stderr, "    %s boot %d: /init %.3f s, vda ready %.3f s, edu bound %.3f s, real init %.2f s (wall %.1f s)\n",
-		s.Variant, s.Run, s.InitStart, s.RootReady, s.EduBound, s.RealInit, s.Wall)
+	if err := s.slowRoot(*slowRoot, b.RootPlugged); err != nil {
+		return fmt.Errorf("%s boot %d (console %s): %w", *variant, *runN, *consoleFile, err)
+	}
+	fmt.Fprintf(stderr, "    %s boot %d: /init %.3f s, vda ready %.3f s, root mounted %.3f s, edu bound %.3f s, real init %.2f s (wall %.1f s)\n",
+		s.Variant, s.Run, s.InitStart, s.RootReady, s.RootMounted, s.EduBound, s.RealInit, s.Wall)
 	return json.NewEncoder(stdout).Encode(s)
 }
 
@@ -222,8 +237,11 @@ func checkBoot(variant, kernel string, b *bootResult, console []byte) (Sample, e
 	if s.RootReady, err = consoleTime(console, vdaLine); err != nil {
 		return s, fmt.Errorf("root disk driver: %w", err)
 	}
-	if s.EduBound > s.RealInit || s.RootReady > s.RealInit || s.InitStart > s.RealInit {
-		return s, fmt.Errorf("times out of order: /init %.3f, vda %.3f, edu bound %.3f, real init %.2f", s.InitStart, s.RootReady, s.EduBound, s.RealInit)
+	if s.RootMounted, err = consoleTime(console, mountedLine); err != nil {
+		return s, fmt.Errorf("root mount: %w", err)
+	}
+	if s.EduBound > s.RealInit || s.RootReady > s.RealInit || s.RootMounted > s.RealInit || s.InitStart > s.RealInit {
+		return s, fmt.Errorf("times out of order: /init %.3f, vda %.3f, root mounted %.3f, edu bound %.3f, real init %.2f", s.InitStart, s.RootReady, s.RootMounted, s.EduBound, s.RealInit)
 	}
 	return s, nil
 }
@@ -311,6 +329,8 @@ type Result struct {
 	Machine   Machine `json:"machine"`
 	Rows      []Row   `json:"rows"`
 	TargetsOK bool    `json:"targets_met"`
+	// SlowRoot is the slow-root variants' table, nil when none ran.
+	SlowRoot *SlowRoot `json:"slow_root,omitempty"`
 }
 
 func runReport(args []string, stdout io.Writer) error {
@@ -337,14 +357,21 @@ func runReport(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	res, err := summarize(m, samples)
+	main, slow := splitSlowRoot(samples)
+	res, err := summarize(m, main)
 	if err != nil {
+		return err
+	}
+	if res.SlowRoot, err = summarizeSlowRoot(slow); err != nil {
 		return err
 	}
 	if *asJSON {
 		return writeJSON(stdout, res)
 	}
-	return writeMarkdown(stdout, res)
+	if err := writeMarkdown(stdout, res); err != nil {
+		return err
+	}
+	return writeSlowRoot(stdout, res.SlowRoot)
 }
 
 // writeJSON prints v as indented JSON, what --json gives.

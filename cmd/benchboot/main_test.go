@@ -19,6 +19,8 @@ Starting systemd-udevd version 252.39-1~deb12u2
 [    5.739656] kpreload_edu 0000:00:02.0: bound, id 0x010000ed, driver version 1.0.0
 [    5.950001] virtio_blk virtio0: 2/0/0 default/read/poll queues
 Begin: Loading essential drivers ... [    5.961884] virtio_blk virtio0: [vda] 131072 512-byte logical blocks (67.1 MB/64.0 MiB)
+[    6.731201] EXT4-fs (vda): mounted filesystem with ordered data mode. Quota mode: none.
+[    7.102210] EXT4-fs (vda): re-mounted. Quota mode: none.
 `
 
 func TestConsoleTime(t *testing.T) {
@@ -78,7 +80,7 @@ func goodBoot() *bootResult {
 
 func TestCheckBoot(t *testing.T) {
 	s, err := checkBoot(debian, "6.1.0-56-cloud-amd64", goodBoot(), []byte(console))
-	want := Sample{Kind: "boot", Variant: debian, InitStart: 4.047023, RootReady: 5.961884, EduBound: 5.739656, RealInit: 7.58, Wall: 8.8}
+	want := Sample{Kind: "boot", Variant: debian, InitStart: 4.047023, RootReady: 5.961884, RootMounted: 6.731201, EduBound: 5.739656, RealInit: 7.58, Wall: 8.8}
 	if err != nil || s != want {
 		t.Errorf("checkBoot(good Debian boot) = %+v, %v; want %+v", s, err, want)
 	}
@@ -97,6 +99,7 @@ func TestCheckBoot(t *testing.T) {
 		{"kvm", debian, func(b *bootResult) { b.Accel = "kvm" }, "want tcg"},
 		{"kpreload without report", kpreload, func(b *bootResult) {}, "no boot report came back"},
 		{"late driver", debian, func(b *bootResult) { b.RootInit.Kmsg[0].Time = 8 }, "out of order"},
+		{"root mounted after the real init", debian, func(b *bootResult) { b.RootInit.Start = 6.5 }, "out of order"},
 	} {
 		b := goodBoot()
 		c.break_(b)
@@ -209,5 +212,12 @@ func TestSummarizeRounds(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("markdown lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+func TestCheckBootNoRootMount(t *testing.T) {
+	noMount := strings.ReplaceAll(console, "EXT4-fs (vda): mounted filesystem", "EXT4-fs (vdb): mounted filesystem")
+	if _, err := checkBoot(debian, "", goodBoot(), []byte(noMount)); err == nil || !strings.Contains(err.Error(), "root mount") {
+		t.Errorf("checkBoot(no root mount line) error = %v, want one about the root mount", err)
 	}
 }

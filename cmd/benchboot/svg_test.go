@@ -45,7 +45,8 @@ func TestSVGRound(t *testing.T) {
 	kp := goodBoot()
 	kp.Error, kp.Report = "", &rep
 	kp.RootInit.Kmsg[0].Time = 3.25
-	kpConsole := "[    2.701000] Run /init as init process\n[    3.060000] virtio_blk virtio0: [vda] 131072 512-byte logical blocks (67.1 MB/64.0 MiB)\n"
+	kpConsole := "[    2.701000] Run /init as init process\n[    3.060000] virtio_blk virtio0: [vda] 131072 512-byte logical blocks (67.1 MB/64.0 MiB)\n" +
+		"[    3.210000] EXT4-fs (vda): mounted filesystem with ordered data mode. Quota mode: none.\n"
 	out := filepath.Join(dir, "round-1.svg")
 	var stdout, stderr bytes.Buffer
 	err = run([]string{"svg", "-o", out, "-kernel", "6.1.0-56-cloud-amd64", "-round", "1",
