@@ -817,3 +817,48 @@ func TestRequestedEarly(t *testing.T) {
 		})
 	}
 }
+
+// TestRootWait checks how /init waits for a root that is not there yet:
+// woken by the kernel's device events (or after rootRecheck), listening
+// only once the first look failed and looking once more right after it
+// began; looking every rootPoll where it cannot listen.
+func TestRootWait(t *testing.T) {
+	tests := []struct {
+		name      string
+		findAfter int
+		eventsErr error
+		// want is the wait's event, waits the pauses asked for, stops the
+		// listenings ended.
+		want         string
+		waits, stops int
+	}{
+		{"there at once: no listening", 0, nil, "", 0, 0},
+		// The first failed look starts the listening, the second comes at
+		// once, the third and fourth after a wait each.
+		{"appears after three lookups", 3, nil, "root wait: woken by the kernel's device events, looking again after 500ms at most", 2, 1},
+		{"no device events: polled", 3, unix.EPROTONOSUPPORT, "root wait: looking every 20ms: protocol not supported", 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, "")
+			f.sys.findAfter, f.sys.eventsErr = tt.findAfter, tt.eventsErr
+			o := f.boot()
+			if o.written == nil || o.written.Root.Device != f.path("dev/vda2") {
+				t.Fatalf("root %+v; want it found", o.written)
+			}
+			events := o.events()
+			if got := strings.Count(events, "root wait: "); tt.want == "" && got != 0 || tt.want != "" && !strings.Contains(events, tt.want) {
+				t.Errorf("events:\n%s\nwant %q", events, tt.want)
+			}
+			if len(o.sys.waits) != tt.waits || o.sys.stops != tt.stops || o.sys.finds != tt.findAfter+1 {
+				t.Errorf("waits %v, %d stops, %d lookups; want %d waits of %s, %d stops, %d lookups",
+					o.sys.waits, o.sys.stops, o.sys.finds, tt.waits, rootRecheck, tt.stops, tt.findAfter+1)
+			}
+			for _, w := range o.sys.waits {
+				if w != rootRecheck {
+					t.Errorf("a wait of %s, want %s", w, rootRecheck)
+				}
+			}
+		})
+	}
+}

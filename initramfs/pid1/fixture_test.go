@@ -325,6 +325,12 @@ type fakeSystem struct {
 	roots map[string]string
 	// findAfter is how many root lookups fail before the root is there.
 	findAfter, finds int
+	// eventsErr, when set, is why device events cannot be listened for;
+	// else an event comes every 20 ms of the fake clock. waits records
+	// each wait's longest pause, stops the listenings ended.
+	eventsErr error
+	waits     []time.Duration
+	stops     int
 	// rootAfterLoad, when set, keeps the root away until the fake kernel
 	// has been asked to load this module: a root that appears late.
 	rootAfterLoad string
@@ -471,6 +477,24 @@ func (s *fakeSystem) Sleep(d time.Duration) {
 	if over {
 		runtime.Goexit() // a wait that would never end ends the run
 	}
+}
+
+func (s *fakeSystem) WatchDevices() (func(time.Duration), func(), error) {
+	if s.eventsErr != nil {
+		return nil, nil, s.eventsErr
+	}
+	wait := func(d time.Duration) {
+		s.mu.Lock()
+		s.waits = append(s.waits, d)
+		s.mu.Unlock()
+		s.Sleep(min(d, 20*time.Millisecond))
+	}
+	stop := func() {
+		s.mu.Lock()
+		s.stops++
+		s.mu.Unlock()
+	}
+	return wait, stop, nil
 }
 
 // fakeKernel loads modules by name: a loaded module appears in the fake

@@ -7,6 +7,17 @@ import (
 	"github.com/kpreload/kpreload/initramfs/rootfs"
 )
 
+// Between two looks for a root that is not there yet, /init waits for the
+// kernel's next device event, or rootRecheck at most; where it cannot
+// listen for them it looks again every rootPoll. Each look scans sysfs for
+// new devices (coldplug), which under emulation costs enough that looking
+// every rootPoll took a third of the CPU from the early decision's driver
+// load beside it (bench/results/slowroot-2026-12-07.md).
+const (
+	rootRecheck = 500 * time.Millisecond
+	rootPoll    = 20 * time.Millisecond
+)
+
 // mountRoot waits for the root device (rootwait semantics), loads the filesystem
 // module it needs and mounts it on the new root. It waits for a device that is
 // not there yet for as long as it takes: on a machine without its root disk
@@ -25,6 +36,8 @@ func (b *Boot) mountRoot() {
 	start := b.o.Now()
 	next := 5 * time.Second
 	var dev string
+	var wait func(time.Duration)
+	stop := func() {}
 	for {
 		dev, err = b.o.System.FindRoot(spec)
 		if err == nil {
@@ -39,8 +52,14 @@ func (b *Boot) mountRoot() {
 				b.rescue(err.Error())
 			}
 		}
-		b.o.System.Sleep(20 * time.Millisecond)
+		if wait == nil {
+			// Listen from now on, and look once more for what came before.
+			wait, stop = b.deviceWait()
+			continue
+		}
+		wait(rootRecheck)
 	}
+	stop()
 	b.rep.Root.Device = dev
 	fstype := b.flag("rootfstype", "")
 	if fstype == "" {
@@ -83,4 +102,17 @@ func (b *Boot) mountRoot() {
 	b.rep.Root.Error = ""
 	b.rep.Root.Mounted = b.o.Now()
 	b.event("root %s (%s) mounted from %s", spec, fstype, dev)
+}
+
+// deviceWait returns the root wait's pause: until the kernel's next device
+// event (or the d it is given), else, where /init cannot listen for them,
+// rootPoll; stop ends the listening.
+func (b *Boot) deviceWait() (wait func(d time.Duration), stop func()) {
+	wait, stop, err := b.o.System.WatchDevices()
+	if err != nil {
+		b.event("root wait: looking every %s: %v", rootPoll, err)
+		return func(time.Duration) { b.o.System.Sleep(rootPoll) }, func() {}
+	}
+	b.event("root wait: woken by the kernel's device events, looking again after %s at most", rootRecheck)
+	return wait, stop
 }

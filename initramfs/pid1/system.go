@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kpreload/kpreload/initramfs/rootfs"
+	"github.com/kpreload/kpreload/live/coldplug"
 	"github.com/kpreload/kpreload/live/fwcfg"
 )
 
@@ -38,6 +39,9 @@ type System interface {
 	Shell(path string, console io.Writer) error
 	// Sleep waits for d.
 	Sleep(d time.Duration)
+	// WatchDevices starts listening for the kernel's device events: wait
+	// returns once one has come or after d, stop ends the listening.
+	WatchDevices() (wait func(d time.Duration), stop func(), err error)
 	// Reboot restarts the machine (reboot(2)), so that the boot loader
 	// picks its fallback entry; it returns only on failure.
 	Reboot() error
@@ -83,6 +87,14 @@ func (realSystem) Shell(path string, console io.Writer) error {
 }
 
 func (realSystem) Sleep(d time.Duration) { time.Sleep(d) }
+
+func (realSystem) WatchDevices() (func(time.Duration), func(), error) {
+	ev, err := coldplug.OpenEvents()
+	if err != nil {
+		return nil, nil, err
+	}
+	return func(d time.Duration) { ev.Wait(d) }, func() { ev.Close() }, nil
+}
 
 func (realSystem) Reboot() error {
 	// Nothing /init mounted is written to; the ESP and /boot are not mounted.
