@@ -215,7 +215,8 @@ if [ -n "$slow" ]; then
   # Round by round, the early layout against the others with the same late root.
   for o in after root-zstd; do
     d=$(awk -v o="$o+slow" '$1=="early+slow"{e[$2]=$3} $1==o{a[$2]=$3} END {for (r in e) if (r in a) printf "%s%+.3f", (n++ ? ", " : ""), e[r]-a[r]}' "$samples")
-    echo "Slow root, early − ${label[$o]} (NVRM line), round by round: $d s."
+    r=$(awk -v o="$o+slow" '$1=="early+slow"{e[$2]=$5-$6} $1==o{a[$2]=$5-$6} END {for (r in e) if (r in a) printf "%s%+.3f", (n++ ? ", " : ""), e[r]-a[r]}' "$samples")
+    echo "Slow root, early − ${label[$o]}, round by round: NVRM line $d s; root mounted → real init $r s."
   done
   echo "Slow root, early decision: NVRM line before the root was mounted in $(awk '$1=="early+slow"{n++; if ($3 < $6) k++} END {printf "%d of %d", k, n}' "$samples") boots."
   echo

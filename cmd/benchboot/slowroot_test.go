@@ -117,6 +117,8 @@ func TestReportSlowRoot(t *testing.T) {
 		"in every boot: yes. Early not slower than after the root (driver bound, every round): yes; early − after root, round by round: driver bound -6.000, -6.000 s",
 		"run again: Debian 0, kpreload 0, early 1.",
 		"| kernel start → test driver bound (kpreload_edu) | 6.500, 6.500 | 9.500, 9.500 | 3.500, 3.500 |",
+		"| root mounted → real init runs (what is left once the root is there) | 0.400 s | 0.400 s | 0.400 s |",
+		"root mounted → real init +0.000, +0.000 s.",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())

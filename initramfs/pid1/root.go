@@ -11,7 +11,7 @@ import (
 // kernel's next device event, or rootRecheck at most; where it cannot
 // listen for them it looks again every rootPoll. Each look scans sysfs for
 // new devices (coldplug), which under emulation costs enough that looking
-// every rootPoll took a third of the CPU from the early decision's driver
+// every rootPoll took about 30% of the CPU from the early decision's driver
 // load beside it (bench/results/slowroot-2026-12-07.md).
 const (
 	rootRecheck = 500 * time.Millisecond
