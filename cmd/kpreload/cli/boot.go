@@ -11,14 +11,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/kpreload/kpreload/builder/qemu"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdout"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/mistakes"
 	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/internal/termtext"
 	"github.com/kpreload/kpreload/report"
 	"github.com/kpreload/kpreload/report/svg"
 	"github.com/kpreload/kpreload/report/timeline"
-	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 )
 
 func init() { register(newBootCmd) }
@@ -126,7 +128,7 @@ without --dry-run.`,
 		Example: `  kpreload boot --kernel vmlinuz --initramfs initrd.img --root-disk root.img --device edu --dry-run
   kpreload boot --kernel vmlinuz --initramfs initrd.img --root-disk root.img --device edu --instance instance.yaml --work-dir logs --dry-run
   kpreload boot --image out/ci-testdriver.qcow2 --device edu --instance images/instance-testdriver.yaml --dry-run`,
-		Args: noArgs,
+		Args: mistakes.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := m.validate(cmd.Flags().Changed("firmware")); err != nil {
 				return err
@@ -256,7 +258,7 @@ func (m *bootCommand) run(cmd *cobra.Command) error {
 		}
 	}
 	if m.asJSON {
-		if err := printJSON(cmd.OutOrStdout(), newBootJSON(res, bootErr)); err != nil {
+		if err := cmdout.PrintJSON(cmd.OutOrStdout(), newBootJSON(res, bootErr)); err != nil {
 			return err
 		}
 	} else {
@@ -306,7 +308,7 @@ func printBootCommand(w io.Writer, r *qemu.Runner, c qemu.Config, asJSON bool) e
 	}
 	argv := append([]string{qemu.DefaultBinary}, args...)
 	if asJSON {
-		return printJSON(w, struct {
+		return cmdout.PrintJSON(w, struct {
 			Command []string `json:"command"`
 		}{argv})
 	}
@@ -332,7 +334,7 @@ func shellWord(s string) string {
 // place on a terminal, a plain line every 5 s otherwise. It returns a function that
 // clears the spinner line.
 func bootProgress(r *qemu.Runner, w io.Writer) (clear func()) {
-	if !isTerminal(w) {
+	if !cmdout.IsTerminal(w) {
 		r.Progress = func(d time.Duration) { fmt.Fprintf(w, "booting... %ds\n", int(d.Round(time.Second)/time.Second)) }
 		return func() {}
 	}
@@ -344,16 +346,6 @@ func bootProgress(r *qemu.Runner, w io.Writer) (clear func()) {
 		n++
 	}
 	return func() { fmt.Fprint(w, "\r\033[K") }
-}
-
-// isTerminal reports whether w is a terminal device.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
 }
 
 // printBootSummary writes the human summary of a boot.

@@ -5,18 +5,18 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/recipe"
-	"github.com/kpreload/kpreload/internal/progress"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cells"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/clirun"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdenv"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdout"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/mistakes"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/tiered"
 )
@@ -26,7 +26,7 @@ func init() { register(newBuildCmd) }
 // buildCommand is kpreload build: its options, as the flags set them.
 type buildCommand struct {
 	opts   matrix.Options
-	cf     cellFlags
+	cf     cells.Flags
 	asJSON bool
 	report bool
 }
@@ -37,7 +37,7 @@ func newBuildCmd() *cobra.Command { return (&buildCommand{}).build() }
 func (m *buildCommand) build() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:         "build RECIPE[:KVER]... [--kernel KVER]... [--cache DIR] [--jobs N] [--remote oci://HOST/REPO] [--shard I/N] [--json]",
-		Annotations: map[string]string{argsNote: "the recipes to build"},
+		Annotations: map[string]string{mistakes.ArgsNote: "the recipes to build"},
 		Short:       "Precompile driver recipes with dkms for a kernel matrix into the module cache",
 		Long: `Build compiles every RECIPE (a recipe file, or the name of a recipe in
 --recipes) with the real dkms for each kernel of its matrix, or for the
@@ -118,7 +118,7 @@ func (m *buildCommand) flags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringArrayVar(&opts.Kernels, "kernel", nil, "kernel release to build for, instead of the recipes' matrices (repeatable)")
 	f.BoolVar(&m.asJSON, "json", false, "print the results as JSON")
-	cf.register(f, opts, "build", "directory of recipes for RECIPE names")
+	cf.Register(f, opts, "build", "directory of recipes for RECIPE names")
 	f.BoolVar(&opts.PullOnly, "pull-only", false, "never compile: take cells from the local cache or the registry only")
 	f.BoolVar(&opts.FetchOnly, "fetch-only", false, "download and prepare kernels, sources and build roots, compute keys, compile nothing (cells the cache lacks: \"fetched\")")
 	f.BoolVar(&m.report, "report", false, "print the matrix state the registry holds (--remote), building nothing")
@@ -130,12 +130,12 @@ func (m *buildCommand) args(cmd *cobra.Command, args []string) error {
 	if m.report {
 		return nil
 	}
-	return minArgs(1)(cmd, args)
+	return mistakes.MinArgs(1)(cmd, args)
 }
 
 // validate checks the flags together.
 func (m *buildCommand) validate() error {
-	remote := m.cf.rf.url != ""
+	remote := m.cf.Remote.URL() != ""
 	switch {
 	case m.report && !remote:
 		return fmt.Errorf("--report reads the registry: give --remote oci://HOST[:PORT]/REPO")
@@ -146,40 +146,40 @@ func (m *buildCommand) validate() error {
 	case m.opts.FetchOnly && (remote || m.opts.PullOnly):
 		return fmt.Errorf("--fetch-only prepares this machine only: leave out --remote and --pull-only")
 	}
-	return m.cf.setShard(&m.opts)
+	return m.cf.SetShard(&m.opts)
 }
 
 // run builds the cells of the recipes args name (RECIPE or RECIPE:KVER),
 // or with --report prints what the registry holds.
 func (m *buildCommand) run(cmd *cobra.Command, args []string) error {
-	ctx, stop := signal.NotifyContext(cacheContext(cmd), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(clirun.Context(cmd), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rm, err := m.cf.rf.open()
+	rm, err := m.cf.Remote.Open()
 	if err != nil {
 		return err
 	}
 	if m.report {
-		return printRemoteReport(ctx, cmd.OutOrStdout(), rm, args, m.asJSON)
+		return cells.PrintRemoteReport(ctx, cmd.OutOrStdout(), rm, args, m.asJSON)
 	}
 	opts := m.opts
 	opts.Remote = rm
-	if opts.Recipes, opts.RecipeKernels, err = loadBuildCells(args, m.cf.recipesDir, opts.Kernels); err != nil {
+	if opts.Recipes, opts.RecipeKernels, err = loadBuildCells(args, m.cf.RecipesDir, opts.Kernels); err != nil {
 		return err
 	}
-	p := newBuildProgress(cmd.ErrOrStderr())
-	opts.Progress = p.event
+	p := cells.NewProgress(cmd.ErrOrStderr())
+	opts.Progress = p.Event
 	if opts.DownloadDir == "" {
-		opts.DownloadDir = envDownloadDir()
+		opts.DownloadDir = cmdenv.DownloadDir()
 	}
 	results, err := matrix.Run(ctx, opts)
-	p.stop()
+	p.Stop()
 	if results == nil {
 		return err
 	}
 	printUnsigned(cmd.ErrOrStderr(), results, rm)
 	out := cmd.OutOrStdout()
 	if m.asJSON {
-		if jerr := printJSON(out, buildJSON(results)); jerr != nil {
+		if jerr := cmdout.PrintJSON(out, buildJSON(results)); jerr != nil {
 			return jerr
 		}
 	} else {
@@ -188,11 +188,11 @@ func (m *buildCommand) run(cmd *cobra.Command, args []string) error {
 	return err
 }
 
-// loadBuildCells loads the recipes and kernels args name (loadCells) and
+// loadBuildCells loads the recipes and kernels args name (cells.LoadCells) and
 // checks the kernel releases, of the arguments and of --kernel (kernels),
 // as names.
 func loadBuildCells(args []string, recipesDir string, kernels []string) ([]*recipe.Recipe, map[*recipe.Recipe][]string, error) {
-	recipes, cellKernels, err := loadCells(args, recipesDir)
+	recipes, cellKernels, err := cells.LoadCells(args, recipesDir)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -205,209 +205,17 @@ func loadBuildCells(args []string, recipesDir string, kernels []string) ([]*reci
 			kvers = append(kvers, r.Name+":KVER", k)
 		}
 	}
-	if err := checkNames(kvers...); err != nil {
+	if err := mistakes.CheckNames(kvers...); err != nil {
 		return nil, nil, fmt.Errorf("build: %w", err)
 	}
 	return recipes, cellKernels, nil
-}
-
-// loadCells loads the recipes the arguments name (see loadRecipes), each
-// optionally followed by ":KVER" to ask for that kernel only. A recipe named
-// more than once is loaded once; its kernels are the union of its ":KVER"
-// arguments, or its whole matrix when it is also named without one.
-func loadCells(args []string, dir string) ([]*recipe.Recipe, map[*recipe.Recipe][]string, error) {
-	var (
-		out     []*recipe.Recipe
-		kernels = map[*recipe.Recipe][]string{}
-		whole   = map[*recipe.Recipe]bool{}
-		byName  = map[string]*recipe.Recipe{}
-	)
-	for _, arg := range args {
-		ref, kver := arg, ""
-		if !fileExists(arg) {
-			if i := strings.LastIndexByte(arg, ':'); i >= 0 {
-				ref, kver = arg[:i], arg[i+1:]
-				if ref == "" || kver == "" {
-					return nil, nil, fmt.Errorf("argument %q: want RECIPE or RECIPE:KVER", arg)
-				}
-			}
-		}
-		rs, err := loadRecipes([]string{ref}, dir)
-		if err != nil {
-			return nil, nil, err
-		}
-		r := rs[0]
-		if prev, ok := byName[r.Name]; ok {
-			if !sameFile(prev.File, r.File) {
-				return nil, nil, fmt.Errorf("recipe %s: both %s and %s are named %q", arg, prev.File, r.File, r.Name)
-			}
-			r = prev
-		} else {
-			byName[r.Name] = r
-			out = append(out, r)
-		}
-		if kver == "" {
-			whole[r] = true
-		} else if !slices.Contains(kernels[r], kver) {
-			kernels[r] = append(kernels[r], kver)
-		}
-	}
-	for r := range whole {
-		delete(kernels, r)
-	}
-	return out, kernels, nil
-}
-
-// loadRecipes loads each argument: a recipe file, or the name of a recipe
-// in dir (dir/NAME.yaml, else the recipe whose name: is NAME); an empty dir
-// is --recipes' default (resolveRecipesDir), looked for only when a name is.
-func loadRecipes(args []string, dir string) ([]*recipe.Recipe, error) {
-	var out []*recipe.Recipe
-	var all []*recipe.Recipe
-	for _, arg := range args {
-		if st, err := os.Stat(arg); err == nil && !st.IsDir() {
-			r, err := recipe.Load(arg)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, r)
-			continue
-		}
-		if strings.ContainsRune(arg, filepath.Separator) || strings.HasSuffix(arg, ".yaml") {
-			return nil, fmt.Errorf("recipe %s: no such file", arg)
-		}
-		if dir == "" {
-			d, err := resolveRecipesDir(dir)
-			if err != nil {
-				return nil, fmt.Errorf("recipe %s: not a file, so looked for it by name: %w", arg, err)
-			}
-			dir = d
-		}
-		if file := filepath.Join(dir, arg+".yaml"); fileExists(file) {
-			r, err := recipe.Load(file)
-			if err != nil {
-				return nil, err
-			}
-			if r.Name == arg {
-				out = append(out, r)
-				continue
-			}
-		}
-		if all == nil {
-			var err error
-			if all, err = recipe.LoadDir(dir); err != nil {
-				return nil, fmt.Errorf("recipe %s: not a file, so looked in %s: %w", arg, dir, err)
-			}
-		}
-		i := slices.IndexFunc(all, func(r *recipe.Recipe) bool { return r.Name == arg })
-		if i < 0 {
-			var names []string
-			for _, r := range all {
-				names = append(names, r.Name)
-			}
-			return nil, fmt.Errorf("recipe %s: no such file and no recipe of that name in %s (have: %s)", arg, dir, strings.Join(names, ", "))
-		}
-		out = append(out, all[i])
-	}
-	return out, nil
-}
-
-// sameFile reports whether two paths name the same file.
-func sameFile(a, b string) bool {
-	sa, errA := os.Stat(a)
-	sb, errB := os.Stat(b)
-	if errA != nil || errB != nil {
-		return a == b
-	}
-	return os.SameFile(sa, sb)
-}
-
-func fileExists(path string) bool {
-	st, err := os.Stat(path)
-	return err == nil && !st.IsDir()
-}
-
-// buildProgress shows the run on w (internal/progress): on a terminal one
-// status line (cells done of all, the cell in progress, elapsed, an
-// estimate from the cells' costs) under a line per finished cell; else one
-// plain line per state change.
-type buildProgress struct {
-	l     *progress.Line
-	tty   bool
-	show  func(matrix.Event)
-	mu    sync.Mutex
-	cells []buildProgressCell
-	// stopTicks ends the status line's redraws.
-	stopTicks func()
-}
-
-type buildProgressCell struct {
-	recipe, kernel, state string
-	since                 time.Time
-	res                   *matrix.Result
-}
-
-func newBuildProgress(w io.Writer) *buildProgress {
-	p := &buildProgress{tty: isTerminal(w)}
-	p.l = progress.New(w, p.tty, time.Now)
-	p.show = matrix.Progress(p.l, p.describe)
-	p.stopTicks = tickEverySecond(p.l)
-	return p
-}
-
-// event records a state change (matrix.Options.Progress).
-func (p *buildProgress) event(e matrix.Event) { p.show(e) }
-
-// describe is the line printed for an event: every state change off a
-// terminal, the final states on one (the status line shows the rest).
-func (p *buildProgress) describe(e matrix.Event) string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for len(p.cells) <= e.Index {
-		p.cells = append(p.cells, buildProgressCell{})
-	}
-	c := &p.cells[e.Index]
-	c.recipe, c.kernel, c.state, c.res = e.Cell.Recipe.Name, e.Cell.Kernel, e.State, e.Result
-	if e.State == matrix.StateBuilding || c.since.IsZero() {
-		c.since = e.Time
-	}
-	if p.tty && e.Result == nil {
-		return ""
-	}
-	return p.line(c, e.Time)
-}
-
-// line describes one cell.
-func (p *buildProgress) line(c *buildProgressCell, now time.Time) string {
-	state := c.state
-	switch {
-	case c.state == matrix.StateBuilding:
-		state = fmt.Sprintf("building (%s)", now.Sub(c.since).Round(time.Second))
-	case c.res != nil && c.state == matrix.StateOK:
-		state = fmt.Sprintf("ok (%s)", c.res.Duration.Round(100*time.Millisecond))
-	case c.res != nil && c.state == matrix.StateFailed:
-		state = "failed: " + c.res.FirstError
-	}
-	if c.res != nil && c.res.Remote != "" && c.res.Remote != "absent" {
-		state += " [" + c.res.Remote + "]"
-		if c.res.PushErr != nil {
-			state += ": " + c.res.PushErr.Error()
-		}
-	}
-	return fmt.Sprintf("%-20s %-30s %s", c.recipe, c.kernel, state)
-}
-
-// stop ends the ticker and clears the status line.
-func (p *buildProgress) stop() {
-	p.stopTicks()
-	p.l.Stop()
 }
 
 // printUnsigned says on w, of every cell the build pulled from rm without
 // a verified signature, that it did.
 func printUnsigned(w io.Writer, results []matrix.Result, rm fmt.Stringer) {
 	for _, r := range results {
-		if note := trustNote(r.Trust, "an unchecked key"); note != "" && r.Remote == tiered.RemotePulled {
+		if note := cells.TrustNote(r.Trust, "an unchecked key"); note != "" && r.Remote == tiered.RemotePulled {
 			fmt.Fprintf(w, "kpreload: build: %s for %s pulled from %s: %s\n", r.Recipe.Name, r.Kernel, rm, note)
 		}
 	}
@@ -511,26 +319,4 @@ func buildJSON(results []matrix.Result) []buildResult {
 		out = append(out, b)
 	}
 	return out
-}
-
-// tickEverySecond redraws l's status line every second (the elapsed time
-// moves) until the returned function is called.
-func tickEverySecond(l *progress.Line) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-				l.Tick()
-			}
-		}
-	}()
-	return func() { close(done); wg.Wait() }
 }

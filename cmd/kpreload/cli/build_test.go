@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/kpreload/kpreload/testsupport/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,9 @@ import (
 
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cells"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/clirun"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // recipesDir is the repository's recipes/ from this package.
@@ -98,9 +100,9 @@ func TestLoadCells(t *testing.T) {
 		{[]string{filepath.Join(recipesDir, "testdriver.yaml") + ":" + k2}, []string{"testdriver"}, map[string][]string{"testdriver": {k2}}},
 	}
 	for _, tt := range tests {
-		rs, ks, err := loadCells(tt.args, recipesDir)
+		rs, ks, err := cells.LoadCells(tt.args, recipesDir)
 		if err != nil {
-			t.Errorf("loadCells(%v): %v", tt.args, err)
+			t.Errorf("cells.LoadCells(%v): %v", tt.args, err)
 			continue
 		}
 		var names []string
@@ -112,7 +114,7 @@ func TestLoadCells(t *testing.T) {
 			}
 		}
 		if !reflect.DeepEqual(names, tt.recipes) || !reflect.DeepEqual(got, tt.kernels) {
-			t.Errorf("loadCells(%v) = %v %v, want %v %v", tt.args, names, got, tt.recipes, tt.kernels)
+			t.Errorf("cells.LoadCells(%v) = %v %v, want %v %v", tt.args, names, got, tt.recipes, tt.kernels)
 		}
 	}
 }
@@ -145,7 +147,7 @@ FAILED nvidia-535-open for k2:
 
 // TestBuildJSONAndExitStatus builds the test driver and a copy with a syntax
 // error for one kernel with the real dkms: the exit status is 3
-// (ExitCellsFailed: only cells failed to compile), --json
+// (clirun.ExitCellsFailed: only cells failed to compile), --json
 // prints one object per cell with the documented fields, the good cell is
 // ok with a set id and key, the bad one failed with gcc's first error and
 // its log.
@@ -182,8 +184,8 @@ func TestBuildJSONAndExitStatus(t *testing.T) {
 
 	status, stdout, stderr := runBuild(t, "--recipes", recipesDir, "--cache", filepath.Join(dir, "cache"), "--json",
 		"testdriver:"+kver, brokenRecipe+":"+kver)
-	if status != ExitCellsFailed {
-		t.Errorf("exit status %d, want %d (one cell failed); stderr:\n%s", status, ExitCellsFailed, stderr)
+	if status != clirun.ExitCellsFailed {
+		t.Errorf("exit status %d, want %d (one cell failed); stderr:\n%s", status, clirun.ExitCellsFailed, stderr)
 	}
 	if !strings.Contains(stderr, "1 of 2 cells failed (testdriver-broken/"+kver+")") {
 		t.Errorf("stderr %q does not name the failed cell", stderr)

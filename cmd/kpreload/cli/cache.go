@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +14,11 @@ import (
 
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cells"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/clirun"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdenv"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdout"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/mistakes"
 	"github.com/kpreload/kpreload/internal/termtext"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/names"
@@ -22,14 +26,6 @@ import (
 )
 
 func init() { register(newCacheCmd) }
-
-// cacheContext returns the command's context, or a background one.
-func cacheContext(cmd *cobra.Command) context.Context {
-	if ctx := cmd.Context(); ctx != nil {
-		return ctx
-	}
-	return context.Background()
-}
 
 func newCacheCmd() *cobra.Command {
 	var dir string
@@ -42,7 +38,7 @@ index per kernel release that /init reads.
 
 The cache directory is --cache, else $KPRELOAD_CACHE_DIR, else ` + store.DefaultDir + `.`,
 	}
-	cmd.PersistentFlags().StringVar(&dir, "cache", cacheDefaultDir(), "module cache directory")
+	cmd.PersistentFlags().StringVar(&dir, "cache", cmdenv.CacheDefaultDir(), "module cache directory")
 	open := func() (*store.Store, error) { return store.Open(dir) }
 	cmd.AddCommand(newCacheAddCmd(open), newCacheLsCmd(open), newCacheVerifyCmd(open), newCacheIndexCmd(open), newCacheRmCmd(open),
 		newCachePushCmd(open), newCachePullCmd(open), newCacheKeygenCmd())
@@ -54,15 +50,15 @@ func newCacheAddCmd(open func() (*store.Store, error)) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:         "add --driver NAME --version V [--flavor F] FILE.ko...",
-		Annotations: map[string]string{argsNote: "the module files to add"},
+		Annotations: map[string]string{mistakes.ArgsNote: "the module files to add"},
 		Short:       "Add a set of module files built for one kernel",
 		Long: `Add reads every module file (.ko, .ko.xz, .ko.zst, .ko.gz), checks that they
 were all built for one kernel (same vermagic), stores them by content, writes
 the set's manifest and regenerates that kernel's boot index. It prints the set
 id; adding the same files again gives the same id and changes nothing.`,
-		Args: minArgs(1),
+		Args: mistakes.MinArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := errors.Join(names.Check("--driver", req.Driver), names.Check("--version", req.Version), checkNames("--flavor", req.Flavor)); err != nil {
+			if err := errors.Join(names.Check("--driver", req.Driver), names.Check("--version", req.Version), mistakes.CheckNames("--flavor", req.Flavor)); err != nil {
 				return fmt.Errorf("cache add: %w", err)
 			}
 			s, err := open()
@@ -70,13 +66,13 @@ id; adding the same files again gives the same id and changes nothing.`,
 				return err
 			}
 			req.Files = args
-			m, id, err := s.AddFiles(cacheContext(cmd), req)
+			m, id, err := s.AddFiles(clirun.Context(cmd), req)
 			if err != nil {
 				return err
 			}
 			w := cmd.OutOrStdout()
 			if asJSON {
-				return printJSON(w, struct {
+				return cmdout.PrintJSON(w, struct {
 					ID       string             `json:"id"`
 					Manifest *manifest.Manifest `json:"manifest"`
 				}{id, m})
@@ -125,7 +121,7 @@ func newCacheLsCmd(open func() (*store.Store, error)) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ls [--kernel K]",
 		Short: "List the module sets in the cache",
-		Args:  noArgs,
+		Args:  mistakes.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := open()
 			if err != nil {
@@ -140,7 +136,7 @@ func newCacheLsCmd(open func() (*store.Store, error)) *cobra.Command {
 			}
 			w := cmd.OutOrStdout()
 			if asJSON {
-				if err := printJSON(w, entries); err != nil {
+				if err := cmdout.PrintJSON(w, entries); err != nil {
 					return err
 				}
 				return listErr
@@ -212,7 +208,7 @@ is non-zero when they differ.
 
   kpreload cache verify --rebuild 0f5074e78eb6
   kpreload cache pull --remote oci://registry.example/kpreload && kpreload cache verify --rebuild ae3c39a1 --json`,
-		Args: noArgs,
+		Args: mistakes.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if m.rebuild != "" && m.repair {
 				return fmt.Errorf("--rebuild and --repair: give one")
@@ -224,7 +220,7 @@ is non-zero when they differ.
 	cmd.Flags().BoolVar(&m.asJSON, "json", false, "print the result as JSON")
 	cmd.Flags().StringVar(&m.rebuild, "rebuild", "", "rebuild this set (id or cache key digest, or a prefix) and compare it byte for byte")
 	cmd.Flags().StringArrayVar(&m.recipeRefs, "recipe", nil, "with --rebuild: the recipe (file or name) the set was built from (repeatable; default: every recipe in --recipes)")
-	cmd.Flags().StringVar(&m.recipesDir, "recipes", "", "with --rebuild: directory of recipes"+recipesDefaultHelp)
+	cmd.Flags().StringVar(&m.recipesDir, "recipes", "", "with --rebuild: directory of recipes"+cells.RecipesDefaultHelp)
 	return cmd
 }
 
@@ -238,7 +234,7 @@ func (m *cacheVerifyCommand) run(cmd *cobra.Command) error {
 	if m.rebuild != "" {
 		return runRebuild(cmd, s, m.rebuild, m.recipeRefs, m.recipesDir, m.asJSON)
 	}
-	ctx := cacheContext(cmd)
+	ctx := clirun.Context(cmd)
 	var rep *store.Repaired
 	if m.repair {
 		if rep, err = s.Repair(ctx); err != nil {
@@ -265,7 +261,7 @@ func (m *cacheVerifyCommand) print(w io.Writer, dir string, rep *store.Repaired,
 		if probs == nil {
 			probs = []store.Problem{}
 		}
-		return printJSON(w, struct {
+		return cmdout.PrintJSON(w, struct {
 			OK       bool            `json:"ok"`
 			Repaired *store.Repaired `json:"repaired,omitempty"`
 			Problems []store.Problem `json:"problems"`
@@ -286,13 +282,13 @@ func (m *cacheVerifyCommand) print(w io.Writer, dir string, rep *store.Repaired,
 
 // runRebuild is cache verify --rebuild: matrix.Rebuild, printed.
 func runRebuild(cmd *cobra.Command, s *store.Store, ref string, refs []string, dir string, asJSON bool) error {
-	ctx, stop := signal.NotifyContext(cacheContext(cmd), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(clirun.Context(cmd), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var candidates []*recipe.Recipe
 	var err error
 	if len(refs) > 0 {
-		candidates, err = loadRecipes(refs, dir)
-	} else if dir, err = resolveRecipesDir(dir); err != nil {
+		candidates, err = cells.LoadRecipes(refs, dir)
+	} else if dir, err = cells.ResolveRecipesDir(dir); err != nil {
 		err = fmt.Errorf("--rebuild looks for the set's recipe in --recipes: %w", err)
 	} else if candidates, err = recipe.LoadDir(dir); err != nil {
 		err = fmt.Errorf("--rebuild looks for the set's recipe in --recipes %s: %w", dir, err)
@@ -300,15 +296,15 @@ func runRebuild(cmd *cobra.Command, s *store.Store, ref string, refs []string, d
 	if err != nil {
 		return err
 	}
-	p := newBuildProgress(cmd.ErrOrStderr())
-	res, err := matrix.Rebuild(ctx, s, ref, candidates, matrix.Options{Progress: p.event, DownloadDir: envDownloadDir()})
-	p.stop()
+	p := cells.NewProgress(cmd.ErrOrStderr())
+	res, err := matrix.Rebuild(ctx, s, ref, candidates, matrix.Options{Progress: p.Event, DownloadDir: cmdenv.DownloadDir()})
+	p.Stop()
 	if res == nil {
 		return err
 	}
 	w := cmd.OutOrStdout()
 	if asJSON {
-		if jerr := printJSON(w, res); jerr != nil {
+		if jerr := cmdout.PrintJSON(w, res); jerr != nil {
 			return jerr
 		}
 		return err
@@ -332,7 +328,7 @@ func newCacheIndexCmd(open func() (*store.Store, error)) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "index --kernel K",
 		Short: "Print the boot index /init reads for a kernel release",
-		Args:  noArgs,
+		Args:  mistakes.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := names.Check("--kernel", kernel); err != nil {
 				return fmt.Errorf("cache index: %w", err)
@@ -345,7 +341,7 @@ func newCacheIndexCmd(open func() (*store.Store, error)) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printJSON(cmd.OutOrStdout(), ix)
+			return cmdout.PrintJSON(cmd.OutOrStdout(), ix)
 		},
 	}
 	cmd.Flags().StringVar(&kernel, "kernel", "", "kernel release (required)")
@@ -357,7 +353,7 @@ func newCacheRmCmd(open func() (*store.Store, error)) *cobra.Command {
 	var sel store.Entry
 	cmd := &cobra.Command{
 		Use:         "rm SET... | rm [--kernel K] [--driver D] [--version V] [--flavor F]",
-		Annotations: map[string]string{argsNote: "the module sets to remove"},
+		Annotations: map[string]string{mistakes.ArgsNote: "the module sets to remove"},
 		Short:       "Remove sets (by id or unique id prefix, or every set a selection matches) and the module files only they use",
 		Long: `Rm removes module sets and the module files no other set uses, and
 regenerates the boot indexes of their kernels. Name the sets by id, as "cache
@@ -368,7 +364,7 @@ carries any more). A selection that matches no set is an error.`,
 		Example: `  kpreload cache rm --cache ./cache --kernel 6.1.0-56-cloud-amd64 --driver kpreload-edu --version 1.0`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if sel == (store.Entry{}) {
-				return minArgs(1)(cmd, args)
+				return mistakes.MinArgs(1)(cmd, args)
 			}
 			if len(args) > 0 {
 				return fmt.Errorf("cache rm: give set ids or --kernel/--driver/--version/--flavor, not both")
@@ -376,7 +372,7 @@ carries any more). A selection that matches no set is an error.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkNames("--kernel", sel.Kernel, "--driver", sel.Driver, "--version", sel.Version, "--flavor", sel.Flavor); err != nil {
+			if err := mistakes.CheckNames("--kernel", sel.Kernel, "--driver", sel.Driver, "--version", sel.Version, "--flavor", sel.Flavor); err != nil {
 				return fmt.Errorf("cache rm: %w", err)
 			}
 			s, err := open()
@@ -394,7 +390,7 @@ carries any more). A selection that matches no set is an error.`,
 				if err != nil {
 					return err
 				}
-				if err := s.Remove(cacheContext(cmd), id); err != nil {
+				if err := s.Remove(clirun.Context(cmd), id); err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "removed %s\n", id)

@@ -7,6 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdout"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/mistakes"
 	"github.com/kpreload/kpreload/gpu/activate"
 	"github.com/kpreload/kpreload/gpu/cdispec"
 	"github.com/kpreload/kpreload/internal/inroot"
@@ -21,7 +23,7 @@ func newCDICmd() *cobra.Command {
 		Long: `cdi describes the loaded NVIDIA driver to container runtimes (docker, podman,
 containerd, CRI-O) as a CDI spec of kind nvidia.com/gpu, and provides the
 createContainer hook that spec names.`,
-		Args: noArgs,
+		Args: mistakes.NoArgs,
 	}
 	cmd.AddCommand(newCDIGenerateCmd(), newCDIRefreshCmd(), newCDIHookCmd())
 	return cmd
@@ -83,7 +85,7 @@ and a driver library; then containers ask for the devices by name.`,
   kpreload cdi generate --root ./h200-root --json -o h200-spec.json
   docker run --rm --device nvidia.com/gpu=all ubuntu nvidia-smi
   podman run --rm --device nvidia.com/gpu=0 ubuntu nvidia-smi -L`,
-		Args: noArgs,
+		Args: mistakes.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			m.complete()
 			return m.run(cmd)
@@ -175,7 +177,7 @@ written. --json prints what was done as JSON.`,
 		Example: `  kpreload cdi refresh
   kpreload cdi refresh --json
   kpreload cdi refresh --root /mnt -o /run/cdi/kpreload-nvidia.yaml`,
-		Args: noArgs,
+		Args: mistakes.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			target := file
 			if !cmd.Flags().Changed("output") {
@@ -194,7 +196,7 @@ written. --json prints what was done as JSON.`,
 				if err != nil {
 					out.Error = err.Error()
 				}
-				if jerr := printJSON(cmd.OutOrStdout(), out); jerr != nil {
+				if jerr := cmdout.PrintJSON(cmd.OutOrStdout(), out); jerr != nil {
 					return errors.Join(err, jerr)
 				}
 				return err
@@ -243,7 +245,7 @@ func newCDIHookCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "hook",
 		Short: "OCI hooks named by kpreload's CDI spec (run by container runtimes)",
-		Args:  noArgs,
+		Args:  mistakes.NoArgs,
 	}
 	var (
 		folders                 []string
@@ -265,7 +267,7 @@ resolve in the container. Folders are container paths; missing ones are skipped.
   #     path: /usr/bin/kpreload
   #     args: [kpreload, cdi, hook, update-ldcache, --folder, /usr/lib/x86_64-linux-gnu]
   kpreload cdi hook update-ldcache --container-root ./rootfs --folder /usr/local/nvidia/lib64`,
-		Args: noArgs,
+		Args: mistakes.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			root := containerRoot
 			if root == "" {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cells"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/testsupport/testenv"
 )
@@ -77,17 +78,17 @@ func TestBootDryRunInProcess(t *testing.T) {
 // change state.
 func TestBuildProgressLines(t *testing.T) {
 	var b bytes.Buffer
-	p := newBuildProgress(&b)
+	p := cells.NewProgress(&b)
 	r := &recipe.Recipe{Name: "testdriver"}
 	start := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
 	cell := matrix.Cell{Recipe: r, Kernel: "6.1.0-56-cloud-amd64"}
-	p.event(matrix.Event{Cell: cell, Index: 0, State: matrix.StateBuilding, Time: start})
-	p.event(matrix.Event{Cell: cell, Index: 0, State: matrix.StateOK, Time: start.Add(3 * time.Second),
+	p.Event(matrix.Event{Cell: cell, Index: 0, State: matrix.StateBuilding, Time: start})
+	p.Event(matrix.Event{Cell: cell, Index: 0, State: matrix.StateOK, Time: start.Add(3 * time.Second),
 		Result: &matrix.Result{State: matrix.StateOK, Duration: 3 * time.Second, Remote: "pushed"}})
 	other := matrix.Cell{Recipe: r, Kernel: "6.12.0-1-cloud-amd64"}
-	p.event(matrix.Event{Cell: other, Index: 1, State: matrix.StateFailed, Time: start,
+	p.Event(matrix.Event{Cell: other, Index: 1, State: matrix.StateFailed, Time: start,
 		Result: &matrix.Result{State: matrix.StateFailed, FirstError: "error: x.c:1", Remote: "push failed", PushErr: errors.New("denied")}})
-	p.stop()
+	p.Stop()
 	wantIn(t, "build progress", b.String(), "building (0s)", "ok (3s) [pushed]", "failed: error: x.c:1 [push failed]: denied")
 }
 

@@ -11,6 +11,10 @@ import (
 	"github.com/kpreload/kpreload/builder/follow"
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cells"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/clirun"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdenv"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdout"
 )
 
 func init() { register(newFollowCmd) }
@@ -22,7 +26,7 @@ const ExitFollowNew = 2
 // followCommand is kpreload follow: its options, as the flags set them.
 type followCommand struct {
 	opts    matrix.Options
-	cf      cellFlags
+	cf      cells.Flags
 	asJSON  bool
 	newCode int
 	wait    bool
@@ -99,14 +103,14 @@ func (m *followCommand) flags(cmd *cobra.Command) {
 	opts, cf := &m.opts, &m.cf
 	f := cmd.Flags()
 	f.BoolVar(&m.asJSON, "json", false, "print the freshness table as JSON")
-	cf.register(f, opts, "follow", "directory of recipes: RECIPE names, and every recipe when none is named")
+	cf.Register(f, opts, "follow", "directory of recipes: RECIPE names, and every recipe when none is named")
 	f.IntVar(&m.newCode, "new-exit-code", ExitFollowNew, "exit status when the cycle pushed new cells")
 	f.BoolVar(&m.wait, "wait", false, "when another cycle runs, wait for it instead of stopping")
 }
 
 // validate checks the flags: follow pushes signed cells.
 func (m *followCommand) validate() error {
-	if m.cf.rf.url == "" || m.cf.rf.sign == "" {
+	if m.cf.Remote.URL() == "" || m.cf.Remote.SignKey() == "" {
 		return fmt.Errorf("follow pushes signed cells: give --remote oci://HOST[:PORT]/REPO and --sign KEY")
 	}
 	if m.newCode < 0 || m.newCode > 125 {
@@ -118,31 +122,31 @@ func (m *followCommand) validate() error {
 // run follows the recipes args name (every recipe when none) for one
 // cycle and prints the freshness table.
 func (m *followCommand) run(cmd *cobra.Command, args []string) error {
-	ctx, stop := signal.NotifyContext(cacheContext(cmd), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(clirun.Context(cmd), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	opts := m.opts
-	rm, err := m.cf.rf.open()
+	rm, err := m.cf.Remote.Open()
 	if err != nil {
 		return err
 	}
 	opts.Remote = rm
-	if err := m.cf.setShard(&opts); err != nil {
+	if err := m.cf.SetShard(&opts); err != nil {
 		return err
 	}
-	if opts.Recipes, opts.RecipeKernels, err = followCells(args, m.cf.recipesDir); err != nil {
+	if opts.Recipes, opts.RecipeKernels, err = followCells(args, m.cf.RecipesDir); err != nil {
 		return err
 	}
 	if opts.DownloadDir == "" {
-		opts.DownloadDir = envDownloadDir()
+		opts.DownloadDir = cmdenv.DownloadDir()
 	}
-	p := newBuildProgress(cmd.ErrOrStderr())
-	opts.Progress = p.event
-	rep, err := follow.Cycle(ctx, follow.Options{Build: opts, StateDir: downloadDefaultDir(), Wait: m.wait})
-	p.stop()
+	p := cells.NewProgress(cmd.ErrOrStderr())
+	opts.Progress = p.Event
+	rep, err := follow.Cycle(ctx, follow.Options{Build: opts, StateDir: cmdenv.DownloadDefaultDir(), Wait: m.wait})
+	p.Stop()
 	if rep != nil {
 		out := cmd.OutOrStdout()
 		if m.asJSON {
-			if jerr := printJSON(out, rep); jerr != nil {
+			if jerr := cmdout.PrintJSON(out, rep); jerr != nil {
 				return jerr
 			}
 		} else if terr := rep.WriteTable(out); terr != nil {
@@ -151,9 +155,9 @@ func (m *followCommand) run(cmd *cobra.Command, args []string) error {
 	}
 	switch {
 	case err != nil:
-		return &exitStatus{code: 1, err: err}
+		return clirun.Exit(1, err)
 	case rep.New > 0 && m.newCode != 0:
-		return &exitStatus{code: m.newCode}
+		return clirun.Exit(m.newCode, nil)
 	}
 	return nil
 }
@@ -162,9 +166,9 @@ func (m *followCommand) run(cmd *cobra.Command, args []string) error {
 // every recipe in recipesDir when args name none.
 func followCells(args []string, recipesDir string) ([]*recipe.Recipe, map[*recipe.Recipe][]string, error) {
 	if len(args) > 0 {
-		return loadCells(args, recipesDir)
+		return cells.LoadCells(args, recipesDir)
 	}
-	dir, err := resolveRecipesDir(recipesDir)
+	dir, err := cells.ResolveRecipesDir(recipesDir)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -174,19 +178,3 @@ func followCells(args []string, recipesDir string) ([]*recipe.Recipe, map[*recip
 	}
 	return recipes, map[*recipe.Recipe][]string{}, nil
 }
-
-// exitStatus is an error that sets the process's exit status; with no err
-// it prints nothing.
-type exitStatus struct {
-	code int
-	err  error
-}
-
-func (e *exitStatus) Error() string {
-	if e.err == nil {
-		return fmt.Sprintf("exit status %d", e.code)
-	}
-	return e.err.Error()
-}
-
-func (e *exitStatus) Unwrap() error { return e.err }

@@ -14,6 +14,11 @@ import (
 	"github.com/kpreload/kpreload/builder/image"
 	"github.com/kpreload/kpreload/builder/image/formats"
 	"github.com/kpreload/kpreload/builder/install"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cells"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/clirun"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdenv"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdout"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/mistakes"
 	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/internal/layout"
 	"github.com/kpreload/kpreload/internal/progress"
@@ -40,7 +45,7 @@ initramfs from the cache when a kernel is installed later.`,
 type imageBuildCommand struct {
 	o          image.Options
 	recipeArgs []string
-	rf         remoteFlags
+	rf         cells.RemoteFlags
 	// allowUnsigned lets --remote go without --trust.
 	allowUnsigned bool
 	addFiles      []string
@@ -103,7 +108,7 @@ checked by the build's first phase. Each example below builds without
 		Example: `  kpreload image build --name ci --kernel 6.1.0-56-cloud-amd64 --recipe testdriver --build-missing --out out/images --dry-run
   kpreload image build --name gpu --kernel 6.1.0-56-cloud-amd64 --recipe nvidia-535 --format vmdk,vhd,gce --dry-run
   kpreload image build --name gpu --kernel 6.1.0-56-cloud-amd64 --recipe nvidia-535 --instance images/instance-gpu.yaml --cmdline console=ttyS0 --json --dry-run`,
-		Args: noArgs,
+		Args: mistakes.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := m.validate(); err != nil {
 				return err
@@ -122,10 +127,10 @@ func (m *imageBuildCommand) flags(c *cobra.Command) {
 	f.StringVar(&o.Name, "name", "", "image name: output files are OUT/NAME.{raw,qcow2,vhd,vmdk,tar.gz,manifest.json}")
 	f.StringArrayVar(&o.Kernels, "kernel", nil, "kernel release to install (linux-image-KVER; repeatable, the first boots by default)")
 	f.StringArrayVar(&m.recipeArgs, "recipe", nil, "driver recipe the image carries: a file, or a name in --recipes (repeatable)")
-	f.StringVar(&m.recipesDir, "recipes", "", "directory of recipes for --recipe names"+recipesDefaultHelp)
-	f.StringVar(&o.CacheDir, "cache", cacheDefaultDir(), "module cache the driver cells are read from")
+	f.StringVar(&m.recipesDir, "recipes", "", "directory of recipes for --recipe names"+cells.RecipesDefaultHelp)
+	f.StringVar(&o.CacheDir, "cache", cmdenv.CacheDefaultDir(), "module cache the driver cells are read from")
 	f.BoolVar(&o.BuildMissing, "build-missing", false, "build cells missing from the cache with dkms instead of failing")
-	rf.register(f) // --remote: pull the cells the image needs; with --build-missing, push what was built
+	rf.Register(f) // --remote: pull the cells the image needs; with --build-missing, push what was built
 	f.BoolVar(&m.allowUnsigned, "allow-unsigned", false, "with --remote and no --trust: take the image's driver cells unsigned, on purpose (without it --remote needs --trust)")
 	f.StringVar(&o.OutDir, "out", ".", "output directory")
 	f.StringVar(&o.Instance, "instance", "", "instance YAML file to bake in at /"+image.ImageInstance)
@@ -164,7 +169,7 @@ func (m *imageBuildCommand) validate() error {
 	if err := formats.Check(o.Formats); err != nil {
 		return fmt.Errorf("--format: %w", err)
 	}
-	if err := m.rf.imageTrust(m.allowUnsigned); err != nil {
+	if err := m.rf.ImageTrust(m.allowUnsigned); err != nil {
 		return err
 	}
 	for _, a := range m.addFiles {
@@ -188,16 +193,16 @@ func (m *imageBuildCommand) validate() error {
 // run opens the registry, reads the recipes, builds the image and prints
 // its manifest, or with --dry-run what it would build.
 func (m *imageBuildCommand) run(cmd *cobra.Command) error {
-	ctx, stop := signal.NotifyContext(cacheContext(cmd), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(clirun.Context(cmd), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	o := &m.o
-	rm, err := m.rf.open()
+	rm, err := m.rf.Open()
 	if err != nil {
 		return err
 	}
 	o.Remote = rm
 	if len(m.recipeArgs) > 0 {
-		if o.Recipes, err = loadRecipes(m.recipeArgs, m.recipesDir); err != nil {
+		if o.Recipes, err = cells.LoadRecipes(m.recipeArgs, m.recipesDir); err != nil {
 			return err
 		}
 	}
@@ -209,21 +214,21 @@ func (m *imageBuildCommand) run(cmd *cobra.Command) error {
 		o.KpreloadBinary = exe
 	}
 	if o.InitBinary == "" {
-		o.InitBinary = defaultInit()
+		o.InitBinary = cmdenv.DefaultInit()
 	}
 	if o.DownloadDir == "" {
-		o.DownloadDir = envDownloadDir()
+		o.DownloadDir = cmdenv.DownloadDir()
 	}
 	if m.dryRun {
 		return m.dryRunJob(cmd.OutOrStdout())
 	}
 	errw := cmd.ErrOrStderr()
 	start := time.Now()
-	line := progress.New(errw, isTerminal(errw), time.Now)
+	line := progress.New(errw, cmdout.IsTerminal(errw), time.Now)
 	o.Progress = func(msg string) {
 		line.Note(fmt.Sprintf("[%6.1fs] %s", time.Since(start).Seconds(), msg))
 	}
-	stopTicks := tickEverySecond(line)
+	stopTicks := cmdout.TickEverySecond(line)
 	j := image.NewJob(*o)
 	err = image.RunPhases(ctx, image.ShowPhases(j.Phases(), j.PhaseCosts(), line, time.Now))
 	stopTicks()
@@ -232,7 +237,7 @@ func (m *imageBuildCommand) run(cmd *cobra.Command) error {
 		return err
 	}
 	if m.asJSON {
-		return printJSON(cmd.OutOrStdout(), j.Manifest())
+		return cmdout.PrintJSON(cmd.OutOrStdout(), j.Manifest())
 	}
 	printImageManifest(cmd.OutOrStdout(), j.Manifest(), o.OutDir)
 	return nil
@@ -304,7 +309,7 @@ func printImagePlan(w io.Writer, j *image.Job, asJSON bool) error {
 		p.Phases = append(p.Phases, [2]string{ph.Name, ph.Title})
 	}
 	if asJSON {
-		return printJSON(w, p)
+		return cmdout.PrintJSON(w, p)
 	}
 	cells := "from " + p.Cache
 	if p.BuildMissing {

@@ -6,23 +6,17 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/spf13/cobra"
+
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdenv"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdout"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/mistakes"
 	"github.com/kpreload/kpreload/initramfs/archive"
 	"github.com/kpreload/kpreload/initramfs/assemble"
 	"github.com/kpreload/kpreload/internal/layout"
-	"github.com/spf13/cobra"
 )
 
 func init() { register(newInitramfsCmd) }
-
-// defaultInit finds the /init binary shipped with the kpreload executable:
-// beside it (make build's bin/), else where the package installs it.
-func defaultInit() string {
-	exe, err := os.Executable()
-	if err != nil {
-		return ""
-	}
-	return layout.Companion(exe, layout.Init)
-}
 
 // initramfsCommand is kpreload initramfs: its options, as the flags set
 // them.
@@ -57,7 +51,7 @@ the tree "kpreload kernels fetch 6.1.0-56-cloud-amd64" unpacked, linked into the
 working directory under its release's name.`,
 		Example: `  kpreload initramfs --kernel 6.1.0-56-cloud-amd64 --root ./6.1.0-56-cloud-amd64 -o initrd.img
   kpreload initramfs --kernel 6.1.0-56-cloud-amd64 --root ./6.1.0-56-cloud-amd64 --cache ./cache --filesystems ext4 --json -o initrd.img`,
-		Args: noArgs,
+		Args: mistakes.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := m.validate(); err != nil {
 				return err
@@ -109,7 +103,7 @@ func (m *initramfsCommand) validate() error {
 		o.ModulesDir = filepath.Join(m.root, "lib/modules", o.Kernel)
 	}
 	if o.Init == "" {
-		o.Init = defaultInit()
+		o.Init = cmdenv.DefaultInit()
 	}
 	if _, err := os.Stat(o.Init); err != nil {
 		return fmt.Errorf("/init binary: %w (build it with `make`, or pass --init)", err)
@@ -124,7 +118,7 @@ func (m *initramfsCommand) run(cmd *cobra.Command) error {
 		return err
 	}
 	if m.asJSON {
-		return printJSON(cmd.OutOrStdout(), res)
+		return cmdout.PrintJSON(cmd.OutOrStdout(), res)
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "%s: %d bytes (%s), %d modules, %d sets, sha256 %s\n",
 		m.out, res.Size, res.Compression, len(res.Modules), len(res.Sets), res.SHA256[:16])

@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/kpreload/kpreload/internal/none"
 	"io"
 	"os"
 	"strings"
+
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdenv"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdout"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/mistakes"
+	"github.com/kpreload/kpreload/internal/none"
 
 	"github.com/spf13/cobra"
 
@@ -44,12 +48,12 @@ func (f *installFlags) options(log io.Writer) (install.Options, error) {
 	if err != nil {
 		return install.Options{}, err
 	}
-	return install.Options{Root: f.root, ESP: f.esp, Bootloader: bl, Cmdline: f.cmdline, Log: log, StallAt: envHookStall()}, nil
+	return install.Options{Root: f.root, ESP: f.esp, Bootloader: bl, Cmdline: f.cmdline, Log: log, StallAt: cmdenv.HookStall()}, nil
 }
 
 func (f *installFlags) print(cmd *cobra.Command, res *install.Result) error {
 	if f.asJSON {
-		return printJSON(cmd.OutOrStdout(), res)
+		return cmdout.PrintJSON(cmd.OutOrStdout(), res)
 	}
 	return nil
 }
@@ -135,7 +139,7 @@ its EFI system partition in ./esp), and a raw disk image another tool made.`,
 		Example: `  sudo kpreload install --root ./image-root --root-filesystem ext4
   sudo kpreload install --root ./image-root --esp ./esp --kernel 6.1.0-56-cloud-amd64 --root-filesystem ext4 --json
   sudo kpreload install --stage --image debian.raw --recipe testdriver`,
-		Args: noArgs,
+		Args: mistakes.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := m.validate(cmd); err != nil {
 				return err
@@ -158,9 +162,9 @@ func (m *installCommand) flags(c *cobra.Command) {
 
 // validate checks the flags, --stage's with them.
 func (m *installCommand) validate(cmd *cobra.Command) error {
-	errs := []error{checkNames("--default", m.def)}
+	errs := []error{mistakes.CheckNames("--default", m.def)}
 	for _, k := range m.kernels {
-		errs = append(errs, checkNames("--kernel", k))
+		errs = append(errs, mistakes.CheckNames("--kernel", k))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("install: %w", err)
@@ -208,7 +212,7 @@ func newKernelHookCmd() *cobra.Command { return (&kernelHookCommand{}).build() }
 func (m *kernelHookCommand) build() *cobra.Command {
 	c := &cobra.Command{
 		Use:         "kernel-hook postinst|postrm KVER [IMAGE] | grub-entries | boot-ok | up | refresh",
-		Annotations: map[string]string{argsNote: "the hook's event (postinst|postrm KVER [IMAGE], grub-entries, boot-ok, up or refresh)"},
+		Annotations: map[string]string{mistakes.ArgsNote: "the hook's event (postinst|postrm KVER [IMAGE], grub-entries, boot-ok, up or refresh)"},
 		Short:       "What the kernel packages and grub-mkconfig run (installed by kpreload install)",
 		Long: `Debian's kernel packages run /etc/kernel/postinst.d/zz-kpreload and
 postrm.d/zz-kpreload after installing or removing a kernel; both hand over to
@@ -274,7 +278,7 @@ key in /etc/kpreload/boot.yaml, or an /etc/kpreload/cmdline of more than one
 line, is a warning, and the defaults (or the running system's command line)
 are used. Every path is resolved inside --root, as in a chroot of it.`,
 		Example: `  kpreload kernel-hook refresh`,
-		Args:    rangeArgs(1, 3),
+		Args:    mistakes.RangeArgs(1, 3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := validateHookArgs(args); err != nil {
 				return err
@@ -438,7 +442,7 @@ error that says what to run. --json prints all of it as one object.`,
 		Example: `  kpreload status
   kpreload status --json
   kpreload status --root ./image-root`,
-		Args: noArgs,
+		Args: mistakes.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			st, err := status.Read(status.Options{Root: root, Running: !cmd.Flags().Changed("root")})
 			if err != nil {
@@ -448,7 +452,7 @@ error that says what to run. --json prints all of it as one object.`,
 				fmt.Fprintf(cmd.ErrOrStderr(), "kpreload: WARNING: %s\n", termtext.Text(w))
 			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), st)
+				return cmdout.PrintJSON(cmd.OutOrStdout(), st)
 			}
 			writeStatus(cmd.OutOrStdout(), st)
 			return nil

@@ -9,6 +9,9 @@ import (
 	"github.com/kpreload/kpreload/builder/adopt"
 	"github.com/kpreload/kpreload/builder/image/stage"
 	"github.com/kpreload/kpreload/builder/install"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cells"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdenv"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdout"
 )
 
 // stageFlags are install's flags for a root kpreload never staged
@@ -19,7 +22,7 @@ type stageFlags struct {
 	partition     int
 	recipeArgs    []string
 	recipesDir    string
-	rf            remoteFlags
+	rf            cells.RemoteFlags
 	allowUnsigned bool
 	o             stage.Options
 }
@@ -30,10 +33,10 @@ func (s *stageFlags) add(c *cobra.Command) {
 	f.StringVar(&s.image, "image", "", "with --stage: a raw disk image file instead of --root: its root partition is mounted at its offset while kpreload goes in")
 	f.IntVar(&s.partition, "partition", 0, "with --image: the root's partition number (default: the one Linux partition; a file with no partition table is the filesystem)")
 	f.StringArrayVar(&s.recipeArgs, "recipe", nil, "with --stage: a driver recipe the root carries: a file, or a name in --recipes (repeatable)")
-	f.StringVar(&s.recipesDir, "recipes", "", "with --stage: directory of recipes for --recipe names"+recipesDefaultHelp)
-	f.StringVar(&s.o.CacheDir, "cache", cacheDefaultDir(), "with --stage: module cache the driver cells are read from")
+	f.StringVar(&s.recipesDir, "recipes", "", "with --stage: directory of recipes for --recipe names"+cells.RecipesDefaultHelp)
+	f.StringVar(&s.o.CacheDir, "cache", cmdenv.CacheDefaultDir(), "with --stage: module cache the driver cells are read from")
 	f.BoolVar(&s.o.BuildMissing, "build-missing", false, "with --stage: build cells missing from the cache with dkms instead of failing")
-	s.rf.register(f)
+	s.rf.Register(f)
 	f.BoolVar(&s.allowUnsigned, "allow-unsigned", false, "with --remote and no --trust: take the driver cells unsigned, on purpose (without it --remote needs --trust)")
 	f.StringVar(&s.o.Instance, "instance", "", "with --stage: instance YAML file to put at /"+install.Instance)
 	f.StringVar(&s.o.RemoteConfig, "remote-config", "", "with --stage: registry configuration for the kernel hook, put at /"+install.RemoteFile+" with the keys and credentials it names")
@@ -61,7 +64,7 @@ func (s *stageFlags) check(c *cobra.Command, root string) error {
 	if c.Flags().Changed("partition") && s.image == "" {
 		return fmt.Errorf("--partition needs --image")
 	}
-	return s.rf.imageTrust(s.allowUnsigned)
+	return s.rf.ImageTrust(s.allowUnsigned)
 }
 
 // options fills the stage options the flags name.
@@ -69,17 +72,17 @@ func (s *stageFlags) options(kernels []string, cmdline string) (adopt.Options, e
 	o := s.o
 	o.Kernels = kernels
 	o.Cmdline = cmdline
-	rm, err := s.rf.open()
+	rm, err := s.rf.Open()
 	if err != nil {
 		return adopt.Options{}, err
 	}
 	o.Remote = rm
 	if len(s.recipeArgs) > 0 {
-		dir, err := resolveRecipesDir(s.recipesDir)
+		dir, err := cells.ResolveRecipesDir(s.recipesDir)
 		if err != nil {
 			return adopt.Options{}, err
 		}
-		if o.Recipes, err = loadRecipes(s.recipeArgs, dir); err != nil {
+		if o.Recipes, err = cells.LoadRecipes(s.recipeArgs, dir); err != nil {
 			return adopt.Options{}, err
 		}
 	}
@@ -91,9 +94,9 @@ func (s *stageFlags) options(kernels []string, cmdline string) (adopt.Options, e
 		o.KpreloadBinary = exe
 	}
 	if o.InitBinary == "" {
-		o.InitBinary = defaultInit()
+		o.InitBinary = cmdenv.DefaultInit()
 	}
-	o.DownloadDir = envDownloadDir()
+	o.DownloadDir = cmdenv.DownloadDir()
 	return adopt.Options{Stage: o}, nil
 }
 
@@ -118,7 +121,7 @@ func (s *stageFlags) run(cmd *cobra.Command, f installFlags, io install.Options)
 		return fmt.Errorf("install --stage into %s: %w", where, err)
 	}
 	if f.asJSON {
-		return printJSON(cmd.OutOrStdout(), res)
+		return cmdout.PrintJSON(cmd.OutOrStdout(), res)
 	}
 	out := cmd.OutOrStdout()
 	fmt.Fprintf(out, "kpreload staged into %s for %v; %s boots kernel %s with kpreload by default\n", where, res.Kernels, res.Install.Bootloader, res.Install.Default)

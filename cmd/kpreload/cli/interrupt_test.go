@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/clirun"
 	"github.com/kpreload/kpreload/internal/inroot/inroottest"
 )
 
@@ -41,7 +42,7 @@ func newStuckCmd() *cobra.Command {
 		Use:  "stuck FIFO",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := remoteContext(cmd)
+			ctx, stop := clirun.SignalContext(cmd)
 			defer stop()
 			fmt.Fprintln(cmd.ErrOrStderr(), "blocking")
 			f, err := os.Open(args[0])

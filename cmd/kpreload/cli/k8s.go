@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/mistakes"
 	"github.com/kpreload/kpreload/gpu/k8sconfig"
 	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/report"
@@ -19,7 +20,7 @@ func newK8sCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "k8s",
 		Short: "Kubernetes GPU sharing and MIG configs from the instance YAML",
-		Args:  noArgs,
+		Args:  mistakes.NoArgs,
 	}
 	cmd.AddCommand(newK8sRefreshCmd())
 	return cmd
@@ -45,7 +46,7 @@ A file the decision does not ask for is removed, so none outlives the request
 that made it; a MIG request the GPUs cannot take was refused at boot (the
 report says why) and writes no MIG file. kpreload never changes MIG mode
 itself. kpreload-k8s.service runs this at boot.`,
-		Args: noArgs,
+		Args: mistakes.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var sel *report.Selection
 			// The report is a regular file of bounded size (a FIFO or

@@ -10,6 +10,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kpreload/kpreload/builder/archive"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/clirun"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdenv"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdout"
 )
 
 func init() { register(newKernelsCmd) }
@@ -83,7 +86,7 @@ dir, fetched, seconds) to stdout. scripts/kernels.sh runs this command.`,
 func (m *kernelsFetchCommand) flags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&m.suite, "suite", "", "Debian suite to fetch from (default: the one each release names)")
-	f.StringVar(&m.cache, "cache", downloadDefaultDir(), "download cache: debs/, kernels/, apt/ ($KPRELOAD_CACHE)")
+	f.StringVar(&m.cache, "cache", cmdenv.DownloadDefaultDir(), "download cache: debs/, kernels/, apt/ ($KPRELOAD_CACHE)")
 	f.BoolVar(&m.asJSON, "json", false, "print the kernels as JSON")
 }
 
@@ -105,7 +108,7 @@ func (m *kernelsFetchCommand) validate() error {
 
 // run fetches and unpacks the kernels kvers, each from its suite.
 func (m *kernelsFetchCommand) run(cmd *cobra.Command, kvers []string) error {
-	ctx, stop := signal.NotifyContext(cacheContext(cmd), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(clirun.Context(cmd), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	stderr := cmd.ErrOrStderr()
 	progress := func(line string) { fmt.Fprintln(stderr, line) }
@@ -136,7 +139,7 @@ func (m *kernelsFetchCommand) run(cmd *cobra.Command, kvers []string) error {
 		out = append(out, kernelJSON{Kernel: kver, Suite: s, Dir: dir, Fetched: fetched, Seconds: time.Since(start).Seconds()})
 	}
 	if m.asJSON {
-		return printJSON(cmd.OutOrStdout(), out)
+		return cmdout.PrintJSON(cmd.OutOrStdout(), out)
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdout"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/mistakes"
 	"github.com/kpreload/kpreload/kmodcache/cellsign"
 )
 
@@ -12,7 +14,7 @@ func newCacheKeygenCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:         "keygen NAME",
-		Annotations: map[string]string{argsNote: "the key pair's name"},
+		Annotations: map[string]string{mistakes.ArgsNote: "the key pair's name"},
 		Short:       "Make an Ed25519 key pair for signing cells (NAME.key, NAME.pub)",
 		Long: `Keygen writes a new Ed25519 key pair: NAME.key, the private key (PEM,
 PKCS #8, mode 0600; it is never overwritten) that builders sign the cells
@@ -28,14 +30,14 @@ Kubernetes Secret); NAME.pub may be anywhere, in images included.`,
 		Example: `  kpreload cache keygen team
   kpreload build testdriver --kernel 6.1.0-56-cloud-amd64 --remote oci://127.0.0.1:5055/team --plain-http --sign team.key
   kpreload cache pull --remote oci://127.0.0.1:5055/team --plain-http --trust team.pub`,
-		Args: exactArgs(1),
+		Args: mistakes.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := cellsign.Generate(args[0]+".key", args[0]+".pub")
 			if err != nil {
 				return err
 			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), map[string]string{"key_id": s.ID, "private": args[0] + ".key", "public": args[0] + ".pub"})
+				return cmdout.PrintJSON(cmd.OutOrStdout(), map[string]string{"key_id": s.ID, "private": args[0] + ".key", "public": args[0] + ".pub"})
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: private key %s.key (keep it secret), public key %s.pub\n", s.ID, args[0], args[0])
 			return nil

@@ -14,6 +14,9 @@ import (
 	"github.com/kpreload/kpreload/builder/dkms"
 	"github.com/kpreload/kpreload/builder/image"
 	"github.com/kpreload/kpreload/builder/modkey"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdenv"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdout"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/mistakes"
 	"github.com/kpreload/kpreload/internal/fileutil"
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
@@ -69,7 +72,7 @@ signs every cell the old key signed again with the new one, under the cache
 key a build with the new key computes (images made before keep the old
 certificate: enroll the new one where they are rebuilt).`,
 	}
-	cmd.PersistentFlags().StringVar(&cache, "cache", cacheDefaultDir(), "module cache directory the key is kept with")
+	cmd.PersistentFlags().StringVar(&cache, "cache", cmdenv.CacheDefaultDir(), "module cache directory the key is kept with")
 
 	cmd.AddCommand(newKeysShowCmd(&cache), newKeysExportCmd(&cache), newKeysRotateCmd(&cache))
 	return cmd
@@ -82,14 +85,14 @@ func newKeysShowCmd(cache *string) *cobra.Command {
 		Use:     "show [--json]",
 		Short:   "Where the module signing key is and what to enroll",
 		Example: "  kpreload keys show --cache cache\n  kpreload keys show --cache cache --json",
-		Args:    noArgs,
+		Args:    mistakes.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			k, err := loadKey(*cache)
 			if err != nil {
 				return err
 			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), keyInfo(k))
+				return cmdout.PrintJSON(cmd.OutOrStdout(), keyInfo(k))
 			}
 			printKey(cmd.OutOrStdout(), keyInfo(k))
 			return nil
@@ -113,7 +116,7 @@ func newKeysExportCmd(cache *string) *cobra.Command {
 		Use:     "export -o FILE [--format der|pem]",
 		Short:   "Write the module signing certificate (never the private key)",
 		Example: "  kpreload keys export --cache cache -o mok.der\n  kpreload keys export --cache cache --format pem -o mok.pem",
-		Args:    noArgs,
+		Args:    mistakes.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := m.validate(); err != nil {
 				return err
@@ -171,7 +174,7 @@ func newKeysRotateCmd(cache *string) *cobra.Command {
 		Use:     "rotate [--json]",
 		Short:   "Make a new module signing key and sign the old key's cells again with it",
 		Example: "  kpreload keys rotate --cache cache",
-		Args:    noArgs,
+		Args:    mistakes.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return m.run(cmd)
 		},
@@ -213,7 +216,7 @@ func (m *keysRotateCommand) run(cmd *cobra.Command) error {
 		if res.Resigned == nil {
 			res.Resigned = []modkey.Resigned{}
 		}
-		return printJSON(cmd.OutOrStdout(), res)
+		return cmdout.PrintJSON(cmd.OutOrStdout(), res)
 	}
 	printRotation(cmd.OutOrStdout(), old, cur, done)
 	return nil

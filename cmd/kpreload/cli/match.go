@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdout"
 	"github.com/kpreload/kpreload/kmodcache/modalias"
 )
 
@@ -110,7 +111,7 @@ func (m *matchCommand) run(w io.Writer, dir string, lookups []string) error {
 	}
 	res := resolveAll(tree, dir, lookups, m.loadOrder)
 	if m.asJSON {
-		return printJSON(w, res)
+		return cmdout.PrintJSON(w, res)
 	}
 	if len(res.Modules) == 0 {
 		return fmt.Errorf("match: no module in %s matches %s", dir, strings.Join(lookups, ", "))

@@ -8,6 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdout"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/mistakes"
 	"github.com/kpreload/kpreload/kmodcache/modinfo"
 )
 
@@ -22,7 +24,7 @@ func newModinfoCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:         "modinfo FILE...",
-		Annotations: map[string]string{argsNote: "the module files to read"},
+		Annotations: map[string]string{mistakes.ArgsNote: "the module files to read"},
 		Short:       "Show what kernel module files (.ko, .ko.xz, .ko.zst, .ko.gz) say about themselves",
 		Long: `Show the .modinfo fields, the modversions table size, the compression and
 whether a signature is appended, for each kernel module file given.
@@ -32,7 +34,7 @@ besides the .modinfo keys, -F knows filename, signed, compression and versions
 (the modversions table as "0xCRC<TAB>symbol" lines, like
 modprobe --dump-modversions). With --json, print the parsed module (one object
 for one file, an array for several).`,
-		Args: minArgs(1),
+		Args: mistakes.MinArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if asJSON && field != "" {
 				return errors.New("modinfo: --json and -F cannot be combined")
@@ -52,13 +54,13 @@ for one file, an array for several).`,
 			switch {
 			case asJSON && len(args) == 1:
 				if len(infos) == 1 {
-					err = printJSON(w, infos[0])
+					err = cmdout.PrintJSON(w, infos[0])
 				}
 			case asJSON:
 				if infos == nil {
 					infos = []*modinfo.Info{}
 				}
-				err = printJSON(w, infos)
+				err = cmdout.PrintJSON(w, infos)
 			case field != "":
 				for _, info := range infos {
 					if err = printField(w, info, field); err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kpreload/kpreload/builder/install"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cells"
 	"github.com/kpreload/kpreload/internal/layout"
 )
 
@@ -93,14 +94,14 @@ func TestPackagedHooksInert(t *testing.T) {
 // naming both.
 func TestRecipesDefault(t *testing.T) {
 	// Every --recipes of the command tree leaves its default to
-	// resolveRecipesDir and says so.
+	// cells.ResolveRecipesDir and says so.
 	var found []string
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
 		if f := c.Flags().Lookup("recipes"); f != nil {
 			found = append(found, c.CommandPath())
-			if f.DefValue != "" || !strings.HasSuffix(f.Usage, recipesDefaultHelp) {
-				t.Errorf("%s --recipes: default %q, help %q; want no default of its own and the help ending %q (resolveRecipesDir decides)", c.CommandPath(), f.DefValue, f.Usage, recipesDefaultHelp)
+			if f.DefValue != "" || !strings.HasSuffix(f.Usage, cells.RecipesDefaultHelp) {
+				t.Errorf("%s --recipes: default %q, help %q; want no default of its own and the help ending %q (cells.ResolveRecipesDir decides)", c.CommandPath(), f.DefValue, f.Usage, cells.RecipesDefaultHelp)
 			}
 		}
 		for _, sub := range c.Commands() {

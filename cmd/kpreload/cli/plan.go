@@ -7,11 +7,14 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/spf13/cobra"
+
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdout"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/mistakes"
 	"github.com/kpreload/kpreload/gpu/instance"
 	"github.com/kpreload/kpreload/gpu/k8sconfig"
 	"github.com/kpreload/kpreload/gpu/selection"
 	"github.com/kpreload/kpreload/report"
-	"github.com/spf13/cobra"
 )
 
 func init() { register(newPlanCmd) }
@@ -47,12 +50,12 @@ of real 535 and 550 sets, their boot index and supported-GPU lists without the
 modules.`,
 		Example: `  kpreload plan --sysfs testdata/h100-gpu-vm/pci-sysfs.txt --cache testdata/plan-bundle --kernel 6.1.0-56-cloud-amd64
   kpreload plan --sysfs testdata/h200-gpu-vm --cache testdata/plan-bundle --kernel 6.1.0-56-cloud-amd64 --instance images/instance-gpu-550.yaml --json`,
-		Args: noArgs,
+		Args: mistakes.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if sysRoot == "" || cacheDir == "" || kernel == "" {
 				return errors.New("--sysfs, --cache and --kernel are required")
 			}
-			if err := checkNames("--kernel", kernel); err != nil {
+			if err := mistakes.CheckNames("--kernel", kernel); err != nil {
 				return fmt.Errorf("plan: %w", err)
 			}
 			// Everything under --sysfs is read inside it, bounded.
@@ -72,7 +75,7 @@ modules.`,
 				return fmt.Errorf("plan: %w", err)
 			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), planJSON{Selection: &d.Selection, K8sFiles: stringFiles(files)})
+				return cmdout.PrintJSON(cmd.OutOrStdout(), planJSON{Selection: &d.Selection, K8sFiles: stringFiles(files)})
 			}
 			printPlan(cmd.OutOrStdout(), d)
 			printK8sFiles(cmd.OutOrStdout(), files)

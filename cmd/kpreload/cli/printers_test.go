@@ -3,8 +3,6 @@ package cli
 import (
 	"bytes"
 	"errors"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,7 +10,6 @@ import (
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/gpu/switcher"
 	"github.com/kpreload/kpreload/report"
-	"github.com/spf13/cobra"
 )
 
 // TestPrintImageManifest: the summary image build prints of its manifest.
@@ -74,46 +71,5 @@ func TestNewBootJSON(t *testing.T) {
 	got = newBootJSON(&qemu.Result{TimedOut: true}, errors.New("timed out"))
 	if !got.TimedOut || got.Error != "timed out" || got.UntilMatch != "" || got.UpRecord != nil {
 		t.Errorf("newBootJSON(timed out) = %+v", got)
-	}
-}
-
-// TestPrivilegeOfWriters: a command that writes the cache or an output
-// file needs root only where this process cannot write (as root, never).
-func TestPrivilegeOfWriters(t *testing.T) {
-	dir := t.TempDir()
-	readOnly := filepath.Join(dir, "ro")
-	if err := os.Mkdir(readOnly, 0o555); err != nil {
-		t.Fatal(err)
-	}
-	for _, tt := range []struct {
-		name  string
-		flags map[string]string
-		p     privilege
-		need  bool
-	}{
-		{"cache, writable", map[string]string{"cache": filepath.Join(dir, "new/cache")}, cacheWriter, false},
-		{"cache, read-only", map[string]string{"cache": filepath.Join(readOnly, "cache")}, cacheWriter, true},
-		{"stdout", nil, outputWriter(""), false},
-		{"-o -", map[string]string{"output": "-"}, outputWriter(""), false},
-		{"-o writable", map[string]string{"output": filepath.Join(dir, "spec.yaml")}, outputWriter(""), false},
-		{"-o read-only", map[string]string{"output": filepath.Join(readOnly, "spec.yaml")}, outputWriter(""), true},
-		{"default under --root", map[string]string{"root": readOnly}, outputWriter("/etc/cdi/kpreload.yaml"), true},
-		{"default under a writable --root", map[string]string{"root": dir}, outputWriter("/etc/cdi/kpreload.yaml"), false},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			c := &cobra.Command{Use: "x"}
-			c.Flags().String("cache", "", "")
-			c.Flags().StringP("output", "o", "", "")
-			c.Flags().String("root", "/", "")
-			for k, v := range tt.flags {
-				if err := c.Flags().Set(k, v); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want := tt.need && os.Geteuid() != 0
-			if need, why := tt.p(c); need != want || need && why == "" {
-				t.Errorf("privilege = %v, %q; want %v", need, why, want)
-			}
-		})
 	}
 }

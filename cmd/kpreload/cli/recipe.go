@@ -10,6 +10,10 @@ import (
 
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cells"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/clirun"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdenv"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdout"
 )
 
 func init() { register(newRecipeCmd) }
@@ -52,10 +56,10 @@ Examples:
   kpreload recipe supported-gpus nvidia-550 --recipes recipes
   kpreload recipe supported-gpus nvidia-tesla-470 --recipes recipes --json`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := signal.NotifyContext(cacheContext(cmd), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := signal.NotifyContext(clirun.Context(cmd), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			var recipes []*recipe.Recipe
-			recipesDir, err := resolveRecipesDir(recipesDir)
+			recipesDir, err := cells.ResolveRecipesDir(recipesDir)
 			if err != nil {
 				return fmt.Errorf("recipe supported-gpus: %w", err)
 			}
@@ -63,7 +67,7 @@ Examples:
 				if recipes, err = recipe.LoadDir(recipesDir); err != nil {
 					return fmt.Errorf("recipe supported-gpus: %w", err)
 				}
-			} else if recipes, err = loadRecipes(args, recipesDir); err != nil {
+			} else if recipes, err = cells.LoadRecipes(args, recipesDir); err != nil {
 				return fmt.Errorf("recipe supported-gpus: %w", err)
 			}
 			lists, err := matrix.FetchSupportedGPUs(ctx, recipes, matrix.Options{DownloadDir: cache})
@@ -74,7 +78,7 @@ Examples:
 				return fmt.Errorf("recipe supported-gpus: none of the %d recipes names a supported-gpus list", len(recipes))
 			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), lists)
+				return cmdout.PrintJSON(cmd.OutOrStdout(), lists)
 			}
 			for _, l := range lists {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s=%s %s\n", l.Package, l.Version, l.Path)
@@ -83,8 +87,8 @@ Examples:
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&recipesDir, "recipes", "", "directory of recipes: RECIPE names, and every recipe when none is named"+recipesDefaultHelp)
-	f.StringVar(&cache, "cache", downloadDefaultDir(), "download cache: debs/, apt/, supported-gpus/ ($KPRELOAD_CACHE)")
+	f.StringVar(&recipesDir, "recipes", "", "directory of recipes: RECIPE names, and every recipe when none is named"+cells.RecipesDefaultHelp)
+	f.StringVar(&cache, "cache", cmdenv.DownloadDefaultDir(), "download cache: debs/, apt/, supported-gpus/ ($KPRELOAD_CACHE)")
 	f.BoolVar(&asJSON, "json", false, "print the lists as JSON (recipes, package, version, path, sha256, fetched)")
 	return cmd
 }

@@ -5,114 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"slices"
 	"strings"
-	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
-	"github.com/kpreload/kpreload/builder/matrix"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cells"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/clirun"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdout"
 	"github.com/kpreload/kpreload/gpu/selection"
-	"github.com/kpreload/kpreload/kmodcache/cellsign"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
 
-// remoteFlags are the flags that name a remote cache and bound the calls to it.
-type remoteFlags struct {
-	url          string
-	plainHTTP    bool
-	dockerConfig string
-	timeouts     remote.Timeouts
-	sign         string
-	trust        []string
-}
-
-func (rf *remoteFlags) register(f *pflag.FlagSet) {
-	f.StringVar(&rf.url, "remote", "", "remote module cache: an OCI registry repository, oci://HOST[:PORT]/REPO")
-	f.BoolVar(&rf.plainHTTP, "plain-http", false, "talk HTTP, not HTTPS, to the --remote registry (a local registry only)")
-	f.StringVar(&rf.dockerConfig, "docker-config", "", "Docker config file with the registry's credentials (default: $DOCKER_CONFIG/config.json, else ~/.docker/config.json)")
-	f.DurationVar(&rf.timeouts.Total, "timeout", remote.DefaultTimeout, "with --remote: the most one registry operation may take (a lookup, the listing, the pull or the push of one cell)")
-	f.DurationVar(&rf.timeouts.Connect, "connect-timeout", remote.DefaultConnectTimeout, "with --remote: the most connecting to the registry may take (TCP and TLS)")
-	f.DurationVar(&rf.timeouts.FirstByte, "first-byte-timeout", remote.DefaultFirstByteTimeout, "with --remote: the most the registry may take to start answering a request")
-	f.DurationVar(&rf.timeouts.Idle, "idle-timeout", remote.DefaultIdleTimeout, "with --remote: the most a download may go without a byte from the registry")
-	f.StringVar(&rf.sign, "sign", "", "with --remote: sign every cell pushed with this Ed25519 private key (PEM; kpreload cache keygen, or openssl genpkey -algorithm ed25519)")
-	f.StringArrayVar(&rf.trust, "trust", nil, "with --remote: take only cells signed by this Ed25519 public key (PEM; repeatable): unsigned and foreign-signed cells are refused")
-}
-
-// imageTrust refuses a registry an image's drivers would come from
-// unsigned: --remote needs --trust unless allowUnsigned (--allow-unsigned)
-// says so on purpose.
-func (rf *remoteFlags) imageTrust(allowUnsigned bool) error {
-	switch {
-	case rf.url == "" && allowUnsigned:
-		return errors.New("--allow-unsigned needs --remote")
-	case rf.url != "" && len(rf.trust) == 0 && !allowUnsigned:
-		return fmt.Errorf("--remote %s without --trust: the image's drivers would be taken from the registry unsigned; give the builders' public keys with --trust KEY.pub (repeatable), or --allow-unsigned to take unsigned cells on purpose", rf.url)
-	}
-	return nil
-}
-
-// require is open for commands that cannot do without a remote.
-func (rf *remoteFlags) require(what string) (*remote.Remote, error) {
-	rm, err := rf.open()
-	if err == nil && rm == nil {
-		err = fmt.Errorf("%s: give --remote oci://HOST[:PORT]/REPO", what)
-	}
-	return rm, err
-}
-
-// open returns the remote the flags name, or nil when --remote is not given.
-func (rf *remoteFlags) open() (*remote.Remote, error) {
-	if rf.url == "" {
-		if rf.plainHTTP || rf.sign != "" || len(rf.trust) > 0 {
-			return nil, errors.New("--plain-http, --sign and --trust need --remote")
-		}
-		return nil, nil
-	}
-	for _, t := range []struct {
-		flag string
-		d    time.Duration
-	}{{"timeout", rf.timeouts.Total}, {"connect-timeout", rf.timeouts.Connect}, {"first-byte-timeout", rf.timeouts.FirstByte}, {"idle-timeout", rf.timeouts.Idle}} {
-		if t.d <= 0 {
-			return nil, fmt.Errorf("--%s %s: want a positive duration", t.flag, t.d)
-		}
-	}
-	o := remote.Options{PlainHTTP: rf.plainHTTP, DockerConfig: rf.dockerConfig, Timeouts: rf.timeouts, StallBeforeManifest: envStallBeforeManifest()}
-	if o.DockerConfig == "" {
-		o.DockerConfig = envDockerConfig()
-	}
-	if rf.sign != "" {
-		s, err := cellsign.LoadSigner(rf.sign)
-		if err != nil {
-			return nil, fmt.Errorf("--sign: %w", err)
-		}
-		o.Signer = s
-	}
-	if len(rf.trust) > 0 {
-		t, err := cellsign.LoadTrust(rf.trust...)
-		if err != nil {
-			return nil, fmt.Errorf("--trust: %w", err)
-		}
-		o.Trust = t
-	}
-	return remote.Open(rf.url, o)
-}
-
-// remoteContext is the context of a command that talks to a registry: it
-// ends on SIGINT and SIGTERM, so the command returns through its cleanups
-// (a pull removes its temporary directory) instead of dying midway.
-func remoteContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(cacheContext(cmd), os.Interrupt, syscall.SIGTERM)
-}
-
 func newCachePushCmd(open func() (*store.Store, error)) *cobra.Command {
 	var (
-		rf     remoteFlags
+		rf     cells.RemoteFlags
 		asJSON bool
 	)
 	cmd := &cobra.Command{
@@ -130,9 +38,9 @@ helpers); --plain-http only for a registry without TLS. --timeout bounds the
 push of each cell, --connect-timeout, --first-byte-timeout and --idle-timeout
 each request.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := remoteContext(cmd)
+			ctx, stop := clirun.SignalContext(cmd)
 			defer stop()
-			rm, err := rf.require("push")
+			rm, err := rf.Require("push")
 			if err != nil {
 				return err
 			}
@@ -162,14 +70,14 @@ each request.`,
 				}
 			}
 			if asJSON {
-				if err := printJSON(cmd.OutOrStdout(), out); err != nil {
+				if err := cmdout.PrintJSON(cmd.OutOrStdout(), out); err != nil {
 					return err
 				}
 			}
 			return errors.Join(errs...)
 		},
 	}
-	rf.register(cmd.Flags())
+	rf.Register(cmd.Flags())
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the pushed records as JSON")
 	return cmd
 }
@@ -202,7 +110,7 @@ func setIDs(st *store.Store, args []string) ([]string, error) {
 // them, and the local cache it pulls into.
 type cachePullCommand struct {
 	open                    func() (*store.Store, error)
-	rf                      remoteFlags
+	rf                      cells.RemoteFlags
 	kernels                 []string
 	driver, version, flavor string
 	asJSON, replace         bool
@@ -269,7 +177,7 @@ use kpreload build --remote ... --pull-only, or kpreload image build --remote.`,
 func (m *cachePullCommand) flags(cmd *cobra.Command) {
 	rf := &m.rf
 	f := cmd.Flags()
-	rf.register(f)
+	rf.Register(f)
 	f.StringArrayVar(&m.kernels, "kernel", nil, "only cells for this kernel release (repeatable)")
 	f.StringVar(&m.driver, "driver", "", "only cells of this driver")
 	f.StringVar(&m.version, "version", "", "only cells of this driver version, matched as the instance YAML matches it: 550.54.14 that version, 550 or 550.54 every version of that branch or prefix, latest every version")
@@ -281,9 +189,9 @@ func (m *cachePullCommand) flags(cmd *cobra.Command) {
 // run pulls the cells asked for: those tagged keys, else the newest of
 // each identity the flags narrow to.
 func (m *cachePullCommand) run(cmd *cobra.Command, keys []string) error {
-	ctx, stop := remoteContext(cmd)
+	ctx, stop := clirun.SignalContext(cmd)
 	defer stop()
-	rm, err := m.rf.require("pull")
+	rm, err := m.rf.Require("pull")
 	if err != nil {
 		return err
 	}
@@ -310,7 +218,7 @@ func (m *cachePullCommand) run(cmd *cobra.Command, keys []string) error {
 			refused = append(refused, err)
 			continue
 		}
-		if note := trustNote(rec.Trust, rec.Signer); note != "" {
+		if note := cells.TrustNote(rec.Trust, rec.Signer); note != "" {
 			fmt.Fprintf(cmd.ErrOrStderr(), "kpreload: pull: %s for %s (key %.12s): %s\n", rec.Cell(), rec.Kernel, rec.Tag, note)
 		}
 		out = append(out, pulled{rec, res.SetID, res.Bytes})
@@ -319,7 +227,7 @@ func (m *cachePullCommand) run(cmd *cobra.Command, keys []string) error {
 		}
 	}
 	if m.asJSON {
-		if err := printJSON(cmd.OutOrStdout(), out); err != nil {
+		if err := cmdout.PrintJSON(cmd.OutOrStdout(), out); err != nil {
 			return err
 		}
 	}
@@ -379,19 +287,6 @@ func (m *cachePullCommand) selectCells(ctx context.Context, w io.Writer, rm *rem
 	return want, refused, nil
 }
 
-// trustNote says, for a cell taken from a registry, that its signature was
-// not checked ("" when it was): trust is its remote.Record.Trust, signer
-// the key id its annotations name.
-func trustNote(trust, signer string) string {
-	switch trust {
-	case remote.TrustUnsigned:
-		return "unsigned: taken without --trust (its blobs and modules checked, not who made it)"
-	case remote.TrustUnverified:
-		return fmt.Sprintf("signed by %.40s, not verified: taken without --trust (its blobs and modules checked, not who made it)", signer)
-	}
-	return ""
-}
-
 // pullSummary is the error of a pull that refused cells, naming each (the
 // errors do) and why; nil when none was refused.
 func pullSummary(rm *remote.Remote, pulled int, refused []error) error {
@@ -404,62 +299,4 @@ func pullSummary(rm *remote.Remote, pulled int, refused []error) error {
 		fmt.Fprintf(&b, "\n  %v", err)
 	}
 	return errors.New(b.String())
-}
-
-// printRemoteReport prints the matrix the registry holds: one row per cell
-// (recipe, or driver version flavour) and kernel, the newest record of each
-// (older keys counted as superseded), then every failure with its first
-// error. names, if given, keeps only those recipes.
-func printRemoteReport(ctx context.Context, w io.Writer, rm *remote.Remote, names []string, asJSON bool) error {
-	recs, refused, err := rm.List(ctx)
-	if err != nil {
-		return err
-	}
-	var newest []*remote.Record
-	older := map[[2]string]int{}
-	for _, rec := range recs {
-		if len(names) > 0 && !slices.Contains(names, rec.Recipe) {
-			continue
-		}
-		k := [2]string{rec.Cell(), rec.Kernel}
-		if older[k]++; older[k] == 1 {
-			newest = append(newest, rec) // List sorts newest first within a cell
-		}
-	}
-	if asJSON {
-		if newest == nil {
-			newest = []*remote.Record{}
-		}
-		return printJSON(w, newest)
-	}
-	tab := matrix.Table{Corner: "CELL"}
-	for _, rec := range newest {
-		s := rec.State
-		if rec.Trust != remote.TrustVerified {
-			s += ", " + rec.Trust
-		}
-		if n := older[[2]string{rec.Cell(), rec.Kernel}] - 1; n > 0 {
-			s += fmt.Sprintf(" (+%d superseded)", n)
-		}
-		tab.Set(rec.Cell(), rec.Kernel, s)
-	}
-	tab.SortColumns()
-	fmt.Fprintf(w, "registry %s: %d cells\n", rm, len(newest))
-	if !rm.Trusting() {
-		fmt.Fprintf(w, "no --trust: every cell below is unsigned or its signature unchecked\n")
-	}
-	fmt.Fprintln(w)
-	tab.Write(w)
-	for _, rec := range newest {
-		if rec.State == remote.StateFailed {
-			fmt.Fprintf(w, "\nFAILED %s for %s (key %.12s, %s):\n  %s\n", rec.Cell(), rec.Kernel, rec.Tag, rec.Created.Format("2006-01-02 15:04 MST"), rec.FirstError)
-		}
-	}
-	if len(refused) > 0 && len(names) == 0 {
-		fmt.Fprintf(w, "\nREFUSED %d tag(s) that are no readable cell:\n", len(refused))
-		for _, f := range refused {
-			fmt.Fprintf(w, "  %s\n", f.Err)
-		}
-	}
-	return nil
 }

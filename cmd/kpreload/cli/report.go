@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kpreload/kpreload/builder/qemu"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/mistakes"
 	"github.com/kpreload/kpreload/internal/efivar"
 	"github.com/kpreload/kpreload/internal/inroot"
 	"github.com/kpreload/kpreload/internal/termtext"
@@ -25,7 +26,7 @@ func newReportCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:         "report [REPORT.json | BOOT.json] [--svg FILE | --blame]",
-		Annotations: map[string]string{argsNote: "the boot report to read, or what kpreload boot --json printed"},
+		Annotations: map[string]string{mistakes.ArgsNote: "the boot report to read, or what kpreload boot --json printed"},
 		Short:       "Show a boot report's timeline, list its steps longest first, or draw it as an SVG picture",
 		Long: `Report reads the boot report /init wrote (default ` + report.Path + `, where a
 booted kpreload image keeps it) and prints its timeline: when /init started,
@@ -48,7 +49,7 @@ when they are a small part of the boot), and a legend.`,
 		Example: `  kpreload report report.json
   kpreload report --blame report.json
   kpreload report --svg boot.svg report.json`,
-		Args: maxArgs(1),
+		Args: mistakes.MaxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if svgFile != "" && blame {
 				return fmt.Errorf("--svg and --blame: choose one")

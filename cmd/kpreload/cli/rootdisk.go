@@ -10,6 +10,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kpreload/kpreload/builder/rootdisk"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdenv"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdout"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/mistakes"
 	"github.com/kpreload/kpreload/internal/layout"
 )
 
@@ -92,7 +95,7 @@ nearest one above it with kpreload's go.mod.`,
 		Example: `  kpreload rootdisk -o root.img
   kpreload rootdisk -o root.img --uuid 5f1d2c3b-8a9e-4f70-b6d5-4c3b2a190807 --add /var/lib/kpreload/cache=./cache
   kpreload rootdisk -o root-xfs.img --fstype xfs --uuid 5f1d2c3b-8a9e-4f70-b6d5-4c3b2a190807`,
-		Args: noArgs,
+		Args: mistakes.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := m.validate(); err != nil {
 				return err
@@ -153,7 +156,7 @@ func (m *rootdiskCommand) run(cmd *cobra.Command) error {
 		}
 		defer os.RemoveAll(dir)
 		o.Init = filepath.Join(dir, "init")
-		if err := rootdisk.BuildRootInitFrom(cmd.Context(), envSourceDir(), o.Init); err != nil {
+		if err := rootdisk.BuildRootInitFrom(cmd.Context(), cmdenv.SourceDir(), o.Init); err != nil {
 			return fmt.Errorf("no --init given and building one failed: %w", err)
 		}
 	}
@@ -169,7 +172,7 @@ func (m *rootdiskCommand) run(cmd *cobra.Command) error {
 		label = rootdisk.LabelFor(o.FSType)
 	}
 	if m.asJSON {
-		return printJSON(cmd.OutOrStdout(), map[string]any{
+		return cmdout.PrintJSON(cmd.OutOrStdout(), map[string]any{
 			"image": o.Out, "fstype": o.FSType, "size": st.Size(), "label": label, "uuid": o.UUID, "init": o.Init, "extra": o.Extra,
 		})
 	}

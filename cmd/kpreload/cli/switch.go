@@ -11,6 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdout"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/mistakes"
 	"github.com/kpreload/kpreload/gpu/activate"
 	"github.com/kpreload/kpreload/gpu/cdispec"
 	"github.com/kpreload/kpreload/gpu/instance"
@@ -37,7 +39,7 @@ func newSwitchCmd() *cobra.Command { return (&switchCommand{}).build() }
 func (m *switchCommand) build() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:         "switch VERSION|BRANCH [--cache DIR] [--driver NAME] [--flavor FLAVOR] [--force] [--json] | switch VERSION|BRANCH --dry-run [--sysfs ROOT] [--cache DIR] [--kernel KVER] [--json]",
-		Annotations: map[string]string{argsNote: "the driver version or branch to switch to"},
+		Annotations: map[string]string{mistakes.ArgsNote: "the driver version or branch to switch to"},
 		Short:       "Change the loaded driver version without rebooting",
 		Long: `switch replaces the active driver with another version cached for the running
 kernel (the root cache's index/<uname -r>.json), without a reboot:
@@ -84,7 +86,7 @@ machine itself, stop what holds the driver first (systemctl stop
 kpreload-persistenced), then run kpreload switch with the version or branch.`,
 		Example: `  kpreload switch 535 --dry-run --sysfs testdata/h100-gpu-vm/pci-sysfs.txt --cache testdata/plan-bundle --kernel 6.1.0-56-cloud-amd64
   kpreload switch 550 --flavor open --dry-run --sysfs testdata/h200-gpu-vm --cache testdata/plan-bundle --kernel 6.1.0-56-cloud-amd64 --json`,
-		Args: exactArgs(1),
+		Args: mistakes.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := m.validate(args[0]); err != nil {
 				return err
@@ -115,7 +117,7 @@ func (m *switchCommand) flags(cmd *cobra.Command) {
 // kernel's release when --kernel is not given, and on this machine checks
 // that it booted with kpreload.
 func (m *switchCommand) validate(version string) error {
-	if err := checkNames("VERSION", version, "--driver", m.driver, "--flavor", m.flavor, "--kernel", m.kernel); err != nil || version == "" {
+	if err := mistakes.CheckNames("VERSION", version, "--driver", m.driver, "--flavor", m.flavor, "--kernel", m.kernel); err != nil || version == "" {
 		return fmt.Errorf("switch: %w", errors.Join(err, names.Check("VERSION", version)))
 	}
 	if m.flavor != "" {
@@ -179,7 +181,7 @@ func (m *switchCommand) run(cmd *cobra.Command, version string) error {
 	}
 	switchCDI(cmd.ErrOrStderr(), res)
 	if m.asJSON {
-		if jerr := printJSON(cmd.OutOrStdout(), res); jerr != nil {
+		if jerr := cmdout.PrintJSON(cmd.OutOrStdout(), res); jerr != nil {
 			return jerr
 		}
 		return err
@@ -203,7 +205,7 @@ func (m *switchCommand) refused(w io.Writer, choice *selection.Choice, err error
 	if choice != nil && choice.Driver != nil && choice.Driver.Chosen == nil {
 		res.Decision = choice.Driver
 	}
-	if jerr := printJSON(w, res); jerr != nil {
+	if jerr := cmdout.PrintJSON(w, res); jerr != nil {
 		return jerr
 	}
 	return err
@@ -288,7 +290,7 @@ func switchRequest(file string, local bool) (instance.Request, error) {
 // decision as kpreload plan prints it.
 func printSwitchDecision(w io.Writer, res *switcher.Result, dec *selection.Decision, err error, asJSON bool) error {
 	if asJSON && res != nil {
-		if jerr := printJSON(w, res); jerr != nil {
+		if jerr := cmdout.PrintJSON(w, res); jerr != nil {
 			return jerr
 		}
 		return err

@@ -8,6 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdout"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/mistakes"
 	"github.com/kpreload/kpreload/gpu/activate"
 	"github.com/kpreload/kpreload/gpu/cdispec"
 	"github.com/kpreload/kpreload/gpu/switcher"
@@ -70,7 +72,7 @@ for that machine's devices and --kernel instead of this one's, without its
 boot report.`,
 		Example: `  kpreload user-data apply --dry-run --cloud-config images/user-data-550.yaml --sysfs testdata/h200-gpu-vm --cache testdata/plan-bundle --kernel 6.1.0-56-cloud-amd64
   kpreload user-data apply --dry-run --cloud-config images/user-data-550.yaml --sysfs testdata/h100-gpu-vm/pci-sysfs.txt --cache testdata/plan-bundle --kernel 6.1.0-56-cloud-amd64 --json`,
-		Args: noArgs,
+		Args: mistakes.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := m.validate(); err != nil {
 				return err
@@ -95,7 +97,7 @@ func (m *userDataApplyCommand) validate() error {
 	if (m.sysfs != "" || m.kernel != "") && !m.dryRun {
 		return errors.New("user-data apply: --sysfs and --kernel decide for another machine: only with --dry-run")
 	}
-	if err := checkNames("--kernel", m.kernel); err != nil {
+	if err := mistakes.CheckNames("--kernel", m.kernel); err != nil {
 		return fmt.Errorf("user-data apply: %w", err)
 	}
 	return nil
@@ -121,7 +123,7 @@ func (m *userDataApplyCommand) run(cmd *cobra.Command) error {
 		}
 	}
 	if m.asJSON {
-		if jerr := printJSON(cmd.OutOrStdout(), rec); jerr != nil {
+		if jerr := cmdout.PrintJSON(cmd.OutOrStdout(), rec); jerr != nil {
 			return jerr
 		}
 	} else {

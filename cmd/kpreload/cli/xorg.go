@@ -5,6 +5,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdout"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/mistakes"
 	"github.com/kpreload/kpreload/gpu/xorg"
 	"github.com/kpreload/kpreload/internal/fileutil"
 )
@@ -42,7 +44,7 @@ the configuration goes to stdout; Xorg reads /etc/X11/xorg.conf. It is an error
 when there is no NVIDIA GPU.`,
 		Example: `  kpreload xorg --sysfs testdata/h200-gpu-vm -o xorg.conf
   kpreload xorg --sysfs testdata/h100-gpu-vm/pci-sysfs.txt --json`,
-		Args: noArgs,
+		Args: mistakes.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			gpus, err := xorg.Find(root)
 			if err != nil {
@@ -59,7 +61,7 @@ when there is no NVIDIA GPU.`,
 			}
 			switch {
 			case asJSON:
-				return printJSON(cmd.OutOrStdout(), xorgResult{GPUs: gpus, Output: out, Config: conf})
+				return cmdout.PrintJSON(cmd.OutOrStdout(), xorgResult{GPUs: gpus, Output: out, Config: conf})
 			case out == "":
 				_, err := fmt.Fprint(cmd.OutOrStdout(), conf)
 				return err

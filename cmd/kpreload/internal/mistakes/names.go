@@ -1,4 +1,4 @@
-package cli
+package mistakes
 
 import (
 	"errors"
@@ -6,10 +6,10 @@ import (
 	"github.com/kpreload/kpreload/kmodcache/names"
 )
 
-// checkNames refuses flags and arguments that name a driver, version,
+// CheckNames refuses flags and arguments that name a driver, version,
 // flavour or kernel release but break kmodcache/names; pairs are the flag
 // (or argument) and its value, and a value not given ("") is skipped.
-func checkNames(pairs ...string) error {
+func CheckNames(pairs ...string) error {
 	var errs []error
 	for i := 0; i+1 < len(pairs); i += 2 {
 		errs = append(errs, names.CheckOptional(pairs[i], pairs[i+1]))

@@ -1,4 +1,9 @@
-package cli
+// Package mistakes answers a user's mistakes the same way at every depth of
+// the kpreload command tree: an unknown subcommand of any group, an unknown
+// flag of any command, too few or too many arguments, and names that break
+// kmodcache/names each get one error that says what was expected and, where
+// one is near, what was probably meant.
+package mistakes
 
 import (
 	"errors"
@@ -10,21 +15,17 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// This file answers a user's mistakes the same way at every depth of the
-// command tree: an unknown subcommand of any group, an unknown flag of any
-// command, and too few or too many arguments each get one error that says
-// what was expected and, where one is near, what was probably meant.
-
-// argsNote is the annotation key under which a command names what its
+// ArgsNote is the annotation key under which a command names what its
 // positional arguments are ("the driver version or branch to switch to"), for
 // the error a missing argument gets. Without it the error names the
 // placeholders of the command's Use line.
-const argsNote = "kpreload/args"
+const ArgsNote = "kpreload/args"
 
-// guardTree makes every group of the tree refuse an unknown child, and every
-// command suggest the nearest flag for an unknown one. NewRoot calls it once
-// the tree is complete, withCompletion again for the completion command.
-func guardTree(root *cobra.Command) {
+// Guard makes every group of the tree refuse an unknown child, and every
+// command suggest the nearest flag for an unknown one. clirun.NewRoot calls
+// it once the tree is complete, clirun.WithCompletion again for the
+// completion command.
+func Guard(root *cobra.Command) {
 	root.InitDefaultHelpCmd()
 	root.SetFlagErrorFunc(flagError)
 	var walk func(*cobra.Command)
@@ -38,7 +39,7 @@ func guardTree(root *cobra.Command) {
 				c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
 			}
 		} else if c.HasParent() && c.Parent().Name() == "completion" {
-			c.Args = noArgs // cobra's own: "unknown command" for an argument
+			c.Args = NoArgs // cobra's own: "unknown command" for an argument
 		}
 		for _, s := range c.Commands() {
 			walk(s)
@@ -163,30 +164,30 @@ func editDistance(a, b string) int {
 	return d[len(ra)][len(rb)]
 }
 
-// noArgs is the Args of a command that takes no positional argument.
-func noArgs(cmd *cobra.Command, args []string) error { return rangeArgs(0, 0)(cmd, args) }
+// NoArgs is the Args of a command that takes no positional argument.
+func NoArgs(cmd *cobra.Command, args []string) error { return RangeArgs(0, 0)(cmd, args) }
 
-// exactArgs is the Args of a command that takes exactly n arguments.
-func exactArgs(n int) cobra.PositionalArgs { return rangeArgs(n, n) }
+// ExactArgs is the Args of a command that takes exactly n arguments.
+func ExactArgs(n int) cobra.PositionalArgs { return RangeArgs(n, n) }
 
-// minArgs is the Args of a command that takes at least n arguments.
-func minArgs(n int) cobra.PositionalArgs { return rangeArgs(n, -1) }
+// MinArgs is the Args of a command that takes at least n arguments.
+func MinArgs(n int) cobra.PositionalArgs { return RangeArgs(n, -1) }
 
-// maxArgs is the Args of a command that takes at most n arguments.
-func maxArgs(n int) cobra.PositionalArgs { return rangeArgs(0, n) }
+// MaxArgs is the Args of a command that takes at most n arguments.
+func MaxArgs(n int) cobra.PositionalArgs { return RangeArgs(0, n) }
 
-// rangeArgs is the Args of a command that takes lo to hi arguments (hi < 0:
-// no upper bound). The error names what the arguments are (the argsNote
+// RangeArgs is the Args of a command that takes lo to hi arguments (hi < 0:
+// no upper bound). The error names what the arguments are (the ArgsNote
 // annotation, else the Use line's placeholders) and the usage, instead of
 // cobra's "accepts 1 arg(s), received 0".
-func rangeArgs(lo, hi int) cobra.PositionalArgs {
+func RangeArgs(lo, hi int) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		n := len(args)
 		if n >= lo && (hi < 0 || n <= hi) {
 			return nil
 		}
 		usage, what := usageLine(cmd)
-		if note := cmd.Annotations[argsNote]; note != "" {
+		if note := cmd.Annotations[ArgsNote]; note != "" {
 			if what != "" && !strings.HasSuffix(note, ")") {
 				what = note + " (" + what + ")"
 			} else {

@@ -1,4 +1,4 @@
-package cli
+package clirun
 
 import (
 	"errors"
@@ -13,8 +13,8 @@ import (
 	"github.com/kpreload/kpreload/gpu/cdispec"
 )
 
-// euid is the effective user the privilege checks ask about; a test sets it.
-var euid = os.Geteuid
+// EffectiveUID is the effective user the privilege checks ask about; a test sets it.
+var EffectiveUID = os.Geteuid
 
 // privilege says, for a command that changes the system, whether this run
 // needs root: need is false when it does not; else why says what it
@@ -93,7 +93,7 @@ func outputWriter(def string) privilege {
 // run by an ordinary user, where that run needs root, stops with one line.
 func checkPrivilege(cmd *cobra.Command, _ []string) error {
 	p := privileges[cmd.CommandPath()]
-	if p == nil || euid() == 0 {
+	if p == nil || EffectiveUID() == 0 {
 		return nil
 	}
 	if need, why := p(cmd); need {

@@ -1,4 +1,4 @@
-package cli
+package cells
 
 import (
 	"fmt"
@@ -7,48 +7,49 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/kpreload/kpreload/builder/matrix"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdenv"
 	"github.com/kpreload/kpreload/internal/layout"
 )
 
-// cellFlags are the flags build and follow share: the module cache, the
+// Flags are the flags build and follow share: the module cache, the
 // builds at once, the recipes directory, the registry (with its signing and
 // trust keys) and the shard of the matrix.
-type cellFlags struct {
-	recipesDir string
-	rf         remoteFlags
+type Flags struct {
+	RecipesDir string
+	Remote     RemoteFlags
 	shard      string
 	shards     int
 }
 
-// register adds the shared flags to f, writing the cache, jobs and
+// Register adds the shared flags to f, writing the cache, jobs and
 // retry-failed flags into opts; verb starts the shard flags' help ("build
 // shard I of N") and recipesHelp is the --recipes help.
-func (c *cellFlags) register(f *pflag.FlagSet, opts *matrix.Options, verb, recipesHelp string) {
-	f.StringVar(&opts.CacheDir, "cache", cacheDefaultDir(), "module cache directory")
+func (c *Flags) Register(f *pflag.FlagSet, opts *matrix.Options, verb, recipesHelp string) {
+	f.StringVar(&opts.CacheDir, "cache", cmdenv.CacheDefaultDir(), "module cache directory")
 	f.IntVar(&opts.Jobs, "jobs", 0, "cells to build at once (default: one per two CPUs)")
-	f.StringVar(&c.recipesDir, "recipes", "", recipesHelp+recipesDefaultHelp)
-	c.rf.register(f)
+	f.StringVar(&c.RecipesDir, "recipes", "", recipesHelp+RecipesDefaultHelp)
+	c.Remote.Register(f)
 	f.BoolVar(&opts.RetryFailed, "retry-failed", false, "rebuild cells the registry records as failed with the same key")
 	f.StringVar(&c.shard, "shard", "", verb+" shard I of N of the matrix (I/N, 1-based)")
 	f.IntVar(&c.shards, "shards", 0, verb+" shard $JOB_COMPLETION_INDEX (0-based) of N (a Kubernetes Indexed Job)")
 }
 
-// recipesDefaultHelp ends every --recipes help: where the default comes
+// RecipesDefaultHelp ends every --recipes help: where the default comes
 // from (layout.RecipesDir decides it).
-const recipesDefaultHelp = " (default: ./recipes when it is a directory, else " + layout.Recipes + ")"
+const RecipesDefaultHelp = " (default: ./recipes when it is a directory, else " + layout.Recipes + ")"
 
-// resolveRecipesDir is the --recipes value dir, or layout.RecipesDir's
+// ResolveRecipesDir is the --recipes value dir, or layout.RecipesDir's
 // default when it was not given.
-func resolveRecipesDir(dir string) (string, error) {
+func ResolveRecipesDir(dir string) (string, error) {
 	if dir != "" {
 		return dir, nil
 	}
 	return layout.RecipesDir()
 }
 
-// setShard sets opts.Shard from --shard I/N or from --shards N and
+// SetShard sets opts.Shard from --shard I/N or from --shards N and
 // $JOB_COMPLETION_INDEX; with neither it leaves opts.Shard as it is.
-func (c *cellFlags) setShard(opts *matrix.Options) error {
+func (c *Flags) SetShard(opts *matrix.Options) error {
 	var err error
 	switch {
 	case c.shard != "" && c.shards > 0:
