@@ -2,14 +2,10 @@ package cli
 
 import (
 	"bytes"
-	"errors"
 	"testing"
-	"time"
 
 	"github.com/kpreload/kpreload/builder/image"
-	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/gpu/switcher"
-	"github.com/kpreload/kpreload/report"
 )
 
 // TestPrintImageManifest: the summary image build prints of its manifest.
@@ -56,20 +52,5 @@ func TestPrintSwitchOutcome(t *testing.T) {
 		if got := fromText(&tt.res); got != tt.wantFrom {
 			t.Errorf("fromText(%+v) = %q, want %q", tt.res, got, tt.wantFrom)
 		}
-	}
-}
-
-// TestNewBootJSON: boot --json's record of a run that ended on the image
-// being up, and of one that failed.
-func TestNewBootJSON(t *testing.T) {
-	res := &qemu.Result{Accel: "tcg", Duration: 1500 * time.Millisecond, UntilMatched: true, UntilMatch: "login:",
-		Up: &report.Up{State: report.UpUp, Target: "multi-user.target"}, Console: "console.log"}
-	got := newBootJSON(res, nil)
-	if got.WallSeconds != 1.5 || got.Accel != "tcg" || got.UntilMatch != "login:" || got.UpRecord == nil || got.Error != "" || got.Console != "console.log" {
-		t.Errorf("newBootJSON(up) = %+v", got)
-	}
-	got = newBootJSON(&qemu.Result{TimedOut: true}, errors.New("timed out"))
-	if !got.TimedOut || got.Error != "timed out" || got.UntilMatch != "" || got.UpRecord != nil {
-		t.Errorf("newBootJSON(timed out) = %+v", got)
 	}
 }

@@ -8,11 +8,19 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/bootcmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/clirun"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/reportcmd"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/rootdiskcmd"
 )
 
-// commands collects the constructors of the top-level subcommands.
-var commands []func() *cobra.Command
+// commands are the constructors of the top-level subcommands, one group
+// package each.
+var commands = []func() *cobra.Command{
+	reportcmd.New,
+	bootcmd.New,
+	rootdiskcmd.New,
+}
 
 // register adds a subcommand constructor; called from each command file's init.
 func register(f func() *cobra.Command) { commands = append(commands, f) }

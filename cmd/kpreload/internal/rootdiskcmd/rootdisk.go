@@ -1,4 +1,6 @@
-package cli
+// Package rootdiskcmd is kpreload rootdisk: a root disk (ext4, xfs or btrfs)
+// holding the test root's init, for kpreload boot --root-disk.
+package rootdiskcmd
 
 import (
 	"fmt"
@@ -15,8 +17,6 @@ import (
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/mistakes"
 	"github.com/kpreload/kpreload/internal/layout"
 )
-
-func init() { register(newRootdiskCmd) }
 
 // defaultRootInit finds a prebuilt test /sbin/init shipped with the kpreload
 // executable: beside it (make build's bin/), else where the package installs it.
@@ -68,7 +68,7 @@ type rootdiskCommand struct {
 	asJSON bool
 }
 
-func newRootdiskCmd() *cobra.Command { return (&rootdiskCommand{}).build() }
+func New() *cobra.Command { return (&rootdiskCommand{}).build() }
 
 // build makes the command: its help and its flags.
 func (m *rootdiskCommand) build() *cobra.Command {

@@ -1,9 +1,10 @@
-package cli
+package rootdiskcmd
 
 import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -73,5 +74,35 @@ func TestRootdiskRejectsBadFSType(t *testing.T) {
 	code, _, errOut := runCLI("rootdisk", "-o", filepath.Join(t.TempDir(), "x.img"), "--fstype", "zfs", "--init", "/bin/true")
 	if want := `filesystem "zfs": want one of ext4, xfs, btrfs`; code == 0 || !strings.Contains(errOut, want) {
 		t.Errorf("rootdisk --fstype zfs = exit %d, stderr %q, want failure saying %q", code, errOut, want)
+	}
+}
+
+func TestParseSizeMB(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int
+		ok   bool
+	}{
+		{"64", 64, true}, {"64M", 64, true}, {"64MiB", 64, true}, {"64mb", 64, true},
+		{"1G", 1024, true}, {"2GiB", 2048, true}, {"", 0, false}, {"64K", 0, false}, {"-1", 0, false}, {"big", 0, false},
+	}
+	for _, tt := range tests {
+		got, err := parseSizeMB(tt.in)
+		if (err == nil) != tt.ok || got != tt.want {
+			t.Errorf("parseSizeMB(%q) = %d, %v, want %d, ok %v", tt.in, got, err, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestParseAdds(t *testing.T) {
+	got, err := parseAdds([]string{"/var/lib/kpreload/cache=./cache", "/opt=/x=y"})
+	want := map[string]string{"/var/lib/kpreload/cache": "./cache", "/opt": "/x=y"}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("parseAdds = %v, %v, want %v", got, err, want)
+	}
+	for _, bad := range []string{"nodest", "=src", "/dest="} {
+		if _, err := parseAdds([]string{bad}); err == nil {
+			t.Errorf("parseAdds(%q) = nil error, want one", bad)
+		}
 	}
 }

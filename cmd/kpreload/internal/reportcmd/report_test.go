@@ -1,4 +1,4 @@
-package cli
+package reportcmd
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/builder/qemu"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/bootcmd"
 	"github.com/kpreload/kpreload/internal/efivar"
 	"github.com/kpreload/kpreload/report"
 )
@@ -20,7 +21,7 @@ import (
 // picture is an SVG document naming the modules, the summary and the
 // driver decision.
 func TestReportHelpExamples(t *testing.T) {
-	fixture, err := filepath.Abs("../../../report/svg/testdata/report.json")
+	fixture, err := filepath.Abs("../../../../report/svg/testdata/report.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +133,7 @@ func TestReportBadInput(t *testing.T) {
 // running /init ends the kernel's phase, kpreload-up.service's record ends
 // userspace's, and --blame and --svg show them.
 func TestReportReadsBootJSON(t *testing.T) {
-	data, err := os.ReadFile("../../../report/svg/testdata/report.json")
+	data, err := os.ReadFile("../../../../report/svg/testdata/report.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +142,7 @@ func TestReportReadsBootJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	up := &report.Up{Format: report.UpFormat, State: report.UpUp, Unit: report.UpUnit, Target: "multi-user.target", Time: 30.252}
-	out, err := json.Marshal(bootJSON{Report: &rep, UntilMatch: "kpreload-up: {}", Up: up.Describe(), UpRecord: up,
+	out, err := json.Marshal(bootcmd.JSON{Report: &rep, UntilMatch: "kpreload-up: {}", Up: up.Describe(), UpRecord: up,
 		Kernel: []qemu.KernelLine{{Time: 2.701, Text: "Run /init as init process"}, {Time: 4.629, Text: "systemd[1]: systemd 252 running in system mode"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -192,7 +193,7 @@ func TestReportLoaderTimes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fixture := "../../../report/svg/testdata/report.json"
+	fixture := "../../../../report/svg/testdata/report.json"
 	bt, err := readBoot(fixture, efivars)
 	if err != nil {
 		t.Fatal(err)

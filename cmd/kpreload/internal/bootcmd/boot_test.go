@@ -1,11 +1,10 @@
-package cli
+package bootcmd
 
 import (
 	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -14,36 +13,6 @@ import (
 	"github.com/kpreload/kpreload/report"
 	"github.com/kpreload/kpreload/testsupport/testenv"
 )
-
-func TestParseSizeMB(t *testing.T) {
-	tests := []struct {
-		in   string
-		want int
-		ok   bool
-	}{
-		{"64", 64, true}, {"64M", 64, true}, {"64MiB", 64, true}, {"64mb", 64, true},
-		{"1G", 1024, true}, {"2GiB", 2048, true}, {"", 0, false}, {"64K", 0, false}, {"-1", 0, false}, {"big", 0, false},
-	}
-	for _, tt := range tests {
-		got, err := parseSizeMB(tt.in)
-		if (err == nil) != tt.ok || got != tt.want {
-			t.Errorf("parseSizeMB(%q) = %d, %v, want %d, ok %v", tt.in, got, err, tt.want, tt.ok)
-		}
-	}
-}
-
-func TestParseAdds(t *testing.T) {
-	got, err := parseAdds([]string{"/var/lib/kpreload/cache=./cache", "/opt=/x=y"})
-	want := map[string]string{"/var/lib/kpreload/cache": "./cache", "/opt": "/x=y"}
-	if err != nil || !reflect.DeepEqual(got, want) {
-		t.Errorf("parseAdds = %v, %v, want %v", got, err, want)
-	}
-	for _, bad := range []string{"nodest", "=src", "/dest="} {
-		if _, err := parseAdds([]string{bad}); err == nil {
-			t.Errorf("parseAdds(%q) = nil error, want one", bad)
-		}
-	}
-}
 
 func TestPrintBootSummary(t *testing.T) {
 	res := &qemu.Result{
@@ -145,14 +114,14 @@ func TestPrintBootSummaryUp(t *testing.T) {
 	if got, want := res.EndedBy(), "kpreload-up.service reported the system up (multi-user.target)"; got != want {
 		t.Errorf("up = %q, want %q", got, want)
 	}
-	if bt := bootTimeline(res); bt.Up != 14.25 || bt.Target != "multi-user.target (kpreload-up.service)" {
+	if bt := Timeline(res); bt.Up != 14.25 || bt.Target != "multi-user.target (kpreload-up.service)" {
 		t.Errorf("timeline up at %v, target %q; want the up record's", bt.Up, bt.Target)
 	}
 }
 
 func TestBootRequiresKernel(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if code := Execute([]string{"boot"}, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), "--kernel (or --image) is required") {
+	if code := cli.Execute([]string{"boot"}, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), "--kernel (or --image) is required") {
 		t.Errorf("kpreload boot (no kernel) = exit %d, stderr %q, want failure naming --kernel and --image", code, errOut.String())
 	}
 	for _, c := range []struct {
@@ -165,7 +134,7 @@ func TestBootRequiresKernel(t *testing.T) {
 	} {
 		out.Reset()
 		errOut.Reset()
-		if code := Execute(c.args, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), c.want) {
+		if code := cli.Execute(c.args, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), c.want) {
 			t.Errorf("kpreload %v = exit %d, stderr %q, want failure saying %q", c.args, code, errOut.String(), c.want)
 		}
 	}
@@ -180,7 +149,7 @@ func TestRootdiskAndBootCommands(t *testing.T) {
 	dir := t.TempDir()
 	img := filepath.Join(dir, "root.img")
 	var out, errOut bytes.Buffer
-	if code := Execute([]string{"rootdisk", "-o", img, "--size", "32M", "--label", "kp-cli"}, &out, &errOut); code != 0 {
+	if code := cli.Execute([]string{"rootdisk", "-o", img, "--size", "32M", "--label", "kp-cli"}, &out, &errOut); code != 0 {
 		t.Fatalf("kpreload rootdisk: exit %d: %s", code, errOut.String())
 	}
 	if want := img + ": ext4, 32 MiB, label kp-cli, UUID random"; !strings.HasPrefix(out.String(), want) {
@@ -188,12 +157,12 @@ func TestRootdiskAndBootCommands(t *testing.T) {
 	}
 	out.Reset()
 	errOut.Reset()
-	code := Execute([]string{"boot", "--kernel", kernel, "--root-disk", img, "--root-bus", "nvme", "--device", "edu",
+	code := cli.Execute([]string{"boot", "--kernel", kernel, "--root-disk", img, "--root-bus", "nvme", "--device", "edu",
 		"--append", "rootwait", "--work-dir", dir, "--json"}, &out, &errOut)
 	if code == 0 || !strings.Contains(errOut.String(), "no boot report came back") {
 		t.Errorf("kpreload boot without a kpreload /init = exit %d, stderr %q, want failure saying no report came back", code, errOut.String())
 	}
-	var got bootJSON
+	var got JSON
 	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
 		t.Fatalf("kpreload boot --json output: %v\n%s", err, out.String())
 	}
@@ -214,7 +183,7 @@ func TestBootRejectsBadInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errOut bytes.Buffer
-	code := Execute([]string{"boot", "--kernel", "/nonexistent/vmlinuz", "--instance", bad}, &out, &errOut)
+	code := cli.Execute([]string{"boot", "--kernel", "/nonexistent/vmlinuz", "--instance", bad}, &out, &errOut)
 	if want := "--instance: " + bad + ":3: resources.driver.version: want a version"; code == 0 || !strings.Contains(errOut.String(), want) {
 		t.Errorf("kpreload boot --instance (bad) = exit %d, stderr %q, want failure containing %q", code, errOut.String(), want)
 	}

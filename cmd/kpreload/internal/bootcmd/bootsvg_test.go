@@ -1,4 +1,4 @@
-package cli
+package bootcmd
 
 import (
 	"encoding/json"
@@ -17,7 +17,7 @@ import (
 // beside every module, and the target ends userspace's band and the
 // summary line.
 func TestWriteBootSVG(t *testing.T) {
-	data, err := os.ReadFile("../../../report/svg/testdata/report.json")
+	data, err := os.ReadFile("../../../../report/svg/testdata/report.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,6 @@
-package cli
+// Package reportcmd is kpreload report: a boot's report read back, its
+// timeline, blame and picture.
+package reportcmd
 
 import (
 	"encoding/json"
@@ -8,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kpreload/kpreload/builder/qemu"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/bootcmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/mistakes"
 	"github.com/kpreload/kpreload/internal/efivar"
 	"github.com/kpreload/kpreload/internal/inroot"
@@ -17,9 +20,7 @@ import (
 	"github.com/kpreload/kpreload/report/timeline"
 )
 
-func init() { register(newReportCmd) }
-
-func newReportCmd() *cobra.Command {
+func New() *cobra.Command {
 	var (
 		svgFile string
 		blame   bool
@@ -82,7 +83,7 @@ when they are a small part of the boot), and a legend.`,
 			default:
 				fmt.Fprintf(w, "boot of %s (%s)\n", termtext.Name(rep.Kernel), termtext.Name(file))
 				fmt.Fprintf(w, "  /init (Go main) at %.3f s after kernel start\n", rep.InitStart)
-				printModuleTimeline(w, rep)
+				bootcmd.PrintModuleTimeline(w, rep)
 				fmt.Fprintf(w, "  %s\n", termtext.Name(rep.Summary()))
 				fmt.Fprintf(w, "  %s\n", termtext.Name(bt.Summary()))
 			}
@@ -135,14 +136,14 @@ func readBootFile(file string) (*timeline.Boot, error) {
 		}
 		return &timeline.Boot{Name: "kpreload", Report: &rep}, nil
 	}
-	var out bootJSON
+	var out bootcmd.JSON
 	if err := json.Unmarshal(data, &out); err != nil {
 		return nil, fmt.Errorf("kpreload boot --json output %s: %w", file, err)
 	}
 	if out.Report == nil {
 		return nil, fmt.Errorf("kpreload boot --json output %s: the boot sent no report", file)
 	}
-	return bootTimeline(&qemu.Result{Report: out.Report, RootInit: out.RootInit, Kernel: out.Kernel,
+	return bootcmd.Timeline(&qemu.Result{Report: out.Report, RootInit: out.RootInit, Kernel: out.Kernel,
 		UntilMatched: out.UntilMatch != "", UntilMatch: out.UntilMatch, Up: out.UpRecord}), nil
 }
 

@@ -1,4 +1,7 @@
-package cli
+// Package bootcmd is kpreload boot: a kernel and initramfs, or a disk image,
+// booted in QEMU, the boot's report read back and summed up (its timeline, the
+// modules /init loaded, the driver selection).
+package bootcmd
 
 import (
 	"encoding/json"
@@ -23,10 +26,8 @@ import (
 	"github.com/kpreload/kpreload/report/timeline"
 )
 
-func init() { register(newBootCmd) }
-
-// bootJSON is what `kpreload boot --json` prints.
-type bootJSON struct {
+// JSON is what `kpreload boot --json` prints.
+type JSON struct {
 	Report      *report.Report    `json:"report"`
 	RootInit    *report.RootInit  `json:"rootinit"`
 	Console     string            `json:"console"`
@@ -68,7 +69,7 @@ type bootCommand struct {
 	dryRun   bool
 }
 
-func newBootCmd() *cobra.Command { return (&bootCommand{}).build() }
+func New() *cobra.Command { return (&bootCommand{}).build() }
 
 // build makes the command: its help and its flags.
 func (m *bootCommand) build() *cobra.Command {
@@ -277,8 +278,8 @@ func (m *bootCommand) run(cmd *cobra.Command) error {
 }
 
 // newBootJSON is the --json record of a boot that ended with err.
-func newBootJSON(res *qemu.Result, err error) bootJSON {
-	out := bootJSON{Report: res.Report, RootInit: res.RootInit, Console: res.Console, ReportLog: res.ReportLog,
+func newBootJSON(res *qemu.Result, err error) JSON {
+	out := JSON{Report: res.Report, RootInit: res.RootInit, Console: res.Console, ReportLog: res.ReportLog,
 		WallSeconds: res.Duration.Seconds(), Accel: res.Accel, Panicked: res.Panicked, TimedOut: res.TimedOut,
 		ExitCode: res.ExitCode, Kernel: res.Kernel, Status: res.Status, Warnings: res.Warnings}
 	if res.UntilMatched {
@@ -395,7 +396,7 @@ func printBootSummary(w io.Writer, res *qemu.Result) {
 	printSystemdMilestones(w, res)
 	if rep := res.Report; rep != nil {
 		printSelection(w, rep.Selection)
-		printModuleTimeline(w, rep)
+		PrintModuleTimeline(w, rep)
 	}
 	if ri := res.RootInit; ri != nil {
 		var bound []string
@@ -419,7 +420,7 @@ func printBootSummary(w io.Writer, res *qemu.Result) {
 	}
 	if rep := res.Report; rep != nil {
 		fmt.Fprintf(w, "  %s\n", rep.Summary())
-		fmt.Fprintf(w, "  %s\n", bootTimeline(res).Summary())
+		fmt.Fprintf(w, "  %s\n", Timeline(res).Summary())
 	}
 	for _, warn := range res.Warnings {
 		fmt.Fprintf(w, "  warning: %s\n", warn)
@@ -456,16 +457,16 @@ func printSystemdMilestones(w io.Writer, res *qemu.Result) {
 	}
 }
 
-// writeBootSVG draws the boot's story (bootTimeline) into the SVG file path.
+// writeBootSVG draws the boot's story (Timeline) into the SVG file path.
 func writeBootSVG(path string, res *qemu.Result) error {
-	return svg.WriteFile(path, "kpreload boot of "+res.Report.Kernel, []*timeline.Boot{bootTimeline(res)})
+	return svg.WriteFile(path, "kpreload boot of "+res.Report.Kernel, []*timeline.Boot{Timeline(res)})
 }
 
-// bootTimeline is the boot's story: its report and what only the console
+// Timeline is the boot's story: its report and what only the console
 // and the report channel know, in kernel time: the kernel running /init,
 // the test root's init, systemd starting, and the system up
 // (kpreload-up.service's record, or the line --until waited for).
-func bootTimeline(res *qemu.Result) *timeline.Boot {
+func Timeline(res *qemu.Result) *timeline.Boot {
 	b := &timeline.Boot{Name: "kpreload", Report: res.Report}
 	if l, ok := qemu.Find(res.Kernel, "Run /init as init process"); ok {
 		b.RunInit = l.Time
@@ -489,9 +490,9 @@ func bootTimeline(res *qemu.Result) *timeline.Boot {
 	return b
 }
 
-// printModuleTimeline lists every module /init considered, in start order, with
+// PrintModuleTimeline lists every module /init considered, in start order, with
 // its times, outcome, phase and the devices that asked for it.
-func printModuleTimeline(w io.Writer, rep *report.Report) {
+func PrintModuleTimeline(w io.Writer, rep *report.Report) {
 	loaded := 0
 	for _, m := range rep.Modules {
 		if m.Result == "loaded" {

@@ -1,0 +1,10 @@
+package bootcmd
+
+import (
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/clitest"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/rootdiskcmd"
+)
+
+// cli is the tree these tests run: kpreload boot, and rootdisk for the
+// disks it boots.
+var cli = clitest.New(New, rootdiskcmd.New)
