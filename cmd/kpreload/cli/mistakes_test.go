@@ -174,11 +174,11 @@ var exampleTests = map[string]string{
 	"kpreload k8s refresh":             "TestHookHelpExamples",
 	"kpreload cache rm":                "TestCacheRmHelpExamples",
 	"kpreload copy-in":                 "TestCopyInHelpExamples",
-	"kpreload boot":                    "TestBootHelpExamples",
+	"kpreload boot":                    "cmd/kpreload/internal/bootcmd:TestBootHelpExamples",
 	"kpreload user-data apply":         "TestUserDataHelpExamples",
 	"kpreload initramfs":               "TestInitramfsHelpExamples",
 	"kpreload install":                 "TestInstallHelpExamples builder/adopt:adoptBootUpdate", // --stage: a diskimage-builder image
-	"kpreload image build":             "TestImageBuildHelpExamples",
+	"kpreload image build":             "cmd/kpreload/internal/imagecmd:TestImageBuildHelpExamples",
 }
 
 // TestEveryExampleHasItsTest: each command's example lines are run by the

@@ -75,59 +75,6 @@ func TestCopyInHelpExamples(t *testing.T) {
 	}
 }
 
-// TestBootHelpExamples runs the examples of boot exactly as written, with
-// no program on $PATH (no QEMU can start), in a directory holding the files
-// they name (vmlinuz, initrd.img, root.img, instance.yaml, out/ci-testdriver.qcow2
-// and images/ of this checkout): each prints QEMU's command line for them.
-func TestBootHelpExamples(t *testing.T) {
-	images, err := filepath.Abs("../../../images")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Chdir(t.TempDir())
-	t.Setenv("TMPDIR", t.TempDir())
-	if err := os.Symlink(images, "images"); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"vmlinuz", "initrd.img", "root.img", "out/ci-testdriver.qcow2"} {
-		mustWrite(t, f, "not booted")
-	}
-	inst, err := os.ReadFile("images/instance-testdriver.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustWrite(t, "instance.yaml", string(inst))
-	t.Setenv("PATH", t.TempDir())
-	lines := examplesOf(t, "kpreload boot")
-	for _, l := range lines {
-		code, out, errOut := runCLI(strings.Fields(l)[1:]...)
-		if code != 0 {
-			t.Fatalf("example %q: exit %d: %s%s", l, code, out, errOut)
-		}
-		want := []string{"qemu-system-x86_64 ", " -device edu"}
-		if strings.Contains(l, "--kernel vmlinuz") {
-			want = append(want, " -kernel vmlinuz -initrd initrd.img ", "file=root.img")
-		}
-		if strings.Contains(l, "--image") {
-			want = append(want, "file=out/ci-testdriver.qcow2,snapshot=on", "OVMF_VARS.fd")
-		}
-		if strings.Contains(l, "--instance") {
-			want = append(want, "-fw_cfg name=opt/kpreload/instance.yaml,file=/")
-		}
-		if strings.Contains(l, "--work-dir logs") {
-			want = append(want, "-serial file:logs/console.log")
-		}
-		for _, w := range want {
-			if !strings.Contains(out, w) {
-				t.Errorf("example %q printed\n%s\nwant %q in it", l, out, w)
-			}
-		}
-	}
-	if len(lines) != 3 {
-		t.Errorf("boot examples %q; the test knows 3", lines)
-	}
-}
-
 // TestUserDataHelpExamples runs the examples of user-data apply exactly as
 // written in a checkout: the documented user-data (version "550") over the
 // committed H200 and H100 captures and the plan bundle, each a dry run that
@@ -278,42 +225,5 @@ func TestInstallHelpExamples(t *testing.T) {
 	}
 	if ran != 2 || !slices.Contains(lines, stage) {
 		t.Errorf("install examples %q; the test knows 2 and %q", lines, stage)
-	}
-}
-
-// TestImageBuildHelpExamples runs the examples of image build exactly as
-// written, with kpreload and kpreload-init built beside each other as make
-// builds them, in a directory holding recipes/ and images/ of this checkout:
-// each prints the files it would write and writes none.
-func TestImageBuildHelpExamples(t *testing.T) {
-	repo, err := filepath.Abs("../../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := t.TempDir()
-	kpreload := testenv.GoBuildStatic(t, bin, "kpreload", "./cmd/kpreload")
-	testenv.GoBuildStatic(t, bin, "kpreload-init", "./cmd/kpreload-init")
-	t.Chdir(t.TempDir())
-	for _, d := range []string{"recipes", "images"} {
-		if err := os.Symlink(filepath.Join(repo, d), d); err != nil {
-			t.Fatal(err)
-		}
-	}
-	lines := examplesOf(t, "kpreload image build")
-	want := []string{"out/images/ci.raw, out/images/ci.qcow2, out/images/ci.manifest.json", "gpu.vmdk, gpu.vhd, gpu.tar.gz, gpu.manifest.json", `"gpu.raw",`}
-	for i, l := range lines {
-		out, err := exec.Command(kpreload, strings.Fields(l)[1:]...).Output()
-		if err != nil {
-			t.Fatalf("example %q: %v\n%s", l, err, out)
-		}
-		if i < len(want) && !strings.Contains(string(out), want[i]) {
-			t.Errorf("example %q printed\n%s\nwant %q in it", l, out, want[i])
-		}
-	}
-	if ents, err := os.ReadDir("."); err != nil || len(ents) != 2 {
-		t.Errorf("the examples left %v (%v) beside recipes/ and images/", ents, err)
-	}
-	if len(lines) != len(want) {
-		t.Errorf("image build examples %q; the test knows %d", lines, len(want))
 	}
 }

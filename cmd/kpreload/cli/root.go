@@ -10,6 +10,7 @@ import (
 
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/bootcmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/clirun"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/imagecmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/reportcmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/rootdiskcmd"
 )
@@ -17,6 +18,7 @@ import (
 // commands are the constructors of the top-level subcommands, one group
 // package each.
 var commands = []func() *cobra.Command{
+	imagecmd.New,
 	reportcmd.New,
 	bootcmd.New,
 	rootdiskcmd.New,

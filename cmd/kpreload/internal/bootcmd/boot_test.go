@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/qemu"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/clitest"
 	"github.com/kpreload/kpreload/report"
 	"github.com/kpreload/kpreload/testsupport/testenv"
 )
@@ -211,5 +212,82 @@ func TestPrintSelection(t *testing.T) {
 	printSelection(&b, nil)
 	if b.Len() != 0 {
 		t.Errorf("printSelection(nil) wrote %q", b.String())
+	}
+}
+
+// TestBootDryRunInProcess: boot --dry-run prints the QEMU command line of
+// a direct boot and of an image's, as text and JSON, starting nothing.
+func TestBootDryRunInProcess(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"vmlinuz", "initrd.img", "root.img", "d.qcow2"} {
+		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := func(f string) string { return filepath.Join(dir, f) }
+	out, _ := cli.MustRun(t, 0, "boot", "--kernel", p("vmlinuz"), "--initramfs", p("initrd.img"), "--root-disk", p("root.img"), "--device", "edu",
+		"--append", "quiet loglevel=3", "--work-dir", p("logs"), "--dry-run")
+	clitest.WantIn(t, "boot --dry-run", out, "-kernel "+p("vmlinuz"), "-device edu", "'console=ttyS0")
+	out, _ = cli.MustRun(t, 0, "boot", "--image", p("d.qcow2"), "--work-dir", p("logs"), "--firmware", "bios", "--dry-run", "--json")
+	var cmd struct {
+		Command []string `json:"command"`
+	}
+	if err := json.Unmarshal([]byte(out), &cmd); err != nil || len(cmd.Command) < 2 || !strings.Contains(strings.Join(cmd.Command, " "), "d.qcow2") {
+		t.Errorf("boot --image --dry-run --json = %q, %v; want the command booting d.qcow2", out, err)
+	}
+	_, errOut := cli.MustRun(t, 1, "boot", "--kernel", p("absent"), "--dry-run")
+	clitest.WantIn(t, "boot --kernel absent --dry-run", errOut, "absent")
+}
+
+// TestBootHelpExamples runs the examples of boot exactly as written, with
+// no program on $PATH (no QEMU can start), in a directory holding the files
+// they name (vmlinuz, initrd.img, root.img, instance.yaml, out/ci-testdriver.qcow2
+// and images/ of this checkout): each prints QEMU's command line for them.
+func TestBootHelpExamples(t *testing.T) {
+	images, err := filepath.Abs("../../../../images")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(t.TempDir())
+	t.Setenv("TMPDIR", t.TempDir())
+	if err := os.Symlink(images, "images"); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"vmlinuz", "initrd.img", "root.img", "out/ci-testdriver.qcow2"} {
+		clitest.MustWrite(t, f, "not booted")
+	}
+	inst, err := os.ReadFile("images/instance-testdriver.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clitest.MustWrite(t, "instance.yaml", string(inst))
+	t.Setenv("PATH", t.TempDir())
+	lines := cli.ExamplesOf(t, "kpreload boot")
+	for _, l := range lines {
+		code, out, errOut := runCLI(strings.Fields(l)[1:]...)
+		if code != 0 {
+			t.Fatalf("example %q: exit %d: %s%s", l, code, out, errOut)
+		}
+		want := []string{"qemu-system-x86_64 ", " -device edu"}
+		if strings.Contains(l, "--kernel vmlinuz") {
+			want = append(want, " -kernel vmlinuz -initrd initrd.img ", "file=root.img")
+		}
+		if strings.Contains(l, "--image") {
+			want = append(want, "file=out/ci-testdriver.qcow2,snapshot=on", "OVMF_VARS.fd")
+		}
+		if strings.Contains(l, "--instance") {
+			want = append(want, "-fw_cfg name=opt/kpreload/instance.yaml,file=/")
+		}
+		if strings.Contains(l, "--work-dir logs") {
+			want = append(want, "-serial file:logs/console.log")
+		}
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Errorf("example %q printed\n%s\nwant %q in it", l, out, w)
+			}
+		}
+	}
+	if len(lines) != 3 {
+		t.Errorf("boot examples %q; the test knows 3", lines)
 	}
 }

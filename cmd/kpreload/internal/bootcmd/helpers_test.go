@@ -8,3 +8,6 @@ import (
 // cli is the tree these tests run: kpreload boot, and rootdisk for the
 // disks it boots.
 var cli = clitest.New(New, rootdiskcmd.New)
+
+// runCLI runs the command line and returns its exit status and output.
+func runCLI(args ...string) (code int, stdout, stderr string) { return cli.Run(args...) }

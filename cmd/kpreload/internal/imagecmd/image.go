@@ -1,4 +1,7 @@
-package cli
+// Package imagecmd is kpreload image build: a golden disk image
+// (builder/image) of a Debian root, its kernels, bootloader and module cache,
+// in the formats asked for.
+package imagecmd
 
 import (
 	"fmt"
@@ -24,9 +27,7 @@ import (
 	"github.com/kpreload/kpreload/internal/progress"
 )
 
-func init() { register(newImageCmd) }
-
-func newImageCmd() *cobra.Command {
+func New() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "image",
 		Short: "Build bootable golden images that carry precompiled drivers",
