@@ -3,15 +3,12 @@ package cli
 import (
 	"bytes"
 	"errors"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/cells"
-	"github.com/kpreload/kpreload/kmodcache/remote"
 )
 
 // TestBuildProgressLines: the lines build prints off a terminal as cells
@@ -30,20 +27,4 @@ func TestBuildProgressLines(t *testing.T) {
 		Result: &matrix.Result{State: matrix.StateFailed, FirstError: "error: x.c:1", Remote: "push failed", PushErr: errors.New("denied")}})
 	p.Stop()
 	wantIn(t, "build progress", b.String(), "building (0s)", "ok (3s) [pushed]", "failed: error: x.c:1 [push failed]: denied")
-}
-
-// TestPullSummary: a pull that refused cells says how many were pulled
-// and names each refusal; one that refused none is no error.
-func TestPullSummary(t *testing.T) {
-	rm, err := remote.Open("oci://127.0.0.1:1/kpreload/cells", remote.Options{PlainHTTP: true, DockerConfig: filepath.Join(t.TempDir(), "config.json")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pullSummary(rm, 3, nil); err != nil {
-		t.Errorf("pullSummary(none refused) = %v, want nil", err)
-	}
-	err = pullSummary(rm, 1, []error{errors.New("cell a: digest"), errors.New("cell b: rollback")})
-	if err == nil || !strings.Contains(err.Error(), "1 cell(s) pulled, 2 refused:\n  cell a: digest\n  cell b: rollback") {
-		t.Errorf("pullSummary(2 refused) = %v", err)
-	}
 }

@@ -220,3 +220,25 @@ func FakeModule(t *testing.T, name string) string {
 	}
 	return ko
 }
+
+// HostileNames are driver names and versions that would drive a terminal
+// printed raw: set its title and clear it, or forge a line of output.
+var HostileNames = []struct{ Driver, Version string }{
+	{"evil\x1b]0;PWNED\a\x1b[2J", "1.0"},
+	{"nvidia", "1\r\nFAKE: line"},
+	{"c1\u009b2J", "1"},
+}
+
+// RawControl returns the first control byte in s that a terminal acts on
+// (newline and tab aside), or -1.
+func RawControl(s string) int {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < ' ' && c != '\n' && c != '\t') || c == 0x7f {
+			return int(c)
+		}
+	}
+	if strings.ContainsRune(s, '\u009b') {
+		return 0x9b
+	}
+	return -1
+}

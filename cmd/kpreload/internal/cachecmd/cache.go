@@ -1,4 +1,6 @@
-package cli
+// Package cachecmd is kpreload cache: the content-addressed module cache (add,
+// ls, verify, index, rm, keygen) and its registry (push, pull).
+package cachecmd
 
 import (
 	"errors"
@@ -25,9 +27,7 @@ import (
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
 
-func init() { register(newCacheCmd) }
-
-func newCacheCmd() *cobra.Command {
+func New() *cobra.Command {
 	var dir string
 	cmd := &cobra.Command{
 		Use:   "cache",
