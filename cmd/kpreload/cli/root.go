@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/bootcmd"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/buildcmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/cachecmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/clirun"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/imagecmd"
@@ -19,6 +20,7 @@ import (
 // commands are the constructors of the top-level subcommands, one group
 // package each.
 var commands = []func() *cobra.Command{
+	buildcmd.New,
 	cachecmd.New,
 	imagecmd.New,
 	reportcmd.New,

@@ -168,3 +168,17 @@ func TestPrintImageManifest(t *testing.T) {
 		t.Errorf("printImageManifest =\n%s\nwant\n%s", got, want)
 	}
 }
+
+// TestImageBuildRemoteNeedsTrust: image build --remote without --trust is
+// refused before anything is done, unless --allow-unsigned.
+func TestImageBuildRemoteNeedsTrust(t *testing.T) {
+	base := []string{"image", "build", "--name", "x", "--kernel", "6.1.0-56-cloud-amd64", "--out", t.TempDir()}
+	code, _, stderr := runCLI(append(base, "--remote", "oci://127.0.0.1:1/cells", "--plain-http")...)
+	if code == 0 || !strings.Contains(stderr, "without --trust") || !strings.Contains(stderr, "--allow-unsigned") {
+		t.Errorf("image build --remote without --trust = exit %d, %q; want a refusal naming --trust and --allow-unsigned", code, stderr)
+	}
+	code, _, stderr = runCLI(append(base, "--allow-unsigned")...)
+	if code == 0 || !strings.Contains(stderr, "--allow-unsigned needs --remote") {
+		t.Errorf("image build --allow-unsigned without --remote = exit %d, %q; want a refusal", code, stderr)
+	}
+}

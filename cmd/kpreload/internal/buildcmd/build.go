@@ -1,4 +1,7 @@
-package cli
+// Package buildcmd is kpreload build: the recipes × kernels matrix built into
+// the module cache (builder/matrix), pulled from and pushed to a registry, and
+// the registry's report.
+package buildcmd
 
 import (
 	"fmt"
@@ -21,8 +24,6 @@ import (
 	"github.com/kpreload/kpreload/kmodcache/tiered"
 )
 
-func init() { register(newBuildCmd) }
-
 // buildCommand is kpreload build: its options, as the flags set them.
 type buildCommand struct {
 	opts   matrix.Options
@@ -31,7 +32,7 @@ type buildCommand struct {
 	report bool
 }
 
-func newBuildCmd() *cobra.Command { return (&buildCommand{}).build() }
+func New() *cobra.Command { return (&buildCommand{}).build() }
 
 // build makes the command: its help and its flags.
 func (m *buildCommand) build() *cobra.Command {
