@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -56,24 +54,5 @@ func TestKernelHookOnAPlainRoot(t *testing.T) {
 			t.Errorf("kernel-hook %q on a plain root = exit %d, stdout %q, stderr %q; want exit %d, stdout %q, stderr with %q",
 				tt.args, code, out, errOut, tt.code, tt.stdout, tt.stderr)
 		}
-	}
-}
-
-// TestSwitchRequest: the request a switch keeps: none without a file, the
-// file's when given, an error naming a bad one.
-func TestSwitchRequest(t *testing.T) {
-	dir := t.TempDir()
-	good := filepath.Join(dir, "instance.yaml")
-	if err := os.WriteFile(good, []byte("resources:\n  driver:\n    version: \"550\"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if req, err := switchRequest("", false); err != nil || req.Source != "" {
-		t.Errorf("switchRequest(none, another machine) = %+v, %v; want no request", req, err)
-	}
-	if req, err := switchRequest(good, true); err != nil || req.Source != "file" || req.Origin != good || req.Instance.Resources.Driver.Version != "550" {
-		t.Errorf("switchRequest(%s) = %+v, %v; want the file's request", good, req, err)
-	}
-	if _, err := switchRequest(filepath.Join(dir, "absent.yaml"), true); err == nil || !strings.Contains(err.Error(), "absent.yaml") {
-		t.Errorf("switchRequest(absent) = %v, want an error naming the file", err)
 	}
 }

@@ -138,11 +138,11 @@ func exampleLines(t *testing.T, c *cobra.Command) []string {
 // "package-dir:function" elsewhere), or the tests, space-separated, that run
 // them between them.
 var exampleTests = map[string]string{
-	"kpreload switch":                "TestSwitchHelpExamples",
-	"kpreload plan":                  "TestPlanHelpExamples",
+	"kpreload switch":                "cmd/kpreload/internal/switchcmd:TestSwitchHelpExamples",
+	"kpreload plan":                  "cmd/kpreload/internal/plancmd:TestPlanHelpExamples",
 	"kpreload xorg":                  "TestXorgHelpExamples",
 	"kpreload match":                 "TestMatchHelpExamples",
-	"kpreload cdi generate":          "TestCDIGenerateHelpExamples",
+	"kpreload cdi generate":          "cmd/kpreload/internal/cdicmd:TestCDIGenerateHelpExamples",
 	"kpreload follow":                "TestFollowHelpExamples",
 	"kpreload keys show":             "TestKeysHelpExamples",
 	"kpreload keys export":           "TestKeysHelpExamples",
@@ -150,7 +150,7 @@ var exampleTests = map[string]string{
 	"kpreload recipe supported-gpus": "TestRecipeHelpExamples",
 	"kpreload report":                "cmd/kpreload/internal/reportcmd:TestReportHelpExamples",
 	"kpreload rootdisk":              "cmd/kpreload/internal/rootdiskcmd:TestRootdiskHelpExamples",
-	"kpreload cdi refresh":           "TestCDIRefreshHelpExamples",
+	"kpreload cdi refresh":           "cmd/kpreload/internal/cdicmd:TestCDIRefreshHelpExamples",
 	"kpreload status":                "TestStatusHelpExamples",
 	"kpreload kernel-hook":           "builder/follow/e2e:checkRefreshExample",
 	// TestGenericHelpExamples runs these in a directory holding ./cache.

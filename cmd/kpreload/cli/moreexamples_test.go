@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/builder/install"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/clitest"
 	"github.com/kpreload/kpreload/kmodcache/store"
 	"github.com/kpreload/kpreload/report"
 	"github.com/kpreload/kpreload/testsupport/testenv"
@@ -53,12 +54,12 @@ func TestCacheRmHelpExamples(t *testing.T) {
 // /usr: followed inside the root) and ./tree, the unpacked files.
 func TestCopyInHelpExamples(t *testing.T) {
 	t.Chdir(t.TempDir())
-	mustWrite(t, "rootfs/usr/bin/.keep", "")
+	clitest.MustWrite(t, "rootfs/usr/bin/.keep", "")
 	if err := os.Symlink("/usr", "rootfs/usr/local"); err != nil {
 		t.Fatal(err)
 	}
-	mustWrite(t, "tree/usr/local/bin/kpreload", "binary")
-	mustWrite(t, "tree/etc/kpreload/instance.yaml", "resources: {}\n")
+	clitest.MustWrite(t, "tree/usr/local/bin/kpreload", "binary")
+	clitest.MustWrite(t, "tree/etc/kpreload/instance.yaml", "resources: {}\n")
 	lines := examplesOf(t, "kpreload copy-in")
 	for _, l := range lines {
 		if code, out, errOut := runCLI(strings.Fields(l)[1:]...); code != 0 {
@@ -190,14 +191,14 @@ func TestInstallHelpExamples(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			mustWrite(t, filepath.Join("image-root", p), string(b))
+			clitest.MustWrite(t, filepath.Join("image-root", p), string(b))
 		}
 		for p, s := range map[string]string{
 			install.Cmdline:                          "root=UUID=0b0e0f0a-1111-4222-8333-444444444444 rw console=ttyS0\n",
 			install.ESPMount + "/loader/loader.conf": "timeout 0\n", "../esp/loader/loader.conf": "timeout 0\n",
 			install.CacheDir + "/index/.keep": "", install.BootOKUnit: "", "lib/.keep": "",
 		} {
-			mustWrite(t, filepath.Join("image-root", p), s)
+			clitest.MustWrite(t, filepath.Join("image-root", p), s)
 		}
 		if out, err := exec.Command("cp", "-a", filepath.Join(tree, "lib", "modules"), "image-root/lib/modules").CombinedOutput(); err != nil {
 			t.Fatalf("copy the kernel's modules into the root: %v\n%s", err, out)

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-
-	"github.com/kpreload/kpreload/cmd/kpreload/internal/clirun"
 )
 
 // nobody is the uid and gid the privilege test runs kpreload as.
@@ -97,22 +95,5 @@ func TestNeedsRootAsNobody(t *testing.T) {
 		if _, out := run(args...); strings.Contains(out, "needs root") {
 			t.Errorf("as uid %d, kpreload %s: %s\nwant no root check (it writes nothing of root's)", nobody, strings.Join(args, " "), out)
 		}
-	}
-}
-
-// TestNeedsRootCheckedFirst: with clirun.EffectiveUID standing for an ordinary user, a
-// switch that would load modules stops at the check, before its arguments'
-// names or the cache are looked at; as root the check lets it through.
-func TestNeedsRootCheckedFirst(t *testing.T) {
-	defer func(f func() int) { clirun.EffectiveUID = f }(clirun.EffectiveUID)
-	clirun.EffectiveUID = func() int { return 1000 }
-	code, out, errOut := runCLI("switch", "550", "--cache", "/nonexistent")
-	if want := "kpreload: switch needs root (it unloads and loads kernel modules; --dry-run only takes the decision): run it with sudo\n"; code == 0 || out != "" || errOut != want {
-		t.Errorf("switch 550 as uid 1000: exit %d, stdout %q, stderr %q; want only %q", code, out, errOut, want)
-	}
-	clirun.EffectiveUID = func() int { return 0 }
-	useRunDir(t, "kpreload/report.json") // a machine kpreload booted
-	if _, _, errOut := runCLI("switch", "550", "--cache", "/nonexistent"); strings.Contains(errOut, "needs root") || !strings.Contains(errOut, "/nonexistent") {
-		t.Errorf("switch 550 as root: %q; want the cache's error, not the root check", errOut)
 	}
 }

@@ -11,15 +11,21 @@ import (
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/bootcmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/buildcmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/cachecmd"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cdicmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/clirun"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/imagecmd"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/plancmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/reportcmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/rootdiskcmd"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/switchcmd"
 )
 
 // commands are the constructors of the top-level subcommands, one group
 // package each.
 var commands = []func() *cobra.Command{
+	switchcmd.New,
+	cdicmd.New,
+	plancmd.New,
 	buildcmd.New,
 	cachecmd.New,
 	imagecmd.New,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cdicmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdout"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/mistakes"
 	"github.com/kpreload/kpreload/gpu/activate"
@@ -118,7 +119,7 @@ func (m *userDataApplyCommand) run(cmd *cobra.Command) error {
 	}
 	rec, err := userdata.Apply(o)
 	if !m.dryRun {
-		if rerr := recordSection("/", report.Path, "user_data", rec); rerr != nil {
+		if rerr := cdicmd.RecordSection("/", report.Path, "user_data", rec); rerr != nil {
 			fmt.Fprintf(cmd.ErrOrStderr(), "kpreload user-data: warning: %v\n", rerr)
 		}
 	}
@@ -141,7 +142,7 @@ func userDataOptions(log io.Writer, cloudConfig, cacheDir string) userdata.Optio
 		SysDir: "/sys", ProcDir: "/proc", DevDir: "/dev", RunDir: activate.RunDir,
 		DriversDir: activate.DriversDir,
 		System:     userDataSystem{},
-		Log:        prefixWriter{w: log, prefix: "kpreload user-data: "},
+		Log:        cmdout.Prefixed(log, "kpreload user-data: "),
 		Now:        time.Now,
 	}
 }
@@ -164,6 +165,6 @@ func (userDataSystem) Switch(o switcher.Options) (*switcher.Result, error) {
 }
 
 func (userDataSystem) RefreshCDI() error {
-	_, err := refreshCDI("/", "", cdispec.Options{})
+	_, err := cdicmd.Refresh("/", "", cdispec.Options{})
 	return err
 }

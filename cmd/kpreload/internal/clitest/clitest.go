@@ -16,6 +16,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/clirun"
+	"github.com/kpreload/kpreload/kmodcache/bootindex"
+	"github.com/kpreload/kpreload/report"
 )
 
 // CLI is a kpreload command tree of some of its commands.
@@ -241,4 +243,47 @@ func RawControl(s string) int {
 		return 0x9b
 	}
 	return -1
+}
+
+// PlanKernel is the kernel release PlanCache's boot index is for.
+const PlanKernel = "6.1.0-56-cloud-amd64"
+
+// PlanCache writes a cache directory holding only a boot index for PlanKernel
+// (what plan reads) with the given sets; lists are copied beside the sets.
+func PlanCache(t *testing.T, sets []bootindex.Set, lists map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	objs := filepath.Join(dir, "objects", "sha256")
+	if err := os.MkdirAll(filepath.Join(dir, "index"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, src := range lists {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(objs, filepath.Dir(name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(objs, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range sets {
+		sets[i].Dir = "../objects/sha256"
+		sets[i].Modules = []bootindex.Module{{Name: "nvidia", Path: "aa/" + sets[i].ID, Vermagic: PlanKernel + " SMP mod_unload modversions "}}
+	}
+	if err := bootindex.Write(filepath.Join(dir, "index", PlanKernel+".json"), &bootindex.Index{Format: 1, Kernel: PlanKernel, Sets: sets}); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// ChosenText names a driver decision's chosen set as testdata/decisions'
+// table does: driver, version and flavour, or "" when none was chosen.
+func ChosenText(dd *report.SelectionDriver) string {
+	if dd == nil || dd.Chosen == nil {
+		return ""
+	}
+	return dd.Driver + " " + dd.Chosen.Version + " " + dd.Chosen.Flavor
 }

@@ -5,8 +5,10 @@ package cmdout
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,4 +54,26 @@ func TickEverySecond(l *progress.Line) (stop func()) {
 		}
 	}()
 	return func() { close(done); wg.Wait() }
+}
+
+// Prefixed returns a writer that writes each line to w after prefix: the
+// steps a command logs as they happen ("kpreload switch: ...").
+func Prefixed(w io.Writer, prefix string) io.Writer { return prefixWriter{w: w, prefix: prefix} }
+
+// prefixWriter writes each line with a prefix.
+type prefixWriter struct {
+	w      io.Writer
+	prefix string
+}
+
+func (p prefixWriter) Write(b []byte) (int, error) {
+	for _, line := range strings.SplitAfter(string(b), "\n") {
+		if line == "" {
+			continue
+		}
+		if _, err := fmt.Fprint(p.w, p.prefix+line); err != nil {
+			return 0, err
+		}
+	}
+	return len(b), nil
 }

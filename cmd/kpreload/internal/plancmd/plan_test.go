@@ -1,4 +1,4 @@
-package cli
+package plancmd
 
 import (
 	"bytes"
@@ -11,14 +11,13 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/clitest"
 	"github.com/kpreload/kpreload/gpu/pci/pcitest"
 	"github.com/kpreload/kpreload/internal/inroot/inroottest"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
 	"github.com/kpreload/kpreload/report"
 	"github.com/kpreload/kpreload/testsupport/testenv"
 )
-
-const planKernel = "6.1.0-56-cloud-amd64"
 
 // planLists returns the real supported-gpus.json of nvidia-driver 535.261.03 and
 // nvidia-tesla-470-driver 470.256.02, fetched by scripts/supported-gpus.sh when missing.
@@ -29,40 +28,9 @@ func planLists(t *testing.T) (l535, l470 string) {
 	return l535, l470
 }
 
-// planCache writes a cache directory holding only a boot index for planKernel
-// (what plan reads) with the given sets; lists are copied beside the sets.
-func planCache(t *testing.T, sets []bootindex.Set, lists map[string]string) string {
-	t.Helper()
-	dir := t.TempDir()
-	objs := filepath.Join(dir, "objects", "sha256")
-	if err := os.MkdirAll(filepath.Join(dir, "index"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, src := range lists {
-		b, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.MkdirAll(filepath.Join(objs, filepath.Dir(name)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(objs, name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range sets {
-		sets[i].Dir = "../objects/sha256"
-		sets[i].Modules = []bootindex.Module{{Name: "nvidia", Path: "aa/" + sets[i].ID, Vermagic: planKernel + " SMP mod_unload modversions "}}
-	}
-	if err := bootindex.Write(filepath.Join(dir, "index", planKernel+".json"), &bootindex.Index{Format: 1, Kernel: planKernel, Sets: sets}); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
 func TestPlanH200Fixture(t *testing.T) {
 	l535, l470 := planLists(t)
-	cache := planCache(t, []bootindex.Set{
+	cache := clitest.PlanCache(t, []bootindex.Set{
 		{ID: "a535p", Driver: "nvidia", Version: "535.261.03", Flavor: "proprietary", SupportedGPUs: "l535/supported-gpus.json"},
 		{ID: "a535o", Driver: "nvidia", Version: "535.261.03", Flavor: "open", SupportedGPUs: "l535/supported-gpus.json"},
 		{ID: "a470p", Driver: "nvidia", Version: "470.256.02", Flavor: "proprietary", SupportedGPUs: "l470/supported-gpus.json"},
@@ -74,7 +42,7 @@ func TestPlanH200Fixture(t *testing.T) {
 	}
 
 	var out, errOut bytes.Buffer
-	if code := Execute([]string{"plan", "--sysfs", root, "--cache", cache, "--kernel", planKernel, "--instance", inst}, &out, &errOut); code != 0 {
+	if code := cli.Execute([]string{"plan", "--sysfs", root, "--cache", cache, "--kernel", clitest.PlanKernel, "--instance", inst}, &out, &errOut); code != 0 {
 		t.Fatalf("kpreload plan: exit %d: %s", code, errOut.String())
 	}
 	got := out.String()
@@ -82,7 +50,7 @@ func TestPlanH200Fixture(t *testing.T) {
 		"request from file (" + inst + "): version 535, flavour auto, cuda 12.2, gpu h200 x1\n",
 		"NVIDIA GPU 0000:00:06.0 10de:2335 (subsystem 10de:18bf, class 0x030200): not named by any cached supported-gpus.json\n",
 		"nvidia: load nothing [branch 535, request applies]\n",
-		"no nvidia driver will be loaded: asked branch 535 with CUDA 12.2 (driver >= 535.54.03: CUDA 12.2 toolkit minimum), flavour auto, kernel " + planKernel,
+		"no nvidia driver will be loaded: asked branch 535 with CUDA 12.2 (driver >= 535.54.03: CUDA 12.2 toolkit minimum), flavour auto, kernel " + clitest.PlanKernel,
 		"nothing cached would work: no cached version's supported-gpus.json supports GPU 0000:00:06.0 10de:2335 (subsystem 10de:18bf)",
 		"  535.261.03   proprietary  a535p  hardware: GPU 0000:00:06.0 10de:2335 (subsystem 10de:18bf) is not in 535.261.03's supported-gpus.json\n",
 		"  470.256.02   proprietary  a470p  hardware: GPU 0000:00:06.0 10de:2335 (subsystem 10de:18bf) is not in 470.256.02's supported-gpus.json\n",
@@ -94,14 +62,14 @@ func TestPlanH200Fixture(t *testing.T) {
 	}
 
 	out.Reset()
-	if code := Execute([]string{"plan", "--sysfs", filepath.Join(root, "sys"), "--cache", cache, "--kernel", planKernel, "--json"}, &out, &errOut); code != 0 {
+	if code := cli.Execute([]string{"plan", "--sysfs", filepath.Join(root, "sys"), "--cache", cache, "--kernel", clitest.PlanKernel, "--json"}, &out, &errOut); code != 0 {
 		t.Fatalf("kpreload plan --json: exit %d: %s", code, errOut.String())
 	}
 	var sel report.Selection
 	if err := json.Unmarshal(out.Bytes(), &sel); err != nil {
 		t.Fatalf("plan --json: %v\n%s", err, out.String())
 	}
-	if sel.Source != "default" || sel.Kernel != planKernel || sel.Request.Version != "latest" || sel.Request.Flavor != "auto" {
+	if sel.Source != "default" || sel.Kernel != clitest.PlanKernel || sel.Request.Version != "latest" || sel.Request.Flavor != "auto" {
 		t.Errorf("plan --json request = %s %s %+v", sel.Source, sel.Kernel, sel.Request)
 	}
 	if len(sel.GPUs) != 1 || sel.GPUs[0].ID != "10de:2335" || sel.GPUs[0].Subsystem != "10de:18bf" || sel.GPUs[0].Address != "0000:00:06.0" {
@@ -126,7 +94,7 @@ func TestPlanH200Fixture(t *testing.T) {
 }
 
 func TestPlanTestDriverVersions(t *testing.T) {
-	cache := planCache(t, []bootindex.Set{
+	cache := clitest.PlanCache(t, []bootindex.Set{
 		{ID: "edu1", Driver: "kpreload-edu", Version: "1.0.0", Flavor: "open"},
 		{ID: "edu2", Driver: "kpreload-edu", Version: "2.0.0", Flavor: "open"},
 	}, nil)
@@ -142,7 +110,7 @@ func TestPlanTestDriverVersions(t *testing.T) {
 		{"resources:\n  driver:\n    version: 3.0.0\n", "2.0.0", "", "asked version 3.0.0 (file i.yaml:3), which this image does not hold (it holds 2.0.0, 1.0.0): going on with the default"},
 		{"resources:\n  driver:\n    version: 1.0.0\n    flavor: proprietary\n", "", "would work on this machine: 2.0.0 open, 1.0.0 open (e.g. kpreload.driver=2.0.0)", ""},
 	} {
-		args := []string{"plan", "--sysfs", root, "--cache", cache, "--kernel", planKernel, "--json"}
+		args := []string{"plan", "--sysfs", root, "--cache", cache, "--kernel", clitest.PlanKernel, "--json"}
 		if tt.yaml != "" {
 			p := filepath.Join(dir, "i.yaml")
 			if err := os.WriteFile(p, []byte(tt.yaml), 0o644); err != nil {
@@ -151,7 +119,7 @@ func TestPlanTestDriverVersions(t *testing.T) {
 			args = append(args, "--instance", p)
 		}
 		var out, errOut bytes.Buffer
-		if code := Execute(args, &out, &errOut); code != 0 {
+		if code := cli.Execute(args, &out, &errOut); code != 0 {
 			t.Fatalf("plan %q: exit %d: %s", tt.yaml, code, errOut.String())
 		}
 		var sel report.Selection
@@ -172,7 +140,7 @@ func TestPlanTestDriverVersions(t *testing.T) {
 }
 
 func TestPlanErrors(t *testing.T) {
-	cache := planCache(t, nil, nil)
+	cache := clitest.PlanCache(t, nil, nil)
 	root := pcitest.FromDevices(t)
 	_ = os.MkdirAll(filepath.Join(root, "sys", "bus", "pci", "devices"), 0o755)
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
@@ -182,12 +150,12 @@ func TestPlanErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"plan", "--sysfs", root}, "--sysfs, --cache and --kernel are required"},
-		{[]string{"plan", "--sysfs", root, "--cache", cache, "--kernel", "6.12.117+deb12-cloud-amd64"}, "has no boot index for kernel 6.12.117+deb12-cloud-amd64 (" + cache + "/index/6.12.117+deb12-cloud-amd64.json); kernels it has: " + planKernel},
-		{[]string{"plan", "--sysfs", root, "--cache", cache, "--kernel", planKernel, "--instance", bad}, bad + ":3: resources.driver.flavour: unknown field"},
-		{[]string{"plan", "--sysfs", t.TempDir(), "--cache", cache, "--kernel", planKernel}, "no PCI devices directory"},
+		{[]string{"plan", "--sysfs", root, "--cache", cache, "--kernel", "6.12.117+deb12-cloud-amd64"}, "has no boot index for kernel 6.12.117+deb12-cloud-amd64 (" + cache + "/index/6.12.117+deb12-cloud-amd64.json); kernels it has: " + clitest.PlanKernel},
+		{[]string{"plan", "--sysfs", root, "--cache", cache, "--kernel", clitest.PlanKernel, "--instance", bad}, bad + ":3: resources.driver.flavour: unknown field"},
+		{[]string{"plan", "--sysfs", t.TempDir(), "--cache", cache, "--kernel", clitest.PlanKernel}, "no PCI devices directory"},
 	} {
 		var out, errOut bytes.Buffer
-		if code := Execute(tt.args, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), tt.want) {
+		if code := cli.Execute(tt.args, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), tt.want) {
 			t.Errorf("kpreload %q = exit %d, stderr %q; want failure containing %q", tt.args, code, errOut.String(), tt.want)
 		}
 	}
@@ -199,7 +167,7 @@ func TestPlanErrors(t *testing.T) {
 // tests with NVIDIA's types), the second the refusal and no MIG file.
 func TestPlanSharingAndMIG(t *testing.T) {
 	l535, _ := planLists(t)
-	cache := planCache(t, []bootindex.Set{
+	cache := clitest.PlanCache(t, []bootindex.Set{
 		{ID: "a535p", Driver: "nvidia", Version: "535.261.03", Flavor: "proprietary", SupportedGPUs: "l535/supported-gpus.json"},
 	}, map[string]string{"l535/supported-gpus.json": l535})
 	root := pcitest.FromFixture(t, filepath.Join(pcitest.H200(t), "pci-sysfs.txt"))
@@ -227,7 +195,7 @@ func TestPlanSharingAndMIG(t *testing.T) {
 			t.Fatal(err)
 		}
 		var out, errOut bytes.Buffer
-		if code := Execute([]string{"plan", "--sysfs", root, "--cache", cache, "--kernel", planKernel, "--instance", inst}, &out, &errOut); code != 0 {
+		if code := cli.Execute([]string{"plan", "--sysfs", root, "--cache", cache, "--kernel", clitest.PlanKernel, "--instance", inst}, &out, &errOut); code != 0 {
 			t.Fatalf("kpreload plan: exit %d: %s", code, errOut.String())
 		}
 		got := out.String()
@@ -249,7 +217,7 @@ func TestPlanSharingAndMIG(t *testing.T) {
 // bounded: a link to the host's /sys, a FIFO or a huge attribute is an error
 // naming the file, never the host's devices or a hang.
 func TestPlanHostileSysfs(t *testing.T) {
-	cache := planCache(t, nil, nil)
+	cache := clitest.PlanCache(t, nil, nil)
 	dev := "sys/bus/pci/devices/0000:00:06.0/"
 	tests := []struct {
 		name  string
@@ -272,7 +240,7 @@ func TestPlanHostileSysfs(t *testing.T) {
 			var out, errOut bytes.Buffer
 			done := make(chan int)
 			go func() {
-				done <- Execute([]string{"plan", "--sysfs", root, "--cache", cache, "--kernel", planKernel}, &out, &errOut)
+				done <- cli.Execute([]string{"plan", "--sysfs", root, "--cache", cache, "--kernel", clitest.PlanKernel}, &out, &errOut)
 			}()
 			select {
 			case code := <-done:
@@ -290,20 +258,20 @@ func TestPlanHostileSysfs(t *testing.T) {
 // kernel's own set in the index), as /init does, not only its release: a set
 // built for the same release with other options is excluded.
 func TestPlanVermagic(t *testing.T) {
-	cache := planCache(t, []bootindex.Set{{ID: "a1", Driver: "kpreload-edu", Version: "1.0.0", Flavor: "open"}}, nil)
-	ixPath := filepath.Join(cache, "index", planKernel+".json")
+	cache := clitest.PlanCache(t, []bootindex.Set{{ID: "a1", Driver: "kpreload-edu", Version: "1.0.0", Flavor: "open"}}, nil)
+	ixPath := filepath.Join(cache, "index", clitest.PlanKernel+".json")
 	ix, err := bootindex.Read(ixPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The kernel's own modules say "SMP preempt"; the set's say "SMP".
-	ix.Sets = append(ix.Sets, bootindex.Set{ID: "kernel", Modules: []bootindex.Module{{Name: "virtio_blk", Path: "k/virtio_blk.ko", Vermagic: planKernel + " SMP preempt mod_unload modversions "}}})
+	ix.Sets = append(ix.Sets, bootindex.Set{ID: "kernel", Modules: []bootindex.Module{{Name: "virtio_blk", Path: "k/virtio_blk.ko", Vermagic: clitest.PlanKernel + " SMP preempt mod_unload modversions "}}})
 	if err := bootindex.Write(ixPath, ix); err != nil {
 		t.Fatal(err)
 	}
 	root := pcitest.FromFixture(t, filepath.Join(pcitest.H200(t), "pci-sysfs.txt"))
 	var out, errOut bytes.Buffer
-	if code := Execute([]string{"plan", "--sysfs", root, "--cache", cache, "--kernel", planKernel, "--json"}, &out, &errOut); code != 0 {
+	if code := cli.Execute([]string{"plan", "--sysfs", root, "--cache", cache, "--kernel", clitest.PlanKernel, "--json"}, &out, &errOut); code != 0 {
 		t.Fatalf("plan: exit %d: %s", code, errOut.String())
 	}
 	var sel report.Selection
@@ -312,5 +280,52 @@ func TestPlanVermagic(t *testing.T) {
 	}
 	if len(sel.Drivers) != 1 || len(sel.Drivers[0].Candidates) != 1 || sel.Drivers[0].Candidates[0].Excluded != "vermagic" {
 		t.Errorf("plan with a set built with other kernel options: %+v, want it excluded by vermagic", sel.Drivers)
+	}
+}
+
+// TestPlanHelpExamples runs the examples of `kpreload plan --help` exactly as
+// written in a checkout: the committed H100 and H200 captures, read as they
+// are, against the committed bundle of real 535 and 550 sets.
+func TestPlanHelpExamples(t *testing.T) {
+	clitest.InCheckout(t, testenv.RepoRoot(t))
+	lines := cli.ExamplesOf(t, "kpreload plan")
+	if len(lines) != 2 {
+		t.Fatalf("plan examples: %q, want two", lines)
+	}
+	out := cli.RunLine(t, lines[0])
+	for _, want := range []string{"NVIDIA GPU 0000:00:06.0 10de:2330 (subsystem 10de:16c1, class 0x030200): NVIDIA H100 80GB HBM3",
+		"nvidia: load 550.163.01 open (set 8fc8ee5187ef, testdata/plan-bundle) [latest, request applies]"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("%s printed\n%s\nwant %q", lines[0], out, want)
+		}
+	}
+	var res planJSON
+	if err := json.Unmarshal([]byte(cli.RunLine(t, lines[1])), &res); err != nil || res.Selection == nil {
+		t.Fatalf("%s: %v", lines[1], err)
+	}
+	if len(res.GPUs) != 1 || res.GPUs[0].Name != "NVIDIA H200" || len(res.Drivers) != 1 || res.Drivers[0].Chosen == nil ||
+		clitest.ChosenText(&res.Drivers[0]) != "nvidia 550.163.01 open" || res.Request.CUDA != "12.4" {
+		t.Errorf("%s: %+v, want the H200 and nvidia 550.163.01 open for CUDA 12.4", lines[1], res.Selection)
+	}
+}
+
+// TestREADMEPlanExample runs the README's `kpreload plan` example exactly as
+// written in a checkout and compares what it prints with what the README
+// shows, line for line.
+func TestREADMEPlanExample(t *testing.T) {
+	b, err := os.ReadFile("../../../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(b), "\n$ kpreload plan ")
+	if !ok {
+		t.Fatal("README.md has no `$ kpreload plan` example")
+	}
+	block, _, _ = strings.Cut(block, "\n```")
+	cmdLine, want, _ := strings.Cut(block, "\n")
+	clitest.InCheckout(t, testenv.RepoRoot(t))
+	got := cli.RunLine(t, "kpreload plan "+cmdLine)
+	if got != want+"\n" {
+		t.Errorf("README.md: kpreload plan %s printed\n%s\nthe README shows\n%s", cmdLine, got, want)
 	}
 }

@@ -1,4 +1,6 @@
-package cli
+// Package plancmd is kpreload plan: the driver decision (gpu/selection) for
+// this machine or a captured one, taken and printed, changing nothing.
+package plancmd
 
 import (
 	"errors"
@@ -17,9 +19,7 @@ import (
 	"github.com/kpreload/kpreload/report"
 )
 
-func init() { register(newPlanCmd) }
-
-func newPlanCmd() *cobra.Command {
+func New() *cobra.Command {
 	var (
 		sysRoot, cacheDir, kernel, instFile string
 		asJSON                              bool
@@ -77,7 +77,7 @@ modules.`,
 			if asJSON {
 				return cmdout.PrintJSON(cmd.OutOrStdout(), planJSON{Selection: &d.Selection, K8sFiles: stringFiles(files)})
 			}
-			printPlan(cmd.OutOrStdout(), d)
+			PrintPlan(cmd.OutOrStdout(), d)
 			printK8sFiles(cmd.OutOrStdout(), files)
 			return nil
 		},
@@ -118,8 +118,8 @@ func printK8sFiles(w io.Writer, files map[string][]byte) {
 	}
 }
 
-// printPlan writes the human form of a decision.
-func printPlan(w io.Writer, d *selection.Decision) {
+// PrintPlan writes the human form of a decision.
+func PrintPlan(w io.Writer, d *selection.Decision) {
 	r := d.Request
 	fmt.Fprintf(w, "kernel %s; request from %s (%s): version %s, flavour %s", d.Kernel, d.Source, d.Origin, r.Version, r.Flavor)
 	if r.CUDA != "" {

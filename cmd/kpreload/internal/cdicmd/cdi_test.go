@@ -1,7 +1,8 @@
-package cli
+package cdicmd
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,8 +11,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kpreload/kpreload/gpu/activate"
 	"github.com/kpreload/kpreload/gpu/cdispec"
 	"github.com/kpreload/kpreload/internal/inroot/inroottest"
+	"github.com/kpreload/kpreload/kmodcache/names"
 	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
@@ -72,7 +75,7 @@ func TestCDIGenerateRoot(t *testing.T) {
 			var out, errOut bytes.Buffer
 			done := make(chan int)
 			go func() {
-				done <- Execute([]string{"cdi", "generate", "--root", root, "--hook-path", "/usr/bin/kpreload"}, &out, &errOut)
+				done <- cli.Execute([]string{"cdi", "generate", "--root", root, "--hook-path", "/usr/bin/kpreload"}, &out, &errOut)
 			}()
 			var code int
 			select {
@@ -114,5 +117,103 @@ func TestCDIGenerateRoot(t *testing.T) {
 				t.Errorf("stderr %q does not say %q", errOut.String(), want)
 			}
 		})
+	}
+}
+
+// TestCDIRefusesReadyVersion runs cdi generate and cdi refresh on a kpreload
+// image whose ready record names a version that is a path: generate fails
+// naming the record, the field and the value and writes no spec; refresh
+// removes the spec it had written. A version of "../../../../etc" mounted the
+// host's /etc into every container, ".." its /lib/firmware.
+func TestCDIRefusesReadyVersion(t *testing.T) {
+	const version = "580.159.04"
+	for _, bad := range []string{"../../../../etc", ".."} {
+		t.Run(bad, func(t *testing.T) {
+			root := cdiTree(t)
+			for _, d := range []string{"opt/kpreload/drivers/" + version + "/usr/lib/x86_64-linux-gnu", "lib/firmware/nvidia/" + version, "etc"} {
+				if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			run := filepath.Join(root, activate.RunDir)
+			if err := activate.Point(run, root, activate.DriversDir, version); err != nil {
+				t.Fatal(err)
+			}
+			if err := activate.MarkReady(run, activate.Ready{Driver: "nvidia", Version: version, By: "init"}); err != nil {
+				t.Fatal(err)
+			}
+			spec := filepath.Join(root, cdispec.DefaultSpecFile)
+			if code, _, errOut := runCLI("cdi", "refresh", "--root", root); code != 0 {
+				t.Fatalf("cdi refresh of a good record: exit %d: %s", code, errOut)
+			}
+			if _, err := os.Stat(spec); err != nil {
+				t.Fatalf("cdi refresh of a good record wrote no spec: %v", err)
+			}
+
+			ready := activate.ReadyPath(run)
+			if err := os.WriteFile(ready, []byte(`{"format":1,"driver":"nvidia","version":"`+bad+`","modules":[],"by":"init"}`), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out := filepath.Join(t.TempDir(), "nvidia.yaml")
+			code, stdout, errOut := runCLI("cdi", "generate", "--root", root, "-o", out)
+			if code == 0 {
+				t.Fatalf("cdi generate accepted version %q: %s", bad, errOut)
+			}
+			for _, want := range []string{ready, `version "` + bad + `" starts with '.'`, names.Allowed} {
+				if !strings.Contains(errOut, want) {
+					t.Errorf("cdi generate: stderr %q does not say %s", errOut, want)
+				}
+			}
+			if _, err := os.Stat(out); err == nil || stdout != "" {
+				t.Errorf("cdi generate wrote a spec (%s, stdout %q)", out, stdout)
+			}
+			code, _, errOut = runCLI("cdi", "refresh", "--root", root)
+			if code == 0 || !strings.Contains(errOut, `version "`+bad+`"`) {
+				t.Errorf("cdi refresh: exit %d, stderr %q; want 1 naming the version", code, errOut)
+			}
+			if _, err := os.Stat(spec); err == nil {
+				t.Errorf("cdi refresh left %s in place", spec)
+			}
+		})
+	}
+}
+
+// TestCDIGenerateHelpExamples runs the examples of `kpreload cdi generate
+// --help` exactly as written, in a directory holding ./h200-root (cdiTree: the
+// real H200 VM's /proc captures and a driver library): the spec names the
+// H200 by index, by its real UUID and as all.
+func TestCDIGenerateHelpExamples(t *testing.T) {
+	root := cdiTree(t)
+	t.Chdir(t.TempDir())
+	if err := os.Symlink(root, "h200-root"); err != nil {
+		t.Fatal(err)
+	}
+	lines := cli.ExamplesOf(t, "kpreload cdi generate")
+	if len(lines) != 2 {
+		t.Fatalf("cdi generate examples: %q, want two", lines)
+	}
+	out := cli.RunLine(t, lines[0])
+	for _, want := range []string{"kind: nvidia.com/gpu", "name: \"0\"", "name: all", "/dev/nvidia0", "580.159.04"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("%s printed\n%s\nwant %q in it", lines[0], out, want)
+		}
+	}
+	cli.RunLine(t, lines[1])
+	b, err := os.ReadFile("h200-spec.json")
+	var spec struct {
+		Kind    string `json:"kind"`
+		Devices []struct {
+			Name string `json:"name"`
+		} `json:"devices"`
+	}
+	if err == nil {
+		err = json.Unmarshal(b, &spec)
+	}
+	var names []string
+	for _, d := range spec.Devices {
+		names = append(names, d.Name)
+	}
+	if err != nil || spec.Kind != "nvidia.com/gpu" || !strings.HasPrefix(strings.Join(names, " "), "0 GPU-7843b487-7c5d-bf32-e87d-73ef066a19c5 all") {
+		t.Errorf("%s wrote %v: kind %q, devices %q", lines[1], err, spec.Kind, names)
 	}
 }

@@ -1,4 +1,7 @@
-package cli
+// Package cdicmd is kpreload cdi: the CDI spec of the active driver
+// (gpu/cdispec) generated, refreshed after a switch or reboot, recorded in the
+// boot report, and the hook a container runtime calls.
+package cdicmd
 
 import (
 	"errors"
@@ -14,9 +17,7 @@ import (
 	"github.com/kpreload/kpreload/internal/inroot"
 )
 
-func init() { register(newCDICmd) }
-
-func newCDICmd() *cobra.Command {
+func New() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cdi",
 		Short: "Container Device Interface spec for the active NVIDIA driver",
@@ -183,7 +184,7 @@ written. --json prints what was done as JSON.`,
 			if !cmd.Flags().Changed("output") {
 				target = ""
 			}
-			res, err := refreshCDI(root, target, cdispec.Options{HookPath: hookPath})
+			res, err := Refresh(root, target, cdispec.Options{HookPath: hookPath})
 			if res == nil {
 				res = &cdispec.Result{}
 			}

@@ -1,4 +1,4 @@
-package cli
+package cdicmd
 
 import (
 	"encoding/json"
@@ -45,9 +45,9 @@ func TestRecordCDI(t *testing.T) {
 	if err := os.WriteFile(stale, cdispec.Mark([]byte("stale")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	res, err := refreshCDI(root, cdispec.DefaultSpecFile, cdispec.Options{})
+	res, err := Refresh(root, cdispec.DefaultSpecFile, cdispec.Options{})
 	if err != nil || res.Written != "" || len(res.Removed) != 1 {
-		t.Fatalf("refreshCDI without a driver = %+v, %v; want %s removed", res, err, cdispec.DefaultSpecFile)
+		t.Fatalf("Refresh without a driver = %+v, %v; want %s removed", res, err, cdispec.DefaultSpecFile)
 	}
 	if _, err := os.Stat(stale); !os.IsNotExist(err) {
 		t.Errorf("stale spec left: %v", err)

@@ -1,4 +1,4 @@
-package cli
+package cdicmd
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/clitest"
 	"github.com/kpreload/kpreload/gpu/activate"
 	"github.com/kpreload/kpreload/testsupport/testenv"
 )
@@ -117,7 +118,7 @@ func TestCDIPodmanBesideToolkit(t *testing.T) {
 	// The kpreload image: the H200 tree with NVIDIA's driver active.
 	tree := cdiTree(t)
 	drv := filepath.Join(tree, "opt/kpreload/drivers", podmanVersion, "usr/lib/x86_64-linux-gnu")
-	mustWrite(t, filepath.Join(drv, "libcuda.so."+podmanVersion), "kpreload's spec\n")
+	clitest.MustWrite(t, filepath.Join(drv, "libcuda.so."+podmanVersion), "kpreload's spec\n")
 	run := filepath.Join(tree, activate.RunDir)
 	if err := activate.Point(run, tree, activate.DriversDir, podmanVersion); err != nil {
 		t.Fatal(err)
@@ -129,7 +130,7 @@ func TestCDIPodmanBesideToolkit(t *testing.T) {
 	// The toolkit's spec, as nvidia-ctk wrote it; every host file it mounts,
 	// its hook program, and its device nodes.
 	ctk := toolkitSpec(t)
-	mustWrite(t, filepath.Join(w, "ctk.yaml"), ctk)
+	clitest.MustWrite(t, filepath.Join(w, "ctk.yaml"), ctk)
 	spec, err := cdi.ParseSpec([]byte(ctk))
 	if err != nil {
 		t.Fatal(err)
@@ -142,10 +143,10 @@ func TestCDIPodmanBesideToolkit(t *testing.T) {
 	seenNode := map[string]bool{}
 	for _, ce := range all {
 		for _, m := range ce.Mounts {
-			mustWrite(t, filepath.Join(w, "ctk", m.HostPath), "the toolkit's spec\n")
+			clitest.MustWrite(t, filepath.Join(w, "ctk", m.HostPath), "the toolkit's spec\n")
 		}
 		for _, h := range ce.Hooks {
-			mustWrite(t, filepath.Join(w, "ctk", h.Path), "#!/bin/sh\n# a stand-in for nvidia-cdi-hook: reads the OCI state runtimes pass on stdin\ncat >/dev/null\n")
+			clitest.MustWrite(t, filepath.Join(w, "ctk", h.Path), "#!/bin/sh\n# a stand-in for nvidia-cdi-hook: reads the OCI state runtimes pass on stdin\ncat >/dev/null\n")
 		}
 		for _, n := range ce.DeviceNodes {
 			if !seenNode[n.Path] {
@@ -154,7 +155,7 @@ func TestCDIPodmanBesideToolkit(t *testing.T) {
 			}
 		}
 	}
-	mustWrite(t, filepath.Join(w, "nodes"), nodes.String())
+	clitest.MustWrite(t, filepath.Join(w, "nodes"), nodes.String())
 	if err := os.Chmod(filepath.Join(w, "ctk/usr/bin/nvidia-cdi-hook"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +168,7 @@ func TestCDIPodmanBesideToolkit(t *testing.T) {
 			t.Fatalf("the probe image needs %s (busybox, from scripts/deps.sh): %v", f, err)
 		}
 		to := filepath.Join(rootfs, strings.Replace(f, "/lib/", "/usr/lib/", 1))
-		mustWrite(t, to, string(b))
+		clitest.MustWrite(t, to, string(b))
 		if err := os.Chmod(to, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -180,7 +181,7 @@ func TestCDIPodmanBesideToolkit(t *testing.T) {
 	if err := os.Symlink("usr/lib", filepath.Join(rootfs, "lib")); err != nil {
 		t.Fatal(err)
 	}
-	mustWrite(t, filepath.Join(rootfs, "bin/probe"), podmanProbe)
+	clitest.MustWrite(t, filepath.Join(rootfs, "bin/probe"), podmanProbe)
 	if err := os.Chmod(filepath.Join(rootfs, "bin/probe"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +204,7 @@ func TestCDIPodmanBesideToolkit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	mustWrite(t, filepath.Join(w, "script.sh"), podmanScript)
+	clitest.MustWrite(t, filepath.Join(w, "script.sh"), podmanScript)
 
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 3*time.Minute))
 	defer cancel()
@@ -266,17 +267,6 @@ func TestCDIPodmanBesideToolkit(t *testing.T) {
 	}
 }
 
-// mustWrite writes content to p, making its directory.
-func mustWrite(t *testing.T, p, content string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // refreshExamplesScript runs the help's examples of cdi refresh, exactly as
 // written, in a mount namespace of its own: /etc, /run and /var are overlays
 // (NVIDIA's toolkit spec at /var/run/cdi/nvidia.yaml, no kpreload driver:
@@ -320,7 +310,7 @@ func TestCDIRefreshHelpExamples(t *testing.T) {
 	testenv.GoBuildStatic(t, binDir, "kpreload", "./cmd/kpreload")
 	tree := cdiTree(t)
 	drv := filepath.Join(tree, "opt/kpreload/drivers", podmanVersion, "usr/lib/x86_64-linux-gnu")
-	mustWrite(t, filepath.Join(drv, "libcuda.so."+podmanVersion), "elf")
+	clitest.MustWrite(t, filepath.Join(drv, "libcuda.so."+podmanVersion), "elf")
 	run := filepath.Join(tree, activate.RunDir)
 	if err := activate.Point(run, tree, activate.DriversDir, podmanVersion); err != nil {
 		t.Fatal(err)
@@ -328,16 +318,16 @@ func TestCDIRefreshHelpExamples(t *testing.T) {
 	if err := activate.MarkReady(run, activate.Ready{Driver: "nvidia", Version: podmanVersion, By: "init"}); err != nil {
 		t.Fatal(err)
 	}
-	mustWrite(t, filepath.Join(w, "ctk.yaml"), toolkitSpec(t))
+	clitest.MustWrite(t, filepath.Join(w, "ctk.yaml"), toolkitSpec(t))
 	var lines []string
-	for _, args := range helpExamples(t, "cdi", "refresh") {
+	for _, args := range cli.HelpExamples(t, "cdi", "refresh") {
 		lines = append(lines, "kpreload "+strings.Join(args, " "))
 	}
 	if len(lines) != 3 {
 		t.Fatalf("examples %q; the test knows 3", lines)
 	}
-	mustWrite(t, filepath.Join(w, "examples"), strings.Join(lines, "\n")+"\n")
-	mustWrite(t, filepath.Join(w, "script.sh"), refreshExamplesScript)
+	clitest.MustWrite(t, filepath.Join(w, "examples"), strings.Join(lines, "\n")+"\n")
+	clitest.MustWrite(t, filepath.Join(w, "script.sh"), refreshExamplesScript)
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, time.Minute))
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "unshare", "-m", "sh", filepath.Join(w, "script.sh"), w, tree, filepath.Join(w, "examples"))

@@ -1,4 +1,7 @@
-package cli
+// Package switchcmd is kpreload switch: the driver set the decision chooses
+// for a version or branch loaded in place of the running one (gpu/switcher),
+// its userspace and CDI spec brought along.
+package switchcmd
 
 import (
 	"errors"
@@ -6,13 +9,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cdicmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdout"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/mistakes"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/plancmd"
 	"github.com/kpreload/kpreload/gpu/activate"
 	"github.com/kpreload/kpreload/gpu/cdispec"
 	"github.com/kpreload/kpreload/gpu/instance"
@@ -23,8 +27,6 @@ import (
 	"github.com/kpreload/kpreload/report"
 )
 
-func init() { register(newSwitchCmd) }
-
 // switchCommand is kpreload switch: its options, as the flags set them.
 type switchCommand struct {
 	cacheDir, driver, flavor, kernel string
@@ -33,7 +35,7 @@ type switchCommand struct {
 	asJSON, dryRun, force            bool
 }
 
-func newSwitchCmd() *cobra.Command { return (&switchCommand{}).build() }
+func New() *cobra.Command { return (&switchCommand{}).build() }
 
 // build makes the command: its help and its flags.
 func (m *switchCommand) build() *cobra.Command {
@@ -161,7 +163,7 @@ func (m *switchCommand) run(cmd *cobra.Command, version string) error {
 	}
 	// The steps go to stderr as they happen; a dry run has none (its
 	// outcome, on stdout, is the whole story).
-	var log io.Writer = prefixWriter{w: cmd.ErrOrStderr(), prefix: "kpreload switch: "}
+	var log io.Writer = cmdout.Prefixed(cmd.ErrOrStderr(), "kpreload switch: ")
 	if m.dryRun {
 		log = nil
 	}
@@ -216,7 +218,7 @@ func (m *switchCommand) refused(w io.Writer, choice *selection.Choice, err error
 // warnings are told once, as the switcher's are: on stderr (w) as they
 // happen, and in res, the --json record.
 func switchCDI(w io.Writer, res *switcher.Result) {
-	cres, cerr := refreshCDI("/", "", cdispec.Options{})
+	cres, cerr := cdicmd.Refresh("/", "", cdispec.Options{})
 	var cdiWarnings []string
 	if cres != nil {
 		for _, w := range cres.Warnings {
@@ -304,7 +306,7 @@ func printSwitchDecision(w io.Writer, res *switcher.Result, dec *selection.Decis
 		fmt.Fprintf(w, "forced past the decision: %s\n", res.Forced)
 	}
 	fmt.Fprintln(w, "\nthe decision, as kpreload plan takes it:")
-	printPlan(w, dec) // its candidate table is the only one
+	plancmd.PrintPlan(w, dec) // its candidate table is the only one
 	return nil
 }
 
@@ -317,22 +319,4 @@ func fromText(res *switcher.Result) string {
 		return "no driver active now"
 	}
 	return "replacing " + res.From.Version
-}
-
-// prefixWriter writes each line with a prefix.
-type prefixWriter struct {
-	w      interface{ Write([]byte) (int, error) }
-	prefix string
-}
-
-func (p prefixWriter) Write(b []byte) (int, error) {
-	for _, line := range strings.SplitAfter(string(b), "\n") {
-		if line == "" {
-			continue
-		}
-		if _, err := fmt.Fprint(p.w, p.prefix+line); err != nil {
-			return 0, err
-		}
-	}
-	return len(b), nil
 }

@@ -1,4 +1,4 @@
-package cli
+package cdicmd
 
 import (
 	"crypto/sha256"
@@ -15,7 +15,7 @@ import (
 	"github.com/kpreload/kpreload/report"
 )
 
-// refreshCDI brings kpreload's CDI specs in line with the active driver and
+// Refresh brings kpreload's CDI specs in line with the active driver and
 // records the outcome in the boot report (its "cdi" section: the spec's path
 // and SHA-256, or none), so the report says which spec containers get. With
 // file "" every kind kpreload keeps is refreshed (cdispec.RefreshActive: the
@@ -25,7 +25,7 @@ import (
 // the last spec written lets one an older kpreload wrote without the marker
 // go. A system without a report (not booted by kpreload's /init) only gets
 // the spec.
-func refreshCDI(root, file string, opts cdispec.Options) (*cdispec.Result, error) {
+func Refresh(root, file string, opts cdispec.Options) (*cdispec.Result, error) {
 	if opts.Recorded == nil {
 		opts.Recorded = recordedCDI(root)
 	}
@@ -66,18 +66,18 @@ func recordedCDI(root string) *cdispec.Record {
 }
 
 // recordCDI sets (or, with nil, drops) the report's "cdi" section of the
-// report name of the system at root (recordSection).
+// report name of the system at root (RecordSection).
 func recordCDI(root, name string, rec *report.CDI) error {
 	if rec == nil {
-		return recordSection(root, name, "cdi", nil)
+		return RecordSection(root, name, "cdi", nil)
 	}
-	return recordSection(root, name, "cdi", rec)
+	return RecordSection(root, name, "cdi", rec)
 }
 
-// recordSection sets (or, with nil, drops) one top-level section of the
+// RecordSection sets (or, with nil, drops) one top-level section of the
 // report name of the system at root (report.SetSection: read inside root,
 // replaced atomically and synced; a system without a report is left alone).
-func recordSection(root, name, key string, value any) error {
+func RecordSection(root, name, key string, value any) error {
 	return report.SetSection(root, name, key, value)
 }
 

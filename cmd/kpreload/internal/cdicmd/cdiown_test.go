@@ -1,4 +1,4 @@
-package cli
+package cdicmd
 
 import (
 	"crypto/sha256"
@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/clitest"
 	"github.com/kpreload/kpreload/gpu/cdispec"
 	"github.com/kpreload/kpreload/report"
 )
@@ -17,7 +18,7 @@ import (
 // Toolkit 1.20.1): what nvidia-cdi-refresh keeps at /var/run/cdi/nvidia.yaml.
 func toolkitSpec(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile("../../../gpu/cdispec/testdata/h100-capture/ctk.yaml")
+	b, err := os.ReadFile("../../../../gpu/cdispec/testdata/h100-capture/ctk.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,8 +113,8 @@ func TestCDIRefreshOlderKpreloadSpec(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			root := t.TempDir()
 			spec := filepath.Join(root, "var/run/cdi/nvidia.yaml")
-			mustWrite(t, spec, tt.content)
-			mustWrite(t, filepath.Join(root, report.Path), `{"format":1,"kernel":"k","cdi":{"path":"/var/run/cdi/nvidia.yaml","sha256":"`+hex.EncodeToString(sum[:])+`","written":"2026-11-25T08:00:00Z"}}`)
+			clitest.MustWrite(t, spec, tt.content)
+			clitest.MustWrite(t, filepath.Join(root, report.Path), `{"format":1,"kernel":"k","cdi":{"path":"/var/run/cdi/nvidia.yaml","sha256":"`+hex.EncodeToString(sum[:])+`","written":"2026-11-25T08:00:00Z"}}`)
 			code, out, errOut := runCLI("cdi", "refresh", "--root", root)
 			if code != 0 || out != tt.want {
 				t.Errorf("cdi refresh: exit %d, stdout %q, stderr %q; want %q", code, out, errOut, tt.want)
