@@ -14,6 +14,7 @@ import (
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/cdicmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/clirun"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/imagecmd"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/keyscmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/plancmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/reportcmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/rootdiskcmd"
@@ -23,6 +24,7 @@ import (
 // commands are the constructors of the top-level subcommands, one group
 // package each.
 var commands = []func() *cobra.Command{
+	keyscmd.New,
 	switchcmd.New,
 	cdicmd.New,
 	plancmd.New,

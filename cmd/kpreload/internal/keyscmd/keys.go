@@ -1,4 +1,7 @@
-package cli
+// Package keyscmd is kpreload keys: the module signing key of a cache
+// (builder/modkey) shown, exported for Secure Boot's MOK enrolment, and
+// rotated.
+package keyscmd
 
 import (
 	"crypto/sha256"
@@ -20,8 +23,6 @@ import (
 	"github.com/kpreload/kpreload/internal/fileutil"
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
-
-func init() { register(newKeysCmd) }
 
 // keyJSON is what `kpreload keys show --json` prints.
 type keyJSON struct {
@@ -53,7 +54,7 @@ func loadKey(cache string) (*modkey.Key, error) {
 	return k, err
 }
 
-func newKeysCmd() *cobra.Command {
+func New() *cobra.Command {
 	var cache string
 	cmd := &cobra.Command{
 		Use:   "keys",

@@ -1,4 +1,4 @@
-package cli
+package keyscmd
 
 import (
 	"crypto/x509"
@@ -14,29 +14,6 @@ import (
 	"github.com/kpreload/kpreload/internal/inroot/inroottest"
 )
 
-// helpExamples returns the example command lines of `kpreload ARGS --help`.
-func helpExamples(t *testing.T, args ...string) [][]string {
-	t.Helper()
-	code, help, _ := runCLI(append(args, "--help")...)
-	if code != 0 {
-		t.Fatalf("%v --help: exit %d", args, code)
-	}
-	_, ex, ok := strings.Cut(help, "Examples:\n")
-	if !ok {
-		t.Fatalf("%v --help has no Examples:\n%s", args, help)
-	}
-	ex, _, _ = strings.Cut(ex, "\n\n")
-	var out [][]string
-	for _, line := range strings.Split(strings.TrimSpace(ex), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 3 || f[0] != "kpreload" || f[1] != args[0] || f[2] != args[1] {
-			t.Fatalf("example %q is not a kpreload %s command", line, strings.Join(args, " "))
-		}
-		out = append(out, f[1:])
-	}
-	return out
-}
-
 // TestKeysHelpExamples runs every example of keys show, export and rotate
 // exactly as written, in a directory whose ./cache has a key made as an
 // image build makes it.
@@ -51,7 +28,7 @@ func TestKeysHelpExamples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range helpExamples(t, "keys", "show") {
+	for _, args := range cli.HelpExamples(t, "keys", "show") {
 		code, out, errOut := runCLI(args...)
 		if code != 0 {
 			t.Fatalf("%q: exit %d: %s", args, code, errOut)
@@ -72,7 +49,7 @@ func TestKeysHelpExamples(t *testing.T) {
 			}
 		}
 	}
-	for _, args := range helpExamples(t, "keys", "export") {
+	for _, args := range cli.HelpExamples(t, "keys", "export") {
 		code, out, errOut := runCLI(args...)
 		if code != 0 {
 			t.Fatalf("%q: exit %d: %s", args, code, errOut)
@@ -92,7 +69,7 @@ func TestKeysHelpExamples(t *testing.T) {
 			t.Errorf("%q: printed %q", args, out)
 		}
 	}
-	for _, args := range helpExamples(t, "keys", "rotate") {
+	for _, args := range cli.HelpExamples(t, "keys", "rotate") {
 		code, out, errOut := runCLI(args...)
 		if code != 0 {
 			t.Fatalf("%q: exit %d: %s", args, code, errOut)
