@@ -151,7 +151,7 @@ var exampleTests = map[string]string{
 	"kpreload report":                "cmd/kpreload/internal/reportcmd:TestReportHelpExamples",
 	"kpreload rootdisk":              "cmd/kpreload/internal/rootdiskcmd:TestRootdiskHelpExamples",
 	"kpreload cdi refresh":           "cmd/kpreload/internal/cdicmd:TestCDIRefreshHelpExamples",
-	"kpreload status":                "TestStatusHelpExamples",
+	"kpreload status":                "cmd/kpreload/internal/installcmd:TestStatusHelpExamples",
 	"kpreload kernel-hook":           "builder/follow/e2e:checkRefreshExample",
 	// TestGenericHelpExamples runs these in a directory holding ./cache.
 	"kpreload help":                    "TestGenericHelpExamples",
@@ -172,12 +172,12 @@ var exampleTests = map[string]string{
 	"kpreload modinfo":                 "TestCacheHelpExamples",
 	"kpreload cdi hook update-ldcache": "TestHookHelpExamples",
 	"kpreload k8s refresh":             "TestHookHelpExamples",
-	"kpreload cache rm":                "TestCacheRmHelpExamples",
+	"kpreload cache rm":                "cmd/kpreload/internal/cachecmd:TestCacheRmHelpExamples",
 	"kpreload copy-in":                 "TestCopyInHelpExamples",
 	"kpreload boot":                    "cmd/kpreload/internal/bootcmd:TestBootHelpExamples",
 	"kpreload user-data apply":         "TestUserDataHelpExamples",
 	"kpreload initramfs":               "TestInitramfsHelpExamples",
-	"kpreload install":                 "TestInstallHelpExamples builder/adopt:adoptBootUpdate", // --stage: a diskimage-builder image
+	"kpreload install":                 "cmd/kpreload/internal/installcmd:TestInstallHelpExamples builder/adopt:adoptBootUpdate", // --stage: a diskimage-builder image
 	"kpreload image build":             "cmd/kpreload/internal/imagecmd:TestImageBuildHelpExamples",
 }
 

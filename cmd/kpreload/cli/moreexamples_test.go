@@ -4,50 +4,14 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/clitest"
-	"github.com/kpreload/kpreload/kmodcache/store"
 	"github.com/kpreload/kpreload/report"
 	"github.com/kpreload/kpreload/testsupport/testenv"
 )
-
-// TestCacheRmHelpExamples runs the example of cache rm exactly as written,
-// in a directory whose ./cache holds the test driver's set, version 1.0 and
-// 2.0, for the example's kernel (a synthetic module, added with cache add):
-// it removes 1.0 and leaves 2.0.
-func TestCacheRmHelpExamples(t *testing.T) {
-	const kernel = "6.1.0-56-cloud-amd64"
-	ko := testenv.SyntheticModule(t, "kpreload_edu", kernel)
-	t.Chdir(t.TempDir())
-	for _, v := range []string{"1.0", "2.0"} {
-		if code, out, errOut := runCLI("cache", "add", "--cache", "./cache", "--driver", "kpreload-edu", "--version", v, ko); code != 0 {
-			t.Fatalf("cache add %s: exit %d: %s%s", v, code, out, errOut)
-		}
-	}
-	lines := examplesOf(t, "kpreload cache rm")
-	for _, l := range lines {
-		code, out, errOut := runCLI(strings.Fields(l)[1:]...)
-		if code != 0 || strings.Count(out, "removed ") != 1 {
-			t.Fatalf("example %q: exit %d, printed %q (want one set removed): %s", l, code, out, errOut)
-		}
-	}
-	code, out, errOut := runCLI("cache", "ls", "--cache", "./cache", "--json")
-	var left []store.Entry
-	if err := json.Unmarshal([]byte(out), &left); code != 0 || err != nil {
-		t.Fatalf("cache ls: exit %d, %v: %s", code, err, errOut)
-	}
-	if len(left) != 1 || left[0].Version != "2.0" || left[0].Kernel != kernel {
-		t.Errorf("after %q the cache holds %+v, want kpreload-edu 2.0 for %s alone", lines, left, kernel)
-	}
-	if len(lines) != 1 {
-		t.Errorf("cache rm examples %q; the test knows one", lines)
-	}
-}
 
 // TestCopyInHelpExamples runs the example of copy-in exactly as written, in
 // a directory holding ./rootfs (whose /usr/local is a link, absolute, to
@@ -158,73 +122,5 @@ func TestInitramfsHelpExamples(t *testing.T) {
 	}
 	if len(lines) != 2 {
 		t.Errorf("initramfs examples %q; the test knows 2", lines)
-	}
-}
-
-// TestInstallHelpExamples runs the examples of install exactly as written
-// (sudo dropped: the test owns what they change), each on a fresh
-// ./image-root laid out as a kpreload image holds it (the 6.1 cloud kernel
-// and its modules, the real /init, an empty module cache, systemd-boot's
-// loader/ on the ESP at boot/efi and at ./esp): each builds the kernel's
-// kpreload initramfs and makes the ESP's default entry boot it. The --stage
-// example attaches a disk image: builder/adopt's adoptBootUpdate runs it,
-// exactly as written, on its diskimage-builder image.
-func TestInstallHelpExamples(t *testing.T) {
-	const kver = "6.1.0-56-cloud-amd64"
-	const stage = "kpreload install --stage --image debian.raw --recipe testdriver"
-	tree := testenv.KernelTree(t, kver)
-	init := testenv.GoBuildStatic(t, t.TempDir(), "kpreload-init", "./cmd/kpreload-init")
-	t.Chdir(t.TempDir())
-	lines := examplesOf(t, "kpreload install")
-	ran := 0
-	for _, l := range lines {
-		if l == stage {
-			continue
-		}
-		for _, d := range []string{"image-root", "esp"} {
-			if err := os.RemoveAll(d); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for p, src := range map[string]string{"boot/vmlinuz-" + kver: filepath.Join(tree, "boot", "vmlinuz-"+kver), install.Init: init} {
-			b, err := os.ReadFile(src)
-			if err != nil {
-				t.Fatal(err)
-			}
-			clitest.MustWrite(t, filepath.Join("image-root", p), string(b))
-		}
-		for p, s := range map[string]string{
-			install.Cmdline:                          "root=UUID=0b0e0f0a-1111-4222-8333-444444444444 rw console=ttyS0\n",
-			install.ESPMount + "/loader/loader.conf": "timeout 0\n", "../esp/loader/loader.conf": "timeout 0\n",
-			install.CacheDir + "/index/.keep": "", install.BootOKUnit: "", "lib/.keep": "",
-		} {
-			clitest.MustWrite(t, filepath.Join("image-root", p), s)
-		}
-		if out, err := exec.Command("cp", "-a", filepath.Join(tree, "lib", "modules"), "image-root/lib/modules").CombinedOutput(); err != nil {
-			t.Fatalf("copy the kernel's modules into the root: %v\n%s", err, out)
-		}
-		code, out, errOut := runCLI(strings.Fields(l)[1:]...)
-		if code != 0 {
-			t.Fatalf("example %q: exit %d: %s%s", l, code, out, errOut)
-		}
-		esp := "image-root/" + install.ESPMount
-		if strings.Contains(l, "--esp ./esp") {
-			esp = "esp"
-			var res install.Result
-			if err := json.Unmarshal([]byte(out), &res); err != nil || res.Bootloader != install.SystemdBoot || res.Default != kver {
-				t.Errorf("example %q printed %s (%v); want systemd-boot, default %s", l, out, err, kver)
-			}
-		}
-		if _, err := os.Stat(filepath.Join("image-root", install.InitramfsPath(kver))); err != nil {
-			t.Errorf("example %q: no kpreload initramfs: %v", l, err)
-		}
-		conf, err := os.ReadFile(filepath.Join(esp, install.ESPLoaderConf))
-		if err != nil || !strings.Contains("\n"+string(conf), "\ndefault kpreload-"+kver) {
-			t.Errorf("example %q: %s/%s holds %q (%v), want the default on kpreload's entry of %s", l, esp, install.ESPLoaderConf, conf, err, kver)
-		}
-		ran++
-	}
-	if ran != 2 || !slices.Contains(lines, stage) {
-		t.Errorf("install examples %q; the test knows 2 and %q", lines, stage)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/cdicmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/clirun"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/imagecmd"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/installcmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/keyscmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/plancmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/reportcmd"
@@ -24,6 +25,9 @@ import (
 // commands are the constructors of the top-level subcommands, one group
 // package each.
 var commands = []func() *cobra.Command{
+	installcmd.NewInstall,
+	installcmd.NewKernelHook,
+	installcmd.NewStatus,
 	keyscmd.New,
 	switchcmd.New,
 	cdicmd.New,

@@ -189,3 +189,36 @@ func TestPullSummary(t *testing.T) {
 		t.Errorf("pullSummary(2 refused) = %v", err)
 	}
 }
+
+// TestCacheRmHelpExamples runs the example of cache rm exactly as written,
+// in a directory whose ./cache holds the test driver's set, version 1.0 and
+// 2.0, for the example's kernel (a synthetic module, added with cache add):
+// it removes 1.0 and leaves 2.0.
+func TestCacheRmHelpExamples(t *testing.T) {
+	const kernel = "6.1.0-56-cloud-amd64"
+	ko := testenv.SyntheticModule(t, "kpreload_edu", kernel)
+	t.Chdir(t.TempDir())
+	for _, v := range []string{"1.0", "2.0"} {
+		if code, out, errOut := runCLI("cache", "add", "--cache", "./cache", "--driver", "kpreload-edu", "--version", v, ko); code != 0 {
+			t.Fatalf("cache add %s: exit %d: %s%s", v, code, out, errOut)
+		}
+	}
+	lines := cli.ExamplesOf(t, "kpreload cache rm")
+	for _, l := range lines {
+		code, out, errOut := runCLI(strings.Fields(l)[1:]...)
+		if code != 0 || strings.Count(out, "removed ") != 1 {
+			t.Fatalf("example %q: exit %d, printed %q (want one set removed): %s", l, code, out, errOut)
+		}
+	}
+	code, out, errOut := runCLI("cache", "ls", "--cache", "./cache", "--json")
+	var left []store.Entry
+	if err := json.Unmarshal([]byte(out), &left); code != 0 || err != nil {
+		t.Fatalf("cache ls: exit %d, %v: %s", code, err, errOut)
+	}
+	if len(left) != 1 || left[0].Version != "2.0" || left[0].Kernel != kernel {
+		t.Errorf("after %q the cache holds %+v, want kpreload-edu 2.0 for %s alone", lines, left, kernel)
+	}
+	if len(lines) != 1 {
+		t.Errorf("cache rm examples %q; the test knows one", lines)
+	}
+}

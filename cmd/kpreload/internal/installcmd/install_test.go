@@ -1,12 +1,19 @@
-package cli
+package installcmd
 
 import (
+	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kpreload/kpreload/builder/install"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/clitest"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // TestGrubEntriesNeverFails: grub-entries runs inside grub-mkconfig, which
@@ -72,5 +79,73 @@ func TestInstallRootFilesystem(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(filepath.Join(root, "etc")); len(ents) > 0 {
 		t.Errorf("refused installs wrote %v into the root's /etc", ents)
+	}
+}
+
+// TestInstallHelpExamples runs the examples of install exactly as written
+// (sudo dropped: the test owns what they change), each on a fresh
+// ./image-root laid out as a kpreload image holds it (the 6.1 cloud kernel
+// and its modules, the real /init, an empty module cache, systemd-boot's
+// loader/ on the ESP at boot/efi and at ./esp): each builds the kernel's
+// kpreload initramfs and makes the ESP's default entry boot it. The --stage
+// example attaches a disk image: builder/adopt's adoptBootUpdate runs it,
+// exactly as written, on its diskimage-builder image.
+func TestInstallHelpExamples(t *testing.T) {
+	const kver = "6.1.0-56-cloud-amd64"
+	const stage = "kpreload install --stage --image debian.raw --recipe testdriver"
+	tree := testenv.KernelTree(t, kver)
+	init := testenv.GoBuildStatic(t, t.TempDir(), "kpreload-init", "./cmd/kpreload-init")
+	t.Chdir(t.TempDir())
+	lines := cli.ExamplesOf(t, "kpreload install")
+	ran := 0
+	for _, l := range lines {
+		if l == stage {
+			continue
+		}
+		for _, d := range []string{"image-root", "esp"} {
+			if err := os.RemoveAll(d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for p, src := range map[string]string{"boot/vmlinuz-" + kver: filepath.Join(tree, "boot", "vmlinuz-"+kver), install.Init: init} {
+			b, err := os.ReadFile(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			clitest.MustWrite(t, filepath.Join("image-root", p), string(b))
+		}
+		for p, s := range map[string]string{
+			install.Cmdline:                          "root=UUID=0b0e0f0a-1111-4222-8333-444444444444 rw console=ttyS0\n",
+			install.ESPMount + "/loader/loader.conf": "timeout 0\n", "../esp/loader/loader.conf": "timeout 0\n",
+			install.CacheDir + "/index/.keep": "", install.BootOKUnit: "", "lib/.keep": "",
+		} {
+			clitest.MustWrite(t, filepath.Join("image-root", p), s)
+		}
+		if out, err := exec.Command("cp", "-a", filepath.Join(tree, "lib", "modules"), "image-root/lib/modules").CombinedOutput(); err != nil {
+			t.Fatalf("copy the kernel's modules into the root: %v\n%s", err, out)
+		}
+		code, out, errOut := runCLI(strings.Fields(l)[1:]...)
+		if code != 0 {
+			t.Fatalf("example %q: exit %d: %s%s", l, code, out, errOut)
+		}
+		esp := "image-root/" + install.ESPMount
+		if strings.Contains(l, "--esp ./esp") {
+			esp = "esp"
+			var res install.Result
+			if err := json.Unmarshal([]byte(out), &res); err != nil || res.Bootloader != install.SystemdBoot || res.Default != kver {
+				t.Errorf("example %q printed %s (%v); want systemd-boot, default %s", l, out, err, kver)
+			}
+		}
+		if _, err := os.Stat(filepath.Join("image-root", install.InitramfsPath(kver))); err != nil {
+			t.Errorf("example %q: no kpreload initramfs: %v", l, err)
+		}
+		conf, err := os.ReadFile(filepath.Join(esp, install.ESPLoaderConf))
+		if err != nil || !strings.Contains("\n"+string(conf), "\ndefault kpreload-"+kver) {
+			t.Errorf("example %q: %s/%s holds %q (%v), want the default on kpreload's entry of %s", l, esp, install.ESPLoaderConf, conf, err, kver)
+		}
+		ran++
+	}
+	if ran != 2 || !slices.Contains(lines, stage) {
+		t.Errorf("install examples %q; the test knows 2 and %q", lines, stage)
 	}
 }

@@ -1,4 +1,8 @@
-package cli
+// Package installcmd is kpreload install, kernel-hook and status: what
+// makes a root filesystem boot kpreload (builder/install), install --stage
+// into a root or disk image another tool made (builder/adopt), the hooks
+// the kernel's packages run, and what a root and a booted machine say.
+package installcmd
 
 import (
 	"context"
@@ -21,12 +25,6 @@ import (
 	"github.com/kpreload/kpreload/initramfs/rootcheck"
 	"github.com/kpreload/kpreload/internal/termtext"
 )
-
-func init() {
-	register(newInstallCmd)
-	register(newKernelHookCmd)
-	register(newStatusCmd)
-}
 
 // installFlags are the flags install and kernel-hook share.
 type installFlags struct {
@@ -68,7 +66,8 @@ type installCommand struct {
 	sf      stageFlags
 }
 
-func newInstallCmd() *cobra.Command { return (&installCommand{}).build() }
+// NewInstall builds kpreload install.
+func NewInstall() *cobra.Command { return (&installCommand{}).build() }
 
 // build makes the command: its help and its flags.
 func (m *installCommand) build() *cobra.Command {
@@ -206,7 +205,8 @@ type kernelHookCommand struct {
 	f installFlags
 }
 
-func newKernelHookCmd() *cobra.Command { return (&kernelHookCommand{}).build() }
+// NewKernelHook builds kpreload kernel-hook, which the kernel packages' hooks run.
+func NewKernelHook() *cobra.Command { return (&kernelHookCommand{}).build() }
 
 // build makes the command: its help and its flags.
 func (m *kernelHookCommand) build() *cobra.Command {
@@ -412,7 +412,8 @@ func hookInterrupted(ctx context.Context) error {
 	return fmt.Errorf("%w by %w after its work was done; run it again", install.ErrInterrupted, context.Cause(ctx))
 }
 
-func newStatusCmd() *cobra.Command {
+// NewStatus builds kpreload status.
+func NewStatus() *cobra.Command {
 	var (
 		root   string
 		asJSON bool

@@ -1,6 +1,7 @@
-package cli
+package installcmd
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -8,6 +9,10 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/builder/install"
+	"github.com/kpreload/kpreload/builder/status"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/clitest"
+	"github.com/kpreload/kpreload/gpu/cdispec"
+	"github.com/kpreload/kpreload/internal/termtext"
 	"github.com/kpreload/kpreload/report"
 	"github.com/kpreload/kpreload/testsupport/treetest"
 )
@@ -161,5 +166,72 @@ func TestStatusBootedMachine(t *testing.T) {
 		got.Driver.Version != "1.0.0" || got.Driver.Flavor != "open" || got.Request.Source != "fw_cfg" || got.CDI.State != "missing" ||
 		got.SecureBoot.State != "disabled" || len(got.Problems) != 1 || got.Problems[0].Fix != "kpreload cdi refresh" {
 		t.Errorf("status --json = %+v\n%s", got, out)
+	}
+}
+
+// TestStatusEscapesHostileNames: a root whose boot index names a driver
+// "evil\e]0;PWNED\a\e[2J" or a version "1\r\nFAKE: line": status --root
+// refuses the index (names outside the grammar), says so with the names
+// escaped, and prints no raw ESC, BEL or CR and no forged line; --json stays
+// JSON with the same refusal.
+func TestStatusEscapesHostileNames(t *testing.T) {
+	const k = "6.1.0-56-cloud-amd64"
+	for _, n := range clitest.HostileNames {
+		t.Run(n.Version, func(t *testing.T) {
+			ix, err := json.Marshal(map[string]any{"format": 1, "kernel": k, "sets": []map[string]any{
+				{"id": strings.Repeat("ab", 32), "driver": n.Driver, "version": n.Version, "dir": "../objects/sha256", "modules": []any{}},
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			root := t.TempDir()
+			treetest.Write(t, root, map[string]string{
+				"boot/vmlinuz-" + k:                           "k",
+				"boot/kpreload/initrd.img-" + k:               "i",
+				"var/lib/kpreload/cache/index/" + k + ".json": string(ix),
+			})
+			code, out, errOut := runCLI("status", "--root", root)
+			t.Logf("status --root: exit %d\n%s%s", code, out, errOut)
+			if c := clitest.RawControl(out + errOut); code != 0 || c >= 0 {
+				t.Errorf("status --root: exit %d, a raw control byte %#x in\n%q", code, c, out+errOut)
+			}
+			if strings.Contains(out, "\nFAKE") || !strings.Contains(out, "no driver cells (boot index ") || !strings.Contains(out, "not a valid name") && !strings.Contains(out, "want 1 to 64") {
+				t.Errorf("status --root printed\n%s\nwant the kernel without driver cells, the index refused for its names", out)
+			}
+			code, out, _ = runCLI("status", "--root", root, "--json")
+			var got struct {
+				Kernels []struct {
+					Drivers    []string `json:"drivers"`
+					IndexError string   `json:"index_error"`
+				} `json:"kernels"`
+			}
+			if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil || len(got.Kernels) != 1 || len(got.Kernels[0].Drivers) != 0 || got.Kernels[0].IndexError == "" {
+				t.Errorf("status --root --json: exit %d, %v: %s; want the index refused", code, err, out)
+			}
+			if c := clitest.RawControl(out); c >= 0 {
+				t.Errorf("status --json printed a raw control byte %#x", c)
+			}
+		})
+	}
+}
+
+// TestStatusEscapes: the printer of status escapes what it is
+// given even when a reader let a hostile name through (the escaping
+// holds on its own, not only behind the name grammar).
+func TestStatusEscapes(t *testing.T) {
+	for _, n := range clitest.HostileNames {
+		var b bytes.Buffer
+		writeStatus(&b, &status.Status{Booted: true, RunningKernel: n.Version, Default: n.Version, DefaultWhy: n.Driver,
+			Kernels:    []install.Kernel{{Release: n.Version, Image: true, Initramfs: true, Drivers: []string{n.Driver + " " + n.Version}, IndexError: n.Driver}},
+			Driver:     &status.Driver{Driver: n.Driver, Version: n.Version, Flavor: n.Driver, By: n.Driver, Previous: n.Version, Userspace: n.Driver},
+			Request:    &status.Request{Source: n.Driver, Origin: n.Version, Version: n.Version, Flavor: n.Driver, UserData: &report.UserData{Action: n.Driver, Reason: n.Version}},
+			CDI:        &cdispec.Verification{File: n.Driver, Kind: n.Version, State: n.Driver, Why: n.Version},
+			SecureBoot: &status.SecureBoot{State: n.Driver, Lockdown: n.Version, Keys: []status.SigningKey{{Signer: n.Driver, SigKey: n.Version, Sets: []string{n.Driver}}}},
+			Problems:   []status.Problem{{What: n.Driver, Fix: n.Version}}})
+		out := b.String()
+		t.Logf("\n%s", out)
+		if c := clitest.RawControl(out); c >= 0 || strings.Contains(out, "\nFAKE") || !strings.Contains(out, termtext.Name(n.Driver)) {
+			t.Errorf("status printed %q: a raw control byte %#x, a forged line, or %q not escaped", out, c, n.Driver)
+		}
 	}
 }
