@@ -13,35 +13,54 @@ import (
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/cachecmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/cdicmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/clirun"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/copyincmd"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/followcmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/imagecmd"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/initramfscmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/installcmd"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/k8scmd"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/kernelscmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/keyscmd"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/matchcmd"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/modinfocmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/plancmd"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/recipecmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/reportcmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/rootdiskcmd"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/switchcmd"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/userdatacmd"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/xorgcmd"
 )
 
-// commands are the constructors of the top-level subcommands, one group
-// package each.
+// commands are the constructors of the top-level subcommands: each command
+// group is a package of cmd/kpreload/internal named for it (bootcmd is
+// kpreload boot), its commands each a struct of their options built (help,
+// flags), validated and run.
 var commands = []func() *cobra.Command{
+	bootcmd.New,
+	buildcmd.New,
+	cachecmd.New,
+	cdicmd.New,
+	copyincmd.New,
+	followcmd.New,
+	imagecmd.New,
+	initramfscmd.New,
 	installcmd.NewInstall,
 	installcmd.NewKernelHook,
 	installcmd.NewStatus,
+	k8scmd.New,
+	kernelscmd.New,
 	keyscmd.New,
-	switchcmd.New,
-	cdicmd.New,
+	matchcmd.New,
+	modinfocmd.New,
 	plancmd.New,
-	buildcmd.New,
-	cachecmd.New,
-	imagecmd.New,
+	recipecmd.New,
 	reportcmd.New,
-	bootcmd.New,
 	rootdiskcmd.New,
+	switchcmd.New,
+	userdatacmd.New,
+	xorgcmd.New,
 }
-
-// register adds a subcommand constructor; called from each command file's init.
-func register(f func() *cobra.Command) { commands = append(commands, f) }
 
 // NewRoot builds the kpreload root command with every subcommand.
 func NewRoot() *cobra.Command { return clirun.NewRoot(commands...) }

@@ -69,6 +69,7 @@ type bootCommand struct {
 	dryRun   bool
 }
 
+// New builds kpreload boot.
 func New() *cobra.Command { return (&bootCommand{}).build() }
 
 // build makes the command: its help and its flags.

@@ -32,6 +32,7 @@ type buildCommand struct {
 	report bool
 }
 
+// New builds kpreload build.
 func New() *cobra.Command { return (&buildCommand{}).build() }
 
 // build makes the command: its help and its flags.

@@ -27,6 +27,7 @@ import (
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
 
+// New builds kpreload cache and its subcommands.
 func New() *cobra.Command {
 	var dir string
 	cmd := &cobra.Command{

@@ -17,6 +17,7 @@ import (
 	"github.com/kpreload/kpreload/internal/inroot"
 )
 
+// New builds kpreload cdi and its subcommands.
 func New() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cdi",

@@ -27,6 +27,7 @@ import (
 	"github.com/kpreload/kpreload/internal/progress"
 )
 
+// New builds kpreload image and image build.
 func New() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "image",

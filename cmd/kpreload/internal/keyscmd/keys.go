@@ -54,6 +54,7 @@ func loadKey(cache string) (*modkey.Key, error) {
 	return k, err
 }
 
+// New builds kpreload keys and its subcommands.
 func New() *cobra.Command {
 	var cache string
 	cmd := &cobra.Command{

@@ -19,6 +19,7 @@ import (
 	"github.com/kpreload/kpreload/report"
 )
 
+// New builds kpreload plan.
 func New() *cobra.Command {
 	var (
 		sysRoot, cacheDir, kernel, instFile string

@@ -20,6 +20,7 @@ import (
 	"github.com/kpreload/kpreload/report/timeline"
 )
 
+// New builds kpreload report.
 func New() *cobra.Command {
 	var (
 		svgFile string

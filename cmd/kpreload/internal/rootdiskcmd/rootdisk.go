@@ -68,6 +68,7 @@ type rootdiskCommand struct {
 	asJSON bool
 }
 
+// New builds kpreload rootdisk.
 func New() *cobra.Command { return (&rootdiskCommand{}).build() }
 
 // build makes the command: its help and its flags.

@@ -35,6 +35,7 @@ type switchCommand struct {
 	asJSON, dryRun, force            bool
 }
 
+// New builds kpreload switch.
 func New() *cobra.Command { return (&switchCommand{}).build() }
 
 // build makes the command: its help and its flags.

@@ -1,4 +1,6 @@
-package cli
+// Package modinfocmd is kpreload modinfo: what a module file says of itself
+// (kmodcache/modinfo).
+package modinfocmd
 
 import (
 	"errors"
@@ -13,11 +15,9 @@ import (
 	"github.com/kpreload/kpreload/kmodcache/modinfo"
 )
 
-func init() { register(newModinfoCmd) }
-
-// newModinfoCmd builds `kpreload modinfo`, a reader of module files in the
+// New builds `kpreload modinfo`, a reader of module files in the
 // spirit of kmod's modinfo that also understands .ko.zst and .ko.gz.
-func newModinfoCmd() *cobra.Command {
+func New() *cobra.Command {
 	var (
 		asJSON bool
 		field  string

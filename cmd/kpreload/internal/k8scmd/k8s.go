@@ -1,4 +1,6 @@
-package cli
+// Package k8scmd is kpreload k8s: the device plugin's and MIG manager's
+// configurations (gpu/k8sconfig) written for the GPUs and driver of a root.
+package k8scmd
 
 import (
 	"encoding/json"
@@ -14,9 +16,8 @@ import (
 	"github.com/kpreload/kpreload/report"
 )
 
-func init() { register(newK8sCmd) }
-
-func newK8sCmd() *cobra.Command {
+// New builds kpreload k8s and k8s refresh.
+func New() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "k8s",
 		Short: "Kubernetes GPU sharing and MIG configs from the instance YAML",

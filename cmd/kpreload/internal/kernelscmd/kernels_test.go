@@ -1,4 +1,4 @@
-package cli
+package kernelscmd
 
 import (
 	"bytes"
@@ -33,7 +33,7 @@ func TestKernelsFetch(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
-			code := Execute(tt.args, &out, &errOut)
+			code := cli.Execute(tt.args, &out, &errOut)
 			if code != tt.wantCode || !strings.Contains(out.String(), tt.wantOut) || !strings.Contains(errOut.String(), tt.wantErr) {
 				t.Errorf("exit %d, stdout %q, stderr %q; want %d, %q, %q", code, out.String(), errOut.String(), tt.wantCode, tt.wantOut, tt.wantErr)
 			}

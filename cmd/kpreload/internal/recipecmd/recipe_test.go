@@ -1,4 +1,4 @@
-package cli
+package recipecmd
 
 import (
 	"encoding/json"
@@ -13,7 +13,7 @@ import (
 // recipes/ is): each fetches (or finds) the real list of the recipe's
 // driver package and names it.
 func TestRecipeHelpExamples(t *testing.T) {
-	examples := helpExamples(t, "recipe", "supported-gpus")
+	examples := cli.HelpExamples(t, "recipe", "supported-gpus")
 	testenv.SkipShort(t, "downloads NVIDIA's driver packages from Debian")
 	t.Chdir(testenv.RepoRoot(t))
 	for _, args := range examples {

@@ -1,4 +1,6 @@
-package cli
+// Package matchcmd is kpreload match: the modules of a tree that the machine's
+// devices match (kmodcache/modalias), in modprobe's order.
+package matchcmd
 
 import (
 	"errors"
@@ -12,8 +14,6 @@ import (
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdout"
 	"github.com/kpreload/kpreload/kmodcache/modalias"
 )
-
-func init() { register(newMatchCmd) }
 
 // matchLookup is one modalias and the modules it resolves to, for --json.
 type matchLookup struct {
@@ -36,7 +36,8 @@ type matchCommand struct {
 	loadOrder, asJSON        bool
 }
 
-func newMatchCmd() *cobra.Command { return (&matchCommand{}).build() }
+// New builds kpreload match.
+func New() *cobra.Command { return (&matchCommand{}).build() }
 
 // build makes the command: its help and its flags.
 func (m *matchCommand) build() *cobra.Command {

@@ -1,4 +1,6 @@
-package cli
+// Package xorgcmd is kpreload xorg: an xorg.conf for the machine's NVIDIA GPUs
+// (gpu/xorg).
+package xorgcmd
 
 import (
 	"fmt"
@@ -11,8 +13,6 @@ import (
 	"github.com/kpreload/kpreload/internal/fileutil"
 )
 
-func init() { register(newXorgCmd) }
-
 // xorgResult is the --json output of kpreload xorg.
 type xorgResult struct {
 	GPUs   []xorg.GPU `json:"gpus"`
@@ -20,7 +20,8 @@ type xorgResult struct {
 	Config string     `json:"config"`
 }
 
-func newXorgCmd() *cobra.Command {
+// New builds kpreload xorg.
+func New() *cobra.Command {
 	var (
 		root, out string
 		asJSON    bool

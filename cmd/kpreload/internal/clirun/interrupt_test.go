@@ -1,4 +1,4 @@
-package cli
+package clirun
 
 import (
 	"bufio"
@@ -16,7 +16,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kpreload/kpreload/cmd/kpreload/internal/clirun"
 	"github.com/kpreload/kpreload/internal/inroot/inroottest"
 )
 
@@ -26,12 +25,9 @@ const stuckEnv = "KPRELOAD_TEST_STUCK_FIFO"
 
 func TestMain(m *testing.M) {
 	if fifo := os.Getenv(stuckEnv); fifo != "" {
-		register(newStuckCmd)
-		os.Exit(Execute([]string{"stuck", fifo}, os.Stdout, os.Stderr))
+		os.Exit(Execute(func() *cobra.Command { return NewRoot(newStuckCmd) }, []string{"stuck", fifo}, os.Stdout, os.Stderr))
 	}
-	code := m.Run()
-	removeKept()
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 // newStuckCmd is a command that, like a pull, catches SIGINT and SIGTERM
@@ -42,7 +38,7 @@ func newStuckCmd() *cobra.Command {
 		Use:  "stuck FIFO",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := clirun.SignalContext(cmd)
+			ctx, stop := SignalContext(cmd)
 			defer stop()
 			fmt.Fprintln(cmd.ErrOrStderr(), "blocking")
 			f, err := os.Open(args[0])

@@ -1,4 +1,7 @@
-package cli
+// Package initramfscmd is kpreload initramfs: an initramfs assembled
+// (initramfs/assemble) from /init, the module cache's sets for a kernel and
+// their boot index.
+package initramfscmd
 
 import (
 	"fmt"
@@ -16,8 +19,6 @@ import (
 	"github.com/kpreload/kpreload/internal/layout"
 )
 
-func init() { register(newInitramfsCmd) }
-
 // initramfsCommand is kpreload initramfs: its options, as the flags set
 // them.
 type initramfsCommand struct {
@@ -28,7 +29,8 @@ type initramfsCommand struct {
 	root   string
 }
 
-func newInitramfsCmd() *cobra.Command { return (&initramfsCommand{}).build() }
+// New builds kpreload initramfs.
+func New() *cobra.Command { return (&initramfsCommand{}).build() }
 
 // build makes the command: its help and its flags.
 func (m *initramfsCommand) build() *cobra.Command {

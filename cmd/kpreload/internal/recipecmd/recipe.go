@@ -1,4 +1,6 @@
-package cli
+// Package recipecmd is kpreload recipe: what a driver recipe supports (its
+// supported-gpus list).
+package recipecmd
 
 import (
 	"fmt"
@@ -16,9 +18,8 @@ import (
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdout"
 )
 
-func init() { register(newRecipeCmd) }
-
-func newRecipeCmd() *cobra.Command {
+// New builds kpreload recipe and recipe supported-gpus.
+func New() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "recipe",
 		Short: "What the driver recipes name, read by the one recipe loader builds use",

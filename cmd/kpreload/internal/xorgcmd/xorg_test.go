@@ -1,4 +1,4 @@
-package cli
+package xorgcmd
 
 import (
 	"bytes"
@@ -11,8 +11,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/clitest"
 	"github.com/kpreload/kpreload/gpu/pci/pcitest"
 	"github.com/kpreload/kpreload/internal/inroot/inroottest"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // TestXorgH200 runs the command on a sysfs tree built from the real H200 VM.
@@ -37,7 +39,7 @@ func TestXorgH200(t *testing.T) {
 	}
 	conf := filepath.Join(t.TempDir(), "xorg.conf")
 	var out, errOut bytes.Buffer
-	if code := Execute([]string{"xorg", "--sysfs", root, "-o", conf, "--json"}, &out, &errOut); code != 0 {
+	if code := cli.Execute([]string{"xorg", "--sysfs", root, "-o", conf, "--json"}, &out, &errOut); code != 0 {
 		t.Fatalf("xorg: exit %d: %s", code, errOut.String())
 	}
 	var res xorgResult
@@ -57,7 +59,7 @@ func TestXorgH200(t *testing.T) {
 		t.Fatal(err)
 	}
 	errOut.Reset()
-	if code := Execute([]string{"xorg", "--sysfs", empty}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "no NVIDIA GPU") {
+	if code := cli.Execute([]string{"xorg", "--sysfs", empty}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "no NVIDIA GPU") {
 		t.Errorf("xorg on a machine without GPU: exit %d, %q; want 1 and \"no NVIDIA GPU\"", code, errOut.String())
 	}
 }
@@ -97,7 +99,7 @@ func TestXorgHostileSysfs(t *testing.T) {
 			tt.setup(t, root, outside)
 			var out, errOut bytes.Buffer
 			done := make(chan int)
-			go func() { done <- Execute([]string{"xorg", "--sysfs", root}, &out, &errOut) }()
+			go func() { done <- cli.Execute([]string{"xorg", "--sysfs", root}, &out, &errOut) }()
 			select {
 			case code := <-done:
 				if want := root + tt.want; code != 1 || !strings.Contains(errOut.String(), want) || strings.Contains(out.String(), "BusID") {
@@ -107,5 +109,26 @@ func TestXorgHostileSysfs(t *testing.T) {
 				t.Fatal("xorg hung")
 			}
 		})
+	}
+}
+
+// TestXorgHelpExamples runs the examples of `kpreload xorg --help` exactly as
+// written in a checkout: the H200 capture's directory and the H100 capture
+// file, each with one GPU at 0000:00:06.0.
+func TestXorgHelpExamples(t *testing.T) {
+	clitest.InCheckout(t, testenv.RepoRoot(t))
+	lines := cli.ExamplesOf(t, "kpreload xorg")
+	if len(lines) != 2 {
+		t.Fatalf("xorg examples: %q, want two", lines)
+	}
+	if out := cli.RunLine(t, lines[0]); out != "0000:00:06.0 -> BusID \"PCI:0:6:0\"\nwrote xorg.conf (1 GPUs)\n" {
+		t.Errorf("%s printed %q", lines[0], out)
+	}
+	if conf, err := os.ReadFile("xorg.conf"); err != nil || !strings.Contains(string(conf), `BusID          "PCI:0:6:0"`) || !strings.Contains(string(conf), "device 0x2335") {
+		t.Errorf("%s wrote %v\n%s", lines[0], err, conf)
+	}
+	var res xorgResult
+	if err := json.Unmarshal([]byte(cli.RunLine(t, lines[1])), &res); err != nil || len(res.GPUs) != 1 || res.GPUs[0].DeviceID != 0x2330 || res.GPUs[0].BusID != "PCI:0:6:0" {
+		t.Errorf("%s: %+v, %v; want the H100 at PCI:0:6:0", lines[1], res.GPUs, err)
 	}
 }

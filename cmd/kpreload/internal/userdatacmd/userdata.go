@@ -1,4 +1,7 @@
-package cli
+// Package userdatacmd is kpreload user-data apply: the driver a cloud-config
+// asks for applied at first boot (gpu/userdata), the outcome recorded in the
+// boot report.
+package userdatacmd
 
 import (
 	"errors"
@@ -19,13 +22,12 @@ import (
 	"github.com/kpreload/kpreload/report"
 )
 
-func init() { register(newUserDataCmd) }
-
 // CloudConfigPath is where cloud-init keeps the #cloud-config it assembled
 // from the instance's user-data.
 const CloudConfigPath = userdata.CloudConfigPath
 
-func newUserDataCmd() *cobra.Command {
+// New builds kpreload user-data and user-data apply.
+func New() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "user-data",
 		Short: "Apply the driver request in cloud-init's user-data after boot",

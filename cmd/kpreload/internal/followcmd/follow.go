@@ -1,4 +1,6 @@
-package cli
+// Package followcmd is kpreload follow: the archives followed, new cells built
+// and pushed, and the freshness table (builder/follow).
+package followcmd
 
 import (
 	"fmt"
@@ -17,8 +19,6 @@ import (
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdout"
 )
 
-func init() { register(newFollowCmd) }
-
 // ExitFollowNew is follow's default exit status when the cycle pushed new
 // cells (--new-exit-code changes it).
 const ExitFollowNew = 2
@@ -32,7 +32,8 @@ type followCommand struct {
 	wait    bool
 }
 
-func newFollowCmd() *cobra.Command { return (&followCommand{}).build() }
+// New builds kpreload follow.
+func New() *cobra.Command { return (&followCommand{}).build() }
 
 // build makes the command: its help and its flags.
 func (m *followCommand) build() *cobra.Command {

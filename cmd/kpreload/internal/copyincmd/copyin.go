@@ -1,4 +1,6 @@
-package cli
+// Package copyincmd is kpreload copy-in: files copied into a root confined to
+// it (internal/inroot), for a provisioner's staging.
+package copyincmd
 
 import (
 	"fmt"
@@ -9,9 +11,8 @@ import (
 	"github.com/kpreload/kpreload/internal/inroot"
 )
 
-func init() { register(newCopyInCmd) }
-
-func newCopyInCmd() *cobra.Command {
+// New builds kpreload copy-in.
+func New() *cobra.Command {
 	var root string
 	c := &cobra.Command{
 		Use:         "copy-in --root DIR TREE",

@@ -1,4 +1,6 @@
-package cli
+// Package kernelscmd is kpreload kernels: Debian kernel packages fetched and
+// unpacked into the download cache (builder/archive).
+package kernelscmd
 
 import (
 	"fmt"
@@ -15,9 +17,8 @@ import (
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/cmdout"
 )
 
-func init() { register(newKernelsCmd) }
-
-func newKernelsCmd() *cobra.Command {
+// New builds kpreload kernels and kernels fetch.
+func New() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "kernels",
 		Short: "Fetch and unpack Debian kernels to build for and boot, never installing them",

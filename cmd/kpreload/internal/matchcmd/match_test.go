@@ -1,10 +1,13 @@
-package cli
+package matchcmd
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/kpreload/kpreload/testsupport/testenv"
 	"github.com/kpreload/kpreload/testsupport/treetest"
 )
 
@@ -54,5 +57,34 @@ func TestMatchSmallTree(t *testing.T) {
 	}
 	if len(got.Lookups) != 2 || len(got.Modules) != 1 || got.Modules[0] != "virtio_blk" || len(got.LoadOrder) != 3 || got.ModulesDir != dir {
 		t.Errorf("match --json = %+v, want 2 lookups, the module virtio_blk, 3 modules to load, the tree %s", got, dir)
+	}
+}
+
+// TestMatchHelpExamples runs the examples of `kpreload match --help` exactly
+// as written, where the kernel `kpreload kernels fetch` unpacked is linked as
+// ./6.1.0-56-cloud-amd64, as the help says.
+func TestMatchHelpExamples(t *testing.T) {
+	const kver = "6.1.0-56-cloud-amd64"
+	// As the help says: the tree kernels fetch unpacked, linked into the
+	// working directory under its release's name.
+	tree := testenv.KernelTree(t, kver)
+	t.Chdir(t.TempDir())
+	if err := os.Symlink(tree, kver); err != nil {
+		t.Fatal(err)
+	}
+	lines := cli.ExamplesOf(t, "kpreload match")
+	if len(lines) != 2 {
+		t.Fatalf("match examples: %q, want two", lines)
+	}
+	if out := cli.RunLine(t, lines[0]); out != "virtio_pci\n" {
+		t.Errorf("%s printed %q, want virtio_pci", lines[0], out)
+	}
+	out := cli.RunLine(t, lines[1])
+	var mods []string
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		mods = append(mods, strings.TrimSuffix(filepath.Base(l), ".ko"))
+	}
+	if strings.Join(mods, " ") != "virtio_ring virtio virtio_blk" || !strings.HasPrefix(out, "insmod "+kver+"/lib/modules/") {
+		t.Errorf("%s printed\n%s\nwant insmod of virtio_ring, virtio, virtio_blk in that order", lines[1], out)
 	}
 }

@@ -1,4 +1,4 @@
-package cli
+package k8scmd
 
 import (
 	"bytes"
@@ -48,7 +48,7 @@ func TestK8sRefreshReport(t *testing.T) {
 			var out, errOut bytes.Buffer
 			done := make(chan int)
 			go func() {
-				done <- Execute([]string{"k8s", "refresh", "--root", t.TempDir(), "--report", report}, &out, &errOut)
+				done <- cli.Execute([]string{"k8s", "refresh", "--root", t.TempDir(), "--report", report}, &out, &errOut)
 			}()
 			select {
 			case code := <-done:
