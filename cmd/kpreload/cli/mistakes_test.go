@@ -9,29 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/clitest"
 )
-
-// treeCommands returns every visible command of the tree, root first.
-func treeCommands() []*cobra.Command {
-	var out []*cobra.Command
-	var walk func(*cobra.Command)
-	walk = func(c *cobra.Command) {
-		if c.Hidden || c.Name() == cobra.ShellCompRequestCmd || c.Name() == cobra.ShellCompNoDescRequestCmd {
-			return
-		}
-		out = append(out, c)
-		for _, s := range c.Commands() {
-			walk(s)
-		}
-	}
-	walk(withCompletion(NewRoot()))
-	return out
-}
-
-// words is a command's path without the root's name.
-func words(c *cobra.Command) []string { return strings.Fields(c.CommandPath())[1:] }
 
 // misspell returns name with its last letter changed: one edit away.
 func misspell(name string) string {
@@ -59,7 +40,7 @@ func TestCommandTree(t *testing.T) {
 				}
 			}
 			typo := misspell(child.Name())
-			code, out, errOut := runCLI(append(words(c), typo)...)
+			code, out, errOut := runCLI(append(clitest.Words(c), typo)...)
 			if code == 0 || out != "" || !strings.Contains(errOut, "Did you mean this?\n\t"+child.Name()+"\n") {
 				t.Errorf("%s %s: exit %d, stdout %q, stderr %q; want a non-zero exit and \"Did you mean\" %s", path, typo, code, out, errOut, child.Name())
 			}
@@ -76,7 +57,7 @@ func TestCommandTree(t *testing.T) {
 			name = flag.Name
 		}
 		typo := misspell(name)
-		code, _, errOut := runCLI(append(words(c), "--"+typo)...)
+		code, _, errOut := runCLI(append(clitest.Words(c), "--"+typo)...)
 		if want := "unknown flag: --" + typo + "; did you mean --" + name + "?"; code == 0 || !strings.Contains(errOut, want) {
 			t.Errorf("%s --%s: exit %d, stderr %q; want a non-zero exit and %q", path, typo, code, errOut, want)
 		}
@@ -84,7 +65,7 @@ func TestCommandTree(t *testing.T) {
 		// do their work when the arguments are right).
 		if c.Args != nil && !c.HasSubCommands() && c.Name() != "help" {
 			for _, args := range [][]string{nil, strings.Fields("a b c d e f g h i")} {
-				if err := c.Args(c, args); err != nil && (strings.Contains(err.Error(), "arg(s)") || !strings.Contains(err.Error(), strings.Join(words(c), " "))) {
+				if err := c.Args(c, args); err != nil && (strings.Contains(err.Error(), "arg(s)") || !strings.Contains(err.Error(), strings.Join(clitest.Words(c), " "))) {
 					t.Errorf("%s with %d arguments: %v; want the usage (%s …), not cobra's count", path, len(args), err, path)
 				}
 			}
@@ -105,32 +86,6 @@ func TestCommandTree(t *testing.T) {
 	if want := "kpreload: switch needs the driver version or branch to switch to (VERSION|BRANCH): kpreload switch VERSION|BRANCH [flags]\n"; code == 0 || errOut != want {
 		t.Errorf("kpreload switch: exit %d, %q; want %q", code, errOut, want)
 	}
-}
-
-// helpOf returns c's --help.
-func helpOf(t *testing.T, c *cobra.Command) string {
-	t.Helper()
-	code, out, errOut := runCLI(append(words(c), "--help")...)
-	if code != 0 {
-		t.Fatalf("%s --help: exit %d: %s", c.CommandPath(), code, errOut)
-	}
-	return out
-}
-
-// exampleLines returns the kpreload command lines of the Examples section of
-// c's --help (sudo dropped; lines of other tools, such as docker run, and
-// comments skipped).
-func exampleLines(t *testing.T, c *cobra.Command) []string {
-	_, ex, _ := strings.Cut(helpOf(t, c), "Examples:\n")
-	ex, _, _ = strings.Cut(ex, "\n\n")
-	var out []string
-	for _, l := range strings.Split(ex, "\n") {
-		l = strings.TrimPrefix(strings.TrimSpace(l), "sudo ")
-		if strings.HasPrefix(l, "kpreload ") {
-			out = append(out, l)
-		}
-	}
-	return out
 }
 
 // exampleTests names, for each command whose examples a test of its own runs

@@ -1,14 +1,14 @@
 // Package clitest runs kpreload command lines in a command group's tests:
 // a tree of the commands a test names, assembled and run as kpreload runs
 // its whole tree (internal/clirun), and the helpers the tests of several
-// groups share (their --help examples, files they write, a fake module).
+// groups share (their --help examples, the files they write, hostile
+// names, a cache for the driver decision).
 package clitest
 
 import (
 	"bytes"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -185,42 +185,6 @@ func MustWrite(t *testing.T, p, content string) {
 	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// FakeKernel is the kernel release FakeModule's modules are built for.
-const FakeKernel = "6.1.0-fake"
-
-// FakeModule assembles, with the real assembler, a small module file of
-// driver name built for FakeKernel: a .modinfo section (licence, alias,
-// firmware, a parameter) and the module structure's section, what kpreload
-// reads of a .ko. It returns the file's path.
-func FakeModule(t *testing.T, name string) string {
-	t.Helper()
-	as, err := exec.LookPath("as")
-	if err != nil {
-		t.Fatalf("as (binutils) is needed to assemble a module: install it with scripts/deps.sh: %v", err)
-	}
-	dir := t.TempDir()
-	src := filepath.Join(dir, name+".s")
-	if err := os.WriteFile(src, []byte(`
-	.section .modinfo,"a"
-	.asciz "license=GPL"
-	.asciz "alias=pci:v00001234d000011E8sv*sd*bc*sc*i*"
-	.asciz "name=`+name+`"
-	.asciz "vermagic=`+FakeKernel+` SMP preempt mod_unload modversions "
-	.asciz "firmware=fake/fw.bin"
-	.asciz "parm=debug:turn on debugging"
-	.asciz "parmtype=debug:int"
-	.section .gnu.linkonce.this_module,"aw"
-	.fill 64,1,0
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ko := filepath.Join(dir, name+".ko")
-	if out, err := exec.Command(as, "--64", "-o", ko, src).CombinedOutput(); err != nil {
-		t.Fatalf("as: %v: %s", err, out)
-	}
-	return ko
 }
 
 // HostileNames are driver names and versions that would drive a terminal
