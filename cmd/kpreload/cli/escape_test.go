@@ -1,44 +1,11 @@
 package cli
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/clitest"
-	"github.com/kpreload/kpreload/internal/termtext"
-	"github.com/kpreload/kpreload/testsupport/treetest"
 )
-
-// TestReportEscapesHostileNames: a boot report whose kernel, module names,
-// reasons, selection and summary hold terminal controls is printed by
-// kpreload report with each escaped: no raw control byte, no forged line.
-func TestReportEscapesHostileNames(t *testing.T) {
-	for _, n := range clitest.HostileNames {
-		t.Run(n.Version, func(t *testing.T) {
-			rep, err := json.Marshal(map[string]any{
-				"format": 1, "kernel": n.Version, "init_start": 0.5,
-				"modules": []map[string]any{{"name": n.Driver, "result": "refused", "reason": n.Version, "start": 1, "end": 2}},
-				"selection": map[string]any{"source": n.Driver, "request": map[string]any{"version": n.Version},
-					"drivers": []map[string]any{{"driver": n.Driver, "refusal": n.Version}}, "warnings": []string{n.Driver}},
-				"errors": []string{n.Version},
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			dir := t.TempDir()
-			treetest.Write(t, dir, map[string]string{"report.json": string(rep)})
-			code, out, errOut := runCLI("report", dir+"/report.json")
-			t.Logf("report: exit %d\n%s%s", code, out, errOut)
-			if c := clitest.RawControl(out + errOut); code != 0 || c >= 0 || strings.Contains(out, "\nFAKE") {
-				t.Errorf("report: exit %d, a raw control byte %#x or a forged line in\n%q", code, c, out+errOut)
-			}
-			if !strings.Contains(out, termtext.Name(n.Driver)) {
-				t.Errorf("report printed\n%s\nwant the module %q escaped", out, n.Driver)
-			}
-		})
-	}
-}
 
 // TestErrorsEscaped: an error that quotes what it was given (here a --cache
 // path with terminal controls in it) is printed with the controls escaped:

@@ -10,8 +10,11 @@ import (
 
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/cmd/kpreload/internal/bootcmd"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/clitest"
 	"github.com/kpreload/kpreload/internal/efivar"
+	"github.com/kpreload/kpreload/internal/termtext"
 	"github.com/kpreload/kpreload/report"
+	"github.com/kpreload/kpreload/testsupport/treetest"
 )
 
 // TestReportHelpExamples runs every example of `kpreload report --help`
@@ -207,5 +210,35 @@ func TestReportLoaderTimes(t *testing.T) {
 		if err != nil || bt.Firmware != 0 || bt.Loader != 0 {
 			t.Errorf("readBoot(efivars %q) = firmware %v, loader %v, %v; want none", dir, bt.Firmware, bt.Loader, err)
 		}
+	}
+}
+
+// TestReportEscapesHostileNames: a boot report whose kernel, module names,
+// reasons, selection and summary hold terminal controls is printed by
+// kpreload report with each escaped: no raw control byte, no forged line.
+func TestReportEscapesHostileNames(t *testing.T) {
+	for _, n := range clitest.HostileNames {
+		t.Run(n.Version, func(t *testing.T) {
+			rep, err := json.Marshal(map[string]any{
+				"format": 1, "kernel": n.Version, "init_start": 0.5,
+				"modules": []map[string]any{{"name": n.Driver, "result": "refused", "reason": n.Version, "start": 1, "end": 2}},
+				"selection": map[string]any{"source": n.Driver, "request": map[string]any{"version": n.Version},
+					"drivers": []map[string]any{{"driver": n.Driver, "refusal": n.Version}}, "warnings": []string{n.Driver}},
+				"errors": []string{n.Version},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			treetest.Write(t, dir, map[string]string{"report.json": string(rep)})
+			code, out, errOut := runCLI("report", dir+"/report.json")
+			t.Logf("report: exit %d\n%s%s", code, out, errOut)
+			if c := clitest.RawControl(out + errOut); code != 0 || c >= 0 || strings.Contains(out, "\nFAKE") {
+				t.Errorf("report: exit %d, a raw control byte %#x or a forged line in\n%q", code, c, out+errOut)
+			}
+			if !strings.Contains(out, termtext.Name(n.Driver)) {
+				t.Errorf("report printed\n%s\nwant the module %q escaped", out, n.Driver)
+			}
+		})
 	}
 }
