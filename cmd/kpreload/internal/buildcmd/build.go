@@ -102,7 +102,8 @@ cell in progress, elapsed, an estimate of the time left; else plain lines), the
 result table (or --json) to stdout. The exit
 status is non-zero when any cell failed or a push failed. Ctrl-C stops the
 builds and leaves the cache (and the registry) as it was.`,
-		Args: m.args,
+		Example: `  kpreload build testdriver --kernel 6.1.0-56-cloud-amd64 --cache ./cache`,
+		Args:    m.args,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := m.validate(); err != nil {
 				return err

@@ -38,6 +38,7 @@ manifest per module set (one driver version built for one kernel), and one boot
 index per kernel release that /init reads.
 
 The cache directory is --cache, else $KPRELOAD_CACHE_DIR, else ` + store.DefaultDir + `.`,
+		Example: `  kpreload cache ls --cache ./cache`,
 	}
 	cmd.PersistentFlags().StringVar(&dir, "cache", cmdenv.CacheDefaultDir(), "module cache directory")
 	open := func() (*store.Store, error) { return store.Open(dir) }
@@ -57,7 +58,8 @@ func newCacheAddCmd(open func() (*store.Store, error)) *cobra.Command {
 were all built for one kernel (same vermagic), stores them by content, writes
 the set's manifest and regenerates that kernel's boot index. It prints the set
 id; adding the same files again gives the same id and changes nothing.`,
-		Args: mistakes.MinArgs(1),
+		Example: `  sudo kpreload cache add --driver testdriver --version 1.0 testdriver.ko`,
+		Args:    mistakes.MinArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := errors.Join(names.Check("--driver", req.Driver), names.Check("--version", req.Version), mistakes.CheckNames("--flavor", req.Flavor)); err != nil {
 				return fmt.Errorf("cache add: %w", err)
@@ -120,9 +122,10 @@ func newCacheLsCmd(open func() (*store.Store, error)) *cobra.Command {
 	var kernel string
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "ls [--kernel K]",
-		Short: "List the module sets in the cache",
-		Args:  mistakes.NoArgs,
+		Use:     "ls [--kernel K]",
+		Short:   "List the module sets in the cache",
+		Example: `  kpreload cache ls --cache ./cache`,
+		Args:    mistakes.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := open()
 			if err != nil {
@@ -209,7 +212,8 @@ is non-zero when they differ.
 
   kpreload cache verify --rebuild 0f5074e78eb6
   kpreload cache pull --remote oci://registry.example/kpreload && kpreload cache verify --rebuild ae3c39a1 --json`,
-		Args: mistakes.NoArgs,
+		Example: `  kpreload cache verify --cache ./cache --repair`,
+		Args:    mistakes.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if m.rebuild != "" && m.repair {
 				return fmt.Errorf("--rebuild and --repair: give one")
@@ -327,9 +331,10 @@ func runRebuild(cmd *cobra.Command, s *store.Store, ref string, refs []string, d
 func newCacheIndexCmd(open func() (*store.Store, error)) *cobra.Command {
 	var kernel string
 	cmd := &cobra.Command{
-		Use:   "index --kernel K",
-		Short: "Print the boot index /init reads for a kernel release",
-		Args:  mistakes.NoArgs,
+		Use:     "index --kernel K",
+		Short:   "Print the boot index /init reads for a kernel release",
+		Example: `  kpreload cache index --cache ./cache --kernel 6.1.0-56-cloud-amd64`,
+		Args:    mistakes.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := names.Check("--kernel", kernel); err != nil {
 				return fmt.Errorf("cache index: %w", err)

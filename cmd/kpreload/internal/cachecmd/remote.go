@@ -37,6 +37,7 @@ Credentials come from the Docker config (docker login, oras login, credential
 helpers); --plain-http only for a registry without TLS. --timeout bounds the
 push of each cell, --connect-timeout, --first-byte-timeout and --idle-timeout
 each request.`,
+		Example: `  kpreload cache push --cache ./cache --remote oci://127.0.0.1:5055/team --plain-http --sign team.key`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := clirun.SignalContext(cmd)
 			defer stop()
@@ -165,6 +166,7 @@ kernel already in the local cache (built here, say) unless --replace.
 
 To pull exactly the cells an image or a build needs (by their content keys),
 use kpreload build --remote ... --pull-only, or kpreload image build --remote.`,
+		Example: `  kpreload cache pull --cache ./cache --remote oci://127.0.0.1:5055/team --plain-http --trust team.pub`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return m.run(cmd, args)
 		},

@@ -25,7 +25,8 @@ func New() *cobra.Command {
 		Long: `cdi describes the loaded NVIDIA driver to container runtimes (docker, podman,
 containerd, CRI-O) as a CDI spec of kind nvidia.com/gpu, and provides the
 createContainer hook that spec names.`,
-		Args: mistakes.NoArgs,
+		Example: `  kpreload cdi refresh --json`,
+		Args:    mistakes.NoArgs,
 	}
 	cmd.AddCommand(newCDIGenerateCmd(), newCDIRefreshCmd(), newCDIHookCmd())
 	return cmd
@@ -245,9 +246,10 @@ func cdiReport(cmd *cobra.Command, f *cdispec.Found) {
 
 func newCDIHookCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "hook",
-		Short: "OCI hooks named by kpreload's CDI spec (run by container runtimes)",
-		Args:  mistakes.NoArgs,
+		Use:     "hook",
+		Short:   "OCI hooks named by kpreload's CDI spec (run by container runtimes)",
+		Example: `  kpreload cdi hook update-ldcache --container-root ./rootfs --folder /usr/local/nvidia/lib64`,
+		Args:    mistakes.NoArgs,
 	}
 	var (
 		folders                 []string

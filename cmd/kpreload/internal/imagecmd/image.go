@@ -37,6 +37,7 @@ a Debian root filesystem (mmdebstrap), the module cache for the image's kernels,
 each driver version's userspace, the kpreload initramfs per kernel, systemd-boot
 on an EFI system partition, and a kernel install hook that regenerates the
 initramfs from the cache when a kernel is installed later.`,
+		Example: `  kpreload image build --name ci --kernel 6.1.0-56-cloud-amd64 --recipe testdriver --build-missing --out out/images --dry-run`,
 	}
 	c.AddCommand(newImageBuildCmd())
 	return c

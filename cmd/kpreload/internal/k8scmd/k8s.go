@@ -19,9 +19,10 @@ import (
 // New builds kpreload k8s and k8s refresh.
 func New() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "k8s",
-		Short: "Kubernetes GPU sharing and MIG configs from the instance YAML",
-		Args:  mistakes.NoArgs,
+		Use:     "k8s",
+		Short:   "Kubernetes GPU sharing and MIG configs from the instance YAML",
+		Example: `  kpreload k8s refresh --root ./root --report report.json`,
+		Args:    mistakes.NoArgs,
 	}
 	cmd.AddCommand(newK8sRefreshCmd())
 	return cmd
@@ -47,7 +48,8 @@ A file the decision does not ask for is removed, so none outlives the request
 that made it; a MIG request the GPUs cannot take was refused at boot (the
 report says why) and writes no MIG file. kpreload never changes MIG mode
 itself. kpreload-k8s.service runs this at boot.`,
-		Args: mistakes.NoArgs,
+		Example: `  kpreload k8s refresh --root ./root --report report.json`,
+		Args:    mistakes.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var sel *report.Selection
 			// The report is a regular file of bounded size (a FIFO or

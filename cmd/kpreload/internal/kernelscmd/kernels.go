@@ -20,8 +20,9 @@ import (
 // New builds kpreload kernels and kernels fetch.
 func New() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "kernels",
-		Short: "Fetch and unpack Debian kernels to build for and boot, never installing them",
+		Use:     "kernels",
+		Short:   "Fetch and unpack Debian kernels to build for and boot, never installing them",
+		Example: `  kpreload kernels fetch 6.1.0-56-cloud-amd64`,
 	}
 	cmd.AddCommand(newKernelsFetchCmd())
 	return cmd
@@ -71,7 +72,8 @@ kernels. DIR is --cache, else $KPRELOAD_CACHE, else /var/cache/kpreload.
 
 Progress goes to stderr; --json prints one object per kernel (kernel, suite,
 dir, fetched, seconds) to stdout. scripts/kernels.sh runs this command.`,
-		Args: kernelsFetchArgs,
+		Example: `  kpreload kernels fetch 6.1.0-56-cloud-amd64`,
+		Args:    kernelsFetchArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := m.validate(); err != nil {
 				return err

@@ -73,6 +73,7 @@ database; rotate makes a new key, keeps the old one retired beside it, and
 signs every cell the old key signed again with the new one, under the cache
 key a build with the new key computes (images made before keep the old
 certificate: enroll the new one where they are rebuilt).`,
+		Example: `  kpreload keys show --cache cache`,
 	}
 	cmd.PersistentFlags().StringVar(&cache, "cache", cmdenv.CacheDefaultDir(), "module cache directory the key is kept with")
 

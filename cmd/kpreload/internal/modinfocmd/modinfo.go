@@ -34,7 +34,8 @@ besides the .modinfo keys, -F knows filename, signed, compression and versions
 (the modversions table as "0xCRC<TAB>symbol" lines, like
 modprobe --dump-modversions). With --json, print the parsed module (one object
 for one file, an array for several).`,
-		Args: mistakes.MinArgs(1),
+		Example: `  kpreload modinfo testdriver.ko`,
+		Args:    mistakes.MinArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if asJSON && field != "" {
 				return errors.New("modinfo: --json and -F cannot be combined")

@@ -21,8 +21,9 @@ import (
 // New builds kpreload recipe and recipe supported-gpus.
 func New() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "recipe",
-		Short: "What the driver recipes name, read by the one recipe loader builds use",
+		Use:     "recipe",
+		Short:   "What the driver recipes name, read by the one recipe loader builds use",
+		Example: `  kpreload recipe supported-gpus nvidia-550 --recipes recipes`,
 	}
 	cmd.AddCommand(newRecipeSupportedGPUsCmd())
 	return cmd

@@ -29,8 +29,9 @@ const CloudConfigPath = userdata.CloudConfigPath
 // New builds kpreload user-data and user-data apply.
 func New() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "user-data",
-		Short: "Apply the driver request in cloud-init's user-data after boot",
+		Use:     "user-data",
+		Short:   "Apply the driver request in cloud-init's user-data after boot",
+		Example: `  kpreload user-data apply --dry-run --cloud-config images/user-data-550.yaml --sysfs testdata/h200-gpu-vm --cache testdata/plan-bundle --kernel 6.1.0-56-cloud-amd64`,
 	}
 	cmd.AddCommand((&userDataApplyCommand{}).build())
 	return cmd
