@@ -2,7 +2,6 @@ package cells
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/spf13/pflag"
 
@@ -15,10 +14,12 @@ import (
 // builds at once, the recipes directory, the registry (with its signing and
 // trust keys) and the shard of the matrix.
 type Flags struct {
+	// RecipesDir is --recipes ("" for its default: ResolveRecipesDir).
 	RecipesDir string
-	Remote     RemoteFlags
-	shard      string
-	shards     int
+	// Remote are the registry's flags.
+	Remote RemoteFlags
+	shard  string
+	shards int
 }
 
 // Register adds the shared flags to f, writing the cache, jobs and
@@ -57,7 +58,7 @@ func (c *Flags) SetShard(opts *matrix.Options) error {
 	case c.shard != "":
 		opts.Shard, err = matrix.ParseShard(c.shard)
 	case c.shards > 0:
-		index, set := os.LookupEnv("JOB_COMPLETION_INDEX")
+		index, set := cmdenv.JobCompletionIndex()
 		opts.Shard, err = matrix.ShardFromIndex(index, set, c.shards)
 	}
 	return err

@@ -31,6 +31,7 @@ type progressCell struct {
 	res                   *matrix.Result
 }
 
+// NewProgress starts showing a matrix build on w; Stop ends it.
 func NewProgress(w io.Writer) *Progress {
 	p := &Progress{tty: cmdout.IsTerminal(w)}
 	p.l = progress.New(w, p.tty, time.Now)

@@ -27,6 +27,8 @@ type RemoteFlags struct {
 	trust        []string
 }
 
+// Register adds the registry flags to f: --remote, --plain-http,
+// --docker-config, the timeouts, --sign and --trust.
 func (rf *RemoteFlags) Register(f *pflag.FlagSet) {
 	f.StringVar(&rf.url, "remote", "", "remote module cache: an OCI registry repository, oci://HOST[:PORT]/REPO")
 	f.BoolVar(&rf.plainHTTP, "plain-http", false, "talk HTTP, not HTTPS, to the --remote registry (a local registry only)")

@@ -1,8 +1,8 @@
-// Package cmdenv is where kpreload's commands read their environment and
-// find their default places: every environment variable kpreload reads is
-// read here (the packages below cmd/ take them as options; internal/layers'
-// test holds them to that), and the default download cache, module cache
-// and /init come from here.
+// Package cmdenv is where kpreload's commands read the environment
+// variables that configure kpreload ($KPRELOAD_*, $DOCKER_CONFIG, a
+// Kubernetes Indexed Job's $JOB_COMPLETION_INDEX) and find their default
+// places: the download cache, the module cache and /init. The packages below
+// cmd/ take these as options (internal/layers' test holds them to that).
 package cmdenv
 
 import (
@@ -67,3 +67,7 @@ func DefaultInit() string {
 	}
 	return layout.Companion(exe, layout.Init)
 }
+
+// JobCompletionIndex is $JOB_COMPLETION_INDEX, the index a Kubernetes
+// Indexed Job gives each pod, and whether it is set at all.
+func JobCompletionIndex() (index string, set bool) { return os.LookupEnv("JOB_COMPLETION_INDEX") }
