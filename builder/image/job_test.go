@@ -342,13 +342,19 @@ func TestRunPhases(t *testing.T) {
 	}
 }
 
-// TestJobPhases checks the phases' names and order.
+// TestJobPhases checks the phases' names and order, and that each phase
+// lives in its own file, phase_<name>.go, with its test beside it.
 func TestJobPhases(t *testing.T) {
 	var got []string
 	for _, p := range NewJob(Options{}).Phases() {
 		got = append(got, p.Name)
 		if p.Run == nil || p.Cleanup == nil || p.Title == "" {
 			t.Errorf("phase %s: Run, Cleanup and Title must be set", p.Name)
+		}
+		for _, f := range []string{"phase_" + p.Name + ".go", "phase_" + p.Name + "_test.go"} {
+			if _, err := os.Stat(f); err != nil {
+				t.Errorf("phase %s: %v", p.Name, err)
+			}
 		}
 	}
 	want := []string{PhasePrepare, PhaseDrivers, PhaseRootfs, PhaseInitramfs, PhaseConfigure, PhaseBootloader, PhaseDisk, PhaseFormats}
