@@ -22,12 +22,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
-
 	"slices"
-	"strings"
 
 	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/image/bootloader"
@@ -285,7 +282,8 @@ func (o Options) Resolve() Options {
 }
 
 // Validate checks o (resolved) without touching the network or the cache,
-// and returns every problem found, joined.
+// and returns every problem found, joined: the image's own fields, then each
+// stage's options through their own Problems, then what holds across them.
 func (o Options) Validate() error {
 	o = o.Resolve()
 	var errs []error
@@ -296,25 +294,8 @@ func (o Options) Validate() error {
 	if o.OutDir == "" {
 		bad("no output directory")
 	}
-	for dst, src := range o.Rootfs.Files {
-		if !filepath.IsAbs(dst) || filepath.Clean(dst) != dst || dst == "/" {
-			bad("file %s=%s: the destination must be a clean absolute path in the image", dst, src)
-		}
-		if fi, err := os.Stat(src); err != nil {
-			bad("file %s=%s: %v", dst, src, err)
-		} else if !fi.Mode().IsRegular() {
-			bad("file %s=%s: not a regular file", dst, src)
-		}
-	}
-	if err := archive.CheckSuite(o.Rootfs.Suite); err != nil {
-		bad("suite: %v", err)
-	}
 	if len(o.Kernels) == 0 {
 		bad("no kernels: name at least one kernel release, such as 6.1.0-56-cloud-amd64")
-	}
-	errs = append(errs, o.Boot.Problems()...)
-	if o.Boot.SecureBoot && o.Plain {
-		bad("secure boot and plain: a plain image has no driver modules to sign")
 	}
 	seen := map[string]bool{}
 	for _, k := range o.Kernels {
@@ -328,6 +309,13 @@ func (o Options) Validate() error {
 		}
 		seen[k] = true
 	}
+	if err := archive.CheckSuite(o.Rootfs.Suite); err != nil {
+		bad("suite: %v", err)
+	}
+	errs = append(errs, o.Rootfs.Problems()...)
+	errs = append(errs, o.Boot.Problems()...)
+	errs = append(errs, o.Disk.Problems()...)
+	errs = append(errs, formats.Problems(o.Formats)...)
 	s := o.Stage
 	if !slices.Equal(s.Kernels, o.Kernels) {
 		bad("stage kernels %q: leave them out, the image's kernels (%q) are the stage's", s.Kernels, o.Kernels)
@@ -335,19 +323,6 @@ func (o Options) Validate() error {
 	if s.Cmdline != "" || s.ModulesDir != nil || s.NoInitramfs {
 		bad("stage: the image sets the command line, the module trees and the initramfs images itself; leave Cmdline, ModulesDir and NoInitramfs out (the boot options carry the command line)")
 	}
-	recipeNames := map[string]bool{}
-	for _, r := range s.Recipes {
-		if r == nil {
-			bad("nil recipe")
-			continue
-		}
-		if recipeNames[r.Name] {
-			bad("recipe %s given twice", r.Name)
-		}
-		recipeNames[r.Name] = true
-	}
-	errs = append(errs, formats.Problems(o.Formats)...)
-	errs = append(errs, o.Disk.Problems()...)
 	if o.Plain {
 		if len(s.Recipes) > 0 || s.Instance != "" || s.EarlyDrivers || s.Remote != nil || s.RemoteConfig != "" {
 			bad("a plain image carries no kpreload: no recipes, instance, early drivers or remote")
@@ -355,36 +330,11 @@ func (o Options) Validate() error {
 		if o.Boot.Loader != install.GRUB {
 			bad("a plain image boots with GRUB, as Debian's cloud images: pass the grub bootloader")
 		}
-	}
-	for _, p := range []struct{ what, path string }{
-		{"kpreload binary (static: `make build` makes bin/kpreload)", s.KpreloadBinary},
-		{"/init binary (bin/kpreload-init from `make build`)", s.InitBinary},
-	} {
-		if o.Plain {
-			break
+		if o.Boot.SecureBoot {
+			bad("secure boot and plain: a plain image has no driver modules to sign")
 		}
-		if p.path == "" {
-			bad("no %s given", p.what)
-		} else if st, err := os.Stat(p.path); err != nil {
-			bad("%s: %w", p.what, err)
-		} else if st.IsDir() {
-			bad("%s: %s is a directory", p.what, p.path)
-		}
-	}
-	if s.Instance != "" {
-		if _, err := os.Stat(s.Instance); err != nil {
-			bad("instance file: %w", err)
-		}
-	}
-	if s.RemoteConfig != "" {
-		if _, err := os.Stat(s.RemoteConfig); err != nil {
-			bad("remote configuration: %w", err)
-		}
-	}
-	for _, p := range o.Rootfs.Packages {
-		if p == "" || strings.ContainsAny(p, " ,\t\n") {
-			bad("package %q: want one package name (optionally =version)", p)
-		}
+	} else {
+		errs = append(errs, s.Problems()...)
 	}
 	errs = append(errs, packageProblems(o)...)
 	return errors.Join(errs...)

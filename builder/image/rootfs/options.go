@@ -2,7 +2,11 @@ package rootfs
 
 import (
 	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 )
 
 // Options is the root filesystem an image asks for: the archive its packages
@@ -40,6 +44,32 @@ type Options struct {
 	// "off" always runs mmdebstrap. See Key for why a cached tarball cannot
 	// be stale.
 	CacheDir string
+}
+
+// Problems returns what is wrong with o's files and packages, one error
+// each, without reading the archive: a destination that is not a clean
+// absolute path in the image, a source that is no regular file, a package
+// that is not one name.
+func (o Options) Problems() []error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	for _, dst := range slices.Sorted(maps.Keys(o.Files)) {
+		src := o.Files[dst]
+		if !filepath.IsAbs(dst) || filepath.Clean(dst) != dst || dst == "/" {
+			bad("file %s=%s: the destination must be a clean absolute path in the image", dst, src)
+		}
+		if fi, err := os.Stat(src); err != nil {
+			bad("file %s=%s: %v", dst, src, err)
+		} else if !fi.Mode().IsRegular() {
+			bad("file %s=%s: not a regular file", dst, src)
+		}
+	}
+	for _, p := range o.Packages {
+		if p == "" || strings.ContainsAny(p, " ,\t\n") {
+			bad("package %q: want one package name (optionally =version)", p)
+		}
+	}
+	return errs
 }
 
 // Spec returns the spec of the tarball o asks for, read on day date (UTC,

@@ -1,7 +1,10 @@
 package rootfs
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -34,5 +37,36 @@ func TestOptionsSpec(t *testing.T) {
 	}
 	if o.CloudInit = false; slices.Contains(o.Spec(nil, false, "d").Packages, "cloud-init") {
 		t.Errorf("a root without cloud-init has it")
+	}
+}
+
+func TestOptionsProblems(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "f")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		o    Options
+		want string // in the one problem; "" for none
+	}{
+		{"good", Options{Files: map[string]string{"/etc/f": file}, Packages: []string{"curl", "htop=3.2.2-2"}}, ""},
+		{"relative destination", Options{Files: map[string]string{"etc/f": file}}, "a clean absolute path"},
+		{"unclean destination", Options{Files: map[string]string{"/etc/../f": file}}, "a clean absolute path"},
+		{"missing source", Options{Files: map[string]string{"/etc/f": filepath.Join(dir, "nope")}}, "no such file"},
+		{"directory source", Options{Files: map[string]string{"/etc/f": dir}}, "not a regular file"},
+		{"two packages in one", Options{Packages: []string{"a b"}}, `package "a b"`},
+		{"empty package", Options{Packages: []string{""}}, `package ""`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := tt.o.Problems()
+			switch {
+			case tt.want == "" && len(got) != 0:
+				t.Errorf("Problems() = %v, want none", got)
+			case tt.want != "" && (len(got) != 1 || !strings.Contains(got[0].Error(), tt.want)):
+				t.Errorf("Problems() = %v, want one saying %q", got, tt.want)
+			}
+		})
 	}
 }

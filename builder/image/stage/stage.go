@@ -110,6 +110,49 @@ func (o Options) Resolve() Options {
 	return o
 }
 
+// Problems returns what is wrong with o's recipes and files, one error each,
+// without reading the cache or the network: a nil recipe or one given twice,
+// a missing kpreload or /init binary, a missing instance or registry
+// configuration file.
+func (o Options) Problems() []error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	names := map[string]bool{}
+	for _, r := range o.Recipes {
+		if r == nil {
+			bad("nil recipe")
+			continue
+		}
+		if names[r.Name] {
+			bad("recipe %s given twice", r.Name)
+		}
+		names[r.Name] = true
+	}
+	for _, p := range []struct{ what, path string }{
+		{"kpreload binary (static: `make build` makes bin/kpreload)", o.KpreloadBinary},
+		{"/init binary (bin/kpreload-init from `make build`)", o.InitBinary},
+	} {
+		if p.path == "" {
+			bad("no %s given", p.what)
+		} else if st, err := os.Stat(p.path); err != nil {
+			bad("%s: %w", p.what, err)
+		} else if st.IsDir() {
+			bad("%s: %s is a directory", p.what, p.path)
+		}
+	}
+	if o.Instance != "" {
+		if _, err := os.Stat(o.Instance); err != nil {
+			bad("instance file: %w", err)
+		}
+	}
+	if o.RemoteConfig != "" {
+		if _, err := os.Stat(o.RemoteConfig); err != nil {
+			bad("remote configuration: %w", err)
+		}
+	}
+	return errs
+}
+
 // say tells o.Progress, if set.
 func (o Options) say(format string, a ...any) { progress.Say(o.Progress, format, a...) }
 
