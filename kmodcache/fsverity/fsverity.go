@@ -19,9 +19,9 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
+	"slices"
 )
 
 // BlockSize is the Merkle tree block size the digests here use: the page
@@ -38,11 +38,11 @@ const Prefix = "sha256:"
 // Digest reads r to its end and returns its fs-verity digest, "sha256:" and
 // 64 lowercase hex digits, the form "fsverity digest" prints.
 func Digest(r io.Reader) (string, error) {
-	root, size, err := rootHash(r)
-	if err != nil {
+	var h Hash
+	if _, err := io.Copy(&h, r); err != nil {
 		return "", fmt.Errorf("fs-verity digest: %w", err)
 	}
-	return Format(descriptorDigest(root, size)), nil
+	return h.Sum(), nil
 }
 
 // Format writes a raw SHA-256 fs-verity digest as Digest returns it.
@@ -61,44 +61,62 @@ func Valid(s string) bool {
 	return true
 }
 
-// rootHash returns the Merkle tree's root hash of r's bytes and their count.
-// The data blocks' hashes are kept (32 bytes a 4096-byte block), then
-// hashed a level at a time.
-func rootHash(r io.Reader) ([sha256.Size]byte, uint64, error) {
-	var root [sha256.Size]byte
-	var hashes []byte
-	var size uint64
-	buf := make([]byte, BlockSize)
-	for {
-		n, err := io.ReadFull(r, buf)
-		if n > 0 {
-			clear(buf[n:])
-			size += uint64(n)
-			h := sha256.Sum256(buf)
-			hashes = append(hashes, h[:]...)
-		}
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			break
-		}
-		if err != nil {
-			return root, 0, err
+// Hash computes the fs-verity digest of what is written to it; the zero
+// value is ready. It keeps the data blocks' hashes (32 bytes a 4096-byte
+// block) until Sum hashes them a level at a time.
+type Hash struct {
+	block  [BlockSize]byte
+	n      int    // bytes in block
+	hashes []byte // hashes of the full data blocks so far
+	size   uint64
+}
+
+// Write adds p to the data; it never fails.
+func (h *Hash) Write(p []byte) (int, error) {
+	total := len(p)
+	for len(p) > 0 {
+		c := copy(h.block[h.n:], p)
+		h.n += c
+		p = p[c:]
+		if h.n == BlockSize {
+			sum := sha256.Sum256(h.block[:])
+			h.hashes = append(h.hashes, sum[:]...)
+			h.n = 0
 		}
 	}
-	if size == 0 {
-		return root, 0, nil // an empty file's root hash is all zeros
+	h.size += uint64(total)
+	return total, nil
+}
+
+// Sum returns the fs-verity digest of the data written so far, in Digest's
+// form; the Hash is not changed.
+func (h *Hash) Sum() string { return Format(descriptorDigest(h.rootHash(), h.size)) }
+
+// rootHash is the Merkle tree's root hash of the data written so far.
+func (h *Hash) rootHash() [sha256.Size]byte {
+	var root [sha256.Size]byte
+	if h.size == 0 {
+		return root // an empty file's root hash is all zeros
+	}
+	hashes := h.hashes
+	var buf [BlockSize]byte
+	if h.n > 0 {
+		copy(buf[:], h.block[:h.n]) // the last data block, zero-padded
+		sum := sha256.Sum256(buf[:])
+		hashes = append(slices.Clip(hashes), sum[:]...)
 	}
 	for len(hashes) > sha256.Size {
 		var next []byte
 		for off := 0; off < len(hashes); off += BlockSize {
-			clear(buf)
-			copy(buf, hashes[off:])
-			h := sha256.Sum256(buf)
-			next = append(next, h[:]...)
+			clear(buf[:])
+			copy(buf[:], hashes[off:])
+			sum := sha256.Sum256(buf[:])
+			next = append(next, sum[:]...)
 		}
 		hashes = next
 	}
 	copy(root[:], hashes)
-	return root, size, nil
+	return root
 }
 
 // descriptorDigest is the SHA-256 of the fsverity_descriptor of a file of

@@ -111,3 +111,24 @@ func TestMeasureWithoutVerity(t *testing.T) {
 		t.Fatalf("Measure(plain file) = %q, %v; want an error Absent accepts", d, err)
 	}
 }
+
+// TestHashWritesInPieces: the digest does not depend on how the data is cut
+// into writes, and Sum leaves the Hash as it was.
+func TestHashWritesInPieces(t *testing.T) {
+	data := make([]byte, 3*4096+100)
+	rand.New(rand.NewSource(2)).Read(data)
+	want, err := Digest(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []int{1, 7, 4096, 5000} {
+		var h Hash
+		for off := 0; off < len(data); off += step {
+			h.Write(data[off:min(off+step, len(data))])
+			_ = h.Sum()
+		}
+		if got := h.Sum(); got != want {
+			t.Errorf("writes of %d bytes: Sum = %s, want %s", step, got, want)
+		}
+	}
+}
