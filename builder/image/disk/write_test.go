@@ -68,7 +68,7 @@ func TestWrite(t *testing.T) {
 		"mmd -i " + img + " ::/loader/entries",
 		"mcopy -o -i " + img + " /host/entry.conf ::/loader/entries/a.conf",
 		"mcopy -o -i " + img + " /host/l.conf ::/loader/loader.conf",
-		"mkfs.ext4 -q -F -O verity -L root -U root-uuid -E offset=68157440 -d /root " + out + " 546816k",
+		"mkfs.ext4 -q -F -O verity -b 4096 -L root -U root-uuid -E offset=68157440 -d /root " + out + " 546816k",
 	}
 	if got := strings.Join(r.cmds, "\n"); got != strings.Join(want, "\n") {
 		t.Errorf("commands:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
@@ -197,6 +197,9 @@ func TestMkfsExt4Verity(t *testing.T) {
 		if f, ok := strings.CutPrefix(line, "Filesystem features:"); ok {
 			if !slices.Contains(strings.Fields(f), "verity") {
 				t.Errorf("root filesystem features %q lack verity", strings.TrimSpace(f))
+			}
+			if !strings.Contains(string(out), "\nBlock size:               4096\n") {
+				t.Errorf("root filesystem of 8 MiB: block size is not 4096:\n%s", out)
 			}
 			return
 		}
