@@ -73,6 +73,7 @@ func TestVerityBoots(t *testing.T) {
 	if e.Result != "loaded" || e.Phase != "rootfs" || e.Verified != "sha256" || !e.VerityStarted {
 		t.Errorf("first boot: kpreload_edu %+v, want loaded in the rootfs phase, verified by sha256, fs-verity started", e)
 	}
+	first := e.End - e.Start
 	if flags := inodeFlags(t, disk, object); flags&extVerityFlag == 0 {
 		t.Fatalf("after the first boot the module file's inode flags are %#x: fs-verity is not on", flags)
 	}
@@ -86,7 +87,7 @@ func TestVerityBoots(t *testing.T) {
 	if edu, _ := pciDriver(res.RootInit, "1234:11e8"); edu.Driver != "kpreload_edu" {
 		t.Errorf("second boot: edu device %+v, want bound to kpreload_edu", edu)
 	}
-	t.Logf("first boot: sha256 then fs-verity turned on; second boot: %s, %.3fs in the loader", e.Verified, e.End-e.Start)
+	t.Logf("kpreload_edu (%d bytes) from insert to loaded: first boot (sha256, fs-verity started) %.3fs, second boot (%s) %.3fs", m.Modules[0].Size, first, e.Verified, e.End-e.Start)
 
 	// A flipped byte under the Merkle tree.
 	flipOnDisk(t, disk, object)
@@ -233,4 +234,3 @@ func debugfs(t *testing.T, disk, request string) string {
 	}
 	return string(out)
 }
-
