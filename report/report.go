@@ -117,8 +117,8 @@ type Module struct {
 	// records; not read), "sha256" (read and hashed), or empty (not
 	// checked: kpreload.verify=0, or the index names no digest).
 	Verified string `json:"verified,omitempty"`
-	// VerityStarted says fs-verity was being turned on for the file after it
-	// loaded, in the background, so that later boots measure it instead of
+	// VerityStarted says fs-verity was being turned on for the file once
+	// the kernel had read it, in the background, so that later boots measure it instead of
 	// hashing it.
 	VerityStarted bool `json:"verity_started,omitempty"`
 	// MissingFirmware lists firmware the module declares that was not where

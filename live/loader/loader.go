@@ -96,8 +96,9 @@ type Loader struct {
 	// file has fs-verity on and the index records one, else its sha256.
 	VerifyDigest bool
 	// EnableVerity, with VerifyDigest, turns fs-verity on (in the
-	// background, VerityKernel.EnableVerity) for a file that loaded after
-	// its sha256 matched, whose index entry records a verity digest and
+	// background, VerityKernel.EnableVerity) for a file the kernel was
+	// handed after its sha256 matched (whatever the module's init then
+	// returned), whose index entry records a verity digest and
 	// whose filesystem supports fs-verity: the next boot measures it
 	// instead of reading it. The filesystem must be mounted read-write.
 	EnableVerity bool
@@ -446,6 +447,11 @@ func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
 	} else {
 		err = l.Kernel.FinitModule(int(f.Fd()), params, flags)
 	}
+	if enable && !errors.Is(err, errStillLoading) {
+		// Its bytes matched: whatever the module's init said, the file
+		// can take fs-verity now that the kernel is done reading it.
+		m.VerityStarted = l.verity().EnableVerity(int(f.Fd())) == nil
+	}
 	if errors.Is(err, errStillLoading) {
 		return finish(ResultLoading, fmt.Sprintf("its init had not returned after %s (kpreload.load_timeout); left to finish in the background while the boot goes on", l.timeout()), nil)
 	}
@@ -463,9 +469,6 @@ func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
 	}
 	switch {
 	case err == nil:
-		if enable {
-			m.VerityStarted = l.verity().EnableVerity(int(f.Fd())) == nil
-		}
 		return finish("loaded", "", nil)
 	case errors.Is(err, unix.EEXIST):
 		return finish("already loaded", "", err)

@@ -77,8 +77,8 @@ func TestLoadVerity(t *testing.T) {
 			result: "refused", reason: "digest mismatch: file sha256 ", measured: 1},
 		{name: "index without a verity digest: hashed, never measured", flipped: true, measure: &fakeVerity{digest: verity}, enableOpt: true,
 			result: "refused", reason: "digest mismatch: file sha256 "},
-		{name: "hashed but the load failed: not turned on", indexed: verity, measure: &fakeVerity{err: unix.ENODATA}, enableOpt: true, finitErr: unix.ENODEV,
-			result: "failed", verified: "sha256", measured: 1},
+		{name: "hashed, the module's init failed: turned on all the same", indexed: verity, measure: &fakeVerity{err: unix.ENODATA}, enableOpt: true, finitErr: unix.ENODEV,
+			result: "failed", verified: "sha256", enabled: true, measured: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
