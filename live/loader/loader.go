@@ -484,9 +484,9 @@ func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
 // byte fails the load with EIO); any other file is read through SHA-256.
 // It returns which check passed ("fs-verity", "sha256", or "" when the entry
 // names no digest), whether the file may be given fs-verity once the kernel
-// has read it
-// (the entry records a verity digest, the filesystem supports it and the
-// file lacks it), and the refusal when the bytes are not the entry's.
+// has read it (the entry records a verity digest, the filesystem supports
+// it and the file lacks it), and the refusal when the bytes are not the
+// entry's.
 func (l *Loader) verify(f *os.File, c *coldplug.Candidate) (how string, enable bool, refusal string, err error) {
 	if want := c.Module.Verity; want != "" {
 		got, merr := l.verity().MeasureVerity(int(f.Fd()))
