@@ -428,7 +428,7 @@ func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
 	enable := false
 	if l.VerifyDigest {
 		var refusal string
-		if m.Verified, enable, refusal, err = l.verify(f, c); err != nil {
+		if enable, refusal, err = l.verify(f, c, &m); err != nil {
 			return finish("failed", "", err)
 		} else if refusal != "" {
 			return finish("refused", refusal, nil)
@@ -482,38 +482,40 @@ func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
 // it, is the one the entry records needs no reading here (the kernel checks
 // every page read from then on against that digest's tree, so a changed
 // byte fails the load with EIO); any other file is read through SHA-256.
-// It returns which check passed ("fs-verity", "sha256", or "" when the entry
-// names no digest), whether the file may be given fs-verity once the kernel
-// has read it (the entry records a verity digest, the filesystem supports
-// it and the file lacks it), and the refusal when the bytes are not the
-// entry's.
-func (l *Loader) verify(f *os.File, c *coldplug.Candidate) (how string, enable bool, refusal string, err error) {
+// It records in m which check passed (Verified: "fs-verity", "sha256", or
+// "" when the entry names no digest) and returns whether the file may be
+// given fs-verity once the kernel has read it (the entry records a verity
+// digest, the filesystem supports it and the file lacks it), and the
+// refusal when the bytes are not the entry's.
+func (l *Loader) verify(f *os.File, c *coldplug.Candidate, m *report.Module) (enable bool, refusal string, err error) {
 	if want := c.Module.Verity; want != "" {
 		got, merr := l.verity().MeasureVerity(int(f.Fd()))
 		switch {
 		case merr == nil && got == want:
-			return "fs-verity", false, "", nil
+			m.Verified = "fs-verity"
+			return false, "", nil
 		case merr == nil:
-			return "", false, fmt.Sprintf("fs-verity digest mismatch: the kernel measures %s, index says %s", short(got), short(want)), nil
+			return false, fmt.Sprintf("fs-verity digest mismatch: the kernel measures %s, index says %s", short(got), short(want)), nil
 		}
 		// Another algorithm, no fs-verity, or the question failed: hash.
 		enable = l.EnableVerity && errors.Is(merr, unix.ENODATA)
 	}
 	if c.Module.SHA256 == "" {
-		return "", false, "", nil
+		return false, "", nil
 	}
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
-		return "", false, "", err // err names the file
+		return false, "", err // err names the file
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != c.Module.SHA256 {
-		return "", false, fmt.Sprintf("digest mismatch: file sha256 %s, index says %s", got[:12], short(c.Module.SHA256)), nil
+		return false, fmt.Sprintf("digest mismatch: file sha256 %s, index says %s", got[:12], short(c.Module.SHA256)), nil
 	}
 	// Hand the kernel the file as opened, not positioned at its end.
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return "", false, "", fmt.Errorf("rewind %s: %w", c.File, err)
+		return false, "", fmt.Errorf("rewind %s: %w", c.File, err)
 	}
-	return "sha256", enable, "", nil
+	m.Verified = "sha256"
+	return enable, "", nil
 }
 
 // short is the first 12 characters of a digest after its algorithm's name.
