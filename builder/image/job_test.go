@@ -95,7 +95,7 @@ func TestJobWithFakeTools(t *testing.T) {
 		"mkfs.vfat -F 32 -s 1 -n ESP -i ",
 		"mmd -i ",
 		"mcopy -o -i ",
-		"mkfs.ext4 -q -F -L root -U " + m.RootUUID,
+		"mkfs.ext4 -q -F -O verity -b 4096 -L root -U " + m.RootUUID,
 		"qemu-img convert -f raw -O qcow2",
 		"sfdisk --quiet --no-reread --no-tell-kernel --relocate gpt-bak-std",
 		"tar --format=gnu",
