@@ -131,30 +131,30 @@ func (m *imageBuildCommand) flags(c *cobra.Command) {
 	f.StringArrayVar(&o.Kernels, "kernel", nil, "kernel release to install (linux-image-KVER; repeatable, the first boots by default)")
 	f.StringArrayVar(&m.recipeArgs, "recipe", nil, "driver recipe the image carries: a file, or a name in --recipes (repeatable)")
 	f.StringVar(&m.recipesDir, "recipes", "", "directory of recipes for --recipe names"+cells.RecipesDefaultHelp)
-	f.StringVar(&o.CacheDir, "cache", cmdenv.CacheDefaultDir(), "module cache the driver cells are read from")
-	f.BoolVar(&o.BuildMissing, "build-missing", false, "build cells missing from the cache with dkms instead of failing")
+	f.StringVar(&o.Stage.CacheDir, "cache", cmdenv.CacheDefaultDir(), "module cache the driver cells are read from")
+	f.BoolVar(&o.Stage.BuildMissing, "build-missing", false, "build cells missing from the cache with dkms instead of failing")
 	rf.Register(f) // --remote: pull the cells the image needs; with --build-missing, push what was built
 	f.BoolVar(&m.allowUnsigned, "allow-unsigned", false, "with --remote and no --trust: take the image's driver cells unsigned, on purpose (without it --remote needs --trust)")
 	f.StringVar(&o.OutDir, "out", ".", "output directory")
-	f.StringVar(&o.Instance, "instance", "", "instance YAML file to bake in at /"+image.ImageInstance)
-	f.StringVar(&o.RemoteConfig, "remote-config", "", "registry configuration (remote, plain_http, credentials, trust, timeout) for the kernel hook, baked in at /"+install.RemoteFile+" with the keys and credentials it names")
-	f.StringVar(&o.Cmdline, "cmdline", "", "extra kernel command line for the boot entries")
+	f.StringVar(&o.Stage.Instance, "instance", "", "instance YAML file to bake in at /"+image.ImageInstance)
+	f.StringVar(&o.Stage.RemoteConfig, "remote-config", "", "registry configuration (remote, plain_http, credentials, trust, timeout) for the kernel hook, baked in at /"+install.RemoteFile+" with the keys and credentials it names")
+	f.StringVar(&o.Boot.Cmdline, "cmdline", "", "extra kernel command line for the boot entries")
 	f.BoolVar(&o.Plain, "plain", false, "an image without kpreload, like Debian's cloud images (GRUB, initramfs-tools): a base for the Packer provisioner; needs --bootloader grub")
-	f.BoolVar(&o.CloudInit, "cloud-init", false, "add Debian's cloud-init (NoCloud, ConfigDrive, EC2, GCE, Azure, OpenStack): the default user and SSH key from the instance's metadata, the root grown to the disk (no image carries SSH host keys or a machine-id either way)")
-	f.BoolVar(&o.SecureBoot, "secure-boot", false, "boot with UEFI Secure Boot on (needs --bootloader grub): Debian's signed shim, GRUB and kernel; the modules are signed with the recipes' one key or, where no recipe names one, the module cache's own (made on first use; kpreload keys show); its certificate is written beside the image (NAME.module-key.der/.pem) and enrolled as a MOK in NAME.ovmf-vars.fd for kpreload boot --firmware uefi-secure --vars")
+	f.BoolVar(&o.Rootfs.CloudInit, "cloud-init", false, "add Debian's cloud-init (NoCloud, ConfigDrive, EC2, GCE, Azure, OpenStack): the default user and SSH key from the instance's metadata, the root grown to the disk (no image carries SSH host keys or a machine-id either way)")
+	f.BoolVar(&o.Boot.SecureBoot, "secure-boot", false, "boot with UEFI Secure Boot on (needs --bootloader grub): Debian's signed shim, GRUB and kernel; the modules are signed with the recipes' one key or, where no recipe names one, the module cache's own (made on first use; kpreload keys show); its certificate is written beside the image (NAME.module-key.der/.pem) and enrolled as a MOK in NAME.ovmf-vars.fd for kpreload boot --firmware uefi-secure --vars")
 	f.StringVar(&m.bootloader, "bootloader", string(install.SystemdBoot), "systemd-boot (UEFI) or grub (one disk that boots under BIOS and UEFI, as Debian's cloud images)")
-	f.StringArrayVar(&o.Packages, "package", nil, "extra Debian package to install (repeatable)")
+	f.StringArrayVar(&o.Rootfs.Packages, "package", nil, "extra Debian package to install (repeatable)")
 	f.StringArrayVar(&m.addFiles, "add", nil, "extra file DEST=SRC: copy the host file SRC to the absolute path DEST in the image (repeatable)")
-	f.StringArrayVar(&o.Enable, "enable", nil, "systemd unit to enable in the image, e.g. one --add brought (repeatable)")
-	f.BoolVar(&o.EarlyDrivers, "early-drivers", false, "put the driver sets into the initramfs with a complete index: /init chooses and loads them while it finds the root (larger initramfs)")
-	f.StringVar(&o.Suite, "suite", image.DefaultSuite, "Debian release")
-	f.StringVar(&o.Mirror, "mirror", image.DefaultMirror, "Debian archive")
-	f.IntVar(&o.SizeMB, "size", image.DefaultSizeMB, "disk size in MiB")
+	f.StringArrayVar(&o.Rootfs.Enable, "enable", nil, "systemd unit to enable in the image, e.g. one --add brought (repeatable)")
+	f.BoolVar(&o.Stage.EarlyDrivers, "early-drivers", false, "put the driver sets into the initramfs with a complete index: /init chooses and loads them while it finds the root (larger initramfs)")
+	f.StringVar(&o.Rootfs.Suite, "suite", image.DefaultSuite, "Debian release")
+	f.StringVar(&o.Rootfs.Mirror, "mirror", image.DefaultMirror, "Debian archive")
+	f.IntVar(&o.Disk.SizeMB, "size", image.DefaultSizeMB, "disk size in MiB")
 	f.StringSliceVar(&o.Formats, "format", []string{formats.Raw, formats.QCOW2}, "disk formats to write, comma-separated: "+strings.Join(formats.Names(), ", ")+" (gce: NAME.tar.gz)")
-	f.StringVar(&o.KpreloadBinary, "kpreload-binary", "", "static kpreload binary to install in the image (default: this executable)")
-	f.StringVar(&o.InitBinary, "init", "", "the static /init binary (default: kpreload-init beside this executable, else in "+layout.LibDir+")")
-	f.StringVar(&o.RootfsCacheDir, "rootfs-cache", image.DefaultRootfsCacheDir, `where mmdebstrap tarballs are kept for the day ("off": always run mmdebstrap)`)
-	f.BoolVar(&o.EmptyRootPassword, "empty-root-password", false, "let root log in on the console without a password (test images only)")
+	f.StringVar(&o.Stage.KpreloadBinary, "kpreload-binary", "", "static kpreload binary to install in the image (default: this executable)")
+	f.StringVar(&o.Stage.InitBinary, "init", "", "the static /init binary (default: kpreload-init beside this executable, else in "+layout.LibDir+")")
+	f.StringVar(&o.Rootfs.CacheDir, "rootfs-cache", image.DefaultRootfsCacheDir, `where mmdebstrap tarballs are kept for the day ("off": always run mmdebstrap)`)
+	f.BoolVar(&o.Rootfs.EmptyRootPassword, "empty-root-password", false, "let root log in on the console without a password (test images only)")
 	f.BoolVar(&m.asJSON, "json", false, "print the image manifest as JSON")
 	f.BoolVar(&m.dryRun, "dry-run", false, "check the options and recipes, print what the build would write and its phases, and build nothing")
 }
@@ -180,16 +180,16 @@ func (m *imageBuildCommand) validate() error {
 		if !ok || dst == "" || src == "" {
 			return fmt.Errorf("--add %q: want DEST=SRC (an absolute path in the image = a host file)", a)
 		}
-		if o.Files == nil {
-			o.Files = map[string]string{}
+		if o.Rootfs.Files == nil {
+			o.Rootfs.Files = map[string]string{}
 		}
-		o.Files[dst] = src
+		o.Rootfs.Files[dst] = src
 	}
 	bl, err := install.ParseBootloader(m.bootloader)
 	if err != nil {
 		return err
 	}
-	o.Bootloader = bl
+	o.Boot.Loader = bl
 	return nil
 }
 
@@ -203,24 +203,24 @@ func (m *imageBuildCommand) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	o.Remote = rm
+	o.Stage.Remote = rm
 	if len(m.recipeArgs) > 0 {
-		if o.Recipes, err = cells.LoadRecipes(m.recipeArgs, m.recipesDir); err != nil {
+		if o.Stage.Recipes, err = cells.LoadRecipes(m.recipeArgs, m.recipesDir); err != nil {
 			return err
 		}
 	}
-	if o.KpreloadBinary == "" {
+	if o.Stage.KpreloadBinary == "" {
 		exe, err := os.Executable()
 		if err != nil {
 			return fmt.Errorf("find this executable for the image (pass --kpreload-binary): %w", err)
 		}
-		o.KpreloadBinary = exe
+		o.Stage.KpreloadBinary = exe
 	}
-	if o.InitBinary == "" {
-		o.InitBinary = cmdenv.DefaultInit()
+	if o.Stage.InitBinary == "" {
+		o.Stage.InitBinary = cmdenv.DefaultInit()
 	}
-	if o.DownloadDir == "" {
-		o.DownloadDir = cmdenv.DownloadDir()
+	if o.Stage.DownloadDir == "" {
+		o.Stage.DownloadDir = cmdenv.DownloadDir()
 	}
 	if m.dryRun {
 		return m.dryRunJob(cmd.OutOrStdout())
@@ -272,8 +272,8 @@ func (m *imageBuildCommand) dryRunJob(w io.Writer) error {
 	if err := j.Options().Validate(); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
-	if m.o.Instance != "" {
-		if _, err := instance.ReadFile(m.o.Instance); err != nil {
+	if m.o.Stage.Instance != "" {
+		if _, err := instance.ReadFile(m.o.Stage.Instance); err != nil {
 			return fmt.Errorf("--instance: %w", err)
 		}
 	}
@@ -300,8 +300,8 @@ type imagePlan struct {
 // phases, as text or (asJSON) JSON.
 func printImagePlan(w io.Writer, j *image.Job, asJSON bool) error {
 	o := j.Options()
-	p := imagePlan{Name: o.Name, Suite: o.Suite, Bootloader: string(o.Bootloader), Kernels: o.Kernels, Recipes: []string{}, Cache: o.CacheDir, BuildMissing: o.BuildMissing}
-	for _, r := range o.Recipes {
+	p := imagePlan{Name: o.Name, Suite: o.Rootfs.Suite, Bootloader: string(o.Boot.Loader), Kernels: o.Kernels, Recipes: []string{}, Cache: o.Stage.CacheDir, BuildMissing: o.Stage.BuildMissing}
+	for _, r := range o.Stage.Recipes {
 		p.Recipes = append(p.Recipes, r.Name)
 	}
 	for _, f := range o.Formats {
