@@ -388,7 +388,7 @@ func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
 	defer f.Close()
 	if l.VerifyDigest && c.Module.SHA256 != "" {
 		h := sha256.New()
-		if _, err := io.Copy(h, f); err != nil {
+		if err := l.timedDigest(h, f, &m); err != nil {
 			return finish("failed", "", err) // err names the file
 		}
 		if got := hex.EncodeToString(h.Sum(nil)); got != c.Module.SHA256 {
@@ -407,6 +407,7 @@ func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
 	if c.Module.Compression != "" && c.Module.Compression != "none" {
 		flags = moduleInitCompressedFile
 	}
+	m.Called = l.Now()
 	if l.Isolate != nil && l.Isolate(c) {
 		err = l.isolatedFinit(f, params, flags)
 	} else {
@@ -421,10 +422,13 @@ func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
 	if flags != 0 && (errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL)) {
 		m.Decompress = "userspace"
 		// The kernel cannot decompress this format itself: do it here.
+		t := l.Now()
 		elf, _, derr := modinfo.Open(c.File)
 		if derr != nil {
 			return finish("failed", "", fmt.Errorf("decompress %s: %w", c.File, derr))
 		}
+		m.Called = l.Now()
+		m.DecompressTime = m.Called - t
 		err = l.Kernel.InitModule(elf, params)
 	}
 	switch {
@@ -434,6 +438,26 @@ func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
 		return finish("already loaded", "", err)
 	default:
 		return finish("failed", describe(err), err)
+	}
+}
+
+// timedDigest reads f into h, recording in m the seconds spent reading and
+// hashing: the digest pass's two costs, apart.
+func (l *Loader) timedDigest(h io.Writer, f io.Reader, m *report.Module) error {
+	buf := make([]byte, 1<<20)
+	for {
+		t0 := l.Now()
+		n, err := f.Read(buf)
+		t1 := l.Now()
+		h.Write(buf[:n])
+		m.ReadTime += t1 - t0
+		m.DigestTime += l.Now() - t1
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
 	}
 }
 
