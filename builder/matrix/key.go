@@ -14,11 +14,6 @@ import (
 // configuration, no compression), so the same key gives the same bytes.
 const KeySchema = "kpreload-build/2"
 
-// ModuleCompression is how cells store modules: plain, uncompressed .ko
-// files (images and initramfs compress as they see fit). It is kpreload's
-// decision, in every key, never the build host's.
-const ModuleCompression = "none"
-
 // cellKey returns the cache key of one cell: every input that decides what
 // the build produces, all known before building.
 func cellKey(r *recipe.Recipe, src *source, k *kernel, x *extras) map[string]string {
@@ -43,7 +38,7 @@ func cellKey(r *recipe.Recipe, src *source, k *kernel, x *extras) map[string]str
 		"kernel_cc":             k.headers.CCVersionText,
 		"compiler":              k.compiler,
 		"dkms":                  k.dkms,
-		"module_compression":    ModuleCompression,
+		"module_compression":    k.compression,
 		// The certificate's digest and the hash: unsigned builds, and builds
 		// signed with another key, never match a signed set.
 		"signing_key": x.signingKey(),
