@@ -429,7 +429,14 @@ func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
 		}
 		m.Called = l.Now()
 		m.DecompressTime = m.Called - t
-		err = l.Kernel.InitModule(elf, params)
+		if l.Isolate != nil && l.Isolate(c) {
+			err = l.isolatedInit(elf, params)
+		} else {
+			err = l.Kernel.InitModule(elf, params)
+		}
+		if errors.Is(err, errStillLoading) {
+			return finish(ResultLoading, fmt.Sprintf("its init had not returned after %s (kpreload.load_timeout); left to finish in the background while the boot goes on", l.timeout()), nil)
+		}
 	}
 	switch {
 	case err == nil:
@@ -497,6 +504,16 @@ func (l *Loader) isolatedFinit(f *os.File, params string, flags int) error {
 	runtime.KeepAlive(f)
 	if errors.Is(err, errForkFailed) {
 		return l.Kernel.FinitModule(int(f.Fd()), params, flags)
+	}
+	return err
+}
+
+// isolatedInit is isolatedFinit for a module /init decompressed
+// (init_module), under the same deadline.
+func (l *Loader) isolatedInit(image []byte, params string) error {
+	err := forkedInit(image, params, l.Nice, l.timeout())
+	if errors.Is(err, errForkFailed) {
+		return l.Kernel.InitModule(image, params)
 	}
 	return err
 }
