@@ -14,7 +14,8 @@
 #   --icount N     the guest's clock runs 2^N ns per instruction (default 3), 1 vCPU
 #   --variants L   which of these to boot (default: all), each PATH-FORM:
 #                    early-*   the set in the initramfs, index complete: /init decides
-#                              and loads while it finds the root
+#                              while it finds the root (kpreload.load= modules, with no
+#                              GPU to match, still load once the root is mounted)
 #                    after-*   the set on the root's module cache, decided after the root
 #                  with the modules as FORM: plain (.ko), xz (as the kernel's own: the
 #                  kernel decompresses them if it can, else /init does), zstd (the same
