@@ -111,6 +111,16 @@ type Module struct {
 	// Decompress says who decompressed a compressed module: "kernel"
 	// (MODULE_INIT_COMPRESSED_FILE) or "userspace" (the kernel cannot).
 	Decompress string `json:"decompress,omitempty"`
+	// Verified says how the file's bytes were checked against the boot
+	// index before the kernel was called: "fs-verity" (the file has
+	// fs-verity on and the kernel's measure of it is the digest the index
+	// records; not read), "sha256" (read and hashed), or empty (not
+	// checked: kpreload.verify=0, or the index names no digest).
+	Verified string `json:"verified,omitempty"`
+	// VerityStarted says fs-verity was being turned on for the file once
+	// the kernel had read it, in the background, so that later boots measure it instead of
+	// hashing it.
+	VerityStarted bool `json:"verity_started,omitempty"`
 	// MissingFirmware lists firmware the module declares that was not where
 	// the kernel looks when it was loaded.
 	MissingFirmware []string `json:"missing_firmware,omitempty"`

@@ -48,6 +48,7 @@ packages=(
   patch                              # recipes' patches (applied to a copy of the DKMS source)
   dwarves                            # pahole: 6.12 headers build BTF for modules
   cpio zstd lz4 xz-utils gzip tar e2fsprogs  # archives and root disks; GCE image tarballs (GNU tar -S, gzip)
+  fsverity                           # fsverity digest: the oracle of the fs-verity digests cells record
   xfsprogs btrfs-progs               # xfs and btrfs roots: their superblocks, install's root check
   initramfs-tools-core busybox       # the baseline benchmarks compare against
   dpkg-dev                           # dpkg -x / apt-get download helpers

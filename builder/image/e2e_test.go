@@ -180,8 +180,11 @@ func TestBuildFailsEarly(t *testing.T) {
 		{"missing cell", []string{testKernel}, ErrMissingCells},
 	} {
 		_, err := Build(context.Background(), Options{
-			Name: "x", OutDir: out, Kernels: c.kernels, Recipes: []*recipe.Recipe{r}, CacheDir: t.TempDir(),
-			KpreloadBinary: kpreload, InitBinary: initBin, Lister: lister,
+			Name: "x", OutDir: out, Kernels: c.kernels,
+			Stage: stage.Options{
+				Recipes: []*recipe.Recipe{r}, CacheDir: t.TempDir(),
+				KpreloadBinary: kpreload, InitBinary: initBin, Lister: lister,
+			},
 		})
 		if !errors.Is(err, c.want) {
 			t.Errorf("%s: err = %v, want %v", c.name, err, c.want)

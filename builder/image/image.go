@@ -18,45 +18,44 @@
 package image
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
-
 	"slices"
-	"strings"
 
 	"github.com/kpreload/kpreload/builder/archive"
 	"github.com/kpreload/kpreload/builder/image/bootloader"
+	"github.com/kpreload/kpreload/builder/image/disk"
 	"github.com/kpreload/kpreload/builder/image/formats"
 	"github.com/kpreload/kpreload/builder/image/rootfs"
 	"github.com/kpreload/kpreload/builder/image/stage"
 	"github.com/kpreload/kpreload/builder/install"
-	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/internal/progress"
 	"github.com/kpreload/kpreload/internal/version"
 	"github.com/kpreload/kpreload/kmodcache/names"
-	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
 
-// Defaults used when an Options field is left zero.
+// Defaults Resolve fills in where an Options field is left zero.
 const (
-	// DefaultSuite is the Debian release images are built from.
+	// DefaultSuite is the Debian release images are built from (Rootfs.Suite).
 	DefaultSuite = "bookworm"
-	// DefaultMirror is the Debian archive mmdebstrap and apt-get download use.
+	// DefaultMirror is the Debian archive mmdebstrap and apt-get download use
+	// (Rootfs.Mirror).
 	DefaultMirror = "http://deb.debian.org/debian"
-	// DefaultSecurityMirror is the Debian security archive.
+	// DefaultSecurityMirror is the Debian security archive (Rootfs.SecurityMirror).
 	DefaultSecurityMirror = "http://deb.debian.org/debian-security"
-	// DefaultSizeMB is the disk size when Options.SizeMB is 0: room for the root
+	// DefaultSizeMB is the disk size when Disk.SizeMB is 0: room for the root
 	// filesystem, the ESP and a GPU driver's cache and userspace.
 	DefaultSizeMB = 4096
-	// DefaultESPSizeMB is the EFI system partition's size: kernels and kpreload
-	// initramfs images of a few kernels, with room for later kernel updates.
+	// DefaultESPSizeMB is the EFI system partition's size (Disk.ESPSizeMB):
+	// kernels and kpreload initramfs images of a few kernels, with room for
+	// later kernel updates.
 	DefaultESPSizeMB = 256
-	// DefaultRootfsCacheDir holds mmdebstrap tarballs between builds (see RootfsCache).
+	// DefaultRootfsCacheDir holds mmdebstrap tarballs between builds (Rootfs.CacheDir).
 	DefaultRootfsCacheDir = "/var/cache/kpreload/rootfs"
 )
 
@@ -67,7 +66,7 @@ const (
 	// root cache phase reads index/<release>.json there before switch_root.
 	ImageCacheDir = install.CacheDir
 	// ImageEarlyDrivers, when present in an image, says its initramfs images
-	// carry the driver sets and a complete index (Options.EarlyDrivers): the
+	// carry the driver sets and a complete index (Options.Stage.EarlyDrivers): the
 	// kernel install hook builds them that way too.
 	ImageEarlyDrivers = install.EarlyDrivers
 	// ImageDriversDir holds each driver version's userspace, unpacked with dpkg -x,
@@ -80,7 +79,7 @@ const (
 	// ImageInstance is the instance YAML baked into the image, if any.
 	ImageInstance = install.Instance
 	// ImageCmdline is the kernel command line of systemd-boot entries
-	// (root=UUID=... and Options.Cmdline), one line.
+	// (root=UUID=... and Options.Boot.Cmdline), one line.
 	ImageCmdline = install.Cmdline
 	// ImagePostinstHook makes the kpreload initramfs and boot entry of a newly installed kernel.
 	ImagePostinstHook = install.PostinstHook
@@ -97,108 +96,59 @@ const (
 // bookworm (12 packages)", "disk: qemu-img convert to qcow2"). It may be nil.
 type Progress func(msg string)
 
-// Options describes one image for Build.
+// Options describes one image for Build: its name, where it goes and its
+// kernels, then each stage's own options (the root filesystem, what kpreload
+// stages into it, the boot loader, the disk, the formats), then a few
+// build-wide knobs. Resolve fills in the defaults, once; Validate checks the
+// whole.
 type Options struct {
 	// Name is the image's name: the output files are <OutDir>/<Name>.raw,
 	// <Name>.qcow2 (by Formats: formats.File) and <Name>.manifest.json. Letters, digits, '.', '_' and '-'.
 	Name string
 	// OutDir is where the outputs are written (created if missing).
 	OutDir string
-	// Suite is the Debian release (default DefaultSuite). Its -updates,
-	// -security and -backports suites are enabled too (backports carries the
-	// 6.12 cloud kernels; apt takes nothing else from it unless asked).
-	Suite string
-	// Mirror is the Debian archive (default DefaultMirror).
-	Mirror string
-	// SecurityMirror is the Debian security archive (default DefaultSecurityMirror).
-	SecurityMirror string
 	// Kernels are the kernel releases to install (uname -r, such as
 	// "6.1.0-56-cloud-amd64"), as linux-image-<release> packages. At least one;
-	// the first is the default boot entry.
+	// the first is the default boot entry. Resolve hands them to Stage.
 	Kernels []string
-	// Recipes are the drivers the image carries; each must list every kernel in
-	// its matrix or have a cached cell for it.
-	Recipes []*recipe.Recipe
-	// CacheDir is the module cache the cells are read from (default
-	// $KPRELOAD_CACHE_DIR, else store.DefaultDir).
-	CacheDir string
-	// BuildMissing builds cells missing from CacheDir with the real dkms
-	// (builder/matrix); without it a missing cell is an error that lists what the
-	// cache holds.
-	BuildMissing bool
-	// EarlyDrivers puts the image's driver sets into each initramfs too, marks
-	// its index complete and copies the instance file in, so /init chooses
-	// and loads the drivers while it finds the root (the early decision)
-	// instead of after mounting it; the kernel install hook keeps doing so
-	// (ImageEarlyDrivers marks the image). Initramfs images grow by the sets.
-	EarlyDrivers bool
-	// Remote, if set, is a registry of cells (kmodcache/remote): cells the
-	// module cache lacks are pulled from it by their content keys (exactly the
-	// cells the image needs, every blob verified); with BuildMissing, cells it
-	// lacks too are built and pushed to it.
-	Remote *remote.Remote
-	// DownloadDir holds downloaded .debs and unpacked kernels (default
-	// $KPRELOAD_CACHE, else /var/cache/kpreload), as for builder/matrix.
-	DownloadDir string
-	// Packages are extra Debian packages to install into the image.
-	Packages []string
-	// Files are extra files copied into the image: absolute path in the image
-	// -> file on the build host (mode kept). They are copied after kpreload's
-	// own files, so they may replace a configuration file.
-	Files map[string]string
-	// Enable are systemd units to enable in the image (systemctl --root
-	// enable), such as one that Files brought.
-	Enable []string
-	// Instance, if set, is an instance YAML file baked in at ImageInstance.
-	Instance string
-	// Cmdline is added to every loader entry's kernel command line after
-	// "root=UUID=<root> rw" (systemd-boot), or is GRUB_CMDLINE_LINUX (GRUB).
-	Cmdline string
-	// Bootloader is the image's boot loader: install.SystemdBoot (the default:
-	// UEFI only) or install.GRUB (BIOS and UEFI from one disk, as Debian's
-	// cloud images do: a BIOS boot partition and GRUB's UEFI image on the ESP).
-	Bootloader install.Bootloader
-	// RemoteConfig, if set, is a registry configuration file for the kernel
-	// hook (stage.Options.RemoteConfig).
-	RemoteConfig string
+
+	// Rootfs is the root filesystem (the rootfs and configure phases): the
+	// Debian suite (default DefaultSuite) and mirrors (DefaultMirror,
+	// DefaultSecurityMirror), extra packages, files and units, cloud-init,
+	// the mmdebstrap tarball cache (default DefaultRootfsCacheDir).
+	Rootfs rootfs.Options
+	// Stage is what kpreload puts into the image (the drivers and initramfs
+	// phases, stage.EnsureCells and stage.Stage): the recipes and the module
+	// cache they are read from (default DefaultCacheDir), whether missing
+	// cells are built or pulled from a registry, the downloads directory
+	// (default DefaultDownloadDir), the kernel lister the kernels are checked
+	// against (default the archive's package lists there), the kpreload
+	// binaries (both required), the instance file, the kernel hook's registry
+	// configuration and the early drivers. The image sets the rest itself:
+	// Resolve copies Kernels into Stage.Kernels (Validate refuses others)
+	// and Progress into Stage.Progress unless it is set, the initramfs phase
+	// adds the loader entries' command line (Stage.Cmdline) and the job's
+	// tools; Stage.ModulesDir and Stage.NoInitramfs stay unset (Validate
+	// refuses them).
+	Stage stage.Options
+	// Boot is the boot loader (the bootloader phase): systemd-boot (the
+	// default) or GRUB, the extra kernel command line, Secure Boot.
+	Boot bootloader.Options
+	// Disk is the GPT disk (the disk phase): its size (default
+	// DefaultSizeMB) and its ESP's (default DefaultESPSizeMB).
+	Disk disk.Options
+	// Formats are the disk formats to write (the formats phase), each once:
+	// formats.Raw, formats.QCOW2, formats.VHD, formats.VMDK, formats.GCE
+	// (default formats.Raw and formats.QCOW2). The files are named by
+	// formats.File.
+	Formats []string
+
 	// Plain makes an image without kpreload, as Debian's cloud images are:
 	// GRUB, initramfs-tools and the distribution's own initramfs, no module
-	// cache, no recipes. It is the base image another builder starts from
-	// before the Packer provisioner installs kpreload (and what the
-	// provisioner's end-to-end test starts from).
+	// cache, no recipes (nothing of Stage is used). It is the base image
+	// another builder starts from before the Packer provisioner installs
+	// kpreload (and what the provisioner's end-to-end test starts from).
 	Plain bool
-	// SizeMB is the whole disk's size in MiB (default DefaultSizeMB).
-	SizeMB int
-	// ESPSizeMB is the EFI system partition's size in MiB (default DefaultESPSizeMB).
-	ESPSizeMB int
-	// KpreloadBinary is a static build of the kpreload CLI (CGO_ENABLED=0), put at
-	// ImageKpreload for the kernel install hook. Required.
-	KpreloadBinary string
-	// InitBinary is the static /init (bin/kpreload-init), put at ImageInit and into
-	// every initramfs. Required.
-	InitBinary string
-	// CloudInit adds Debian's cloud-init with the datasources clouds use
-	// (NoCloud, ConfigDrive, EC2, GCE, Azure, OpenStack): the default user
-	// and its SSH key from the instance's metadata, the root partition grown
-	// to the disk. Every image, with or without it, carries no SSH host keys
-	// and no machine-id: each instance makes its own at first boot.
-	CloudInit bool
-	// SecureBoot makes an image that boots with UEFI Secure Boot on (GRUB
-	// only; its UEFI path is always Debian's signed shim and GRUB): the
-	// kernels must be Debian's signed ones and the recipes sign their
-	// modules with one certificate, which the build writes beside the image
-	// (<Name>.module-key.der and .pem, for the clouds' UEFI variables) and
-	// enrolls as a MOK in <Name>.ovmf-vars.fd (for QEMU), and puts in the
-	// image for mokutil --import.
-	SecureBoot bool
-	// Formats are the disk formats to write, each once: formats.Raw,
-	// formats.QCOW2, formats.VHD, formats.VMDK, formats.GCE (default
-	// formats.Raw and formats.QCOW2). The files are named by formats.File.
-	Formats []string
-	// RootfsCacheDir keeps mmdebstrap tarballs between builds (default
-	// DefaultRootfsCacheDir); "off" always runs mmdebstrap. See rootfs.Key for
-	// why a cached tarball cannot be stale.
-	RootfsCacheDir string
 	// TempDir is where the build's work directory (the unpacked root filesystem)
 	// is made (default os.TempDir()); it is removed when Build returns. The disk
 	// images are assembled in a temporary directory inside OutDir and renamed.
@@ -206,12 +156,6 @@ type Options struct {
 	// BuiltWith names the kpreload version recorded in the manifest (default:
 	// the VCS revision of this binary's build, else "devel").
 	BuiltWith string
-	// EmptyRootPassword clears root's password so root logs in on the serial
-	// console without one: for test images only.
-	EmptyRootPassword bool
-	// Lister lists the archive's kernels to check Kernels against (nil:
-	// recipe.AptKernelsIn(DownloadDir), the archive's package lists).
-	Lister recipe.KernelLister
 	// Progress, if set, is told about each long step.
 	Progress Progress
 }
@@ -294,7 +238,7 @@ type Initramfs = stage.Initramfs
 type ModuleKey = bootloader.ModuleKey
 
 // ErrMissingCells is wrapped by Build's error when the module cache lacks a
-// (recipe, kernel) cell and BuildMissing is off (stage.ErrMissingCells).
+// (recipe, kernel) cell and Stage.BuildMissing is off (stage.ErrMissingCells).
 var ErrMissingCells = stage.ErrMissingCells
 
 // ErrUnknownKernel is wrapped by Build's error when a kernel is not in the
@@ -308,51 +252,40 @@ var imageName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 // and a path).
 var kernelRelease = regexp.MustCompile(`^[0-9][A-Za-z0-9.+_~-]*$`)
 
-// withDefaults returns o with its zero fields filled in.
-func (o Options) withDefaults() Options {
-	if o.Suite == "" {
-		o.Suite = DefaultSuite
+// Resolve returns o with its defaults filled in: every zero field that has
+// one (see Options' fields), and what the image hands Stage itself (its
+// kernels, its progress). It is the one place the defaults are applied:
+// NewJob and Validate resolve o, the phases read the result.
+func (o Options) Resolve() Options {
+	r := &o.Rootfs
+	r.Suite = cmp.Or(r.Suite, DefaultSuite)
+	r.Mirror = cmp.Or(r.Mirror, DefaultMirror)
+	r.SecurityMirror = cmp.Or(r.SecurityMirror, DefaultSecurityMirror)
+	r.CacheDir = cmp.Or(r.CacheDir, DefaultRootfsCacheDir)
+	o.Stage.CacheDir = cmp.Or(o.Stage.CacheDir, DefaultCacheDir())
+	o.Stage.DownloadDir = cmp.Or(o.Stage.DownloadDir, DefaultDownloadDir())
+	if len(o.Stage.Kernels) == 0 {
+		o.Stage.Kernels = o.Kernels
 	}
-	if o.Mirror == "" {
-		o.Mirror = DefaultMirror
+	if o.Stage.Progress == nil {
+		o.Stage.Progress = o.Progress
 	}
-	if o.SecurityMirror == "" {
-		o.SecurityMirror = DefaultSecurityMirror
-	}
-	if o.CacheDir == "" {
-		o.CacheDir = DefaultCacheDir()
-	}
-	if o.DownloadDir == "" {
-		o.DownloadDir = DefaultDownloadDir()
-	}
-	if o.Lister == nil {
-		o.Lister = recipe.AptKernelsIn(o.DownloadDir)
-	}
-	if o.SizeMB == 0 {
-		o.SizeMB = DefaultSizeMB
-	}
-	if o.ESPSizeMB == 0 {
-		o.ESPSizeMB = DefaultESPSizeMB
-	}
+	o.Stage = o.Stage.Resolve()
+	o.Boot.Loader = cmp.Or(o.Boot.Loader, install.SystemdBoot)
+	o.Disk.SizeMB = cmp.Or(o.Disk.SizeMB, DefaultSizeMB)
+	o.Disk.ESPSizeMB = cmp.Or(o.Disk.ESPSizeMB, DefaultESPSizeMB)
 	if len(o.Formats) == 0 {
 		o.Formats = []string{formats.Raw, formats.QCOW2}
 	}
-	if o.RootfsCacheDir == "" {
-		o.RootfsCacheDir = DefaultRootfsCacheDir
-	}
-	if o.BuiltWith == "" {
-		o.BuiltWith = Version()
-	}
-	if o.Bootloader == "" {
-		o.Bootloader = install.SystemdBoot
-	}
+	o.BuiltWith = cmp.Or(o.BuiltWith, Version())
 	return o
 }
 
-// Validate checks o (after defaults) without touching the network or the
-// cache, and returns every problem found, joined.
+// Validate checks o (resolved) without touching the network or the cache,
+// and returns every problem found, joined: the image's own fields, then each
+// stage's options through their own Problems, then what holds across them.
 func (o Options) Validate() error {
-	o = o.withDefaults()
+	o = o.Resolve()
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	if !imageName.MatchString(o.Name) {
@@ -361,30 +294,8 @@ func (o Options) Validate() error {
 	if o.OutDir == "" {
 		bad("no output directory")
 	}
-	for dst, src := range o.Files {
-		if !filepath.IsAbs(dst) || filepath.Clean(dst) != dst || dst == "/" {
-			bad("file %s=%s: the destination must be a clean absolute path in the image", dst, src)
-		}
-		if fi, err := os.Stat(src); err != nil {
-			bad("file %s=%s: %v", dst, src, err)
-		} else if !fi.Mode().IsRegular() {
-			bad("file %s=%s: not a regular file", dst, src)
-		}
-	}
-	if err := archive.CheckSuite(o.Suite); err != nil {
-		bad("suite: %v", err)
-	}
 	if len(o.Kernels) == 0 {
 		bad("no kernels: name at least one kernel release, such as 6.1.0-56-cloud-amd64")
-	}
-	if o.Bootloader != install.SystemdBoot && o.Bootloader != install.GRUB {
-		bad("bootloader %q: want %s or %s", o.Bootloader, install.GRUB, install.SystemdBoot)
-	}
-	if o.SecureBoot && o.Bootloader != install.GRUB {
-		bad("secure boot needs the grub bootloader: it boots through Debian's signed shim and GRUB (Debian's systemd-boot is not signed)")
-	}
-	if o.SecureBoot && o.Plain {
-		bad("secure boot and plain: a plain image has no driver modules to sign")
 	}
 	seen := map[string]bool{}
 	for _, k := range o.Kernels {
@@ -398,69 +309,32 @@ func (o Options) Validate() error {
 		}
 		seen[k] = true
 	}
-	recipeNames := map[string]bool{}
-	for _, r := range o.Recipes {
-		if r == nil {
-			bad("nil recipe")
-			continue
-		}
-		if recipeNames[r.Name] {
-			bad("recipe %s given twice", r.Name)
-		}
-		recipeNames[r.Name] = true
+	if err := archive.CheckSuite(o.Rootfs.Suite); err != nil {
+		bad("suite: %v", err)
 	}
+	errs = append(errs, o.Rootfs.Problems()...)
+	errs = append(errs, o.Boot.Problems()...)
+	errs = append(errs, o.Disk.Problems()...)
 	errs = append(errs, formats.Problems(o.Formats)...)
-	if o.ESPSizeMB < 64 {
-		bad("ESP size %d MiB: want at least 64 MiB", o.ESPSizeMB)
+	s := o.Stage
+	if !slices.Equal(s.Kernels, o.Kernels) {
+		bad("stage kernels %q: leave them out, the image's kernels (%q) are the stage's", s.Kernels, o.Kernels)
 	}
-	if o.SizeMB < o.ESPSizeMB+512 {
-		bad("disk size %d MiB: want at least the ESP (%d MiB) + 512 MiB for the root filesystem", o.SizeMB, o.ESPSizeMB)
+	if s.Cmdline != "" || s.ModulesDir != nil || s.NoInitramfs {
+		bad("stage: the image sets the command line, the module trees and the initramfs images itself; leave Cmdline, ModulesDir and NoInitramfs out (the boot options carry the command line)")
 	}
 	if o.Plain {
-		if len(o.Recipes) > 0 || o.Instance != "" || o.EarlyDrivers || o.Remote != nil || o.RemoteConfig != "" {
+		if len(s.Recipes) > 0 || s.Instance != "" || s.EarlyDrivers || s.Remote != nil || s.RemoteConfig != "" {
 			bad("a plain image carries no kpreload: no recipes, instance, early drivers or remote")
 		}
-		if o.Bootloader != install.GRUB {
+		if o.Boot.Loader != install.GRUB {
 			bad("a plain image boots with GRUB, as Debian's cloud images: pass the grub bootloader")
 		}
-	}
-	for _, p := range []struct{ what, path string }{
-		{"kpreload binary (static: `make build` makes bin/kpreload)", o.KpreloadBinary},
-		{"/init binary (bin/kpreload-init from `make build`)", o.InitBinary},
-	} {
-		if o.Plain {
-			break
+		if o.Boot.SecureBoot {
+			bad("secure boot and plain: a plain image has no driver modules to sign")
 		}
-		if p.path == "" {
-			bad("no %s given", p.what)
-		} else if st, err := os.Stat(p.path); err != nil {
-			bad("%s: %w", p.what, err)
-		} else if st.IsDir() {
-			bad("%s: %s is a directory", p.what, p.path)
-		}
-	}
-	if o.Instance != "" {
-		if _, err := os.Stat(o.Instance); err != nil {
-			bad("instance file: %w", err)
-		}
-	}
-	if o.RemoteConfig != "" {
-		if _, err := os.Stat(o.RemoteConfig); err != nil {
-			bad("remote configuration: %w", err)
-		}
-	}
-	if strings.ContainsAny(o.Cmdline, "\n\r") {
-		bad("cmdline: must be one line")
-	}
-	for _, f := range strings.Fields(o.Cmdline) {
-		if strings.HasPrefix(f, "root=") {
-			bad("cmdline %q: the image names its root itself (root=UUID= of the root filesystem it makes); leave root= out", f)
-		}
-	}
-	for _, p := range o.Packages {
-		if p == "" || strings.ContainsAny(p, " ,\t\n") {
-			bad("package %q: want one package name (optionally =version)", p)
-		}
+	} else {
+		errs = append(errs, s.Problems()...)
 	}
 	errs = append(errs, packageProblems(o)...)
 	return errors.Join(errs...)
@@ -498,13 +372,6 @@ func OutputPath(outDir, name, format string) string {
 // say calls p if it is set.
 func (p Progress) say(format string, a ...any) {
 	progress.Say(p, format, a...)
-}
-
-// sortedUnique returns s sorted without duplicates.
-func sortedUnique(s []string) []string {
-	out := slices.Clone(s)
-	slices.Sort(out)
-	return slices.Compact(out)
 }
 
 // Build makes the image described by o: root filesystem, stage.Stage, ESP, GPT disk,

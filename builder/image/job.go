@@ -36,7 +36,7 @@ const (
 	// the work and temporary output directories.
 	PhasePrepare = "prepare"
 	// PhaseDrivers makes sure the module cache holds every cell the image
-	// needs: pulled from Options.Remote or built with dkms (BuildMissing).
+	// needs: pulled from Options.Stage.Remote or built with dkms (Stage.BuildMissing).
 	PhaseDrivers = "drivers"
 	// PhaseRootfs makes the root filesystem: mmdebstrap or the cached
 	// tarball, unpacked into the work directory.
@@ -85,13 +85,13 @@ type Job struct {
 	done  bool
 }
 
-// NewJob returns the build of the image o describes (with its defaults filled
-// in); nothing happens until its phases run.
+// NewJob returns the build of the image o describes (resolved: Options.Resolve);
+// nothing happens until its phases run.
 func NewJob(o Options) *Job {
-	return &Job{Tools: DefaultTools(), o: o.withDefaults()}
+	return &Job{Tools: DefaultTools(), o: o.Resolve()}
 }
 
-// Options returns the job's options, defaults filled in.
+// Options returns the job's options, resolved.
 func (j *Job) Options() Options { return j.o }
 
 // Manifest returns the built image's manifest once the last phase has run,
@@ -112,7 +112,7 @@ func (j *Job) Phases() []Phase {
 		{PhaseRootfs, "root filesystem: mmdebstrap or the cached tarball", j.guard(j.rootfs), j.cleanupRootfs},
 		{PhaseInitramfs, "kpreload's files and each kernel's initramfs", j.guard(j.initramfs), noCleanup},
 		{PhaseConfigure, "files, fstab, identity, cloud-init, units", j.guard(j.configure), noCleanup},
-		{PhaseBootloader, string(j.o.Bootloader) + " files for the ESP", j.guard(j.bootloader), j.cleanupBootloader},
+		{PhaseBootloader, string(j.o.Boot.Loader) + " files for the ESP", j.guard(j.bootloader), j.cleanupBootloader},
 		{PhaseDisk, "raw GPT disk", j.guard(j.disk), j.cleanupDisk},
 		{PhaseFormats, strings.Join(j.o.Formats, ", ") + " and the manifest", j.guard(j.formats), j.cleanupFormats},
 	}

@@ -11,9 +11,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kpreload/kpreload/builder/image/bootloader"
 	"github.com/kpreload/kpreload/builder/image/disk"
 	"github.com/kpreload/kpreload/builder/image/formats"
 	"github.com/kpreload/kpreload/builder/image/rootfs"
+	"github.com/kpreload/kpreload/builder/image/stage"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/recipe"
 )
@@ -25,11 +27,17 @@ func fakeJob(t *testing.T, f *fakeRunner, edit func(*Options)) (*Job, Options) {
 	f.t, f.kernels = t, []string{testKernel}
 	o := Options{
 		Name: "unit", OutDir: filepath.Join(t.TempDir(), "out", "images"), Kernels: []string{testKernel},
-		Bootloader: install.GRUB, Plain: true, CloudInit: true, EmptyRootPassword: true,
-		Formats: []string{formats.Raw, formats.QCOW2, formats.GCE}, SizeMB: 600, ESPSizeMB: 64,
-		Enable: []string{"extra.service"}, RootfsCacheDir: t.TempDir(), TempDir: t.TempDir(),
-		DownloadDir: t.TempDir(), CacheDir: t.TempDir(), BuiltWith: "unit",
-		Lister: recipe.ListerFunc(func() ([]string, error) { return []string{testKernel}, nil }),
+		Rootfs: rootfs.Options{
+			CloudInit: true, EmptyRootPassword: true, Enable: []string{"extra.service"}, CacheDir: t.TempDir(),
+		},
+		Stage: stage.Options{
+			DownloadDir: t.TempDir(), CacheDir: t.TempDir(),
+			Lister: recipe.ListerFunc(func() ([]string, error) { return []string{testKernel}, nil }),
+		},
+		Boot:    bootloader.Options{Loader: install.GRUB},
+		Disk:    disk.Options{SizeMB: 600, ESPSizeMB: 64},
+		Formats: []string{formats.Raw, formats.QCOW2, formats.GCE},
+		Plain:   true, TempDir: t.TempDir(), BuiltWith: "unit",
 	}
 	if edit != nil {
 		edit(&o)
@@ -87,7 +95,7 @@ func TestJobWithFakeTools(t *testing.T) {
 		"mkfs.vfat -F 32 -s 1 -n ESP -i ",
 		"mmd -i ",
 		"mcopy -o -i ",
-		"mkfs.ext4 -q -F -L root -U " + m.RootUUID,
+		"mkfs.ext4 -q -F -O verity -b 4096 -L root -U " + m.RootUUID,
 		"qemu-img convert -f raw -O qcow2",
 		"sfdisk --quiet --no-reread --no-tell-kernel --relocate gpt-bak-std",
 		"tar --format=gnu",
@@ -148,7 +156,7 @@ func TestJobWithFakeTools(t *testing.T) {
 	// (written as qcow2 alone: the outputs' digests read every byte of the
 	// disks, and only the root filesystem matters here).
 	f2 := &fakeRunner{}
-	j2, _ := fakeJob(t, f2, func(o2 *Options) { o2.RootfsCacheDir, o2.Formats = o.RootfsCacheDir, []string{formats.QCOW2} })
+	j2, _ := fakeJob(t, f2, func(o2 *Options) { o2.Rootfs.CacheDir, o2.Formats = o.Rootfs.CacheDir, []string{formats.QCOW2} })
 	if err := RunPhases(context.Background(), j2.Phases()); err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +197,7 @@ func TestJobToolFailure(t *testing.T) {
 			if tt.missing != "" {
 				f.missing = []string{tt.missing}
 			}
-			j, o := fakeJob(t, f, func(o *Options) { o.RootfsCacheDir = "off" })
+			j, o := fakeJob(t, f, func(o *Options) { o.Rootfs.CacheDir = "off" })
 			err := RunPhases(context.Background(), j.Phases())
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("error = %v, want it to contain %q", err, tt.wantErr)
@@ -247,9 +255,9 @@ func TestJobKpreloadSystemdBoot(t *testing.T) {
 	}
 	f := &fakeRunner{}
 	j, o := fakeJob(t, f, func(o *Options) {
-		o.Plain, o.CloudInit, o.Bootloader = false, false, install.SystemdBoot
-		o.KpreloadBinary, o.InitBinary, o.Instance = kpreload, initBin, instance
-		o.Files = map[string]string{"/etc/extra/extra.conf": extra}
+		o.Plain, o.Rootfs.CloudInit, o.Boot.Loader = false, false, install.SystemdBoot
+		o.Stage.KpreloadBinary, o.Stage.InitBinary, o.Stage.Instance = kpreload, initBin, instance
+		o.Rootfs.Files = map[string]string{"/etc/extra/extra.conf": extra}
 		o.Formats = []string{formats.QCOW2}
 	})
 	if err := RunPhases(context.Background(), j.Phases()); err != nil {
@@ -279,8 +287,8 @@ func TestJobKpreloadSystemdBoot(t *testing.T) {
 	if got := f.ran(j.root + ": grub-"); len(got) != 0 {
 		t.Errorf("a systemd-boot image ran GRUB's tools: %q", got)
 	}
-	if len(o.Files) != 1 {
-		t.Errorf("options files = %v", o.Files)
+	if len(o.Rootfs.Files) != 1 {
+		t.Errorf("options files = %v", o.Rootfs.Files)
 	}
 }
 
@@ -342,13 +350,19 @@ func TestRunPhases(t *testing.T) {
 	}
 }
 
-// TestJobPhases checks the phases' names and order.
+// TestJobPhases checks the phases' names and order, and that each phase
+// lives in its own file, phase_<name>.go, with its test beside it.
 func TestJobPhases(t *testing.T) {
 	var got []string
 	for _, p := range NewJob(Options{}).Phases() {
 		got = append(got, p.Name)
 		if p.Run == nil || p.Cleanup == nil || p.Title == "" {
 			t.Errorf("phase %s: Run, Cleanup and Title must be set", p.Name)
+		}
+		for _, f := range []string{"phase_" + p.Name + ".go", "phase_" + p.Name + "_test.go"} {
+			if _, err := os.Stat(f); err != nil {
+				t.Errorf("phase %s: %v", p.Name, err)
+			}
 		}
 	}
 	want := []string{PhasePrepare, PhaseDrivers, PhaseRootfs, PhaseInitramfs, PhaseConfigure, PhaseBootloader, PhaseDisk, PhaseFormats}

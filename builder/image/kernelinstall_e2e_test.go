@@ -26,10 +26,10 @@ func TestKernelInstallPlugin(t *testing.T) {
 	cache, recipes := testCache(t)
 	// The shared image's root (ciRootfsOptions): one mmdebstrap tarball a day for both.
 	o := ciRootfsOptions()
-	o.Name, o.Recipes, o.CacheDir = "ki", recipes, cache
-	o = o.withDefaults()
+	o.Name, o.Stage.Recipes, o.Stage.CacheDir = "ki", recipes, cache
+	o = o.Resolve()
 	work := t.TempDir()
-	tarball, _, err := rootfs.Tarball(ctx, DefaultTools().forRootfs(), rootfsSpec(o, time.Now().UTC().Format("2006-01-02")), o.RootfsCacheDir, work, progress)
+	tarball, _, err := rootfs.Tarball(ctx, DefaultTools().forRootfs(), rootfsSpec(o, time.Now().UTC().Format("2006-01-02")), o.Rootfs.CacheDir, work, progress)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kpreload/kpreload/builder/image/stage"
 )
 
 // TestValidateKernelNames: an image's kernels are names (kmodcache/names):
@@ -20,7 +22,7 @@ func TestValidateKernelNames(t *testing.T) {
 		"6.1..0-cloud-amd64": `kernel "6.1..0-cloud-amd64" holds ".."`,
 		long:                 `is 75 bytes long`,
 	} {
-		o := Options{Name: "ci", OutDir: dir, Kernels: []string{k}, KpreloadBinary: bin, InitBinary: bin}
+		o := Options{Name: "ci", OutDir: dir, Kernels: []string{k}, Stage: stage.Options{KpreloadBinary: bin, InitBinary: bin}}
 		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate(kernel %.20q) = %v, want an error containing %q", k, err, want)
 		}

@@ -20,8 +20,8 @@ func (j *Job) bootloader(ctx context.Context) error {
 		return fmt.Errorf("image: %w", err)
 	}
 	var err error
-	if o.Bootloader == install.GRUB {
-		j.esp, j.coreImg, err = bootloader.GrubFiles(ctx, j.tools().Grub, j.work, j.root, j.m.RootUUID, bootloader.CmdlineExtra(o.SecureBoot, o.Cmdline), !o.Plain)
+	if o.Boot.Loader == install.GRUB {
+		j.esp, j.coreImg, err = bootloader.GrubFiles(ctx, j.tools().Grub, j.work, j.root, j.m.RootUUID, o.Boot.Extra(), !o.Plain)
 		if err == nil && j.moduleKey != nil {
 			j.m.SecureBoot = true
 			j.m.ModuleKey, err = bootloader.SecureBootFiles(ctx, bootloader.Tools{Runner: j.tools().Runner, Grub: j.tools().Grub, VirtFwVars: j.tools().VirtFwVars}, j.root, j.outTmp, o.OutDir, o.Name, j.moduleKey)
@@ -30,7 +30,7 @@ func (j *Job) bootloader(ctx context.Context) error {
 		j.esp, err = bootloader.SystemdBootFiles(ctx, espDir, j.root, o.Kernels, j.m.Cmdline)
 	}
 	if err != nil {
-		return fmt.Errorf("image: %s: %w", o.Bootloader, err)
+		return fmt.Errorf("image: %s: %w", o.Boot.Loader, err)
 	}
 	return nil
 }

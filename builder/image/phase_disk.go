@@ -16,15 +16,15 @@ import (
 // and core.img for BIOS).
 func (j *Job) disk(ctx context.Context) error {
 	o := j.o
-	layout, err := disk.NewLayout(o.SizeMB, o.ESPSizeMB, j.m.DiskGUID, disk.NewUUID(), disk.NewUUID())
+	layout, err := o.Disk.Layout(j.m.DiskGUID, disk.NewUUID(), disk.NewUUID())
 	if err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
-	if o.Bootloader == install.GRUB {
+	if o.Boot.Loader == install.GRUB {
 		layout = layout.WithBIOSBoot(disk.NewUUID())
 	}
 	j.raw = filepath.Join(j.outTmp, o.Name+"."+formats.Raw)
-	o.Progress.say("disk: %d MiB GPT (ESP %d MiB, root ext4), mkfs.ext4 -d", o.SizeMB, o.ESPSizeMB)
+	o.Progress.say("disk: %d MiB GPT (ESP %d MiB, root ext4), mkfs.ext4 -d", o.Disk.SizeMB, o.Disk.ESPSizeMB)
 	if err := disk.Write(ctx, j.tools().Disk, j.raw, layout, j.espVol, j.esp, j.root, j.m.RootUUID); err != nil {
 		return fmt.Errorf("image: disk: %w", err)
 	}

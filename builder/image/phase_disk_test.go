@@ -21,7 +21,7 @@ func TestDiskPhase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := st.Size(), int64(o.SizeMB)*disk.MiB; got != want {
+	if got, want := st.Size(), int64(o.Disk.SizeMB)*disk.MiB; got != want {
 		t.Errorf("raw disk is %d bytes, want %d", got, want)
 	}
 	if !strings.Contains(f.stdin["sfdisk"], "label-id: "+j.m.DiskGUID) {

@@ -19,7 +19,7 @@ func TestDriversPhase(t *testing.T) {
 	if got := f.cmds[before:]; len(got) != 0 {
 		t.Errorf("drivers ran %q for an image with no recipes", got)
 	}
-	if ents := dirEntries(t, o.CacheDir); len(ents) != 0 {
+	if ents := dirEntries(t, o.Stage.CacheDir); len(ents) != 0 {
 		t.Errorf("drivers put %q into the module cache", ents)
 	}
 }

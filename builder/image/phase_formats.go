@@ -18,7 +18,7 @@ import (
 // final names.
 func (j *Job) formats(ctx context.Context) error {
 	o, m := j.o, j.m
-	m.BootFirmware = formats.BootFirmware(o.Bootloader)
+	m.BootFirmware = formats.BootFirmware(o.Boot.Loader)
 	for _, f := range o.Formats {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("image: disk: %s: %w", f, err)

@@ -16,14 +16,14 @@ import (
 func (j *Job) initramfs(ctx context.Context) error {
 	o, m := j.o, j.m
 	if !o.Plain {
-		t := j.tools()
-		res, err := stage.Stage(ctx, stage.Options{
-			Kernels: o.Kernels, Recipes: o.Recipes, CacheDir: o.CacheDir, DownloadDir: o.DownloadDir,
-			Lister: o.Lister, KpreloadBinary: o.KpreloadBinary, InitBinary: o.InitBinary,
-			Instance: o.Instance, Cmdline: m.Cmdline, Progress: o.Progress, EarlyDrivers: o.EarlyDrivers,
-			RemoteConfig: o.RemoteConfig, Tools: stage.Tools{Dpkg: t.Dpkg, Userspace: t.Userspace},
-			// BuildMissing already ran in the drivers phase; stage.Stage finds the cells in the cache.
-		}, j.root)
+		// The image adds its loader entries' command line and its tools.
+		// The drivers phase put every cell into the cache: Stage finds them
+		// there, with neither dkms nor the registry again.
+		so := o.Stage
+		so.Cmdline = m.Cmdline
+		so.Tools = stage.Tools{Dpkg: j.tools().Dpkg, Userspace: j.tools().Userspace}
+		so.BuildMissing, so.Remote = false, nil
+		res, err := stage.Stage(ctx, so, j.root)
 		if err != nil {
 			return fmt.Errorf("image: %w", err)
 		}
@@ -32,7 +32,7 @@ func (j *Job) initramfs(ctx context.Context) error {
 	if m.Drivers == nil {
 		m.Drivers = []Driver{}
 	}
-	if o.SecureBoot {
+	if o.Boot.SecureBoot {
 		for _, k := range o.Kernels {
 			if err := bootloader.CheckSignedKernel(filepath.Join(j.root, install.KernelImagePath(k))); err != nil {
 				return fmt.Errorf("image: secure boot: %w", err)

@@ -35,16 +35,17 @@ func (j *Job) prepare(ctx context.Context) error {
 	if err := checkPackages(o, archiveControls(ctx, o)); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
-	recipes, err := stage.PinRecipes(ctx, o.Recipes, &recipe.AptArchives{Cache: o.DownloadDir}, o.Progress)
+	s := &j.o.Stage // the pinned and signing recipes replace the given ones
+	recipes, err := stage.PinRecipes(ctx, s.Recipes, &recipe.AptArchives{Cache: s.DownloadDir}, o.Progress)
 	if err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
-	o.Recipes, j.o.Recipes = recipes, recipes
-	if _, err := os.Stat(bootloader.SystemdBootEFI); err != nil && o.Bootloader == install.SystemdBoot {
+	s.Recipes = recipes
+	if _, err := os.Stat(bootloader.SystemdBootEFI); err != nil && o.Boot.Loader == install.SystemdBoot {
 		return fmt.Errorf("image: systemd-boot is missing (install systemd-boot-efi with scripts/deps.sh): %w", err)
 	}
-	if o.SecureBoot {
-		recipes, key, created, err := bootloader.AutoSign(o.Recipes, o.CacheDir)
+	if o.Boot.SecureBoot {
+		recipes, key, created, err := bootloader.AutoSign(s.Recipes, s.CacheDir)
 		if err != nil {
 			return fmt.Errorf("image: secure boot: %w", err)
 		}
@@ -54,15 +55,15 @@ func (j *Job) prepare(ctx context.Context) error {
 				verb = "made"
 			}
 			o.Progress.say("secure boot: no recipe names a signing key: %s kpreload's module signing key %s (serial %s; kpreload keys show)", verb, key.Dir, key.SigKey())
-			o.Recipes, j.o.Recipes = recipes, recipes
+			s.Recipes = recipes
 		}
 	}
 	// Fail on unknown kernels and missing cells before the slow phases.
-	if err := stage.CheckKernels(o.Kernels, o.Recipes, o.Lister, o.BuildMissing, o.Suite); err != nil {
+	if err := stage.CheckKernels(o.Kernels, s.Recipes, s.Lister, s.BuildMissing, o.Rootfs.Suite); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
-	if o.SecureBoot {
-		cert, path, unsigned, err := bootloader.ModuleCert(o.Recipes)
+	if o.Boot.SecureBoot {
+		cert, path, unsigned, err := bootloader.ModuleCert(s.Recipes)
 		if err != nil {
 			return fmt.Errorf("image: secure boot: %w", err)
 		}
@@ -83,12 +84,12 @@ func (j *Job) prepare(ctx context.Context) error {
 		return fmt.Errorf("image: output directory: %w", err)
 	}
 	j.m = &Manifest{
-		Name: o.Name, Suite: o.Suite, Kernels: slices.Clone(o.Kernels), BuiltWith: o.BuiltWith, Bootloader: o.Bootloader,
+		Name: o.Name, Suite: o.Rootfs.Suite, Kernels: slices.Clone(o.Kernels), BuiltWith: o.BuiltWith, Bootloader: o.Boot.Loader,
 		RootUUID: disk.NewUUID(), DiskGUID: disk.NewUUID(),
 	}
 	j.espVol = disk.NewVolumeID()
 	j.m.ESPUUID = disk.FATUUID(j.espVol)
-	j.m.Cmdline = bootloader.Cmdline(j.m.RootUUID, bootloader.CmdlineExtra(o.SecureBoot, o.Cmdline))
+	j.m.Cmdline = bootloader.Cmdline(j.m.RootUUID, o.Boot.Extra())
 	return nil
 }
 

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kpreload/kpreload/builder/image/bootloader"
+	"github.com/kpreload/kpreload/builder/image/stage"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/testsupport/testenv"
 )
@@ -56,8 +58,8 @@ func TestJobCancelledAfterPrepare(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			j := NewJob(Options{
-				Name: "ci", OutDir: out, TempDir: tmp, Kernels: []string{testKernel}, Bootloader: install.GRUB,
-				KpreloadBinary: keep[1], InitBinary: keep[2], CacheDir: filepath.Join(dir, "cache"),
+				Name: "ci", OutDir: out, TempDir: tmp, Kernels: []string{testKernel}, Boot: bootloader.Options{Loader: install.GRUB},
+				Stage: stage.Options{KpreloadBinary: keep[1], InitBinary: keep[2], CacheDir: filepath.Join(dir, "cache")},
 			})
 			var phases []Phase
 			for _, p := range j.Phases() {

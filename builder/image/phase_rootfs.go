@@ -17,7 +17,7 @@ import (
 func (j *Job) rootfs(ctx context.Context) error {
 	o := j.o
 	spec := rootfsSpec(o, time.Now().UTC().Format("2006-01-02"))
-	tarball, info, err := rootfs.Tarball(ctx, j.tools().forRootfs(), spec, o.RootfsCacheDir, j.work, o.Progress)
+	tarball, info, err := rootfs.Tarball(ctx, j.tools().forRootfs(), spec, o.Rootfs.CacheDir, j.work, o.Progress)
 	if err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
@@ -34,7 +34,7 @@ func (j *Job) rootfs(ctx context.Context) error {
 }
 
 // cleanupRootfs removes the unpacked root and what rootfs.Tarball made in the
-// work directory (a tarball kept in RootfsCacheDir stays: it is complete).
+// work directory (a tarball kept in Rootfs.CacheDir stays: it is complete).
 func (j *Job) cleanupRootfs(bool) {
 	if j.work == "" {
 		return
@@ -44,34 +44,20 @@ func (j *Job) cleanupRootfs(bool) {
 	}
 }
 
-// rootfsSpec returns the spec of o's root filesystem, read on day date.
+// rootfsSpec returns the spec of o's root filesystem, read on day date: the
+// root filesystem's options (Options.Rootfs) with the image's own packages,
+// its kernels and its boot loader's (and initramfs-tools for a plain image).
 func rootfsSpec(o Options, date string) rootfs.Spec {
-	comps := "main contrib non-free non-free-firmware"
-	pkgs := append([]string{}, rootfs.BasePackages...)
+	var own []string
 	for _, k := range o.Kernels {
-		pkgs = append(pkgs, "linux-image-"+k)
+		own = append(own, "linux-image-"+k)
 	}
-	pkgs = append(pkgs, o.Packages...)
-	if o.CloudInit {
-		pkgs = append(pkgs, rootfs.CloudInitPackages...)
-	}
-	if o.Bootloader == install.GRUB {
-		pkgs = append(pkgs, bootloader.GrubPackages...)
-		pkgs = append(pkgs, bootloader.SecureBootPackages...)
+	if o.Boot.Loader == install.GRUB {
+		own = append(own, bootloader.GrubPackages...)
+		own = append(own, bootloader.SecureBootPackages...)
 	}
 	if o.Plain {
-		pkgs = append(pkgs, "initramfs-tools")
+		own = append(own, "initramfs-tools")
 	}
-	return rootfs.Spec{
-		DistributionInitramfs: o.Plain,
-		Suite:                 o.Suite,
-		Sources: []string{
-			fmt.Sprintf("deb %s %s %s", o.Mirror, o.Suite, comps),
-			fmt.Sprintf("deb %s %s-updates %s", o.Mirror, o.Suite, comps),
-			fmt.Sprintf("deb %s %s-security %s", o.SecurityMirror, o.Suite, comps),
-			fmt.Sprintf("deb %s %s-backports %s", o.Mirror, o.Suite, comps),
-		},
-		Packages: sortedUnique(pkgs),
-		Date:     date,
-	}
+	return o.Rootfs.Spec(own, o.Plain, date)
 }

@@ -11,7 +11,7 @@ import (
 )
 
 func TestRootfsKey(t *testing.T) {
-	o := Options{Kernels: []string{"6.1.0-56-cloud-amd64"}}.withDefaults()
+	o := Options{Kernels: []string{"6.1.0-56-cloud-amd64"}}.Resolve()
 	base := rootfsSpec(o, "2025-01-01")
 	if !slices.Contains(base.Packages, "linux-image-6.1.0-56-cloud-amd64") || !slices.Contains(base.Packages, "systemd-sysv") {
 		t.Fatalf("packages = %v, want the kernel and systemd-sysv", base.Packages)
@@ -21,9 +21,9 @@ func TestRootfsKey(t *testing.T) {
 		t.Error("same inputs gave different keys")
 	}
 	o2 := o
-	o2.Packages = []string{"curl"}
+	o2.Rootfs.Packages = []string{"curl"}
 	o3 := o
-	o3.Mirror = "http://example.org/debian"
+	o3.Rootfs.Mirror = "http://example.org/debian"
 	for name, spec := range map[string]rootfs.Spec{
 		"another day":     rootfsSpec(o, "2025-01-02"),
 		"another package": rootfsSpec(o2, "2025-01-01"),
@@ -60,7 +60,7 @@ func TestRootfsPhase(t *testing.T) {
 	if j.m.Rootfs.Cached || len(f.ran("mmdebstrap")) != 1 {
 		t.Errorf("cached = %v, mmdebstrap ran %q; want one mmdebstrap run", j.m.Rootfs.Cached, f.ran("mmdebstrap"))
 	}
-	if ents := dirEntries(t, o.RootfsCacheDir); len(ents) == 0 {
+	if ents := dirEntries(t, o.Rootfs.CacheDir); len(ents) == 0 {
 		t.Errorf("no tarball kept in the rootfs cache")
 	}
 	j.cleanupRootfs(false)

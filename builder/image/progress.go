@@ -34,9 +34,9 @@ const (
 func (j *Job) PhaseCosts() map[string]float64 {
 	o := j.o
 	rootfsCost := float64(costMmdebstrap)
-	if o.RootfsCacheDir != "off" {
+	if o.Rootfs.CacheDir != "off" {
 		key := rootfs.Key(rootfsSpec(o, time.Now().UTC().Format("2006-01-02")))
-		if _, err := os.Stat(filepath.Join(o.RootfsCacheDir, key+".tar")); err == nil {
+		if _, err := os.Stat(filepath.Join(o.Rootfs.CacheDir, key+".tar")); err == nil {
 			rootfsCost = costRootfsCached
 		}
 	}

@@ -81,7 +81,7 @@ func TestShowPhasesEstimate(t *testing.T) {
 // format beside raw adds to the formats phase.
 func TestPhaseCosts(t *testing.T) {
 	dir := t.TempDir()
-	o := Options{Name: "x", Suite: "bookworm", Kernels: []string{"6.1.0-56-cloud-amd64"}, RootfsCacheDir: dir, Formats: []string{formats.Raw, formats.QCOW2}}
+	o := Options{Name: "x", Kernels: []string{"6.1.0-56-cloud-amd64"}, Rootfs: rootfs.Options{Suite: "bookworm", CacheDir: dir}, Formats: []string{formats.Raw, formats.QCOW2}}
 	j := NewJob(o)
 	costs := j.PhaseCosts()
 	if got, want := costs[PhaseRootfs], float64(costMmdebstrap); got != want {
@@ -97,7 +97,7 @@ func TestPhaseCosts(t *testing.T) {
 	if got, want := j.PhaseCosts()[PhaseRootfs], float64(costRootfsCached); got != want {
 		t.Errorf("rootfs cost with today's tarball cached = %v, want %v", got, want)
 	}
-	if _, ok := NewJob(Options{RootfsCacheDir: "off"}).PhaseCosts()[PhaseRootfs]; !ok {
+	if _, ok := NewJob(Options{Rootfs: rootfs.Options{CacheDir: "off"}}).PhaseCosts()[PhaseRootfs]; !ok {
 		t.Error("no rootfs cost with the cache off")
 	}
 }

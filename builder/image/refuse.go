@@ -37,7 +37,7 @@ func initramfsRefusal(pkg string, plain bool) error {
 // initramfs-tools in a plain one).
 func packageProblems(o Options) []error {
 	var errs []error
-	for _, p := range o.Packages {
+	for _, p := range o.Rootfs.Packages {
 		name, _, _ := strings.Cut(p, "=")
 		if !slices.Contains(initramfsTools, name) || (o.Plain && name == "initramfs-tools") {
 			continue
@@ -52,11 +52,11 @@ func packageProblems(o Options) []error {
 // apt lists by controls) provides or conflicts with the image's initramfs
 // tool.
 func checkPackages(o Options, controls func(names ...string) (map[string]archive.Control, error)) error {
-	if len(o.Packages) == 0 {
+	if len(o.Rootfs.Packages) == 0 {
 		return nil
 	}
-	names := make([]string, 0, len(o.Packages))
-	for _, p := range o.Packages {
+	names := make([]string, 0, len(o.Rootfs.Packages))
+	for _, p := range o.Rootfs.Packages {
 		name, _, _ := strings.Cut(p, "=")
 		names = append(names, name)
 	}
@@ -68,7 +68,7 @@ func checkPackages(o Options, controls func(names ...string) (map[string]archive
 	for _, name := range names {
 		c, ok := got[name]
 		if !ok {
-			errs = append(errs, fmt.Errorf("package %s: Debian %s does not carry it (main contrib non-free non-free-firmware, with -updates, -security and -backports): check the name with apt-cache search, or name the real package a virtual one stands for", name, o.Suite))
+			errs = append(errs, fmt.Errorf("package %s: Debian %s does not carry it (main contrib non-free non-free-firmware, with -updates, -security and -backports): check the name with apt-cache search, or name the real package a virtual one stands for", name, o.Rootfs.Suite))
 			continue
 		}
 		bringsTool := slices.Contains(c.Provides, initramfsTool) || slices.Contains(c.Conflicts, initramfsTool) || slices.Contains(c.Conflicts, "kpreload-initramfs-tool")
@@ -85,7 +85,7 @@ func checkPackages(o Options, controls func(names ...string) (map[string]archive
 // archiveControls reads control records from the suite's archive.
 func archiveControls(ctx context.Context, o Options) func(names ...string) (map[string]archive.Control, error) {
 	return func(names ...string) (map[string]archive.Control, error) {
-		a, err := archive.New(o.Suite, o.DownloadDir)
+		a, err := archive.New(o.Rootfs.Suite, o.Stage.DownloadDir)
 		if err != nil {
 			return nil, err
 		}

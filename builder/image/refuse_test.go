@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kpreload/kpreload/builder/archive"
+	"github.com/kpreload/kpreload/builder/image/rootfs"
 )
 
 // TestCheckPackages checks extra packages are refused from their control
@@ -41,13 +42,13 @@ func TestCheckPackages(t *testing.T) {
 		{"plain: a package at odds with initramfs-tools", true, []string{"hater"}, "package hater: a plain image uses Debian's initramfs-tools"},
 		{"plain: another generator", true, []string{"mkinitfoo"}, "package mkinitfoo: a plain image"},
 	} {
-		err := checkPackages(Options{Suite: "bookworm", Plain: tc.plain, Packages: tc.pkgs}, controls)
+		err := checkPackages(Options{Rootfs: rootfs.Options{Suite: "bookworm", Packages: tc.pkgs}, Plain: tc.plain}, controls)
 		if got := errString(err); (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
 			t.Errorf("%s: checkPackages = %q, want %q", tc.name, got, tc.want)
 		}
 	}
 	failing := func(...string) (map[string]archive.Control, error) { return nil, errors.New("apt-cache: boom") }
-	if err := checkPackages(Options{Packages: []string{"htop"}}, failing); err == nil || !strings.Contains(err.Error(), "extra packages: apt-cache: boom") {
+	if err := checkPackages(Options{Rootfs: rootfs.Options{Packages: []string{"htop"}}}, failing); err == nil || !strings.Contains(err.Error(), "extra packages: apt-cache: boom") {
 		t.Errorf("checkPackages with a failing archive = %v", err)
 	}
 }

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/image/bootloader"
+	"github.com/kpreload/kpreload/builder/image/disk"
 	"github.com/kpreload/kpreload/builder/image/formats"
+	"github.com/kpreload/kpreload/builder/image/stage"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/modkey"
 	"github.com/kpreload/kpreload/builder/qemu"
@@ -78,9 +80,13 @@ func TestSecureBootImage(t *testing.T) {
 	out := t.TempDir()
 	cmdline := "console=ttyS0 panic=-1 kpreload.report=" + qemu.ReportDevice
 	m, err := Build(ctx, Options{
-		Name: "sb", OutDir: out, Kernels: []string{testKernel}, Recipes: recipes, CacheDir: cache, BuildMissing: true,
-		Bootloader: install.GRUB, SecureBoot: true, SizeMB: 1024, ESPSizeMB: 64, Formats: []string{formats.Raw},
-		Cmdline: cmdline, KpreloadBinary: kpreload, InitBinary: initBin, TempDir: t.TempDir(), Progress: progress,
+		Name: "sb", OutDir: out, Kernels: []string{testKernel},
+		Stage: stage.Options{
+			Recipes: recipes, CacheDir: cache, BuildMissing: true, KpreloadBinary: kpreload, InitBinary: initBin,
+		},
+		Boot:    bootloader.Options{Loader: install.GRUB, SecureBoot: true, Cmdline: cmdline},
+		Disk:    disk.Options{SizeMB: 1024, ESPSizeMB: 64},
+		Formats: []string{formats.Raw}, TempDir: t.TempDir(), Progress: progress,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kpreload/kpreload/builder/image/bootloader"
+	"github.com/kpreload/kpreload/builder/image/disk"
 	"github.com/kpreload/kpreload/builder/image/formats"
+	"github.com/kpreload/kpreload/builder/image/rootfs"
+	"github.com/kpreload/kpreload/builder/image/stage"
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/testsupport/testenv"
@@ -34,7 +38,7 @@ const ciCmdline = "console=ttyS0 panic=-1 kpreload.report=" + qemu.ReportDevice
 // root (rootfsSpec): TestKernelInstallPlugin takes the same root, so a run
 // makes (or takes from the day's rootfs cache) one tarball for both.
 func ciRootfsOptions() Options {
-	return Options{Kernels: []string{testKernel}, CloudInit: true, Packages: []string{"podman", "crun"}}
+	return Options{Kernels: []string{testKernel}, Rootfs: rootfs.Options{CloudInit: true, Packages: []string{"podman", "crun"}}}
 }
 
 // ciBuild is the shared image: the output directory and what Build returned.
@@ -83,19 +87,19 @@ func ciImage(t *testing.T) ciBuild {
 		}
 		instance := write("instance.yaml", "# kpreload instance for the image test\nresources:\n  driver:\n    version: \"1.0.0\"\n", 0o644)
 		o := ciRootfsOptions()
-		o.Name, o.OutDir, o.Recipes, o.CacheDir = "ci", out, recipes, cache
-		o.BuildMissing, o.Instance, o.SizeMB, o.ESPSizeMB = true, instance, ciImageSizeMB, 128
+		o.Name, o.OutDir, o.Stage.Recipes, o.Stage.CacheDir = "ci", out, recipes, cache
+		o.Stage.BuildMissing, o.Stage.Instance, o.Disk = true, instance, disk.Options{SizeMB: ciImageSizeMB, ESPSizeMB: 128}
 		o.Formats = []string{formats.Raw, formats.QCOW2, formats.VMDK, formats.VHD}
-		o.Files = map[string]string{
+		o.Rootfs.Files = map[string]string{
 			podmanScriptPath:                  write("script", podmanScript, 0o755),
 			"/etc/containers/containers.conf": write("containers.conf", containersConf, 0o644),
 			"/etc/containers/storage.conf":    write("storage.conf", storageConf, 0o644),
 		}
 		for _, u := range podmanMaskedUnits {
-			o.Files["/etc/systemd/system/"+u] = write("masked-"+u, "", 0o644)
+			o.Rootfs.Files["/etc/systemd/system/"+u] = write("masked-"+u, "", 0o644)
 		}
-		o.Cmdline = ciCmdline
-		o.KpreloadBinary, o.InitBinary, o.TempDir = kpreload, initBin, tmp
+		o.Boot.Cmdline = ciCmdline
+		o.Stage.KpreloadBinary, o.Stage.InitBinary, o.TempDir = kpreload, initBin, tmp
 		if ciErr != nil {
 			return
 		}
@@ -162,9 +166,14 @@ func ciTrixieImage(t *testing.T) ciBuild {
 			return
 		}
 		out := filepath.Join(dir, "out")
-		o := Options{Name: "ci-trixie", OutDir: out, Suite: "trixie", Kernels: []string{trixieKernel}, CloudInit: true,
-			Recipes: recipes, CacheDir: cache, BuildMissing: true, Instance: instance, SizeMB: ciImageSizeMB, ESPSizeMB: 128,
-			Formats: []string{formats.Raw}, Cmdline: ciCmdline, KpreloadBinary: kpreload, InitBinary: initBin, TempDir: dir}
+		o := Options{Name: "ci-trixie", OutDir: out, Kernels: []string{trixieKernel},
+			Rootfs: rootfs.Options{Suite: "trixie", CloudInit: true},
+			Stage: stage.Options{
+				Recipes: recipes, CacheDir: cache, BuildMissing: true, Instance: instance,
+				KpreloadBinary: kpreload, InitBinary: initBin,
+			},
+			Boot: bootloader.Options{Cmdline: ciCmdline}, Disk: disk.Options{SizeMB: ciImageSizeMB, ESPSizeMB: 128},
+			Formats: []string{formats.Raw}, TempDir: dir}
 		ctx, cancel := context.WithTimeout(context.Background(), testenv.Deadline(t, 40*time.Minute))
 		defer cancel()
 		start := time.Now()

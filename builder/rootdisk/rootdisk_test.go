@@ -41,6 +41,7 @@ func TestBuildRejectsBadOptions(t *testing.T) {
 		{"negative size", Options{Out: "x.img", Init: "/bin/true", SizeMB: -1}},
 		{"missing init", Options{Out: filepath.Join(t.TempDir(), "x.img"), Init: "/nonexistent/init"}},
 		{"extra at root", Options{Out: filepath.Join(t.TempDir(), "x.img"), Init: "/bin/true", Extra: map[string]string{"/": t.TempDir()}}},
+		{"verity on xfs", Options{Out: filepath.Join(t.TempDir(), "x.img"), Init: "/bin/true", FSType: FSXFS, Verity: true}},
 	}
 	for _, tt := range tests {
 		if err := Build(context.Background(), tt.o); err == nil {
@@ -173,6 +174,23 @@ func TestBuildRealImage(t *testing.T) {
 			t.Errorf("blkid -p %s = %q, want %s", img, blkid, want)
 		}
 	}
+
+	if strings.Contains(head, " verity") {
+		t.Errorf("dumpe2fs -h of a root built without Verity names the verity feature")
+	}
+	// With Verity, the filesystem has ext4's verity feature and is still
+	// clean for e2fsck.
+	vo := o
+	vo.Out, vo.Verity = filepath.Join(dir, "verity.img"), true
+	if err := Build(context.Background(), vo); err != nil {
+		t.Fatalf("Build(Verity): %v", err)
+	}
+	if head := run(t, "dumpe2fs", "-h", vo.Out); !regexp.MustCompile(`(?m)^Filesystem features:.* verity\b`).MatchString(head) {
+		t.Errorf("dumpe2fs -h of a root built with Verity lacks the verity feature:\n%s", head)
+	} else if !strings.Contains(head, "\nBlock size:               4096\n") {
+		t.Errorf("dumpe2fs -h of a 48 MiB root built with Verity: block size is not 4096 (the page size fs-verity needs before 6.3):\n%s", head)
+	}
+	run(t, "e2fsck", "-fn", vo.Out)
 
 	// The same inputs give the same bytes, even built at another time.
 	time.Sleep(1100 * time.Millisecond)

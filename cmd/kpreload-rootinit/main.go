@@ -2,7 +2,8 @@
 // booted system looks like once the initramfs has handed over (uptime, command line, the
 // root mount, /init's report, loaded modules, PCI driver bindings, kpreload and NVRM kernel
 // log lines), prints that as one "kpreload-rootinit: {json}" line on the console and on
-// the device named by kpreload.report= on the kernel command line, and powers off.
+// the device named by kpreload.report= on the kernel command line, waits a few seconds
+// at most for the processes /init left behind to end, and powers off.
 //
 // With kpreload.rootinit.run=FILE on the kernel command line it first runs the
 // commands listed in FILE on the root (see package run), printing one
@@ -46,7 +47,31 @@ func main() {
 	rec := collect(sysRoot{dir: "/"}, errs)
 	rec.Mounted = mounted
 	emit(rec)
+	reapChildren(reapWait)
 	powerOff()
+}
+
+// reapWait bounds how long the test init waits, before powering off, for
+// processes /init left behind (a module load past its deadline, fs-verity
+// being turned on for a module file) to end.
+const reapWait = 5 * time.Second
+
+// reapChildren reaps this process's children until none is left or wait
+// has passed: what they were writing to the root disk is then on it when
+// powerOff syncs. A child that does not end in time is left running.
+func reapChildren(wait time.Duration) {
+	deadline := time.Now().Add(wait)
+	for time.Now().Before(deadline) {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		switch {
+		case err == unix.EINTR || pid > 0:
+			continue
+		case err != nil: // ECHILD: none left
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // emit prints the record on the console and on the report device, each bounded in time.

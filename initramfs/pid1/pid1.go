@@ -171,6 +171,9 @@ func (b *Boot) loadNice() int {
 // in a helper process under a deadline (Options.IsolateDrivers); the
 // kernel's own modules (storage, buses) load in this one.
 func (b *Boot) newLoader(phase string) *loader.Loader {
+	// A root mounted read-write (rw, as kpreload's images boot) can take
+	// fs-verity on the module files that loaded from it.
+	_, rw := b.flagOK("rw")
 	ld := &loader.Loader{
 		Release:      b.release,
 		Vermagic:     b.vermagic,
@@ -179,6 +182,7 @@ func (b *Boot) newLoader(phase string) *loader.Loader {
 		Now:          b.o.Now,
 		Params:       b.cmd.FlagsForModule,
 		VerifyDigest: b.flag("kpreload.verify", "1") != "0",
+		EnableVerity: rw,
 		SigEnforced:  b.sb.Enforced,
 		Timeout:      b.timeout,
 		Nice:         b.nice,

@@ -79,7 +79,11 @@ type Module struct {
 	// SHA256 is the hex digest of the file as stored (compressed if Compression is set).
 	SHA256 string `json:"sha256"`
 	// Size is the size of the file as stored, in bytes; 0 when unknown.
-	Size        int64    `json:"size,omitempty"`
+	Size int64 `json:"size,omitempty"`
+	// Verity is the file's fs-verity digest (the manifest's); empty when
+	// the set records none. The loader compares it with what the kernel
+	// measures of a file that has fs-verity on, instead of hashing it.
+	Verity      string   `json:"verity,omitempty"`
 	Compression string   `json:"compression,omitempty"`
 	Vermagic    string   `json:"vermagic"`
 	Aliases     []string `json:"aliases,omitempty"`

@@ -73,6 +73,12 @@ type Module struct {
 	SHA256 string `json:"sha256"`
 	// Size is the size of the file as stored, in bytes.
 	Size int64 `json:"size"`
+	// Verity is the fs-verity digest of the file as stored
+	// (kmodcache/fsverity: "sha256:" and hex, 4096-byte blocks, no salt):
+	// what the kernel measures of the file once fs-verity is on, so /init
+	// can trust it without reading it. Empty in sets made before it was
+	// recorded; covered by the set id, hence by the cell's signature.
+	Verity string `json:"verity,omitempty"`
 	// ELFSize is the size of the uncompressed ELF image, in bytes.
 	ELFSize     int64  `json:"elf_size"`
 	Compression string `json:"compression,omitempty"`

@@ -62,6 +62,7 @@ func TestValidateErrors(t *testing.T) {
 			m.Modules[1].Vermagic = "6.12.117+deb12-cloud-amd64 SMP preempt mod_unload modversions "
 		}, []string{`module nvidia_drm has vermagic "6.12.117+deb12-cloud-amd64 SMP preempt mod_unload modversions " (kernel 6.12.117+deb12-cloud-amd64), set has "` + testVermagic + `"`}},
 		{"no driver", func(m *Manifest) { m.Driver = " " }, []string{"driver name is empty"}},
+		{"verity without algorithm", func(m *Manifest) { m.Modules[0].Verity = strings.Repeat("ab", 32) }, []string{`module nvidia verity "` + strings.Repeat("ab", 32) + `" is not "sha256:" and 64 lowercase hex digits`}},
 		{"no version", func(m *Manifest) { m.Version = "" }, []string{"driver version is empty"}},
 		{"flavor with slash", func(m *Manifest) { m.Flavor = "a/b" }, []string{`flavor "a/b" holds '/': want 1 to 64 letters`}},
 		// Names become directories (the driver's userspace, its firmware
@@ -185,6 +186,17 @@ func TestMarshalCanonical(t *testing.T) {
 	idc, _ := ID(c)
 	if idc == ida {
 		t.Errorf("ID(manifest with another size) = %s, same as the original", idc)
+	}
+	// The fs-verity digest is part of the id (so the cell's signature
+	// covers it), and a manifest without one is written without the field,
+	// as before it existed.
+	v := validManifest()
+	v.Modules[0].Verity = "sha256:" + strings.Repeat("ab", 32)
+	if idv, _ := ID(v); idv == ida {
+		t.Errorf("ID(manifest with a verity digest) = %s, same as without", idv)
+	}
+	if raw, _ := Marshal(validManifest()); strings.Contains(string(raw), "verity") {
+		t.Errorf("Marshal(manifest without verity digests) writes the field:\n%s", raw)
 	}
 
 	raw, err := Marshal(a)

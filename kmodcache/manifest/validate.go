@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kpreload/kpreload/kmodcache/fsverity"
 	"github.com/kpreload/kpreload/kmodcache/modinfo"
 	"github.com/kpreload/kpreload/kmodcache/modname"
 	"github.com/kpreload/kpreload/kmodcache/modorder"
@@ -117,6 +118,9 @@ func (m *Manifest) Validate() error {
 		}
 		if mod.Size <= 0 {
 			add("module %s size %d is not positive", label, mod.Size)
+		}
+		if mod.Verity != "" && !fsverity.Valid(mod.Verity) {
+			add("module %s verity %q is not \"sha256:\" and 64 lowercase hex digits", label, mod.Verity)
 		}
 		if mod.ELFSize <= 0 {
 			add("module %s ELF size %d is not positive", label, mod.ELFSize)

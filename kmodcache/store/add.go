@@ -59,7 +59,7 @@ func (s *Store) AddFiles(ctx context.Context, req AddRequest) (*manifest.Manifes
 		if err != nil {
 			return nil, "", fmt.Errorf("add %s %s: %w", req.Driver, req.Version, err)
 		}
-		sha, size, err := hashFile(path)
+		sha, verity, size, err := digestFile(path)
 		if err != nil {
 			return nil, "", fmt.Errorf("add %s %s: %w", req.Driver, req.Version, err)
 		}
@@ -68,7 +68,9 @@ func (s *Store) AddFiles(ctx context.Context, req AddRequest) (*manifest.Manifes
 			return nil, "", fmt.Errorf("add %s %s: %s and %s have the same file name", req.Driver, req.Version, prev, path)
 		}
 		files[name] = path
-		mods = append(mods, manifest.ModuleFromInfo(info, name, sha, size))
+		mod := manifest.ModuleFromInfo(info, name, sha, size)
+		mod.Verity = verity
+		mods = append(mods, mod)
 	}
 	m, err := manifest.Build(req.Driver, req.Version, req.Flavor, mods, req.CacheKey)
 	if err != nil {

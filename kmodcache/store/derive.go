@@ -3,10 +3,12 @@ package store
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
 
+	"github.com/kpreload/kpreload/kmodcache/fsverity"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/modinfo"
 )
@@ -15,8 +17,8 @@ import (
 // that the manifest says of each module, and of the whole set, exactly what
 // the files say of themselves: name, vermagic, srcversion, version,
 // aliases, dependencies, softdeps, declared firmware, signature state,
-// compression and ELF size; the set's kernel, vermagic, external
-// dependencies and firmware. Only what no module file can say (driver,
+// compression, ELF size and, where m records one, the fs-verity digest;
+// the set's kernel, vermagic, external dependencies and firmware. Only what no module file can say (driver,
 // version, flavor, cache key, the supported-GPU list, and each file's
 // digest, which the object store verifies) is taken from m. A set.json from
 // a registry therefore cannot make /init load a module for devices the
@@ -29,11 +31,17 @@ func checkDerived(m *manifest.Manifest, open func(manifest.Module) (*os.File, er
 			return fmt.Errorf("module %s: %w", mod.File, err)
 		}
 		info, err := modinfo.ReadFrom(f)
+		var verity string
+		if err == nil && mod.Verity != "" {
+			verity, err = fileVerity(f)
+		}
 		f.Close()
 		if err != nil {
 			return fmt.Errorf("module %s: %w", mod.File, err)
 		}
-		mods = append(mods, manifest.ModuleFromInfo(info, mod.File, mod.SHA256, mod.Size))
+		d := manifest.ModuleFromInfo(info, mod.File, mod.SHA256, mod.Size)
+		d.Verity = verity
+		mods = append(mods, d)
 	}
 	want, err := manifest.Build(m.Driver, m.Version, m.Flavor, mods, m.CacheKey)
 	if err != nil {
@@ -51,6 +59,14 @@ func checkDerived(m *manifest.Manifest, open func(manifest.Module) (*os.File, er
 		return fmt.Errorf("set.json does not say what its modules say: %s", d)
 	}
 	return fmt.Errorf("set.json does not say what its modules say")
+}
+
+// fileVerity is the fs-verity digest of all of f, read from its start.
+func fileVerity(f *os.File) (string, error) {
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return "", fmt.Errorf("fs-verity digest: %w", err)
+	}
+	return fsverity.Digest(f)
 }
 
 // derivedDiff names the fields in which manifest got differs from want,
@@ -85,6 +101,7 @@ func derivedDiff(got, want *manifest.Manifest) string {
 		field(p+"sig_key", g.SigKey, w.SigKey)
 		field(p+"compression", g.Compression, w.Compression)
 		field(p+"elf_size", g.ELFSize, w.ELFSize)
+		field(p+"verity", g.Verity, w.Verity)
 	}
 	return strings.Join(slices.Compact(d), "; ")
 }

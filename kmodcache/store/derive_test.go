@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kpreload/kpreload/kmodcache/fsverity"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 )
 
@@ -50,6 +51,9 @@ func TestAddRefusesForgedMetadata(t *testing.T) {
 			m.Firmware = []string{"evil.bin"}
 		}},
 		{"version", "version", func(m *manifest.Manifest) { m.Modules[0].Version = "9.9.9" }},
+		{"fs-verity digest", "verity", func(m *manifest.Manifest) {
+			m.Modules[0].Verity = "sha256:" + strings.Repeat("00", 32)
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -71,6 +75,60 @@ func TestAddRefusesForgedMetadata(t *testing.T) {
 	// The honest manifest goes in.
 	if _, err := openStore(t).Add(context.Background(), m, byName, true); err != nil {
 		t.Errorf("Add(honest manifest) = %v", err)
+	}
+}
+
+// TestVerityRecorded: AddFiles records each module file's fs-verity digest
+// as the file's bytes give it, and a set that records none (made before
+// kpreload recorded them) still goes in through Add, its id unchanged and
+// its boot index entries without one.
+func TestVerityRecorded(t *testing.T) {
+	files := moduleFiles(t, k61)
+	m, _ := addSet(t, openStore(t), AddRequest{Driver: "virtio", Version: "1", Files: files})
+	byName := map[string]string{}
+	for _, f := range files {
+		byName[filepath.Base(f)] = f
+	}
+	for _, mod := range m.Modules {
+		f, err := os.Open(byName[mod.File])
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := fsverity.Digest(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mod.Verity != want {
+			t.Errorf("module %s: Verity = %q, want %q", mod.File, mod.Verity, want)
+		}
+	}
+	old := m.Clone()
+	for i := range old.Modules {
+		old.Modules[i].Verity = ""
+	}
+	wantID, err := manifest.ID(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := openStore(t)
+	id, err := dst.Add(context.Background(), old, byName, true)
+	if err != nil {
+		t.Fatalf("Add(set without fs-verity digests) = %v", err)
+	}
+	if id != wantID {
+		t.Errorf("Add(set without fs-verity digests) id = %s, want %s", id, wantID)
+	}
+	ix, err := dst.Index(old.Kernel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range ix.Sets {
+		for _, mod := range s.Modules {
+			if mod.Verity != "" {
+				t.Errorf("boot index module %s: Verity = %q, want none", mod.Name, mod.Verity)
+			}
+		}
 	}
 }
 

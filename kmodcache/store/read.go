@@ -284,6 +284,7 @@ func buildIndex(kernel string, sets []set) *bootindex.Index {
 				Path:        objectRel(mod.SHA256),
 				SHA256:      mod.SHA256,
 				Size:        mod.Size,
+				Verity:      mod.Verity,
 				Compression: mod.Compression,
 				Vermagic:    mod.Vermagic,
 				Aliases:     slices.Clone(mod.Aliases),

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/kpreload/kpreload/internal/inroot"
+	"github.com/kpreload/kpreload/kmodcache/fsverity"
 )
 
 // hook, when set (by tests), is called at named points of a write so a test can
@@ -67,6 +68,23 @@ func hashOpen(f *os.File) (string, int64, error) {
 		return "", 0, fmt.Errorf("hash %s: %w", f.Name(), err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// digestFile returns the hex SHA-256, the fs-verity digest and the size of
+// a file named on this machine, read once.
+func digestFile(path string) (sha, verity string, size int64, err error) {
+	f, err := inroot.OpenPath(path)
+	if err != nil {
+		return "", "", 0, fmt.Errorf("hash: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	var v fsverity.Hash
+	n, err := io.Copy(io.MultiWriter(h, &v), f)
+	if err != nil {
+		return "", "", 0, fmt.Errorf("hash %s: %w", f.Name(), err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), v.Sum(), n, nil
 }
 
 // hashObject is hashFile for the object sha of the store.

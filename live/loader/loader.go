@@ -18,7 +18,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
+	"github.com/kpreload/kpreload/kmodcache/fsverity"
 	"github.com/kpreload/kpreload/kmodcache/modinfo"
 	"github.com/kpreload/kpreload/kmodcache/modname"
 	"github.com/kpreload/kpreload/kmodcache/modorder"
@@ -46,6 +48,32 @@ func (System) FinitModule(fd int, params string, flags int) error {
 // InitModule calls init_module(2).
 func (System) InitModule(image []byte, params string) error { return unix.InitModule(image, params) }
 
+// VerityKernel is the fs-verity surface the loader needs; tests substitute a fake.
+type VerityKernel interface {
+	// MeasureVerity returns the fs-verity digest the kernel holds for an
+	// open file (fsverity.Measure), an error fsverity.Absent accepts when
+	// the file has none.
+	MeasureVerity(fd int) (string, error)
+	// EnableVerity starts turning fs-verity on for an open, read-only file
+	// and does not wait for it.
+	EnableVerity(fd int) error
+}
+
+// MeasureVerity calls FS_IOC_MEASURE_VERITY.
+func (System) MeasureVerity(fd int) (string, error) { return fsverity.Measure(fd) }
+
+// EnableVerity calls FS_IOC_ENABLE_VERITY in a forked child process at the
+// lowest priority and leaves it running: the kernel reads the file again
+// (from the page cache, as it was just loaded) to build its Merkle tree,
+// which nothing at boot needs to wait for. The child holds its own copy
+// of fd; whoever is pid 1 when it exits reaps it.
+func (System) EnableVerity(fd int) error {
+	arg := fsverity.NewEnableArg()
+	_, err := forkCall(19, unix.SYS_IOCTL, uintptr(fd), unix.FS_IOC_ENABLE_VERITY, uintptr(unsafe.Pointer(arg)))
+	runtime.KeepAlive(arg)
+	return err
+}
+
 // Loader loads modules for one running kernel.
 type Loader struct {
 	// Release is the running kernel's release (uname -r).
@@ -63,8 +91,19 @@ type Loader struct {
 	Now func() float64
 	// Parallel bounds concurrent loads; <= 0 means 4.
 	Parallel int
-	// VerifyDigest checks each file's sha256 against the index before loading.
+	// VerifyDigest checks each file against the index's digests before
+	// loading: its fs-verity digest as the kernel measures it where the
+	// file has fs-verity on and the index records one, else its sha256.
 	VerifyDigest bool
+	// EnableVerity, with VerifyDigest, turns fs-verity on (in the
+	// background, VerityKernel.EnableVerity) for a file the kernel was
+	// handed after its sha256 matched (whatever the module's init then
+	// returned), whose index entry records a verity digest and
+	// whose filesystem supports fs-verity: the next boot measures it
+	// instead of reading it. The filesystem must be mounted read-write.
+	EnableVerity bool
+	// Verity asks the kernel about fs-verity; nil means System.
+	Verity VerityKernel
 	// Phase labels the report entries ("initramfs", "rootfs").
 	Phase string
 	// SigEnforced says the kernel refuses unsigned modules (module.sig_enforce=1,
@@ -386,17 +425,13 @@ func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
 		return finish("failed", "", err) // err names the file
 	}
 	defer f.Close()
-	if l.VerifyDigest && c.Module.SHA256 != "" {
-		h := sha256.New()
-		if err := l.timedDigest(h, f, &m); err != nil {
-			return finish("failed", "", err) // err names the file
-		}
-		if got := hex.EncodeToString(h.Sum(nil)); got != c.Module.SHA256 {
-			return finish("refused", fmt.Sprintf("digest mismatch: file sha256 %s, index says %s", got[:12], c.Module.SHA256[:min(12, len(c.Module.SHA256))]), nil)
-		}
-		// Hand the kernel the file as opened, not positioned at its end.
-		if _, err := f.Seek(0, io.SeekStart); err != nil {
-			return finish("failed", "", fmt.Errorf("rewind %s: %w", c.File, err))
+	enable := false
+	if l.VerifyDigest {
+		var refusal string
+		if enable, refusal, err = l.verify(f, c, &m); err != nil {
+			return finish("failed", "", err)
+		} else if refusal != "" {
+			return finish("refused", refusal, nil)
 		}
 	}
 	if l.Isolate != nil && l.Isolate(c) {
@@ -412,6 +447,11 @@ func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
 		err = l.isolatedFinit(f, params, flags)
 	} else {
 		err = l.Kernel.FinitModule(int(f.Fd()), params, flags)
+	}
+	if enable && !errors.Is(err, errStillLoading) {
+		// Its bytes matched: whatever the module's init said, the file
+		// can take fs-verity now that the kernel is done reading it.
+		m.VerityStarted = l.verity().EnableVerity(int(f.Fd())) == nil
 	}
 	if errors.Is(err, errStillLoading) {
 		return finish(ResultLoading, fmt.Sprintf("its init had not returned after %s (kpreload.load_timeout); left to finish in the background while the boot goes on", l.timeout()), nil)
@@ -446,6 +486,60 @@ func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
 	default:
 		return finish("failed", describe(err), err)
 	}
+}
+
+// verify checks that f holds the bytes c's index entry names, the cheapest
+// way it can: a file with fs-verity on whose digest, as the kernel measures
+// it, is the one the entry records needs no reading here (the kernel checks
+// every page read from then on against that digest's tree, so a changed
+// byte fails the load with EIO); any other file is read through SHA-256.
+// It records in m which check passed (Verified: "fs-verity", "sha256", or
+// "" when the entry names no digest) and returns whether the file may be
+// given fs-verity once the kernel has read it (the entry records a verity
+// digest, the filesystem supports it and the file lacks it), and the
+// refusal when the bytes are not the entry's.
+func (l *Loader) verify(f *os.File, c *coldplug.Candidate, m *report.Module) (enable bool, refusal string, err error) {
+	if want := c.Module.Verity; want != "" {
+		got, merr := l.verity().MeasureVerity(int(f.Fd()))
+		switch {
+		case merr == nil && got == want:
+			m.Verified = "fs-verity"
+			return false, "", nil
+		case merr == nil:
+			return false, fmt.Sprintf("fs-verity digest mismatch: the kernel measures %s, index says %s", short(got), short(want)), nil
+		}
+		// Another algorithm, no fs-verity, or the question failed: hash.
+		enable = l.EnableVerity && errors.Is(merr, unix.ENODATA)
+	}
+	if c.Module.SHA256 == "" {
+		return false, "", nil
+	}
+	h := sha256.New()
+	if err := l.timedDigest(h, f, m); err != nil {
+		return false, "", err // err names the file
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != c.Module.SHA256 {
+		return false, fmt.Sprintf("digest mismatch: file sha256 %s, index says %s", got[:12], short(c.Module.SHA256)), nil
+	}
+	// Hand the kernel the file as opened, not positioned at its end.
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return false, "", fmt.Errorf("rewind %s: %w", c.File, err)
+	}
+	m.Verified = "sha256"
+	return enable, "", nil
+}
+
+// short is the first 12 characters of a digest after its algorithm's name.
+func short(d string) string {
+	d = strings.TrimPrefix(d, fsverity.Prefix)
+	return d[:min(12, len(d))]
+}
+
+func (l *Loader) verity() VerityKernel {
+	if l.Verity == nil {
+		return System{}
+	}
+	return l.Verity
 }
 
 // timedDigest reads f into h, recording in m the seconds spent reading and

@@ -12,7 +12,11 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/image"
+	"github.com/kpreload/kpreload/builder/image/bootloader"
+	"github.com/kpreload/kpreload/builder/image/disk"
 	"github.com/kpreload/kpreload/builder/image/formats"
+	"github.com/kpreload/kpreload/builder/image/rootfs"
+	"github.com/kpreload/kpreload/builder/image/stage"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/builder/recipe"
@@ -203,12 +207,17 @@ func TestFollowE2E(t *testing.T) {
 	// harness names the report channel through fw_cfg.
 	const cmdline = "console=ttyS0 panic=-1"
 	m, err := image.Build(ctx, image.Options{
-		Name: "follow", OutDir: t.TempDir(), Kernels: []string{oldKernel}, Recipes: []*recipe.Recipe{r}, CacheDir: t.TempDir(),
-		BuildMissing: true, Bootloader: install.GRUB, SizeMB: 1536, ESPSizeMB: 64, Formats: []string{formats.Raw},
-		Cmdline: cmdline, Files: files, Enable: []string{boottest.StepService},
-		Instance:       filepath.Join(testenv.RepoRoot(t), "images", "instance-testdriver.yaml"),
-		RemoteConfig:   filepath.Join(work, "remote.yaml"),
-		KpreloadBinary: kpreload, InitBinary: initBin, TempDir: t.TempDir(), Progress: progress,
+		Name: "follow", OutDir: t.TempDir(), Kernels: []string{oldKernel},
+		Rootfs: rootfs.Options{Files: files, Enable: []string{boottest.StepService}},
+		Stage: stage.Options{
+			Recipes: []*recipe.Recipe{r}, CacheDir: t.TempDir(), BuildMissing: true,
+			Instance:       filepath.Join(testenv.RepoRoot(t), "images", "instance-testdriver.yaml"),
+			RemoteConfig:   filepath.Join(work, "remote.yaml"),
+			KpreloadBinary: kpreload, InitBinary: initBin,
+		},
+		Boot:    bootloader.Options{Loader: install.GRUB, Cmdline: cmdline},
+		Disk:    disk.Options{SizeMB: 1536, ESPSizeMB: 64},
+		Formats: []string{formats.Raw}, TempDir: t.TempDir(), Progress: progress,
 	})
 	if err != nil {
 		t.Fatal(err)

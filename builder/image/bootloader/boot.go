@@ -8,8 +8,6 @@ package bootloader
 
 import (
 	"strings"
-
-	"github.com/kpreload/kpreload/kmodcache/secureboot"
 )
 
 // SystemdBootEFI is systemd-boot's EFI binary on the build host (package
@@ -24,14 +22,4 @@ func Cmdline(rootUUID, extra string) string {
 		s += " " + e
 	}
 	return s
-}
-
-// CmdlineExtra is what an image's kernel command line carries after the
-// root: the image's own parameters (cmdline), and for a Secure Boot image the
-// parameter that makes /init report an instance started without Secure Boot.
-func CmdlineExtra(secureBoot bool, cmdline string) string {
-	if !secureBoot {
-		return cmdline
-	}
-	return strings.TrimSpace(secureboot.ExpectFlag + "=" + secureboot.ExpectValue + " " + cmdline)
 }

@@ -11,7 +11,7 @@ func TestCmdline(t *testing.T) {
 	}
 }
 
-func TestCmdlineExtra(t *testing.T) {
+func TestOptionsExtra(t *testing.T) {
 	for _, tt := range []struct {
 		secureBoot bool
 		cmdline    string
@@ -22,8 +22,8 @@ func TestCmdlineExtra(t *testing.T) {
 		{true, "console=ttyS0", "kpreload.secureboot=expected console=ttyS0"},
 		{true, "", "kpreload.secureboot=expected"},
 	} {
-		if got := CmdlineExtra(tt.secureBoot, tt.cmdline); got != tt.want {
-			t.Errorf("CmdlineExtra(%v, %q) = %q, want %q", tt.secureBoot, tt.cmdline, got, tt.want)
+		if got := (Options{SecureBoot: tt.secureBoot, Cmdline: tt.cmdline}).Extra(); got != tt.want {
+			t.Errorf("Options{SecureBoot: %v, Cmdline: %q}.Extra() = %q, want %q", tt.secureBoot, tt.cmdline, got, tt.want)
 		}
 	}
 }

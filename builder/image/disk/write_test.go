@@ -7,7 +7,9 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -66,7 +68,7 @@ func TestWrite(t *testing.T) {
 		"mmd -i " + img + " ::/loader/entries",
 		"mcopy -o -i " + img + " /host/entry.conf ::/loader/entries/a.conf",
 		"mcopy -o -i " + img + " /host/l.conf ::/loader/loader.conf",
-		"mkfs.ext4 -q -F -L root -U root-uuid -E offset=68157440 -d /root " + out + " 546816k",
+		"mkfs.ext4 -q -F -O verity -b 4096 -L root -U root-uuid -E offset=68157440 -d /root " + out + " 546816k",
 	}
 	if got := strings.Join(r.cmds, "\n"); got != strings.Join(want, "\n") {
 		t.Errorf("commands:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
@@ -167,4 +169,40 @@ func TestBIOSSetup(t *testing.T) {
 			t.Errorf("%s: BIOSSetup = %v, want %q", tt.name, err, tt.wantErr)
 		}
 	}
+}
+
+// TestMkfsExt4Verity makes a small root filesystem with the real mkfs.ext4
+// and wants ext4's verity feature in its superblock, as dumpe2fs reads it:
+// without it the booted image cannot turn fs-verity on for its modules.
+func TestMkfsExt4Verity(t *testing.T) {
+	for _, tool := range []string{"mkfs.ext4", "dumpe2fs"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s (e2fsprogs) is required: scripts/deps.sh installs it: %v", tool, err)
+		}
+	}
+	dir := t.TempDir()
+	root := filepath.Join(dir, "root")
+	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	img := filepath.Join(dir, "root.img")
+	if err := (Host{}).MkfsExt4(context.Background(), img, 0, 8192, "root", "0b5e2d1c-6d2b-4d8e-9b1a-2f0c4b7d9e11", root); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("dumpe2fs", "-h", img).Output()
+	if err != nil {
+		t.Fatalf("dumpe2fs -h: %v", err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f, ok := strings.CutPrefix(line, "Filesystem features:"); ok {
+			if !slices.Contains(strings.Fields(f), "verity") {
+				t.Errorf("root filesystem features %q lack verity", strings.TrimSpace(f))
+			}
+			if !strings.Contains(string(out), "\nBlock size:               4096\n") {
+				t.Errorf("root filesystem of 8 MiB: block size is not 4096:\n%s", out)
+			}
+			return
+		}
+	}
+	t.Fatalf("dumpe2fs -h printed no features line:\n%s", out)
 }

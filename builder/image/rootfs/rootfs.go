@@ -75,7 +75,7 @@ type Spec struct {
 // that day could differ in is an archive update published since, the same
 // exposure as building from a day-old mirror snapshot, and the next day's build
 // reads the archive again. Pinned inputs (kernel releases, driver versions)
-// never change under one key; set RootfsCacheDir to "off" to always read the
+// never change under one key; set Options.CacheDir to "off" to always read the
 // archive.
 func Key(s Spec) string {
 	h := sha256.New()

@@ -123,7 +123,7 @@ func recipeFile(r *recipe.Recipe) string {
 // o.BuildMissing, built with dkms (see resolveCells). The cells it adds stay:
 // the cache is content-addressed and each cell is stored whole or not at all.
 func EnsureCells(ctx context.Context, o Options) error {
-	o = o.withDefaults()
+	o = o.Resolve()
 	_, err := resolveCells(ctx, o.CacheDir, o.DownloadDir, o.Recipes, o.Kernels, o.BuildMissing, o.Remote, o.Lister, o.Progress)
 	return err
 }

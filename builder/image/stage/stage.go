@@ -46,11 +46,16 @@ type Options struct {
 	// BuildMissing builds missing cells with dkms (builder/matrix) instead of
 	// failing with ErrMissingCells.
 	BuildMissing bool
-	// Remote, if set, is a registry of cells: missing cells are pulled from it
-	// (as for builder/image's Options.Remote).
+	// Remote, if set, is a registry of cells (kmodcache/remote): cells the
+	// module cache lacks are pulled from it by their content keys (every blob
+	// verified); with BuildMissing, cells it lacks too are built and pushed
+	// to it.
 	Remote *remote.Remote
 	// EarlyDrivers puts the driver sets into each initramfs with a complete
-	// index (as for builder/image's Options.EarlyDrivers).
+	// index and copies the instance file in, so /init chooses and loads the
+	// drivers while it finds the root; the root is marked
+	// (install.EarlyDrivers) so that the kernel hook builds them that way
+	// too. Initramfs images grow by the sets.
 	EarlyDrivers bool
 	// DownloadDir holds downloaded .debs (debs/) and unpacked kernels
 	// (kernels/<release>/) (default archive.DefaultCache()).
@@ -75,7 +80,7 @@ type Options struct {
 	RemoteConfig string
 	// Cmdline, if set, is written to install.Cmdline: the kernel command line the
 	// install hook gives new loader entries (builder/image's Build writes
-	// "root=UUID=<root> rw" and its Options.Cmdline). When the image has none, the hook uses the running
+	// "root=UUID=<root> rw" and its Options.Boot.Cmdline). When the image has none, the hook uses the running
 	// system's /proc/cmdline.
 	Cmdline string
 	// NoInitramfs leaves out the initramfs images (a provisioner that runs the
@@ -87,8 +92,11 @@ type Options struct {
 	Tools Tools
 }
 
-// withDefaults returns o with its zero fields filled in.
-func (o Options) withDefaults() Options {
+// Resolve returns o with its zero fields filled in: the host's tools, the
+// default module cache and downloads directory, the archive's kernel lister.
+// Stage and EnsureCells resolve o themselves; builder/image resolves its
+// Options.Stage with the rest of its options, once.
+func (o Options) Resolve() Options {
 	o.Tools = o.Tools.orDefault()
 	if o.CacheDir == "" {
 		o.CacheDir = store.DefaultDir
@@ -100,6 +108,49 @@ func (o Options) withDefaults() Options {
 		o.Lister = recipe.AptKernelsIn(o.DownloadDir)
 	}
 	return o
+}
+
+// Problems returns what is wrong with o's recipes and files, one error each,
+// without reading the cache or the network: a nil recipe or one given twice,
+// a missing kpreload or /init binary, a missing instance or registry
+// configuration file.
+func (o Options) Problems() []error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	names := map[string]bool{}
+	for _, r := range o.Recipes {
+		if r == nil {
+			bad("nil recipe")
+			continue
+		}
+		if names[r.Name] {
+			bad("recipe %s given twice", r.Name)
+		}
+		names[r.Name] = true
+	}
+	for _, p := range []struct{ what, path string }{
+		{"kpreload binary (static: `make build` makes bin/kpreload)", o.KpreloadBinary},
+		{"/init binary (bin/kpreload-init from `make build`)", o.InitBinary},
+	} {
+		if p.path == "" {
+			bad("no %s given", p.what)
+		} else if st, err := os.Stat(p.path); err != nil {
+			bad("%s: %w", p.what, err)
+		} else if st.IsDir() {
+			bad("%s: %s is a directory", p.what, p.path)
+		}
+	}
+	if o.Instance != "" {
+		if _, err := os.Stat(o.Instance); err != nil {
+			bad("instance file: %w", err)
+		}
+	}
+	if o.RemoteConfig != "" {
+		if _, err := os.Stat(o.RemoteConfig); err != nil {
+			bad("remote configuration: %w", err)
+		}
+	}
+	return errs
 }
 
 // say tells o.Progress, if set.
@@ -155,7 +206,7 @@ type Initramfs struct {
 // suites (builder/archive's private apt configurations under DownloadDir) and
 // are kept in DownloadDir/debs.
 func Stage(ctx context.Context, o Options, root string) (*Result, error) {
-	o = o.withDefaults()
+	o = o.Resolve()
 	if len(o.Kernels) == 0 {
 		return nil, errors.New("stage: no kernels")
 	}

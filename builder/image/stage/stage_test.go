@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/internal/inroot/inroottest"
 )
 
@@ -79,4 +80,40 @@ func firmwareDeb(t *testing.T) string {
 		t.Fatalf("dpkg-deb --build: %v\n%s", err, out)
 	}
 	return deb
+}
+
+func TestOptionsProblems(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	if err := os.WriteFile(bin, []byte("x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := &recipe.Recipe{Name: "testdriver"}
+	good := Options{KpreloadBinary: bin, InitBinary: bin, Recipes: []*recipe.Recipe{r}}
+	for _, tt := range []struct {
+		name string
+		edit func(*Options)
+		want string // in the one problem; "" for none
+	}{
+		{"good", func(*Options) {}, ""},
+		{"nil recipe", func(o *Options) { o.Recipes = []*recipe.Recipe{nil} }, "nil recipe"},
+		{"recipe twice", func(o *Options) { o.Recipes = []*recipe.Recipe{r, r} }, "recipe testdriver given twice"},
+		{"no kpreload", func(o *Options) { o.KpreloadBinary = "" }, "no kpreload binary"},
+		{"init missing", func(o *Options) { o.InitBinary = filepath.Join(dir, "nope") }, "/init binary"},
+		{"init a directory", func(o *Options) { o.InitBinary = dir }, "is a directory"},
+		{"instance missing", func(o *Options) { o.Instance = filepath.Join(dir, "nope.yaml") }, "instance file"},
+		{"remote config missing", func(o *Options) { o.RemoteConfig = filepath.Join(dir, "nope.yaml") }, "remote configuration"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := good
+			tt.edit(&o)
+			got := o.Problems()
+			switch {
+			case tt.want == "" && len(got) != 0:
+				t.Errorf("Problems() = %v, want none", got)
+			case tt.want != "" && (len(got) != 1 || !strings.Contains(got[0].Error(), tt.want)):
+				t.Errorf("Problems() = %v, want one saying %q", got, tt.want)
+			}
+		})
+	}
 }

@@ -12,7 +12,10 @@ import (
 	"time"
 
 	"github.com/kpreload/kpreload/builder/image"
+	"github.com/kpreload/kpreload/builder/image/bootloader"
+	"github.com/kpreload/kpreload/builder/image/disk"
 	"github.com/kpreload/kpreload/builder/image/formats"
+	"github.com/kpreload/kpreload/builder/image/rootfs"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/qemu"
 	"github.com/kpreload/kpreload/internal/version"
@@ -126,9 +129,14 @@ func TestProvisionerCloudBuilder(t *testing.T) {
 	start := time.Now()
 	base, err := image.Build(ctx, image.Options{
 		Name: "base", OutDir: filepath.Join(dir, "base"), Kernels: []string{testKernel},
-		Plain: true, Bootloader: install.GRUB, Packages: []string{"openssh-server", "sudo"},
-		Files: files, Enable: []string{"kpreload-test-make-user.service", "kpreload-test-updates.service"},
-		Cmdline: cmdline, SizeMB: 2048, ESPSizeMB: 64, Formats: []string{formats.QCOW2},
+		Plain: true,
+		Rootfs: rootfs.Options{
+			Packages: []string{"openssh-server", "sudo"},
+			Files:    files, Enable: []string{"kpreload-test-make-user.service", "kpreload-test-updates.service"},
+		},
+		Boot:     bootloader.Options{Loader: install.GRUB, Cmdline: cmdline},
+		Disk:     disk.Options{SizeMB: 2048, ESPSizeMB: 64},
+		Formats:  []string{formats.QCOW2},
 		TempDir:  t.TempDir(),
 		Progress: func(msg string) { t.Logf("[%6.1fs] base: %s", time.Since(start).Seconds(), msg) },
 	})

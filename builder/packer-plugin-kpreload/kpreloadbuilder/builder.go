@@ -76,13 +76,7 @@ func (b *Builder) Run(ctx context.Context, ui packersdk.Ui, hook packersdk.Hook)
 	state.Put("job", job)
 	state.Put("start", start)
 
-	steps := []multistep.Step{
-		&stepOutputDir{force: b.config.PackerForce, path: b.config.OutputDir},
-	}
-	for _, p := range jobPhases(job) {
-		steps = append(steps, &stepPhase{phase: p})
-	}
-	steps = append(steps, &stepArtifact{})
+	steps := buildSteps(&b.config, job)
 	ui.Say(fmt.Sprintf("Building image %s (kernels %v, recipes %v) into %s", opts.Name, opts.Kernels, recipeNames(&b.config), opts.OutDir))
 	b.runner = newRunner(steps, b.config.PackerConfig, ui)
 	b.runner.Run(ctx, state)
@@ -101,4 +95,14 @@ func (b *Builder) Run(ctx context.Context, ui packersdk.Ui, hook packersdk.Hook)
 		return nil, errors.New("build finished without an artifact")
 	}
 	return a.(*Artifact), nil
+}
+
+// buildSteps returns the build's steps: the output directory, one step per
+// phase of job (jobPhases), in its order, then the artifact.
+func buildSteps(c *Config, job *image.Job) []multistep.Step {
+	steps := []multistep.Step{&stepOutputDir{force: c.PackerForce, path: c.OutputDir}}
+	for _, p := range jobPhases(job) {
+		steps = append(steps, &stepPhase{phase: p})
+	}
+	return append(steps, &stepArtifact{})
 }

@@ -128,3 +128,27 @@ func TestRunCleanup(t *testing.T) {
 		})
 	}
 }
+
+// TestBuildStepsArePhases checks that the builder's steps map one to one onto
+// the image build's phases, in their order, between the output directory's
+// step and the artifact's.
+func TestBuildStepsArePhases(t *testing.T) {
+	job := image.NewJob(image.Options{})
+	steps := buildSteps(&Config{}, job)
+	phases := job.Phases()
+	if got, want := len(steps), len(phases)+2; got != want {
+		t.Fatalf("%d steps, want %d: the output directory, %d phases, the artifact", got, want, len(phases))
+	}
+	if _, ok := steps[0].(*stepOutputDir); !ok {
+		t.Errorf("first step %T, want the output directory's", steps[0])
+	}
+	for i, p := range phases {
+		s, ok := steps[i+1].(*stepPhase)
+		if !ok || s.phase.Name != p.Name {
+			t.Errorf("step %d is %T, want phase %s", i+1, steps[i+1], p.Name)
+		}
+	}
+	if _, ok := steps[len(steps)-1].(*stepArtifact); !ok {
+		t.Errorf("last step %T, want the artifact's", steps[len(steps)-1])
+	}
+}

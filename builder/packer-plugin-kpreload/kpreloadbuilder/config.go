@@ -13,6 +13,9 @@ import (
 	"github.com/hashicorp/packer-plugin-sdk/template/interpolate"
 
 	"github.com/kpreload/kpreload/builder/image"
+	"github.com/kpreload/kpreload/builder/image/bootloader"
+	"github.com/kpreload/kpreload/builder/image/disk"
+	"github.com/kpreload/kpreload/builder/image/rootfs"
 	"github.com/kpreload/kpreload/builder/install"
 	"github.com/kpreload/kpreload/builder/packer-plugin-kpreload/internal/pkrcfg"
 )
@@ -151,32 +154,22 @@ func (c *Config) Prepare(raws ...interface{}) ([]string, error) {
 // (without Progress, which Builder.Run sets).
 func (c *Config) Options() image.Options {
 	return image.Options{
-		Name:           c.Name,
-		OutDir:         c.OutputDir,
-		Suite:          c.Suite,
-		Mirror:         c.Mirror,
-		SecurityMirror: c.SecurityMirror,
-		Kernels:        c.Kernels,
-		Recipes:        c.LoadedRecipes(),
-		CacheDir:       c.CacheDir,
-		BuildMissing:   c.BuildsMissing(),
-		Remote:         c.OpenedRemote(),
-		EarlyDrivers:   c.EarlyDrivers,
-		Bootloader:     c.bootloader,
-		SecureBoot:     c.SecureBoot,
-		CloudInit:      c.CloudInit,
-		RemoteConfig:   c.RemoteConfig,
-		DownloadDir:    c.DownloadDir,
-		Packages:       c.Packages,
-		Instance:       c.InstanceFile,
-		Cmdline:        c.KernelCmdline,
-		SizeMB:         c.sizeMB,
-		ESPSizeMB:      c.espMB,
-		KpreloadBinary: c.KpreloadBinary,
-		InitBinary:     c.InitBinary,
-		Formats:        c.Formats,
-		RootfsCacheDir: c.RootfsCacheDir,
-		TempDir:        c.TempDir,
+		Name:    c.Name,
+		OutDir:  c.OutputDir,
+		Kernels: c.Kernels,
+		Rootfs: rootfs.Options{
+			Suite:          c.Suite,
+			Mirror:         c.Mirror,
+			SecurityMirror: c.SecurityMirror,
+			Packages:       c.Packages,
+			CloudInit:      c.CloudInit,
+			CacheDir:       c.RootfsCacheDir,
+		},
+		Stage:   c.StageOptions(),
+		Boot:    bootloader.Options{Loader: c.bootloader, Cmdline: c.KernelCmdline, SecureBoot: c.SecureBoot},
+		Disk:    disk.Options{SizeMB: c.sizeMB, ESPSizeMB: c.espMB},
+		Formats: c.Formats,
+		TempDir: c.TempDir,
 	}
 }
 

@@ -63,19 +63,19 @@ func TestPrepareDefaults(t *testing.T) {
 	if got, want := o.Name, "ci"; got != want {
 		t.Errorf("Name = %q, want %q (the build's name)", got, want)
 	}
-	if got, want := o.SizeMB, 3072; got != want {
+	if got, want := o.Disk.SizeMB, 3072; got != want {
 		t.Errorf("SizeMB = %d, want %d", got, want)
 	}
-	if !o.BuildMissing {
+	if !o.Stage.BuildMissing {
 		t.Errorf("BuildMissing = false, want true by default")
 	}
-	if got, want := len(o.Recipes), 1; got != want {
+	if got, want := len(o.Stage.Recipes), 1; got != want {
 		t.Fatalf("%d recipes, want %d", got, want)
 	}
-	if got, want := o.Recipes[0].Name, "testdriver"; got != want {
+	if got, want := o.Stage.Recipes[0].Name, "testdriver"; got != want {
 		t.Errorf("recipe = %q, want %q", got, want)
 	}
-	if got, want := o.Cmdline, "console=ttyS0"; got != want {
+	if got, want := o.Boot.Cmdline, "console=ttyS0"; got != want {
 		t.Errorf("Cmdline = %q, want %q", got, want)
 	}
 }
@@ -87,7 +87,7 @@ func TestPrepareBuildMissingFalse(t *testing.T) {
 	if _, err := c.Prepare(raw); err != nil {
 		t.Fatalf("Prepare: %v", err)
 	}
-	if c.Options().BuildMissing {
+	if c.Options().Stage.BuildMissing {
 		t.Errorf("BuildMissing = true, want false as configured")
 	}
 }
@@ -306,8 +306,8 @@ func TestPrepareRemote(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Prepare: %v", err)
 				}
-				if o := c.Options(); o.Remote == nil || o.Remote.String() != tc.set["remote"] {
-					t.Errorf("Options().Remote = %v, want %v", o.Remote, tc.set["remote"])
+				if o := c.Options(); o.Stage.Remote == nil || o.Stage.Remote.String() != tc.set["remote"] {
+					t.Errorf("Options().Remote = %v, want %v", o.Stage.Remote, tc.set["remote"])
 				}
 				return
 			}

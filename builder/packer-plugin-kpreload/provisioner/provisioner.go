@@ -166,22 +166,10 @@ func (p *Provisioner) Provision(ctx context.Context, ui packersdk.Ui, comm packe
 	root := filepath.Join(work, "root")
 
 	ui.Say(fmt.Sprintf("Staging kpreload for kernels %v (recipes %v)", c.Kernels, c.Recipes))
-	res, err := stageRoot(ctx, stage.Options{
-		Kernels:        c.Kernels,
-		Recipes:        c.LoadedRecipes(),
-		CacheDir:       c.CacheDir,
-		BuildMissing:   c.BuildsMissing(),
-		Remote:         c.OpenedRemote(),
-		EarlyDrivers:   c.EarlyDrivers,
-		DownloadDir:    c.DownloadDir,
-		KpreloadBinary: c.KpreloadBinary,
-		InitBinary:     c.InitBinary,
-		Instance:       c.InstanceFile,
-		RemoteConfig:   c.RemoteConfig,
-		Cmdline:        c.KernelCmdline,
-		NoInitramfs:    true, // the hook builds it on the target, from the target's modules
-		Progress:       progress,
-	}, root)
+	so := c.StageOptions()
+	so.Kernels, so.Cmdline, so.Progress = c.Kernels, c.KernelCmdline, progress
+	so.NoInitramfs = true // the hook builds it on the target, from the target's modules
+	res, err := stageRoot(ctx, so, root)
 	if err != nil {
 		return fmt.Errorf("kpreload provisioner: %w", err)
 	}

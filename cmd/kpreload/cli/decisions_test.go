@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/clitest"
 	"github.com/kpreload/kpreload/gpu/pci/pcitest"
 	"github.com/kpreload/kpreload/gpu/switcher"
 	"github.com/kpreload/kpreload/kmodcache/bootindex"
@@ -33,7 +34,7 @@ func (tab decisionTable) cache(t *testing.T) string {
 		f := strings.Fields(s)
 		sets = append(sets, bootindex.Set{ID: strings.Join(f, "-"), Driver: f[0], Version: f[1], Flavor: f[2]})
 	}
-	return planCache(t, sets, nil)
+	return clitest.PlanCache(t, sets, nil)
 }
 
 func readDecisionTable(t *testing.T) decisionTable {
@@ -47,14 +48,6 @@ func readDecisionTable(t *testing.T) decisionTable {
 		t.Fatalf("testdata/decisions/requests.json: %v", err)
 	}
 	return tab
-}
-
-// chosenText names a driver decision's chosen set as the table does.
-func chosenText(dd *report.SelectionDriver) string {
-	if dd == nil || dd.Chosen == nil {
-		return ""
-	}
-	return dd.Driver + " " + dd.Chosen.Version + " " + dd.Chosen.Flavor
 }
 
 // TestOneDecision runs each request of testdata/decisions through kpreload
@@ -77,18 +70,18 @@ func TestOneDecision(t *testing.T) {
 				t.Fatal(err)
 			}
 			var out, errOut bytes.Buffer
-			if code := Execute([]string{"plan", "--sysfs", root, "--cache", cache, "--kernel", planKernel, "--instance", inst, "--json"}, &out, &errOut); code != 0 {
+			if code := Execute([]string{"plan", "--sysfs", root, "--cache", cache, "--kernel", clitest.PlanKernel, "--instance", inst, "--json"}, &out, &errOut); code != 0 {
 				t.Fatalf("plan: exit %d: %s", code, errOut.String())
 			}
 			var sel report.Selection
 			if err := json.Unmarshal(out.Bytes(), &sel); err != nil || len(sel.Drivers) != 1 {
 				t.Fatalf("plan --json: %v\n%s", err, out.String())
 			}
-			if got := chosenText(&sel.Drivers[0]); got != tt.Want {
+			if got := clitest.ChosenText(&sel.Drivers[0]); got != tt.Want {
 				t.Errorf("plan with version: %q, flavor: %q chose %q, want %q", tt.Version, tt.Flavor, got, tt.Want)
 			}
 
-			args := []string{"switch", tt.Version, "--dry-run", "--sysfs", root, "--cache", cache, "--kernel", planKernel, "--json"}
+			args := []string{"switch", tt.Version, "--dry-run", "--sysfs", root, "--cache", cache, "--kernel", clitest.PlanKernel, "--json"}
 			if tt.Flavor != "" {
 				args = append(args, "--flavor", tt.Flavor)
 			}
@@ -99,12 +92,12 @@ func TestOneDecision(t *testing.T) {
 			if err := json.Unmarshal(out.Bytes(), &res); err != nil {
 				t.Fatalf("switch %s --dry-run --json: exit %d, %v: %s%s", tt.Version, code, err, out.String(), errOut.String())
 			}
-			if got := chosenText(res.Decision); got != tt.Want || (code == 0) != (tt.Want != "") {
+			if got := clitest.ChosenText(res.Decision); got != tt.Want || (code == 0) != (tt.Want != "") {
 				t.Errorf("switch %s --dry-run (flavour %q): exit %d, chose %q, want %q; stderr %s", tt.Version, tt.Flavor, code, got, tt.Want, errOut.String())
 			}
 			// The text forms: switch --dry-run prints plan's decision, all
 			// but its first line (where the request came from).
-			planArgs := []string{"plan", "--sysfs", root, "--cache", cache, "--kernel", planKernel, "--instance", inst}
+			planArgs := []string{"plan", "--sysfs", root, "--cache", cache, "--kernel", clitest.PlanKernel, "--instance", inst}
 			_, planOut, _ := runCLI(planArgs...)
 			var textArgs []string
 			for _, a := range args[1:] {
@@ -136,7 +129,7 @@ func TestSwitchOneStory(t *testing.T) {
 	tab := readDecisionTable(t)
 	cache := tab.cache(t)
 	root := pcitest.FromFixture(t, filepath.Join(pcitest.H200(t), "..", tab.Capture, "pci-sysfs.txt"))
-	base := []string{"switch", "--dry-run", "--sysfs", root, "--cache", cache, "--kernel", planKernel}
+	base := []string{"switch", "--dry-run", "--sysfs", root, "--cache", cache, "--kernel", clitest.PlanKernel}
 
 	code, out, errOut := runCLI(append(base, "999")...)
 	if code == 0 || out != "" || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "no cached driver set 999") {

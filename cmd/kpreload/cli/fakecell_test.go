@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/clitest"
 	"github.com/kpreload/kpreload/kmodcache/remote/remotetest"
 )
 
@@ -47,27 +48,6 @@ func fakeModule(t *testing.T, name string) string {
 	return ko
 }
 
-// mustRun runs the CLI and fails unless it exits with code; it returns
-// stdout and stderr.
-func mustRun(t *testing.T, code int, args ...string) (stdout, stderr string) {
-	t.Helper()
-	got, out, errOut := runCLI(args...)
-	if got != code {
-		t.Fatalf("kpreload %s = exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), got, code, out, errOut)
-	}
-	return out, errOut
-}
-
-// wantIn fails unless s holds each of wants.
-func wantIn(t *testing.T, what, s string, wants ...string) {
-	t.Helper()
-	for _, w := range wants {
-		if !strings.Contains(s, w) {
-			t.Errorf("%s lacks %q:\n%s", what, w, s)
-		}
-	}
-}
-
 // TestFakeCellThroughTheCache: an assembled module through modinfo, cache
 // add, ls, index, verify and rm.
 func TestFakeCellThroughTheCache(t *testing.T) {
@@ -75,14 +55,14 @@ func TestFakeCellThroughTheCache(t *testing.T) {
 	cache := t.TempDir()
 
 	out, _ := mustRun(t, 0, "modinfo", ko)
-	wantIn(t, "modinfo", out, "name:           kpreload_fake", "parm:           debug:turn on debugging (int)", "signed:         no")
+	clitest.WantIn(t, "modinfo", out, "name:           kpreload_fake", "parm:           debug:turn on debugging (int)", "signed:         no")
 	out, _ = mustRun(t, 0, "modinfo", "-F", "vermagic", ko)
-	wantIn(t, "modinfo -F vermagic", out, fakeKernel+" SMP")
+	clitest.WantIn(t, "modinfo -F vermagic", out, fakeKernel+" SMP")
 	out, _ = mustRun(t, 0, "modinfo", "--json", ko)
-	wantIn(t, "modinfo --json", out, `"name": "kpreload_fake"`)
+	clitest.WantIn(t, "modinfo --json", out, `"name": "kpreload_fake"`)
 
 	out, _ = mustRun(t, 0, "cache", "add", "--cache", cache, "--driver", "fake", "--version", "1.0", "--flavor", "open", ko)
-	wantIn(t, "cache add", out, "kernel    "+fakeKernel, "driver    fake 1.0 open", "modules   1 (", "firmware  fake/fw.bin")
+	clitest.WantIn(t, "cache add", out, "kernel    "+fakeKernel, "driver    fake 1.0 open", "modules   1 (", "firmware  fake/fw.bin")
 	out, _ = mustRun(t, 0, "cache", "add", "--cache", cache, "--driver", "fake", "--version", "1.0", "--flavor", "open", "--json", ko)
 	var added struct {
 		ID string `json:"id"`
@@ -92,23 +72,23 @@ func TestFakeCellThroughTheCache(t *testing.T) {
 	}
 
 	out, _ = mustRun(t, 0, "cache", "ls", "--cache", cache)
-	wantIn(t, "cache ls", out, "SET", added.ID[:12], fakeKernel, "fake", "open")
+	clitest.WantIn(t, "cache ls", out, "SET", added.ID[:12], fakeKernel, "fake", "open")
 	out, _ = mustRun(t, 0, "cache", "ls", "--cache", cache, "--kernel", "6.12.0-other")
 	if strings.Contains(out, added.ID[:12]) {
 		t.Errorf("cache ls --kernel 6.12.0-other lists the set:\n%s", out)
 	}
 	out, _ = mustRun(t, 0, "cache", "ls", "--cache", cache, "--json")
-	wantIn(t, "cache ls --json", out, added.ID)
+	clitest.WantIn(t, "cache ls --json", out, added.ID)
 	mustRun(t, 0, "cache", "index", "--cache", cache, "--kernel", fakeKernel)
 
 	out, _ = mustRun(t, 0, "cache", "verify", "--cache", cache)
-	wantIn(t, "cache verify", out, "ok: "+cache)
+	clitest.WantIn(t, "cache verify", out, "ok: "+cache)
 	out, _ = mustRun(t, 0, "cache", "verify", "--cache", cache, "--repair")
-	wantIn(t, "cache verify --repair", out, "repaired: 0 temporary file(s)", "ok: ")
+	clitest.WantIn(t, "cache verify --repair", out, "repaired: 0 temporary file(s)", "ok: ")
 	out, _ = mustRun(t, 0, "cache", "verify", "--cache", cache, "--json")
-	wantIn(t, "cache verify --json", out, `"ok": true`, `"problems": []`)
+	clitest.WantIn(t, "cache verify --json", out, `"ok": true`, `"problems": []`)
 	_, errOut := mustRun(t, 1, "cache", "verify", "--cache", cache, "--repair", "--rebuild", added.ID[:12])
-	wantIn(t, "cache verify --repair --rebuild", errOut, "--rebuild and --repair: give one")
+	clitest.WantIn(t, "cache verify --repair --rebuild", errOut, "--rebuild and --repair: give one")
 
 	// A module file changed under the cache is a problem verify names.
 	objects := filepath.Join(cache, "objects")
@@ -124,7 +104,7 @@ func TestFakeCellThroughTheCache(t *testing.T) {
 		t.Fatalf("changing the module file under %s: %v, %d changed, want 1", objects, err, changed)
 	}
 	out, errOut = mustRun(t, 1, "cache", "verify", "--cache", cache)
-	wantIn(t, "cache verify of a changed module", out+errOut, "1 problem(s)")
+	clitest.WantIn(t, "cache verify of a changed module", out+errOut, "1 problem(s)")
 
 	mustRun(t, 0, "cache", "rm", "--cache", cache, added.ID[:12])
 	out, _ = mustRun(t, 0, "cache", "ls", "--cache", cache)
@@ -147,12 +127,12 @@ func TestFakeCellThroughARegistry(t *testing.T) {
 			"--key", "schema=test/1", "--key", "cell="+v.driver+"-"+v.version, ko)
 	}
 	out, _ := mustRun(t, 0, append([]string{"cache", "push", "--cache", cache}, remoteFlags...)...)
-	wantIn(t, "cache push", out, "fake 550.54.14", "fake 535.261.03", "other 1.0")
+	clitest.WantIn(t, "cache push", out, "fake 550.54.14", "fake 535.261.03", "other 1.0")
 
 	out, _ = mustRun(t, 0, append([]string{"build", "--report"}, remoteFlags...)...)
-	wantIn(t, "build --report", out, "registry "+reg.URL()+": 3 cells", "no --trust", "CELL", fakeKernel, "fake 550.54.14", "ok, unsigned")
+	clitest.WantIn(t, "build --report", out, "registry "+reg.URL()+": 3 cells", "no --trust", "CELL", fakeKernel, "fake 550.54.14", "ok, unsigned")
 	out, _ = mustRun(t, 0, append([]string{"build", "--report", "--json"}, remoteFlags...)...)
-	wantIn(t, "build --report --json", out, `"driver": "other"`)
+	clitest.WantIn(t, "build --report --json", out, `"driver": "other"`)
 
 	for _, tt := range []struct {
 		version    string
@@ -167,7 +147,7 @@ func TestFakeCellThroughARegistry(t *testing.T) {
 		t.Run(tt.version, func(t *testing.T) {
 			args := append([]string{"cache", "pull", "--cache", t.TempDir(), "--driver", "fake", "--version", tt.version}, remoteFlags...)
 			out, errOut := mustRun(t, tt.code, args...)
-			wantIn(t, "cache pull --version "+tt.version, out, tt.want...)
+			clitest.WantIn(t, "cache pull --version "+tt.version, out, tt.want...)
 			for _, l := range tt.lack {
 				if strings.Contains(out, l) {
 					t.Errorf("cache pull --version %s pulled %q:\n%s%s", tt.version, l, out, errOut)
@@ -202,15 +182,15 @@ func TestFakeCellSigned(t *testing.T) {
 	remoteFlags := []string{"--remote", reg.URL(), "--plain-http", "--docker-config", filepath.Join(t.TempDir(), "config.json")}
 	mustRun(t, 0, "cache", "add", "--cache", cache, "--driver", "fake", "--version", "1.0", "--key", "schema=test/1", fakeModule(t, "kpreload_fake"))
 	out, _ := mustRun(t, 0, append([]string{"cache", "push", "--cache", cache, "--sign", "team.key", "--json"}, remoteFlags...)...)
-	wantIn(t, "cache push --sign --json", out, `"driver": "fake"`)
+	clitest.WantIn(t, "cache push --sign --json", out, `"driver": "fake"`)
 
 	out, errOut := mustRun(t, 0, append([]string{"cache", "pull", "--cache", t.TempDir(), "--trust", "team.pub"}, remoteFlags...)...)
-	wantIn(t, "cache pull --trust team.pub", out, "fake 1.0  for "+fakeKernel+": pulled set")
+	clitest.WantIn(t, "cache pull --trust team.pub", out, "fake 1.0  for "+fakeKernel+": pulled set")
 	if strings.Contains(errOut, "unsigned") || strings.Contains(errOut, "not verified") {
 		t.Errorf("cache pull --trust team.pub warns of a cell it verified:\n%s", errOut)
 	}
 	_, errOut = mustRun(t, 1, append([]string{"cache", "pull", "--cache", t.TempDir(), "--trust", "other.pub"}, remoteFlags...)...)
-	wantIn(t, "cache pull --trust other.pub", errOut, "0 cell(s) pulled, 1 refused")
+	clitest.WantIn(t, "cache pull --trust other.pub", errOut, "0 cell(s) pulled, 1 refused")
 	out, _ = mustRun(t, 0, append([]string{"build", "--report", "--trust", "team.pub"}, remoteFlags...)...)
-	wantIn(t, "build --report --trust team.pub", out, "fake 1.0", "ok")
+	clitest.WantIn(t, "build --report --trust team.pub", out, "fake 1.0", "ok")
 }

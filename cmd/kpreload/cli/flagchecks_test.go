@@ -4,8 +4,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // TestFlagChecks: each command's validate refuses flags that do not go
@@ -44,22 +42,5 @@ func TestFlagChecks(t *testing.T) {
 		if code == 0 || !strings.Contains(stderr, tt.want) {
 			t.Errorf("kpreload %q = exit %d, stdout %q, stderr %q; want a failure saying %q", tt.args, code, stdout, stderr, tt.want)
 		}
-	}
-}
-
-// TestFollowCells: follow with no RECIPE follows every recipe of the
-// recipes directory; with some, those.
-func TestFollowCells(t *testing.T) {
-	recipes := filepath.Join(testenv.RepoRoot(t), "recipes")
-	all, kernels, err := followCells(nil, recipes)
-	if err != nil || len(all) < 2 || len(kernels) != 0 {
-		t.Fatalf("followCells(none) = %d recipes, %v, %v; want every recipe of %s", len(all), kernels, err, recipes)
-	}
-	some, kernels, err := followCells([]string{"testdriver:6.1.0-56-cloud-amd64"}, recipes)
-	if err != nil || len(some) != 1 || some[0].Name != "testdriver" || len(kernels[some[0]]) != 1 {
-		t.Errorf("followCells(testdriver:KVER) = %v, %v, %v; want testdriver for one kernel", some, kernels, err)
-	}
-	if _, _, err := followCells(nil, filepath.Join(t.TempDir(), "absent")); err == nil {
-		t.Error("followCells(none) of an absent directory: no error")
 	}
 }

@@ -65,3 +65,9 @@ func seedCache(t *testing.T, dst string) {
 		t.Logf("cache starts with set %.12s (%s %s for %s), built by TestBuildJSONAndExitStatus", e.ID, e.Driver, e.Version, e.Kernel)
 	}
 }
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	removeKept()
+	os.Exit(code)
+}

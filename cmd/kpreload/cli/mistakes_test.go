@@ -9,29 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/clitest"
 )
-
-// treeCommands returns every visible command of the tree, root first.
-func treeCommands() []*cobra.Command {
-	var out []*cobra.Command
-	var walk func(*cobra.Command)
-	walk = func(c *cobra.Command) {
-		if c.Hidden || c.Name() == cobra.ShellCompRequestCmd || c.Name() == cobra.ShellCompNoDescRequestCmd {
-			return
-		}
-		out = append(out, c)
-		for _, s := range c.Commands() {
-			walk(s)
-		}
-	}
-	walk(withCompletion(NewRoot()))
-	return out
-}
-
-// words is a command's path without the root's name.
-func words(c *cobra.Command) []string { return strings.Fields(c.CommandPath())[1:] }
 
 // misspell returns name with its last letter changed: one edit away.
 func misspell(name string) string {
@@ -59,7 +40,7 @@ func TestCommandTree(t *testing.T) {
 				}
 			}
 			typo := misspell(child.Name())
-			code, out, errOut := runCLI(append(words(c), typo)...)
+			code, out, errOut := runCLI(append(clitest.Words(c), typo)...)
 			if code == 0 || out != "" || !strings.Contains(errOut, "Did you mean this?\n\t"+child.Name()+"\n") {
 				t.Errorf("%s %s: exit %d, stdout %q, stderr %q; want a non-zero exit and \"Did you mean\" %s", path, typo, code, out, errOut, child.Name())
 			}
@@ -76,7 +57,7 @@ func TestCommandTree(t *testing.T) {
 			name = flag.Name
 		}
 		typo := misspell(name)
-		code, _, errOut := runCLI(append(words(c), "--"+typo)...)
+		code, _, errOut := runCLI(append(clitest.Words(c), "--"+typo)...)
 		if want := "unknown flag: --" + typo + "; did you mean --" + name + "?"; code == 0 || !strings.Contains(errOut, want) {
 			t.Errorf("%s --%s: exit %d, stderr %q; want a non-zero exit and %q", path, typo, code, errOut, want)
 		}
@@ -84,7 +65,7 @@ func TestCommandTree(t *testing.T) {
 		// do their work when the arguments are right).
 		if c.Args != nil && !c.HasSubCommands() && c.Name() != "help" {
 			for _, args := range [][]string{nil, strings.Fields("a b c d e f g h i")} {
-				if err := c.Args(c, args); err != nil && (strings.Contains(err.Error(), "arg(s)") || !strings.Contains(err.Error(), strings.Join(words(c), " "))) {
+				if err := c.Args(c, args); err != nil && (strings.Contains(err.Error(), "arg(s)") || !strings.Contains(err.Error(), strings.Join(clitest.Words(c), " "))) {
 					t.Errorf("%s with %d arguments: %v; want the usage (%s …), not cobra's count", path, len(args), err, path)
 				}
 			}
@@ -107,51 +88,25 @@ func TestCommandTree(t *testing.T) {
 	}
 }
 
-// helpOf returns c's --help.
-func helpOf(t *testing.T, c *cobra.Command) string {
-	t.Helper()
-	code, out, errOut := runCLI(append(words(c), "--help")...)
-	if code != 0 {
-		t.Fatalf("%s --help: exit %d: %s", c.CommandPath(), code, errOut)
-	}
-	return out
-}
-
-// exampleLines returns the kpreload command lines of the Examples section of
-// c's --help (sudo dropped; lines of other tools, such as docker run, and
-// comments skipped).
-func exampleLines(t *testing.T, c *cobra.Command) []string {
-	_, ex, _ := strings.Cut(helpOf(t, c), "Examples:\n")
-	ex, _, _ = strings.Cut(ex, "\n\n")
-	var out []string
-	for _, l := range strings.Split(ex, "\n") {
-		l = strings.TrimPrefix(strings.TrimSpace(l), "sudo ")
-		if strings.HasPrefix(l, "kpreload ") {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
 // exampleTests names, for each command whose examples a test of its own runs
 // exactly as written, that test (a function of this package, or
 // "package-dir:function" elsewhere), or the tests, space-separated, that run
 // them between them.
 var exampleTests = map[string]string{
-	"kpreload switch":                "TestSwitchHelpExamples",
-	"kpreload plan":                  "TestPlanHelpExamples",
-	"kpreload xorg":                  "TestXorgHelpExamples",
-	"kpreload match":                 "TestMatchHelpExamples",
-	"kpreload cdi generate":          "TestCDIGenerateHelpExamples",
+	"kpreload switch":                "cmd/kpreload/internal/switchcmd:TestSwitchHelpExamples",
+	"kpreload plan":                  "cmd/kpreload/internal/plancmd:TestPlanHelpExamples",
+	"kpreload xorg":                  "cmd/kpreload/internal/xorgcmd:TestXorgHelpExamples",
+	"kpreload match":                 "cmd/kpreload/internal/matchcmd:TestMatchHelpExamples",
+	"kpreload cdi generate":          "cmd/kpreload/internal/cdicmd:TestCDIGenerateHelpExamples",
 	"kpreload follow":                "TestFollowHelpExamples",
-	"kpreload keys show":             "TestKeysHelpExamples",
-	"kpreload keys export":           "TestKeysHelpExamples",
-	"kpreload keys rotate":           "TestKeysHelpExamples",
-	"kpreload recipe supported-gpus": "TestRecipeHelpExamples",
-	"kpreload report":                "TestReportHelpExamples",
-	"kpreload rootdisk":              "TestRootdiskHelpExamples",
-	"kpreload cdi refresh":           "TestCDIRefreshHelpExamples",
-	"kpreload status":                "TestStatusHelpExamples",
+	"kpreload keys show":             "cmd/kpreload/internal/keyscmd:TestKeysHelpExamples",
+	"kpreload keys export":           "cmd/kpreload/internal/keyscmd:TestKeysHelpExamples",
+	"kpreload keys rotate":           "cmd/kpreload/internal/keyscmd:TestKeysHelpExamples",
+	"kpreload recipe supported-gpus": "cmd/kpreload/internal/recipecmd:TestRecipeHelpExamples",
+	"kpreload report":                "cmd/kpreload/internal/reportcmd:TestReportHelpExamples",
+	"kpreload rootdisk":              "cmd/kpreload/internal/rootdiskcmd:TestRootdiskHelpExamples",
+	"kpreload cdi refresh":           "cmd/kpreload/internal/cdicmd:TestCDIRefreshHelpExamples",
+	"kpreload status":                "cmd/kpreload/internal/installcmd:TestStatusHelpExamples",
 	"kpreload kernel-hook":           "builder/follow/e2e:checkRefreshExample",
 	// TestGenericHelpExamples runs these in a directory holding ./cache.
 	"kpreload help":                    "TestGenericHelpExamples",
@@ -170,15 +125,15 @@ var exampleTests = map[string]string{
 	"kpreload cache push":              "TestCacheHelpExamples",
 	"kpreload cache pull":              "TestCacheHelpExamples",
 	"kpreload modinfo":                 "TestCacheHelpExamples",
-	"kpreload cdi hook update-ldcache": "TestHookHelpExamples",
-	"kpreload k8s refresh":             "TestHookHelpExamples",
-	"kpreload cache rm":                "TestCacheRmHelpExamples",
-	"kpreload copy-in":                 "TestCopyInHelpExamples",
-	"kpreload boot":                    "TestBootHelpExamples",
-	"kpreload user-data apply":         "TestUserDataHelpExamples",
-	"kpreload initramfs":               "TestInitramfsHelpExamples",
-	"kpreload install":                 "TestInstallHelpExamples builder/adopt:adoptBootUpdate", // --stage: a diskimage-builder image
-	"kpreload image build":             "TestImageBuildHelpExamples",
+	"kpreload cdi hook update-ldcache": "cmd/kpreload/internal/cdicmd:TestHookHelpExamples",
+	"kpreload k8s refresh":             "cmd/kpreload/internal/k8scmd:TestK8sRefreshHelpExamples",
+	"kpreload cache rm":                "cmd/kpreload/internal/cachecmd:TestCacheRmHelpExamples",
+	"kpreload copy-in":                 "cmd/kpreload/internal/copyincmd:TestCopyInHelpExamples",
+	"kpreload boot":                    "cmd/kpreload/internal/bootcmd:TestBootHelpExamples",
+	"kpreload user-data apply":         "cmd/kpreload/internal/userdatacmd:TestUserDataHelpExamples",
+	"kpreload initramfs":               "cmd/kpreload/internal/initramfscmd:TestInitramfsHelpExamples",
+	"kpreload install":                 "cmd/kpreload/internal/installcmd:TestInstallHelpExamples builder/adopt:adoptBootUpdate", // --stage: a diskimage-builder image
+	"kpreload image build":             "cmd/kpreload/internal/imagecmd:TestImageBuildHelpExamples",
 }
 
 // TestEveryExampleHasItsTest: each command's example lines are run by the

@@ -97,20 +97,3 @@ func TestNeedsRootAsNobody(t *testing.T) {
 		}
 	}
 }
-
-// TestNeedsRootCheckedFirst: with euid standing for an ordinary user, a
-// switch that would load modules stops at the check, before its arguments'
-// names or the cache are looked at; as root the check lets it through.
-func TestNeedsRootCheckedFirst(t *testing.T) {
-	defer func(f func() int) { euid = f }(euid)
-	euid = func() int { return 1000 }
-	code, out, errOut := runCLI("switch", "550", "--cache", "/nonexistent")
-	if want := "kpreload: switch needs root (it unloads and loads kernel modules; --dry-run only takes the decision): run it with sudo\n"; code == 0 || out != "" || errOut != want {
-		t.Errorf("switch 550 as uid 1000: exit %d, stdout %q, stderr %q; want only %q", code, out, errOut, want)
-	}
-	euid = func() int { return 0 }
-	useRunDir(t, "kpreload/report.json") // a machine kpreload booted
-	if _, _, errOut := runCLI("switch", "550", "--cache", "/nonexistent"); strings.Contains(errOut, "needs root") || !strings.Contains(errOut, "/nonexistent") {
-		t.Errorf("switch 550 as root: %q; want the cache's error, not the root check", errOut)
-	}
-}

@@ -11,14 +11,11 @@ import (
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/kpreload/kpreload/builder/matrix"
-	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/kmodcache/cellsign"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
 	"github.com/kpreload/kpreload/kmodcache/remote"
 	"github.com/kpreload/kpreload/kmodcache/remote/remotetest"
 	"github.com/kpreload/kpreload/kmodcache/store"
-	"github.com/kpreload/kpreload/kmodcache/tiered"
 	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
@@ -151,42 +148,3 @@ func TestUnsignedIsNeverSilent(t *testing.T) {
 		t.Errorf("build --report without --trust does not mark the rows:\n%s", out.String())
 	}
 }
-
-// TestImageBuildRemoteNeedsTrust: image build --remote without --trust is
-// refused before anything is done, unless --allow-unsigned.
-func TestImageBuildRemoteNeedsTrust(t *testing.T) {
-	base := []string{"image", "build", "--name", "x", "--kernel", "6.1.0-56-cloud-amd64", "--out", t.TempDir()}
-	code, _, stderr := runCLI(append(base, "--remote", "oci://127.0.0.1:1/cells", "--plain-http")...)
-	if code == 0 || !strings.Contains(stderr, "without --trust") || !strings.Contains(stderr, "--allow-unsigned") {
-		t.Errorf("image build --remote without --trust = exit %d, %q; want a refusal naming --trust and --allow-unsigned", code, stderr)
-	}
-	code, _, stderr = runCLI(append(base, "--allow-unsigned")...)
-	if code == 0 || !strings.Contains(stderr, "--allow-unsigned needs --remote") {
-		t.Errorf("image build --allow-unsigned without --remote = exit %d, %q; want a refusal", code, stderr)
-	}
-}
-
-// TestBuildSaysUnsigned: a build that pulled cells without trusted keys
-// says so of each on stderr, in its table and in --json.
-func TestBuildSaysUnsigned(t *testing.T) {
-	results := []matrix.Result{
-		{Cell: matrix.Cell{Recipe: &recipe.Recipe{Name: "nvidia-550"}, Kernel: "6.1.0-56-cloud-amd64"}, State: matrix.StatePulled, Remote: tiered.RemotePulled, Trust: remote.TrustUnsigned},
-		{Cell: matrix.Cell{Recipe: &recipe.Recipe{Name: "nvidia-535"}, Kernel: "6.1.0-56-cloud-amd64"}, State: matrix.StatePulled, Remote: tiered.RemotePulled, Trust: remote.TrustVerified},
-	}
-	var errb, table bytes.Buffer
-	printUnsigned(&errb, results, stringer("oci://r/cells"))
-	if got := errb.String(); !strings.Contains(got, "nvidia-550 for 6.1.0-56-cloud-amd64 pulled from oci://r/cells: unsigned") || strings.Contains(got, "nvidia-535") {
-		t.Errorf("stderr %q, want the unsigned cell (and only it) named", got)
-	}
-	printBuildTable(&table, results)
-	if !strings.Contains(table.String(), "pulled (unsigned)") {
-		t.Errorf("the build table does not mark the unsigned cell:\n%s", table.String())
-	}
-	if js := buildJSON(results); js[0].Trust != "unsigned" || js[1].Trust != "verified" {
-		t.Errorf("--json trust = %q, %q; want unsigned, verified", js[0].Trust, js[1].Trust)
-	}
-}
-
-type stringer string
-
-func (s stringer) String() string { return string(s) }

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/packer-plugin-sdk/template/config"
 
 	"github.com/kpreload/kpreload/builder/image"
+	"github.com/kpreload/kpreload/builder/image/stage"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/internal/layout"
 	"github.com/kpreload/kpreload/kmodcache/cellsign"
@@ -200,3 +201,24 @@ func (s *Shared) LoadedRecipes() []*recipe.Recipe { return s.recipes }
 
 // OpenedRemote returns the registry Prepare opened, or nil without `remote`.
 func (s *Shared) OpenedRemote() *remote.Remote { return s.remote }
+
+// StageOptions returns what the builder and the provisioner both hand
+// stage: the recipes Prepare loaded, the module cache, whether missing cells
+// are built, the registry Prepare opened, the downloads directory, the
+// kpreload binaries, the instance file, the kernel hook's registry
+// configuration and the early drivers. The kernels, the command line and the
+// progress are each plugin's to set.
+func (s *Shared) StageOptions() stage.Options {
+	return stage.Options{
+		Recipes:        s.LoadedRecipes(),
+		CacheDir:       s.CacheDir,
+		BuildMissing:   s.BuildsMissing(),
+		Remote:         s.OpenedRemote(),
+		EarlyDrivers:   s.EarlyDrivers,
+		DownloadDir:    s.DownloadDir,
+		KpreloadBinary: s.KpreloadBinary,
+		InitBinary:     s.InitBinary,
+		Instance:       s.InstanceFile,
+		RemoteConfig:   s.RemoteConfig,
+	}
+}

@@ -1,0 +1,9 @@
+package imagecmd
+
+import "github.com/kpreload/kpreload/cmd/kpreload/internal/clitest"
+
+// cli is the tree these tests run: kpreload image.
+var cli = clitest.New(New)
+
+// runCLI runs the command line and returns its exit status and output.
+func runCLI(args ...string) (code int, stdout, stderr string) { return cli.Run(args...) }

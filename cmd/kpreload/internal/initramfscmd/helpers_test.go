@@ -1,0 +1,13 @@
+package initramfscmd
+
+import (
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/cachecmd"
+	"github.com/kpreload/kpreload/cmd/kpreload/internal/clitest"
+)
+
+// cli is the tree these tests run: kpreload initramfs, and cache for the
+// sets it packs.
+var cli = clitest.New(New, cachecmd.New)
+
+// runCLI runs the command line and returns its exit status and output.
+func runCLI(args ...string) (code int, stdout, stderr string) { return cli.Run(args...) }
