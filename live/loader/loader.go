@@ -461,9 +461,10 @@ func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
 	}
 	if flags != 0 && (errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL)) {
 		m.Decompress = "userspace"
-		// The kernel cannot decompress this format itself: do it here.
+		// The kernel cannot decompress this format itself: do it here, from
+		// the file as opened and checked, not whatever its path names now.
 		t := l.Now()
-		elf, _, derr := modinfo.Open(c.File)
+		elf, derr := decompressOpen(f, c.File)
 		if derr != nil {
 			return finish("failed", "", fmt.Errorf("decompress %s: %w", c.File, derr))
 		}
@@ -540,6 +541,20 @@ func (l *Loader) verity() VerityKernel {
 		return System{}
 	}
 	return l.Verity
+}
+
+// decompressOpen decompresses the open module file f (named name) from its
+// start.
+func decompressOpen(f *os.File, name string) ([]byte, error) {
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, fmt.Errorf("rewind %s: %w", name, err)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, modinfo.MaxImageSize))
+	if err != nil {
+		return nil, err // err names the file
+	}
+	elf, _, err := modinfo.Decompress(name, data)
+	return elf, err
 }
 
 // timedDigest reads f into h, recording in m the seconds spent reading and

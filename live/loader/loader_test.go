@@ -674,3 +674,52 @@ func TestLoadStepTimes(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadDecompressesWhatWasChecked checks that a module the kernel cannot
+// decompress is decompressed from the file as opened and checked: one put in
+// its place after the check (here, while the kernel refused the format) is
+// not what init_module gets.
+func TestLoadDecompressesWhatWasChecked(t *testing.T) {
+	src := filepath.Join(moduleDir(t, kver612), "kernel/drivers/virtio/virtio_input.ko.xz")
+	raw, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t)
+	f.kernel.finitFlagErr = unix.EOPNOTSUPP
+	if err := os.MkdirAll(filepath.Join(f.dir, "k"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(f.dir, "k", "virtio_input.ko.xz")
+	if err := os.WriteFile(p, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.kernel.afterFinit = func(path string) {
+		// Another file under the checked one's name: a rename, as an
+		// attacker with the directory would do it.
+		swap := p + ".swap"
+		if err := os.WriteFile(swap, []byte("\xfd7zXZ\x00 not the checked module"), 0o644); err != nil {
+			t.Error(err)
+		}
+		if err := os.Rename(swap, p); err != nil {
+			t.Error(err)
+		}
+	}
+	s := f.set(t, "k", bootindex.Module{Name: "virtio_input", Path: "virtio_input.ko.xz", Compression: "xz",
+		Vermagic: kver612 + " SMP preempt mod_unload modversions "})
+	s.Modules[0].SHA256 = sha(t, p)
+	l := f.loader()
+	l.Release, l.Vermagic, l.VerifyDigest = kver612, "", true
+	m := one(t, load(t, l, f.index(s), "virtio_input"), "virtio_input")
+	if m.Result != "loaded" || m.Decompress != "userspace" {
+		t.Fatalf("entry %q (%q), decompressed by %q; want loaded, in userspace", m.Result, m.Reason, m.Decompress)
+	}
+	ic := f.kernel.callsFor("")
+	want := tool(t, "xz", "-dc", src)
+	if len(ic) != 1 {
+		t.Fatalf("%d init_module calls, want 1", len(ic))
+	}
+	if !bytes.Equal(ic[0].image, want) {
+		t.Errorf("init_module got %d bytes starting %q, want the checked module's %d bytes", len(ic[0].image), ic[0].head, len(want))
+	}
+}
