@@ -11,7 +11,9 @@ import (
 // KeySchema is the "schema" entry of every cache key Run writes; change it
 // when the meaning of the key or of the build changes, so old sets stop matching.
 // kpreload-build/2: dkms runs in its sandbox (fixed paths, no host
-// configuration, no compression), so the same key gives the same bytes.
+// configuration, dkms compresses nothing), so the same key gives the same
+// bytes; how the cell then stores its modules is the key's
+// module_compression (ModuleCompression), which needs no new schema.
 const KeySchema = "kpreload-build/2"
 
 // cellKey returns the cache key of one cell: every input that decides what
