@@ -124,6 +124,17 @@ type Module struct {
 	// MissingFirmware lists firmware the module declares that was not where
 	// the kernel looks when it was loaded.
 	MissingFirmware []string `json:"missing_firmware,omitempty"`
+	// ReadTime, DigestTime and DecompressTime are the seconds the insert
+	// spent reading the file for its digest check, hashing it, and
+	// decompressing it in userspace (0: not done); Called is when the
+	// system call that loaded it (finit_module, or init_module after
+	// userspace decompression) was made, End when it returned. The kernel's
+	// log under initcall_debug splits the call into the kernel's load_module
+	// work and the module's init (scripts/nvidia-breakdown.sh).
+	ReadTime       float64 `json:"read_time,omitempty"`
+	DigestTime     float64 `json:"digest_time,omitempty"`
+	DecompressTime float64 `json:"decompress_time,omitempty"`
+	Called         float64 `json:"called,omitempty"`
 }
 
 // Event is one timestamped step of the boot.

@@ -18,11 +18,10 @@
 #                  monitor), as a cloud volume that appears while the machine boots
 #
 # Variants (each boots the same ext4 root disk whose /sbin/init is kpreload-rootinit):
-#   kpreload, initramfs, early  the set in the initramfs, index marked complete: /init
-#                               decides and loads while it finds the root; xz where the
-#                               kernel decompresses xz itself (6.12), else zstd (6.1
-#                               decompresses no module: /init does, zstd several times
-#                               faster than xz under TCG)
+#   kpreload, initramfs, early  the set in the initramfs (zstd, as images store it on
+#                               Debian's kernels), index marked complete: /init decides
+#                               and loads while it finds the root (kpreload.load= modules
+#                               too, before the root)
 #   kpreload, initramfs, after  (with --slow-root) the same initramfs without --complete:
 #                               /init decides and loads after the root mount
 #   kpreload, root cache, xz    the set on the root's module cache, xz-compressed as the
@@ -89,34 +88,10 @@ cp "$top/bin/kpreload" "$top/bin/kpreload-init" "$top/bin/kpreload-rootinit" "$w
 kp="$work/bin/kpreload"
 fail() { [ -f "$2" ] && tail -n 25 "$2" >&2; die "$1 (log: $2)"; }
 
-store="$KPRELOAD_CACHE/store"
-log "the $recipe cell for $kver (built with dkms unless $store holds it)"
-"$kp" build --recipes "$top/recipes" --cache "$store" --json "$recipe:$kver" >"$work/build.json" 2>"$work/logs/build.log" ||
-  fail "kpreload build $recipe:$kver failed" "$work/logs/build.log"
-set_id=$(jq -r '.[0].set_id' "$work/build.json")
-manifest="$store/sets/$set_id.json"
-[ -f "$manifest" ] || die "no manifest $manifest"
-driver=$(jq -r .driver "$manifest"); version=$(jq -r .version "$manifest"); flavor=$(jq -r .flavor "$manifest")
-log "set ${set_id:0:12}: $driver $version $flavor, $(jq -r '[.modules[].file] | join(" ")' "$manifest")"
-
-# The module files plain, xz-compressed as the kernel's own are (the options of the
-# kernel's Makefile: crc32, 1 MiB dictionary) and zstd-compressed.
-mkdir -p "$work/mods/xz" "$work/mods/plain" "$work/mods/zstd"
-while read -r file sha; do
-  obj="$store/objects/sha256/${sha:0:2}/$sha"
-  base=${file%.xz}; base=${base%.zst}
-  case $file in
-    *.xz) xz -dc "$obj" >"$work/mods/plain/$base" ;;
-    *.zst) zstd -qdc "$obj" >"$work/mods/plain/$base" ;;
-    *) cp "$obj" "$work/mods/plain/$base" ;;
-  esac
-  xz --check=crc32 --lzma2=dict=1MiB -c "$work/mods/plain/$base" >"$work/mods/xz/$base.xz"
-  zstd -q -19 "$work/mods/plain/$base" -o "$work/mods/zstd/$base.zst"
-done < <(jq -r '.modules[] | "\(.file) \(.sha256)"' "$manifest")
-for c in xz plain zstd; do
-  "$kp" cache add --cache "$work/cache-$c" --driver "$driver" --version "$version" --flavor "$flavor" "$work/mods/$c"/* \
-    >"$work/logs/cache-$c.log" 2>&1 || fail "cache add ($c) failed" "$work/logs/cache-$c.log"
-done
+nvidia_cell "$kp" "$recipe" "$kver" "$work"
+driver=$NVIDIA_DRIVER version=$NVIDIA_VERSION flavor=$NVIDIA_FLAVOR set_id=$NVIDIA_SET
+# The module files plain, xz-compressed as the kernel's own are and zstd-compressed.
+nvidia_forms "$kp" "$work" xz plain zstd
 
 uuid=5f1d2c3b-8a9e-4f70-b6d5-4c3b2a190807
 log "root disks and initramfs images"
@@ -127,11 +102,12 @@ for c in xz plain zstd; do
 done
 "$kp" initramfs --kernel "$kver" --root "$ktree" -o "$work/kp-plain.img" >"$work/logs/initramfs.log" 2>&1 ||
   fail "kpreload initramfs failed" "$work/logs/initramfs.log"
-# Who decompresses xz: the kernel (MODULE_DECOMPRESS, built for xz) or /init.
+# Who decompresses xz (the root cache's xz row): the kernel (MODULE_DECOMPRESS, built
+# for xz) or /init. The initramfs carries zstd, as images store sets on Debian's kernels.
 kconfig="$ktree/boot/config-$kver"
 initc=zstd xzwho="userspace decompression: this kernel decompresses no xz"
 if grep -q '^CONFIG_MODULE_DECOMPRESS=y' "$kconfig" && grep -q '^CONFIG_MODULE_COMPRESS_XZ=y' "$kconfig"; then
-  initc=xz xzwho="in-kernel decompression"
+  xzwho="in-kernel decompression"
 fi
 "$kp" initramfs --kernel "$kver" --root "$ktree" --cache "$work/cache-$initc" --complete -o "$work/kp-early.img" >"$work/logs/initramfs-early.log" 2>&1 ||
   fail "kpreload initramfs --complete failed" "$work/logs/initramfs-early.log"

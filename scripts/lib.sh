@@ -151,3 +151,87 @@ CFG
 # now: the time in seconds; since T: the seconds since T (two decimals).
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f\n", b - a }'; }
+
+# The NVIDIA benchmarks' (bench-nvidia.sh, nvidia-breakdown.sh) common parts.
+# nvidia_cell KPRELOAD RECIPE KVER WORK: the recipe's cell for KVER in
+# $KPRELOAD_CACHE/store (built with the real dkms unless it is there: minutes); sets
+# NVIDIA_KVER, NVIDIA_SET, NVIDIA_MANIFEST, NVIDIA_DRIVER, NVIDIA_VERSION and NVIDIA_FLAVOR.
+nvidia_cell() {
+  local kp=$1 recipe=$2 kver=$3 work=$4 store="$KPRELOAD_CACHE/store"
+  log "the $recipe cell for $kver (built with dkms unless $store holds it)"
+  "$kp" build --recipes "$top/recipes" --cache "$store" --json "$recipe:$kver" >"$work/build.json" 2>"$work/logs/build.log" ||
+    { tail -n 25 "$work/logs/build.log" >&2; die "kpreload build $recipe:$kver failed (log: $work/logs/build.log)"; }
+  NVIDIA_KVER=$kver
+  NVIDIA_SET=$(jq -r '.[0].set_id' "$work/build.json")
+  NVIDIA_MANIFEST="$store/sets/$NVIDIA_SET.json"
+  [ -f "$NVIDIA_MANIFEST" ] || die "no manifest $NVIDIA_MANIFEST"
+  NVIDIA_DRIVER=$(jq -r .driver "$NVIDIA_MANIFEST")
+  NVIDIA_VERSION=$(jq -r .version "$NVIDIA_MANIFEST")
+  NVIDIA_FLAVOR=$(jq -r .flavor "$NVIDIA_MANIFEST")
+  log "set ${NVIDIA_SET:0:12}: $NVIDIA_DRIVER $NVIDIA_VERSION $NVIDIA_FLAVOR, $(jq -r '[.modules[].file] | join(" ")' "$NVIDIA_MANIFEST")"
+}
+
+# nvidia_forms KPRELOAD WORK FORM...: the cell's module files in each FORM under WORK/mods/FORM
+# and a module cache of them, WORK/cache-FORM: plain (.ko), xz (compressed as the
+# kernel's own modules are: crc32, 1 MiB dictionary), zstd (-19), signed (plain, signed
+# with a throwaway key by the kernel's sign-file; $NVIDIA_KVER names the kernel).
+nvidia_forms() {
+  local kp=$1 work=$2 file sha obj base form sig
+  shift 2
+  mkdir -p "$work/mods/plain"
+  while read -r file sha; do
+    obj="$KPRELOAD_CACHE/store/objects/sha256/${sha:0:2}/$sha"
+    base=${file%.xz}; base=${base%.zst}
+    case $file in
+      *.xz) xz -dc "$obj" >"$work/mods/plain/$base" ;;
+      *.zst) zstd -qdc "$obj" >"$work/mods/plain/$base" ;;
+      *) cp "$obj" "$work/mods/plain/$base" ;;
+    esac
+  done < <(jq -r '.modules[] | "\(.file) \(.sha256)"' "$NVIDIA_MANIFEST")
+  for form in "$@"; do
+    mkdir -p "$work/mods/$form"
+    for file in "$work/mods/plain"/*; do
+      base=$(basename "$file")
+      case $form in
+        plain) ;;
+        xz) xz --check=crc32 --lzma2=dict=1MiB -c "$file" >"$work/mods/xz/$base.xz" ;;
+        zstd) zstd -q -19 "$file" -o "$work/mods/zstd/$base.zst" ;;
+        signed)
+          # Signed with a throwaway key by the kernel's own sign-file: no kernel
+          # trusts it, so a kernel that does not enforce signatures checks the
+          # signature (hashing the whole module) and loads it, tainted.
+          if [ ! -f "$work/sign.pem" ]; then
+            openssl req -new -x509 -nodes -newkey rsa:2048 -sha256 -days 1 -subj "/CN=kpreload benchmark" \
+              -keyout "$work/sign.pem" -out "$work/sign.crt" -outform DER >"$work/logs/sign-key.log" 2>&1 ||
+              die "openssl req failed (log: $work/logs/sign-key.log)"
+          fi
+          cp "$file" "$work/mods/signed/$base"
+          "$(nvidia_sign_file)" sha256 "$work/sign.pem" "$work/sign.crt" "$work/mods/signed/$base" || die "sign-file $base failed" ;;
+        *) die "unknown module form $form" ;;
+      esac
+    done
+    "$kp" cache add --cache "$work/cache-$form" --driver "$NVIDIA_DRIVER" --version "$NVIDIA_VERSION" --flavor "$NVIDIA_FLAVOR" \
+      "$work/mods/$form"/* >"$work/logs/cache-$form.log" 2>&1 ||
+      { tail -n 25 "$work/logs/cache-$form.log" >&2; die "cache add ($form) failed (log: $work/logs/cache-$form.log)"; }
+  done
+}
+
+# nvidia_sign_file: the kernel $NVIDIA_KVER's own sign-file (from its linux-kbuild).
+nvidia_sign_file() {
+  local f
+  f=$(ls "$KPRELOAD_CACHE/kernels/$NVIDIA_KVER"/usr/lib/linux-kbuild-*/scripts/sign-file 2>/dev/null | head -n1)
+  [ -x "$f" ] || die "no sign-file under $KPRELOAD_CACHE/kernels/$NVIDIA_KVER (its linux-kbuild is unpacked with the kernel)"
+  echo "$f"
+}
+
+# nvidia_sizes WORK FORM...: the driver's main module's size in each form, for a note.
+nvidia_sizes() {
+  local work=$1 form f out=()
+  shift
+  for form in "$@"; do
+    f=$(ls "$work/mods/$form/$NVIDIA_DRIVER".ko* | head -n1)
+    out+=("$form $(stat -c %s "$f") B")
+  done
+  local IFS=,
+  echo "${out[*]}" | sed 's/,/, /g'
+}

@@ -34,6 +34,8 @@ type Headers struct {
 	// Includes maps each absolute path the top Makefile includes to the file
 	// that will be used: inside Root when it exists there, else the path itself.
 	Includes map[string]string
+	// Config is the kernel's configuration (.config), CONFIG_ names to values.
+	Config map[string]string
 }
 
 // needsShadow reports whether the Makefile includes a file by an absolute
@@ -80,6 +82,7 @@ func InspectHeaders(dir string) (*Headers, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inspect kernel headers %s: %w", abs, err)
 	}
+	h.Config = config
 	h.CCVersionText = config["CONFIG_CC_VERSION_TEXT"]
 	if config["CONFIG_CC_IS_GCC"] == "y" {
 		if f := strings.Fields(h.CCVersionText); len(f) > 0 {

@@ -90,6 +90,9 @@ func (r *runner) runCell(ctx context.Context, i int, c Cell) Result {
 	if err := sign(ctx, r.opts.Tools, in, files); err != nil {
 		return fail(fmt.Errorf("%s for %s: %w", c.Recipe.Name, c.Kernel, err))
 	}
+	if files, err = compressModules(files, in.kernel.compression); err != nil {
+		return fail(fmt.Errorf("%s for %s: %w", c.Recipe.Name, c.Kernel, err))
+	}
 	got, err = r.cache.Put(ctx, cell, store.AddRequest{
 		Files:         files,
 		SupportedGPUs: in.extras.gpus,

@@ -47,6 +47,8 @@ type kernel struct {
 	root *buildroot.Root
 	// dir is the unpacked kernel (<downloads>/kernels/<release>).
 	dir string
+	// compression is how its cells store modules (ModuleCompression).
+	compression string
 }
 
 // prepareKernel makes sure kernel release is unpacked under
@@ -67,6 +69,7 @@ func prepareKernel(ctx context.Context, run toolrun.Runner, release string, arc 
 		return nil, fmt.Errorf("kernel %s: headers %s are for kernel %s", release, k.headersDir, h.Release)
 	}
 	k.headers = h
+	k.compression = ModuleCompression(h.Config)
 	if k.symvers, err = fileDigest(filepath.Join(k.headersDir, "Module.symvers")); err != nil {
 		return nil, fmt.Errorf("kernel %s: %w", release, err)
 	}

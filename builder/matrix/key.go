@@ -11,13 +11,10 @@ import (
 // KeySchema is the "schema" entry of every cache key Run writes; change it
 // when the meaning of the key or of the build changes, so old sets stop matching.
 // kpreload-build/2: dkms runs in its sandbox (fixed paths, no host
-// configuration, no compression), so the same key gives the same bytes.
+// configuration, dkms compresses nothing), so the same key gives the same
+// bytes; how the cell then stores its modules is the key's
+// module_compression (ModuleCompression), which needs no new schema.
 const KeySchema = "kpreload-build/2"
-
-// ModuleCompression is how cells store modules: plain, uncompressed .ko
-// files (images and initramfs compress as they see fit). It is kpreload's
-// decision, in every key, never the build host's.
-const ModuleCompression = "none"
 
 // cellKey returns the cache key of one cell: every input that decides what
 // the build produces, all known before building.
@@ -43,7 +40,7 @@ func cellKey(r *recipe.Recipe, src *source, k *kernel, x *extras) map[string]str
 		"kernel_cc":             k.headers.CCVersionText,
 		"compiler":              k.compiler,
 		"dkms":                  k.dkms,
-		"module_compression":    ModuleCompression,
+		"module_compression":    k.compression,
 		// The certificate's digest and the hash: unsigned builds, and builds
 		// signed with another key, never match a signed set.
 		"signing_key": x.signingKey(),

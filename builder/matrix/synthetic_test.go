@@ -145,8 +145,9 @@ func TestRunSynthetic(t *testing.T) {
 	if err != nil {
 		t.Fatalf("built set %q: %v", ok.SetID, err)
 	}
-	if m.Kernel != synthKernels[0] || len(m.Modules) != 1 || m.Modules[0].File != "dummy.ko" {
-		t.Errorf("built set = kernel %s, modules %+v; want %s with dummy.ko", m.Kernel, m.Modules, synthKernels[0])
+	// The synthetic kernels take init_module: zstd (ModuleCompression).
+	if m.Kernel != synthKernels[0] || len(m.Modules) != 1 || m.Modules[0].File != "dummy.ko.zst" || m.Modules[0].Compression != "zstd" {
+		t.Errorf("built set = kernel %s, modules %+v; want %s with dummy.ko.zst", m.Kernel, m.Modules, synthKernels[0])
 	}
 	builds := len(s.driver.Requests())
 

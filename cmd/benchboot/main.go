@@ -5,6 +5,8 @@
 //	benchboot sample -variant debian -run 1 -kernel KVER -boot boot.json -console console.log
 //	benchboot report [-json] -samples samples.jsonl -kernel KVER -runs 3 ...
 //	benchboot ab [-json] -samples samples.jsonl -a OLD -b NEW
+//	benchboot breakdown -variant V -run N -boot boot.json -console console.log -modules nvidia -marker 'NVRM: ...'
+//	benchboot breakdown-table -samples steps.jsonl
 //
 // A boot that did not reach the root disk's /sbin/init, or in which the test driver
 // was not bound to QEMU's edu device before it, is refused: a benchmark of a broken
@@ -45,7 +47,7 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: benchboot sample|report|ab|svg [flags]")
+		return errors.New("usage: benchboot sample|report|ab|svg|breakdown|breakdown-table [flags]")
 	}
 	switch args[0] {
 	case "sample":
@@ -56,8 +58,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return runAB(args[1:], stdout)
 	case "svg":
 		return runSVG(args[1:], stdout)
+	case "breakdown":
+		return runBreakdown(args[1:], stdout)
+	case "breakdown-table":
+		return runBreakdownTable(args[1:], stdout)
 	}
-	return fmt.Errorf("unknown command %q (want sample, report, ab or svg)", args[0])
+	return fmt.Errorf("unknown command %q (want sample, report, ab, svg, breakdown or breakdown-table)", args[0])
 }
 
 // Variant names, in table column order.

@@ -65,6 +65,9 @@ type fakeKernel struct {
 	maxInflight int
 	arrived     chan struct{}
 	arriveOnce  sync.Once
+
+	// afterFinit, when set, runs as each finit_module call returns.
+	afterFinit func(path string)
 }
 
 func newFake(seq *atomic.Int64) *fakeKernel {
@@ -108,6 +111,9 @@ func (k *fakeKernel) FinitModule(fd int, params string, flags int) error {
 		k.mu.Lock()
 		k.inflight--
 		k.mu.Unlock()
+	}
+	if k.afterFinit != nil {
+		k.afterFinit(p)
 	}
 	c.end = k.seq.Add(1)
 	return ferr

@@ -33,6 +33,26 @@ func forkedFinit(fd int, params string, flags, nice int, timeout time.Duration) 
 	return waitCall(pid, timeout)
 }
 
+// forkedInit is forkedFinit for init_module(image, len(image), params): a
+// module /init decompressed loads under the same deadline and priority. The
+// child has its own copy of image (fork copies the address space).
+func forkedInit(image []byte, params string, nice int, timeout time.Duration) error {
+	p, err := unix.BytePtrFromString(params)
+	if err != nil {
+		return fmt.Errorf("module parameters: %w", err)
+	}
+	if len(image) == 0 {
+		return unix.ENOEXEC
+	}
+	pid, err := forkCall(nice, unix.SYS_INIT_MODULE, uintptr(unsafe.Pointer(&image[0])), uintptr(len(image)), uintptr(unsafe.Pointer(p)))
+	runtime.KeepAlive(image)
+	runtime.KeepAlive(p)
+	if err != nil {
+		return err
+	}
+	return waitCall(pid, timeout)
+}
+
 // errForkFailed wraps a failed clone: the caller loads in its own process.
 var errForkFailed = errors.New("fork failed")
 

@@ -30,6 +30,25 @@ func TestForkedFinitErrno(t *testing.T) {
 	}
 }
 
+// TestForkedInitErrno checks the same of init_module: an image shorter than
+// an ELF header loads nothing and fails (ENOEXEC; EPERM where this process
+// may not load modules) as it does called here, and an empty one is refused
+// without a call.
+func TestForkedInitErrno(t *testing.T) {
+	image := []byte("x")
+	want := unix.InitModule(image, "")
+	var errno unix.Errno
+	if !errors.As(want, &errno) {
+		t.Fatalf("init_module(1 byte) here = %v, want an errno", want)
+	}
+	if got := forkedInit(image, "", 0, 10*time.Second); !errors.Is(got, errno) {
+		t.Fatalf("forkedInit(1 byte) = %v, want %v (%d)", got, errno, errno)
+	}
+	if got := forkedInit(nil, "", 0, 10*time.Second); !errors.Is(got, unix.ENOEXEC) {
+		t.Fatalf("forkedInit(nil) = %v, want ENOEXEC", got)
+	}
+}
+
 // TestForkCallDeadline checks that a child still in its system call at the
 // deadline is reported as still loading without waiting for it, and that
 // it finishes on its own.

@@ -442,6 +442,7 @@ func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
 	if c.Module.Compression != "" && c.Module.Compression != "none" {
 		flags = moduleInitCompressedFile
 	}
+	m.Called = l.Now()
 	if l.Isolate != nil && l.Isolate(c) {
 		err = l.isolatedFinit(f, params, flags)
 	} else {
@@ -460,12 +461,23 @@ func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
 	}
 	if flags != 0 && (errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL)) {
 		m.Decompress = "userspace"
-		// The kernel cannot decompress this format itself: do it here.
-		elf, _, derr := modinfo.Open(c.File)
+		// The kernel cannot decompress this format itself: do it here, from
+		// the file as opened and checked, not whatever its path names now.
+		t := l.Now()
+		elf, derr := decompressOpen(f, c.File)
 		if derr != nil {
 			return finish("failed", "", fmt.Errorf("decompress %s: %w", c.File, derr))
 		}
-		err = l.Kernel.InitModule(elf, params)
+		m.Called = l.Now()
+		m.DecompressTime = m.Called - t
+		if l.Isolate != nil && l.Isolate(c) {
+			err = l.isolatedInit(elf, params)
+		} else {
+			err = l.Kernel.InitModule(elf, params)
+		}
+		if errors.Is(err, errStillLoading) {
+			return finish(ResultLoading, fmt.Sprintf("its init had not returned after %s (kpreload.load_timeout); left to finish in the background while the boot goes on", l.timeout()), nil)
+		}
 	}
 	switch {
 	case err == nil:
@@ -504,7 +516,7 @@ func (l *Loader) verify(f *os.File, c *coldplug.Candidate, m *report.Module) (en
 		return false, "", nil
 	}
 	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
+	if err := l.timedDigest(h, f, m); err != nil {
 		return false, "", err // err names the file
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != c.Module.SHA256 {
@@ -529,6 +541,40 @@ func (l *Loader) verity() VerityKernel {
 		return System{}
 	}
 	return l.Verity
+}
+
+// decompressOpen decompresses the open module file f (named name) from its
+// start.
+func decompressOpen(f *os.File, name string) ([]byte, error) {
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, fmt.Errorf("rewind %s: %w", name, err)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, modinfo.MaxImageSize))
+	if err != nil {
+		return nil, err // err names the file
+	}
+	elf, _, err := modinfo.Decompress(name, data)
+	return elf, err
+}
+
+// timedDigest reads f into h, recording in m the seconds spent reading and
+// hashing: the digest pass's two costs, apart.
+func (l *Loader) timedDigest(h io.Writer, f io.Reader, m *report.Module) error {
+	buf := make([]byte, 1<<20)
+	for {
+		t0 := l.Now()
+		n, err := f.Read(buf)
+		t1 := l.Now()
+		h.Write(buf[:n])
+		m.ReadTime += t1 - t0
+		m.DigestTime += l.Now() - t1
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
 }
 
 // missingFirmware lists the declared firmware files found in no FirmwareDirs.
@@ -567,6 +613,16 @@ func (l *Loader) isolatedFinit(f *os.File, params string, flags int) error {
 	runtime.KeepAlive(f)
 	if errors.Is(err, errForkFailed) {
 		return l.Kernel.FinitModule(int(f.Fd()), params, flags)
+	}
+	return err
+}
+
+// isolatedInit is isolatedFinit for a module /init decompressed
+// (init_module), under the same deadline.
+func (l *Loader) isolatedInit(image []byte, params string) error {
+	err := forkedInit(image, params, l.Nice, l.timeout())
+	if errors.Is(err, errForkFailed) {
+		return l.Kernel.InitModule(image, params)
 	}
 	return err
 }

@@ -616,3 +616,110 @@ func TestLoadMissingFileNamedOnce(t *testing.T) {
 		t.Errorf("Load(g) with %s gone = %q (%q), want failed, naming the file once", file, m.Result, m.Reason)
 	}
 }
+
+// TestLoadStepTimes checks that an insert records where its time went: the
+// digest pass's reading and hashing, userspace decompression, and when the
+// loading system call was made (between the steps before it and its return).
+func TestLoadStepTimes(t *testing.T) {
+	src := filepath.Join(moduleDir(t, kver612), "kernel/drivers/virtio/virtio_input.ko.xz")
+	raw, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name                   string
+		verify                 bool
+		finitErr               error
+		wantDigest, wantUnpack bool
+		wantCall               string // the call Called must precede: "finit" or "init"
+	}{
+		{"digest, kernel decompresses", true, nil, true, false, "finit"},
+		{"no digest pass", false, nil, false, false, "finit"},
+		{"digest, userspace decompression", true, unix.EOPNOTSUPP, true, true, "init"},
+	}
+	for _, tt := range tests {
+		f := newFixture(t)
+		f.kernel.finitFlagErr = tt.finitErr
+		if err := os.MkdirAll(filepath.Join(f.dir, "k"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(f.dir, "k", "virtio_input.ko.xz")
+		if err := os.WriteFile(p, raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s := f.set(t, "k", bootindex.Module{Name: "virtio_input", Path: "virtio_input.ko.xz", Compression: "xz",
+			Vermagic: kver612 + " SMP preempt mod_unload modversions ", SHA256: sha(t, p)})
+		l := f.loader()
+		l.Release, l.Vermagic, l.VerifyDigest = kver612, "", tt.verify
+		m := one(t, load(t, l, f.index(s), "virtio_input"), "virtio_input")
+		if m.Result != "loaded" {
+			t.Fatalf("%s: entry %q (%q), want loaded", tt.name, m.Result, m.Reason)
+		}
+		if got, want := m.ReadTime > 0 && m.DigestTime > 0, tt.wantDigest; got != want {
+			t.Errorf("%s: read %v s, digest %v s recorded = %v, want %v", tt.name, m.ReadTime, m.DigestTime, got, want)
+		}
+		if got, want := m.DecompressTime > 0, tt.wantUnpack; got != want {
+			t.Errorf("%s: decompression %v s recorded = %v, want %v", tt.name, m.DecompressTime, got, want)
+		}
+		cs := f.kernel.callsFor("virtio_input")
+		if tt.wantCall == "init" {
+			cs = f.kernel.callsFor("")
+		}
+		if len(cs) != 1 {
+			t.Fatalf("%s: %d %s calls, want 1", tt.name, len(cs), tt.wantCall)
+		}
+		if got := float64(cs[0].start); !(m.Start+m.ReadTime+m.DigestTime+m.DecompressTime < m.Called && m.Called < got && float64(cs[0].end) < m.End) {
+			t.Errorf("%s: start %v, steps %v+%v+%v, called %v, %s call from %v to %d, end %v: want the steps, then Called, then the call, then End",
+				tt.name, m.Start, m.ReadTime, m.DigestTime, m.DecompressTime, m.Called, tt.wantCall, got, cs[0].end, m.End)
+		}
+	}
+}
+
+// TestLoadDecompressesWhatWasChecked checks that a module the kernel cannot
+// decompress is decompressed from the file as opened and checked: one put in
+// its place after the check (here, while the kernel refused the format) is
+// not what init_module gets.
+func TestLoadDecompressesWhatWasChecked(t *testing.T) {
+	src := filepath.Join(moduleDir(t, kver612), "kernel/drivers/virtio/virtio_input.ko.xz")
+	raw, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t)
+	f.kernel.finitFlagErr = unix.EOPNOTSUPP
+	if err := os.MkdirAll(filepath.Join(f.dir, "k"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(f.dir, "k", "virtio_input.ko.xz")
+	if err := os.WriteFile(p, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.kernel.afterFinit = func(path string) {
+		// Another file under the checked one's name: a rename, as an
+		// attacker with the directory would do it.
+		swap := p + ".swap"
+		if err := os.WriteFile(swap, []byte("\xfd7zXZ\x00 not the checked module"), 0o644); err != nil {
+			t.Error(err)
+		}
+		if err := os.Rename(swap, p); err != nil {
+			t.Error(err)
+		}
+	}
+	s := f.set(t, "k", bootindex.Module{Name: "virtio_input", Path: "virtio_input.ko.xz", Compression: "xz",
+		Vermagic: kver612 + " SMP preempt mod_unload modversions "})
+	s.Modules[0].SHA256 = sha(t, p)
+	l := f.loader()
+	l.Release, l.Vermagic, l.VerifyDigest = kver612, "", true
+	m := one(t, load(t, l, f.index(s), "virtio_input"), "virtio_input")
+	if m.Result != "loaded" || m.Decompress != "userspace" {
+		t.Fatalf("entry %q (%q), decompressed by %q; want loaded, in userspace", m.Result, m.Reason, m.Decompress)
+	}
+	ic := f.kernel.callsFor("")
+	want := tool(t, "xz", "-dc", src)
+	if len(ic) != 1 {
+		t.Fatalf("%d init_module calls, want 1", len(ic))
+	}
+	if !bytes.Equal(ic[0].image, want) {
+		t.Errorf("init_module got %d bytes starting %q, want the checked module's %d bytes", len(ic[0].image), ic[0].head, len(want))
+	}
+}
