@@ -173,6 +173,18 @@ func (f *fixture) loader() *Loader {
 	}
 }
 
+// decompresses writes the fake sysfs's /sys/module/compression: the kernel
+// decompresses modules of that format itself.
+func (f *fixture) decompresses(t *testing.T, format string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(f.sys, "module"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(f.sys, "module", "compression"), []byte(format+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // loaded marks a module as present in the fake sysfs (built in or loaded earlier).
 func (f *fixture) loaded(t *testing.T, name string) {
 	t.Helper()

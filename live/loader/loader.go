@@ -134,6 +134,10 @@ type Loader struct {
 
 	mu      sync.Mutex
 	refused map[string]bool // files already reported as refused
+	// decomp is the module format the kernel decompresses itself, read
+	// once from sysfs (kernelDecompresses).
+	decompOnce sync.Once
+	decomp     string
 }
 
 // DefaultTimeout is how long an isolated module load may take before /init
@@ -425,6 +429,28 @@ func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
 		return finish("failed", "", err) // err names the file
 	}
 	defer f.Close()
+	if l.Isolate != nil && l.Isolate(c) {
+		m.MissingFirmware = l.missingFirmware(c.Module.Firmware)
+	}
+	params := l.Params(name)
+	if compressed := c.Module.Compression != "" && c.Module.Compression != "none"; compressed && !l.kernelDecompresses(c.Module.Compression) {
+		// The kernel cannot decompress this format: read the file once,
+		// check and decompress those bytes at once, and hand over the image.
+		elf, enable, refusal, err := l.readChecked(f, c, &m)
+		switch {
+		case err != nil:
+			return finish("failed", "", err)
+		case refusal != "":
+			return finish("refused", refusal, nil)
+		}
+		m.Decompress = "userspace"
+		m.Called = l.Now()
+		entry, ok := l.initImage(elf, params, c, finish)
+		if enable && entry.Result != ResultLoading {
+			entry.VerityStarted = l.verity().EnableVerity(int(f.Fd())) == nil
+		}
+		return entry, ok
+	}
 	enable := false
 	if l.VerifyDigest {
 		var refusal string
@@ -434,10 +460,6 @@ func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
 			return finish("refused", refusal, nil)
 		}
 	}
-	if l.Isolate != nil && l.Isolate(c) {
-		m.MissingFirmware = l.missingFirmware(c.Module.Firmware)
-	}
-	params := l.Params(name)
 	flags := 0
 	if c.Module.Compression != "" && c.Module.Compression != "none" {
 		flags = moduleInitCompressedFile
@@ -470,16 +492,28 @@ func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
 		}
 		m.Called = l.Now()
 		m.DecompressTime = m.Called - t
-		if l.Isolate != nil && l.Isolate(c) {
-			err = l.isolatedInit(elf, params)
-		} else {
-			err = l.Kernel.InitModule(elf, params)
-		}
-		if errors.Is(err, errStillLoading) {
-			return finish(ResultLoading, fmt.Sprintf("its init had not returned after %s (kpreload.load_timeout); left to finish in the background while the boot goes on", l.timeout()), nil)
-		}
+		return l.initImage(elf, params, c, finish)
 	}
+	return l.result(err, finish)
+}
+
+// initImage loads an uncompressed module image with init_module, in the
+// forked child under the deadline when c is isolated, and finishes m.
+func (l *Loader) initImage(elf []byte, params string, c *coldplug.Candidate, finish func(result, reason string, err error) (report.Module, bool)) (report.Module, bool) {
+	var err error
+	if l.Isolate != nil && l.Isolate(c) {
+		err = l.isolatedInit(elf, params)
+	} else {
+		err = l.Kernel.InitModule(elf, params)
+	}
+	return l.result(err, finish)
+}
+
+// result finishes a module's entry by what its loading call returned.
+func (l *Loader) result(err error, finish func(result, reason string, err error) (report.Module, bool)) (report.Module, bool) {
 	switch {
+	case errors.Is(err, errStillLoading):
+		return finish(ResultLoading, fmt.Sprintf("its init had not returned after %s (kpreload.load_timeout); left to finish in the background while the boot goes on", l.timeout()), nil)
 	case err == nil:
 		return finish("loaded", "", nil)
 	case errors.Is(err, unix.EEXIST):
@@ -487,6 +521,77 @@ func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
 	default:
 		return finish("failed", describe(err), err)
 	}
+}
+
+// kernelDecompresses reports whether the running kernel decompresses modules
+// stored as compression itself (finit_module's MODULE_INIT_COMPRESSED_FILE).
+// A kernel built with CONFIG_MODULE_DECOMPRESS names the one format it takes
+// in /sys/module/compression; a kernel without that file decompresses none.
+// Without a SysRoot (tests) the kernel is asked, as before: finit_module
+// first, userspace decompression when it refuses.
+func (l *Loader) kernelDecompresses(compression string) bool {
+	if l.SysRoot == "" {
+		return true
+	}
+	l.decompOnce.Do(func() {
+		b, err := os.ReadFile(filepath.Join(l.SysRoot, "module", "compression"))
+		if err == nil {
+			l.decomp = strings.TrimSpace(string(b))
+		}
+	})
+	return l.decomp == compression
+}
+
+// readChecked reads the compressed module file f once and returns its
+// decompressed image, or why it must not load: the bytes are hashed and
+// decompressed side by side (two CPUs at boot), and the image is returned
+// only when the digest is the index's (or the kernel measured the file's
+// fs-verity digest as the index's). It records the read, digest and
+// decompression times and the check in m, and returns whether the file may
+// be given fs-verity once loaded, as verify does.
+func (l *Loader) readChecked(f *os.File, c *coldplug.Candidate, m *report.Module) (elf []byte, enable bool, refusal string, err error) {
+	hash := false
+	if l.VerifyDigest {
+		var merr error
+		if refusal, merr = l.measure(f, c, m); refusal != "" {
+			return nil, false, refusal, nil
+		}
+		hash = m.Verified == "" && c.Module.SHA256 != ""
+		enable = hash && c.Module.Verity != "" && l.EnableVerity && errors.Is(merr, unix.ENODATA)
+	}
+	t := l.Now()
+	data, err := io.ReadAll(io.LimitReader(f, modinfo.MaxImageSize+1))
+	m.ReadTime = l.Now() - t
+	if err != nil {
+		return nil, false, "", err // err names the file
+	}
+	if len(data) > modinfo.MaxImageSize {
+		return nil, false, "", fmt.Errorf("%s: larger than %d bytes", c.File, modinfo.MaxImageSize)
+	}
+	var sum [sha256.Size]byte
+	hashed := make(chan struct{})
+	go func() {
+		defer close(hashed)
+		if hash {
+			t := l.Now()
+			sum = sha256.Sum256(data)
+			m.DigestTime = l.Now() - t
+		}
+	}()
+	t = l.Now()
+	elf, _, derr := modinfo.Decompress(c.File, data)
+	m.DecompressTime = l.Now() - t
+	<-hashed
+	if hash {
+		if got := hex.EncodeToString(sum[:]); got != c.Module.SHA256 {
+			return nil, false, fmt.Sprintf("digest mismatch: file sha256 %s, index says %s", got[:12], short(c.Module.SHA256)), nil
+		}
+		m.Verified = "sha256"
+	}
+	if derr != nil {
+		return nil, false, "", fmt.Errorf("decompress %s: %w", c.File, derr)
+	}
+	return elf, enable, "", nil
 }
 
 // verify checks that f holds the bytes c's index entry names, the cheapest
@@ -500,18 +605,13 @@ func (l *Loader) insert(c *coldplug.Candidate) (report.Module, bool) {
 // digest, the filesystem supports it and the file lacks it), and the
 // refusal when the bytes are not the entry's.
 func (l *Loader) verify(f *os.File, c *coldplug.Candidate, m *report.Module) (enable bool, refusal string, err error) {
-	if want := c.Module.Verity; want != "" {
-		got, merr := l.verity().MeasureVerity(int(f.Fd()))
-		switch {
-		case merr == nil && got == want:
-			m.Verified = "fs-verity"
-			return false, "", nil
-		case merr == nil:
-			return false, fmt.Sprintf("fs-verity digest mismatch: the kernel measures %s, index says %s", short(got), short(want)), nil
-		}
-		// Another algorithm, no fs-verity, or the question failed: hash.
-		enable = l.EnableVerity && errors.Is(merr, unix.ENODATA)
+	refusal, merr := l.measure(f, c, m)
+	if refusal != "" || m.Verified != "" {
+		return false, refusal, nil
 	}
+	// Another algorithm, no fs-verity, or the question failed: hash, and
+	// turn fs-verity on afterwards where the file lacks it.
+	enable = c.Module.Verity != "" && l.EnableVerity && errors.Is(merr, unix.ENODATA)
 	if c.Module.SHA256 == "" {
 		return false, "", nil
 	}
@@ -528,6 +628,26 @@ func (l *Loader) verify(f *os.File, c *coldplug.Candidate, m *report.Module) (en
 	}
 	m.Verified = "sha256"
 	return enable, "", nil
+}
+
+// measure checks f by the kernel's measure of its fs-verity digest when the
+// index records one and the file has fs-verity on: equal, it records
+// Verified "fs-verity" in m; different, it returns the refusal. Otherwise
+// (no digest recorded, no fs-verity, another algorithm) it records nothing,
+// returning the measure's error, and the file is hashed.
+func (l *Loader) measure(f *os.File, c *coldplug.Candidate, m *report.Module) (refusal string, err error) {
+	want := c.Module.Verity
+	if want == "" {
+		return "", nil
+	}
+	got, err := l.verity().MeasureVerity(int(f.Fd()))
+	switch {
+	case err == nil && got == want:
+		m.Verified = "fs-verity"
+	case err == nil:
+		return fmt.Sprintf("fs-verity digest mismatch: the kernel measures %s, index says %s", short(got), short(want)), nil
+	}
+	return "", err
 }
 
 // short is the first 12 characters of a digest after its algorithm's name.

@@ -362,32 +362,51 @@ func TestLoadCompressed(t *testing.T) {
 	}
 	tests := []struct {
 		name        string
+		sysfs       string // /sys/module/compression, "" for none
 		compression string
 		finitErr    error
 		initErr     error
+		flip        bool // the file's last byte differs from what the index hashed
+		wantFinit   bool
 		wantInit    bool
 		result      string
 		errno       string
 	}{
-		{"kernel decompresses", "xz", nil, nil, false, "loaded", ""},
-		{"EOPNOTSUPP falls back to init_module", "xz", unix.EOPNOTSUPP, nil, true, "loaded", ""},
-		{"EINVAL (old kernel) falls back to init_module", "xz", unix.EINVAL, nil, true, "loaded", ""},
-		{"fallback fails too", "xz", unix.EOPNOTSUPP, unix.ENODEV, true, "failed", "ENODEV"},
-		{"fallback says EEXIST", "xz", unix.EOPNOTSUPP, unix.EEXIST, true, "already loaded", "EEXIST"},
+		{"kernel decompresses", "xz", "xz", nil, nil, false, true, false, "loaded", ""},
+		{"EOPNOTSUPP falls back to init_module", "xz", "xz", unix.EOPNOTSUPP, nil, false, true, true, "loaded", ""},
+		{"EINVAL (old kernel) falls back to init_module", "xz", "xz", unix.EINVAL, nil, false, true, true, "loaded", ""},
+		{"fallback fails too", "xz", "xz", unix.EOPNOTSUPP, unix.ENODEV, false, true, true, "failed", "ENODEV"},
+		{"fallback says EEXIST", "xz", "xz", unix.EOPNOTSUPP, unix.EEXIST, false, true, true, "already loaded", "EEXIST"},
+		{"no decompression in the kernel: /init's, no finit_module", "", "xz", nil, nil, false, false, true, "loaded", ""},
+		{"the kernel decompresses zstd only: /init's", "zstd", "xz", nil, nil, false, false, true, "loaded", ""},
+		{"/init's decompression, init fails", "", "xz", nil, unix.ENODEV, false, false, true, "failed", "ENODEV"},
+		{"/init's decompression, a changed byte", "", "xz", nil, nil, true, false, false, "refused", ""},
+		{"the kernel's decompression, a changed byte", "xz", "xz", nil, nil, true, false, false, "refused", ""},
 	}
 	for _, tt := range tests {
 		f := newFixture(t)
 		f.kernel.finitFlagErr = tt.finitErr
 		f.kernel.initErr = tt.initErr
+		if tt.sysfs != "" {
+			f.decompresses(t, tt.sysfs)
+		}
 		if err := os.MkdirAll(filepath.Join(f.dir, "k"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(f.dir, "k", "virtio_input.ko.xz"), raw, 0o644); err != nil {
+		p := filepath.Join(f.dir, "k", "virtio_input.ko.xz")
+		if err := os.WriteFile(p, raw, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		s := f.set(t, "k", bootindex.Module{Name: "virtio_input", Path: "virtio_input.ko.xz", Compression: tt.compression,
 			Vermagic: kver612 + " SMP preempt mod_unload modversions "})
-		s.Modules[0].SHA256 = sha(t, filepath.Join(f.dir, "k", "virtio_input.ko.xz"))
+		s.Modules[0].SHA256 = sha(t, p)
+		if tt.flip {
+			changed := bytes.Clone(raw)
+			changed[len(changed)-1] ^= 1
+			if err := os.WriteFile(p, changed, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
 		l := f.loader()
 		l.Release, l.Vermagic, l.VerifyDigest = kver612, "", true
 		l.Params = func(name string) string { return map[string]string{"virtio_input": "dyndbg=+p"}[name] }
@@ -395,15 +414,27 @@ func TestLoadCompressed(t *testing.T) {
 		if m.Result != tt.result || m.Errno != tt.errno {
 			t.Errorf("%s: entry %q errno %q (%q), want %q errno %q", tt.name, m.Result, m.Errno, m.Reason, tt.result, tt.errno)
 		}
-		wantDecompress := "kernel"
-		if tt.wantInit {
+		if tt.flip && !strings.Contains(m.Reason, "digest mismatch") {
+			t.Errorf("%s: reason %q, want a digest mismatch", tt.name, m.Reason)
+		}
+		wantDecompress := ""
+		switch {
+		case tt.wantInit:
 			wantDecompress = "userspace"
+		case tt.wantFinit:
+			wantDecompress = "kernel"
 		}
 		if m.Decompress != wantDecompress {
 			t.Errorf("%s: entry decompressed by %q, want %q", tt.name, m.Decompress, wantDecompress)
 		}
+		if !tt.flip && m.Verified != "sha256" {
+			t.Errorf("%s: checked by %q, want sha256", tt.name, m.Verified)
+		}
 		fc := f.kernel.callsFor("virtio_input")
-		if len(fc) != 1 || fc[0].flags != 4 || string(fc[0].head) != "\xfd7zXZ\x00" || fc[0].params != "dyndbg=+p" {
+		switch {
+		case !tt.wantFinit && len(fc) != 0:
+			t.Errorf("%s: finit_module calls = %+v, want none", tt.name, fc)
+		case tt.wantFinit && (len(fc) != 1 || fc[0].flags != 4 || string(fc[0].head) != "\xfd7zXZ\x00" || fc[0].params != "dyndbg=+p"):
 			t.Errorf("%s: finit_module calls = %+v, want one with flags 4 (MODULE_INIT_COMPRESSED_FILE) on the xz file, params dyndbg=+p", tt.name, fc)
 		}
 		ic := f.kernel.callsFor("")
@@ -420,8 +451,11 @@ func TestLoadCompressed(t *testing.T) {
 			t.Errorf("%s: init_module got %d bytes starting %q params %q, want the %d bytes of xz -dc starting \"\\x7fELF\", params dyndbg=+p",
 				tt.name, len(ic[0].image), ic[0].head, ic[0].params, len(plain))
 		}
-		if ic[0].start < fc[0].end {
+		if tt.wantFinit && ic[0].start < fc[0].end {
 			t.Errorf("%s: init_module began before finit_module returned", tt.name)
+		}
+		if !tt.wantFinit && (m.ReadTime <= 0 || m.DigestTime <= 0 || m.DecompressTime <= 0) {
+			t.Errorf("%s: read %v, digest %v, decompression %v: want each step timed", tt.name, m.ReadTime, m.DigestTime, m.DecompressTime)
 		}
 	}
 }
@@ -628,18 +662,23 @@ func TestLoadStepTimes(t *testing.T) {
 	}
 	tests := []struct {
 		name                   string
+		sysfs                  string // /sys/module/compression, "" for none
 		verify                 bool
 		finitErr               error
 		wantDigest, wantUnpack bool
 		wantCall               string // the call Called must precede: "finit" or "init"
 	}{
-		{"digest, kernel decompresses", true, nil, true, false, "finit"},
-		{"no digest pass", false, nil, false, false, "finit"},
-		{"digest, userspace decompression", true, unix.EOPNOTSUPP, true, true, "init"},
+		{"digest, kernel decompresses", "xz", true, nil, true, false, "finit"},
+		{"no digest pass", "xz", false, nil, false, false, "finit"},
+		{"digest, the kernel refuses: userspace decompression", "xz", true, unix.EOPNOTSUPP, true, true, "init"},
+		{"digest and userspace decompression side by side", "", true, nil, true, true, "init"},
 	}
 	for _, tt := range tests {
 		f := newFixture(t)
 		f.kernel.finitFlagErr = tt.finitErr
+		if tt.sysfs != "" {
+			f.decompresses(t, tt.sysfs)
+		}
 		if err := os.MkdirAll(filepath.Join(f.dir, "k"), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -668,7 +707,11 @@ func TestLoadStepTimes(t *testing.T) {
 		if len(cs) != 1 {
 			t.Fatalf("%s: %d %s calls, want 1", tt.name, len(cs), tt.wantCall)
 		}
-		if got := float64(cs[0].start); !(m.Start+m.ReadTime+m.DigestTime+m.DecompressTime < m.Called && m.Called < got && float64(cs[0].end) < m.End) {
+		steps := m.ReadTime + m.DigestTime + m.DecompressTime
+		if tt.sysfs == "" { // hashing and decompressing overlap
+			steps = m.ReadTime + max(m.DigestTime, m.DecompressTime)
+		}
+		if got := float64(cs[0].start); !(m.Start+steps < m.Called && m.Called < got && float64(cs[0].end) < m.End) {
 			t.Errorf("%s: start %v, steps %v+%v+%v, called %v, %s call from %v to %d, end %v: want the steps, then Called, then the call, then End",
 				tt.name, m.Start, m.ReadTime, m.DigestTime, m.DecompressTime, m.Called, tt.wantCall, got, cs[0].end, m.End)
 		}
@@ -686,6 +729,7 @@ func TestLoadDecompressesWhatWasChecked(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := newFixture(t)
+	f.decompresses(t, "xz") // says it does, then refuses
 	f.kernel.finitFlagErr = unix.EOPNOTSUPP
 	if err := os.MkdirAll(filepath.Join(f.dir, "k"), 0o755); err != nil {
 		t.Fatal(err)
