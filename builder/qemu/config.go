@@ -36,8 +36,11 @@ const (
 // kernel and libraries to pick, a boot takes less host CPU under TCG
 // (bench/results/qemu-cpu-model-2026-12-07.md), which most of make test's
 // time is; AMD-vendored, the guest needs no page-table isolation, as with
-// max. It has no TSC-deadline timer either (see Args).
-const TCGModel = "qemu64,+ssse3,+sse4.1,+sse4.2,+popcnt,+cx16"
+// max. It has no TSC-deadline timer either (see Args). It keeps RDRAND and
+// RDSEED, which every cloud CPU has: without them the guest's random pool is
+// ready only seconds into the boot (about 7 s under TCG), and a program that
+// asks it for random bytes before then, as Go's programs may at start, waits.
+const TCGModel = "qemu64,+ssse3,+sse4.1,+sse4.2,+popcnt,+cx16,+rdrand,+rdseed"
 
 // ReportDevice is the guest device of the second serial port, the clean report channel
 // passed to the guest as kpreload.report=.
