@@ -5,6 +5,7 @@
 package loader
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -560,7 +561,7 @@ func (l *Loader) readChecked(f *os.File, c *coldplug.Candidate, m *report.Module
 		enable = hash && c.Module.Verity != "" && l.EnableVerity && errors.Is(merr, unix.ENODATA)
 	}
 	t := l.Now()
-	data, err := io.ReadAll(io.LimitReader(f, modinfo.MaxImageSize+1))
+	data, err := readAll(f, modinfo.MaxImageSize)
 	m.ReadTime = l.Now() - t
 	if err != nil {
 		return nil, false, "", err // err names the file
@@ -650,6 +651,18 @@ func (l *Loader) measure(f *os.File, c *coldplug.Candidate, m *report.Module) (r
 	return "", err
 }
 
+// readAll reads f to its end into one buffer sized by its length, failing
+// past max bytes (reported as len > max).
+func readAll(f *os.File, max int) ([]byte, error) {
+	size := 0
+	if st, err := f.Stat(); err == nil && st.Size() > 0 {
+		size = int(min(st.Size(), int64(max)+1))
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size+1))
+	_, err := buf.ReadFrom(io.LimitReader(f, int64(max)+1))
+	return buf.Bytes(), err
+}
+
 // short is the first 12 characters of a digest after its algorithm's name.
 func short(d string) string {
 	d = strings.TrimPrefix(d, fsverity.Prefix)
@@ -680,7 +693,9 @@ func decompressOpen(f *os.File, name string) ([]byte, error) {
 // timedDigest reads f into h, recording in m the seconds spent reading and
 // hashing: the digest pass's two costs, apart.
 func (l *Loader) timedDigest(h io.Writer, f io.Reader, m *report.Module) error {
-	buf := make([]byte, 1<<20)
+	// 64 KiB a read: most modules are smaller, and a fresh megabyte for
+	// each of the first coldplug's modules costs its zeroing under TCG.
+	buf := make([]byte, 64<<10)
 	for {
 		t0 := l.Now()
 		n, err := f.Read(buf)
