@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kpreload/kpreload/internal/fileutil"
 	"github.com/kpreload/kpreload/testsupport/testenv"
 
 	"github.com/kpreload/kpreload/testsupport/buildtest"
@@ -20,6 +19,7 @@ import (
 	"github.com/kpreload/kpreload/builder/buildroot"
 	"github.com/kpreload/kpreload/builder/dkms"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/kmodcache/modinfo"
 )
 
 // testKernels are the kernels of scripts/lib.sh's default matrix.
@@ -149,9 +149,14 @@ func (f *fakeDriver) Build(ctx context.Context, req dkms.BuildRequest) (*dkms.Bu
 		if len(found) != 1 {
 			return nil, fmt.Errorf("fake build: no %s module in %s", name, tree)
 		}
-		suffix := strings.TrimPrefix(filepath.Base(found[0]), name)
-		dst := filepath.Join(req.WorkDir, "module", "renamed-"+name+suffix)
-		if err := fileutil.CopyFile(found[0], dst, 0o644); err != nil {
+		// dkms builds plain modules (the sandbox has no modules.dep to
+		// make it compress), whatever the kernel's own are.
+		elf, _, err := modinfo.Open(found[0])
+		if err != nil {
+			return nil, err
+		}
+		dst := filepath.Join(req.WorkDir, "module", "renamed-"+name+".ko")
+		if err := os.WriteFile(dst, elf, 0o644); err != nil {
 			return nil, err
 		}
 		mods = append(mods, dst)

@@ -163,8 +163,8 @@ func TestRunFailureIsolated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(m.Modules) != 1 || m.Modules[0].Name != "dummy" || m.Modules[0].File != "dummy.ko.xz" {
-		t.Errorf("set modules = %+v, want one dummy.ko.xz named dummy", m.Modules)
+	if len(m.Modules) != 1 || m.Modules[0].Name != "dummy" || m.Modules[0].File != "dummy.ko.zst" {
+		t.Errorf("set modules = %+v, want one dummy.ko.zst named dummy", m.Modules)
 	}
 }
 

@@ -8,11 +8,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/klauspost/compress/zstd"
+
 	"github.com/kpreload/kpreload/testsupport/testenv"
 
 	"github.com/kpreload/kpreload/builder/dkms"
 	"github.com/kpreload/kpreload/builder/recipe"
 	"github.com/kpreload/kpreload/kmodcache/manifest"
+	"github.com/kpreload/kpreload/kmodcache/modinfo"
 	"github.com/kpreload/kpreload/kmodcache/store"
 )
 
@@ -57,15 +60,21 @@ func TestRebuild(t *testing.T) {
 		t.Errorf("Rebuild(%s) = %+v, want identical set %s (key %s) from %s", set[:12], got, set, keyID, good.File)
 	}
 
-	// A forged set under the same key: the module with bytes appended. It
-	// is asked by its key digest, which now names the forged set: one dkms
-	// build checks both the lookup by key and the refusal.
+	// A forged set under the same key: the module with bytes appended (to
+	// the plain module, stored compressed as the cell's). It is asked by
+	// its key digest, which now names the forged set: one dkms build checks
+	// both the lookup by key and the refusal.
 	forged := filepath.Join(t.TempDir(), m.Modules[0].File)
-	data, err := os.ReadFile(st.ObjectPath(m.Modules[0].SHA256))
+	elf, _, err := modinfo.Open(st.ObjectPath(m.Modules[0].SHA256))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(forged, append(data, "forged"...), 0o644); err != nil {
+	enc, err := zstd.NewWriter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := enc.EncodeAll(append(elf, "forged"...), nil)
+	if err := os.WriteFile(forged, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	_, fid, err := st.AddFiles(context.Background(), store.AddRequest{Driver: m.Driver, Version: m.Version, Flavor: m.Flavor, Files: []string{forged}, CacheKey: m.CacheKey, Replace: true})
@@ -73,7 +82,7 @@ func TestRebuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err = Rebuild(context.Background(), st, keyID[:12], []*recipe.Recipe{good}, opts())
-	if !errors.Is(err, ErrNotReproduced) || got == nil || got.Set != fid || got.KeyID != keyID || got.Identical || got.Modules[0].Identical || got.Modules[0].StoredSize != int64(len(data))+6 {
+	if !errors.Is(err, ErrNotReproduced) || got == nil || got.Set != fid || got.KeyID != keyID || got.Identical || got.Modules[0].Identical || got.Modules[0].StoredSize != int64(len(data)) {
 		t.Errorf("Rebuild(%s, the forged set's key) = %+v, %v; want set %.12s, ErrNotReproduced with the module differing", keyID[:12], got, err, fid)
 	}
 
