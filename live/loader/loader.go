@@ -559,6 +559,12 @@ func (l *Loader) readChecked(f *os.File, c *coldplug.Candidate, m *report.Module
 		}
 		hash = m.Verified == "" && c.Module.SHA256 != ""
 		enable = hash && c.Module.Verity != "" && l.EnableVerity && errors.Is(merr, unix.ENODATA)
+		// A file of another size than the index's is not the module:
+		// refuse it before reading (a grown or endless file, up to the
+		// limit, would be read and held in memory whole first).
+		if st, err := f.Stat(); err == nil && hash && c.Module.Size > 0 && st.Size() != c.Module.Size {
+			return nil, false, fmt.Sprintf("size mismatch: file has %d bytes, index says %d", st.Size(), c.Module.Size), nil
+		}
 	}
 	t := l.Now()
 	data, err := readAll(f, modinfo.MaxImageSize)

@@ -460,6 +460,34 @@ func TestLoadCompressed(t *testing.T) {
 	}
 }
 
+// TestLoadDecompressRefusesOtherSize checks that a module /init would read
+// whole to decompress is refused unread when its size is not the index's
+// (a file grown past the module, as an endless one would be).
+func TestLoadDecompressRefusesOtherSize(t *testing.T) {
+	f := newFixture(t)
+	if err := os.MkdirAll(filepath.Join(f.dir, "k"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(f.dir, "k", "m.ko.zst")
+	good := []byte("\x28\xb5\x2f\xfd not decompressed before the size is checked")
+	if err := os.WriteFile(p, good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := f.set(t, "k", bootindex.Module{Name: "m", Path: "m.ko.zst", Compression: "zstd", SHA256: sha(t, p), Size: int64(len(good))})
+	if err := os.WriteFile(p, append(good, make([]byte, 1<<20)...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l := f.loader()
+	l.VerifyDigest = true
+	m := one(t, load(t, l, f.index(s), "m"), "m")
+	if m.Result != "refused" || !strings.Contains(m.Reason, "size mismatch") || m.ReadTime != 0 {
+		t.Errorf("entry %q (%q), read %v s; want refused for its size, unread", m.Result, m.Reason, m.ReadTime)
+	}
+	if n := len(f.kernel.callsFor("")) + len(f.kernel.callsFor("m")); n != 0 {
+		t.Errorf("%d loading calls, want none", n)
+	}
+}
+
 // TestLoadPlainNoFallback checks a plain .ko is given to finit_module with flags 0
 // and an EOPNOTSUPP from the kernel is not retried through init_module.
 func TestLoadPlainNoFallback(t *testing.T) {
