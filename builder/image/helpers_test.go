@@ -2,11 +2,7 @@ package image
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,15 +12,10 @@ import (
 // testKernel is the kernel the image tests install and boot (scripts/lib.sh's first).
 const testKernel = "6.1.0-56-cloud-amd64"
 
-var (
-	binOnce sync.Once
-	binDir  string
-	binErr  error
-)
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	for _, d := range []string{binDir, bothDir, ciDir} {
+	testenv.RemoveStaticBinaries()
+	for _, d := range []string{bothDir, ciDir} {
 		if d != "" {
 			os.RemoveAll(d)
 		}
@@ -32,28 +23,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// binaries builds, once per test run, the static kpreload CLI (CGO_ENABLED=0, as
-// an image needs it) and the static /init.
+// binaries builds, once per test process, the static kpreload CLI (CGO_ENABLED=0, as
+// an image needs it) and the static /init, side by side.
 func binaries(t testing.TB) (kpreload, initBin string) {
 	t.Helper()
-	binOnce.Do(func() {
-		if binDir, binErr = os.MkdirTemp("", "kpreload-image-bin-"); binErr != nil {
-			return
-		}
-		for out, pkg := range map[string]string{"kpreload": "./cmd/kpreload", "kpreload-init": "./cmd/kpreload-init"} {
-			cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(binDir, out), pkg)
-			cmd.Dir = testenv.RepoRoot(t)
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if b, err := cmd.CombinedOutput(); err != nil {
-				binErr = fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
-				return
-			}
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return filepath.Join(binDir, "kpreload"), filepath.Join(binDir, "kpreload-init")
+	return testenv.StaticBinary(t, "kpreload", "./cmd/kpreload"), testenv.StaticBinary(t, "kpreload-init", "./cmd/kpreload-init")
 }
 
 // e2eStart begins an end-to-end test: skipped under -short (saying why), the

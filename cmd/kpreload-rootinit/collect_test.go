@@ -11,9 +11,11 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kpreload/kpreload/internal/mountinfo"
 	"github.com/kpreload/kpreload/report"
-	"golang.org/x/sys/unix"
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 func TestParseKmsg(t *testing.T) {
@@ -191,12 +193,7 @@ func TestRealKmsg(t *testing.T) {
 // TestBinaryOnHost builds the real static binary and runs it as a normal process: it
 // prints the record on stdout and exits without touching the machine.
 func TestBinaryOnHost(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "rootinit")
-	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, ".")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := testenv.GoBuildStatic(t, t.TempDir(), "rootinit", "./cmd/kpreload-rootinit")
 	ef, err := elf.Open(bin)
 	if err != nil {
 		t.Fatal(err)

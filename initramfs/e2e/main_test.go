@@ -12,9 +12,6 @@ import (
 // (binaries, kpreloadBinary, twoVersions, sharedInitramfs) made.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
 	if initrdDir != "" {
 		os.RemoveAll(initrdDir)
 	}

@@ -26,42 +26,12 @@ import (
 // as modules) and 6.12 from backports (.ko.xz, in-kernel decompression).
 var kernels = []string{"6.1.0-56-cloud-amd64", "6.12.117+deb12-cloud-amd64"}
 
-var (
-	binOnce sync.Once
-	binDir  string
-	binErr  error
-)
-
-// binaries builds the static /init and the root filesystem's test init once.
+// binaries builds the static /init and the root filesystem's test init once
+// per test process.
 func binaries(t testing.TB) (initBin, rootInit string) {
 	t.Helper()
-	binOnce.Do(func() {
-		binDir, binErr = os.MkdirTemp("", "kpreload-e2e-bin-")
-		if binErr != nil {
-			return
-		}
-		for out, pkg := range map[string]string{"kpreload-init": "./cmd/kpreload-init", "kpreload-rootinit": "./cmd/kpreload-rootinit"} {
-			cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(binDir, out), pkg)
-			cmd.Dir = testenv.RepoRoot(t)
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if b, err := cmd.CombinedOutput(); err != nil {
-				binErr = &buildErr{pkg: pkg, out: string(b), err: err}
-				return
-			}
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return filepath.Join(binDir, "kpreload-init"), filepath.Join(binDir, "kpreload-rootinit")
+	return testenv.StaticBinary(t, "kpreload-init", "./cmd/kpreload-init"), testenv.StaticBinary(t, "kpreload-rootinit", "./cmd/kpreload-rootinit")
 }
-
-type buildErr struct {
-	pkg, out string
-	err      error
-}
-
-func (e *buildErr) Error() string { return "go build " + e.pkg + ": " + e.err.Error() + "\n" + e.out }
 
 // kpreloadBinary builds the static kpreload CLI once per test run (as `make
 // build` does), for the tests that build module caches with `kpreload build`.

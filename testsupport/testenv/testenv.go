@@ -5,12 +5,18 @@
 package testenv
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
+
+	"github.com/kpreload/kpreload/internal/fileutil"
 )
 
 // root is the repository root: the nearest directory at or above the working
@@ -80,14 +86,73 @@ func KernelTree(t testing.TB, kver string) string {
 
 // GoBuildStatic builds the package pkg (a path relative to the repository root,
 // such as ./cmd/kpreload) as a static binary named name in dir, and returns its path.
+// The link is shared by every test process of a run (sharedStatic); each test
+// gets a copy of its own.
 func GoBuildStatic(t testing.TB, dir, name, pkg string) string {
 	t.Helper()
 	out := filepath.Join(dir, name)
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, pkg)
-	cmd.Dir = RepoRoot(t)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	if err := sharedStatic(RepoRoot(t), pkg, out); err != nil {
+		t.Fatal(err)
 	}
 	return out
+}
+
+// sharedStatic builds pkg as a static binary with `make build`'s flags (but
+// the version) into kpreload-testbin under the Go build cache (GOCACHE), one
+// directory per checkout and package, and copies it to dst, all under a lock
+// the other test processes wait for. The go command links only when the
+// binary there is not current (it compares the file's build ID with what the
+// sources and flags give), so a run's first test links and the others copy,
+// and an edited source links again.
+func sharedStatic(repo, pkg, dst string) error {
+	gocache, err := goCache()
+	if err != nil {
+		return fmt.Errorf("go build %s: %w", pkg, err)
+	}
+	bin := sharedBinary(gocache, repo, pkg)
+	dir := filepath.Dir(bin)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("go build %s: %w", pkg, err)
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("go build %s: %w", pkg, err)
+	}
+	defer lock.Close() // and with it the lock
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("go build %s: lock %s: %w", pkg, lock.Name(), err)
+	}
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, pkg)
+	cmd.Dir = repo
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil { // as go build -o would
+		return fmt.Errorf("go build %s: %w", pkg, err)
+	}
+	if err := fileutil.CopyAtomic(bin, dst, 0o755, false); err != nil {
+		return fmt.Errorf("go build %s: %w", pkg, err)
+	}
+	return nil
+}
+
+// goCache is the Go build cache's directory (go env GOCACHE).
+func goCache() (string, error) {
+	out, err := exec.Command("go", "env", "GOCACHE").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOCACHE: %w", err)
+	}
+	dir := strings.TrimSpace(string(out))
+	if dir == "" || dir == "off" {
+		return "", fmt.Errorf("no Go build cache (GOCACHE=%q) to share the binary in", dir)
+	}
+	return dir, nil
+}
+
+// sharedBinary is where sharedStatic keeps the checkout repo's pkg.
+func sharedBinary(gocache, repo, pkg string) string {
+	rel := strings.TrimPrefix(path.Clean(pkg), "cmd/")
+	checkout := sha256.Sum256([]byte(repo))
+	return filepath.Join(gocache, "kpreload-testbin", fmt.Sprintf("%x-%s", checkout[:6], strings.ReplaceAll(rel, "/", "_")), path.Base(rel))
 }

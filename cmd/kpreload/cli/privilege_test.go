@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/kpreload/kpreload/testsupport/testenv"
 )
 
 // nobody is the uid and gid the privilege test runs kpreload as.
@@ -26,12 +28,7 @@ func TestNeedsRootAsNobody(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	bin := filepath.Join(dir, "kpreload")
-	build := exec.Command("go", "build", "-trimpath", "-o", bin, "github.com/kpreload/kpreload/cmd/kpreload")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := testenv.GoBuildStatic(t, dir, "kpreload", "./cmd/kpreload")
 	rootCache := filepath.Join(dir, "root-cache") // root's, 0755: nobody may not write it
 	ownCache := filepath.Join(dir, "own-cache")   // nobody's
 	for _, d := range []string{rootCache, ownCache} {
