@@ -170,7 +170,7 @@ func TestCacheLinksOut(t *testing.T) {
 					before := inroottest.Snapshot(t, victim)
 					for _, s := range steps {
 						var log bytes.Buffer
-						res, out, err := s.run(context.Background(), Options{Root: root, Bootloader: SystemdBoot, Log: &log})
+						res, out, err := s.run(context.Background(), Options{Root: root, RootFS: testRootFS(), Bootloader: SystemdBoot, Log: &log})
 						said := log.String() + strings.Join(out, "\n")
 						if err != nil {
 							said += "\n" + err.Error()
@@ -247,7 +247,7 @@ func TestEarlyDriversCacheLinksOut(t *testing.T) {
 				{"postinst", func(o Options) error { _, err := KernelAdded(ctx, o, testKernel); return err }},
 			} {
 				var log bytes.Buffer
-				err := s.run(Options{Root: root, Bootloader: SystemdBoot, Log: &log})
+				err := s.run(Options{Root: root, RootFS: testRootFS(), Bootloader: SystemdBoot, Log: &log})
 				said := log.String()
 				if err != nil {
 					said += "\n" + err.Error()

@@ -32,7 +32,7 @@ func TestHooksBadSettings(t *testing.T) {
 			t.Run(c.name+"/"+string(bl), func(t *testing.T) {
 				root, _ := linkRoot(t)
 				var log bytes.Buffer
-				o := Options{Root: root, Bootloader: bl, Log: &log, UpdateGrub: chrootUpdateGrub}
+				o := Options{Root: root, RootFS: testRootFS(), Bootloader: bl, Log: &log, UpdateGrub: chrootUpdateGrub}
 				ctx := context.Background()
 				if _, err := Install(ctx, o); err != nil {
 					t.Fatalf("install with a good boot.yaml: %v", err)
@@ -171,7 +171,7 @@ func TestGrubTitleQuoting(t *testing.T) {
 // kpreload's entries already on the ESP.
 func TestMultilineCmdline(t *testing.T) {
 	root, _ := linkRoot(t)
-	o := Options{Root: root, Bootloader: SystemdBoot, Log: io.Discard}
+	o := Options{Root: root, RootFS: testRootFS(), Bootloader: SystemdBoot, Log: io.Discard}
 	ctx := context.Background()
 	if _, err := Install(ctx, o); err != nil {
 		t.Fatal(err)
@@ -197,7 +197,7 @@ func TestMultilineCmdline(t *testing.T) {
 	if err != nil || string(entry) != LoaderEntry(testKernel, "root=UUID=x rw "+FallbackFlag) || strings.Contains(string(entry), "evil") {
 		t.Errorf("entry after postinst = %q (%v), want the earlier command line", entry, err)
 	}
-	if _, err := Install(ctx, Options{Root: root, Bootloader: SystemdBoot, Cmdline: "a\nlinux /evil", Log: io.Discard}); err == nil || !strings.Contains(err.Error(), "--cmdline") {
+	if _, err := Install(ctx, Options{Root: root, RootFS: testRootFS(), Bootloader: SystemdBoot, Cmdline: "a\nlinux /evil", Log: io.Discard}); err == nil || !strings.Contains(err.Error(), "--cmdline") {
 		t.Errorf("install --cmdline of two lines: %v, want an error naming --cmdline", err)
 	}
 }
@@ -209,7 +209,7 @@ func TestHookConfigFIFO(t *testing.T) {
 	for _, name := range []string{SettingsFile, Cmdline, RemoteFile} {
 		t.Run(filepath.Base(name), func(t *testing.T) {
 			root, _ := linkRoot(t)
-			o := Options{Root: root, Bootloader: SystemdBoot, Log: io.Discard}
+			o := Options{Root: root, RootFS: testRootFS(), Bootloader: SystemdBoot, Log: io.Discard}
 			ctx := context.Background()
 			if _, err := Install(ctx, o); err != nil {
 				t.Fatal(err)

@@ -139,7 +139,7 @@ func TestRootLinksOut(t *testing.T) {
 					}
 					before := inroottest.Snapshot(t, victim)
 					var log bytes.Buffer
-					o := Options{Root: root, Bootloader: bl, Log: &log, UpdateGrub: chrootUpdateGrub}
+					o := Options{Root: root, RootFS: testRootFS(), Bootloader: bl, Log: &log, UpdateGrub: chrootUpdateGrub}
 					ctx := context.Background()
 					steps := []struct {
 						name string

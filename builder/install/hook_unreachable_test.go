@@ -163,7 +163,7 @@ func TestKernelHookUnreachableRegistry(t *testing.T) {
 				done := make(chan outcome, 1)
 				start := time.Now()
 				go func() {
-					res, err := h.run(context.Background(), Options{Root: root, Log: log})
+					res, err := h.run(context.Background(), Options{Root: root, RootFS: testRootFS(), Log: log})
 					done <- outcome{res, err}
 				}()
 				var got outcome

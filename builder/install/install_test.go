@@ -252,7 +252,7 @@ func TestSystemdBootHooks(t *testing.T) {
 	var log bytes.Buffer
 	// The module tree is a link out of the root, which the root's own paths
 	// never follow: it is given as a host path, as the image builder does.
-	o := Options{Root: root, Log: &log, ModulesDir: func(k string) string { return filepath.Join(root, "lib/modules", k) }}
+	o := Options{Root: root, RootFS: testRootFS(), Log: &log, ModulesDir: func(k string) string { return filepath.Join(root, "lib/modules", k) }}
 	ctx := context.Background()
 
 	// No cell for either kernel: both boot, the newest is the default, and the
@@ -337,7 +337,7 @@ func TestSystemdBootHooks(t *testing.T) {
 // anything is written into it.
 func TestInstallNoBootloader(t *testing.T) {
 	root := fakeRoot(t, map[string]string{"boot/vmlinuz-" + testKernel: "k", "boot/efi/EFI/debian/grubx64.efi": ""})
-	_, err := Install(context.Background(), Options{Root: root, Log: io.Discard})
+	_, err := Install(context.Background(), Options{Root: root, RootFS: testRootFS(), Log: io.Discard})
 	var nb *NoBootloaderError
 	if !errors.As(err, &nb) {
 		t.Fatalf("Install = %v, want a NoBootloaderError", err)
@@ -384,7 +384,7 @@ func TestLastKernelRemoved(t *testing.T) {
 			root := fakeRoot(t, files)
 			var log bytes.Buffer
 			grubRuns := 0
-			o := Options{Root: root, Bootloader: bl, Log: &log,
+			o := Options{Root: root, RootFS: testRootFS(), Bootloader: bl, Log: &log,
 				UpdateGrub: func(context.Context, string, io.Writer) error { grubRuns++; return nil }}
 			res, err := KernelRemoved(context.Background(), o, k)
 			if err != nil {

@@ -46,7 +46,7 @@ func TestHooksSerialize(t *testing.T) {
 	var events []string
 	record := func(e string) { mu.Lock(); events = append(events, e); mu.Unlock() }
 	options := func(name string) Options {
-		return Options{Root: root, Bootloader: GRUB, LockTimeout: time.Minute,
+		return Options{Root: root, RootFS: testRootFS(), Bootloader: GRUB, LockTimeout: time.Minute,
 			UpdateGrub: func(ctx context.Context, root string, log io.Writer) error {
 				record("enter " + name)
 				time.Sleep(300 * time.Millisecond)
@@ -118,7 +118,7 @@ func TestHookLockTimeout(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			grubRuns := 0
-			o := Options{Root: root, Bootloader: GRUB, Kernels: []string{testKernel}, SkipInitramfs: true, LockTimeout: 300 * time.Millisecond,
+			o := Options{Root: root, RootFS: testRootFS(), Bootloader: GRUB, Kernels: []string{testKernel}, SkipInitramfs: true, LockTimeout: 300 * time.Millisecond,
 				UpdateGrub: func(context.Context, string, io.Writer) error { grubRuns++; return nil }}
 			start := time.Now()
 			err := c.run(o)
@@ -145,7 +145,7 @@ func TestHookLockTimeout(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var log strings.Builder
 			var logMu sync.Mutex
-			o := Options{Root: root, Bootloader: GRUB, SkipInitramfs: true, LockTimeout: 300 * time.Millisecond,
+			o := Options{Root: root, RootFS: testRootFS(), Bootloader: GRUB, SkipInitramfs: true, LockTimeout: 300 * time.Millisecond,
 				Log:        writerFunc(func(p []byte) (int, error) { logMu.Lock(); defer logMu.Unlock(); return log.Write(p) }),
 				UpdateGrub: fakeUpdateGrub}
 			done := make(chan error, 1)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kpreload/kpreload/builder/matrix"
 	"github.com/kpreload/kpreload/builder/recipe"
+	"github.com/kpreload/kpreload/initramfs/rootcheck"
 	"github.com/kpreload/kpreload/testsupport/buildtest"
 	"github.com/kpreload/kpreload/testsupport/testenv"
 )
@@ -86,3 +87,11 @@ func copyBuiltCells(t *testing.T, r *recipe.Recipe, newer, dst string) {
 	}
 	buildtest.CopyCells(t, cache, dst)
 }
+
+// testRootFS is the filesystem the tests' roots boot from, named as
+// `kpreload install --root-filesystem ext4` names it. The roots are
+// directories in the test's temporary directory, whose own filesystem says
+// nothing of a real root's (and cannot be told at all where /tmp is a tmpfs,
+// as on Debian 13); TestInstallRefusesUnmountableRoot and the CLI's tests
+// cover finding it.
+func testRootFS() *rootcheck.Root { return &rootcheck.Root{FSType: "ext4"} }

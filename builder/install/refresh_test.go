@@ -44,16 +44,16 @@ func TestRefreshPullsLateCells(t *testing.T) {
 		wantLog     string
 	}{
 		{"postinst before the cell", func(log *bytes.Buffer) (*Result, error) {
-			return KernelAdded(ctx, Options{Root: root, Log: log}, newer)
+			return KernelAdded(ctx, Options{Root: root, RootFS: testRootFS(), Log: log}, newer)
 		}, nil, testKernel, 0, "no usable cell for " + newer},
 		{"refresh before the cell", func(log *bytes.Buffer) (*Result, error) {
-			return Refresh(ctx, Options{Root: root, Log: log})
+			return Refresh(ctx, Options{Root: root, RootFS: testRootFS(), Log: log})
 		}, nil, testKernel, 0, "no usable cell for " + newer},
 		{"refresh after the cell", func(log *bytes.Buffer) (*Result, error) {
-			return Refresh(ctx, Options{Root: root, Log: log})
+			return Refresh(ctx, Options{Root: root, RootFS: testRootFS(), Log: log})
 		}, func() { push(newer) }, newer, 1, "pulled kpreload-edu 1.0.0 open (set "},
 		{"refresh again", func(log *bytes.Buffer) (*Result, error) {
-			return Refresh(ctx, Options{Root: root, Log: log})
+			return Refresh(ctx, Options{Root: root, RootFS: testRootFS(), Log: log})
 		}, nil, newer, 0, "every kernel has its driver cells"},
 	} {
 		if c.before != nil {

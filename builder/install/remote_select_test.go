@@ -96,7 +96,7 @@ func TestHookPullsNewestSignedCell(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := &Options{Root: root, Log: io.Discard}
+	o := &Options{Root: root, RootFS: testRootFS(), Log: io.Discard}
 	pulled, warnings := o.pullCells(ctx, cfg, kernel)
 	if len(pulled) != 1 || !strings.Contains(pulled[0], fmt.Sprintf("set %.12s", ids[1])) || len(warnings) != 0 {
 		t.Fatalf("pullCells = %q, warnings %q; want the newer signed cell (set %.12s) alone", pulled, warnings, ids[1])

@@ -75,7 +75,7 @@ func TestKernelHookPullsFromRegistry(t *testing.T) {
 				"etc/kpreload/keys/other.pub": string(other), RemoteFile: c.config,
 			})
 			var log bytes.Buffer
-			got, err := KernelAdded(ctx, Options{Root: root, Log: &log}, newer)
+			got, err := KernelAdded(ctx, Options{Root: root, RootFS: testRootFS(), Log: &log}, newer)
 			if err != nil {
 				t.Fatalf("postinst: %v\n%s", err, log.String())
 			}

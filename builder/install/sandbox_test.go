@@ -26,7 +26,7 @@ func TestRootProgramsSandboxed(t *testing.T) {
 			os.Remove(filepath.Join(root, "usr/sbin/update-grub"))
 			esc := sandboxtest.Plant(t, root, "usr/sbin/"+prog)
 			var log bytes.Buffer
-			o := Options{Root: root, Bootloader: GRUB, Log: &log}
+			o := Options{Root: root, RootFS: testRootFS(), Bootloader: GRUB, Log: &log}
 			ctx := context.Background()
 			for _, s := range []struct {
 				name string
