@@ -19,8 +19,10 @@ STATIC := CGO_ENABLED=0
 # (-tags=netgo,osusergo), which a static build uses anyway: the one cgo test
 # package ($(CGO_PKGS)) then compiles net, crypto/tls, net/http and all that
 # import them exactly as the static builds did, and shares them from the cache
-# instead of compiling a cgo variant of each (26 CPU-s cold, against 8).
-export GOFLAGS := $(strip $(GOFLAGS) -gcflags=all=-dwarf=false -tags=netgo,osusergo)
+# instead of compiling a cgo variant of each (its pass takes about 9 CPU-s cold,
+# against 26).
+OUR_GOFLAGS := -gcflags=all=-dwarf=false -tags=netgo,osusergo
+export GOFLAGS := $(strip $(filter-out $(OUR_GOFLAGS),$(GOFLAGS)) $(OUR_GOFLAGS))
 # The commit goes into `kpreload --version`, the plugin's describe and image
 # manifests (internal/version); the version itself is internal/version.Release.
 COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo +dirty)
@@ -32,7 +34,7 @@ GOFLAGS_STATIC := $(STATIC) $(GO) build -trimpath -ldflags '-s -w $(VERSION_LDFL
 CGO_PKGS := ./gpu/k8sconfig
 NOCGO_PKGS = $(filter-out $(shell $(GO) list $(CGO_PKGS)),$(shell $(GO) list ./...))
 
-.PHONY: all build plugin deb deps demo demo-initramfs test unit vet fmt bench bench-build bench-matrix bench-image clean fuzz
+.PHONY: all build plugin deb deps demo demo-initramfs test unit unit-in-place vet fmt bench bench-build bench-matrix bench-image clean fuzz
 
 all: build
 
@@ -97,15 +99,22 @@ test: deps build vet
 # (-ldflags=-w), four packages at once (many unit tests wait on timeouts, locks and
 # child processes), the ones that wait longest first. It needs no `make build`:
 # the tests that run a binary build it once for all the packages
-# (testenv.GoBuildStatic). The cgo pass for $(CGO_PKGS) compiles what only cgo
-# builds use (net, crypto/tls, go-nvml), so it runs beside the rest at the lowest
-# priority, on whatever CPU that leaves idle, and its output follows theirs.
+# (testenv.GoBuildStatic). The cgo pass for $(CGO_PKGS) compiles only what cgo
+# builds alone use (go-nvml, runtime/cgo: netgo in GOFLAGS above), so it runs
+# beside the rest at the lowest priority, on whatever CPU that leaves idle, and
+# its output follows theirs.
 # The compiler and linker run without their garbage collector until a process
 # holds 1 GiB (UNIT_ENV): a tenth less CPU, and no compile of ours comes near it.
+# Its temporary files are in memory (scripts/scratch-in-memory.sh: a tmpfs in a
+# mount namespace of its own, as root; as they are where /tmp is a tmpfs).
 UNIT_ENV := GOGC=off GOMEMLIMIT=1GiB
 UNIT_FIRST := ./builder/install ./kmodcache/remote ./builder/image ./builder/qemu ./cmd/kpreload/internal/cdicmd ./builder/archive ./builder/packer-plugin-kpreload/provisioner ./initramfs/pid1 ./cmd/kpreload/internal/clirun
 UNIT_FLAGS := -trimpath -short -vet=off -p 4 -ldflags=-w
 unit:
+	@scripts/scratch-in-memory.sh $(MAKE) --no-print-directory unit-in-place
+
+# The unit tier with its temporary files where TMPDIR says (`make unit` puts them in memory).
+unit-in-place:
 	@echo '$(STATIC) $(GO) test $(UNIT_FLAGS) ./... (but $(CGO_PKGS)), and CGO_ENABLED=1 $(GO) test $(UNIT_FLAGS) $(CGO_PKGS)'
 	@cgolog=$$(mktemp); trap 'rm -f "$$cgolog"' EXIT; \
 	$(UNIT_ENV) CGO_ENABLED=1 nice -n 19 $(GO) test $(UNIT_FLAGS) $(CGO_PKGS) > "$$cgolog" 2>&1 & cgo=$$!; \
