@@ -96,8 +96,11 @@ func TestInterruptStuck(t *testing.T) {
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
+			// Wait closes the pipe once the process has exited: only after
+			// the copy has read the pipe to its end, or the last words can
+			// be lost on a busy host.
 			exited := make(chan error, 1)
-			go func() { exited <- cmd.Wait() }()
+			go func() { <-copied; exited <- cmd.Wait() }()
 			select {
 			case err = <-exited:
 			case <-time.After(tc.within):
