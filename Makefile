@@ -95,9 +95,10 @@ test: deps build vet
 
 # The unit tier, offline and quick with empty caches, which on two cores means
 # less CPU: no vet here (`make vet` and `make test` run the whole of go vet, of
-# which go test's own would be a subset), test binaries linked without DWARF
-# (-ldflags=-w), four packages at once (many unit tests wait on timeouts, locks and
-# child processes), the ones that wait longest first. It needs no `make build`:
+# which go test's own would be a subset), test binaries linked without DWARF or
+# symbol table (-ldflags="-s -w": a tenth less link; stack traces come from the
+# pclntab, which stays), four packages at once (many unit tests wait on timeouts,
+# locks and child processes), the ones that wait longest first. It needs no `make build`:
 # the tests that run a binary build it once for all the packages
 # (testenv.GoBuildStatic). The cgo pass for $(CGO_PKGS) compiles only what cgo
 # builds alone use (go-nvml, runtime/cgo: netgo in GOFLAGS above), so it runs
@@ -109,7 +110,7 @@ test: deps build vet
 # mount namespace of its own, as root; as they are where /tmp is a tmpfs).
 UNIT_ENV := GOGC=off GOMEMLIMIT=1GiB
 UNIT_FIRST := ./builder/install ./kmodcache/remote ./builder/image ./builder/qemu ./cmd/kpreload/internal/cdicmd ./builder/archive ./builder/packer-plugin-kpreload/provisioner ./initramfs/pid1 ./cmd/kpreload/internal/clirun
-UNIT_FLAGS := -trimpath -short -vet=off -p 4 -ldflags=-w
+UNIT_FLAGS := -trimpath -short -vet=off -p 4 -ldflags="-s -w"
 unit:
 	@scripts/scratch-in-memory.sh $(MAKE) --no-print-directory unit-in-place
 
